@@ -1,0 +1,655 @@
+//! Adapter discovery, the device policy (hardware first, software only on request), device
+//! creation with the adapter's real limits, buffers, readback and error capture.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use bytemuck::Pod;
+use serde::Serialize;
+
+use super::kernel::{Kernel, KernelKey, KernelSpec, Recorder};
+use crate::error::GpuError;
+
+/// The environment variable that opts in to software adapters (lavapipe, WARP, SwiftShader).
+pub const SOFTWARE_OPT_IN_ENV: &str = "LAMINO_ALLOW_SOFTWARE_GPU";
+
+/// True when [`SOFTWARE_OPT_IN_ENV`] is set to `1`, `true` or `yes` (any case).
+pub fn software_opt_in_from_env() -> bool {
+    std::env::var(SOFTWARE_OPT_IN_ENV)
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+        .unwrap_or(false)
+}
+
+/// Which adapter to run on. There is deliberately no "CPU" choice: lamino runs on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSelection {
+    /// The best hardware GPU: discrete before integrated before virtual, then the lowest index.
+    #[default]
+    Best,
+    /// The adapter with this index in the order `lamino devices` lists them.
+    Index(usize),
+}
+
+impl FromStr for DeviceSelection {
+    type Err = GpuError;
+    fn from_str(s: &str) -> Result<Self, GpuError> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("best") {
+            return Ok(Self::Best);
+        }
+        s.parse::<usize>()
+            .map(Self::Index)
+            .map_err(|_| GpuError::BadSelector(s.to_string()))
+    }
+}
+
+impl fmt::Display for DeviceSelection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Best => write!(f, "best"),
+            Self::Index(i) => write!(f, "{i}"),
+        }
+    }
+}
+
+/// How to choose the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceOptions {
+    /// Which adapter.
+    pub selection: DeviceSelection,
+    /// Accept a software adapter (`DeviceType::Cpu`). Off by default: interactive use needs a real
+    /// GPU; tests, CI and batch runs opt in explicitly.
+    pub allow_software: bool,
+}
+
+impl DeviceOptions {
+    /// Options for `selection`, opting in to software adapters when `allow_software` is set or the
+    /// [`SOFTWARE_OPT_IN_ENV`] variable asks for it.
+    pub fn new(selection: DeviceSelection, allow_software: bool) -> Self {
+        Self {
+            selection,
+            allow_software: allow_software || software_opt_in_from_env(),
+        }
+    }
+}
+
+/// What `lamino devices` prints about one adapter.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdapterSummary {
+    pub index: usize,
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    /// A CPU rasteriser such as lavapipe: correct but one to two orders of magnitude slower.
+    pub software: bool,
+    pub driver: String,
+    pub driver_info: String,
+    pub max_buffer_bytes: u64,
+    pub max_storage_binding_bytes: u64,
+    pub max_workgroup_storage_bytes: u32,
+    pub max_invocations_per_workgroup: u32,
+    pub timestamps: bool,
+}
+
+impl fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} ({}, {})",
+            self.index, self.name, self.backend, self.device_type
+        )
+    }
+}
+
+fn summarize(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    AdapterSummary {
+        index,
+        name: info.name,
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        software: info.device_type == wgpu::DeviceType::Cpu,
+        driver: info.driver,
+        driver_info: info.driver_info,
+        max_buffer_bytes: limits.max_buffer_size,
+        max_storage_binding_bytes: limits.max_storage_buffer_binding_size as u64,
+        max_workgroup_storage_bytes: limits.max_compute_workgroup_storage_size,
+        max_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+        timestamps: adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY),
+    }
+}
+
+fn adapters() -> Vec<wgpu::Adapter> {
+    // `_from_env` so that WGPU_BACKEND and friends work for debugging (Instance::default ignores them).
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    let backends = desc.backends;
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.enumerate_adapters(backends))
+}
+
+/// Every adapter wgpu can see, in a stable order; the index is what `--device` takes.
+pub fn list_adapters() -> Vec<AdapterSummary> {
+    adapters()
+        .iter()
+        .enumerate()
+        .map(|(i, a)| summarize(i, a))
+        .collect()
+}
+
+fn hardware_rank(device_type: &str) -> u8 {
+    match device_type {
+        "DiscreteGpu" => 0,
+        "IntegratedGpu" => 1,
+        "VirtualGpu" => 2,
+        _ => 3,
+    }
+}
+
+/// Applies the device policy to a list of adapters; pure, so it is unit-tested without a GPU.
+pub(crate) fn choose_adapter(
+    found: &[AdapterSummary],
+    options: &DeviceOptions,
+) -> Result<usize, GpuError> {
+    match options.selection {
+        DeviceSelection::Index(index) => {
+            let a = found.get(index).ok_or(GpuError::NoSuchAdapter {
+                index,
+                count: found.len(),
+            })?;
+            if a.software && !options.allow_software {
+                return Err(GpuError::SoftwareAdapterRefused {
+                    index,
+                    name: a.name.clone(),
+                });
+            }
+            Ok(index)
+        }
+        DeviceSelection::Best => {
+            if found.is_empty() {
+                return Err(GpuError::NoAdapter);
+            }
+            let best_hardware = found
+                .iter()
+                .filter(|a| !a.software)
+                .min_by_key(|a| (hardware_rank(&a.device_type), a.index));
+            if let Some(a) = best_hardware {
+                return Ok(a.index);
+            }
+            if options.allow_software {
+                return Ok(found[0].index);
+            }
+            let listed: Vec<String> = found.iter().map(|a| a.to_string()).collect();
+            Err(GpuError::NoHardwareGpu {
+                found: listed.join("; "),
+            })
+        }
+    }
+}
+
+/// A buffer on the device with its size and label (labels show up in validation messages).
+#[derive(Debug, Clone)]
+pub struct GpuBuffer {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) bytes: u64,
+    pub(crate) label: String,
+}
+
+impl GpuBuffer {
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// The label given at creation.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+type ErrorSlot = Arc<Mutex<Vec<wgpu::Error>>>;
+
+/// A device and queue with the adapter's real limits, a kernel cache and error capture.
+///
+/// Library code takes a `&GpuContext`; only the CLI and test harnesses create one.
+pub struct GpuContext {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    info: AdapterSummary,
+    limits: wgpu::Limits,
+    binding_limit_override: Option<u64>,
+    timestamps: bool,
+    uncaptured: ErrorSlot,
+    lost: Arc<Mutex<Option<String>>>,
+    kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
+}
+
+impl fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("adapter", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuContext {
+    /// Chooses an adapter by the device policy and creates a device with its full limits.
+    pub fn new(options: &DeviceOptions) -> Result<Self, GpuError> {
+        let found = adapters();
+        let summaries: Vec<AdapterSummary> = found
+            .iter()
+            .enumerate()
+            .map(|(i, a)| summarize(i, a))
+            .collect();
+        let index = choose_adapter(&summaries, options)?;
+        let adapter = &found[index];
+        let info = summaries[index].clone();
+        // wgpu's default limits are far below what devices offer (16 KiB workgroup memory, 256
+        // invocations, 256 MiB buffers): request the adapter's own.
+        let limits = adapter.limits();
+        let wanted = wgpu::Features::TIMESTAMP_QUERY;
+        let features = adapter.features() & wanted;
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("lamino"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
+            GpuError::DeviceCreation {
+                adapter: info.to_string(),
+                reason: e.to_string(),
+            }
+        })?;
+        let uncaptured: ErrorSlot = Arc::default();
+        let slot = uncaptured.clone();
+        // Errors outside a scope would panic by default; keep them and raise them as typed errors
+        // at the next synchronisation point instead.
+        device.on_uncaptured_error(Arc::new(move |e| {
+            if let Ok(mut v) = slot.lock() {
+                v.push(e);
+            }
+        }));
+        let lost: Arc<Mutex<Option<String>>> = Arc::default();
+        let lost_slot = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if let Ok(mut l) = lost_slot.lock() {
+                *l = Some(format!("{reason:?}: {message}"));
+            }
+        });
+        Ok(Self {
+            device,
+            queue,
+            info,
+            limits,
+            binding_limit_override: None,
+            timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            uncaptured,
+            lost,
+            kernels: Mutex::default(),
+        })
+    }
+
+    /// Caps the bytes of one storage binding below the device limit. Tests use this to exercise
+    /// the paths that split data across bindings at sizes lavapipe runs quickly.
+    pub fn with_max_binding_bytes(mut self, bytes: u64) -> Self {
+        self.binding_limit_override = Some(bytes.max(self.binding_alignment()));
+        self
+    }
+
+    /// The adapter this context runs on.
+    pub fn info(&self) -> &AdapterSummary {
+        &self.info
+    }
+
+    /// Whether GPU timestamps are available for timing.
+    pub fn has_timestamps(&self) -> bool {
+        self.timestamps
+    }
+
+    /// Largest storage binding in bytes, a multiple of the binding alignment.
+    pub fn max_binding_bytes(&self) -> u64 {
+        let device = self.limits.max_storage_buffer_binding_size as u64;
+        let cap = self
+            .binding_limit_override
+            .map_or(device, |o| o.min(device));
+        cap / self.binding_alignment() * self.binding_alignment()
+    }
+
+    /// Required alignment of a storage binding's offset in bytes.
+    pub fn binding_alignment(&self) -> u64 {
+        self.limits.min_storage_buffer_offset_alignment as u64
+    }
+
+    /// Largest buffer in bytes.
+    pub fn max_buffer_bytes(&self) -> u64 {
+        self.limits.max_buffer_size
+    }
+
+    /// Workgroup (shared) memory per workgroup in bytes.
+    pub fn max_workgroup_storage_bytes(&self) -> u32 {
+        self.limits.max_compute_workgroup_storage_size
+    }
+
+    /// Invocations per workgroup.
+    pub fn max_invocations_per_workgroup(&self) -> u32 {
+        self.limits.max_compute_invocations_per_workgroup
+    }
+
+    /// Workgroups per dispatch dimension.
+    pub fn max_workgroups_per_dimension(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension
+    }
+
+    fn create_raw(
+        &self,
+        label: &str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> Result<GpuBuffer, GpuError> {
+        if bytes > self.max_buffer_bytes() {
+            return Err(GpuError::BufferTooLarge {
+                label: label.to_string(),
+                bytes,
+                limit: self.max_buffer_bytes(),
+            });
+        }
+        // Buffers are sized in whole 4-byte words; zero-sized buffers are not bindable.
+        let padded = bytes.max(4).div_ceil(4) * 4;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded,
+            usage,
+            mapped_at_creation: false,
+        });
+        if let Some(e) = pollster::block_on(oom.pop()) {
+            return Err(GpuError::OutOfMemory {
+                context: format!("allocating {label:?} ({bytes} bytes): {e}"),
+            });
+        }
+        Ok(GpuBuffer {
+            buffer,
+            bytes,
+            label: label.to_string(),
+        })
+    }
+
+    /// A zero-filled storage buffer that can be copied from and to.
+    pub fn storage_buffer(&self, label: &str, bytes: u64) -> Result<GpuBuffer, GpuError> {
+        self.create_raw(
+            label,
+            bytes,
+            wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+        )
+    }
+
+    /// A storage buffer holding `data`.
+    pub fn upload<T: Pod>(&self, label: &str, data: &[T]) -> Result<GpuBuffer, GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buf = self.storage_buffer(label, bytes.len() as u64)?;
+        self.write(&buf, 0, data);
+        Ok(buf)
+    }
+
+    /// A uniform buffer holding `value`.
+    pub fn uniform<T: Pod>(&self, label: &str, value: &T) -> Result<GpuBuffer, GpuError> {
+        let bytes = bytemuck::bytes_of(value);
+        let buf = self.create_raw(
+            label,
+            bytes.len() as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        )?;
+        self.queue.write_buffer(&buf.buffer, 0, bytes);
+        Ok(buf)
+    }
+
+    /// Writes `data` into `buffer` starting at element `offset` (whole 4-byte words).
+    pub fn write<T: Pod>(&self, buffer: &GpuBuffer, offset: u64, data: &[T]) {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if !bytes.is_empty() {
+            let at = offset * std::mem::size_of::<T>() as u64;
+            self.queue.write_buffer(&buffer.buffer, at, bytes);
+        }
+    }
+
+    /// Copies `count` elements of `buffer` from element `offset` back to the host.
+    pub fn read<T: Pod>(
+        &self,
+        buffer: &GpuBuffer,
+        offset: u64,
+        count: usize,
+    ) -> Result<Vec<T>, GpuError> {
+        let size = std::mem::size_of::<T>() as u64;
+        let bytes = count as u64 * size;
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
+        // Reads go through one staging buffer of at most 64 MiB at a time so that a readback
+        // never needs a second copy of a large array on the device.
+        const STAGING: u64 = 64 << 20;
+        let chunk = (STAGING / size).max(1) * size;
+        let staging = self.create_raw(
+            "readback staging",
+            chunk.min(bytes),
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        )?;
+        let mut out: Vec<T> = Vec::with_capacity(count);
+        let mut done = 0u64;
+        while done < bytes {
+            let n = chunk.min(bytes - done);
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(&buffer.buffer, offset * size + done, &staging.buffer, 0, n);
+            self.queue.submit([enc.finish()]);
+            let slice = staging.buffer.slice(0..n);
+            let (tx, rx) = std::sync::mpsc::channel();
+            slice.map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+            self.wait()?;
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(GpuError::Readback(e.to_string())),
+                Err(_) => return Err(GpuError::Readback("the map callback never ran".into())),
+            }
+            {
+                let view = slice
+                    .get_mapped_range()
+                    .map_err(|e| GpuError::Readback(e.to_string()))?;
+                out.extend_from_slice(bytemuck::cast_slice(&view));
+            }
+            staging.buffer.unmap();
+            done += n;
+        }
+        Ok(out)
+    }
+
+    /// Returns (and caches) the compiled pipeline for `spec`.
+    pub fn kernel(&self, spec: &KernelSpec) -> Result<Arc<Kernel>, GpuError> {
+        let key = spec.key();
+        if let Some(k) = self
+            .kernels
+            .lock()
+            .expect("kernel cache poisoned")
+            .get(&key)
+        {
+            return Ok(k.clone());
+        }
+        let kernel = Arc::new(Kernel::build(self, spec)?);
+        self.kernels
+            .lock()
+            .expect("kernel cache poisoned")
+            .insert(key, kernel.clone());
+        Ok(kernel)
+    }
+
+    /// Starts recording dispatches into one compute pass.
+    pub fn recorder(&self, label: &str) -> Recorder {
+        Recorder::new(self, label, false)
+    }
+
+    /// Like [`recorder`](Self::recorder), with GPU timestamps around the pass when the device has
+    /// them ([`Recorder::finish_timed`] then reports the GPU time).
+    pub fn timed_recorder(&self, label: &str) -> Recorder {
+        Recorder::new(self, label, self.timestamps)
+    }
+
+    /// Submits the recorded work and waits for it to finish.
+    pub fn submit(&self, recorder: Recorder) -> Result<(), GpuError> {
+        recorder.finish_timed(self).map(|_| ())
+    }
+
+    /// Waits until the device is idle, then turns captured errors and device loss into errors.
+    pub fn wait(&self) -> Result<(), GpuError> {
+        let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
+        self.check()?;
+        polled
+            .map(|_| ())
+            .map_err(|e| GpuError::DeviceLost(e.to_string()))
+    }
+
+    /// Raises the first error the device reported since the last check.
+    pub fn check(&self) -> Result<(), GpuError> {
+        if let Some(reason) = self.lost.lock().expect("device-lost slot poisoned").clone() {
+            return Err(GpuError::DeviceLost(reason));
+        }
+        let mut errors = self.uncaptured.lock().expect("error slot poisoned");
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let first = errors.remove(0);
+        errors.clear();
+        Err(convert_error(first, "running GPU work"))
+    }
+}
+
+pub(crate) fn convert_error(e: wgpu::Error, context: &str) -> GpuError {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => GpuError::OutOfMemory {
+            context: context.to_string(),
+        },
+        other => GpuError::Validation {
+            context: context.to_string(),
+            message: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(index: usize, name: &str, device_type: &str) -> AdapterSummary {
+        AdapterSummary {
+            index,
+            name: name.into(),
+            backend: "Vulkan".into(),
+            device_type: device_type.into(),
+            software: device_type == "Cpu",
+            driver: String::new(),
+            driver_info: String::new(),
+            max_buffer_bytes: 1 << 30,
+            max_storage_binding_bytes: 1 << 27,
+            max_workgroup_storage_bytes: 32768,
+            max_invocations_per_workgroup: 1024,
+            timestamps: true,
+        }
+    }
+
+    fn opts(selection: DeviceSelection, allow_software: bool) -> DeviceOptions {
+        DeviceOptions {
+            selection,
+            allow_software,
+        }
+    }
+
+    #[test]
+    fn best_prefers_discrete_over_integrated_and_software() {
+        let found = [
+            adapter(0, "llvmpipe", "Cpu"),
+            adapter(1, "iGPU", "IntegratedGpu"),
+            adapter(2, "dGPU", "DiscreteGpu"),
+        ];
+        assert_eq!(
+            choose_adapter(&found, &opts(DeviceSelection::Best, true)).unwrap(),
+            2
+        );
+        assert_eq!(
+            choose_adapter(&found[..2], &opts(DeviceSelection::Best, true)).unwrap(),
+            1
+        );
+    }
+
+    #[test]
+    fn software_only_is_refused_with_a_message_that_says_how_to_opt_in() {
+        let found = [adapter(0, "llvmpipe", "Cpu")];
+        let err = choose_adapter(&found, &opts(DeviceSelection::Best, false)).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, GpuError::NoHardwareGpu { .. }), "{msg}");
+        assert!(
+            msg.contains("llvmpipe") && msg.contains("lamino devices"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("--allow-software-gpu") && msg.contains(SOFTWARE_OPT_IN_ENV),
+            "{msg}"
+        );
+        assert_eq!(
+            choose_adapter(&found, &opts(DeviceSelection::Best, true)).unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn an_index_selects_that_adapter_but_never_silently_a_software_one() {
+        let found = [
+            adapter(0, "llvmpipe", "Cpu"),
+            adapter(1, "dGPU", "DiscreteGpu"),
+        ];
+        assert_eq!(
+            choose_adapter(&found, &opts(DeviceSelection::Index(1), false)).unwrap(),
+            1
+        );
+        let err = choose_adapter(&found, &opts(DeviceSelection::Index(0), false)).unwrap_err();
+        assert!(matches!(
+            err,
+            GpuError::SoftwareAdapterRefused { index: 0, .. }
+        ));
+        assert_eq!(
+            choose_adapter(&found, &opts(DeviceSelection::Index(0), true)).unwrap(),
+            0
+        );
+        let err = choose_adapter(&found, &opts(DeviceSelection::Index(5), true)).unwrap_err();
+        assert!(matches!(
+            err,
+            GpuError::NoSuchAdapter { index: 5, count: 2 }
+        ));
+    }
+
+    #[test]
+    fn no_adapter_at_all_is_a_typed_error() {
+        let err = choose_adapter(&[], &opts(DeviceSelection::Best, true)).unwrap_err();
+        assert!(matches!(err, GpuError::NoAdapter));
+    }
+
+    #[test]
+    fn selectors_parse() {
+        assert_eq!(
+            "best".parse::<DeviceSelection>().unwrap(),
+            DeviceSelection::Best
+        );
+        assert_eq!(
+            " 3 ".parse::<DeviceSelection>().unwrap(),
+            DeviceSelection::Index(3)
+        );
+        assert!(matches!(
+            "gpu".parse::<DeviceSelection>(),
+            Err(GpuError::BadSelector(_))
+        ));
+    }
+}

@@ -1,0 +1,319 @@
+//! Compiled compute kernels, their bindings, and recording of dispatches.
+
+use std::sync::Arc;
+
+use super::context::{convert_error, GpuBuffer, GpuContext};
+use crate::error::GpuError;
+use crate::shaders::Shader;
+
+/// What a binding of a kernel is. Layouts are explicit (never derived from the shader) so that
+/// one layout serves every bind group of a kernel and mismatches are caught on the Rust side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingKind {
+    /// `var<storage, read>`
+    StorageRead,
+    /// `var<storage, read_write>`
+    StorageReadWrite,
+    /// `var<uniform>`
+    Uniform,
+}
+
+/// Everything that determines a compiled pipeline: shader, entry point, bindings, overrides.
+#[derive(Debug, Clone)]
+pub struct KernelSpec {
+    pub shader: &'static Shader,
+    pub entry: &'static str,
+    pub bindings: &'static [BindingKind],
+    /// WGSL `override` constants (workgroup size, workgroup array lengths).
+    pub overrides: Vec<(&'static str, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct KernelKey {
+    shader: &'static str,
+    entry: &'static str,
+    overrides: Vec<(&'static str, u64)>,
+}
+
+impl KernelSpec {
+    pub(crate) fn key(&self) -> KernelKey {
+        KernelKey {
+            shader: self.shader.name,
+            entry: self.entry,
+            overrides: self
+                .overrides
+                .iter()
+                .map(|(n, v)| (*n, v.to_bits()))
+                .collect(),
+        }
+    }
+    fn label(&self) -> String {
+        format!("{}::{}", self.shader.name, self.entry)
+    }
+}
+
+/// A compute pipeline and the bind group layout it was built with.
+#[derive(Debug)]
+pub struct Kernel {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+    bindings: &'static [BindingKind],
+    label: String,
+}
+
+impl Kernel {
+    pub(crate) fn build(ctx: &GpuContext, spec: &KernelSpec) -> Result<Self, GpuError> {
+        let label = spec.label();
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = spec
+            .bindings
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| wgpu::BindGroupLayoutEntry {
+                binding: i as u32,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: match kind {
+                        BindingKind::StorageRead => {
+                            wgpu::BufferBindingType::Storage { read_only: true }
+                        }
+                        BindingKind::StorageReadWrite => {
+                            wgpu::BufferBindingType::Storage { read_only: false }
+                        }
+                        BindingKind::Uniform => wgpu::BufferBindingType::Uniform,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let device = &ctx.device;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let source = spec.shader.source();
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(spec.shader.name),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some(&label),
+            entries: &entries,
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(&label),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&label),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some(spec.entry),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &spec.overrides,
+                ..Default::default()
+            },
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(convert_error(e, &format!("building kernel {label}")));
+        }
+        Ok(Self {
+            pipeline,
+            layout,
+            bindings: spec.bindings,
+            label,
+        })
+    }
+
+    /// Creates a bind group over `slices`, one per binding in order. Create these once per plan.
+    pub fn bind(
+        self: &Arc<Self>,
+        ctx: &GpuContext,
+        slices: &[BufferSlice<'_>],
+    ) -> Result<Bound, GpuError> {
+        let validation = |message: String| GpuError::Validation {
+            context: format!("binding kernel {}", self.label),
+            message,
+        };
+        if slices.len() != self.bindings.len() {
+            return Err(validation(format!(
+                "{} buffers given for {} bindings",
+                slices.len(),
+                self.bindings.len()
+            )));
+        }
+        for (i, (s, kind)) in slices.iter().zip(self.bindings).enumerate() {
+            if s.offset + s.size > s.buffer.bytes.max(4).div_ceil(4) * 4 {
+                return Err(validation(format!(
+                    "binding {i} ({}) covers bytes {}..{} of a {}-byte buffer",
+                    s.buffer.label,
+                    s.offset,
+                    s.offset + s.size,
+                    s.buffer.bytes
+                )));
+            }
+            if *kind != BindingKind::Uniform {
+                if s.size > ctx.max_binding_bytes() {
+                    return Err(validation(format!(
+                        "binding {i} ({}) is {} bytes, above the {}-byte storage binding limit",
+                        s.buffer.label,
+                        s.size,
+                        ctx.max_binding_bytes()
+                    )));
+                }
+                if s.offset % ctx.binding_alignment() != 0 {
+                    return Err(validation(format!(
+                        "binding {i} ({}) starts at byte {}, not a multiple of {}",
+                        s.buffer.label,
+                        s.offset,
+                        ctx.binding_alignment()
+                    )));
+                }
+            }
+        }
+        let entries: Vec<wgpu::BindGroupEntry> = slices
+            .iter()
+            .enumerate()
+            .map(|(i, s)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &s.buffer.buffer,
+                    offset: s.offset,
+                    size: std::num::NonZeroU64::new(s.size.max(4).div_ceil(4) * 4),
+                }),
+            })
+            .collect();
+        let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&self.label),
+            layout: &self.layout,
+            entries: &entries,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(convert_error(e, &format!("binding kernel {}", self.label)));
+        }
+        Ok(Bound {
+            group,
+            kernel: self.clone(),
+        })
+    }
+}
+
+/// A byte range of a buffer to bind.
+#[derive(Debug, Clone, Copy)]
+pub struct BufferSlice<'a> {
+    pub buffer: &'a GpuBuffer,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl<'a> BufferSlice<'a> {
+    /// The whole buffer.
+    pub fn whole(buffer: &'a GpuBuffer) -> Self {
+        Self {
+            buffer,
+            offset: 0,
+            size: buffer.bytes,
+        }
+    }
+}
+
+impl<'a> From<&'a GpuBuffer> for BufferSlice<'a> {
+    fn from(buffer: &'a GpuBuffer) -> Self {
+        Self::whole(buffer)
+    }
+}
+
+/// A kernel with its buffers bound, ready to dispatch any number of times.
+#[derive(Debug)]
+pub struct Bound {
+    group: wgpu::BindGroup,
+    kernel: Arc<Kernel>,
+}
+
+/// Records dispatches into a single compute pass (wgpu orders and synchronises the dispatches).
+pub struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    timer: Option<wgpu::QuerySet>,
+    max_groups: u32,
+}
+
+impl Recorder {
+    pub(crate) fn new(ctx: &GpuContext, label: &str, timed: bool) -> Self {
+        let mut encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        let timer = timed.then(|| {
+            ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("lamino timer"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            })
+        });
+        let pass = encoder
+            .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(label),
+                timestamp_writes: timer.as_ref().map(|q| wgpu::ComputePassTimestampWrites {
+                    query_set: q,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                }),
+            })
+            .forget_lifetime();
+        Self {
+            encoder: Some(encoder),
+            pass: Some(pass),
+            timer,
+            max_groups: ctx.max_workgroups_per_dimension(),
+        }
+    }
+
+    /// Dispatches `groups` workgroups of `bound`'s kernel. Counts above the per-dimension limit are
+    /// laid out in two dimensions; kernels linearise `workgroup_id` with `num_workgroups`.
+    pub fn dispatch(&mut self, bound: &Bound, groups: u32) {
+        if groups == 0 {
+            return;
+        }
+        let x = groups.min(self.max_groups);
+        let y = groups.div_ceil(x);
+        let pass = self.pass.as_mut().expect("recorder already finished");
+        pass.set_pipeline(&bound.kernel.pipeline);
+        pass.set_bind_group(0, &bound.group, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+    }
+
+    /// Submits, waits, and returns the GPU time of the pass in milliseconds when it was recorded
+    /// with timestamps.
+    pub fn finish_timed(mut self, ctx: &GpuContext) -> Result<Option<f64>, GpuError> {
+        drop(self.pass.take());
+        let mut encoder = self.encoder.take().expect("recorder already finished");
+        let readback = match &self.timer {
+            Some(q) => {
+                let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps"),
+                    size: 16,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                encoder.resolve_query_set(q, 0..2, &resolve, 0);
+                Some(GpuBuffer {
+                    buffer: resolve,
+                    bytes: 16,
+                    label: "timestamps".into(),
+                })
+            }
+            None => None,
+        };
+        ctx.queue.submit([encoder.finish()]);
+        ctx.wait()?;
+        match readback {
+            Some(buf) => {
+                let t: Vec<u64> = ctx.read(&buf, 0, 2)?;
+                let period = ctx.queue.get_timestamp_period() as f64;
+                Ok(Some(t[1].wrapping_sub(t[0]) as f64 * period / 1e6))
+            }
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The GPU runtime: the only module that calls wgpu.
+//!
+//! Everything else in lamino talks to the GPU through [`GpuContext`] (device choice, buffers,
+//! readback, error capture), [`Kernel`] (a compiled compute pipeline with its explicit bind group
+//! layout, cached per context) and [`Recorder`] (dispatches recorded into one compute pass).
+
+mod context;
+mod kernel;
+
+pub use context::{
+    list_adapters, software_opt_in_from_env, AdapterSummary, DeviceOptions, DeviceSelection,
+    GpuBuffer, GpuContext, SOFTWARE_OPT_IN_ENV,
+};
+pub use kernel::{BindingKind, Bound, BufferSlice, Kernel, KernelSpec, Recorder};

@@ -1,0 +1,291 @@
+//! The `lamino` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use lamino::fft::{Direction, FftPlan, Normalization};
+use lamino::gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext};
+use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray};
+use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(
+    name = "lamino",
+    version,
+    about = "Laminography reconstruction on any GPU"
+)]
+struct Cli {
+    /// Adapter to run on: an index from `lamino devices`, or "best" (hardware GPUs first).
+    #[arg(long, global = true, default_value = "best")]
+    device: DeviceSelection,
+    /// Accept a software adapter (lavapipe, WARP) when no hardware GPU exists. Also set by
+    /// LAMINO_ALLOW_SOFTWARE_GPU=1. Meant for tests, CI and batch runs: it is slow.
+    #[arg(long, global = true)]
+    allow_software_gpu: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every GPU adapter with its index, type and key limits.
+    Devices {
+        /// One JSON object per adapter.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply one operator to an array file.
+    Apply {
+        #[command(subcommand)]
+        op: ApplyOp,
+    },
+    /// Print benchmark figures.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+    /// The built-in example: check the GPU FFT against an f64 CPU reference on fixed signals
+    /// (1D smooth and prime lengths, 2D, 3D) and print the errors against the accuracy bound.
+    Demo,
+}
+
+#[derive(Subcommand)]
+enum ApplyOp {
+    /// FFT of the last K axes of a complex64 (or float32) .npy array; writes complex64 .npy.
+    Fft {
+        #[arg(long)]
+        input: PathBuf,
+        #[arg(long)]
+        output: PathBuf,
+        /// Inverse transform (e^{+}) instead of forward (e^{-}).
+        #[arg(long)]
+        inverse: bool,
+        /// Transform the last K axes (default: all).
+        #[arg(long)]
+        axes: Option<usize>,
+        /// Multiply by 1/N (N = product of the transformed lengths); default: unnormalised.
+        #[arg(long)]
+        normalize: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Batched FFTs against a copy kernel (bandwidth bound) and rustfft on all CPU cores.
+    Fft {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per shape (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+        /// Bytes each shape is batched up to.
+        #[arg(long, default_value_t = 64 << 20)]
+        bytes: u64,
+    },
+}
+
+fn context(cli: &Cli) -> Result<GpuContext, lamino::GpuError> {
+    let ctx = GpuContext::new(&DeviceOptions::new(cli.device, cli.allow_software_gpu))?;
+    let info = ctx.info();
+    if info.software {
+        eprintln!("note: running on the software adapter {info} (opted in); expect it to be slow");
+    }
+    Ok(ctx)
+}
+
+fn devices(json: bool) -> CliResult {
+    let adapters = list_adapters();
+    if adapters.is_empty() {
+        println!("no GPU adapters found (is a Vulkan, Metal or DX12 driver installed?)");
+    }
+    for a in adapters {
+        if json {
+            println!("{}", serde_json::to_string(&a)?);
+        } else {
+            println!(
+                "[{}] {}\n    backend {}, type {}{}, driver {} {}\n    max buffer {} MiB, max storage binding {} MiB, workgroup memory {} KiB, {} invocations/workgroup, timestamps {}",
+                a.index,
+                a.name,
+                a.backend,
+                a.device_type,
+                if a.software { " (software: needs --allow-software-gpu)" } else { "" },
+                a.driver,
+                a.driver_info,
+                a.max_buffer_bytes >> 20,
+                a.max_storage_binding_bytes >> 20,
+                a.max_workgroup_storage_bytes >> 10,
+                a.max_invocations_per_workgroup,
+                a.timestamps
+            );
+        }
+    }
+    Ok(())
+}
+
+fn apply_fft(
+    cli: &Cli,
+    input: &PathBuf,
+    output: &PathBuf,
+    inverse: bool,
+    axes: Option<usize>,
+    normalize: bool,
+) -> CliResult {
+    let array = read_complex_npy(input)?;
+    let ndim = array.shape.len();
+    if ndim == 0 {
+        return Err(format!(
+            "{} holds a 0-dimensional array: nothing to transform",
+            input.display()
+        )
+        .into());
+    }
+    let axes = axes.unwrap_or(ndim);
+    if axes == 0 || axes > ndim {
+        return Err(format!(
+            "--axes {axes}: the array has {ndim} axes (shape {:?})",
+            array.shape
+        )
+        .into());
+    }
+    let ctx = context(cli)?;
+    let data = ctx.upload("apply fft data", &array.data)?;
+    let direction = if inverse {
+        Direction::Inverse
+    } else {
+        Direction::Forward
+    };
+    let norm = if normalize {
+        Normalization::ByLength
+    } else {
+        Normalization::None
+    };
+    FftPlan::new(&ctx, &array.shape, axes, direction, norm, &data)?.execute(&ctx)?;
+    let out = ctx.read(&data, 0, array.data.len())?;
+    write_complex_npy(
+        output,
+        &ComplexArray {
+            shape: array.shape,
+            data: out,
+        },
+    )?;
+    Ok(())
+}
+
+fn bench_fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
+    let ctx = context(cli)?;
+    let copy = lamino::bench::copy_gbps(&ctx, bytes, repeats.max(1))?;
+    for shape in lamino::bench::fft_bench_shapes() {
+        let r = lamino::bench::bench_fft_shape(&ctx, &shape, bytes, repeats.max(1), copy)?;
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:>16} x {:<6} {:>9.3} ms {:>7.2} GB/s ({:.2} of copy {:.2} GB/s)  rustfft {:>9.3} ms  [{}]",
+                format!("{:?}", r.shape),
+                r.batch,
+                r.ms,
+                r.gbps,
+                r.gbps / r.copy_gbps,
+                r.copy_gbps,
+                r.rustfft_ms,
+                r.timing
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The accuracy bound of the FFT issue: 2e-6 + 5e-7 log10(N), doubled for prime factors above 13.
+fn demo(cli: &Cli) -> CliResult {
+    let ctx = context(cli)?;
+    println!("device: {}", ctx.info());
+    let mut failures = 0;
+    let cases: [&[usize]; 6] = [
+        &[1000],
+        &[1021],
+        &[4096],
+        &[100, 60],
+        &[256, 256],
+        &[64, 64, 64],
+    ];
+    for (i, shape) in cases.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let input = SplitMix64::new(i as u64).complex_uniform(n);
+        for direction in [Direction::Forward, Direction::Inverse] {
+            let data = ctx.upload("demo data", &input)?;
+            let plan = FftPlan::new(
+                &ctx,
+                shape,
+                shape.len(),
+                direction,
+                Normalization::None,
+                &data,
+            )?;
+            plan.execute(&ctx)?;
+            let gpu = ctx.read(&data, 0, n)?;
+            let mut reference: Vec<num_complex::Complex<f64>> = input
+                .iter()
+                .map(|c| num_complex::Complex::new(c.re as f64, c.im as f64))
+                .collect();
+            fft_last_axes(&mut reference, shape, shape.len(), direction, 2);
+            let err = max_relative_error(&gpu, &reference);
+            let bound = lamino::fft::recipe::accuracy_bound(shape);
+            let ok = err <= bound;
+            failures += usize::from(!ok);
+            println!(
+                "{:>14} {:<8} rel. max error {:.2e}  bound {:.2e}  {}",
+                format!("{shape:?}"),
+                format!("{direction:?}"),
+                err,
+                bound,
+                if ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    if failures > 0 {
+        return Err(format!("{failures} transforms exceeded the accuracy bound").into());
+    }
+    println!("all transforms within the accuracy bound");
+    Ok(())
+}
+
+fn run(cli: &Cli) -> CliResult {
+    match &cli.command {
+        Command::Devices { json } => devices(*json),
+        Command::Apply {
+            op:
+                ApplyOp::Fft {
+                    input,
+                    output,
+                    inverse,
+                    axes,
+                    normalize,
+                },
+        } => apply_fft(cli, input, output, *inverse, *axes, *normalize),
+        Command::Bench {
+            what:
+                BenchWhat::Fft {
+                    json,
+                    repeats,
+                    bytes,
+                },
+        } => bench_fft(cli, *json, *repeats, *bytes),
+        Command::Demo => demo(cli),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
