@@ -126,18 +126,21 @@ impl Layout {
         max_count: u64,
     ) -> Result<Vec<Chunk>, FftError> {
         let extent = (len as u64 - 1) * self.stride;
-        if extent + 1 > window_elems {
-            return Err(FftError::TransformTooLarge {
-                bytes: (extent + 1) * 8,
-                limit: window_elems * 8,
-            });
-        }
+        // A binding must start at an aligned element, so a transform may need up to
+        // `align_elems - 1` more elements of window than its own extent.
+        let too_large = |lo: u64| FftError::TransformTooLarge {
+            bytes: (extent + 1 + lo % align_elems) * 8,
+            limit: window_elems * 8,
+        };
         let total = self.batch_count();
         let mut chunks = Vec::new();
         let mut start = 0;
         while start < total {
             let first = self.transform_base(start);
             let (mut lo, mut hi) = (first, first + extent);
+            if hi + 1 - lo / align_elems * align_elems > window_elems {
+                return Err(too_large(lo));
+            }
             let mut count = 1;
             while start + count < total && count < max_count {
                 let base = self.transform_base(start + count);

@@ -76,8 +76,8 @@ impl GpuLayout {
     }
 
     /// `count` contiguous transforms of `len` elements at the start of a scratch buffer.
-    fn scratch(len: usize) -> Self {
-        Self::of(&Layout::contiguous(len, 1), 0, 0)
+    fn scratch(len: usize, count: u64) -> Self {
+        Self::of(&Layout::contiguous(len, count as usize), 0, 0)
     }
 }
 
@@ -381,7 +381,7 @@ impl FftPlan1d {
                 } else {
                     (
                         BufferSlice::whole(&scratch[(s - 1) % 2]),
-                        GpuLayout::scratch(self.desc.len),
+                        GpuLayout::scratch(self.desc.len, chunk.count),
                     )
                 };
                 let (dst, dst_layout) = if s == last {
@@ -389,7 +389,7 @@ impl FftPlan1d {
                 } else {
                     (
                         BufferSlice::whole(&scratch[s % 2]),
-                        GpuLayout::scratch(self.desc.len),
+                        GpuLayout::scratch(self.desc.len, chunk.count),
                     )
                 };
                 let params = ctx.uniform(

@@ -18,7 +18,7 @@ pub enum IoError {
     #[error("{path} is not a valid .npy file: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     /// The element type is not one lamino reads here.
-    #[error("{path} holds dtype {descr:?}; expected complex64 ('<c8') or float32 ('<f4')")]
+    #[error("{path} holds dtype '{descr}'; expected complex64 ('<c8') or float32 ('<f4')")]
     UnsupportedDtype { path: PathBuf, descr: String },
     /// An axis has length zero.
     #[error("{path} has shape {shape:?}: every axis must have at least one element")]
