@@ -1,6 +1,6 @@
 //! The `lamino` command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -129,8 +129,8 @@ fn devices(json: bool) -> CliResult {
 
 fn apply_fft(
     cli: &Cli,
-    input: &PathBuf,
-    output: &PathBuf,
+    input: &Path,
+    output: &Path,
     inverse: bool,
     axes: Option<usize>,
     normalize: bool,

@@ -31,9 +31,23 @@ fn apply_fft_matches_the_reference_on_the_last_axes() {
     let (input, output) = (dir.path().join("x.npy"), dir.path().join("y.npy"));
     let shape = vec![3, 20, 17];
     let data = SplitMix64::new(21).complex_uniform(shape.iter().product());
-    write_complex_npy(&input, &ComplexArray { shape: shape.clone(), data: data.clone() }).unwrap();
+    write_complex_npy(
+        &input,
+        &ComplexArray {
+            shape: shape.clone(),
+            data: data.clone(),
+        },
+    )
+    .unwrap();
     for (axes, inverse) in [(2usize, false), (3, true)] {
-        let mut args = vec!["apply", "fft", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()];
+        let mut args = vec![
+            "apply",
+            "fft",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+        ];
         let axes_arg = axes.to_string();
         args.extend(["--axes", &axes_arg]);
         if inverse {
@@ -44,10 +58,17 @@ fn apply_fft_matches_the_reference_on_the_last_axes() {
         let got = read_complex_npy(&output).unwrap();
         assert_eq!(got.shape, shape);
         let mut reference = to_f64(&data);
-        let direction = if inverse { Direction::Inverse } else { Direction::Forward };
+        let direction = if inverse {
+            Direction::Inverse
+        } else {
+            Direction::Forward
+        };
         fft_last_axes(&mut reference, &shape, axes, direction, 1);
         let err = max_relative_error(&got.data, &reference);
-        assert!(err <= recipe::accuracy_bound(&shape[3 - axes..]), "axes {axes}: {err:.2e}");
+        assert!(
+            err <= recipe::accuracy_bound(&shape[3 - axes..]),
+            "axes {axes}: {err:.2e}"
+        );
     }
 }
 
@@ -55,18 +76,39 @@ fn apply_fft_matches_the_reference_on_the_last_axes() {
 fn apply_fft_promotes_float32_and_normalises_on_request() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (dir.path().join("f.npy"), dir.path().join("y.npy"));
-    ndarray::Array1::<f32>::from_elem(8, 2.0).write_npy(std::fs::File::create(&input).unwrap()).unwrap();
-    let o = lamino(&["apply", "fft", "--input", input.to_str().unwrap(), "--output", output.to_str().unwrap(), "--normalize"], true);
+    ndarray::Array1::<f32>::from_elem(8, 2.0)
+        .write_npy(std::fs::File::create(&input).unwrap())
+        .unwrap();
+    let o = lamino(
+        &[
+            "apply",
+            "fft",
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--normalize",
+        ],
+        true,
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let y = read_complex_npy(&output).unwrap();
     // The mean of a constant signal lands in bin 0; every other bin is zero.
-    assert!((y.data[0].re - 2.0).abs() < 1e-6 && y.data[1..].iter().all(|c| c.norm() < 1e-6), "{:?}", y.data);
+    assert!(
+        (y.data[0].re - 2.0).abs() < 1e-6 && y.data[1..].iter().all(|c| c.norm() < 1e-6),
+        "{:?}",
+        y.data
+    );
 }
 
 fn expect_failure(args: &[&str], needle: &str, output: &Path) {
     let o = lamino(args, true);
     assert!(!o.status.success(), "{args:?} should fail");
-    assert!(stderr(&o).contains(needle), "{args:?}: message {:?} lacks {needle:?}", stderr(&o));
+    assert!(
+        stderr(&o).contains(needle),
+        "{args:?}: message {:?} lacks {needle:?}",
+        stderr(&o)
+    );
     assert!(!output.exists(), "{args:?} wrote an output despite failing");
 }
 
@@ -76,20 +118,87 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     let out = dir.path().join("out.npy");
     let o = out.to_str().unwrap();
     let missing = dir.path().join("missing.npy");
-    expect_failure(&["apply", "fft", "--input", missing.to_str().unwrap(), "--output", o], "cannot read", &out);
+    expect_failure(
+        &[
+            "apply",
+            "fft",
+            "--input",
+            missing.to_str().unwrap(),
+            "--output",
+            o,
+        ],
+        "cannot read",
+        &out,
+    );
     let f64s = dir.path().join("f64.npy");
-    ndarray::Array1::<f64>::zeros(4).write_npy(std::fs::File::create(&f64s).unwrap()).unwrap();
-    expect_failure(&["apply", "fft", "--input", f64s.to_str().unwrap(), "--output", o], "'<f8'", &out);
+    ndarray::Array1::<f64>::zeros(4)
+        .write_npy(std::fs::File::create(&f64s).unwrap())
+        .unwrap();
+    expect_failure(
+        &[
+            "apply",
+            "fft",
+            "--input",
+            f64s.to_str().unwrap(),
+            "--output",
+            o,
+        ],
+        "'<f8'",
+        &out,
+    );
     let empty = dir.path().join("empty.npy");
-    ndarray::Array2::<f32>::zeros((3, 0)).write_npy(std::fs::File::create(&empty).unwrap()).unwrap();
-    expect_failure(&["apply", "fft", "--input", empty.to_str().unwrap(), "--output", o], "at least one element", &out);
+    ndarray::Array2::<f32>::zeros((3, 0))
+        .write_npy(std::fs::File::create(&empty).unwrap())
+        .unwrap();
+    expect_failure(
+        &[
+            "apply",
+            "fft",
+            "--input",
+            empty.to_str().unwrap(),
+            "--output",
+            o,
+        ],
+        "at least one element",
+        &out,
+    );
     let corrupt = dir.path().join("corrupt.npy");
     std::fs::write(&corrupt, b"\x93NUMPY\x01\x00garbage").unwrap();
-    expect_failure(&["apply", "fft", "--input", corrupt.to_str().unwrap(), "--output", o], "not a valid .npy", &out);
+    expect_failure(
+        &[
+            "apply",
+            "fft",
+            "--input",
+            corrupt.to_str().unwrap(),
+            "--output",
+            o,
+        ],
+        "not a valid .npy",
+        &out,
+    );
     let good = dir.path().join("good.npy");
-    ndarray::Array2::<f32>::zeros((2, 2)).write_npy(std::fs::File::create(&good).unwrap()).unwrap();
-    expect_failure(&["apply", "fft", "--input", good.to_str().unwrap(), "--output", o, "--axes", "3"], "--axes 3", &out);
-    expect_failure(&["--device", "gpu0", "devices"], "invalid device selector", &out);
+    ndarray::Array2::<f32>::zeros((2, 2))
+        .write_npy(std::fs::File::create(&good).unwrap())
+        .unwrap();
+    expect_failure(
+        &[
+            "apply",
+            "fft",
+            "--input",
+            good.to_str().unwrap(),
+            "--output",
+            o,
+            "--axes",
+            "3",
+        ],
+        "--axes 3",
+        &out,
+    );
+    expect_failure(
+        &["--device", "gpu0", "devices"],
+        "invalid device selector",
+        &out,
+    );
 }
 
 #[test]
@@ -101,22 +210,38 @@ fn without_a_hardware_gpu_the_cli_refuses_unless_told_otherwise() {
     } else {
         assert!(!o.status.success());
         let msg = stderr(&o);
-        assert!(msg.contains("no hardware GPU") && msg.contains("lamino devices"), "{msg}");
-        assert!(msg.contains("--allow-software-gpu") && msg.contains("LAMINO_ALLOW_SOFTWARE_GPU=1"), "{msg}");
+        assert!(
+            msg.contains("no hardware GPU") && msg.contains("lamino devices"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("--allow-software-gpu") && msg.contains("LAMINO_ALLOW_SOFTWARE_GPU=1"),
+            "{msg}"
+        );
     }
     let o = lamino(&["--device", "99", "demo"], true);
-    assert!(!o.status.success() && stderr(&o).contains("no adapter with index 99"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("no adapter with index 99"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn devices_lists_every_adapter_and_the_demo_passes() {
     let o = lamino(&["devices", "--json"], false);
     assert!(o.status.success(), "{}", stderr(&o));
-    let listed = String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.starts_with('{')).count();
+    let listed = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .count();
     assert_eq!(listed, lamino::gpu::list_adapters().len());
     assert!(listed >= 1);
     let o = lamino(&["demo"], true);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}{}", stderr(&o));
-    assert!(stdout.contains("all transforms within the accuracy bound"), "{stdout}");
+    assert!(
+        stdout.contains("all transforms within the accuracy bound"),
+        "{stdout}"
+    );
 }

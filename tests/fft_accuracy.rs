@@ -25,8 +25,16 @@ fn sweep(lens: impl Iterator<Item = usize>) {
             }
         }
     }
-    eprintln!("worst error/bound ratio {:.3} at N={} ({:?})", worst.0, worst.1, worst.2);
-    assert!(failures.is_empty(), "{} lengths above the bound:\n{}", failures.len(), failures.join("\n"));
+    eprintln!(
+        "worst error/bound ratio {:.3} at N={} ({:?})",
+        worst.0, worst.1, worst.2
+    );
+    assert!(
+        failures.is_empty(),
+        "{} lengths above the bound:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -50,19 +58,31 @@ fn named_lengths_from_the_operator_and_beyond_workgroup_memory() {
     for n in lens {
         for direction in [Direction::Forward, Direction::Inverse] {
             let ratio = fft_error_ratio(ctx(), &[2, n], 1, direction, 7);
-            assert!(ratio <= 1.0, "N={n} {direction:?}: error/bound = {ratio:.3}");
+            assert!(
+                ratio <= 1.0,
+                "N={n} {direction:?}: error/bound = {ratio:.3}"
+            );
         }
     }
 }
 
 #[test]
 fn two_and_three_dimensional_shapes() {
-    let shapes: [&[usize]; 5] = [&[256, 256], &[768, 768], &[100, 60], &[64, 64, 64], &[2, 17, 30]];
+    let shapes: [&[usize]; 5] = [
+        &[256, 256],
+        &[768, 768],
+        &[100, 60],
+        &[64, 64, 64],
+        &[2, 17, 30],
+    ];
     for shape in shapes {
         let axes = shape.len().min(3) - usize::from(shape == [2, 17, 30]);
         for direction in [Direction::Forward, Direction::Inverse] {
             let ratio = fft_error_ratio(ctx(), shape, axes, direction, 11);
-            assert!(ratio <= 1.0, "{shape:?} {direction:?}: error/bound = {ratio:.3}");
+            assert!(
+                ratio <= 1.0,
+                "{shape:?} {direction:?}: error/bound = {ratio:.3}"
+            );
         }
     }
 }

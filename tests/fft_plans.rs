@@ -41,8 +41,9 @@ fn check_layout(ctx: &lamino::gpu::GpuContext, desc: FftDescriptor, buffer_len: 
     let mut touched = vec![false; buffer_len];
     let mut worst = 0.0f64;
     for b in 0..batch {
-        let mut line: Vec<Complex<f64>> =
-            (0..desc.len).map(|k| to_f64(&[host[index(b, k)]])[0]).collect();
+        let mut line: Vec<Complex<f64>> = (0..desc.len)
+            .map(|k| to_f64(&[host[index(b, k)]])[0])
+            .collect();
         fft_last_axes(&mut line, &[desc.len], 1, desc.direction, 1);
         let got: Vec<Complex<f32>> = (0..desc.len).map(|k| out[index(b, k)]).collect();
         worst = worst.max(max_relative_error(&got, &line));
@@ -50,11 +51,17 @@ fn check_layout(ctx: &lamino::gpu::GpuContext, desc: FftDescriptor, buffer_len: 
     }
     for (i, t) in touched.iter().enumerate() {
         if !t {
-            assert_eq!(out[i], SENTINEL, "element {i} outside the layout was written");
+            assert_eq!(
+                out[i], SENTINEL,
+                "element {i} outside the layout was written"
+            );
         }
     }
     let bound = lamino::fft::recipe::accuracy_bound(&[desc.len]);
-    assert!(worst <= bound, "error {worst:.2e} above bound {bound:.2e} for {desc:?}");
+    assert!(
+        worst <= bound,
+        "error {worst:.2e} above bound {bound:.2e} for {desc:?}"
+    );
     worst
 }
 
@@ -65,11 +72,18 @@ fn strided_transform_along_a_slow_axis() {
     let (len, cols) = (48, 40);
     let desc = FftDescriptor {
         len,
-        layout: Layout { offset: 0, stride: cols, batch: vec![BatchDim { count: cols, dist: 1 }] },
+        layout: Layout {
+            offset: 0,
+            stride: cols,
+            batch: vec![BatchDim {
+                count: cols,
+                dist: 1,
+            }],
+        },
         direction: Direction::Forward,
         normalization: Normalization::None,
     };
-    check_layout(ctx(), desc, (len * cols as usize) as usize);
+    check_layout(ctx(), desc, len * cols as usize);
 }
 
 #[test]
@@ -83,20 +97,40 @@ fn transforms_inside_a_padded_pitch_leave_the_padding_alone() {
     let along_x = Layout {
         offset,
         stride: 1,
-        batch: vec![BatchDim { count: ny as u64, dist: pitch as u64 }, BatchDim { count: planes as u64, dist: plane }],
+        batch: vec![
+            BatchDim {
+                count: ny as u64,
+                dist: pitch as u64,
+            },
+            BatchDim {
+                count: planes as u64,
+                dist: plane,
+            },
+        ],
     };
     let along_y = Layout {
         offset,
         stride: pitch as u64,
         batch: vec![
-            BatchDim { count: nx as u64, dist: 1 },
-            BatchDim { count: planes as u64, dist: plane },
+            BatchDim {
+                count: nx as u64,
+                dist: 1,
+            },
+            BatchDim {
+                count: planes as u64,
+                dist: plane,
+            },
             BatchDim { count: 1, dist: 0 },
         ],
     };
     for (len, layout) in [(nx, along_x), (ny, along_y)] {
         for direction in [Direction::Forward, Direction::Inverse] {
-            let desc = FftDescriptor { len, layout: layout.clone(), direction, normalization: Normalization::None };
+            let desc = FftDescriptor {
+                len,
+                layout: layout.clone(),
+                direction,
+                normalization: Normalization::None,
+            };
             check_layout(ctx(), desc, planes * plane as usize);
         }
     }
@@ -109,27 +143,52 @@ fn data_larger_than_one_binding_is_split_not_refused() {
     for (len, batch) in [(64usize, 300u64), (1021, 40), (8192, 3), (2053, 9)] {
         let desc = FftDescriptor {
             len,
-            layout: Layout { offset: 5, stride: 1, batch: vec![BatchDim { count: batch, dist: len as u64 + 3 }] },
+            layout: Layout {
+                offset: 5,
+                stride: 1,
+                batch: vec![BatchDim {
+                    count: batch,
+                    dist: len as u64 + 3,
+                }],
+            },
             direction: Direction::Forward,
             normalization: Normalization::None,
         };
         let buffer_len = 5 + batch as usize * (len + 3);
-        assert!(buffer_len * 8 > 96 << 10, "the test must exceed the binding cap");
+        assert!(
+            buffer_len * 8 > 96 << 10,
+            "the test must exceed the binding cap"
+        );
         check_layout(&small, desc, buffer_len);
     }
     // A single transform wider than a binding cannot be split: a typed error, not a wrong result.
     let data = small.storage_buffer("wide", 16384 * 8).unwrap();
-    let err = FftPlan1d::new(&small, FftDescriptor::contiguous(16384, 1, Direction::Forward), &data).unwrap_err();
+    let err = FftPlan1d::new(
+        &small,
+        FftDescriptor::contiguous(16384, 1, Direction::Forward),
+        &data,
+    )
+    .unwrap_err();
     assert!(matches!(err, FftError::TransformTooLarge { .. }), "{err}");
 }
 
 #[test]
 fn algorithms_are_chosen_by_the_prime_factors() {
     let data = ctx().storage_buffer("algo", 1 << 20).unwrap();
-    let plan = |n| FftPlan1d::new(ctx(), FftDescriptor::contiguous(n, 1, Direction::Forward), &data).unwrap();
+    let plan = |n| {
+        FftPlan1d::new(
+            ctx(),
+            FftDescriptor::contiguous(n, 1, Direction::Forward),
+            &data,
+        )
+        .unwrap()
+    };
     assert_eq!(plan(1).algorithm(), &Algorithm::Identity);
     assert!(matches!(plan(2000).algorithm(), Algorithm::Stockham { .. }));
-    assert!(matches!(plan(1021).algorithm(), Algorithm::Bluestein { inner: 2048 }));
+    assert!(matches!(
+        plan(1021).algorithm(),
+        Algorithm::Bluestein { inner: 2048 }
+    ));
 }
 
 #[test]
@@ -139,8 +198,28 @@ fn normalised_inverse_undoes_forward_and_length_one_is_the_identity() {
         let input = SplitMix64::new(3).complex_uniform(n);
         let data = ctx().upload("roundtrip", &input).unwrap();
         let axes = shape.len();
-        FftPlan::new(ctx(), &shape, axes, Direction::Forward, Normalization::None, &data).unwrap().execute(ctx()).unwrap();
-        FftPlan::new(ctx(), &shape, axes, Direction::Inverse, Normalization::ByLength, &data).unwrap().execute(ctx()).unwrap();
+        FftPlan::new(
+            ctx(),
+            &shape,
+            axes,
+            Direction::Forward,
+            Normalization::None,
+            &data,
+        )
+        .unwrap()
+        .execute(ctx())
+        .unwrap();
+        FftPlan::new(
+            ctx(),
+            &shape,
+            axes,
+            Direction::Inverse,
+            Normalization::ByLength,
+            &data,
+        )
+        .unwrap()
+        .execute(ctx())
+        .unwrap();
         let back = ctx().read(&data, 0, n).unwrap();
         let err = max_relative_error(&back, &to_f64(&input));
         assert!(err < 2e-6, "{shape:?}: round trip error {err:.2e}");
@@ -152,7 +231,12 @@ fn the_same_input_gives_the_same_bits() {
     for n in [1000usize, 1021, 8192] {
         let input = SplitMix64::new(5).complex_uniform(4 * n);
         let data = ctx().upload("repeat", &input).unwrap();
-        let plan = FftPlan1d::new(ctx(), FftDescriptor::contiguous(n, 4, Direction::Forward), &data).unwrap();
+        let plan = FftPlan1d::new(
+            ctx(),
+            FftDescriptor::contiguous(n, 4, Direction::Forward),
+            &data,
+        )
+        .unwrap();
         let mut results = Vec::new();
         for _ in 0..2 {
             ctx().write(&data, 0, &input);
@@ -168,13 +252,42 @@ fn the_same_input_gives_the_same_bits() {
 fn bad_plans_are_typed_errors() {
     let data = ctx().storage_buffer("small", 64 * 8).unwrap();
     let plan = |desc| FftPlan1d::new(ctx(), desc, &data).unwrap_err();
-    assert!(matches!(plan(FftDescriptor::contiguous(0, 1, Direction::Forward)), FftError::ZeroLength));
-    assert!(matches!(plan(FftDescriptor::contiguous(64, 2, Direction::Forward)), FftError::BufferTooSmall { needed: 1024, actual: 512, .. }));
+    assert!(matches!(
+        plan(FftDescriptor::contiguous(0, 1, Direction::Forward)),
+        FftError::ZeroLength
+    ));
+    assert!(matches!(
+        plan(FftDescriptor::contiguous(64, 2, Direction::Forward)),
+        FftError::BufferTooSmall {
+            needed: 1024,
+            actual: 512,
+            ..
+        }
+    ));
     let mut strided = FftDescriptor::contiguous(8, 1, Direction::Forward);
     strided.layout.stride = u64::MAX / 4;
     assert!(matches!(plan(strided), FftError::IndexOverflow(_)));
-    let err = FftPlan::new(ctx(), &[4, 0], 1, Direction::Forward, Normalization::None, &data).unwrap_err();
+    let err = FftPlan::new(
+        ctx(),
+        &[4, 0],
+        1,
+        Direction::Forward,
+        Normalization::None,
+        &data,
+    )
+    .unwrap_err();
     assert!(matches!(err, FftError::ZeroLength));
-    let err = FftPlan::new(ctx(), &[4, 4], 3, Direction::Forward, Normalization::None, &data).unwrap_err();
-    assert!(matches!(err, FftError::BadAxes { axes: 3, ndim: 2 }), "{err}");
+    let err = FftPlan::new(
+        ctx(),
+        &[4, 4],
+        3,
+        Direction::Forward,
+        Normalization::None,
+        &data,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, FftError::BadAxes { axes: 3, ndim: 2 }),
+        "{err}"
+    );
 }

@@ -22,19 +22,19 @@ pub enum Algorithm {
 pub fn stockham_radices(n: usize) -> Option<Vec<u32>> {
     let mut rest = n;
     let mut radices = Vec::new();
-    while rest % 8 == 0 {
+    while rest.is_multiple_of(8) {
         radices.push(8);
         rest /= 8;
     }
-    if rest % 4 == 0 {
+    if rest.is_multiple_of(4) {
         radices.push(4);
         rest /= 4;
-    } else if rest % 2 == 0 {
+    } else if rest.is_multiple_of(2) {
         radices.push(2);
         rest /= 2;
     }
     for p in [3usize, 5, 7, 11, 13] {
-        while rest % p == 0 {
+        while rest.is_multiple_of(p) {
             radices.push(p as u32);
             rest /= p;
         }
@@ -70,7 +70,7 @@ pub fn largest_prime_factor(mut n: u64) -> u64 {
     let mut largest = 1;
     let mut p = 2;
     while p * p <= n {
-        while n % p == 0 {
+        while n.is_multiple_of(p) {
             largest = p;
             n /= p;
         }

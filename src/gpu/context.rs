@@ -115,7 +115,7 @@ fn summarize(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary {
         driver: info.driver,
         driver_info: info.driver_info,
         max_buffer_bytes: limits.max_buffer_size,
-        max_storage_binding_bytes: limits.max_storage_buffer_binding_size as u64,
+        max_storage_binding_bytes: limits.max_storage_buffer_binding_size,
         max_workgroup_storage_bytes: limits.max_compute_workgroup_storage_size,
         max_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
         timestamps: adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY),
@@ -312,7 +312,7 @@ impl GpuContext {
 
     /// Largest storage binding in bytes, a multiple of the binding alignment.
     pub fn max_binding_bytes(&self) -> u64 {
-        let device = self.limits.max_storage_buffer_binding_size as u64;
+        let device = self.limits.max_storage_buffer_binding_size;
         let cap = self
             .binding_limit_override
             .map_or(device, |o| o.min(device));

@@ -27,12 +27,20 @@ pub fn ctx() -> &'static GpuContext {
 }
 
 pub fn to_f64(x: &[Complex<f32>]) -> Vec<Complex<f64>> {
-    x.iter().map(|c| Complex::new(c.re as f64, c.im as f64)).collect()
+    x.iter()
+        .map(|c| Complex::new(c.re as f64, c.im as f64))
+        .collect()
 }
 
 /// Transforms the last `axes` axes of a random array of `shape` on the GPU and returns the
 /// relative L-infinity error against rustfft in f64 divided by the accuracy bound (pass: <= 1).
-pub fn fft_error_ratio(ctx: &GpuContext, shape: &[usize], axes: usize, direction: Direction, seed: u64) -> f64 {
+pub fn fft_error_ratio(
+    ctx: &GpuContext,
+    shape: &[usize],
+    axes: usize,
+    direction: Direction,
+    seed: u64,
+) -> f64 {
     let n: usize = shape.iter().product();
     let input = SplitMix64::new(seed).complex_uniform(n);
     let data = ctx.upload("test data", &input).unwrap();
