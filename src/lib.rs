@@ -9,6 +9,7 @@ pub mod error;
 pub mod fft;
 pub mod gpu;
 pub mod io;
+pub mod operator;
 pub mod reference;
 pub mod shaders;
 

@@ -52,10 +52,38 @@ pub static COPY: Shader = Shader {
     parts: &[include_str!("../shaders/util/copy.wgsl")],
 };
 
+/// Strided 3D block copies between whole arrays and chunk-local buffers.
+pub static COPY_BLOCK: Shader = Shader {
+    name: "util/copy_block",
+    parts: &[include_str!("../shaders/util/copy_block.wgsl")],
+};
+
+/// Centring signs and scale of the per-projection 2D FFT.
+pub static MODULATE: Shader = Shader {
+    name: "util/modulate",
+    parts: &[include_str!("../shaders/util/modulate.wgsl")],
+};
+
+/// Stage U1 of the laminography operator.
+pub static USFFT1D: Shader = Shader {
+    name: "operator/usfft1d",
+    parts: &[include_str!("../shaders/operator/usfft1d.wgsl")],
+};
+
+/// Stage U2 of the laminography operator.
+pub static USFFT2D: Shader = Shader {
+    name: "operator/usfft2d",
+    parts: &[include_str!("../shaders/operator/usfft2d.wgsl")],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_PASS,
     &FFT_STOCKHAM_FUSED,
     &FFT_BLUESTEIN,
     &COPY,
+    &COPY_BLOCK,
+    &MODULATE,
+    &USFFT1D,
+    &USFFT2D,
 ];

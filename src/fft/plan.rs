@@ -574,6 +574,11 @@ impl FftPlan {
         &self.axes
     }
 
+    /// The per-axis plans, last axis first, for callers that schedule them with other work.
+    pub fn into_axis_plans(self) -> Vec<FftPlan1d> {
+        self.axes
+    }
+
     /// Bytes of device memory the plan holds besides the data.
     pub fn device_bytes(&self) -> u64 {
         self.axes.iter().map(FftPlan1d::device_bytes).sum()

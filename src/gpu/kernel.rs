@@ -224,8 +224,9 @@ impl<'a> From<&'a GpuBuffer> for BufferSlice<'a> {
     }
 }
 
-/// A kernel with its buffers bound, ready to dispatch any number of times.
-#[derive(Debug)]
+/// A kernel with its buffers bound, ready to dispatch any number of times. Cloning is cheap (the
+/// handles are reference-counted).
+#[derive(Debug, Clone)]
 pub struct Bound {
     group: wgpu::BindGroup,
     kernel: Arc<Kernel>,

@@ -1,8 +1,11 @@
 //! CPU references the GPU results are checked against: rustfft in f64 for exactness tests, the same
-//! code in f32 on all cores for benchmark comparisons, and a seeded random source.
+//! code in f32 on all cores for benchmark comparisons, direct nonuniform DFT sums in f64 for the
+//! laminography operator's stages, and a seeded random source.
 
 mod fft;
 mod rng;
+mod usfft;
 
 pub use fft::{fft_last_axes, max_relative_error};
 pub use rng::SplitMix64;
+pub use usfft::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct};

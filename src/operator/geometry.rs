@@ -1,0 +1,312 @@
+//! The laminography geometry: volume and detector sizes, projection angles, tilt and the gridding
+//! accuracy, with validation and a small JSON file format.
+
+use std::f64::consts::PI;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Default gridding accuracy: the reference's `EPS = 1e-3` (Gaussian kernel, m = 4).
+pub const DEFAULT_EPS: f64 = 1e-3;
+/// Smallest supported gridding accuracy: below this f32 arithmetic, not the kernel, limits accuracy.
+pub const MIN_EPS: f64 = 1e-6;
+
+fn default_eps() -> f64 {
+    DEFAULT_EPS
+}
+
+/// Errors of geometry validation and geometry files.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum GeometryError {
+    /// A size is odd or zero; the centred transforms need even sizes.
+    #[error("{name} = {value}: every volume and detector size must be even and at least 2")]
+    BadSize { name: &'static str, value: usize },
+    /// No projection angles.
+    #[error("the geometry has no projection angles")]
+    NoAngles,
+    /// An angle is NaN or infinite.
+    #[error("projection angle {index} is {value}: angles must be finite (radians)")]
+    NonFiniteAngle { index: usize, value: f64 },
+    /// The tilt is outside (0, pi).
+    #[error("phi = {phi} rad: must lie strictly between 0 and pi (pi/2 is plain tomography)")]
+    PhiOutOfRange { phi: f64 },
+    /// The gridding accuracy is outside the supported range.
+    #[error("eps = {eps}: the gridding accuracy must lie in [{MIN_EPS}, 0.1]")]
+    BadEps { eps: f64 },
+    /// A size product overflows.
+    #[error("the geometry's array sizes overflow 64 bits")]
+    Overflow,
+    /// The JSON file could not be read or written.
+    #[error("geometry file {path}: {reason}")]
+    File { path: String, reason: String },
+}
+
+/// Volume `(n0, n1, n2) = (z, y, x)` with z the rotation axis, detector `(deth, detw)`, angles
+/// `theta` (radians, any list), tilt `phi` (radians; pi/2 is plain tomography) and gridding accuracy.
+///
+/// Public array layouts (row-major): volume `(n0, n1, n2)`, data `(ntheta, deth, detw)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Geometry {
+    pub n0: usize,
+    pub n1: usize,
+    pub n2: usize,
+    pub deth: usize,
+    pub detw: usize,
+    pub theta: Vec<f64>,
+    pub phi: f64,
+    #[serde(default = "default_eps")]
+    pub eps: f64,
+}
+
+impl Geometry {
+    /// A cube of side `n` seen by an `n x n` detector at `ntheta` equispaced angles over [0, 2 pi)
+    /// with tilt `phi`.
+    pub fn cube(n: usize, ntheta: usize, phi: f64) -> Self {
+        Self {
+            n0: n,
+            n1: n,
+            n2: n,
+            deth: n,
+            detw: n,
+            theta: (0..ntheta)
+                .map(|i| 2.0 * PI * i as f64 / ntheta as f64)
+                .collect(),
+            phi,
+            eps: DEFAULT_EPS,
+        }
+    }
+
+    /// Number of projection angles.
+    pub fn ntheta(&self) -> usize {
+        self.theta.len()
+    }
+
+    /// Elements of the volume.
+    pub fn volume_len(&self) -> usize {
+        self.n0 * self.n1 * self.n2
+    }
+
+    /// Elements of the data (and of the Fourier-domain data).
+    pub fn data_len(&self) -> usize {
+        self.ntheta() * self.deth * self.detw
+    }
+
+    /// Elements of the intermediate spectrum after the first stage, `(deth, n1, n2)`.
+    pub fn spectrum_len(&self) -> usize {
+        self.deth * self.n1 * self.n2
+    }
+
+    /// Frequencies along z sampled by detector row k, `z_k = (k - deth/2)/deth * sin(phi)` in
+    /// cycles per voxel, computed in f32 as the reference's `take_x` does.
+    pub fn z_frequencies(&self) -> Vec<f32> {
+        let sin_phi = self.phi.sin() as f32;
+        (0..self.deth)
+            .map(|k| (k as f32 - (self.deth / 2) as f32) / self.deth as f32 * sin_phi)
+            .collect()
+    }
+
+    /// The (x, y) frequency sampled at angle `t`, detector row `k`, column `w`, in f32 and clamped
+    /// to [-0.5 + 1e-5, 0.5 - 1e-5] as the reference's `take_x` does:
+    /// `x = ku cos(theta) + kv sin(theta) cos(phi)`, `y = ku sin(theta) - kv cos(theta) cos(phi)`.
+    pub fn xy_frequency(&self, t: usize, k: usize, w: usize) -> [f32; 2] {
+        let (cos_t, sin_t) = (self.theta[t].cos() as f32, self.theta[t].sin() as f32);
+        let cos_phi = self.phi.cos() as f32;
+        let ku = (w as f32 - (self.detw / 2) as f32) / self.detw as f32;
+        let kv = (k as f32 - (self.deth / 2) as f32) / self.deth as f32;
+        let clamp = |a: f32| a.clamp(-0.5 + 1e-5, 0.5 - 1e-5);
+        [
+            clamp(ku * cos_t + kv * sin_t * cos_phi),
+            clamp(ku * sin_t - kv * cos_t * cos_phi),
+        ]
+    }
+
+    /// Checks sizes, angles, tilt and accuracy.
+    pub fn validate(&self) -> Result<(), GeometryError> {
+        for (name, value) in [
+            ("n0", self.n0),
+            ("n1", self.n1),
+            ("n2", self.n2),
+            ("deth", self.deth),
+            ("detw", self.detw),
+        ] {
+            if value < 2 || value % 2 == 1 {
+                return Err(GeometryError::BadSize { name, value });
+            }
+        }
+        if self.theta.is_empty() {
+            return Err(GeometryError::NoAngles);
+        }
+        if let Some((index, &value)) = self.theta.iter().enumerate().find(|(_, t)| !t.is_finite()) {
+            return Err(GeometryError::NonFiniteAngle { index, value });
+        }
+        if !(self.phi > 0.0 && self.phi < PI) {
+            return Err(GeometryError::PhiOutOfRange { phi: self.phi });
+        }
+        if !(MIN_EPS..=0.1).contains(&self.eps) {
+            return Err(GeometryError::BadEps { eps: self.eps });
+        }
+        let sizes = [
+            self.n0 as u64 * self.n1 as u64,
+            self.deth as u64 * self.detw as u64,
+        ];
+        sizes[0]
+            .checked_mul(self.n2 as u64 * 2)
+            .and_then(|v| v.checked_mul(8))
+            .and(sizes[1].checked_mul(self.ntheta() as u64 * 8))
+            .ok_or(GeometryError::Overflow)?;
+        Ok(())
+    }
+
+    /// Reads a geometry JSON file (`n0, n1, n2, deth, detw, theta, phi`, optional `eps`).
+    pub fn read_json(path: &Path) -> Result<Self, GeometryError> {
+        let err = |reason: String| GeometryError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let g: Self = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Writes the geometry as JSON.
+    pub fn write_json(&self, path: &Path) -> Result<(), GeometryError> {
+        let err = |reason: String| GeometryError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = serde_json::to_string_pretty(self).map_err(|e| err(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| err(e.to_string()))
+    }
+}
+
+/// Gaussian-gridding constants of one transformed axis of length `n` (section 1 of the spec):
+/// `mu = -ln(eps) / (2 n^2)` (kept in f32 as the reference does) and the half-width
+/// `m = ceil((2n/pi) sqrt(-mu ln eps + (mu n)^2 / 4))`, which is 4 for eps = 1e-3 at every n.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GriddingAxis {
+    pub n: usize,
+    /// Oversampled grid length, 2n.
+    pub grid: usize,
+    pub mu: f64,
+    pub half_width: usize,
+}
+
+impl GriddingAxis {
+    pub fn new(n: usize, eps: f64) -> Self {
+        let mu = (-eps.ln() / (2.0 * (n * n) as f64)) as f32 as f64;
+        let nf = n as f64;
+        let m = ((2.0 * nf / PI) * (-mu * eps.ln() + (mu * nf) * (mu * nf) / 4.0).sqrt()).ceil();
+        Self {
+            n,
+            grid: 2 * n,
+            mu,
+            half_width: m as usize,
+        }
+    }
+
+    /// `1 / (e^{-mu j'^2} * grid)` for memory index j (centred j' = j - n/2): the deconvolution that
+    /// undoes the Gaussian's spectrum, with the quadrature weight 1/grid.
+    pub fn deconvolution(&self) -> Vec<f32> {
+        (0..self.n)
+            .map(|j| {
+                let c = j as f64 - (self.n / 2) as f64;
+                (1.0 / ((-self.mu * c * c).exp() * self.grid as f64)) as f32
+            })
+            .collect()
+    }
+
+    /// Interpolation weight of grid frequency `l` (unwrapped) for the point `xi` (cycles/sample):
+    /// `sqrt(pi/mu) e^{-(pi^2/mu)(l/grid - xi)^2}`.
+    pub fn weight(&self, l: i64, xi: f64) -> f64 {
+        let d = l as f64 / self.grid as f64 - xi;
+        (PI / self.mu).sqrt() * (-(PI * PI / self.mu) * d * d).exp()
+    }
+
+    /// The grid cell at or below `grid * xi`, computed in f32 as the reference's kernels do, so
+    /// that every implementation picks the same taps.
+    pub fn base_cell(&self, xi: f32) -> i64 {
+        (self.grid as f32 * xi).floor() as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_match_the_reference() {
+        for n in [16usize, 22, 64, 100, 128, 1024, 2048] {
+            let a = GriddingAxis::new(n, DEFAULT_EPS);
+            assert!(
+                (a.mu * (n * n) as f64 - 3.45388).abs() < 1e-4,
+                "n = {n}: mu n^2 = {}",
+                a.mu * (n * n) as f64
+            );
+            assert_eq!(a.half_width, 4, "n = {n}");
+            assert_eq!(a.grid, 2 * n);
+        }
+        assert!(GriddingAxis::new(64, 1e-6).half_width > 4);
+    }
+
+    #[test]
+    fn validation_names_each_problem() {
+        let good = Geometry::cube(32, 16, PI / 2.0 + 20f64.to_radians());
+        good.validate().unwrap();
+        let mut g = good.clone();
+        g.n1 = 31;
+        assert!(matches!(
+            g.validate(),
+            Err(GeometryError::BadSize {
+                name: "n1",
+                value: 31
+            })
+        ));
+        let mut g = good.clone();
+        g.detw = 0;
+        assert!(matches!(
+            g.validate(),
+            Err(GeometryError::BadSize { name: "detw", .. })
+        ));
+        let mut g = good.clone();
+        g.theta.clear();
+        assert!(matches!(g.validate(), Err(GeometryError::NoAngles)));
+        let mut g = good.clone();
+        g.theta[3] = f64::NAN;
+        assert!(matches!(
+            g.validate(),
+            Err(GeometryError::NonFiniteAngle { index: 3, .. })
+        ));
+        let mut g = good.clone();
+        g.phi = PI;
+        assert!(matches!(
+            g.validate(),
+            Err(GeometryError::PhiOutOfRange { .. })
+        ));
+        let mut g = good.clone();
+        g.eps = 1e-9;
+        assert!(matches!(g.validate(), Err(GeometryError::BadEps { .. })));
+    }
+
+    #[test]
+    fn json_round_trip_with_default_eps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.json");
+        let g = Geometry::cube(16, 4, 1.2);
+        g.write_json(&path).unwrap();
+        assert_eq!(Geometry::read_json(&path).unwrap(), g);
+        std::fs::write(
+            &path,
+            r#"{"n0":4,"n1":4,"n2":4,"deth":4,"detw":4,"theta":[0.0,1.0],"phi":1.0}"#,
+        )
+        .unwrap();
+        assert_eq!(Geometry::read_json(&path).unwrap().eps, DEFAULT_EPS);
+        std::fs::write(&path, r#"{"n0":5}"#).unwrap();
+        assert!(matches!(
+            Geometry::read_json(&path),
+            Err(GeometryError::File { .. })
+        ));
+    }
+}

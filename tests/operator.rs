@@ -1,0 +1,343 @@
+//! The laminography operator on the GPU against f64 CPU references (spec section 11): adjoint
+//! identities, direct nonuniform DFT sums, the analytic projection of a Gaussian blob, the norm of
+//! L*L, chunk invariance, determinism, parity guards.
+
+mod common;
+
+use std::f64::consts::PI;
+
+use common::{ctx, new_context, to_f64};
+use lamino::gpu::GpuContext;
+use lamino::operator::{
+    Apply, Geometry, GeometryError, LaminoOperator, OperatorError, OperatorOptions,
+};
+use lamino::reference::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct, SplitMix64};
+use num_complex::{Complex, Complex32};
+
+type C64 = Complex<f64>;
+
+const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
+
+fn small() -> Geometry {
+    // Spec test 5's shape: every size different, so no axis can be confused with another.
+    Geometry {
+        n0: 16,
+        n1: 12,
+        n2: 20,
+        deth: 14,
+        detw: 18,
+        ..Geometry::cube(16, 6, TILT)
+    }
+}
+
+fn uneven_angles(g: Geometry) -> Geometry {
+    let mut rng = SplitMix64::new(4);
+    let theta = (0..g.ntheta()).map(|_| 2.0 * PI * rng.next_f64()).collect();
+    Geometry { theta, ..g }
+}
+
+fn random(len: usize, seed: u64) -> Vec<Complex32> {
+    SplitMix64::new(seed).complex_uniform(len)
+}
+
+fn dot(a: &[Complex32], b: &[Complex32]) -> C64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| C64::new(x.re as f64, x.im as f64) * C64::new(y.re as f64, -y.im as f64))
+        .sum()
+}
+
+fn rel_l2(a: &[Complex32], b: &[C64]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (C64::new(x.re as f64, x.im as f64) - y).norm_sqr())
+        .sum();
+    let den: f64 = b.iter().map(|y| y.norm_sqr()).sum();
+    (num / den).sqrt()
+}
+
+/// Writes `input` into `from`, applies `what`, reads `to`.
+fn run(ctx: &GpuContext, op: &LaminoOperator, what: Apply, input: &[Complex32]) -> Vec<Complex32> {
+    let (from, to) = match what {
+        Apply::Forward | Apply::FourierForward | Apply::Usfft1d => (
+            op.volume(),
+            if what == Apply::Usfft1d {
+                op.spectrum()
+            } else {
+                op.data()
+            },
+        ),
+        Apply::Adjoint | Apply::FourierAdjoint | Apply::Usfft1dAdjoint => (
+            if what == Apply::Usfft1dAdjoint {
+                op.spectrum()
+            } else {
+                op.data()
+            },
+            op.volume(),
+        ),
+        Apply::Usfft2d => (op.spectrum(), op.data()),
+        Apply::Usfft2dAdjoint => (op.data(), op.spectrum()),
+        Apply::Fft2d | Apply::Fft2dAdjoint => (op.data(), op.data()),
+    };
+    ctx.write(from, 0, input);
+    op.apply(ctx, what).unwrap();
+    ctx.read(to, 0, (to.bytes() / 8) as usize).unwrap()
+}
+
+fn adjoint_mismatch(
+    op: &LaminoOperator,
+    fwd: Apply,
+    adj: Apply,
+    x_len: usize,
+    y_len: usize,
+) -> f64 {
+    let x = random(x_len, 1);
+    let y = random(y_len, 2);
+    let ax = run(ctx(), op, fwd, &x);
+    let aty = run(ctx(), op, adj, &y);
+    let lhs = dot(&ax, &y);
+    let rhs = dot(&x, &aty);
+    (lhs - rhs).norm() / lhs.norm()
+}
+
+#[test]
+fn every_stage_and_the_whole_operator_have_exact_adjoints() {
+    for g in [small(), uneven_angles(Geometry::cube(32, 16, TILT))] {
+        let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+        let (v, s, d) = (g.volume_len(), g.spectrum_len(), g.data_len());
+        for (fwd, adj, x, y) in [
+            (Apply::Usfft1d, Apply::Usfft1dAdjoint, v, s),
+            (Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d),
+            (Apply::Fft2dAdjoint, Apply::Fft2d, d, d),
+            (Apply::FourierForward, Apply::FourierAdjoint, v, d),
+            (Apply::Forward, Apply::Adjoint, v, d),
+        ] {
+            let mismatch = adjoint_mismatch(&op, fwd, adj, x, y);
+            assert!(
+                mismatch < 1e-5,
+                "{fwd:?}/{adj:?} on {}^3: |<Ax,y> - <x,A*y>|/|<Ax,y>| = {mismatch:.2e}",
+                g.n0
+            );
+        }
+    }
+}
+
+#[test]
+fn stages_match_direct_nonuniform_sums() {
+    let g = uneven_angles(small());
+    let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+    let u = random(g.volume_len(), 3);
+    let s = random(g.spectrum_len(), 4);
+    let u1 = rel_l2(
+        &run(ctx(), &op, Apply::Usfft1d, &u),
+        &usfft1d_direct(&g, &to_f64(&u)),
+    );
+    let u2 = rel_l2(
+        &run(ctx(), &op, Apply::Usfft2d, &s),
+        &usfft2d_direct(&g, &to_f64(&s)),
+    );
+    let a_ref = usfft2d_direct(&g, &usfft1d_direct(&g, &to_f64(&u)));
+    let a = rel_l2(&run(ctx(), &op, Apply::FourierForward, &u), &a_ref);
+    let d = random(g.data_len(), 5);
+    let f = rel_l2(
+        &run(ctx(), &op, Apply::Fft2dAdjoint, &d),
+        &fft2d_adjoint_direct(&g, &to_f64(&d)),
+    );
+    eprintln!("rel. L2 errors at eps 1e-3: U1 {u1:.2e}, U2 {u2:.2e}, A {a:.2e}, F_adj {f:.2e}");
+    assert!(
+        u1 < 1e-3 && u2 < 1e-3 && a < 1.5e-3,
+        "U1 {u1:.2e}, U2 {u2:.2e}, A {a:.2e}"
+    );
+    assert!(f < 1e-6, "F_adj {f:.2e}");
+}
+
+#[test]
+fn smaller_eps_reaches_its_accuracy() {
+    for eps in [1e-4, 1e-5, 1e-6] {
+        let g = Geometry { eps, ..small() };
+        let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+        let u = random(g.volume_len(), 6);
+        let s = random(g.spectrum_len(), 7);
+        let u1 = rel_l2(
+            &run(ctx(), &op, Apply::Usfft1d, &u),
+            &usfft1d_direct(&g, &to_f64(&u)),
+        );
+        let u2 = rel_l2(
+            &run(ctx(), &op, Apply::Usfft2d, &s),
+            &usfft2d_direct(&g, &to_f64(&s)),
+        );
+        eprintln!("eps {eps:e}: U1 {u1:.2e}, U2 {u2:.2e}");
+        // f32 rounding adds about 1e-7 per stage on top of the gridding error.
+        let bound = eps + 3e-7;
+        assert!(
+            u1 < bound && u2 < bound,
+            "eps {eps:e}: U1 {u1:.2e}, U2 {u2:.2e}"
+        );
+    }
+}
+
+/// L of a Gaussian blob against its analytic line integrals, for a tilt and for plain tomography,
+/// with a detector whose (deth + detw)/2 is odd (the reference's sign defect).
+#[test]
+fn projection_of_a_gaussian_blob_matches_the_analytic_line_integral() {
+    let tilted = Geometry::cube(32, 8, TILT);
+    let tomo = Geometry::cube(32, 8, PI / 2.0);
+    let odd = Geometry {
+        deth: 30,
+        ..uneven_angles(Geometry::cube(32, 8, TILT))
+    };
+    for g in [tilted, tomo, odd] {
+        let (sigma, r0) = (1.5, [4.0, -3.0, 2.0]);
+        let mut u = vec![Complex32::new(0.0, 0.0); g.volume_len()];
+        for z in 0..g.n0 {
+            for y in 0..g.n1 {
+                for x in 0..g.n2 {
+                    let r = [
+                        x as f64 - (g.n2 / 2) as f64,
+                        y as f64 - (g.n1 / 2) as f64,
+                        z as f64 - (g.n0 / 2) as f64,
+                    ];
+                    let d2: f64 = r.iter().zip(&r0).map(|(a, b)| (a - b) * (a - b)).sum();
+                    u[(z * g.n1 + y) * g.n2 + x] =
+                        Complex32::new((-d2 / (2.0 * sigma * sigma)).exp() as f32, 0.0);
+                }
+            }
+        }
+        let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+        let lu = run(ctx(), &op, Apply::Forward, &u);
+        let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
+        let per_angle = g.deth * g.detw;
+        for (t, &theta) in g.theta.iter().enumerate() {
+            let (ct, st, cp, sp) = (theta.cos(), theta.sin(), g.phi.cos(), g.phi.sin());
+            let e1 = [ct, st, 0.0];
+            let e2 = [st * cp, -ct * cp, sp];
+            let c1: f64 = e1.iter().zip(&r0).map(|(a, b)| a * b).sum();
+            let c2: f64 = e2.iter().zip(&r0).map(|(a, b)| a * b).sum();
+            let mut expect = Vec::with_capacity(per_angle);
+            for v in 0..g.deth {
+                for w in 0..g.detw {
+                    let (su, sv) = (
+                        w as f64 - (g.detw / 2) as f64,
+                        v as f64 - (g.deth / 2) as f64,
+                    );
+                    let p = (2.0 * PI).sqrt()
+                        * sigma
+                        * (-((su - c1).powi(2) + (sv - c2).powi(2)) / (2.0 * sigma * sigma)).exp();
+                    expect.push(C64::new(p * scale, 0.0));
+                }
+            }
+            let got = &lu[t * per_angle..(t + 1) * per_angle];
+            let err = rel_l2(got, &expect);
+            let imag = got.iter().map(|c| c.im.abs()).fold(0.0f32, f32::max) as f64;
+            let peak = expect.iter().map(|c| c.re).fold(0.0, f64::max);
+            assert!(
+                err < 1e-3,
+                "deth {} phi {:.3} angle {t}: rel. error {err:.2e}",
+                g.deth,
+                g.phi
+            );
+            assert!(
+                imag < 1e-3 * peak,
+                "angle {t}: imaginary part {imag:.2e} vs peak {peak:.2e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_norm_of_l_star_l_is_about_one() {
+    let g = Geometry::cube(32, 16, TILT);
+    let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+    let mut x = random(g.volume_len(), 8);
+    let mut norm = 0.0;
+    for _ in 0..12 {
+        let lx = run(ctx(), &op, Apply::Forward, &x);
+        let y = run(ctx(), &op, Apply::Adjoint, &lx);
+        let ny = dot(&y, &y).re.sqrt();
+        norm = ny / dot(&x, &x).re.sqrt();
+        x = y.iter().map(|c| c / ny as f32).collect();
+    }
+    eprintln!("|L*L| = {norm:.4}");
+    assert!((0.95..=1.15).contains(&norm), "|L*L| = {norm}");
+}
+
+#[test]
+fn results_do_not_depend_on_chunks_or_binding_size_and_repeat_bit_for_bit() {
+    let g = small();
+    let u = random(g.volume_len(), 9);
+    let d = random(g.data_len(), 10);
+    let reference = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+    let (fwd, adj) = (
+        run(ctx(), &reference, Apply::Forward, &u),
+        run(ctx(), &reference, Apply::Adjoint, &d),
+    );
+    assert_eq!(
+        run(ctx(), &reference, Apply::Forward, &u),
+        fwd,
+        "a repeat run differs"
+    );
+    assert_eq!(
+        run(ctx(), &reference, Apply::Adjoint, &d),
+        adj,
+        "a repeat run differs"
+    );
+    // Non-dividing chunks, and a binding cap far below every whole array (volume 30 KiB, data
+    // 24 KiB, U2 grids 15 KiB per row), so every block copy and table is split into windows.
+    let tiny = new_context().with_max_binding_bytes(16 << 10);
+    for (c, options) in [
+        (
+            ctx(),
+            OperatorOptions {
+                max_chunk_y: Some(5),
+                max_chunk_rows: Some(3),
+            },
+        ),
+        (&tiny, OperatorOptions::default()),
+    ] {
+        let op = LaminoOperator::new(c, &g, &options).unwrap();
+        assert!(
+            op.chunks().0 < g.n1 && op.chunks().1 < g.deth,
+            "{:?}",
+            op.chunks()
+        );
+        assert_eq!(
+            run(c, &op, Apply::Forward, &u),
+            fwd,
+            "chunks {:?} change L",
+            op.chunks()
+        );
+        assert_eq!(
+            run(c, &op, Apply::Adjoint, &d),
+            adj,
+            "chunks {:?} change L*",
+            op.chunks()
+        );
+    }
+}
+
+#[test]
+fn bad_geometries_are_refused_with_the_reason() {
+    let g = Geometry { n1: 13, ..small() };
+    assert!(matches!(
+        LaminoOperator::new(ctx(), &g, &OperatorOptions::default()),
+        Err(OperatorError::Geometry(GeometryError::BadSize {
+            name: "n1",
+            ..
+        }))
+    ));
+    let g = Geometry { n2: 4, ..small() };
+    let err = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, OperatorError::TooSmall { name: "n2", .. }),
+        "{err}"
+    );
+    let g = Geometry {
+        phi: 0.0,
+        ..small()
+    };
+    assert!(LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).is_err());
+    let huge = Geometry::cube(4096, 4, TILT);
+    let err = LaminoOperator::new(ctx(), &huge, &OperatorOptions::default()).unwrap_err();
+    assert!(matches!(err, OperatorError::TooLarge { .. }), "{err}");
+}
