@@ -159,3 +159,112 @@ pub fn bench_fft_shape(
         device: ctx.info().name.clone(),
     })
 }
+
+/// One line of `lamino bench operator --json`: one application of L or L*.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperatorBenchRecord {
+    /// "L" or "L*".
+    pub operator: &'static str,
+    /// Volume side n (n^3 voxels, n x n detector).
+    pub size: usize,
+    pub angles: usize,
+    /// Median GPU time of the whole application, milliseconds.
+    pub ms: f64,
+    /// Median GPU time of each stage (each measured on its own), milliseconds.
+    pub ms_u1: f64,
+    pub ms_u2: f64,
+    pub ms_f: f64,
+    /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
+    pub u2_points_per_s: f64,
+    /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
+    pub array_bytes: u64,
+    /// Device memory the operator holds.
+    pub device_bytes: u64,
+    /// The same application with the f32 rustfft CPU implementation on all cores, milliseconds.
+    pub cpu_ms: f64,
+    /// cpu_ms / ms: how many times faster the GPU is.
+    pub speedup_vs_cpu: f64,
+    pub timing: &'static str,
+    pub device: String,
+}
+
+/// Times L and L* for an `n`^3 volume, `angles` projections at a 20 degree tilt.
+pub fn bench_operator(
+    ctx: &GpuContext,
+    n: usize,
+    angles: usize,
+    repeats: usize,
+) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
+    use crate::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+    use crate::reference::CpuOperator;
+    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default())?;
+    let volume = SplitMix64::new(1).complex_uniform(g.volume_len());
+    let data = SplitMix64::new(2).complex_uniform(g.data_len());
+    ctx.write(op.volume(), 0, &volume);
+    ctx.write(op.data(), 0, &data);
+    let time = |what: Apply| -> Result<(f64, &'static str), crate::operator::OperatorError> {
+        let mut times = Vec::new();
+        let mut how = "wall";
+        for i in 0..=repeats {
+            let (ms, h) = time_once(ctx, |rec| op.record(rec, what))?;
+            if i > 0 {
+                times.push(ms);
+                how = h;
+            }
+        }
+        Ok((median(times), how))
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = CpuOperator::new(&g, threads);
+    let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
+    let mut records = Vec::new();
+    for (name, whole, stages) in [
+        (
+            "L",
+            Apply::Forward,
+            [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
+        ),
+        (
+            "L*",
+            Apply::Adjoint,
+            [Apply::Usfft1dAdjoint, Apply::Usfft2dAdjoint, Apply::Fft2d],
+        ),
+    ] {
+        // The data buffer is workspace for L*: restore the input before each timing of it.
+        ctx.write(op.data(), 0, &data);
+        let (ms, timing) = time(whole)?;
+        let (ms_u1, _) = time(stages[0])?;
+        let (ms_u2, _) = time(stages[1])?;
+        let (ms_f, _) = time(stages[2])?;
+        let mut cpu_times = Vec::new();
+        for _ in 0..repeats.clamp(1, 3) {
+            let start = Instant::now();
+            let out = if name == "L" {
+                cpu.forward(&volume)
+            } else {
+                cpu.adjoint(&data)
+            };
+            cpu_times.push(start.elapsed().as_secs_f64() * 1e3);
+            std::hint::black_box(out);
+        }
+        let cpu_ms = median(cpu_times);
+        records.push(OperatorBenchRecord {
+            operator: name,
+            size: n,
+            angles,
+            ms,
+            ms_u1,
+            ms_u2,
+            ms_f,
+            u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
+            array_bytes,
+            device_bytes: op.device_bytes(),
+            cpu_ms,
+            speedup_vs_cpu: cpu_ms / ms,
+            timing,
+            device: ctx.info().name.clone(),
+        });
+    }
+    Ok(records)
+}

@@ -3,11 +3,12 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use lamino::fft::{Direction, FftPlan, Normalization};
 use lamino::gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext};
 use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray};
+use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
 use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
 
 type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -71,6 +72,27 @@ enum ApplyOp {
         #[arg(long)]
         normalize: bool,
     },
+    /// The laminography projector L: volume (n0, n1, n2) -> data (ntheta, deth, detw).
+    Forward(OperatorArgs),
+    /// Its adjoint L*: data (ntheta, deth, detw) -> volume (n0, n1, n2).
+    Adjoint(OperatorArgs),
+    /// Stage U1 alone: volume (n0, n1, n2) -> spectrum (deth, n1, n2).
+    Usfft1d(OperatorArgs),
+    /// Stage U2 alone: spectrum (deth, n1, n2) -> Fourier-domain data (ntheta, deth, detw).
+    Usfft2d(OperatorArgs),
+}
+
+#[derive(Args)]
+struct OperatorArgs {
+    /// Geometry JSON: n0, n1, n2, deth, detw, theta (radians), phi (radians), optional eps.
+    #[arg(long)]
+    geometry: PathBuf,
+    /// complex64 or float32 .npy array of the shape the operator reads.
+    #[arg(long)]
+    input: PathBuf,
+    /// complex64 .npy output.
+    #[arg(long)]
+    output: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -86,6 +108,21 @@ enum BenchWhat {
         /// Bytes each shape is batched up to.
         #[arg(long, default_value_t = 64 << 20)]
         bytes: u64,
+    },
+    /// L and L* per stage, against the f32 CPU implementation on all cores.
+    Operator {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Projection angles (default: the size).
+        #[arg(long)]
+        angles: Option<usize>,
+        /// Timed repeats (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
     },
 }
 
@@ -176,6 +213,47 @@ fn apply_fft(
     Ok(())
 }
 
+fn apply_operator(cli: &Cli, what: Apply, args: &OperatorArgs) -> CliResult {
+    let geometry = Geometry::read_json(&args.geometry)?;
+    let input = read_complex_npy(&args.input)?;
+    let expected = what.spaces().0.shape(&geometry);
+    if input.shape != expected {
+        return Err(format!(
+            "{} has shape {:?}, but {what:?} with this geometry reads shape {expected:?}",
+            args.input.display(),
+            input.shape
+        )
+        .into());
+    }
+    let ctx = context(cli)?;
+    let op = LaminoOperator::new(&ctx, &geometry, &OperatorOptions::default())?;
+    let data = op.apply_host(&ctx, what, &input.shape, &input.data)?;
+    let shape = what.spaces().1.shape(&geometry);
+    write_complex_npy(&args.output, &ComplexArray { shape, data })?;
+    Ok(())
+}
+
+fn bench_operator(
+    cli: &Cli,
+    json: bool,
+    size: usize,
+    angles: Option<usize>,
+    repeats: usize,
+) -> CliResult {
+    let ctx = context(cli)?;
+    for r in lamino::bench::bench_operator(&ctx, size, angles.unwrap_or(size), repeats.max(1))? {
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:<2} n={} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x) [{}]",
+                r.operator, r.size, r.angles, r.ms, r.ms_u1, r.ms_u2, r.ms_f, r.u2_points_per_s, r.cpu_ms, r.speedup_vs_cpu, r.timing
+            );
+        }
+    }
+    Ok(())
+}
+
 fn bench_fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
     let ctx = context(cli)?;
     let copy = lamino::bench::copy_gbps(&ctx, bytes, repeats.max(1))?;
@@ -257,24 +335,32 @@ fn demo(cli: &Cli) -> CliResult {
 fn run(cli: &Cli) -> CliResult {
     match &cli.command {
         Command::Devices { json } => devices(*json),
-        Command::Apply {
-            op:
-                ApplyOp::Fft {
-                    input,
-                    output,
-                    inverse,
-                    axes,
-                    normalize,
-                },
-        } => apply_fft(cli, input, output, *inverse, *axes, *normalize),
-        Command::Bench {
-            what:
-                BenchWhat::Fft {
-                    json,
-                    repeats,
-                    bytes,
-                },
-        } => bench_fft(cli, *json, *repeats, *bytes),
+        Command::Apply { op } => match op {
+            ApplyOp::Fft {
+                input,
+                output,
+                inverse,
+                axes,
+                normalize,
+            } => apply_fft(cli, input, output, *inverse, *axes, *normalize),
+            ApplyOp::Forward(a) => apply_operator(cli, Apply::Forward, a),
+            ApplyOp::Adjoint(a) => apply_operator(cli, Apply::Adjoint, a),
+            ApplyOp::Usfft1d(a) => apply_operator(cli, Apply::Usfft1d, a),
+            ApplyOp::Usfft2d(a) => apply_operator(cli, Apply::Usfft2d, a),
+        },
+        Command::Bench { what } => match what {
+            BenchWhat::Fft {
+                json,
+                repeats,
+                bytes,
+            } => bench_fft(cli, *json, *repeats, *bytes),
+            BenchWhat::Operator {
+                json,
+                size,
+                angles,
+                repeats,
+            } => bench_operator(cli, *json, *size, *angles, *repeats),
+        },
         Command::Demo => demo(cli),
     }
 }

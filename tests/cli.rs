@@ -245,3 +245,91 @@ fn devices_lists_every_adapter_and_the_demo_passes() {
         "{stdout}"
     );
 }
+
+#[test]
+fn apply_operator_commands_match_the_references_and_check_shapes() {
+    use lamino::operator::Geometry;
+    use lamino::reference::{usfft1d_direct, CpuOperator};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let g = Geometry {
+        n0: 12,
+        n1: 10,
+        n2: 14,
+        deth: 12,
+        detw: 16,
+        ..Geometry::cube(12, 5, 1.9)
+    };
+    g.write_json(&path("g.json")).unwrap();
+    let volume = SplitMix64::new(31).complex_uniform(g.volume_len());
+    write_complex_npy(
+        &path("u.npy"),
+        &ComplexArray {
+            shape: vec![12, 10, 14],
+            data: volume.clone(),
+        },
+    )
+    .unwrap();
+    let args = |op: &str, input: &str, output: &str| {
+        lamino(
+            &[
+                "apply",
+                op,
+                "--geometry",
+                path("g.json").to_str().unwrap(),
+                "--input",
+                path(input).to_str().unwrap(),
+                "--output",
+                path(output).to_str().unwrap(),
+            ],
+            true,
+        )
+    };
+    let o = args("forward", "u.npy", "d.npy");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d = read_complex_npy(&path("d.npy")).unwrap();
+    assert_eq!(d.shape, vec![5, 12, 16]);
+    let reference = CpuOperator::new(&g, 1).forward(&volume);
+    let err = max_relative_error(&d.data, &to_f64(&reference));
+    assert!(err < 1e-5, "forward vs CPU: {err:.2e}");
+
+    let o = args("adjoint", "d.npy", "back.npy");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        read_complex_npy(&path("back.npy")).unwrap().shape,
+        vec![12, 10, 14]
+    );
+
+    let o = args("usfft1d", "u.npy", "s.npy");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = read_complex_npy(&path("s.npy")).unwrap();
+    assert_eq!(s.shape, vec![12, 10, 14]);
+    let direct = usfft1d_direct(&g, &to_f64(&volume));
+    assert!(max_relative_error(&s.data, &direct) < 1e-3);
+    let o = args("usfft2d", "s.npy", "f.npy");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        read_complex_npy(&path("f.npy")).unwrap().shape,
+        vec![5, 12, 16]
+    );
+
+    // Wrong shapes and bad geometry files are refused, and nothing is written.
+    let o = args("adjoint", "u.npy", "never.npy");
+    assert!(
+        !o.status.success() && stderr(&o).contains("reads shape [5, 12, 16]"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(
+        path("g.json"),
+        r#"{"n0": 11, "n1": 10, "n2": 14, "deth": 12, "detw": 16, "theta": [0.0], "phi": 1.9}"#,
+    )
+    .unwrap();
+    let o = args("forward", "u.npy", "never.npy");
+    assert!(
+        !o.status.success() && stderr(&o).contains("n0 = 11"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!path("never.npy").exists());
+}

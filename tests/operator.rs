@@ -57,32 +57,10 @@ fn rel_l2(a: &[Complex32], b: &[C64]) -> f64 {
     (num / den).sqrt()
 }
 
-/// Writes `input` into `from`, applies `what`, reads `to`.
+/// Applies `what` to `input` through the operator's own buffers.
 fn run(ctx: &GpuContext, op: &LaminoOperator, what: Apply, input: &[Complex32]) -> Vec<Complex32> {
-    let (from, to) = match what {
-        Apply::Forward | Apply::FourierForward | Apply::Usfft1d => (
-            op.volume(),
-            if what == Apply::Usfft1d {
-                op.spectrum()
-            } else {
-                op.data()
-            },
-        ),
-        Apply::Adjoint | Apply::FourierAdjoint | Apply::Usfft1dAdjoint => (
-            if what == Apply::Usfft1dAdjoint {
-                op.spectrum()
-            } else {
-                op.data()
-            },
-            op.volume(),
-        ),
-        Apply::Usfft2d => (op.spectrum(), op.data()),
-        Apply::Usfft2dAdjoint => (op.data(), op.spectrum()),
-        Apply::Fft2d | Apply::Fft2dAdjoint => (op.data(), op.data()),
-    };
-    ctx.write(from, 0, input);
-    op.apply(ctx, what).unwrap();
-    ctx.read(to, 0, (to.bytes() / 8) as usize).unwrap()
+    let shape = what.spaces().0.shape(op.geometry());
+    op.apply_host(ctx, what, &shape, input).unwrap()
 }
 
 fn adjoint_mismatch(
@@ -337,7 +315,38 @@ fn bad_geometries_are_refused_with_the_reason() {
         ..small()
     };
     assert!(LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).is_err());
+    let op = LaminoOperator::new(ctx(), &small(), &OperatorOptions::default()).unwrap();
+    let err = op
+        .apply_host(
+            ctx(),
+            Apply::Forward,
+            &[16, 20, 12],
+            &random(16 * 20 * 12, 1),
+        )
+        .unwrap_err();
+    assert!(matches!(err, OperatorError::ShapeMismatch { .. }), "{err}");
     let huge = Geometry::cube(4096, 4, TILT);
     let err = LaminoOperator::new(ctx(), &huge, &OperatorOptions::default()).unwrap_err();
     assert!(matches!(err, OperatorError::TooLarge { .. }), "{err}");
+}
+
+#[test]
+fn gpu_and_cpu_implementations_agree() {
+    let g = uneven_angles(small());
+    let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+    let cpu = lamino::reference::CpuOperator::new(&g, 2);
+    let u = random(g.volume_len(), 11);
+    let d = random(g.data_len(), 12);
+    let pairs = [
+        (run(ctx(), &op, Apply::Forward, &u), cpu.forward(&u)),
+        (run(ctx(), &op, Apply::Adjoint, &d), cpu.adjoint(&d)),
+    ];
+    for (i, (gpu, cpu)) in pairs.iter().enumerate() {
+        let err = rel_l2(gpu, &to_f64(cpu));
+        assert!(
+            err < 1e-5,
+            "{}: GPU vs CPU rel. L2 {err:.2e}",
+            ["L", "L*"][i]
+        );
+    }
 }

@@ -16,7 +16,7 @@
 
 mod geometry;
 mod staging;
-mod tables;
+pub(crate) mod tables;
 
 pub use geometry::{Geometry, GeometryError, GriddingAxis, DEFAULT_EPS, MIN_EPS};
 
@@ -96,6 +96,43 @@ pub enum Apply {
     Fft2dAdjoint,
     /// `F_fwd = F_adj*` (the first stage of L*), in place on the data.
     Fft2d,
+}
+
+/// The arrays an [`Apply`] reads and writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    /// `(n0, n1, n2)`
+    Volume,
+    /// `(deth, n1, n2)`, after U1
+    Spectrum,
+    /// `(ntheta, deth, detw)`, spatial or Fourier-domain data
+    Data,
+}
+
+impl Space {
+    /// The array shape in this geometry.
+    pub fn shape(self, g: &Geometry) -> Vec<usize> {
+        match self {
+            Self::Volume => vec![g.n0, g.n1, g.n2],
+            Self::Spectrum => vec![g.deth, g.n1, g.n2],
+            Self::Data => vec![g.ntheta(), g.deth, g.detw],
+        }
+    }
+}
+
+impl Apply {
+    /// (input, output) arrays.
+    pub fn spaces(self) -> (Space, Space) {
+        match self {
+            Self::Forward | Self::FourierForward => (Space::Volume, Space::Data),
+            Self::Adjoint | Self::FourierAdjoint => (Space::Data, Space::Volume),
+            Self::Usfft1d => (Space::Volume, Space::Spectrum),
+            Self::Usfft1dAdjoint => (Space::Spectrum, Space::Volume),
+            Self::Usfft2d => (Space::Spectrum, Space::Data),
+            Self::Usfft2dAdjoint => (Space::Data, Space::Spectrum),
+            Self::Fft2d | Self::Fft2dAdjoint => (Space::Data, Space::Data),
+        }
+    }
 }
 
 enum Step {
@@ -665,6 +702,39 @@ impl LaminoOperator {
         for &stage in stages {
             self.record_program(rec, stage);
         }
+    }
+
+    /// The operator's buffer for `space`.
+    pub fn buffer(&self, space: Space) -> &GpuBuffer {
+        match space {
+            Space::Volume => &self.volume,
+            Space::Spectrum => &self.spectrum,
+            Space::Data => &self.data,
+        }
+    }
+
+    /// Uploads `input` (row-major, of the shape `what` reads), applies `what` and returns its
+    /// output. A wrong shape is an error, never a silent reinterpretation.
+    pub fn apply_host(
+        &self,
+        ctx: &GpuContext,
+        what: Apply,
+        input_shape: &[usize],
+        input: &[num_complex::Complex32],
+    ) -> Result<Vec<num_complex::Complex32>, OperatorError> {
+        let (from, to) = what.spaces();
+        let expected = from.shape(&self.geometry);
+        if input_shape != expected.as_slice() || input.len() != expected.iter().product::<usize>() {
+            return Err(OperatorError::ShapeMismatch {
+                what: "the input",
+                expected,
+                got: input_shape.to_vec(),
+            });
+        }
+        ctx.write(self.buffer(from), 0, input);
+        self.apply(ctx, what)?;
+        let out = self.buffer(to);
+        Ok(ctx.read(out, 0, (out.bytes() / 8) as usize)?)
     }
 
     /// Runs `what` and waits for it.

@@ -3,9 +3,11 @@
 //! laminography operator's stages, and a seeded random source.
 
 mod fft;
+mod operator_cpu;
 mod rng;
 mod usfft;
 
 pub use fft::{fft_last_axes, max_relative_error};
+pub use operator_cpu::CpuOperator;
 pub use rng::SplitMix64;
 pub use usfft::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct};
