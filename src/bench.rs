@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 use num_complex::Complex;
 use serde::Serialize;
 
-use crate::fft::{Direction, FftError, FftPlan, Normalization};
+use crate::fft::{Direction, FftError, FftPlan, Normalization, Strategy};
 use crate::gpu::{BindingKind, GpuContext, KernelSpec, Recorder};
 use crate::reference::{fft_last_axes, SplitMix64};
 use crate::shaders;
@@ -19,6 +19,10 @@ pub struct FftBenchRecord {
     pub shape: Vec<usize>,
     /// Number of transforms.
     pub batch: usize,
+    /// "fused" (one workgroup-memory kernel) or "multipass" (a dispatch per radix pass).
+    pub strategy: &'static str,
+    /// Whether `Strategy::Auto` picks this strategy on this device.
+    pub auto: bool,
     /// Median GPU time of one batched forward transform, milliseconds.
     pub ms: f64,
     /// (bytes read + bytes written, once each) / time, in GB/s.
@@ -104,14 +108,14 @@ pub fn copy_gbps(ctx: &GpuContext, bytes: u64, repeats: usize) -> Result<f64, Ff
     Ok(2.0 * bytes as f64 / (median(times) * 1e6))
 }
 
-/// Benchmarks one shape, batched to about `target_bytes`.
+/// Benchmarks one shape, batched to about `target_bytes`, with each strategy that applies to it.
 pub fn bench_fft_shape(
     ctx: &GpuContext,
     shape: &[usize],
     target_bytes: u64,
     repeats: usize,
     copy_gbps: f64,
-) -> Result<FftBenchRecord, FftError> {
+) -> Result<Vec<FftBenchRecord>, FftError> {
     let elems: usize = shape.iter().product();
     let batch = ((target_bytes / 8) as usize / elems).max(1);
     let mut full = vec![batch];
@@ -119,26 +123,6 @@ pub fn bench_fft_shape(
     let total = batch * elems;
     let input = SplitMix64::new(42).complex_uniform(total);
     let data = ctx.upload("bench data", &input)?;
-    let plan = FftPlan::new(
-        ctx,
-        &full,
-        shape.len(),
-        Direction::Forward,
-        Normalization::None,
-        &data,
-    )?;
-    let mut times = Vec::new();
-    let mut timing = "wall";
-    for i in 0..=repeats {
-        // Fresh input each time so repeated unnormalised transforms cannot overflow.
-        ctx.write(&data, 0, &input);
-        let (ms, how) = time_once(ctx, |rec| plan.record(rec))?;
-        if i > 0 {
-            times.push(ms);
-            timing = how;
-        }
-    }
-    let ms = median(times);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut cpu_times = Vec::new();
     let mut cpu: Vec<Complex<f32>> = input.clone();
@@ -148,16 +132,61 @@ pub fn bench_fft_shape(
         fft_last_axes(&mut cpu, &full, shape.len(), Direction::Forward, threads);
         cpu_times.push(start.elapsed().as_secs_f64() * 1e3);
     }
-    Ok(FftBenchRecord {
-        shape: shape.to_vec(),
-        batch,
-        ms,
-        gbps: 2.0 * (total * 8) as f64 / (ms * 1e6),
-        copy_gbps,
-        rustfft_ms: median(cpu_times),
-        timing,
-        device: ctx.info().name.clone(),
-    })
+    let rustfft_ms = median(cpu_times);
+    let auto = FftPlan::new(
+        ctx,
+        &full,
+        shape.len(),
+        Direction::Forward,
+        Normalization::None,
+        &data,
+    )?;
+    let auto_strategies: Vec<Strategy> = auto.axis_plans().iter().map(|p| p.strategy()).collect();
+    drop(auto);
+    let mut records = Vec::new();
+    for (strategy, name) in [
+        (Strategy::Fused, "fused"),
+        (Strategy::MultiPass, "multipass"),
+    ] {
+        let plan = FftPlan::with_strategy(
+            ctx,
+            &full,
+            shape.len(),
+            Direction::Forward,
+            Normalization::None,
+            &data,
+            strategy,
+        )?;
+        let used: Vec<Strategy> = plan.axis_plans().iter().map(|p| p.strategy()).collect();
+        if used.iter().any(|&s| s != strategy) {
+            continue; // this strategy does not apply to these lengths
+        }
+        let mut times = Vec::new();
+        let mut timing = "wall";
+        for i in 0..=repeats {
+            // Fresh input each time so repeated unnormalised transforms cannot overflow.
+            ctx.write(&data, 0, &input);
+            let (ms, how) = time_once(ctx, |rec| plan.record(rec))?;
+            if i > 0 {
+                times.push(ms);
+                timing = how;
+            }
+        }
+        let ms = median(times);
+        records.push(FftBenchRecord {
+            shape: shape.to_vec(),
+            batch,
+            strategy: name,
+            auto: used == auto_strategies,
+            ms,
+            gbps: 2.0 * (total * 8) as f64 / (ms * 1e6),
+            copy_gbps,
+            rustfft_ms,
+            timing,
+            device: ctx.info().name.clone(),
+        });
+    }
+    Ok(records)
 }
 
 /// One line of `lamino bench operator --json`: one application of L or L*.

@@ -97,7 +97,8 @@ struct OperatorArgs {
 
 #[derive(Subcommand)]
 enum BenchWhat {
-    /// Batched FFTs against a copy kernel (bandwidth bound) and rustfft on all CPU cores.
+    /// Batched FFTs against a copy kernel (bandwidth bound) and rustfft on all CPU cores, with
+    /// each strategy that applies (`*` marks the one chosen automatically on this device).
     Fft {
         /// One JSON object per line.
         #[arg(long)]
@@ -258,21 +259,24 @@ fn bench_fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
     let ctx = context(cli)?;
     let copy = lamino::bench::copy_gbps(&ctx, bytes, repeats.max(1))?;
     for shape in lamino::bench::fft_bench_shapes() {
-        let r = lamino::bench::bench_fft_shape(&ctx, &shape, bytes, repeats.max(1), copy)?;
-        if json {
-            println!("{}", serde_json::to_string(&r)?);
-        } else {
-            println!(
-                "{:>16} x {:<6} {:>9.3} ms {:>7.2} GB/s ({:.2} of copy {:.2} GB/s)  rustfft {:>9.3} ms  [{}]",
-                format!("{:?}", r.shape),
-                r.batch,
-                r.ms,
-                r.gbps,
-                r.gbps / r.copy_gbps,
-                r.copy_gbps,
-                r.rustfft_ms,
-                r.timing
-            );
+        for r in lamino::bench::bench_fft_shape(&ctx, &shape, bytes, repeats.max(1), copy)? {
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{:>16} x {:<6} {:<9}{} {:>9.3} ms {:>7.2} GB/s ({:.3} of copy {:.2} GB/s)  rustfft {:>9.3} ms  [{}]",
+                    format!("{:?}", r.shape),
+                    r.batch,
+                    r.strategy,
+                    if r.auto { "*" } else { " " },
+                    r.ms,
+                    r.gbps,
+                    r.gbps / r.copy_gbps,
+                    r.copy_gbps,
+                    r.rustfft_ms,
+                    r.timing
+                );
+            }
         }
     }
     Ok(())

@@ -7,27 +7,33 @@
 
 mod common;
 
-use common::{ctx, fft_error_ratio};
-use lamino::fft::Direction;
+use common::{ctx, fft_error_ratio, fft_error_ratio_with};
+use lamino::fft::{Direction, Strategy};
 
-/// Checks lengths `lens` (batch of 3, so batching is exercised everywhere) and reports the worst.
+/// Checks lengths `lens` (batch of 3, so batching is exercised everywhere) with both strategies
+/// (fused where the length fits workgroup memory, multi-pass where it has two or more passes;
+/// where only one applies it runs for both) and reports the worst.
 fn sweep(lens: impl Iterator<Item = usize>) {
-    let mut worst = (0.0f64, 0usize, Direction::Forward);
+    let mut worst = (0.0f64, 0usize, Direction::Forward, Strategy::Auto);
     let mut failures = Vec::new();
     for n in lens {
         for direction in [Direction::Forward, Direction::Inverse] {
-            let ratio = fft_error_ratio(ctx(), &[3, n], 1, direction, n as u64);
-            if ratio > worst.0 {
-                worst = (ratio, n, direction);
-            }
-            if ratio.is_nan() || ratio > 1.0 {
-                failures.push(format!("N={n} {direction:?}: error/bound = {ratio:.3}"));
+            for strategy in [Strategy::Fused, Strategy::MultiPass] {
+                let ratio = fft_error_ratio_with(ctx(), &[3, n], 1, direction, n as u64, strategy);
+                if ratio > worst.0 {
+                    worst = (ratio, n, direction, strategy);
+                }
+                if ratio.is_nan() || ratio > 1.0 {
+                    failures.push(format!(
+                        "N={n} {direction:?} {strategy:?}: error/bound = {ratio:.3}"
+                    ));
+                }
             }
         }
     }
     eprintln!(
-        "worst error/bound ratio {:.3} at N={} ({:?})",
-        worst.0, worst.1, worst.2
+        "worst error/bound ratio {:.3} at N={} ({:?}, {:?})",
+        worst.0, worst.1, worst.2, worst.3
     );
     assert!(
         failures.is_empty(),

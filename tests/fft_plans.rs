@@ -6,7 +6,7 @@ mod common;
 use common::{ctx, new_context, to_f64};
 use lamino::fft::{
     Algorithm, BatchDim, Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout,
-    Normalization,
+    Normalization, Strategy,
 };
 use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
 use num_complex::Complex;

@@ -16,7 +16,7 @@ pub mod recipe;
 mod twiddles;
 
 pub use layout::{BatchDim, Layout};
-pub use plan::{FftDescriptor, FftPlan, FftPlan1d};
+pub use plan::{FftDescriptor, FftPlan, FftPlan1d, Strategy};
 pub use recipe::Algorithm;
 
 use thiserror::Error;

@@ -11,14 +11,25 @@ use crate::shaders;
 
 /// Threads per workgroup of the element-wise kernels.
 const WORKGROUP: u32 = 64;
-/// Registers per thread in the fused kernel (`MAX_REGS` in stockham_fused.wgsl).
-const FUSED_MAX_REGS: u64 = 32;
 /// Threads per transform are chosen so that each handles about this many elements.
 const FUSED_ELEMS_PER_THREAD: u64 = 16;
 /// Fewer threads than this per workgroup waste most of a SIMD unit: pack several transforms.
 const FUSED_MIN_WORKGROUP: u64 = 64;
 /// More threads per transform than this buys nothing at the lengths that fit workgroup memory.
 const FUSED_MAX_THREADS: u64 = 256;
+
+/// Where the passes of a Stockham transform run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// The fused kernel where the length fits workgroup memory (on software adapters only above
+    /// three passes), global-memory passes otherwise.
+    #[default]
+    Auto,
+    /// All passes in workgroup memory, one read and one write per element (where the length fits).
+    Fused,
+    /// One dispatch per radix pass through global memory (lengths with at least two passes).
+    MultiPass,
+}
 
 /// A batched 1D transform: length, where its elements are, direction and scaling.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,24 +142,18 @@ struct FusedShape {
 impl FusedShape {
     /// The launch shape when a transform of length `n` fits workgroup memory and registers.
     fn for_len(ctx: &GpuContext, n: u64, radices: &[u32]) -> Option<Self> {
-        let max_shared = ctx.max_workgroup_storage_bytes() as u64 / 8;
+        // Two halves (ping-pong) of per_group * n complex elements each.
+        let max_shared = ctx.max_workgroup_storage_bytes() as u64 / 16;
         let max_threads = (ctx.max_invocations_per_workgroup() as u64).min(FUSED_MAX_THREADS);
-        if n > max_shared {
+        if n > max_shared || radices.is_empty() {
             return None;
         }
         let threads = n
             .div_ceil(FUSED_ELEMS_PER_THREAD)
             .next_power_of_two()
             .clamp(1, max_threads);
-        let regs_fit = radices.iter().all(|&r| {
-            let r = r as u64;
-            (n / r).div_ceil(threads) * r <= FUSED_MAX_REGS
-        });
-        if !regs_fit {
-            return None;
-        }
         let per_group = (FUSED_MIN_WORKGROUP / threads).max(1).min(max_shared / n);
-        let shared_elems = (per_group * n).next_power_of_two().min(max_shared);
+        let shared_elems = (2 * per_group * n).next_power_of_two().min(2 * max_shared);
         Some(Self {
             threads_per_transform: threads,
             transforms_per_group: per_group,
@@ -167,6 +172,7 @@ enum Step {
 pub struct FftPlan1d {
     desc: FftDescriptor,
     algorithm: Algorithm,
+    strategy: Strategy,
     steps: Vec<Step>,
     inner: Vec<FftPlan1d>,
     /// Tables, scratch and uniforms the bind groups refer to.
@@ -191,6 +197,17 @@ impl FftPlan1d {
     /// Plans `desc` on `data`. Validates the layout against the buffer, picks the algorithm and
     /// builds everything execution needs.
     pub fn new(ctx: &GpuContext, desc: FftDescriptor, data: &GpuBuffer) -> Result<Self, FftError> {
+        Self::with_strategy(ctx, desc, data, Strategy::Auto)
+    }
+
+    /// Like [`new`](Self::new), with an explicit choice between the workgroup-memory kernel and
+    /// global-memory passes (tests exercise both; benchmarks compare them).
+    pub fn with_strategy(
+        ctx: &GpuContext,
+        desc: FftDescriptor,
+        data: &GpuBuffer,
+        strategy: Strategy,
+    ) -> Result<Self, FftError> {
         desc.layout.validate(desc.len)?;
         let needed = (desc.layout.max_index(desc.len)? + 1) * 8;
         if needed > data.bytes() {
@@ -204,6 +221,7 @@ impl FftPlan1d {
         let mut plan = Self {
             desc,
             algorithm: algorithm.clone(),
+            strategy: Strategy::Auto,
             steps: vec![],
             inner: vec![],
             buffers: vec![],
@@ -211,14 +229,39 @@ impl FftPlan1d {
         match &algorithm {
             Algorithm::Identity => {}
             Algorithm::Stockham { radices } => {
-                match FusedShape::for_len(ctx, plan.desc.len as u64, radices) {
-                    Some(shape) => plan.build_fused(ctx, data, radices, shape)?,
-                    None => plan.build_multipass(ctx, data, radices)?,
+                let fused = FusedShape::for_len(ctx, plan.desc.len as u64, radices);
+                // A single pass cannot run out of place over the data, so it always runs fused
+                // (every length with one radix fits workgroup memory).
+                let multipass = radices.len() >= 2
+                    && match strategy {
+                        Strategy::MultiPass => true,
+                        Strategy::Fused => fused.is_none(),
+                        // Software rasterisers emulate workgroup barriers, which makes up to
+                        // three global-memory passes faster there than the fused kernel (measured
+                        // on lavapipe with `lamino bench fft`); GPUs favour the fused kernel.
+                        Strategy::Auto => {
+                            fused.is_none() || (ctx.info().software && radices.len() <= 3)
+                        }
+                    };
+                match fused {
+                    Some(shape) if !multipass => {
+                        plan.strategy = Strategy::Fused;
+                        plan.build_fused(ctx, data, radices, shape)?
+                    }
+                    _ => {
+                        plan.strategy = Strategy::MultiPass;
+                        plan.build_multipass(ctx, data, radices)?
+                    }
                 }
             }
-            Algorithm::Bluestein { inner } => plan.build_bluestein(ctx, data, *inner)?,
+            Algorithm::Bluestein { inner } => plan.build_bluestein(ctx, data, *inner, strategy)?,
         }
         Ok(plan)
+    }
+
+    /// How the Stockham passes run (`Auto` for lengths without Stockham passes of their own).
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
     }
 
     /// The algorithm chosen for this length.
@@ -336,9 +379,7 @@ impl FftPlan1d {
         data: &GpuBuffer,
         radices: &[u32],
     ) -> Result<(), FftError> {
-        // Only lengths above the workgroup-memory capacity (at least 2048 on every device wgpu
-        // supports) come here, so there are at least two passes and data is never both read and
-        // written by one dispatch.
+        // At least two passes, so data is never both read and written by one dispatch.
         debug_assert!(radices.len() >= 2);
         let n = self.desc.len as u64;
         let (window, align) = Self::window_elems(ctx);
@@ -425,6 +466,7 @@ impl FftPlan1d {
         ctx: &GpuContext,
         data: &GpuBuffer,
         m: usize,
+        strategy: Strategy,
     ) -> Result<(), FftError> {
         let n = self.desc.len as u64;
         let m64 = m as u64;
@@ -447,7 +489,8 @@ impl FftPlan1d {
         let spectrum = ctx.upload("bluestein kernel spectrum", &spectrum)?;
         for direction in [Direction::Forward, Direction::Inverse] {
             let desc = FftDescriptor::contiguous(m, cap as usize, direction);
-            self.inner.push(FftPlan1d::new(ctx, desc, &scratch)?);
+            self.inner
+                .push(FftPlan1d::with_strategy(ctx, desc, &scratch, strategy)?);
         }
         let spec = |entry| KernelSpec {
             shader: &shaders::FFT_BLUESTEIN,
@@ -537,6 +580,27 @@ impl FftPlan {
         normalization: Normalization,
         data: &GpuBuffer,
     ) -> Result<Self, FftError> {
+        Self::with_strategy(
+            ctx,
+            shape,
+            axes,
+            direction,
+            normalization,
+            data,
+            Strategy::Auto,
+        )
+    }
+
+    /// Like [`new`](Self::new) with an explicit [`Strategy`] for every axis.
+    pub fn with_strategy(
+        ctx: &GpuContext,
+        shape: &[usize],
+        axes: usize,
+        direction: Direction,
+        normalization: Normalization,
+        data: &GpuBuffer,
+        strategy: Strategy,
+    ) -> Result<Self, FftError> {
         if shape.is_empty() || shape.contains(&0) {
             return Err(FftError::ZeroLength);
         }
@@ -555,7 +619,7 @@ impl FftPlan {
                     direction,
                     normalization,
                 };
-                FftPlan1d::new(ctx, desc, data)
+                FftPlan1d::with_strategy(ctx, desc, data, strategy)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {

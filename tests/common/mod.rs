@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use lamino::fft::{recipe, Direction, FftPlan, Normalization};
+use lamino::fft::{recipe, Direction, FftPlan, Normalization, Strategy};
 use lamino::gpu::{DeviceOptions, DeviceSelection, GpuContext};
 use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
 use num_complex::Complex;
@@ -41,10 +41,31 @@ pub fn fft_error_ratio(
     direction: Direction,
     seed: u64,
 ) -> f64 {
+    fft_error_ratio_with(ctx, shape, axes, direction, seed, Strategy::Auto)
+}
+
+/// [`fft_error_ratio`] with an explicit strategy.
+pub fn fft_error_ratio_with(
+    ctx: &GpuContext,
+    shape: &[usize],
+    axes: usize,
+    direction: Direction,
+    seed: u64,
+    strategy: Strategy,
+) -> f64 {
     let n: usize = shape.iter().product();
     let input = SplitMix64::new(seed).complex_uniform(n);
     let data = ctx.upload("test data", &input).unwrap();
-    let plan = FftPlan::new(ctx, shape, axes, direction, Normalization::None, &data).unwrap();
+    let plan = FftPlan::with_strategy(
+        ctx,
+        shape,
+        axes,
+        direction,
+        Normalization::None,
+        &data,
+        strategy,
+    )
+    .unwrap();
     plan.execute(ctx).unwrap();
     let gpu = ctx.read(&data, 0, n).unwrap();
     let mut reference = to_f64(&input);
