@@ -189,6 +189,18 @@ fn algorithms_are_chosen_by_the_prime_factors() {
         plan(1021).algorithm(),
         Algorithm::Bluestein { inner: 2048 }
     ));
+    // Each strategy is honoured where it applies; one pass always runs fused, and lengths beyond
+    // workgroup memory always run multi-pass.
+    let with = |n, s| {
+        let desc = FftDescriptor::contiguous(n, 1, Direction::Forward);
+        FftPlan1d::with_strategy(ctx(), desc, &data, s)
+            .unwrap()
+            .strategy()
+    };
+    assert_eq!(with(64, Strategy::Fused), Strategy::Fused);
+    assert_eq!(with(64, Strategy::MultiPass), Strategy::MultiPass);
+    assert_eq!(with(8, Strategy::MultiPass), Strategy::Fused);
+    assert_eq!(with(1 << 16, Strategy::Fused), Strategy::MultiPass);
 }
 
 #[test]
