@@ -12,5 +12,6 @@ pub mod io;
 pub mod operator;
 pub mod reference;
 pub mod shaders;
+pub mod solver;
 
 pub use error::GpuError;

@@ -76,6 +76,12 @@ pub static USFFT2D: Shader = Shader {
     parts: &[include_str!("../shaders/operator/usfft2d.wgsl")],
 };
 
+/// Vector kernels of the ADMM-TV solver (linear combinations, gradient, shrinkage, reductions).
+pub static SOLVER_VECTOR: Shader = Shader {
+    name: "solver/vector",
+    parts: &[include_str!("../shaders/solver/vector.wgsl")],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_PASS,
@@ -86,4 +92,5 @@ pub static ALL: &[&Shader] = &[
     &MODULATE,
     &USFFT1D,
     &USFFT2D,
+    &SOLVER_VECTOR,
 ];

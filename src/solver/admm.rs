@@ -1,0 +1,337 @@
+//! The ADMM-TV iteration on GPU buffers.
+
+use serde::Serialize;
+use thiserror::Error;
+
+use super::params::AdmmParams;
+use super::vector::{Kernel, VectorOp};
+use crate::error::GpuError;
+use crate::gpu::{GpuBuffer, GpuContext};
+use crate::operator::{Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions};
+
+/// Errors of the solver.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SolverError {
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// The data do not have the geometry's shape.
+    #[error("the data hold {got} values, but the geometry needs {expected} (ntheta, deth, detw)")]
+    DataShape { expected: usize, got: usize },
+    /// A non-finite value appeared (bad input or a diverging iteration).
+    #[error("{what} became non-finite at outer iteration {iteration}")]
+    NonFinite {
+        what: &'static str,
+        iteration: usize,
+    },
+}
+
+/// The Lagrangian terms and residuals after one outer iteration.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct IterationReport {
+    pub iteration: usize,
+    /// `|L u - d|^2`
+    pub data_term: f64,
+    /// `alpha sum |psi|_2`
+    pub tv_term: f64,
+    /// `<lambda, grad u - psi>`
+    pub dual_term: f64,
+    /// `rho |grad u - psi|^2`
+    pub penalty_term: f64,
+    /// `data_term / 2 + tv_term + dual_term + penalty_term / 2`
+    pub lagrangian: f64,
+    /// `|psi - grad u|^2`
+    pub primal_residual: f64,
+    /// `|rho (grad u - grad u_previous)|^2`
+    pub dual_residual: f64,
+    /// The penalty used in this iteration.
+    pub rho: f64,
+}
+
+/// Every buffer and bound kernel of one reconstruction, built once.
+pub struct AdmmSolver {
+    op: LaminoOperator,
+    params: AdmmParams,
+    n_fourier: f64,
+    rho: f64,
+    iteration: usize,
+    u: GpuBuffer,
+    ops: Ops,
+}
+
+/// One bound call site per use (see [`VectorOp`]).
+struct Ops {
+    dhat_from_data: VectorOp,
+    g_from_psi_lambda: VectorOp,
+    save_h0: VectorOp,
+    resid_dhat_minus_au: VectorOp,
+    data_from_resid: VectorOp,
+    r_from_volume: VectorOp,
+    tmp_g_minus_gu: VectorOp,
+    r_add_gradadj: VectorOp,
+    dot_rr: VectorOp,
+    p_from_r: VectorOp,
+    volume_from_p: VectorOp,
+    ap_from_data: VectorOp,
+    gp_from_p: VectorOp,
+    dot_apap: VectorOp,
+    dot_gpgp: VectorOp,
+    u_add_p: VectorOp,
+    au_add_ap: VectorOp,
+    gu_add_gp: VectorOp,
+    hp_from_volume: VectorOp,
+    hp_add_gradadj: VectorOp,
+    r_sub_hp: VectorOp,
+    dot_rr_new: VectorOp,
+    psi_shrink: VectorOp,
+    tmp_gu_minus_psi: VectorOp,
+    lambda_update: VectorOp,
+    dot_primal: VectorOp,
+    g_gu_minus_h0: VectorOp,
+    dot_dual: VectorOp,
+    resid_au_minus_dhat: VectorOp,
+    dot_resid: VectorOp,
+    iso_psi: VectorOp,
+    dot_lambda_tmp: VectorOp,
+}
+
+impl AdmmSolver {
+    /// Builds the operator and every buffer, and moves `data` (spatial projections,
+    /// `(ntheta, deth, detw)` row-major) to the Fourier domain.
+    pub fn new(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        data: &[f32],
+        params: AdmmParams,
+        options: &OperatorOptions,
+    ) -> Result<Self, SolverError> {
+        if data.len() != geometry.data_len() {
+            return Err(SolverError::DataShape {
+                expected: geometry.data_len(),
+                got: data.len(),
+            });
+        }
+        let op = LaminoOperator::new(ctx, geometry, options)?;
+        let v = geometry.volume_len();
+        let d2 = 2 * geometry.data_len();
+        let shape = [geometry.n0, geometry.n1, geometry.n2];
+        let real = |label: &str, len: usize| ctx.storage_buffer(label, len as u64 * 4);
+        let (u, p, r, hp) = (real("u", v)?, real("p", v)?, real("r", v)?, real("Hp", v)?);
+        let (gu, gp, psi, lambda) = (
+            real("grad u", 3 * v)?,
+            real("grad p", 3 * v)?,
+            real("psi", 3 * v)?,
+            real("lambda", 3 * v)?,
+        );
+        let (g, h0, tmp) = (real("g", 3 * v)?, real("h0", 3 * v)?, real("tmp3", 3 * v)?);
+        let (au, ap, dhat, resid) = (
+            real("A u", d2)?,
+            real("A p", d2)?,
+            real("D hat", d2)?,
+            real("residual", d2)?,
+        );
+        let (vol, dat) = (op.volume().clone(), op.data().clone());
+        let mk = |k, x: &GpuBuffer, y: &GpuBuffer, z: Option<&GpuBuffer>, n| {
+            VectorOp::new(ctx, k, x, y, z, n, shape)
+        };
+        use Kernel::*;
+        let ops = Ops {
+            dhat_from_data: mk(Axpby, &dat, &dat, Some(&dhat), d2)?,
+            g_from_psi_lambda: mk(Axpby, &psi, &lambda, Some(&g), 3 * v)?,
+            save_h0: mk(Axpby, &gu, &gu, Some(&h0), 3 * v)?,
+            resid_dhat_minus_au: mk(Axpby, &dhat, &au, Some(&resid), d2)?,
+            data_from_resid: mk(Axpby, &resid, &resid, Some(&dat), d2)?,
+            r_from_volume: mk(RealPart, &vol, &vol, Some(&r), v)?,
+            tmp_g_minus_gu: mk(Axpby, &g, &gu, Some(&tmp), 3 * v)?,
+            r_add_gradadj: mk(GradientAdjoint, &tmp, &tmp, Some(&r), v)?,
+            dot_rr: mk(Dot, &r, &r, None, v)?,
+            p_from_r: mk(Axpby, &r, &r, Some(&p), v)?,
+            volume_from_p: mk(ToComplex, &p, &p, Some(&vol), v)?,
+            ap_from_data: mk(Axpby, &dat, &dat, Some(&ap), d2)?,
+            gp_from_p: mk(Gradient, &p, &p, Some(&gp), v)?,
+            dot_apap: mk(Dot, &ap, &ap, None, d2)?,
+            dot_gpgp: mk(Dot, &gp, &gp, None, 3 * v)?,
+            u_add_p: mk(Axpby, &p, &p, Some(&u), v)?,
+            au_add_ap: mk(Axpby, &ap, &ap, Some(&au), d2)?,
+            gu_add_gp: mk(Axpby, &gp, &gp, Some(&gu), 3 * v)?,
+            hp_from_volume: mk(RealPart, &vol, &vol, Some(&hp), v)?,
+            hp_add_gradadj: mk(GradientAdjoint, &gp, &gp, Some(&hp), v)?,
+            r_sub_hp: mk(Axpby, &hp, &hp, Some(&r), v)?,
+            dot_rr_new: mk(Dot, &r, &r, None, v)?,
+            psi_shrink: mk(Shrink, &gu, &lambda, Some(&psi), v)?,
+            tmp_gu_minus_psi: mk(Axpby, &gu, &psi, Some(&tmp), 3 * v)?,
+            lambda_update: mk(Axpby, &tmp, &tmp, Some(&lambda), 3 * v)?,
+            dot_primal: mk(Dot, &tmp, &tmp, None, 3 * v)?,
+            g_gu_minus_h0: mk(Axpby, &gu, &h0, Some(&g), 3 * v)?,
+            dot_dual: mk(Dot, &g, &g, None, 3 * v)?,
+            resid_au_minus_dhat: mk(Axpby, &au, &dhat, Some(&resid), d2)?,
+            dot_resid: mk(Dot, &resid, &resid, None, d2)?,
+            iso_psi: mk(IsoNorm, &psi, &psi, None, v)?,
+            dot_lambda_tmp: mk(Dot, &lambda, &tmp, None, 3 * v)?,
+        };
+        let n_fourier = (geometry.deth * geometry.detw) as f64;
+        // D = N F_fwd(d): the data in the Fourier domain, once.
+        let complex: Vec<[f32; 2]> = data.iter().map(|&x| [x, 0.0]).collect();
+        ctx.write(op.data(), 0, &complex);
+        let mut rec = ctx.recorder("fourier data");
+        op.record(&mut rec, Apply::Fft2d);
+        ops.dhat_from_data
+            .record(ctx, &mut rec, n_fourier as f32, 0.0, 0.0);
+        ctx.submit(rec)?;
+        // The bind groups keep these buffers alive; only u is read back directly.
+        drop((
+            p, r, hp, gp, lambda, g, h0, tmp, ap, dhat, resid, au, gu, psi,
+        ));
+        Ok(Self {
+            op,
+            params,
+            n_fourier,
+            rho: params.rho0,
+            iteration: 0,
+            u,
+            ops,
+        })
+    }
+
+    /// The operator (for its geometry and device memory).
+    pub fn operator(&self) -> &LaminoOperator {
+        &self.op
+    }
+
+    /// Outer iterations done so far.
+    pub fn iterations_done(&self) -> usize {
+        self.iteration
+    }
+
+    /// Runs one outer ADMM iteration and reports its Lagrangian terms.
+    pub fn step(&mut self, ctx: &GpuContext) -> Result<IterationReport, SolverError> {
+        let o = &self.ops;
+        let (rho, inv_n) = (self.rho, 1.0 / self.n_fourier);
+        let alpha = self.params.alpha;
+        let non_finite = |what, v: f64, it| {
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(SolverError::NonFinite {
+                    what,
+                    iteration: it,
+                })
+            }
+        };
+        let it = self.iteration;
+
+        // g = psi - lambda/rho; h0 = grad u; r = (1/N) Re A*(D - A u) + rho grad*(g - grad u).
+        let mut rec = ctx.recorder("admm: residual");
+        o.g_from_psi_lambda
+            .record(ctx, &mut rec, 1.0, (-1.0 / rho) as f32, 0.0);
+        o.save_h0.record(ctx, &mut rec, 1.0, 0.0, 0.0);
+        o.resid_dhat_minus_au.record(ctx, &mut rec, 1.0, -1.0, 0.0);
+        o.data_from_resid.record(ctx, &mut rec, 1.0, 0.0, 0.0);
+        self.op.record(&mut rec, Apply::FourierAdjoint);
+        o.r_from_volume
+            .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
+        o.tmp_g_minus_gu.record(ctx, &mut rec, 1.0, -1.0, 0.0);
+        o.r_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
+        o.dot_rr.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        ctx.submit(rec)?;
+        let mut rr = non_finite("the CG residual", o.dot_rr.sum(ctx)?, it)?;
+
+        // Conjugate gradient on (1/N) Re A*A + rho grad* grad with the exact step.
+        let mut beta = 0.0;
+        for _ in 0..self.params.inner_iterations {
+            if rr == 0.0 {
+                break;
+            }
+            let mut rec = ctx.recorder("admm: A p");
+            o.p_from_r.record(ctx, &mut rec, 1.0, 0.0, beta as f32);
+            o.volume_from_p.record(ctx, &mut rec, 1.0, 0.0, 0.0);
+            self.op.record(&mut rec, Apply::FourierForward);
+            o.ap_from_data.record(ctx, &mut rec, 1.0, 0.0, 0.0);
+            o.gp_from_p.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            o.dot_apap.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            o.dot_gpgp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            ctx.submit(rec)?;
+            let p_hp = o.dot_apap.sum(ctx)? * inv_n + rho * o.dot_gpgp.sum(ctx)?;
+            let p_hp = non_finite("the CG curvature", p_hp, it)?;
+            if p_hp <= 0.0 {
+                break;
+            }
+            let step = rr / p_hp;
+            let mut rec = ctx.recorder("admm: update");
+            o.u_add_p.record(ctx, &mut rec, step as f32, 0.0, 1.0);
+            o.au_add_ap.record(ctx, &mut rec, step as f32, 0.0, 1.0);
+            o.gu_add_gp.record(ctx, &mut rec, step as f32, 0.0, 1.0);
+            self.op.record(&mut rec, Apply::FourierAdjoint);
+            o.hp_from_volume
+                .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
+            o.hp_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
+            o.r_sub_hp.record(ctx, &mut rec, -step as f32, 0.0, 1.0);
+            o.dot_rr_new.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            ctx.submit(rec)?;
+            let rr_new = non_finite("the CG residual", o.dot_rr_new.sum(ctx)?, it)?;
+            beta = rr_new / rr;
+            rr = rr_new;
+        }
+
+        // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
+        let mut rec = ctx.recorder("admm: split and dual");
+        o.psi_shrink
+            .record(ctx, &mut rec, (alpha / rho) as f32, (1.0 / rho) as f32, 0.0);
+        o.tmp_gu_minus_psi.record(ctx, &mut rec, 1.0, -1.0, 0.0);
+        o.lambda_update.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
+        o.dot_primal.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.g_gu_minus_h0.record(ctx, &mut rec, 1.0, -1.0, 0.0);
+        o.dot_dual.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.resid_au_minus_dhat.record(ctx, &mut rec, 1.0, -1.0, 0.0);
+        o.dot_resid.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.iso_psi.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.dot_lambda_tmp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        ctx.submit(rec)?;
+        let primal = o.dot_primal.sum(ctx)?;
+        let dual = rho * rho * o.dot_dual.sum(ctx)?;
+        let data_term = non_finite("the data term", o.dot_resid.sum(ctx)? * inv_n, it)?;
+        let tv_term = alpha * o.iso_psi.sum(ctx)?;
+        let dual_term = o.dot_lambda_tmp.sum(ctx)?;
+        let report = IterationReport {
+            iteration: it,
+            data_term,
+            tv_term,
+            dual_term,
+            penalty_term: rho * primal,
+            lagrangian: 0.5 * data_term + tv_term + dual_term + 0.5 * rho * primal,
+            primal_residual: primal,
+            dual_residual: dual,
+            rho,
+        };
+        // The adaptive penalty of the reference: lambda is not rescaled.
+        if primal > 10.0 * dual {
+            self.rho *= 2.0;
+        } else if dual > 10.0 * primal {
+            self.rho /= 2.0;
+        }
+        self.iteration += 1;
+        Ok(report)
+    }
+
+    /// Runs the remaining outer iterations, calling `progress` after each.
+    pub fn run(
+        &mut self,
+        ctx: &GpuContext,
+        mut progress: impl FnMut(&IterationReport),
+    ) -> Result<Vec<IterationReport>, SolverError> {
+        let mut reports = Vec::new();
+        while self.iteration < self.params.outer_iterations {
+            let r = self.step(ctx)?;
+            progress(&r);
+            reports.push(r);
+        }
+        Ok(reports)
+    }
+
+    /// The current volume `(n0, n1, n2)`.
+    pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
+        Ok(ctx.read(&self.u, 0, self.op.geometry().volume_len())?)
+    }
+}

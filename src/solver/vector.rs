@@ -1,0 +1,297 @@
+//! Bound vector kernels of the solver: each call site owns its uniform (and, for reductions, its
+//! partial-sum buffer), created once, so a step of the solver only writes a few scalars and records
+//! dispatches.
+
+use bytemuck::{Pod, Zeroable};
+
+use crate::error::GpuError;
+use crate::gpu::{BindingKind, Bound, GpuBuffer, GpuContext, KernelSpec, Recorder};
+use crate::shaders;
+
+const WORKGROUP: u32 = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable, Default)]
+struct VectorParams {
+    count: u32,
+    n0: u32,
+    n1: u32,
+    n2: u32,
+    a: f32,
+    b: f32,
+    c: f32,
+    pad: u32,
+}
+
+/// The vector kernels' entry points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// z = a x + b y + c z
+    Axpby,
+    /// complex z = (a x, 0)
+    ToComplex,
+    /// z = a Re(x) + c z
+    RealPart,
+    /// z = grad x (3 components)
+    Gradient,
+    /// z = a grad*(x) + c z
+    GradientAdjoint,
+    /// z = shrink_a(x + b y)
+    Shrink,
+    /// partial sums of x y
+    Dot,
+    /// partial sums of |x| (3-vectors)
+    IsoNorm,
+}
+
+impl Kernel {
+    fn entry(self) -> &'static str {
+        match self {
+            Self::Axpby => "axpby",
+            Self::ToComplex => "to_complex",
+            Self::RealPart => "real_part",
+            Self::Gradient => "gradient",
+            Self::GradientAdjoint => "gradient_adjoint",
+            Self::Shrink => "shrink",
+            Self::Dot => "dot",
+            Self::IsoNorm => "iso_norm",
+        }
+    }
+}
+
+/// One call site: a kernel bound to its buffers, with its own parameters.
+pub(crate) struct VectorOp {
+    bound: Bound,
+    params: GpuBuffer,
+    base: VectorParams,
+    groups: u32,
+    partials: Option<GpuBuffer>,
+}
+
+impl VectorOp {
+    /// Binds `kernel` to x, y (read) and z (written) for `count` elements of a volume of `shape`.
+    /// Reductions write their partial sums to a buffer of their own instead of z.
+    pub fn new(
+        ctx: &GpuContext,
+        kernel: Kernel,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        z: Option<&GpuBuffer>,
+        count: usize,
+        shape: [usize; 3],
+    ) -> Result<Self, GpuError> {
+        let k = ctx.kernel(&KernelSpec {
+            shader: &shaders::SOLVER_VECTOR,
+            entry: kernel.entry(),
+            bindings: &[
+                BindingKind::StorageRead,
+                BindingKind::StorageRead,
+                BindingKind::StorageReadWrite,
+                BindingKind::Uniform,
+            ],
+            overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+        })?;
+        let groups = (count as u64).div_ceil(WORKGROUP as u64) as u32;
+        let partials = match kernel {
+            Kernel::Dot | Kernel::IsoNorm => {
+                Some(ctx.storage_buffer("partial sums", groups as u64 * 4)?)
+            }
+            _ => None,
+        };
+        let base = VectorParams {
+            count: count as u32,
+            n0: shape[0] as u32,
+            n1: shape[1] as u32,
+            n2: shape[2] as u32,
+            ..Default::default()
+        };
+        let params = ctx.uniform("vector params", &base)?;
+        let out = partials
+            .as_ref()
+            .or(z)
+            .expect("a vector op writes somewhere");
+        let bound = k.bind(ctx, &[x.into(), y.into(), out.into(), (&params).into()])?;
+        Ok(Self {
+            bound,
+            params,
+            base,
+            groups,
+            partials,
+        })
+    }
+
+    /// Sets the coefficients and records the dispatch. Each op is recorded at most once per
+    /// submission (its uniform holds one set of coefficients).
+    pub fn record(&self, ctx: &GpuContext, rec: &mut Recorder, a: f32, b: f32, c: f32) {
+        ctx.write(
+            &self.params,
+            0,
+            &[VectorParams {
+                a,
+                b,
+                c,
+                ..self.base
+            }],
+        );
+        rec.dispatch(&self.bound, self.groups);
+    }
+
+    /// The reduction's result after the submission that recorded it: partial sums added in f64.
+    pub fn sum(&self, ctx: &GpuContext) -> Result<f64, GpuError> {
+        let buf = self.partials.as_ref().expect("sum() of a reduction");
+        let parts: Vec<f32> = ctx.read(buf, 0, self.groups as usize)?;
+        Ok(parts.iter().map(|&v| v as f64).sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{DeviceOptions, DeviceSelection};
+    use crate::reference::SplitMix64;
+
+    fn ctx() -> GpuContext {
+        GpuContext::new(&DeviceOptions {
+            selection: DeviceSelection::Best,
+            allow_software: true,
+        })
+        .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
+    }
+
+    fn random(len: usize, seed: u64) -> Vec<f32> {
+        let mut rng = SplitMix64::new(seed);
+        (0..len).map(|_| rng.next_f64() as f32 - 0.5).collect()
+    }
+
+    /// Forward differences / sqrt(3) in f64, component-major (x, y, z).
+    fn gradient_f64(u: &[f32], [n0, n1, n2]: [usize; 3]) -> Vec<f64> {
+        let v = n0 * n1 * n2;
+        let mut g = vec![0.0; 3 * v];
+        let s = 1.0 / 3f64.sqrt();
+        for z in 0..n0 {
+            for y in 0..n1 {
+                for x in 0..n2 {
+                    let i = (z * n1 + y) * n2 + x;
+                    if x + 1 < n2 {
+                        g[i] = (u[i + 1] as f64 - u[i] as f64) * s;
+                    }
+                    if y + 1 < n1 {
+                        g[v + i] = (u[i + n2] as f64 - u[i] as f64) * s;
+                    }
+                    if z + 1 < n0 {
+                        g[2 * v + i] = (u[i + n1 * n2] as f64 - u[i] as f64) * s;
+                    }
+                }
+            }
+        }
+        g
+    }
+
+    fn run(ctx: &GpuContext, op: &VectorOp, a: f32, b: f32, c: f32) {
+        let mut rec = ctx.recorder("test");
+        op.record(ctx, &mut rec, a, b, c);
+        ctx.submit(rec).unwrap();
+    }
+
+    #[test]
+    fn gradient_matches_f64_and_its_adjoint_is_exact_for_every_field() {
+        let ctx = ctx();
+        let shape = [5, 6, 7];
+        let v = 210;
+        let u = random(v, 1);
+        let q = random(3 * v, 2);
+        let (ub, qb) = (ctx.upload("u", &u).unwrap(), ctx.upload("q", &q).unwrap());
+        let (gb, db) = (
+            ctx.storage_buffer("g", 12 * v as u64).unwrap(),
+            ctx.storage_buffer("d", 4 * v as u64).unwrap(),
+        );
+        run(
+            &ctx,
+            &VectorOp::new(&ctx, Kernel::Gradient, &ub, &ub, Some(&gb), v, shape).unwrap(),
+            0.0,
+            0.0,
+            0.0,
+        );
+        run(
+            &ctx,
+            &VectorOp::new(&ctx, Kernel::GradientAdjoint, &qb, &qb, Some(&db), v, shape).unwrap(),
+            1.0,
+            0.0,
+            0.0,
+        );
+        let g: Vec<f32> = ctx.read(&gb, 0, 3 * v).unwrap();
+        let d: Vec<f32> = ctx.read(&db, 0, v).unwrap();
+        let reference = gradient_f64(&u, shape);
+        let err = g
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (*a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        assert!(err < 1e-6, "gradient error {err:e}");
+        // <grad u, q> = <u, grad* q> for arbitrary q (q need not vanish at the last index).
+        let lhs: f64 = reference.iter().zip(&q).map(|(a, b)| a * *b as f64).sum();
+        let rhs: f64 = u.iter().zip(&d).map(|(a, b)| *a as f64 * *b as f64).sum();
+        assert!(
+            (lhs - rhs).abs() < 1e-5 * lhs.abs().max(1.0),
+            "{lhs} vs {rhs}"
+        );
+    }
+
+    #[test]
+    fn shrinkage_zeroes_small_vectors_and_shortens_large_ones() {
+        let ctx = ctx();
+        // Voxel 0: |v| = 0.5 <= tau = 1 -> 0. Voxel 1: |v| = 5 (3, 4, 0) -> (1 - 1/5) v.
+        // Voxel 2: exactly tau -> 0.
+        let x = [0.3f32, 3.0, 1.0, 0.4, 4.0, 0.0, 0.0, 0.0, 0.0];
+        let y = [0.0f32; 9];
+        let (xb, yb) = (ctx.upload("x", &x).unwrap(), ctx.upload("y", &y).unwrap());
+        let zb = ctx.storage_buffer("z", 36).unwrap();
+        run(
+            &ctx,
+            &VectorOp::new(&ctx, Kernel::Shrink, &xb, &yb, Some(&zb), 3, [1, 1, 3]).unwrap(),
+            1.0,
+            1.0,
+            0.0,
+        );
+        let z: Vec<f32> = ctx.read(&zb, 0, 9).unwrap();
+        assert_eq!([z[0], z[3], z[6]], [0.0; 3]);
+        assert!(
+            (z[1] - 2.4).abs() < 1e-6 && (z[4] - 3.2).abs() < 1e-6 && z[7] == 0.0,
+            "{z:?}"
+        );
+        assert_eq!([z[2], z[5], z[8]], [0.0; 3]);
+    }
+
+    #[test]
+    fn reductions_match_f64_sums_and_repeat_bit_for_bit() {
+        let ctx = ctx();
+        let n = 3 * 1000 + 17;
+        let x = random(n, 3);
+        let y = random(n, 4);
+        let (xb, yb) = (ctx.upload("x", &x).unwrap(), ctx.upload("y", &y).unwrap());
+        let dot = VectorOp::new(&ctx, Kernel::Dot, &xb, &yb, None, n, [1, 1, n]).unwrap();
+        let iso =
+            VectorOp::new(&ctx, Kernel::IsoNorm, &xb, &xb, None, n / 3, [1, 1, n / 3]).unwrap();
+        run(&ctx, &dot, 0.0, 0.0, 0.0);
+        run(&ctx, &iso, 0.0, 0.0, 0.0);
+        let expect: f64 = x.iter().zip(&y).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let v = n / 3;
+        let expect_iso: f64 = (0..v)
+            .map(|i| {
+                ((x[i] as f64).powi(2) + (x[v + i] as f64).powi(2) + (x[2 * v + i] as f64).powi(2))
+                    .sqrt()
+            })
+            .sum();
+        let (got, got_iso) = (dot.sum(&ctx).unwrap(), iso.sum(&ctx).unwrap());
+        assert!(
+            (got - expect).abs() < 1e-5 * expect.abs().max(1.0),
+            "{got} vs {expect}"
+        );
+        assert!(
+            (got_iso - expect_iso).abs() < 1e-5 * expect_iso,
+            "{got_iso} vs {expect_iso}"
+        );
+        run(&ctx, &dot, 0.0, 0.0, 0.0);
+        assert_eq!(dot.sum(&ctx).unwrap().to_bits(), got.to_bits());
+    }
+}
