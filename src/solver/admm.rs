@@ -3,6 +3,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
+use super::checkpoint::{fnv1a, Checkpoint, CheckpointError};
 use super::params::AdmmParams;
 use super::vector::{Kernel, VectorOp};
 use crate::error::GpuError;
@@ -20,6 +21,12 @@ pub enum SolverError {
     /// The data do not have the geometry's shape.
     #[error("the data hold {got} values, but the geometry needs {expected} (ntheta, deth, detw)")]
     DataShape { expected: usize, got: usize },
+    /// A checkpoint does not belong to this reconstruction.
+    #[error("the checkpoint was written for a different {what}; refusing to resume from it")]
+    CheckpointMismatch { what: &'static str },
+    /// A checkpoint file could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     /// A non-finite value appeared (bad input or a diverging iteration).
     #[error("{what} became non-finite at outer iteration {iteration}")]
     NonFinite {
@@ -57,8 +64,19 @@ pub struct AdmmSolver {
     n_fourier: f64,
     rho: f64,
     iteration: usize,
-    u: GpuBuffer,
+    state: State,
+    data_hash: u64,
     ops: Ops,
+}
+
+/// The iterates that carry over between outer iterations: everything else is recomputed at the
+/// start of each one (CG restarts), so these and rho make a complete checkpoint.
+struct State {
+    u: GpuBuffer,
+    psi: GpuBuffer,
+    lambda: GpuBuffer,
+    grad_u: GpuBuffer,
+    au: GpuBuffer,
 }
 
 /// One bound call site per use (see [`VectorOp`]).
@@ -181,16 +199,21 @@ impl AdmmSolver {
             .record(ctx, &mut rec, n_fourier as f32, 0.0, 0.0);
         ctx.submit(rec)?;
         // The bind groups keep these buffers alive; only u is read back directly.
-        drop((
-            p, r, hp, gp, lambda, g, h0, tmp, ap, dhat, resid, au, gu, psi,
-        ));
+        let state = State {
+            u,
+            psi,
+            lambda,
+            grad_u: gu,
+            au,
+        };
         Ok(Self {
             op,
             params,
             n_fourier,
             rho: params.rho0,
             iteration: 0,
-            u,
+            state,
+            data_hash: fnv1a(bytemuck::cast_slice(data)),
             ops,
         })
     }
@@ -330,8 +353,67 @@ impl AdmmSolver {
         Ok(reports)
     }
 
+    /// The complete solver state after the iterations done so far.
+    pub fn checkpoint(&self, ctx: &GpuContext) -> Result<Checkpoint, SolverError> {
+        let g = self.op.geometry();
+        let (v, d2) = (g.volume_len(), 2 * g.data_len());
+        let s = &self.state;
+        Ok(Checkpoint {
+            iteration: self.iteration,
+            rho: self.rho,
+            geometry: g.clone(),
+            params: self.params,
+            data_hash: self.data_hash,
+            u: ctx.read(&s.u, 0, v)?,
+            psi: ctx.read(&s.psi, 0, 3 * v)?,
+            lambda: ctx.read(&s.lambda, 0, 3 * v)?,
+            grad_u: ctx.read(&s.grad_u, 0, 3 * v)?,
+            au: ctx.read(&s.au, 0, d2)?,
+        })
+    }
+
+    /// Continues from `checkpoint`: the same geometry, data and parameters (the number of outer
+    /// iterations may differ), so the final result equals an uninterrupted run bit for bit.
+    pub fn resume(&mut self, ctx: &GpuContext, checkpoint: &Checkpoint) -> Result<(), SolverError> {
+        let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
+        if &checkpoint.geometry != self.op.geometry() {
+            return mismatch("geometry");
+        }
+        if checkpoint.data_hash != self.data_hash {
+            return mismatch("data");
+        }
+        let p = AdmmParams {
+            outer_iterations: self.params.outer_iterations,
+            ..checkpoint.params
+        };
+        if p != self.params {
+            return mismatch("solver parameters");
+        }
+        let g = self.op.geometry();
+        let (v, d2) = (g.volume_len(), 2 * g.data_len());
+        let c = checkpoint;
+        if c.u.len() != v
+            || [&c.psi, &c.lambda, &c.grad_u]
+                .iter()
+                .any(|a| a.len() != 3 * v)
+            || c.au.len() != d2
+        {
+            return mismatch("array sizes");
+        }
+        let s = &self.state;
+        ctx.write(&s.u, 0, &c.u);
+        ctx.write(&s.psi, 0, &c.psi);
+        ctx.write(&s.lambda, 0, &c.lambda);
+        ctx.write(&s.grad_u, 0, &c.grad_u);
+        ctx.write(&s.au, 0, &c.au);
+        ctx.wait()?;
+        self.rho = c.rho;
+        self.iteration = c.iteration;
+        Ok(())
+    }
+
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
-        Ok(ctx.read(&self.u, 0, self.op.geometry().volume_len())?)
+        Ok(ctx.read(&self.state.u, 0, self.op.geometry().volume_len())?)
     }
 }

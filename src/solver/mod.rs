@@ -9,8 +9,10 @@
 //! reduction results (partial sums combined in f64) come back.
 
 mod admm;
+mod checkpoint;
 mod params;
 mod vector;
 
 pub use admm::{AdmmSolver, IterationReport, SolverError};
+pub use checkpoint::{Checkpoint, CheckpointError};
 pub use params::AdmmParams;
