@@ -223,6 +223,13 @@ impl AdmmSolver {
         &self.op
     }
 
+    /// Device memory of the solver's vectors (besides the operator's).
+    pub fn vector_device_bytes(&self) -> u64 {
+        let g = self.op.geometry();
+        // u, p, r, Hp; grad u, grad p, psi, lambda, g, h0, tmp; A u, A p, D, residual.
+        (4 * g.volume_len() + 7 * 3 * g.volume_len() + 4 * 2 * g.data_len()) as u64 * 4
+    }
+
     /// Outer iterations done so far.
     pub fn iterations_done(&self) -> usize {
         self.iteration

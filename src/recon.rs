@@ -1,0 +1,306 @@
+//! The reconstruction pipeline as a library: projections in, volume out, with progress reports,
+//! cancellation and checkpoints. No global state: everything comes through the builder.
+//!
+//! ```no_run
+//! use lamino::gpu::{DeviceOptions, GpuContext};
+//! use lamino::operator::Geometry;
+//! use lamino::recon::{Projections, Reconstructor};
+//!
+//! let ctx = GpuContext::new(&DeviceOptions::default())?;
+//! let geometry = Geometry::cube(64, 64, 1.92);
+//! let projections = Projections::new(geometry, vec![0.0; 64 * 64 * 64])?;
+//! let result = Reconstructor::new(&ctx)
+//!     .on_progress(|p| eprintln!("iteration {} of {}", p.iteration + 1, p.total))
+//!     .run(&projections)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::gpu::GpuContext;
+use crate::operator::{Geometry, OperatorOptions};
+use crate::solver::{AdmmParams, AdmmSolver, Checkpoint, IterationReport, SolverError};
+
+/// Errors of the reconstruction pipeline.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReconError {
+    #[error(transparent)]
+    Solver(#[from] SolverError),
+    #[error(transparent)]
+    Geometry(#[from] crate::operator::GeometryError),
+    /// The projections hold a NaN or an infinity.
+    #[error("projection value {index} (angle {angle}, row {row}, column {column}) is {value}: the input must be finite")]
+    NonFinite {
+        index: usize,
+        angle: usize,
+        row: usize,
+        column: usize,
+        value: f32,
+    },
+    /// The projections do not have the geometry's shape.
+    #[error("{got} projection values for a geometry of {expected} (ntheta x deth x detw)")]
+    Shape { expected: usize, got: usize },
+}
+
+/// Line integrals `-ln(I / I0)` in units of the voxel size, `(ntheta, deth, detw)` row-major,
+/// with their geometry.
+#[derive(Debug, Clone)]
+pub struct Projections {
+    geometry: Geometry,
+    values: Vec<f32>,
+}
+
+impl Projections {
+    /// Validates the geometry, the shape and that every value is finite.
+    pub fn new(geometry: Geometry, values: Vec<f32>) -> Result<Self, ReconError> {
+        geometry.validate()?;
+        if values.len() != geometry.data_len() {
+            return Err(ReconError::Shape {
+                expected: geometry.data_len(),
+                got: values.len(),
+            });
+        }
+        if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+            let (h, w) = (geometry.deth, geometry.detw);
+            return Err(ReconError::NonFinite {
+                index,
+                angle: index / (h * w),
+                row: (index / w) % h,
+                column: index % w,
+                value: values[index],
+            });
+        }
+        Ok(Self { geometry, values })
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+
+    /// Pads the detector and the volume laterally by `pad` columns on each side (edge values), as
+    /// the reference does to keep objects wider than the field of view from wrapping around.
+    fn padded(&self, pad: usize) -> Self {
+        if pad == 0 {
+            return self.clone();
+        }
+        let g = &self.geometry;
+        let detw = g.detw + 2 * pad;
+        let mut values = Vec::with_capacity(g.ntheta() * g.deth * detw);
+        for row in self.values.chunks(g.detw) {
+            values.extend(std::iter::repeat_n(row[0], pad));
+            values.extend_from_slice(row);
+            values.extend(std::iter::repeat_n(row[g.detw - 1], pad));
+        }
+        let geometry = Geometry {
+            detw,
+            n1: g.n1 + 2 * pad,
+            n2: g.n2 + 2 * pad,
+            ..g.clone()
+        };
+        Self { geometry, values }
+    }
+}
+
+/// What the progress callback receives after every outer iteration.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub iteration: usize,
+    pub total: usize,
+    pub report: IterationReport,
+    pub elapsed_s: f64,
+    /// Estimated seconds left, from the mean time per iteration so far.
+    pub eta_s: f64,
+}
+
+/// The result of a reconstruction.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reconstruction {
+    /// The volume `(n0, n1, n2)` of the input geometry (padding removed).
+    #[serde(skip)]
+    pub volume: Vec<f32>,
+    pub geometry: Geometry,
+    pub params: AdmmParams,
+    pub reports: Vec<IterationReport>,
+    /// False when cancelled before the last iteration (a checkpoint was written if configured).
+    pub completed: bool,
+    /// The iteration a checkpoint resumed from, if any.
+    pub resumed_from: Option<usize>,
+    pub setup_s: f64,
+    pub iterations_s: f64,
+    /// Device memory held by the operator (arrays, chunk buffers, tables, FFT plans).
+    pub operator_device_bytes: u64,
+    /// Device memory of the solver's own vectors.
+    pub solver_device_bytes: u64,
+    pub device: String,
+}
+
+type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
+
+/// Builder of a reconstruction run.
+pub struct Reconstructor<'a> {
+    ctx: &'a GpuContext,
+    params: AdmmParams,
+    options: OperatorOptions,
+    pad: usize,
+    checkpoint: Option<(PathBuf, usize)>,
+    resume: Option<PathBuf>,
+    cancel: Option<Arc<AtomicBool>>,
+    progress: Option<ProgressFn<'a>>,
+}
+
+impl<'a> Reconstructor<'a> {
+    pub fn new(ctx: &'a GpuContext) -> Self {
+        Self {
+            ctx,
+            params: AdmmParams::default(),
+            options: OperatorOptions::default(),
+            pad: 0,
+            checkpoint: None,
+            resume: None,
+            cancel: None,
+            progress: None,
+        }
+    }
+
+    /// Solver parameters (default: [`AdmmParams::default`]).
+    pub fn params(mut self, params: AdmmParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    /// Chunking limits of the operator.
+    pub fn operator_options(mut self, options: OperatorOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Pads the detector by `pad` columns on each side and crops them off the volume afterwards.
+    pub fn lateral_padding(mut self, pad: usize) -> Self {
+        self.pad = pad;
+        self
+    }
+
+    /// Writes the full solver state to `path` every `every` iterations and when cancelled.
+    pub fn checkpoint_every(mut self, path: PathBuf, every: usize) -> Self {
+        self.checkpoint = Some((path, every.max(1)));
+        self
+    }
+
+    /// Continues from a checkpoint written by an earlier run with the same input and parameters.
+    pub fn resume_from(mut self, path: PathBuf) -> Self {
+        self.resume = Some(path);
+        self
+    }
+
+    /// Stops after the current iteration once `flag` is set.
+    pub fn cancel_flag(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.cancel = Some(flag);
+        self
+    }
+
+    /// Called after every outer iteration.
+    pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'a) -> Self {
+        self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// Reconstructs `projections`.
+    pub fn run(mut self, projections: &Projections) -> Result<Reconstruction, ReconError> {
+        let start = Instant::now();
+        let padded = projections.padded(self.pad);
+        let g = padded.geometry.clone();
+        // L u ~ P u / sqrt(n2 ntheta): scale the line integrals to the operator's normalisation.
+        let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
+        let data: Vec<f32> = padded
+            .values
+            .iter()
+            .map(|&v| (v as f64 * scale) as f32)
+            .collect();
+        let mut solver = AdmmSolver::new(self.ctx, &g, &data, self.params, &self.options)?;
+        let mut resumed_from = None;
+        if let Some(path) = &self.resume {
+            let checkpoint = Checkpoint::read(path).map_err(SolverError::from)?;
+            solver.resume(self.ctx, &checkpoint)?;
+            resumed_from = Some(checkpoint.iteration);
+        }
+        let setup_s = start.elapsed().as_secs_f64();
+        let loop_start = Instant::now();
+        let first = solver.iterations_done();
+        let mut reports = Vec::new();
+        let mut completed = true;
+        while solver.iterations_done() < self.params.outer_iterations {
+            let report = solver.step(self.ctx)?;
+            reports.push(report);
+            let done = solver.iterations_done();
+            let cancelled = self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::SeqCst));
+            if let Some((path, every)) = &self.checkpoint {
+                if done % every == 0 || cancelled {
+                    solver
+                        .checkpoint(self.ctx)?
+                        .write(path)
+                        .map_err(SolverError::from)?;
+                }
+            }
+            if let Some(f) = self.progress.as_mut() {
+                let elapsed_s = loop_start.elapsed().as_secs_f64();
+                let per = elapsed_s / (done - first) as f64;
+                f(&Progress {
+                    iteration: report.iteration,
+                    total: self.params.outer_iterations,
+                    report,
+                    elapsed_s,
+                    eta_s: per * (self.params.outer_iterations - done) as f64,
+                });
+            }
+            if cancelled && done < self.params.outer_iterations {
+                completed = false;
+                break;
+            }
+        }
+        let full = solver.volume(self.ctx)?;
+        let volume = crop(&full, &g, self.pad);
+        Ok(Reconstruction {
+            volume,
+            geometry: projections.geometry.clone(),
+            params: self.params,
+            reports,
+            completed,
+            resumed_from,
+            setup_s,
+            iterations_s: loop_start.elapsed().as_secs_f64(),
+            operator_device_bytes: solver.operator().device_bytes(),
+            solver_device_bytes: solver.vector_device_bytes(),
+            device: self.ctx.info().to_string(),
+        })
+    }
+}
+
+/// Removes `pad` voxels from each lateral side (y and x) of a padded volume.
+fn crop(volume: &[f32], g: &Geometry, pad: usize) -> Vec<f32> {
+    if pad == 0 {
+        return volume.to_vec();
+    }
+    let (n1, n2) = (g.n1 - 2 * pad, g.n2 - 2 * pad);
+    let mut out = Vec::with_capacity(g.n0 * n1 * n2);
+    for z in 0..g.n0 {
+        for y in pad..pad + n1 {
+            let row = (z * g.n1 + y) * g.n2;
+            out.extend_from_slice(&volume[row + pad..row + pad + n2]);
+        }
+    }
+    out
+}
