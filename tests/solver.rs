@@ -161,3 +161,32 @@ fn resuming_from_a_checkpoint_equals_an_uninterrupted_run_bit_for_bit() {
         "{err}"
     );
 }
+
+#[test]
+fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() {
+    use lamino::solver::InnerSolver;
+    let (g, truth, data) = setup(16);
+    let error = |inner| {
+        let params = AdmmParams {
+            inner,
+            ..AdmmParams::default()
+        };
+        let mut s = AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
+        let first = {
+            s.step(ctx()).unwrap();
+            rel_err(&s.volume(ctx()).unwrap(), &truth)
+        };
+        s.run(ctx(), |r| assert!(r.lagrangian.is_finite())).unwrap();
+        (first, rel_err(&s.volume(ctx()).unwrap(), &truth))
+    };
+    let (dy_first, dy_last) = error(InnerSolver::DaiYuan { step: 1.0 });
+    let (_, cg_last) = error(InnerSolver::ConjugateGradient);
+    eprintln!(
+        "relative error: Dai-Yuan {dy_first:.3} -> {dy_last:.3}, exact-step CG -> {cg_last:.3}"
+    );
+    assert!(dy_last < dy_first, "Dai-Yuan must still reduce the error");
+    assert!(
+        cg_last <= dy_last,
+        "the exact step should do at least as well as the fixed one"
+    );
+}

@@ -4,10 +4,10 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::checkpoint::{fnv1a, Checkpoint, CheckpointError};
-use super::params::AdmmParams;
+use super::params::{AdmmParams, InnerSolver};
 use super::vector::{Kernel, VectorOp};
 use crate::error::GpuError;
-use crate::gpu::{GpuBuffer, GpuContext};
+use crate::gpu::{GpuBuffer, GpuContext, Recorder};
 use crate::operator::{Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions};
 
 /// Errors of the solver.
@@ -113,6 +113,9 @@ struct Ops {
     dot_resid: VectorOp,
     iso_psi: VectorOp,
     dot_lambda_tmp: VectorOp,
+    rprev_from_r: VectorOp,
+    dot_p_rprev: VectorOp,
+    dot_p_r: VectorOp,
 }
 
 impl AdmmSolver {
@@ -137,6 +140,7 @@ impl AdmmSolver {
         let shape = [geometry.n0, geometry.n1, geometry.n2];
         let real = |label: &str, len: usize| ctx.storage_buffer(label, len as u64 * 4);
         let (u, p, r, hp) = (real("u", v)?, real("p", v)?, real("r", v)?, real("Hp", v)?);
+        let r_prev = real("r previous", v)?;
         let (gu, gp, psi, lambda) = (
             real("grad u", 3 * v)?,
             real("grad p", 3 * v)?,
@@ -188,6 +192,9 @@ impl AdmmSolver {
             dot_resid: mk(Dot, &resid, &resid, None, d2)?,
             iso_psi: mk(IsoNorm, &psi, &psi, None, v)?,
             dot_lambda_tmp: mk(Dot, &lambda, &tmp, None, 3 * v)?,
+            rprev_from_r: mk(Axpby, &r, &r, Some(&r_prev), v)?,
+            dot_p_rprev: mk(Dot, &p, &r_prev, None, v)?,
+            dot_p_r: mk(Dot, &p, &r, None, v)?,
         };
         let n_fourier = (geometry.deth * geometry.detw) as f64;
         // D = N F_fwd(d): the data in the Fourier domain, once.
@@ -226,8 +233,8 @@ impl AdmmSolver {
     /// Device memory of the solver's vectors (besides the operator's).
     pub fn vector_device_bytes(&self) -> u64 {
         let g = self.op.geometry();
-        // u, p, r, Hp; grad u, grad p, psi, lambda, g, h0, tmp; A u, A p, D, residual.
-        (4 * g.volume_len() + 7 * 3 * g.volume_len() + 4 * 2 * g.data_len()) as u64 * 4
+        // u, p, r, Hp, r_prev; grad u, grad p, psi, lambda, g, h0, tmp; A u, A p, D, residual.
+        (5 * g.volume_len() + 7 * 3 * g.volume_len() + 4 * 2 * g.data_len()) as u64 * 4
     }
 
     /// Outer iterations done so far.
@@ -252,57 +259,17 @@ impl AdmmSolver {
         };
         let it = self.iteration;
 
-        // g = psi - lambda/rho; h0 = grad u; r = (1/N) Re A*(D - A u) + rho grad*(g - grad u).
+        // g = psi - lambda/rho; h0 = grad u; r = -(gradient of the subproblem at u).
         let mut rec = ctx.recorder("admm: residual");
         o.g_from_psi_lambda
             .record(ctx, &mut rec, 1.0, (-1.0 / rho) as f32, 0.0);
         o.save_h0.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-        o.resid_dhat_minus_au.record(ctx, &mut rec, 1.0, -1.0, 0.0);
-        o.data_from_resid.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-        self.op.record(&mut rec, Apply::FourierAdjoint);
-        o.r_from_volume
-            .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
-        o.tmp_g_minus_gu.record(ctx, &mut rec, 1.0, -1.0, 0.0);
-        o.r_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
-        o.dot_rr.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        self.record_residual(ctx, &mut rec);
         ctx.submit(rec)?;
-        let mut rr = non_finite("the CG residual", o.dot_rr.sum(ctx)?, it)?;
-
-        // Conjugate gradient on (1/N) Re A*A + rho grad* grad with the exact step.
-        let mut beta = 0.0;
-        for _ in 0..self.params.inner_iterations {
-            if rr == 0.0 {
-                break;
-            }
-            let mut rec = ctx.recorder("admm: A p");
-            o.p_from_r.record(ctx, &mut rec, 1.0, 0.0, beta as f32);
-            o.volume_from_p.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-            self.op.record(&mut rec, Apply::FourierForward);
-            o.ap_from_data.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-            o.gp_from_p.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            o.dot_apap.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            o.dot_gpgp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            ctx.submit(rec)?;
-            let p_hp = o.dot_apap.sum(ctx)? * inv_n + rho * o.dot_gpgp.sum(ctx)?;
-            let p_hp = non_finite("the CG curvature", p_hp, it)?;
-            if p_hp <= 0.0 {
-                break;
-            }
-            let step = rr / p_hp;
-            let mut rec = ctx.recorder("admm: update");
-            o.u_add_p.record(ctx, &mut rec, step as f32, 0.0, 1.0);
-            o.au_add_ap.record(ctx, &mut rec, step as f32, 0.0, 1.0);
-            o.gu_add_gp.record(ctx, &mut rec, step as f32, 0.0, 1.0);
-            self.op.record(&mut rec, Apply::FourierAdjoint);
-            o.hp_from_volume
-                .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
-            o.hp_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
-            o.r_sub_hp.record(ctx, &mut rec, -step as f32, 0.0, 1.0);
-            o.dot_rr_new.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            ctx.submit(rec)?;
-            let rr_new = non_finite("the CG residual", o.dot_rr_new.sum(ctx)?, it)?;
-            beta = rr_new / rr;
-            rr = rr_new;
+        let rr = non_finite("the CG residual", o.dot_rr.sum(ctx)?, it)?;
+        match self.params.inner {
+            InnerSolver::ConjugateGradient => self.conjugate_gradient(ctx, rr)?,
+            InnerSolver::DaiYuan { step } => self.dai_yuan(ctx, step)?,
         }
 
         // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
@@ -343,6 +310,116 @@ impl AdmmSolver {
         }
         self.iteration += 1;
         Ok(report)
+    }
+
+    /// Records `r = (1/N) Re A*(D - A u) + rho grad*(g - grad u)` (minus the gradient of the
+    /// subproblem) and the reduction of `|r|^2`.
+    fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) {
+        let o = &self.ops;
+        o.resid_dhat_minus_au.record(ctx, rec, 1.0, -1.0, 0.0);
+        o.data_from_resid.record(ctx, rec, 1.0, 0.0, 0.0);
+        self.op.record(rec, Apply::FourierAdjoint);
+        o.r_from_volume
+            .record(ctx, rec, (1.0 / self.n_fourier) as f32, 0.0, 0.0);
+        o.tmp_g_minus_gu.record(ctx, rec, 1.0, -1.0, 0.0);
+        o.r_add_gradadj.record(ctx, rec, self.rho as f32, 0.0, 1.0);
+        o.dot_rr.record(ctx, rec, 0.0, 0.0, 0.0);
+    }
+
+    /// Records `p = r + beta p`, `A p` and `grad p`.
+    fn record_direction(&self, ctx: &GpuContext, rec: &mut Recorder, beta: f64) {
+        let o = &self.ops;
+        o.p_from_r.record(ctx, rec, 1.0, 0.0, beta as f32);
+        o.volume_from_p.record(ctx, rec, 1.0, 0.0, 0.0);
+        self.op.record(rec, Apply::FourierForward);
+        o.ap_from_data.record(ctx, rec, 1.0, 0.0, 0.0);
+        o.gp_from_p.record(ctx, rec, 0.0, 0.0, 0.0);
+    }
+
+    /// Records `u += s p`, `A u += s A p`, `grad u += s grad p`.
+    fn record_move(&self, ctx: &GpuContext, rec: &mut Recorder, s: f64) {
+        let o = &self.ops;
+        o.u_add_p.record(ctx, rec, s as f32, 0.0, 1.0);
+        o.au_add_ap.record(ctx, rec, s as f32, 0.0, 1.0);
+        o.gu_add_gp.record(ctx, rec, s as f32, 0.0, 1.0);
+    }
+
+    fn finite(&self, what: &'static str, v: f64) -> Result<f64, SolverError> {
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(SolverError::NonFinite {
+                what,
+                iteration: self.iteration,
+            })
+        }
+    }
+
+    /// Conjugate gradient on `(1/N) Re A*A + rho grad* grad` with the exact step, starting from the
+    /// residual already in r (`rr = |r|^2`).
+    fn conjugate_gradient(&self, ctx: &GpuContext, mut rr: f64) -> Result<(), SolverError> {
+        let o = &self.ops;
+        let (rho, inv_n) = (self.rho, 1.0 / self.n_fourier);
+        let mut beta = 0.0;
+        for _ in 0..self.params.inner_iterations {
+            if rr == 0.0 {
+                break;
+            }
+            let mut rec = ctx.recorder("admm: A p");
+            self.record_direction(ctx, &mut rec, beta);
+            o.dot_apap.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            o.dot_gpgp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            ctx.submit(rec)?;
+            // p.Hp without applying H: (1/N) |A p|^2 + rho |grad p|^2.
+            let p_hp = self.finite(
+                "the CG curvature",
+                o.dot_apap.sum(ctx)? * inv_n + rho * o.dot_gpgp.sum(ctx)?,
+            )?;
+            if p_hp <= 0.0 {
+                break;
+            }
+            let step = rr / p_hp;
+            let mut rec = ctx.recorder("admm: update");
+            self.record_move(ctx, &mut rec, step);
+            self.op.record(&mut rec, Apply::FourierAdjoint);
+            o.hp_from_volume
+                .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
+            o.hp_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
+            o.r_sub_hp.record(ctx, &mut rec, -step as f32, 0.0, 1.0);
+            o.dot_rr_new.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+            ctx.submit(rec)?;
+            let rr_new = self.finite("the CG residual", o.dot_rr_new.sum(ctx)?)?;
+            beta = rr_new / rr;
+            rr = rr_new;
+        }
+        Ok(())
+    }
+
+    /// The reference's inner solver: Dai-Yuan directions with a fixed step `gamma`
+    /// (`beta = |r|^2 / (p.(r_prev - r) + 1e-32)`), kept to reproduce its results. The first
+    /// residual is already in r.
+    fn dai_yuan(&self, ctx: &GpuContext, gamma: f64) -> Result<(), SolverError> {
+        let o = &self.ops;
+        for i in 0..self.params.inner_iterations {
+            let beta = if i == 0 {
+                0.0
+            } else {
+                let mut rec = ctx.recorder("admm: residual");
+                self.record_residual(ctx, &mut rec);
+                o.dot_p_rprev.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+                o.dot_p_r.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+                ctx.submit(rec)?;
+                let rr = self.finite("the residual", o.dot_rr.sum(ctx)?)?;
+                let denominator = o.dot_p_rprev.sum(ctx)? - o.dot_p_r.sum(ctx)?;
+                self.finite("the Dai-Yuan coefficient", rr / (denominator + 1e-32))?
+            };
+            let mut rec = ctx.recorder("admm: Dai-Yuan step");
+            self.record_direction(ctx, &mut rec, beta);
+            o.rprev_from_r.record(ctx, &mut rec, 1.0, 0.0, 0.0);
+            self.record_move(ctx, &mut rec, gamma);
+            ctx.submit(rec)?;
+        }
+        Ok(())
     }
 
     /// Runs the remaining outer iterations, calling `progress` after each.

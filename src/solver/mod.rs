@@ -15,4 +15,4 @@ mod vector;
 
 pub use admm::{AdmmSolver, IterationReport, SolverError};
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use params::AdmmParams;
+pub use params::{AdmmParams, InnerSolver};
