@@ -297,3 +297,76 @@ pub fn bench_operator(
     }
     Ok(records)
 }
+
+/// One line of `lamino bench admm --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdmmBenchRecord {
+    pub size: usize,
+    pub angles: usize,
+    pub inner_iterations: usize,
+    /// Median wall time of one outer iteration (submit to completion, readbacks included), ms.
+    pub ms_per_iteration: f64,
+    /// GPU time of the operator applications one outer iteration makes (1 + inner A*, inner A),
+    /// each timed on its own, ms.
+    pub ms_operator: f64,
+    /// The rest: vector kernels, reductions, readbacks and submission overhead, ms.
+    pub ms_vector_and_sync: f64,
+    /// Device memory of the operator plus the solver's vectors.
+    pub device_bytes: u64,
+    pub device: String,
+}
+
+/// Times outer ADMM iterations for an `n`^3 volume and `angles` projections.
+pub fn bench_admm(
+    ctx: &GpuContext,
+    n: usize,
+    angles: usize,
+    iterations: usize,
+) -> Result<AdmmBenchRecord, crate::solver::SolverError> {
+    use crate::operator::{Apply, Geometry, OperatorOptions};
+    use crate::solver::{AdmmParams, AdmmSolver};
+    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let mut rng = SplitMix64::new(3);
+    let data: Vec<f32> = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
+    let params = AdmmParams::default();
+    let mut solver = AdmmSolver::new(ctx, &g, &data, params, &OperatorOptions::default())?;
+    solver.step(ctx)?; // warm-up: pays shader compilation
+    let mut times = Vec::new();
+    for _ in 0..iterations.max(1) {
+        let start = Instant::now();
+        solver.step(ctx)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let op = solver.operator();
+    let time_op = |what| -> Result<f64, crate::solver::SolverError> {
+        let mut t = Vec::new();
+        for _ in 0..3 {
+            t.push(
+                time_once(ctx, |rec| op.record(rec, what))
+                    .map_err(|e| match e {
+                        FftError::Gpu(g) => crate::solver::SolverError::Gpu(g),
+                        other => crate::solver::SolverError::Operator(other.into()),
+                    })?
+                    .0,
+            );
+        }
+        Ok(median(t))
+    };
+    let (a, a_adj) = (
+        time_op(Apply::FourierForward)?,
+        time_op(Apply::FourierAdjoint)?,
+    );
+    let k = params.inner_iterations as f64;
+    let ms_operator = (1.0 + k) * a_adj + k * a;
+    let ms_per_iteration = median(times);
+    Ok(AdmmBenchRecord {
+        size: n,
+        angles,
+        inner_iterations: params.inner_iterations,
+        ms_per_iteration,
+        ms_operator,
+        ms_vector_and_sync: ms_per_iteration - ms_operator,
+        device_bytes: op.device_bytes() + solver.vector_device_bytes(),
+        device: ctx.info().name.clone(),
+    })
+}

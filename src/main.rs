@@ -110,6 +110,21 @@ enum BenchWhat {
         #[arg(long, default_value_t = 64 << 20)]
         bytes: u64,
     },
+    /// Outer ADMM-TV iterations: time per iteration, operator share, device memory.
+    Admm {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector, n angles by default).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Projection angles (default: the size).
+        #[arg(long)]
+        angles: Option<usize>,
+        /// Timed outer iterations (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        iterations: usize,
+    },
     /// L and L* per stage, against the f32 CPU implementation on all cores.
     Operator {
         /// One JSON object per line.
@@ -255,6 +270,32 @@ fn bench_operator(
     Ok(())
 }
 
+fn bench_admm(
+    cli: &Cli,
+    json: bool,
+    size: usize,
+    angles: Option<usize>,
+    iterations: usize,
+) -> CliResult {
+    let ctx = context(cli)?;
+    let r = lamino::bench::bench_admm(&ctx, size, angles.unwrap_or(size), iterations)?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "n={} angles={}: {:.1} ms per outer iteration ({} inner): operator {:.1} ms, vectors and sync {:.1} ms; device memory {:.1} MiB",
+            r.size,
+            r.angles,
+            r.ms_per_iteration,
+            r.inner_iterations,
+            r.ms_operator,
+            r.ms_vector_and_sync,
+            r.device_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
+}
+
 fn bench_fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
     let ctx = context(cli)?;
     let copy = lamino::bench::copy_gbps(&ctx, bytes, repeats.max(1))?;
@@ -364,6 +405,12 @@ fn run(cli: &Cli) -> CliResult {
                 angles,
                 repeats,
             } => bench_operator(cli, *json, *size, *angles, *repeats),
+            BenchWhat::Admm {
+                json,
+                size,
+                angles,
+                iterations,
+            } => bench_admm(cli, *json, *size, *angles, *iterations),
         },
         Command::Demo => demo(cli),
     }
