@@ -304,3 +304,45 @@ fn crop(volume: &[f32], g: &Geometry, pad: usize) -> Vec<f32> {
     }
     out
 }
+
+/// Writes `DIR/recon.tif` (float32, one page per z slice), `DIR/report.json` (geometry,
+/// parameters, device, per-iteration Lagrangian terms, times, memory) and `DIR/preview_{xy,xz,yz}.png`.
+/// Each file appears only when complete. Returns the paths written.
+pub fn write_outputs(
+    dir: &std::path::Path,
+    rec: &Reconstruction,
+) -> Result<Vec<PathBuf>, crate::io::IoError> {
+    use crate::io::{
+        central_slices, write_atomically, write_png_preview, write_tiff_volume, IoError, Volume,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
+        path: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let g = &rec.geometry;
+    let volume = Volume {
+        shape: [g.n0, g.n1, g.n2],
+        data: rec.volume.clone(),
+    };
+    let mut written = Vec::new();
+    let tif = dir.join("recon.tif");
+    write_tiff_volume(&tif, &volume)?;
+    written.push(tif);
+    let report = dir.join("report.json");
+    let json =
+        serde_json::json!({ "lamino_version": env!("CARGO_PKG_VERSION"), "reconstruction": rec });
+    write_atomically(&report, |tmp| {
+        std::fs::write(
+            tmp,
+            serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())
+    })?;
+    written.push(report);
+    for (name, pixels, h, w) in central_slices(&volume) {
+        let png = dir.join(format!("preview_{name}.png"));
+        write_png_preview(&png, &pixels, h, w)?;
+        written.push(png);
+    }
+    Ok(written)
+}

@@ -333,3 +333,163 @@ fn apply_operator_commands_match_the_references_and_check_shapes() {
     );
     assert!(!path("never.npy").exists());
 }
+
+#[test]
+fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
+    use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let n = 16;
+    let g = Geometry::cube(n, 12, 1.92);
+    g.write_json(&path("g.json")).unwrap();
+    // A box, projected with the operator and scaled back to line integrals.
+    let mut truth = vec![0.0f32; n * n * n];
+    for z in 6..10 {
+        for y in 4..12 {
+            for x in 4..12 {
+                truth[(z * n + y) * n + x] = 1.0;
+            }
+        }
+    }
+    let ctx = common::ctx();
+    let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default()).unwrap();
+    let c: Vec<num_complex::Complex32> = truth
+        .iter()
+        .map(|&v| num_complex::Complex32::new(v, 0.0))
+        .collect();
+    let d = op.apply_host(ctx, Apply::Forward, &[n, n, n], &c).unwrap();
+    let scale = ((n * 12) as f32).sqrt();
+    let p: Vec<num_complex::Complex32> = d
+        .iter()
+        .map(|v| num_complex::Complex32::new(v.re * scale, 0.0))
+        .collect();
+    write_complex_npy(
+        &path("p.npy"),
+        &ComplexArray {
+            shape: vec![12, n, n],
+            data: p.clone(),
+        },
+    )
+    .unwrap();
+    let t: Vec<num_complex::Complex32> = truth
+        .iter()
+        .map(|&v| num_complex::Complex32::new(v, 0.0))
+        .collect();
+    write_complex_npy(
+        &path("truth.npy"),
+        &ComplexArray {
+            shape: vec![n, n, n],
+            data: t,
+        },
+    )
+    .unwrap();
+
+    let out = path("out");
+    let out_s = out.to_str().unwrap();
+    let o = lamino(
+        &[
+            "reconstruct",
+            path("p.npy").to_str().unwrap(),
+            "--geometry",
+            path("g.json").to_str().unwrap(),
+            "--out",
+            out_s,
+            "--quiet",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in [
+        "recon.tif",
+        "report.json",
+        "preview_xy.png",
+        "preview_xz.png",
+        "preview_yz.png",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["reconstruction"]["reports"]
+            .as_array()
+            .unwrap()
+            .len(),
+        33
+    );
+    assert!(report["reconstruction"]["geometry"]["n0"] == 16);
+    let o = lamino(
+        &[
+            "score",
+            out.join("recon.tif").to_str().unwrap(),
+            path("truth.npy").to_str().unwrap(),
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        s["rel_l2"].as_f64().unwrap() < 0.5 && s["ssim"].as_f64().unwrap() > 0.5,
+        "{s}"
+    );
+
+    // Bad input: nothing already written is damaged.
+    let before = std::fs::read(out.join("recon.tif")).unwrap();
+    let o = lamino(
+        &[
+            "reconstruct",
+            path("p.npy").to_str().unwrap(),
+            "--out",
+            out_s,
+        ],
+        true,
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("--geometry"),
+        "{}",
+        stderr(&o)
+    );
+    let mut nan = p.clone();
+    nan[5].re = f32::NAN;
+    write_complex_npy(
+        &path("nan.npy"),
+        &ComplexArray {
+            shape: vec![12, n, n],
+            data: nan,
+        },
+    )
+    .unwrap();
+    let o = lamino(
+        &[
+            "reconstruct",
+            path("nan.npy").to_str().unwrap(),
+            "--geometry",
+            path("g.json").to_str().unwrap(),
+            "--out",
+            out_s,
+        ],
+        true,
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("must be finite"),
+        "{}",
+        stderr(&o)
+    );
+    let o = lamino(
+        &[
+            "reconstruct",
+            path("truth.npy").to_str().unwrap(),
+            "--geometry",
+            path("g.json").to_str().unwrap(),
+            "--out",
+            out_s,
+        ],
+        true,
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("needs (ntheta, deth, detw)"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(out.join("recon.tif")).unwrap(), before);
+}

@@ -1,8 +1,14 @@
-//! Array files in the field's formats. Today: NumPy `.npy` (complex64, float32).
+//! Array files in the field's formats: NumPy `.npy` (complex64, float32), float32 multi-page TIFF
+//! volumes and PNG previews.
 
 mod npy;
+mod volume;
 
 pub use npy::{npy_descr, read_complex_npy, write_complex_npy, ComplexArray};
+pub use volume::{
+    central_slices, read_tiff_volume, write_atomically, write_png_preview, write_tiff_volume,
+    Volume,
+};
 
 use std::path::PathBuf;
 use thiserror::Error;

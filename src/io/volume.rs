@@ -1,0 +1,187 @@
+//! Volumes and previews on disk: float32 multi-page TIFF (one page per z slice, what Fiji, napari
+//! and tifffile read), `.npy`, and 8-bit PNG previews of the three central orthogonal slices.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use tiff::decoder::{Decoder, DecodingResult};
+use tiff::encoder::{colortype, TiffEncoder};
+
+use super::IoError;
+
+/// A float32 volume `(n0, n1, n2)` row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Volume {
+    pub shape: [usize; 3],
+    pub data: Vec<f32>,
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(".partial");
+    path.with_file_name(name)
+}
+
+/// Runs `write` on a temporary file next to `path` and renames it into place only on success, so
+/// an existing file is never left damaged.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), IoError> {
+    let tmp = temp_path(path);
+    let result = write(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
+    result.map_err(|reason| {
+        let _ = std::fs::remove_file(&tmp);
+        IoError::Write {
+            path: path.into(),
+            reason,
+        }
+    })
+}
+
+/// Writes a multi-page float32 TIFF, one page per slice of axis 0.
+pub fn write_tiff_volume(path: &Path, volume: &Volume) -> Result<(), IoError> {
+    let [n0, n1, n2] = volume.shape;
+    write_atomically(path, |tmp| {
+        let file = File::create(tmp).map_err(|e| e.to_string())?;
+        let mut enc = TiffEncoder::new(BufWriter::new(file)).map_err(|e| e.to_string())?;
+        for z in 0..n0 {
+            let page = &volume.data[z * n1 * n2..(z + 1) * n1 * n2];
+            enc.write_image::<colortype::Gray32Float>(n2 as u32, n1 as u32, page)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+}
+
+/// Reads a multi-page float32 TIFF written by [`write_tiff_volume`] (or any tool writing
+/// same-sized single-channel float32 pages).
+pub fn read_tiff_volume(path: &Path) -> Result<Volume, IoError> {
+    let corrupt = |reason: String| IoError::Corrupt {
+        path: path.into(),
+        reason,
+    };
+    let file = File::open(path).map_err(|e| IoError::Read {
+        path: path.into(),
+        reason: e.to_string(),
+    })?;
+    let mut dec =
+        Decoder::new(std::io::BufReader::new(file)).map_err(|e| corrupt(e.to_string()))?;
+    let (w, h) = dec.dimensions().map_err(|e| corrupt(e.to_string()))?;
+    let mut data = Vec::new();
+    let mut pages = 0;
+    loop {
+        if dec.dimensions().map_err(|e| corrupt(e.to_string()))? != (w, h) {
+            return Err(corrupt(format!(
+                "page {pages} is not {w} x {h} like page 0"
+            )));
+        }
+        match dec.read_image().map_err(|e| corrupt(e.to_string()))? {
+            DecodingResult::F32(v) if v.len() == (w * h) as usize => data.extend(v),
+            _ => {
+                return Err(IoError::UnsupportedDtype {
+                    path: path.into(),
+                    descr: "non-float32 or multi-channel TIFF".into(),
+                })
+            }
+        }
+        pages += 1;
+        if !dec.more_images() {
+            break;
+        }
+        dec.next_image().map_err(|e| corrupt(e.to_string()))?;
+    }
+    Ok(Volume {
+        shape: [pages, h as usize, w as usize],
+        data,
+    })
+}
+
+/// Writes an 8-bit grayscale PNG of `data` (`height x width`), contrast stretched between its 0.5
+/// and 99.5 percentiles so a few hot voxels do not wash the image out.
+pub fn write_png_preview(
+    path: &Path,
+    data: &[f32],
+    height: usize,
+    width: usize,
+) -> Result<(), IoError> {
+    let mut sorted: Vec<f32> = data.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f32::total_cmp);
+    let pick = |q: f64| {
+        sorted
+            .get(((sorted.len().saturating_sub(1)) as f64 * q) as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (lo, hi) = (pick(0.005), pick(0.995));
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let bytes: Vec<u8> = data
+        .iter()
+        .map(|v| ((v - lo) / span * 255.0).round().clamp(0.0, 255.0) as u8)
+        .collect();
+    write_atomically(path, |tmp| {
+        image::save_buffer_with_format(
+            tmp,
+            &bytes,
+            width as u32,
+            height as u32,
+            image::ExtendedColorType::L8,
+            image::ImageFormat::Png,
+        )
+        .map_err(|e| e.to_string())
+    })
+}
+
+/// The three central orthogonal slices: `(name, pixels, height, width)` for the xy (z = n0/2),
+/// xz (y = n1/2) and yz (x = n2/2) planes.
+pub fn central_slices(volume: &Volume) -> [(&'static str, Vec<f32>, usize, usize); 3] {
+    let [n0, n1, n2] = volume.shape;
+    let at = |z: usize, y: usize, x: usize| volume.data[(z * n1 + y) * n2 + x];
+    let xy = (0..n1 * n2).map(|i| at(n0 / 2, i / n2, i % n2)).collect();
+    let xz = (0..n0 * n2).map(|i| at(i / n2, n1 / 2, i % n2)).collect();
+    let yz = (0..n0 * n1).map(|i| at(i / n1, i % n1, n2 / 2)).collect();
+    [("xy", xy, n1, n2), ("xz", xz, n0, n2), ("yz", yz, n0, n1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiff_volumes_round_trip_and_previews_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.tif");
+        let v = Volume {
+            shape: [3, 4, 5],
+            data: (0..60).map(|i| i as f32 * 0.5 - 3.0).collect(),
+        };
+        write_tiff_volume(&path, &v).unwrap();
+        assert_eq!(read_tiff_volume(&path).unwrap(), v);
+        for (name, pixels, h, w) in central_slices(&v) {
+            let png = dir.path().join(format!("{name}.png"));
+            write_png_preview(&png, &pixels, h, w).unwrap();
+            let img = image::open(&png).unwrap();
+            assert_eq!((img.height() as usize, img.width() as usize), (h, w));
+        }
+        std::fs::write(&path, b"not a tiff").unwrap();
+        assert!(matches!(
+            read_tiff_volume(&path),
+            Err(IoError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn a_failed_write_leaves_the_existing_file_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keep.txt");
+        std::fs::write(&path, b"precious").unwrap();
+        let err = write_atomically(&path, |_| Err("disk full".into())).unwrap_err();
+        assert!(err.to_string().contains("disk full"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+        assert!(!temp_path(&path).exists());
+    }
+}
