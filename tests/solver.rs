@@ -190,3 +190,26 @@ fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() 
         "the exact step should do at least as well as the fixed one"
     );
 }
+
+#[test]
+fn gpu_iterations_match_an_f64_cpu_implementation_of_the_same_iterations() {
+    let (g, _, data) = setup(16);
+    let params = AdmmParams {
+        outer_iterations: 5,
+        ..AdmmParams::default()
+    };
+    let mut gpu = AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
+    let mut cpu = lamino::reference::CpuAdmm::new(&g, &data, params, 2);
+    for it in 0..params.outer_iterations {
+        gpu.step(ctx()).unwrap();
+        cpu.step();
+        let got = gpu.volume(ctx()).unwrap();
+        let expect: Vec<f32> = cpu.volume().iter().map(|&v| v as f32).collect();
+        let diff = rel_err(&got, &expect);
+        eprintln!("outer iteration {it}: GPU vs CPU relative difference {diff:.2e}");
+        assert!(
+            diff < 1e-4,
+            "outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
+        );
+    }
+}

@@ -2,11 +2,13 @@
 //! code in f32 on all cores for benchmark comparisons, direct nonuniform DFT sums in f64 for the
 //! laminography operator's stages, and a seeded random source.
 
+mod admm_cpu;
 mod fft;
 mod operator_cpu;
 mod rng;
 mod usfft;
 
+pub use admm_cpu::CpuAdmm;
 pub use fft::{fft_last_axes, max_relative_error};
 pub use operator_cpu::CpuOperator;
 pub use rng::SplitMix64;

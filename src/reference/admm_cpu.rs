@@ -1,0 +1,223 @@
+//! The ADMM-TV iteration on the CPU with every vector operation and reduction in f64, the operator
+//! stages from [`CpuOperator`] (f32): an independent implementation of exactly the GPU solver's
+//! iterations, which the GPU results are compared with.
+
+use num_complex::{Complex32, Complex64};
+
+use super::CpuOperator;
+use crate::fft::Direction;
+use crate::operator::Geometry;
+use crate::solver::AdmmParams;
+
+/// The GPU solver's iterations (exact-step CG inner solver) on the CPU.
+pub struct CpuAdmm {
+    op: CpuOperator,
+    g: Geometry,
+    params: AdmmParams,
+    n_fourier: f64,
+    rho: f64,
+    dhat: Vec<Complex64>,
+    u: Vec<f64>,
+    psi: Vec<f64>,
+    lambda: Vec<f64>,
+    grad_u: Vec<f64>,
+    au: Vec<Complex64>,
+}
+
+fn to32(x: &[f64]) -> Vec<Complex32> {
+    x.iter().map(|&v| Complex32::new(v as f32, 0.0)).collect()
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn cdot(a: &[Complex64]) -> f64 {
+    a.iter().map(|c| c.norm_sqr()).sum()
+}
+
+impl CpuAdmm {
+    pub fn new(g: &Geometry, data: &[f32], params: AdmmParams, threads: usize) -> Self {
+        let op = CpuOperator::new(g, threads);
+        let n_fourier = (g.deth * g.detw) as f64;
+        let mut d: Vec<Complex32> = data.iter().map(|&v| Complex32::new(v, 0.0)).collect();
+        op.fft2d(&mut d, Direction::Forward);
+        let dhat = d
+            .iter()
+            .map(|c| Complex64::new(c.re as f64, c.im as f64) * n_fourier)
+            .collect();
+        let v = g.volume_len();
+        Self {
+            op,
+            g: g.clone(),
+            params,
+            n_fourier,
+            rho: params.rho0,
+            dhat,
+            u: vec![0.0; v],
+            psi: vec![0.0; 3 * v],
+            lambda: vec![0.0; 3 * v],
+            grad_u: vec![0.0; 3 * v],
+            au: vec![Complex64::new(0.0, 0.0); g.data_len()],
+        }
+    }
+
+    fn a(&self, x: &[f64]) -> Vec<Complex64> {
+        let y = self.op.usfft2d(&self.op.usfft1d(&to32(x)));
+        y.iter()
+            .map(|c| Complex64::new(c.re as f64, c.im as f64))
+            .collect()
+    }
+
+    fn a_adjoint_real(&self, y: &[Complex64]) -> Vec<f64> {
+        let y32: Vec<Complex32> = y
+            .iter()
+            .map(|c| Complex32::new(c.re as f32, c.im as f32))
+            .collect();
+        self.op
+            .usfft1d_adjoint(&self.op.usfft2d_adjoint(&y32))
+            .iter()
+            .map(|c| c.re as f64)
+            .collect()
+    }
+
+    fn gradient(&self, u: &[f64]) -> Vec<f64> {
+        let (n0, n1, n2) = (self.g.n0, self.g.n1, self.g.n2);
+        let v = u.len();
+        let s = 1.0 / 3f64.sqrt();
+        let mut out = vec![0.0; 3 * v];
+        for i in 0..v {
+            let (x, y, z) = (i % n2, (i / n2) % n1, i / (n1 * n2));
+            if x + 1 < n2 {
+                out[i] = (u[i + 1] - u[i]) * s;
+            }
+            if y + 1 < n1 {
+                out[v + i] = (u[i + n2] - u[i]) * s;
+            }
+            if z + 1 < n0 {
+                out[2 * v + i] = (u[i + n1 * n2] - u[i]) * s;
+            }
+        }
+        out
+    }
+
+    fn gradient_adjoint(&self, q: &[f64]) -> Vec<f64> {
+        let (n0, n1, n2) = (self.g.n0, self.g.n1, self.g.n2);
+        let v = q.len() / 3;
+        let s = 1.0 / 3f64.sqrt();
+        (0..v)
+            .map(|i| {
+                let index = [i % n2, (i / n2) % n1, i / (n1 * n2)];
+                let (sizes, strides) = ([n2, n1, n0], [1, n2, n1 * n2]);
+                let mut acc = 0.0;
+                for c in 0..3 {
+                    if index[c] + 1 < sizes[c] {
+                        acc -= q[c * v + i];
+                    }
+                    if index[c] > 0 {
+                        acc += q[c * v + i - strides[c]];
+                    }
+                }
+                acc * s
+            })
+            .collect()
+    }
+
+    /// One outer iteration, as `AdmmSolver::step` does it.
+    pub fn step(&mut self) {
+        let (rho, inv_n, v) = (self.rho, 1.0 / self.n_fourier, self.u.len());
+        let g: Vec<f64> = self
+            .psi
+            .iter()
+            .zip(&self.lambda)
+            .map(|(p, l)| p - l / rho)
+            .collect();
+        let h0 = self.grad_u.clone();
+        let resid: Vec<Complex64> = self.dhat.iter().zip(&self.au).map(|(d, a)| d - a).collect();
+        let tmp: Vec<f64> = g.iter().zip(&self.grad_u).map(|(a, b)| a - b).collect();
+        let mut r: Vec<f64> = self
+            .a_adjoint_real(&resid)
+            .iter()
+            .map(|x| x * inv_n)
+            .collect();
+        for (ri, t) in r.iter_mut().zip(self.gradient_adjoint(&tmp)) {
+            *ri += rho * t;
+        }
+        let mut rr = dot(&r, &r);
+        let mut p = vec![0.0; v];
+        let mut beta = 0.0;
+        for _ in 0..self.params.inner_iterations {
+            if rr == 0.0 {
+                break;
+            }
+            p.iter_mut()
+                .zip(&r)
+                .for_each(|(pi, ri)| *pi = ri + beta * *pi);
+            let ap = self.a(&p);
+            let gp = self.gradient(&p);
+            let p_hp = cdot(&ap) * inv_n + rho * dot(&gp, &gp);
+            if p_hp <= 0.0 {
+                break;
+            }
+            let step = rr / p_hp;
+            self.u
+                .iter_mut()
+                .zip(&p)
+                .for_each(|(u, pi)| *u += step * pi);
+            self.au
+                .iter_mut()
+                .zip(&ap)
+                .for_each(|(a, b)| *a += step * b);
+            self.grad_u
+                .iter_mut()
+                .zip(&gp)
+                .for_each(|(a, b)| *a += step * b);
+            let hp_data = self.a_adjoint_real(&ap);
+            let hp_tv = self.gradient_adjoint(&gp);
+            for i in 0..v {
+                r[i] -= step * (hp_data[i] * inv_n + rho * hp_tv[i]);
+            }
+            let rr_new = dot(&r, &r);
+            beta = rr_new / rr;
+            rr = rr_new;
+        }
+        let tau = self.params.alpha / rho;
+        for i in 0..v {
+            let w = [0, 1, 2].map(|c| self.grad_u[c * v + i] + self.lambda[c * v + i] / rho);
+            let norm = (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt();
+            let s = if norm > tau { 1.0 - tau / norm } else { 0.0 };
+            for c in 0..3 {
+                self.psi[c * v + i] = s * w[c];
+            }
+        }
+        let diff: Vec<f64> = self
+            .grad_u
+            .iter()
+            .zip(&self.psi)
+            .map(|(h, p)| h - p)
+            .collect();
+        self.lambda
+            .iter_mut()
+            .zip(&diff)
+            .for_each(|(l, d)| *l += rho * d);
+        let primal = dot(&diff, &diff);
+        let dual = rho
+            * rho
+            * self
+                .grad_u
+                .iter()
+                .zip(&h0)
+                .map(|(a, b)| (a - b) * (a - b))
+                .sum::<f64>();
+        if primal > 10.0 * dual {
+            self.rho *= 2.0;
+        } else if dual > 10.0 * primal {
+            self.rho /= 2.0;
+        }
+    }
+
+    /// The current volume.
+    pub fn volume(&self) -> &[f64] {
+        &self.u
+    }
+}
