@@ -186,8 +186,8 @@ impl CpuAdmm {
             let w = [0, 1, 2].map(|c| self.grad_u[c * v + i] + self.lambda[c * v + i] / rho);
             let norm = (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt();
             let s = if norm > tau { 1.0 - tau / norm } else { 0.0 };
-            for c in 0..3 {
-                self.psi[c * v + i] = s * w[c];
+            for (c, wc) in w.iter().enumerate() {
+                self.psi[c * v + i] = s * wc;
             }
         }
         let diff: Vec<f64> = self
