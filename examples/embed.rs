@@ -17,7 +17,11 @@ use lamino::solver::AdmmParams;
 use num_complex::Complex32;
 
 enum Event {
-    Progress { iteration: usize, total: usize, data_term: f64 },
+    Progress {
+        iteration: usize,
+        total: usize,
+        data_term: f64,
+    },
     Done(Result<usize, String>),
 }
 
@@ -56,7 +60,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.spawn(move || {
             let progress_tx = tx.clone();
             let result = Reconstructor::new(ctx)
-                .params(AdmmParams { outer_iterations: 10, ..AdmmParams::default() })
+                .params(AdmmParams {
+                    outer_iterations: 10,
+                    ..AdmmParams::default()
+                })
                 .cancel_flag(worker_cancel)
                 .on_progress(move |p| {
                     let _ = progress_tx.send(Event::Progress {
@@ -73,8 +80,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The UI thread: show progress; a "Cancel" button would call cancel.store(true, ..).
         for event in rx {
             match event {
-                Event::Progress { iteration, total, data_term } => {
-                    println!("iteration {}/{total}: |Lu - d|^2 = {data_term:.4e}", iteration + 1);
+                Event::Progress {
+                    iteration,
+                    total,
+                    data_term,
+                } => {
+                    println!(
+                        "iteration {}/{total}: |Lu - d|^2 = {data_term:.4e}",
+                        iteration + 1
+                    );
                     if iteration == 7 {
                         cancel.store(true, Ordering::SeqCst);
                         println!("(cancel pressed: the run stops after the current iteration)");

@@ -213,3 +213,25 @@ fn gpu_iterations_match_an_f64_cpu_implementation_of_the_same_iterations() {
         );
     }
 }
+
+#[test]
+fn volumes_beyond_one_binding_give_the_same_bits() {
+    // A 16 KiB binding cap against 16 KiB volumes, 48 KiB gradient fields and 32 KiB data: every
+    // vector kernel and every operator stage runs window by window.
+    let (g, _, data) = setup(16);
+    let params = AdmmParams {
+        outer_iterations: 2,
+        ..AdmmParams::default()
+    };
+    let run = |c: &lamino::gpu::GpuContext| {
+        let mut s = AdmmSolver::new(c, &g, &data, params, &OperatorOptions::default()).unwrap();
+        s.run(c, |_| {}).unwrap();
+        s.volume(c)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<u32>>()
+    };
+    let small = common::new_context().with_max_binding_bytes(16 << 10);
+    assert_eq!(run(ctx()), run(&small));
+}

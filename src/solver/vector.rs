@@ -5,7 +5,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::error::GpuError;
-use crate::gpu::{BindingKind, Bound, GpuBuffer, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
 const WORKGROUP: u32 = 256;
@@ -14,9 +14,13 @@ const WORKGROUP: u32 = 256;
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
 struct VectorParams {
     count: u32,
+    first: u32,
     n0: u32,
     n1: u32,
     n2: u32,
+    ox: u32,
+    oy: u32,
+    oz: u32,
     a: f32,
     b: f32,
     c: f32,
@@ -32,7 +36,7 @@ pub(crate) enum Kernel {
     ToComplex,
     /// z = a Re(x) + c z
     RealPart,
-    /// z = grad x (3 components)
+    /// z = grad x (interleaved 3-vectors)
     Gradient,
     /// z = a grad*(x) + c z
     GradientAdjoint,
@@ -57,20 +61,59 @@ impl Kernel {
             Self::IsoNorm => "iso_norm",
         }
     }
+
+    /// f32 elements per unit of `count` in (x, y, z).
+    fn elems(self) -> [u64; 3] {
+        match self {
+            Self::Axpby | Self::Dot => [1, 1, 1],
+            Self::ToComplex => [1, 1, 2],
+            Self::RealPart => [2, 2, 1],
+            Self::Gradient => [1, 1, 3],
+            Self::GradientAdjoint => [3, 3, 1],
+            Self::Shrink => [3, 3, 3],
+            Self::IsoNorm => [3, 3, 1],
+        }
+    }
 }
 
-/// One call site: a kernel bound to its buffers, with its own parameters.
-pub(crate) struct VectorOp {
+/// The aligned window of `buf` (`e` f32 per unit) holding units `[first - before, first + n +
+/// after)`, and the position of unit `first` in it.
+fn window(
+    buf: &GpuBuffer,
+    e: u64,
+    [first, n, before, after]: [u64; 4],
+    align: u64,
+) -> (BufferSlice<'_>, u32) {
+    let len = buf.bytes() / 4;
+    let lo = (e * first).saturating_sub(e * before) / align * align;
+    let hi = (e * (first + n + after)).min(len);
+    (
+        BufferSlice {
+            buffer: buf,
+            offset: lo * 4,
+            size: (hi - lo) * 4,
+        },
+        (e * first - lo) as u32,
+    )
+}
+
+struct Window {
     bound: Bound,
     params: GpuBuffer,
     base: VectorParams,
     groups: u32,
-    partials: Option<GpuBuffer>,
+}
+
+/// One call site: a kernel bound to its buffers, split into windows that each fit one storage
+/// binding, with its own parameters.
+pub(crate) struct VectorOp {
+    windows: Vec<Window>,
+    partials: Option<(GpuBuffer, usize)>,
 }
 
 impl VectorOp {
-    /// Binds `kernel` to x, y (read) and z (written) for `count` elements of a volume of `shape`.
-    /// Reductions write their partial sums to a buffer of their own instead of z.
+    /// Binds `kernel` to x, y (read) and z (written) for `count` units (scalars, or voxels for the
+    /// volume kernels) of a volume of `shape`. Reductions write partial sums to a buffer of their own.
     pub fn new(
         ctx: &GpuContext,
         kernel: Kernel,
@@ -91,55 +134,90 @@ impl VectorOp {
             ],
             overrides: vec![("WORKGROUP", WORKGROUP as f64)],
         })?;
-        let groups = (count as u64).div_ceil(WORKGROUP as u64) as u32;
+        let elems = kernel.elems();
+        // The gradient reads one z plane beyond its voxels, its adjoint one plane before.
+        let plane = (shape[1] * shape[2]) as u64;
+        let (before, after) = match kernel {
+            Kernel::Gradient => (0, plane),
+            Kernel::GradientAdjoint => (plane, 0),
+            _ => (0, 0),
+        };
+        let limit = ctx.max_binding_bytes() / 4;
+        let align = (ctx.binding_alignment() / 4).max(1);
+        // Units per window: the largest multiple of the workgroup size whose windows (with halo
+        // and alignment slack) fit every binding.
+        let widest = *elems.iter().max().expect("three bindings");
+        let room = limit.saturating_sub(align + widest * (before + after));
+        let per = (room / widest / WORKGROUP as u64 * WORKGROUP as u64)
+            .min(count as u64)
+            .max(1);
+        if per * widest + widest * (before + after) + align > limit {
+            return Err(GpuError::KernelLimit {
+                kernel: kernel.entry().to_string(),
+                what: "storage binding bytes for one window",
+                requested: (per * widest + widest * (before + after) + align) * 4,
+                limit: limit * 4,
+            });
+        }
+        let total_groups = (count as u64).div_ceil(WORKGROUP as u64) as usize;
         let partials = match kernel {
-            Kernel::Dot | Kernel::IsoNorm => {
-                Some(ctx.storage_buffer("partial sums", groups as u64 * 4)?)
-            }
+            Kernel::Dot | Kernel::IsoNorm => Some((
+                ctx.storage_buffer("partial sums", total_groups as u64 * 4)?,
+                total_groups,
+            )),
             _ => None,
         };
-        let base = VectorParams {
-            count: count as u32,
-            n0: shape[0] as u32,
-            n1: shape[1] as u32,
-            n2: shape[2] as u32,
-            ..Default::default()
-        };
-        let params = ctx.uniform("vector params", &base)?;
-        let out = partials
-            .as_ref()
-            .or(z)
-            .expect("a vector op writes somewhere");
-        let bound = k.bind(ctx, &[x.into(), y.into(), out.into(), (&params).into()])?;
-        Ok(Self {
-            bound,
-            params,
-            base,
-            groups,
-            partials,
-        })
+        let mut windows = Vec::new();
+        let mut first = 0u64;
+        while first < count as u64 {
+            let n = per.min(count as u64 - first);
+            // Window of one array: elements [e (first - before), e (first + n + after)), clamped
+            // to the array, started at an aligned element.
+            let window = |buf, e| window(buf, e, [first, n, before, after], align);
+            let (sx, ox) = window(x, elems[0]);
+            let (sy, oy) = window(y, elems[1]);
+            let (sz, oz) = match &partials {
+                Some((buf, _)) => (BufferSlice::whole(buf), (first / WORKGROUP as u64) as u32),
+                None => window(z.expect("a vector op writes somewhere"), elems[2]),
+            };
+            let base = VectorParams {
+                count: n as u32,
+                first: first as u32,
+                n0: shape[0] as u32,
+                n1: shape[1] as u32,
+                n2: shape[2] as u32,
+                ox,
+                oy,
+                oz,
+                ..Default::default()
+            };
+            let params = ctx.uniform("vector params", &base)?;
+            let bound = k.bind(ctx, &[sx, sy, sz, (&params).into()])?;
+            let groups = n.div_ceil(WORKGROUP as u64) as u32;
+            windows.push(Window {
+                bound,
+                params,
+                base,
+                groups,
+            });
+            first += n;
+        }
+        Ok(Self { windows, partials })
     }
 
-    /// Sets the coefficients and records the dispatch. Each op is recorded at most once per
-    /// submission (its uniform holds one set of coefficients).
+    /// Sets the coefficients and records the dispatches. Each op is recorded at most once per
+    /// submission (its uniforms hold one set of coefficients).
     pub fn record(&self, ctx: &GpuContext, rec: &mut Recorder, a: f32, b: f32, c: f32) {
-        ctx.write(
-            &self.params,
-            0,
-            &[VectorParams {
-                a,
-                b,
-                c,
-                ..self.base
-            }],
-        );
-        rec.dispatch(&self.bound, self.groups);
+        for w in &self.windows {
+            ctx.write(&w.params, 0, &[VectorParams { a, b, c, ..w.base }]);
+            rec.dispatch(&w.bound, w.groups);
+        }
     }
 
     /// The reduction's result after the submission that recorded it: partial sums added in f64.
     pub fn sum(&self, ctx: &GpuContext) -> Result<f64, GpuError> {
-        let buf = self.partials.as_ref().expect("sum() of a reduction");
-        let parts: Vec<f32> = ctx.read(buf, 0, self.groups as usize)?;
+        let (buf, groups) = self.partials.as_ref().expect("sum() of a reduction");
+        let parts: Vec<f32> = ctx.read(buf, 0, *groups)?;
         Ok(parts.iter().map(|&v| v as f64).sum())
     }
 }
@@ -163,23 +241,22 @@ mod tests {
         (0..len).map(|_| rng.next_f64() as f32 - 0.5).collect()
     }
 
-    /// Forward differences / sqrt(3) in f64, component-major (x, y, z).
+    /// Forward differences / sqrt(3) in f64, interleaved (x, y, z) per voxel.
     fn gradient_f64(u: &[f32], [n0, n1, n2]: [usize; 3]) -> Vec<f64> {
-        let v = n0 * n1 * n2;
-        let mut g = vec![0.0; 3 * v];
+        let mut g = vec![0.0; 3 * n0 * n1 * n2];
         let s = 1.0 / 3f64.sqrt();
         for z in 0..n0 {
             for y in 0..n1 {
                 for x in 0..n2 {
                     let i = (z * n1 + y) * n2 + x;
                     if x + 1 < n2 {
-                        g[i] = (u[i + 1] as f64 - u[i] as f64) * s;
+                        g[3 * i] = (u[i + 1] as f64 - u[i] as f64) * s;
                     }
                     if y + 1 < n1 {
-                        g[v + i] = (u[i + n2] as f64 - u[i] as f64) * s;
+                        g[3 * i + 1] = (u[i + n2] as f64 - u[i] as f64) * s;
                     }
                     if z + 1 < n0 {
-                        g[2 * v + i] = (u[i + n1 * n2] as f64 - u[i] as f64) * s;
+                        g[3 * i + 2] = (u[i + n1 * n2] as f64 - u[i] as f64) * s;
                     }
                 }
             }
@@ -242,7 +319,7 @@ mod tests {
         let ctx = ctx();
         // Voxel 0: |v| = 0.5 <= tau = 1 -> 0. Voxel 1: |v| = 5 (3, 4, 0) -> (1 - 1/5) v.
         // Voxel 2: exactly tau -> 0.
-        let x = [0.3f32, 3.0, 1.0, 0.4, 4.0, 0.0, 0.0, 0.0, 0.0];
+        let x = [0.3f32, 0.4, 0.0, 3.0, 4.0, 0.0, 1.0, 0.0, 0.0];
         let y = [0.0f32; 9];
         let (xb, yb) = (ctx.upload("x", &x).unwrap(), ctx.upload("y", &y).unwrap());
         let zb = ctx.storage_buffer("z", 36).unwrap();
@@ -254,12 +331,12 @@ mod tests {
             0.0,
         );
         let z: Vec<f32> = ctx.read(&zb, 0, 9).unwrap();
-        assert_eq!([z[0], z[3], z[6]], [0.0; 3]);
+        assert_eq!([z[0], z[1], z[2]], [0.0; 3]);
         assert!(
-            (z[1] - 2.4).abs() < 1e-6 && (z[4] - 3.2).abs() < 1e-6 && z[7] == 0.0,
+            (z[3] - 2.4).abs() < 1e-6 && (z[4] - 3.2).abs() < 1e-6 && z[5] == 0.0,
             "{z:?}"
         );
-        assert_eq!([z[2], z[5], z[8]], [0.0; 3]);
+        assert_eq!([z[6], z[7], z[8]], [0.0; 3]);
     }
 
     #[test]
@@ -278,8 +355,10 @@ mod tests {
         let v = n / 3;
         let expect_iso: f64 = (0..v)
             .map(|i| {
-                ((x[i] as f64).powi(2) + (x[v + i] as f64).powi(2) + (x[2 * v + i] as f64).powi(2))
-                    .sqrt()
+                ((x[3 * i] as f64).powi(2)
+                    + (x[3 * i + 1] as f64).powi(2)
+                    + (x[3 * i + 2] as f64).powi(2))
+                .sqrt()
             })
             .sum();
         let (got, got_iso) = (dot.sum(&ctx).unwrap(), iso.sum(&ctx).unwrap());
@@ -293,5 +372,39 @@ mod tests {
         );
         run(&ctx, &dot, 0.0, 0.0, 0.0);
         assert_eq!(dot.sum(&ctx).unwrap().to_bits(), got.to_bits());
+    }
+
+    #[test]
+    fn arrays_beyond_one_binding_are_processed_in_windows_with_the_same_bits() {
+        let shape = [9, 10, 11];
+        let v = 990;
+        let u = random(v, 5);
+        let q = random(3 * v, 6);
+        let results = |ctx: &GpuContext| {
+            let (ub, qb) = (ctx.upload("u", &u).unwrap(), ctx.upload("q", &q).unwrap());
+            let gb = ctx.storage_buffer("g", 12 * v as u64).unwrap();
+            let db = ctx.upload("d", &u).unwrap();
+            let grad = VectorOp::new(ctx, Kernel::Gradient, &ub, &ub, Some(&gb), v, shape).unwrap();
+            let adj =
+                VectorOp::new(ctx, Kernel::GradientAdjoint, &qb, &qb, Some(&db), v, shape).unwrap();
+            let dot = VectorOp::new(ctx, Kernel::Dot, &qb, &qb, None, 3 * v, shape).unwrap();
+            let windows = grad.windows.len() + adj.windows.len() + dot.windows.len();
+            run(ctx, &grad, 0.0, 0.0, 0.0);
+            run(ctx, &adj, 0.5, 0.0, 2.0);
+            run(ctx, &dot, 0.0, 0.0, 0.0);
+            let g: Vec<u32> = ctx.read(&gb, 0, 3 * v).unwrap();
+            let d: Vec<u32> = ctx.read(&db, 0, v).unwrap();
+            (g, d, dot.sum(ctx).unwrap().to_bits(), windows)
+        };
+        let whole = results(&ctx());
+        // 2 KiB bindings: 512 floats, against 990 voxels (3960 bytes of u, 11880 of q).
+        let split = results(&ctx().with_max_binding_bytes(2048));
+        assert_eq!(whole.3, 3, "one window each without a cap");
+        assert!(
+            split.3 > 6,
+            "the cap must split every array: {} windows",
+            split.3
+        );
+        assert!(whole.0 == split.0 && whole.1 == split.1 && whole.2 == split.2);
     }
 }
