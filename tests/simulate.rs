@@ -1,12 +1,14 @@
 //! Phantom simulation against independent references: closed forms and fine numerical
 //! integration for the analytic projections, the GPU operator for the detector and angle
-//! conventions, and the Poisson sampler's moments and probabilities.
+//! conventions, the Poisson sampler's moments and probabilities, and `lamino simulate`.
 
 mod common;
 
 use std::f64::consts::PI;
+use std::process::Command;
 
 use common::ctx;
+use lamino::io::{normalize, read_dxchange};
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
 use lamino::reference::SplitMix64;
 use lamino::simulate::{
@@ -312,4 +314,80 @@ fn poisson_draws_have_the_right_mean_variance_and_probabilities() {
             }
         }
     }
+}
+
+#[test]
+fn lamino_simulate_writes_a_scan_that_normalises_back_to_the_projections() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("chip.h5");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_lamino"))
+            .arg("simulate")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[
+        "--phantom",
+        "chip",
+        "--size",
+        "16",
+        "--angles",
+        "8",
+        "--tilt-deg",
+        "20",
+        "--photons",
+        "1e5",
+        "--seed",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = read_dxchange(&out).unwrap();
+    let g = Geometry::cube(16, 8, TILT);
+    assert_eq!(s.data.shape, [8, 16, 16]);
+    assert!((s.phi.unwrap() - TILT).abs() < 1e-12);
+    for (a, b) in s.theta.iter().zip(&g.theta) {
+        assert!((a - b).abs() < 1e-12);
+    }
+    assert_eq!(s.truth.unwrap().values, rasterize(&chip(16), &g));
+    let n = normalize(&s.data, &s.flats, &s.darks).unwrap();
+    assert_eq!(n.clamped, 0);
+    // Poisson noise: -ln(I/I0) - P has standard deviation 1/sqrt(I0 e^-P) (delta method), so the
+    // standardised residuals should have RMS near 1 and no outlier beyond 5.5.
+    let p = project(&chip(16), &g);
+    let z: Vec<f64> = n
+        .projections
+        .values
+        .iter()
+        .zip(&p)
+        .map(|(&a, &b)| (a as f64 - b as f64) * (1e5 * (-(b as f64)).exp()).sqrt())
+        .collect();
+    let rms = (z.iter().map(|v| v * v).sum::<f64>() / z.len() as f64).sqrt();
+    let worst = z.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    eprintln!("simulate chip: standardised residual RMS {rms:.3}, max {worst:.2}");
+    assert!(
+        (0.93..1.07).contains(&rms) && worst < 5.5,
+        "RMS {rms}, max {worst}"
+    );
+
+    let o = run(&[
+        "--phantom",
+        "chip",
+        "--size",
+        "15",
+        "--angles",
+        "8",
+        "--tilt-deg",
+        "20",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("n0 = 15"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
