@@ -2,7 +2,8 @@
 //!
 //! Layers, bottom up: [`gpu`] (the only module that calls wgpu: device policy, buffers, kernels),
 //! [`fft`] (Stockham / Bluestein FFT plans), [`reference`] (f64 CPU references the GPU results are
-//! checked against), [`io`] (array files) and the CLI in `src/main.rs`.
+//! checked against), [`io`] (array files), [`simulate`] (phantoms and their exact projections) and
+//! the CLI in `src/main.rs`.
 
 pub mod bench;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod operator;
 pub mod recon;
 pub mod reference;
 pub mod shaders;
+pub mod simulate;
 pub mod solver;
 
 pub use error::GpuError;

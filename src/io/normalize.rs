@@ -1,0 +1,204 @@
+//! Flat/dark normalisation: intensities to line integrals `P = -ln((I - D) / (F - D))`.
+
+use thiserror::Error;
+
+use super::Stack;
+
+/// Ratios `(I - D) / (F - D)` below this (including all with `F <= D`) are raised to it before the
+/// logarithm, capping a line integral at `-ln(1e-6) ≈ 13.8` instead of infinity or NaN.
+pub const RATIO_FLOOR: f64 = 1e-6;
+
+/// Errors of [`normalize`].
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NormalizeError {
+    /// An input holds NaN or infinity.
+    #[error("{what} value {index} is {value}: normalisation needs finite input")]
+    NonFinite {
+        what: &'static str,
+        index: usize,
+        value: f32,
+    },
+    /// Frames of different sizes, or values that do not fill the shape.
+    #[error("{what} has shape {shape:?} ({len} values); expected {expected}")]
+    Shape {
+        what: &'static str,
+        shape: [usize; 3],
+        len: usize,
+        expected: String,
+    },
+    /// No frames or empty frames.
+    #[error("{what} has shape {shape:?}: it needs at least one non-empty frame")]
+    Empty {
+        what: &'static str,
+        shape: [usize; 3],
+    },
+}
+
+/// Line integrals and the number of pixels whose ratio was raised to [`RATIO_FLOOR`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalized {
+    /// `(ntheta, deth, detw)`, the shape of the data.
+    pub projections: Stack,
+    /// Pixels clamped; callers should report a large count (dead pixels, wrong flats).
+    pub clamped: usize,
+}
+
+fn check(what: &'static str, s: &Stack, frame: Option<[usize; 2]>) -> Result<(), NormalizeError> {
+    if s.shape.contains(&0) {
+        return Err(NormalizeError::Empty {
+            what,
+            shape: s.shape,
+        });
+    }
+    let len = s.values.len();
+    let shape_ok = len == s.shape.iter().product::<usize>();
+    let frame_ok = frame.is_none_or(|f| f == [s.shape[1], s.shape[2]]);
+    if !(shape_ok && frame_ok) {
+        let expected = match frame {
+            Some([h, w]) => format!("(frames, {h}, {w}) like the data, filled"),
+            None => "as many values as the shape holds".into(),
+        };
+        return Err(NormalizeError::Shape {
+            what,
+            shape: s.shape,
+            len,
+            expected,
+        });
+    }
+    match s.values.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(NormalizeError::NonFinite {
+            what,
+            index,
+            value: s.values[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Mean frame over the first axis, in f64.
+fn mean_frame(s: &Stack) -> Vec<f64> {
+    let len = s.frame_len();
+    let mut mean = vec![0.0f64; len];
+    for frame in s.values.chunks(len) {
+        for (m, v) in mean.iter_mut().zip(frame) {
+            *m += *v as f64;
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= s.shape[0] as f64);
+    mean
+}
+
+/// `P = -ln((I - D) / (F - D))` with `F`, `D` the mean flat and dark frames; ratios below
+/// [`RATIO_FLOOR`] (or with `F - D <= 0`) are raised to it and counted.
+pub fn normalize(data: &Stack, flats: &Stack, darks: &Stack) -> Result<Normalized, NormalizeError> {
+    check("data", data, None)?;
+    let frame = Some([data.shape[1], data.shape[2]]);
+    check("flats", flats, frame)?;
+    check("darks", darks, frame)?;
+    let (flat, dark) = (mean_frame(flats), mean_frame(darks));
+    let mut clamped = 0;
+    let values = data
+        .values
+        .chunks(data.frame_len())
+        .flat_map(|f| f.iter().zip(flat.iter().zip(&dark)))
+        .map(|(&i, (&f, &d))| {
+            let den = f - d;
+            let ratio = if den > 0.0 { (i as f64 - d) / den } else { 0.0 };
+            let ratio = if ratio < RATIO_FLOOR {
+                clamped += 1;
+                RATIO_FLOOR
+            } else {
+                ratio
+            };
+            -ratio.ln() as f32
+        })
+        .collect();
+    Ok(Normalized {
+        projections: Stack {
+            shape: data.shape,
+            values,
+        },
+        clamped,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(shape: [usize; 3], values: Vec<f32>) -> Stack {
+        Stack { shape, values }
+    }
+
+    #[test]
+    fn averages_flats_and_darks_and_counts_clamped_pixels() {
+        // Two flats average to 110, two darks to 10: denominator 100.
+        let flats = stack([2, 1, 3], vec![100.0, 100.0, 100.0, 120.0, 120.0, 120.0]);
+        let darks = stack([2, 1, 3], vec![5.0, 5.0, 5.0, 15.0, 15.0, 15.0]);
+        // Pixel 2 of frame 0 equals the dark (ratio 0), pixel 2 of frame 1 is below it.
+        let data = stack([2, 1, 3], vec![110.0, 60.0, 10.0, 20.0, 46.78794, 3.0]);
+        let n = normalize(&data, &flats, &darks).unwrap();
+        let expect = [
+            0.0,
+            -(0.5f64).ln(),
+            -RATIO_FLOOR.ln(),
+            -(0.1f64).ln(),
+            1.0,
+            -RATIO_FLOOR.ln(),
+        ];
+        for (g, e) in n.projections.values.iter().zip(expect) {
+            assert!((*g as f64 - e).abs() < 1e-5, "{g} vs {e}");
+        }
+        assert_eq!(n.clamped, 2);
+        assert_eq!(n.projections.shape, [2, 1, 3]);
+    }
+
+    #[test]
+    fn dead_flat_pixels_are_clamped_not_nan() {
+        let flats = stack([1, 1, 2], vec![0.0, 50.0]);
+        let darks = stack([1, 1, 2], vec![0.0, 60.0]);
+        let data = stack([1, 1, 2], vec![5.0, 55.0]);
+        let n = normalize(&data, &flats, &darks).unwrap();
+        assert_eq!(n.clamped, 2);
+        assert!(n.projections.values.iter().all(|v| v.is_finite()));
+    }
+
+    #[test]
+    fn bad_inputs_are_typed_errors() {
+        let ok = stack([1, 2, 2], vec![1.0; 4]);
+        let nan = stack([1, 2, 2], vec![1.0, f32::NAN, 1.0, 1.0]);
+        assert!(matches!(
+            normalize(&nan, &ok, &ok),
+            Err(NormalizeError::NonFinite {
+                what: "data",
+                index: 1,
+                ..
+            })
+        ));
+        let inf = stack([1, 2, 2], vec![1.0, 1.0, 1.0, f32::INFINITY]);
+        assert!(matches!(
+            normalize(&ok, &ok, &inf),
+            Err(NormalizeError::NonFinite {
+                what: "darks",
+                index: 3,
+                ..
+            })
+        ));
+        let wide = stack([1, 2, 3], vec![1.0; 6]);
+        assert!(matches!(
+            normalize(&ok, &wide, &ok),
+            Err(NormalizeError::Shape { what: "flats", .. })
+        ));
+        let short = stack([1, 2, 2], vec![1.0; 3]);
+        assert!(matches!(
+            normalize(&short, &ok, &ok),
+            Err(NormalizeError::Shape { what: "data", .. })
+        ));
+        let empty = stack([0, 2, 2], vec![]);
+        assert!(matches!(
+            normalize(&ok, &ok, &empty),
+            Err(NormalizeError::Empty { what: "darks", .. })
+        ));
+    }
+}
