@@ -9,7 +9,7 @@ use lamino::fft::{Direction, FftPlan, Normalization};
 use lamino::gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext};
 use lamino::io::{
     read_complex_npy, read_tiff_volume, write_complex_npy, write_dxchange, ComplexArray, Scan,
-    Stack, Volume,
+    Stack,
 };
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
 use lamino::recon::{write_outputs, Projections, Reconstructor};
@@ -489,7 +489,7 @@ fn reconstruct(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     Ok(())
 }
 
-fn read_volume(path: &Path) -> Result<Volume, Box<dyn std::error::Error>> {
+fn read_volume(path: &Path) -> Result<Stack, Box<dyn std::error::Error>> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -506,9 +506,9 @@ fn read_volume(path: &Path) -> Result<Volume, Box<dyn std::error::Error>> {
                     a.shape
                 )
             })?;
-            Ok(Volume {
+            Ok(Stack {
                 shape,
-                data: a.data.iter().map(|c| c.re).collect(),
+                values: a.data.iter().map(|c| c.re).collect(),
             })
         }
         other => Err(format!(
@@ -533,7 +533,7 @@ fn score(rec: &Path, truth: &Path) -> CliResult {
     }
     println!(
         "{}",
-        serde_json::to_string(&lamino::metrics::score(&r.data, &t.data, r.shape))?
+        serde_json::to_string(&lamino::metrics::score(&r.values, &t.values, r.shape))?
     );
     Ok(())
 }

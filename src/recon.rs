@@ -313,16 +313,16 @@ pub fn write_outputs(
     rec: &Reconstruction,
 ) -> Result<Vec<PathBuf>, crate::io::IoError> {
     use crate::io::{
-        central_slices, write_atomically, write_png_preview, write_tiff_volume, IoError, Volume,
+        central_slices, write_atomically, write_png_preview, write_tiff_volume, IoError, Stack,
     };
     std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
         path: dir.into(),
         reason: e.to_string(),
     })?;
     let g = &rec.geometry;
-    let volume = Volume {
+    let volume = Stack {
         shape: [g.n0, g.n1, g.n2],
-        data: rec.volume.clone(),
+        values: rec.volume.clone(),
     };
     let mut written = Vec::new();
     let tif = dir.join("recon.tif");

@@ -15,21 +15,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::IoError;
-
-/// A row-major 3D array of f32.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stack {
-    pub shape: [usize; 3],
-    pub values: Vec<f32>,
-}
-
-impl Stack {
-    /// Pixels in one frame (the last two axes).
-    pub fn frame_len(&self) -> usize {
-        self.shape[1] * self.shape[2]
-    }
-}
+use super::{IoError, Stack};
 
 /// A scan as stored in a DXchange file.
 #[derive(Debug, Clone, PartialEq)]

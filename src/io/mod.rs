@@ -7,12 +7,11 @@ mod normalize;
 mod npy;
 mod volume;
 
-pub use dxchange::{read_dxchange, write_dxchange, Scan, Stack};
+pub use dxchange::{read_dxchange, write_dxchange, Scan};
 pub use normalize::{normalize, NormalizeError, Normalized, RATIO_FLOOR};
 pub use npy::{npy_descr, read_complex_npy, write_complex_npy, ComplexArray};
 pub use volume::{
-    central_slices, read_tiff_volume, write_atomically, write_png_preview, write_tiff_volume,
-    Volume,
+    central_slices, read_tiff_volume, write_atomically, write_png_preview, write_tiff_volume, Stack,
 };
 
 use std::path::PathBuf;

@@ -1,4 +1,4 @@
-//! Volumes and previews on disk: float32 multi-page TIFF (one page per z slice, what Fiji, napari
+//! Stacks and previews on disk: float32 multi-page TIFF (one page per z slice, what Fiji, napari
 //! and tifffile read), `.npy`, and 8-bit PNG previews of the three central orthogonal slices.
 
 use std::fs::File;
@@ -10,11 +10,18 @@ use tiff::encoder::{colortype, TiffEncoder};
 
 use super::IoError;
 
-/// A float32 volume `(n0, n1, n2)` row-major.
+/// A row-major 3D array of f32: a volume `(n0, n1, n2)` or a stack of frames.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Volume {
+pub struct Stack {
     pub shape: [usize; 3],
-    pub data: Vec<f32>,
+    pub values: Vec<f32>,
+}
+
+impl Stack {
+    /// Pixels in one frame (the last two axes).
+    pub fn frame_len(&self) -> usize {
+        self.shape[1] * self.shape[2]
+    }
 }
 
 fn temp_path(path: &Path) -> PathBuf {
@@ -44,13 +51,13 @@ pub fn write_atomically(
 }
 
 /// Writes a multi-page float32 TIFF, one page per slice of axis 0.
-pub fn write_tiff_volume(path: &Path, volume: &Volume) -> Result<(), IoError> {
+pub fn write_tiff_volume(path: &Path, volume: &Stack) -> Result<(), IoError> {
     let [n0, n1, n2] = volume.shape;
     write_atomically(path, |tmp| {
         let file = File::create(tmp).map_err(|e| e.to_string())?;
         let mut enc = TiffEncoder::new(BufWriter::new(file)).map_err(|e| e.to_string())?;
         for z in 0..n0 {
-            let page = &volume.data[z * n1 * n2..(z + 1) * n1 * n2];
+            let page = &volume.values[z * n1 * n2..(z + 1) * n1 * n2];
             enc.write_image::<colortype::Gray32Float>(n2 as u32, n1 as u32, page)
                 .map_err(|e| e.to_string())?;
         }
@@ -60,7 +67,7 @@ pub fn write_tiff_volume(path: &Path, volume: &Volume) -> Result<(), IoError> {
 
 /// Reads a multi-page float32 TIFF written by [`write_tiff_volume`] (or any tool writing
 /// same-sized single-channel float32 pages).
-pub fn read_tiff_volume(path: &Path) -> Result<Volume, IoError> {
+pub fn read_tiff_volume(path: &Path) -> Result<Stack, IoError> {
     let corrupt = |reason: String| IoError::Corrupt {
         path: path.into(),
         reason,
@@ -95,9 +102,9 @@ pub fn read_tiff_volume(path: &Path) -> Result<Volume, IoError> {
         }
         dec.next_image().map_err(|e| corrupt(e.to_string()))?;
     }
-    Ok(Volume {
+    Ok(Stack {
         shape: [pages, h as usize, w as usize],
-        data,
+        values: data,
     })
 }
 
@@ -138,9 +145,9 @@ pub fn write_png_preview(
 
 /// The three central orthogonal slices: `(name, pixels, height, width)` for the xy (z = n0/2),
 /// xz (y = n1/2) and yz (x = n2/2) planes.
-pub fn central_slices(volume: &Volume) -> [(&'static str, Vec<f32>, usize, usize); 3] {
+pub fn central_slices(volume: &Stack) -> [(&'static str, Vec<f32>, usize, usize); 3] {
     let [n0, n1, n2] = volume.shape;
-    let at = |z: usize, y: usize, x: usize| volume.data[(z * n1 + y) * n2 + x];
+    let at = |z: usize, y: usize, x: usize| volume.values[(z * n1 + y) * n2 + x];
     let xy = (0..n1 * n2).map(|i| at(n0 / 2, i / n2, i % n2)).collect();
     let xz = (0..n0 * n2).map(|i| at(i / n2, n1 / 2, i % n2)).collect();
     let yz = (0..n0 * n1).map(|i| at(i / n1, i % n1, n2 / 2)).collect();
@@ -155,9 +162,9 @@ mod tests {
     fn tiff_volumes_round_trip_and_previews_are_written() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v.tif");
-        let v = Volume {
+        let v = Stack {
             shape: [3, 4, 5],
-            data: (0..60).map(|i| i as f32 * 0.5 - 3.0).collect(),
+            values: (0..60).map(|i| i as f32 * 0.5 - 3.0).collect(),
         };
         write_tiff_volume(&path, &v).unwrap();
         assert_eq!(read_tiff_volume(&path).unwrap(), v);
