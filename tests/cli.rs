@@ -204,7 +204,7 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
 #[test]
 fn without_a_hardware_gpu_the_cli_refuses_unless_told_otherwise() {
     let hardware = lamino::gpu::list_adapters().iter().any(|a| !a.software);
-    let o = lamino(&["demo"], false);
+    let o = lamino(&["selftest"], false);
     if hardware {
         assert!(o.status.success(), "{}", stderr(&o));
     } else {
@@ -219,7 +219,7 @@ fn without_a_hardware_gpu_the_cli_refuses_unless_told_otherwise() {
             "{msg}"
         );
     }
-    let o = lamino(&["--device", "99", "demo"], true);
+    let o = lamino(&["--device", "99", "selftest"], true);
     assert!(
         !o.status.success() && stderr(&o).contains("no adapter with index 99"),
         "{}",
@@ -228,7 +228,7 @@ fn without_a_hardware_gpu_the_cli_refuses_unless_told_otherwise() {
 }
 
 #[test]
-fn devices_lists_every_adapter_and_the_demo_passes() {
+fn devices_lists_every_adapter_and_the_selftest_passes() {
     let o = lamino(&["devices", "--json"], false);
     assert!(o.status.success(), "{}", stderr(&o));
     let listed = String::from_utf8_lossy(&o.stdout)
@@ -237,7 +237,7 @@ fn devices_lists_every_adapter_and_the_demo_passes() {
         .count();
     assert_eq!(listed, lamino::gpu::list_adapters().len());
     assert!(listed >= 1);
-    let o = lamino(&["demo"], true);
+    let o = lamino(&["selftest"], true);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}{}", stderr(&o));
     assert!(
