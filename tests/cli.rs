@@ -493,3 +493,41 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
     );
     assert_eq!(std::fs::read(out.join("recon.tif")).unwrap(), before);
 }
+
+#[test]
+fn simulate_reconstruct_and_score_a_dxchange_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = dir.path().join("scan.h5");
+    let out = dir.path().join("rec");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let o = lamino(
+        &[
+            "simulate",
+            "--phantom",
+            "blobs",
+            "--size",
+            "16",
+            "--angles",
+            "16",
+            "--tilt-deg",
+            "30",
+            "--photons",
+            "1e6",
+            "--out",
+            &s(&scan),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = lamino(
+        &["reconstruct", &s(&scan), "--out", &s(&out), "--quiet"],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = lamino(&["score", &s(&out.join("recon.tif")), &s(&scan)], true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let score: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Smooth blobs, 16 angles at a 30 degree tilt, 1e6 photons: most of the volume comes back.
+    assert!(score["rel_l2"].as_f64().unwrap() < 0.5, "{score}");
+    assert!(score["ssim"].as_f64().unwrap() > 0.8, "{score}");
+}
