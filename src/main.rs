@@ -183,6 +183,9 @@ struct ReconstructArgs {
     /// No progress bar or parameter echo.
     #[arg(long)]
     quiet: bool,
+    /// Refuse up front a reconstruction that needs more device memory than this (MiB).
+    #[arg(long)]
+    max_device_memory: Option<u64>,
 }
 
 #[derive(Args)]
@@ -476,6 +479,7 @@ fn projections_from_scan(
 }
 
 struct RunOptions {
+    budget_mib: Option<u64>,
     pad: bool,
     checkpoint_every: Option<usize>,
     resume: bool,
@@ -539,6 +543,9 @@ fn run_reconstruction(
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
     }
+    if let Some(mib) = o.budget_mib {
+        builder = builder.device_memory_budget(mib << 20);
+    }
     let result = builder.run(projections)?;
     bar.finish_and_clear();
     if !result.completed {
@@ -577,6 +584,7 @@ fn demo(cli: &Cli, size: Option<usize>, out: &Path) -> CliResult {
         .ok_or("the simulated scan has no truth")?;
     let projections = projections_from_scan(&scan_path, scan, None, false)?;
     let options = RunOptions {
+        budget_mib: None,
         pad: false,
         checkpoint_every: None,
         resume: false,
@@ -603,6 +611,7 @@ fn reconstruct(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     let params = solver_params(args);
     let ctx = context(cli)?;
     let options = RunOptions {
+        budget_mib: args.max_device_memory,
         pad: args.pad,
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,

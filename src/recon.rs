@@ -44,6 +44,16 @@ pub enum ReconError {
         column: usize,
         value: f32,
     },
+    /// The reconstruction needs more device memory than the budget allows.
+    #[error(
+        "this reconstruction needs {needed} bytes of device memory ({needed_mib:.1} MiB), more than \
+         the budget of {budget} bytes; reduce the volume or detector size, or raise the budget"
+    )]
+    OverBudget {
+        needed: u64,
+        needed_mib: f64,
+        budget: u64,
+    },
     /// The projections do not have the geometry's shape.
     #[error("{got} projection values for a geometry of {expected} (ntheta x deth x detw)")]
     Shape { expected: usize, got: usize },
@@ -142,6 +152,8 @@ pub struct Reconstruction {
     pub operator_device_bytes: u64,
     /// Device memory of the solver's own vectors.
     pub solver_device_bytes: u64,
+    /// The estimate made before allocation (operator and solver).
+    pub estimated_device_bytes: u64,
     pub device: String,
 }
 
@@ -157,6 +169,7 @@ pub struct Reconstructor<'a> {
     resume: Option<PathBuf>,
     cancel: Option<Arc<AtomicBool>>,
     progress: Option<ProgressFn<'a>>,
+    budget: Option<u64>,
 }
 
 impl<'a> Reconstructor<'a> {
@@ -170,7 +183,15 @@ impl<'a> Reconstructor<'a> {
             resume: None,
             cancel: None,
             progress: None,
+            budget: None,
         }
+    }
+
+    /// Refuses up front, before allocating anything, a reconstruction that needs more than `bytes`
+    /// of device memory (wgpu does not report a device's memory size, so the caller states it).
+    pub fn device_memory_budget(mut self, bytes: u64) -> Self {
+        self.budget = Some(bytes);
+        self
     }
 
     /// Solver parameters (default: [`AdmmParams::default`]).
@@ -227,6 +248,14 @@ impl<'a> Reconstructor<'a> {
             .iter()
             .map(|&v| (v as f64 * scale) as f32)
             .collect();
+        let needed = AdmmSolver::estimate_device_bytes(self.ctx, &g, &self.options)?;
+        if let Some(budget) = self.budget.filter(|&b| needed > b) {
+            return Err(ReconError::OverBudget {
+                needed,
+                needed_mib: needed as f64 / (1u64 << 20) as f64,
+                budget,
+            });
+        }
         let mut solver = AdmmSolver::new(self.ctx, &g, &data, self.params, &self.options)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
@@ -284,6 +313,7 @@ impl<'a> Reconstructor<'a> {
             iterations_s: loop_start.elapsed().as_secs_f64(),
             operator_device_bytes: solver.operator().device_bytes(),
             solver_device_bytes: solver.vector_device_bytes(),
+            estimated_device_bytes: needed,
             device: self.ctx.info().to_string(),
         })
     }

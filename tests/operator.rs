@@ -350,3 +350,29 @@ fn gpu_and_cpu_implementations_agree() {
         );
     }
 }
+
+#[test]
+fn the_memory_estimate_made_before_allocation_matches_what_the_operator_holds() {
+    for (g, options) in [
+        (small(), OperatorOptions::default()),
+        (Geometry::cube(32, 16, TILT), OperatorOptions::default()),
+        (
+            Geometry::cube(32, 16, TILT),
+            OperatorOptions {
+                max_chunk_y: Some(5),
+                max_chunk_rows: Some(3),
+            },
+        ),
+    ] {
+        let estimate = LaminoOperator::estimate_device_bytes(ctx(), &g, &options).unwrap();
+        let actual = LaminoOperator::new(ctx(), &g, &options)
+            .unwrap()
+            .device_bytes();
+        let ratio = estimate as f64 / actual as f64;
+        eprintln!("estimate {estimate} vs actual {actual} bytes: {ratio:.3}");
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "estimate {estimate}, actual {actual}"
+        );
+    }
+}

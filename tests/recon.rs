@@ -116,3 +116,27 @@ fn padding_is_cropped_and_bad_projections_are_refused() {
     let err = Projections::new(g, vec![0.0; 5]).unwrap_err();
     assert!(matches!(err, ReconError::Shape { .. }), "{err}");
 }
+
+#[test]
+fn a_reconstruction_over_the_memory_budget_is_refused_before_allocating() {
+    let p = projections(16);
+    let params = AdmmParams {
+        outer_iterations: 1,
+        ..AdmmParams::default()
+    };
+    let done = Reconstructor::new(ctx()).params(params).run(&p).unwrap();
+    let held = done.operator_device_bytes + done.solver_device_bytes;
+    let ratio = done.estimated_device_bytes as f64 / held as f64;
+    assert!(
+        (0.95..=1.05).contains(&ratio),
+        "estimate {} vs held {held}",
+        done.estimated_device_bytes
+    );
+    let err = Reconstructor::new(ctx())
+        .params(params)
+        .device_memory_budget(held / 2)
+        .run(&p)
+        .unwrap_err();
+    assert!(matches!(err, ReconError::OverBudget { .. }), "{err}");
+    assert!(err.to_string().contains("MiB"), "{err}");
+}

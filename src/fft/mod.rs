@@ -16,6 +16,7 @@ pub mod recipe;
 mod twiddles;
 
 pub use layout::{BatchDim, Layout};
+pub(crate) use plan::scratch_bytes;
 pub use plan::{FftDescriptor, FftPlan, FftPlan1d, Strategy};
 pub use recipe::Algorithm;
 

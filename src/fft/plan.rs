@@ -162,6 +162,45 @@ impl FusedShape {
     }
 }
 
+/// The fused launch shape (where the length fits) and whether the passes run through global memory.
+fn stockham_path(
+    ctx: &GpuContext,
+    n: u64,
+    radices: &[u32],
+    strategy: Strategy,
+) -> (Option<FusedShape>, bool) {
+    let fused = FusedShape::for_len(ctx, n, radices);
+    // A single pass cannot run out of place over the data, so it always runs fused (every length
+    // with one radix fits workgroup memory).
+    let multipass = radices.len() >= 2
+        && match strategy {
+            Strategy::MultiPass => true,
+            Strategy::Fused => fused.is_none(),
+            // Software rasterisers emulate workgroup barriers, which makes up to three
+            // global-memory passes faster there than the fused kernel (measured on lavapipe with
+            // `lamino bench fft`); GPUs favour the fused kernel.
+            Strategy::Auto => fused.is_none() || (ctx.info().software && radices.len() <= 3),
+        };
+    (fused, multipass)
+}
+
+/// Scratch bytes a plan of `batch` transforms of length `n` allocates, without allocating it
+/// (tables excluded: they are about 16 n bytes).
+pub(crate) fn scratch_bytes(ctx: &GpuContext, n: usize, batch: u64, strategy: Strategy) -> u64 {
+    let window = ctx.max_binding_bytes() / 8;
+    match design(n) {
+        Algorithm::Identity => 0,
+        Algorithm::Stockham { radices } => match stockham_path(ctx, n as u64, &radices, strategy) {
+            (_, true) => 2 * batch.min(window / n as u64).max(1) * n as u64 * 8,
+            _ => 0,
+        },
+        Algorithm::Bluestein { inner } => {
+            let cap = batch.min(window / inner as u64).max(1);
+            cap * inner as u64 * 8 + 2 * scratch_bytes(ctx, inner, cap, strategy)
+        }
+    }
+}
+
 enum Step {
     Dispatch(Bound, u32),
     /// Run `inner[i]` (Bluestein's inner FFTs).
@@ -229,20 +268,8 @@ impl FftPlan1d {
         match &algorithm {
             Algorithm::Identity => {}
             Algorithm::Stockham { radices } => {
-                let fused = FusedShape::for_len(ctx, plan.desc.len as u64, radices);
-                // A single pass cannot run out of place over the data, so it always runs fused
-                // (every length with one radix fits workgroup memory).
-                let multipass = radices.len() >= 2
-                    && match strategy {
-                        Strategy::MultiPass => true,
-                        Strategy::Fused => fused.is_none(),
-                        // Software rasterisers emulate workgroup barriers, which makes up to
-                        // three global-memory passes faster there than the fused kernel (measured
-                        // on lavapipe with `lamino bench fft`); GPUs favour the fused kernel.
-                        Strategy::Auto => {
-                            fused.is_none() || (ctx.info().software && radices.len() <= 3)
-                        }
-                    };
+                let (fused, multipass) =
+                    stockham_path(ctx, plan.desc.len as u64, radices, strategy);
                 match fused {
                     Some(shape) if !multipass => {
                         plan.strategy = Strategy::Fused;

@@ -24,7 +24,9 @@ use bytemuck::{Pod, Zeroable};
 use thiserror::Error;
 
 use crate::error::GpuError;
-use crate::fft::{Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization};
+use crate::fft::{
+    Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
+};
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 use staging::{block_copy, groups, modulate, window, View, Whole, WORKGROUP};
@@ -252,7 +254,73 @@ fn chunk_size(
     Ok(fit.min(cap))
 }
 
+/// y rows per U1 chunk: columns, grid and rows of one chunk each fit one binding.
+fn u1_chunk(
+    ctx: &GpuContext,
+    g: &Geometry,
+    options: &OperatorOptions,
+) -> Result<usize, OperatorError> {
+    let unit = (2 * g.n0).max(g.deth) as u64 * g.n2 as u64 * 8;
+    chunk_size(
+        ctx,
+        "y row",
+        unit,
+        options.max_chunk_y.unwrap_or(g.n1).max(1).min(g.n1),
+    )
+}
+
+/// Detector rows per U2 chunk: the 2n1 x 2n2 grids and the points of one chunk each fit one binding.
+fn u2_chunk(
+    ctx: &GpuContext,
+    g: &Geometry,
+    options: &OperatorOptions,
+) -> Result<usize, OperatorError> {
+    let unit = (4 * g.n1 * g.n2).max(g.ntheta() * g.detw) as u64 * 8;
+    chunk_size(
+        ctx,
+        "detector row",
+        unit,
+        options.max_chunk_rows.unwrap_or(g.deth).max(1).min(g.deth),
+    )
+}
+
 impl LaminoOperator {
+    /// Device memory the operator for `geometry` will hold, computed before anything is allocated:
+    /// the volume, spectrum and data arrays, the chunk buffers, the gridding tables and the FFT
+    /// plans' tables (FFTs of lengths beyond workgroup memory add scratch of about one chunk grid).
+    pub fn estimate_device_bytes(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+    ) -> Result<u64, OperatorError> {
+        geometry.validate()?;
+        let g = geometry;
+        let (n0, n1, n2) = (g.n0 as u64, g.n1 as u64, g.n2 as u64);
+        let (deth, detw, nt) = (g.deth as u64, g.detw as u64, g.ntheta() as u64);
+        let (cy, ck) = (
+            u1_chunk(ctx, g, options)? as u64,
+            u2_chunk(ctx, g, options)? as u64,
+        );
+        let arrays = 8 * (n0 * n1 * n2 + deth * n1 * n2 + nt * deth * detw);
+        let u1 = 8 * (n0 + 2 * n0 + deth) * cy * n2 + 8 * (2 * 9 * deth + 2 * n0) + 4 * n0;
+        let points = nt * detw;
+        let u2 = 8 * ck * (n1 * n2 + 4 * n1 * n2 + points)
+            + 16 * deth * points
+            + 4 * deth * (2 * n1 + 1);
+        let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
+        // Forward and inverse plans of every FFT: along 2 n0 (U1), the 2 n1 x 2 n2 grids (U2)
+        // and each projection (F).
+        let scratch = |n: u64, batch: u64| {
+            2 * crate::fft::scratch_bytes(ctx, n as usize, batch, Strategy::Auto)
+        };
+        let ffts = scratch(2 * n0, cy * n2)
+            + scratch(2 * n2, ck * 2 * n1)
+            + scratch(2 * n1, ck * 2 * n2)
+            + scratch(detw, nt * deth)
+            + scratch(deth, nt * detw);
+        Ok(arrays + u1 + u2 + twiddles + ffts)
+    }
+
     /// Validates the geometry and builds everything: buffers, host tables, kernels, FFT plans and
     /// bind groups for every chunk.
     pub fn new(
@@ -304,13 +372,7 @@ impl LaminoOperator {
         let t = U1Tables::new(&g);
         let (n0, n1, n2, deth) = (g.n0 as u64, g.n1 as u64, g.n2 as u64, g.deth as u64);
         let grid_len = t.axis.grid as u64;
-        let unit = grid_len.max(deth) * n2 * 8;
-        let cy = chunk_size(
-            ctx,
-            "y row",
-            unit,
-            options.max_chunk_y.unwrap_or(g.n1).max(1).min(g.n1),
-        )?;
+        let cy = u1_chunk(ctx, &g, options)?;
         self.chunk_y = cy;
         let columns = cy as u64 * n2;
         let col = complex_buffer(ctx, "u1 columns", (n0 * columns) as usize)?;
@@ -447,9 +509,7 @@ impl LaminoOperator {
         let (n1, n2, deth, detw) = (g.n1 as u64, g.n2 as u64, g.deth as u64, g.detw as u64);
         let (gy, gx) = (t.axis_y.grid as u64, t.axis_x.grid as u64);
         let points = g.ntheta() as u64 * detw;
-        let unit = (gy * gx * 8).max(points * 8);
-        let cap = options.max_chunk_rows.unwrap_or(g.deth).max(1).min(g.deth);
-        let ck = chunk_size(ctx, "detector row", unit, cap)? as u64;
+        let ck = u2_chunk(ctx, &g, options)? as u64;
         self.chunk_rows = ck as usize;
         let plane_buf = complex_buffer(ctx, "u2 planes", (ck * n1 * n2) as usize)?;
         let grid = complex_buffer(ctx, "u2 grids", (ck * gy * gx) as usize)?;

@@ -232,9 +232,25 @@ impl AdmmSolver {
 
     /// Device memory of the solver's vectors (besides the operator's).
     pub fn vector_device_bytes(&self) -> u64 {
-        let g = self.op.geometry();
+        Self::vector_bytes(self.op.geometry())
+    }
+
+    fn vector_bytes(g: &Geometry) -> u64 {
         // u, p, r, Hp, r_prev; grad u, grad p, psi, lambda, g, h0, tmp; A u, A p, D, residual.
         (5 * g.volume_len() + 7 * 3 * g.volume_len() + 4 * 2 * g.data_len()) as u64 * 4
+    }
+
+    /// Device memory a reconstruction of `geometry` needs (operator and solver), computed before
+    /// anything is allocated.
+    pub fn estimate_device_bytes(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+    ) -> Result<u64, SolverError> {
+        Ok(
+            LaminoOperator::estimate_device_bytes(ctx, geometry, options)?
+                + Self::vector_bytes(geometry),
+        )
     }
 
     /// Outer iterations done so far.
