@@ -254,6 +254,26 @@ fn chunk_size(
     Ok(fit.min(cap))
 }
 
+/// The binding layout shared by both gridding stages' kernels: three chunk-local arrays (read and
+/// written), four read-only tables, the parameters.
+fn gridding_kernel(shader: &'static shaders::Shader, entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        shader,
+        entry,
+        bindings: &[
+            BindingKind::StorageReadWrite,
+            BindingKind::StorageReadWrite,
+            BindingKind::StorageReadWrite,
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::Uniform,
+        ],
+        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+    }
+}
+
 /// y rows per U1 chunk: columns, grid and rows of one chunk each fit one binding.
 fn u1_chunk(
     ctx: &GpuContext,
@@ -405,21 +425,7 @@ impl LaminoOperator {
                 pad: [0; 3],
             },
         )?;
-        let spec = |entry| KernelSpec {
-            shader: &shaders::USFFT1D,
-            entry,
-            bindings: &[
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::Uniform,
-            ],
-            overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-        };
+        let spec = |entry| gridding_kernel(&shaders::USFFT1D, entry);
         let slices: [BufferSlice; 8] = [
             (&col).into(),
             (&grid).into(),
@@ -526,21 +532,7 @@ impl LaminoOperator {
             .map(|(&p, &c)| [p, c])
             .collect();
         let sorted = ctx.upload("u2 sorted points", &sorted)?;
-        let spec = |entry| KernelSpec {
-            shader: &shaders::USFFT2D,
-            entry,
-            bindings: &[
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::Uniform,
-            ],
-            overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-        };
+        let spec = |entry| gridding_kernel(&shaders::USFFT2D, entry);
         let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
             .map(|entry| ctx.kernel(&spec(entry)));
         let [divker, gather, spread, divker_adj] = kernels;
