@@ -13,3 +13,4 @@ pub mod reference;
 pub mod shaders;
 
 pub use error::GpuError;
+pub mod flatfield;
