@@ -52,10 +52,17 @@ pub static COPY: Shader = Shader {
     parts: &[include_str!("../shaders/util/copy.wgsl")],
 };
 
+/// The BaSiC flat-field fit: every kernel of one ALM iteration (spec §8.2).
+pub static FLATFIELD_BASIC: Shader = Shader {
+    name: "flatfield/basic",
+    parts: &[include_str!("../shaders/flatfield/basic.wgsl")],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_PASS,
     &FFT_STOCKHAM_FUSED,
     &FFT_BLUESTEIN,
     &COPY,
+    &FLATFIELD_BASIC,
 ];

@@ -14,6 +14,7 @@
 //! Layout conventions: images are row-major `H × W`, stacks image-major `N × H × W`.
 
 mod dct;
+mod gpu;
 mod oracle;
 mod params;
 mod resample;
@@ -23,10 +24,12 @@ pub mod synthetic;
 use thiserror::Error;
 
 pub use dct::{dct_matrix, Dct2};
+pub use gpu::GpuSolver;
 pub use params::{BasicParams, TransformParams};
 pub use resample::Resampler;
 pub use solver::{Prepared, Preprocessor};
 
+use crate::gpu::GpuContext;
 use oracle::OracleBackend;
 use solver::{reweighting_loop, WorkingFit};
 
@@ -260,6 +263,31 @@ pub struct Fit {
     pub report: FitReport,
 }
 
+/// Fits on the GPU (f32). `progress` is called after every solve.
+pub fn fit(
+    ctx: &GpuContext,
+    stack: &Stack,
+    params: &BasicParams,
+    progress: impl FnMut(&SolveSummary),
+) -> Result<Fit, FlatfieldError> {
+    let prepared = stack.prepare(params)?;
+    fit_prepared(ctx, &prepared, stack.height, stack.width, params, progress)
+}
+
+/// Fits a prepared (resampled) stack on the GPU and upsamples the fields to `height × width`.
+pub fn fit_prepared(
+    ctx: &GpuContext,
+    prepared: &Prepared,
+    height: usize,
+    width: usize,
+    params: &BasicParams,
+    progress: impl FnMut(&SolveSummary),
+) -> Result<Fit, FlatfieldError> {
+    let mut backend = GpuSolver::new(ctx, prepared)?;
+    let working = reweighting_loop(&mut backend, params, progress)?;
+    Ok(finish(working, prepared, height, width, params))
+}
+
 /// Fits with the f64 CPU oracle (the reference of the tests; not a silent fallback).
 pub fn fit_oracle(stack: &Stack, params: &BasicParams) -> Result<Fit, FlatfieldError> {
     let prepared = stack.prepare(params)?;
@@ -276,6 +304,13 @@ pub fn fit_prepared_oracle(
     let mut backend = OracleBackend::new(prepared);
     let working = reweighting_loop(&mut backend, params, |_| {})?;
     Ok(finish(working, prepared, height, width, params))
+}
+
+/// For a reconstruction pipeline without white/dark fields (`lamino reconstruct --flatfield
+/// basic`): fits the default parameters on the projections themselves (N projections of
+/// `height × width`) and returns the fields to correct them with.
+pub fn fit_projections(ctx: &GpuContext, projections: &Stack) -> Result<Fit, FlatfieldError> {
+    fit(ctx, projections, &BasicParams::default(), |_| {})
 }
 
 /// §4.6: upsample, normalise, fallback, and the report.
