@@ -58,6 +58,12 @@ pub static FLATFIELD_BASIC: Shader = Shader {
     parts: &[include_str!("../shaders/flatfield/basic.wgsl")],
 };
 
+/// The BaSiC correction `(I − D) / max(S, flat_min)`.
+pub static FLATFIELD_TRANSFORM: Shader = Shader {
+    name: "flatfield/transform",
+    parts: &[include_str!("../shaders/flatfield/transform.wgsl")],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_PASS,
@@ -65,4 +71,5 @@ pub static ALL: &[&Shader] = &[
     &FFT_BLUESTEIN,
     &COPY,
     &FLATFIELD_BASIC,
+    &FLATFIELD_TRANSFORM,
 ];

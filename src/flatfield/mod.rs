@@ -13,8 +13,10 @@
 //!
 //! Layout conventions: images are row-major `H × W`, stacks image-major `N × H × W`.
 
+mod correct;
 mod dct;
 mod gpu;
+pub mod io;
 mod oracle;
 mod params;
 mod resample;
@@ -23,6 +25,7 @@ pub mod synthetic;
 
 use thiserror::Error;
 
+pub use correct::{clamped_fraction, transform, transform_cpu, transform_stream, TransformPlan};
 pub use dct::{dct_matrix, Dct2};
 pub use gpu::GpuSolver;
 pub use params::{BasicParams, TransformParams};
@@ -311,6 +314,40 @@ pub fn fit_prepared_oracle(
 /// `height × width`) and returns the fields to correct them with.
 pub fn fit_projections(ctx: &GpuContext, projections: &Stack) -> Result<Fit, FlatfieldError> {
     fit(ctx, projections, &BasicParams::default(), |_| {})
+}
+
+/// Fits, then corrects the same stack: `(I − D) / max(S, flat_min)`.
+pub fn fit_transform(
+    ctx: &GpuContext,
+    stack: &Stack,
+    params: &BasicParams,
+    transform_params: &TransformParams,
+) -> Result<(Fit, Vec<f32>), FlatfieldError> {
+    let fitted = fit(ctx, stack, params, |_| {})?;
+    let corrected = transform(ctx, stack, &fitted.fields, transform_params)?;
+    Ok((fitted, corrected))
+}
+
+/// Resamples a stack file image by image (it is never resident at full size); `progress` gets
+/// the number of images read.
+pub fn prepare_stream(
+    reader: &mut io::StackReader,
+    params: &BasicParams,
+    mut progress: impl FnMut(usize),
+) -> Result<Prepared, FlatfieldError> {
+    params.validate()?;
+    let mut pre = Preprocessor::new(reader.height(), reader.width(), params.working_size)?;
+    let mut done = 0;
+    while let Some(image) = reader.next_image() {
+        match image? {
+            Pixels::U8(v) => pre.push(&v)?,
+            Pixels::U16(v) => pre.push(&v)?,
+            Pixels::F32(v) => pre.push(&v)?,
+        }
+        done += 1;
+        progress(done);
+    }
+    pre.finish(params)
 }
 
 /// §4.6: upsample, normalise, fallback, and the report.
