@@ -3,7 +3,8 @@
 // Every entry point shares one binding layout so that a fit plan builds its bind groups once:
 //   d      N x M stack (read only), e / y / omega: sparse part, dual, unnormalised weights (N x M)
 //   vecs   all small vectors and scalars, at the offsets of `dims` (see src/flatfield/gpu.rs)
-//   cmat   the orthonormal DCT-II matrix C[k][n] (size x size, computed in f64 on the host)
+//   cmat   the orthonormal DCT-II matrix C[k][n] then its transpose (size x size each, computed
+//          in f64 on the host)
 //   dims   sizes and offsets; dct: source/destination/epilogue of a DCT dispatch
 // Reductions are fixed-order (per-thread strided sums, then a workgroup tree) with no atomics, so
 // a run is bit-reproducible on one device. Floats that count pixels are exact below 2^24.
@@ -151,57 +152,113 @@ fn column_mean(
     vecs[dims.off_t + j] = acc / f32(dims.n);
 }
 
-// One axis of the 2D DCT along x: out[r][k] = sum_x src[r][x] C[k][x] (inverse: C[x][k]).
+// The 2D DCT is two matrix products per transform: along x OUT = SRC · M, along y OUT = M · SRC,
+// with M = C or Cᵀ (`cmat` holds C then Cᵀ). Each invocation computes a 4x4 block of OUT from
+// 4 + 4 loads per step of the inner dimension (register blocking: 0.5 loads per multiply-add,
+// which is what limits software rasterisers). Every output sums in plain ascending order.
+const BLOCK: u32 = 4u;
+
+struct Block {
+    rows: array<vec4<f32>, 4>,
+    row0: u32,
+    col0: u32,
+}
+
+// The 4x4 block `index` of (A B); A = vecs (at a_off) and B = cmat (at b_off) when `src_left`,
+// else A = cmat and B = vecs. Indices past the edge are clamped for loading (never written).
+fn block_product(index: u32, src_left: bool, a_off: u32, b_off: u32) -> Block {
+    let p = dims.size;
+    let per_row = (p + BLOCK - 1u) / BLOCK;
+    let row0 = (index / per_row) * BLOCK;
+    let col0 = (index % per_row) * BLOCK;
+    var rows: array<u32, 4>;
+    var cols: array<u32, 4>;
+    for (var q = 0u; q < BLOCK; q = q + 1u) {
+        rows[q] = min(row0 + q, p - 1u) * p;
+        cols[q] = min(col0 + q, p - 1u);
+    }
+    var acc: array<vec4<f32>, 4>;
+    for (var t = 0u; t < p; t = t + 1u) {
+        var a: vec4<f32>;
+        var b: vec4<f32>;
+        if (src_left) {
+            a = vec4<f32>(vecs[a_off + rows[0] + t], vecs[a_off + rows[1] + t],
+                          vecs[a_off + rows[2] + t], vecs[a_off + rows[3] + t]);
+            let bt = b_off + t * p;
+            b = vec4<f32>(cmat[bt + cols[0]], cmat[bt + cols[1]], cmat[bt + cols[2]], cmat[bt + cols[3]]);
+        } else {
+            a = vec4<f32>(cmat[a_off + rows[0] + t], cmat[a_off + rows[1] + t],
+                          cmat[a_off + rows[2] + t], cmat[a_off + rows[3] + t]);
+            let bt = b_off + t * p;
+            b = vec4<f32>(vecs[bt + cols[0]], vecs[bt + cols[1]], vecs[bt + cols[2]], vecs[bt + cols[3]]);
+        }
+        acc[0] = acc[0] + a.x * b;
+        acc[1] = acc[1] + a.y * b;
+        acc[2] = acc[2] + a.z * b;
+        acc[3] = acc[3] + a.w * b;
+    }
+    return Block(acc, row0, col0);
+}
+
+fn block_count() -> u32 {
+    let per_row = (dims.size + BLOCK - 1u) / BLOCK;
+    return per_row * per_row;
+}
+
+// Along x: out[r][k] = sum_x src[r][x] C[k][x] (forward, M = Cᵀ) or sum_k src[r][k] C[k][x]
+// (inverse, M = C).
 @compute @workgroup_size(WORKGROUP)
 fn dct_rows(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = linear(wid, groups, lid);
-    if (g >= dims.m) {
+    let index = linear(wid, groups, lid);
+    if (index >= block_count()) {
         return;
     }
     let p = dims.size;
-    let r = g / p;
-    let k = g % p;
-    var acc = 0.0;
-    for (var x = 0u; x < p; x = x + 1u) {
-        var c: f32;
-        if (dct.inverse == 0u) {
-            c = cmat[k * p + x];
-        } else {
-            c = cmat[x * p + k];
+    let m_off = select(p * p, 0u, dct.inverse == 1u);
+    let out = block_product(index, true, dct.src, m_off);
+    for (var q = 0u; q < BLOCK; q = q + 1u) {
+        for (var c = 0u; c < BLOCK; c = c + 1u) {
+            let r = out.row0 + q;
+            let x = out.col0 + c;
+            if (r < p && x < p) {
+                vecs[dct.dst + r * p + x] = out.rows[q][c];
+            }
         }
-        acc = acc + vecs[dct.src + r * p + x] * c;
     }
-    vecs[dct.dst + g] = acc;
 }
 
-// The other axis, along y, with the epilogue of the step it finishes.
+// Along y: out[k][x] = sum_r C[k][r] src[r][x] (forward, M = C) or Cᵀ (inverse), with the
+// epilogue of the step it finishes.
 @compute @workgroup_size(WORKGROUP)
 fn dct_cols(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let g = linear(wid, groups, lid);
-    if (g >= dims.m) {
+    let index = linear(wid, groups, lid);
+    if (index >= block_count()) {
         return;
     }
     let p = dims.size;
-    let k = g / p;
-    let x = g % p;
-    var acc = 0.0;
-    for (var r = 0u; r < p; r = r + 1u) {
-        var c: f32;
-        if (dct.inverse == 0u) {
-            c = cmat[k * p + r];
-        } else {
-            c = cmat[r * p + k];
+    let m_off = select(0u, p * p, dct.inverse == 1u);
+    let out = block_product(index, false, m_off, dct.src);
+    for (var q = 0u; q < BLOCK; q = q + 1u) {
+        for (var c = 0u; c < BLOCK; c = c + 1u) {
+            let r = out.row0 + q;
+            let x = out.col0 + c;
+            if (r < p && x < p) {
+                dct_epilogue(r * p + x, out.rows[q][c]);
+            }
         }
-        acc = acc + c * vecs[dct.src + r * p + x];
     }
+}
+
+// Stores one output of a y-pass with the epilogue of the step it finishes.
+fn dct_epilogue(g: u32, acc: f32) {
     switch dct.epilogue {
         case 1u: {
             // Step 4: W_hat <- S_{lambda_F/mu}(W_hat + DCT2(T)).

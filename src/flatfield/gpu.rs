@@ -180,7 +180,13 @@ impl<'a> GpuSolver<'a> {
         let y = ctx.storage_buffer("basic Y", bytes)?;
         let omega = ctx.upload("basic omega", &vec![1.0f32; n * m])?;
         let vecs = ctx.storage_buffer("basic vectors", (vec_len * 4) as u64)?;
-        let c: Vec<f32> = dct_matrix(size).iter().map(|&v| v as f32).collect();
+        // C followed by Cᵀ (see dct_rows in basic.wgsl).
+        let c64 = dct_matrix(size);
+        let c: Vec<f32> = c64
+            .iter()
+            .chain(&transpose(&c64, size))
+            .map(|&v| v as f32)
+            .collect();
         let cmat = ctx.upload("basic DCT matrix", &c)?;
         let dims_buf = ctx.uniform("basic dims", &dims)?;
         let kernel = |entry: &'static str| {
@@ -271,6 +277,11 @@ impl<'a> GpuSolver<'a> {
         self.dims.m.div_ceil(WORKGROUP)
     }
 
+    /// Workgroups of a DCT pass: one invocation per 4x4 output block (BLOCK in basic.wgsl).
+    fn block_groups(&self) -> u32 {
+        self.dims.size.div_ceil(4).pow(2).div_ceil(WORKGROUP)
+    }
+
     fn write_vec(&self, offset: u32, values: &[f64]) {
         let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
         self.ctx.write(&self.vecs, offset as u64, &v);
@@ -288,13 +299,17 @@ impl<'a> GpuSolver<'a> {
     /// Records the dark-field update (§4.3 steps 9.6–9.8) into `o_next`.
     fn record_dark(&self, rec: &mut crate::gpu::Recorder) {
         let p = &self.passes;
-        let g = self.pixel_groups();
-        rec.dispatch(&p.dark_column, g);
-        rec.dispatch(&p.dark_rows, g);
-        rec.dispatch(&p.dark_cols, g);
-        rec.dispatch(&p.dark_inv_rows, g);
-        rec.dispatch(&p.dark_inv_cols, g);
+        let t = self.block_groups();
+        rec.dispatch(&p.dark_column, self.pixel_groups());
+        rec.dispatch(&p.dark_rows, t);
+        rec.dispatch(&p.dark_cols, t);
+        rec.dispatch(&p.dark_inv_rows, t);
+        rec.dispatch(&p.dark_inv_cols, t);
     }
+}
+
+fn transpose(c: &[f64], n: usize) -> Vec<f64> {
+    (0..n * n).map(|i| c[(i % n) * n + i / n]).collect()
 }
 
 impl SolveBackend for GpuSolver<'_> {
@@ -333,10 +348,11 @@ impl SolveBackend for GpuSolver<'_> {
                 rec.dispatch(&p.commit_offset, g);
             }
             rec.dispatch(&p.column_mean, g);
-            rec.dispatch(&p.flat_rows, g);
-            rec.dispatch(&p.flat_cols, g);
-            rec.dispatch(&p.w_rows, g);
-            rec.dispatch(&p.w_cols, g);
+            let t = self.block_groups();
+            rec.dispatch(&p.flat_rows, t);
+            rec.dispatch(&p.flat_cols, t);
+            rec.dispatch(&p.w_rows, t);
+            rec.dispatch(&p.w_cols, t);
             rec.dispatch(&p.field_stats, 1);
             rec.dispatch(&p.element, n as u32);
             self.ctx.submit(rec)?;
