@@ -51,11 +51,9 @@ fn normal(rng: &mut SplitMix64) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
-/// Renders the stack. Poisson noise of mean λ is drawn as a rounded normal of variance λ (all
-/// means here exceed 100, where the two agree to well below the fit's error).
-pub fn generate(spec: &Synthetic) -> SyntheticData {
+/// The true fields of a recipe: (flat-field normalised to mean 1, dark-field).
+pub fn truth(spec: &Synthetic) -> (Vec<f64>, Vec<f64>) {
     let (h, w) = (spec.height, spec.width);
-    let mut rng = SplitMix64::new(spec.seed);
     let (cy, cx) = (
         (h as f64 - 1.0) / 2.0 + 0.1 * h as f64,
         (w as f64 - 1.0) / 2.0 - 0.05 * w as f64,
@@ -81,12 +79,51 @@ pub fn generate(spec: &Synthetic) -> SyntheticData {
             100.0 + 30.0 * x / (w as f64 - 1.0).max(1.0) + 15.0 * y / (h as f64 - 1.0).max(1.0)
         })
         .collect();
-    let mut pixels = Vec::with_capacity(spec.count * h * w);
-    let mut fg = vec![0.0; h * w];
-    for _ in 0..spec.count {
-        let b = spec.background.0 + (spec.background.1 - spec.background.0) * rng.next_f64();
+    (flat, dark)
+}
+
+/// The images of a recipe, rendered one at a time (stacks larger than memory stream through).
+/// Poisson noise of mean λ is drawn as a rounded normal of variance λ (all means here exceed
+/// 100, where the two agree to well below the fit's error).
+#[derive(Debug)]
+pub struct Images {
+    spec: Synthetic,
+    flat: Vec<f64>,
+    dark: Vec<f64>,
+    rng: SplitMix64,
+    foreground: Vec<f64>,
+    done: usize,
+}
+
+impl Images {
+    pub fn new(spec: &Synthetic) -> Self {
+        let (flat, dark) = truth(spec);
+        Self {
+            spec: spec.clone(),
+            flat,
+            dark,
+            rng: SplitMix64::new(spec.seed),
+            foreground: vec![0.0; spec.height * spec.width],
+            done: 0,
+        }
+    }
+}
+
+impl Iterator for Images {
+    type Item = Vec<f32>;
+
+    fn next(&mut self) -> Option<Vec<f32>> {
+        if self.done == self.spec.count {
+            return None;
+        }
+        self.done += 1;
+        let (h, w) = (self.spec.height, self.spec.width);
+        let (lo, hi) = self.spec.background;
+        let rng = &mut self.rng;
+        let b = lo + (hi - lo) * rng.next_f64();
+        let fg = &mut self.foreground;
         fg.fill(0.0);
-        for _ in 0..spec.blobs {
+        for _ in 0..self.spec.blobs {
             let r = 2.0 + 8.0 * rng.next_f64();
             let amp = (0.5 + 2.5 * rng.next_f64()) * b;
             let (by, bx) = (rng.next_f64() * h as f64, rng.next_f64() * w as f64);
@@ -99,16 +136,26 @@ pub fn generate(spec: &Synthetic) -> SyntheticData {
                 }
             }
         }
-        for p in 0..h * w {
-            let lambda = flat[p] * (b + fg[p]) + dark[p];
-            let v = (lambda + lambda.sqrt() * normal(&mut rng)).round().max(0.0);
-            pixels.push(v as f32);
-        }
+        Some(
+            (0..h * w)
+                .map(|p| {
+                    let lambda = self.flat[p] * (b + fg[p]) + self.dark[p];
+                    (lambda + lambda.sqrt() * normal(rng)).round().max(0.0) as f32
+                })
+                .collect(),
+        )
     }
+}
+
+/// Renders the whole stack in memory.
+pub fn generate(spec: &Synthetic) -> SyntheticData {
+    let images = Images::new(spec);
+    let (flatfield, darkfield) = (images.flat.clone(), images.dark.clone());
+    let pixels: Vec<f32> = images.flatten().collect();
     SyntheticData {
-        stack: Stack::new(spec.count, h, w, Pixels::F32(pixels))
+        stack: Stack::new(spec.count, spec.height, spec.width, Pixels::F32(pixels))
             .expect("the generator's buffer matches its shape"),
-        flatfield: flat,
-        darkfield: dark,
+        flatfield,
+        darkfield,
     }
 }
