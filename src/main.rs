@@ -418,6 +418,9 @@ fn flatfield_fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResu
     if !r.changed_parameters.is_empty() {
         println!("changed parameters: {}", r.changed_parameters.join(", "));
     }
+    for w in &r.warnings {
+        println!("warning: {w}");
+    }
     println!("fields written to {}", out.display());
     Ok(())
 }

@@ -59,3 +59,32 @@ fn s1_gpu_matches_the_oracle_and_the_truth() {
     assert_eq!(gpu.report.working_flatfield.len(), 128 * 128);
     assert_eq!(gpu.fields.baseline.len(), 60);
 }
+
+#[test]
+fn odd_working_sizes_match_the_oracle() {
+    // The DCT kernels work on 4x4 output blocks; working sizes that are not multiples of 4 (and
+    // smaller than one workgroup) exercise their edges. A test of that code path, not of the
+    // default 128: the stack is S1's recipe at 48x48.
+    let data = generate(&Synthetic {
+        count: 12,
+        height: 48,
+        width: 48,
+        blobs: 2,
+        ..Synthetic::s1(41)
+    });
+    for size in [17usize, 30] {
+        let params = BasicParams {
+            working_size: size,
+            ..BasicParams::default()
+        };
+        let prepared = data.stack.prepare(&params).unwrap();
+        let gpu = fit_prepared(common::ctx(), &prepared, 48, 48, &params, |_| {}).unwrap();
+        let cpu = fit_prepared_oracle(&prepared, 48, 48, &params).unwrap();
+        let flat = max_abs_diff(&gpu.report.working_flatfield, &cpu.report.working_flatfield);
+        let dark = max_abs_diff(&gpu.report.working_darkfield, &cpu.report.working_darkfield);
+        eprintln!("working size {size}: flat max |Δ| {flat:.2e}, dark max |Δ| {dark:.2e}");
+        assert!(flat < 1e-4, "{size}: {flat}");
+        assert!(dark < 0.1, "{size}: {dark}");
+        assert_eq!(iterations(&gpu).len(), iterations(&cpu).len());
+    }
+}

@@ -137,6 +137,19 @@ fn s5_narrow_brightness_is_finite_and_flagged() {
     // The dark-field is identifiable only with a wide brightness range (spec §4.7): the report
     // says how wide it was.
     assert!(fit.report.brightness_spread < 0.5 * wide_fit.report.brightness_spread);
+    assert!(
+        fit.report
+            .warnings
+            .iter()
+            .any(|w| w.contains("poorly identifiable")),
+        "{:?}",
+        fit.report.warnings
+    );
+    assert!(
+        wide_fit.report.warnings.is_empty(),
+        "{:?}",
+        wide_fit.report.warnings
+    );
 }
 
 #[test]
