@@ -165,11 +165,19 @@ fn a_blank_low_signal_channel_gives_finite_positive_fields() {
 
 #[test]
 fn one_image_tiny_and_non_square_stacks_give_correct_shapes() {
-    for (n, h, w) in [(1usize, 40usize, 30usize), (4, 16, 16), (3, 128, 171)] {
+    // (images, height, width, blobs per image). Stacks of 3-4 noisy images make the reweighting
+    // dither until the 25-solve cap (measured: 14 s for 4 of 16x16 on lavapipe); these converge
+    // in 2-5 solves and test the same shapes.
+    for (n, h, w, blobs) in [
+        (1usize, 40usize, 30usize, 10usize),
+        (12, 16, 16, 0),
+        (12, 128, 171, 3),
+    ] {
         let data = generate(&Synthetic {
             count: n,
             height: h,
             width: w,
+            blobs,
             ..small(13)
         });
         let fitted = fit_default(&data.stack);
