@@ -4,7 +4,8 @@
 mod common;
 
 use lamino::flatfield::synthetic::{generate, Synthetic};
-use lamino::flatfield::{fit_prepared, fit_prepared_oracle, BasicParams, Fit};
+use lamino::flatfield::{fit, fit_prepared, fit_prepared_oracle, BasicParams, Fit, Pixels};
+use lamino::reference::SplitMix64;
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
@@ -87,4 +88,62 @@ fn odd_working_sizes_match_the_oracle() {
         assert!(dark < 0.1, "{size}: {dark}");
         assert_eq!(iterations(&gpu).len(), iterations(&cpu).len());
     }
+}
+
+/// BaSiCPy's own synthetic test (spec §9.2 "S4"): 8 images of 128x128 drawn as Poisson(lam)
+/// with `lam = uint8(0.01 (max g − g) + 10)`, `g = x² + y²` on `linspace(−63, 64)`.
+fn s4(scale: f32) -> (lamino::flatfield::Stack, Vec<f64>) {
+    let axis: Vec<f64> = (0..128).map(|i| -63.0 + i as f64).collect();
+    let g: Vec<f64> = axis
+        .iter()
+        .flat_map(|y| axis.iter().map(move |x| x * x + y * y))
+        .collect();
+    let g_max = g.iter().cloned().fold(f64::MIN, f64::max);
+    let gradient: Vec<f64> = g.iter().map(|v| 0.01 * (g_max - v) + 10.0).collect();
+    let mean = gradient.iter().sum::<f64>() / gradient.len() as f64;
+    let truth = gradient.iter().map(|v| v / mean).collect();
+    let mut rng = SplitMix64::new(4);
+    let mut pixels = Vec::with_capacity(8 * 128 * 128);
+    for _ in 0..8 {
+        for v in &gradient {
+            // Knuth's Poisson sampler: exact, and λ < 100 here.
+            let limit = (-v.trunc()).exp();
+            let (mut k, mut p) = (0u32, 1.0);
+            loop {
+                p *= rng.next_f64();
+                if p <= limit {
+                    break;
+                }
+                k += 1;
+            }
+            pixels.push(k as f32 * scale);
+        }
+    }
+    let stack = lamino::flatfield::Stack::new(8, 128, 128, Pixels::F32(pixels)).unwrap();
+    (stack, truth)
+}
+
+#[test]
+fn basicpy_synthetic_test_s4() {
+    // BaSiCPy's test fits without a dark-field; so does this one (spec §9.2: measured max error
+    // 0.047 for the §4 algorithm, bound 0.08; scale invariance bound 1e-4).
+    let params = BasicParams {
+        get_darkfield: false,
+        ..BasicParams::default()
+    };
+    let (stack, truth) = s4(1.0);
+    let fitted = fit(common::ctx(), &stack, &params, |_| {}).unwrap();
+    let err = fitted
+        .fields
+        .flatfield
+        .iter()
+        .zip(&truth)
+        .map(|(a, b)| (*a as f64 - b).abs())
+        .fold(0.0, f64::max);
+    let (scaled, _) = s4(100.0);
+    let refit = fit(common::ctx(), &scaled, &params, |_| {}).unwrap();
+    let scale = max_abs_diff(&fitted.fields.flatfield, &refit.fields.flatfield);
+    eprintln!("S4: max |flat − truth| {err:.4}, x100 max |Δ| {scale:.2e}");
+    assert!(err < 0.08, "{err}");
+    assert!(scale < 1e-4, "{scale}");
 }

@@ -559,6 +559,15 @@ mod tests {
     }
 
     #[test]
+    fn mismatched_images_are_named() {
+        let mut pre = Preprocessor::new(4, 5, 8).unwrap();
+        pre.push(&[1.0f32; 20]).unwrap();
+        let msg = pre.push(&[1u8; 16]).unwrap_err().to_string();
+        assert!(msg.contains("image 1") && msg.contains("4x5"), "{msg}");
+        assert!(Preprocessor::new(0, 5, 8).is_err());
+    }
+
+    #[test]
     fn spectral_norm_matches_a_rank_one_matrix() {
         // D = u vᵀ has σ₁ = |u| |v|.
         let u = [1.0f32, 2.0, 3.0];
