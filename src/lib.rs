@@ -7,10 +7,10 @@
 pub mod bench;
 pub mod error;
 pub mod fft;
+pub mod flatfield;
 pub mod gpu;
 pub mod io;
 pub mod reference;
 pub mod shaders;
 
 pub use error::GpuError;
-pub mod flatfield;
