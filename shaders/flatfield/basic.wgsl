@@ -69,6 +69,8 @@ const MASK_TOL: f32 = 1e-6;
 @group(0) @binding(7) var<uniform> dct: DctParams;
 
 const WORKGROUP: u32 = 256u;
+// Images per partial sum of the column passes.
+const CHUNK: u32 = 64u;
 
 var<workgroup> red: array<vec4<f32>, 256>;
 
@@ -144,12 +146,19 @@ fn column_mean(
     let w = vecs[dims.off_w + j];
     let o = vecs[dims.off_o + j];
     let inv_mu = scalar(S_INV_MU);
+    // Two-level sum over images (blocks of CHUNK): the f32 error grows with CHUNK + N / CHUNK
+    // rather than with N, for stacks of many thousands of images.
     var acc = 0.0;
+    var part = 0.0;
     for (var i = 0u; i < dims.n; i = i + 1u) {
         let k = i * dims.m + j;
-        acc = acc + (d[k] - vecs[dims.off_a + i] * w - o - e[k] + y[k] * inv_mu);
+        part = part + (d[k] - vecs[dims.off_a + i] * w - o - e[k] + y[k] * inv_mu);
+        if ((i + 1u) % CHUNK == 0u) {
+            acc = acc + part;
+            part = 0.0;
+        }
     }
-    vecs[dims.off_t + j] = acc / f32(dims.n);
+    vecs[dims.off_t + j] = (acc + part) / f32(dims.n);
 }
 
 // The 2D DCT is two matrix products per transform: along x OUT = SRC · M, along y OUT = M · SRC,
@@ -396,12 +405,18 @@ fn dark_column(
         return;
     }
     var acc = 0.0;
+    var part = 0.0;
     for (var i = 0u; i < dims.n; i = i + 1u) {
         if (vecs[dims.off_valid + i] != 0.0) {
             let k = i * dims.m + j;
-            acc = acc + (d[k] - e[k]);
+            part = part + (d[k] - e[k]);
+        }
+        if ((i + 1u) % CHUNK == 0u) {
+            acc = acc + part;
+            part = 0.0;
         }
     }
+    acc = acc + part;
     let w = vecs[dims.off_w + j];
     let z = scalar(S_BETA) * (stat(T_W_MEAN) - w);
     vecs[dims.off_t + j] = acc * scalar(S_INV_COUNT_VALID) - scalar(S_A_MEAN_VALID) * w - z;
