@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod error;
 pub mod fft;
+pub mod flatfield;
 pub mod gpu;
 pub mod io;
 pub mod metrics;

@@ -82,6 +82,18 @@ pub static SOLVER_VECTOR: Shader = Shader {
     parts: &[include_str!("../shaders/solver/vector.wgsl")],
 };
 
+/// The BaSiC flat-field fit: every kernel of one ALM iteration (spec §8.2).
+pub static FLATFIELD_BASIC: Shader = Shader {
+    name: "flatfield/basic",
+    parts: &[include_str!("../shaders/flatfield/basic.wgsl")],
+};
+
+/// The BaSiC correction `(I − D) / max(S, flat_min)`.
+pub static FLATFIELD_TRANSFORM: Shader = Shader {
+    name: "flatfield/transform",
+    parts: &[include_str!("../shaders/flatfield/transform.wgsl")],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_PASS,
@@ -93,4 +105,6 @@ pub static ALL: &[&Shader] = &[
     &USFFT1D,
     &USFFT2D,
     &SOLVER_VECTOR,
+    &FLATFIELD_BASIC,
+    &FLATFIELD_TRANSFORM,
 ];

@@ -1,0 +1,439 @@
+//! BaSiC flat-field and dark-field estimation (Peng et al., Nat. Commun. 8:14836, 2017,
+//! doi:10.1038/ncomms14836), on the GPU in f32 with an f64 CPU oracle.
+//!
+//! Model: `I_i(x) = S(x) · T_i(x) + D(x)` with flat-field `S` (mean 1), dark-field `D` (intensity
+//! units) and per-image baseline. The fit resamples every image to a square working grid
+//! (default 128²) and runs the inexact augmented-Lagrangian iteration with reweighting of
+//! `../shared/docs/basic-spec.md` §4 (the MATLAB/pybasic/KINTSUGI structure, with the f32 fixes
+//! of §8.6). Defaults live in [`BasicParams`]; see its field docs.
+//!
+//! Entry points: [`fit`] (GPU), [`fit_oracle`] (f64 CPU, for tests and comparisons),
+//! [`transform`] / [`transform_cpu`], [`fit_transform`], and [`fit_projections`] for a
+//! reconstruction pipeline that estimates detector shading from its own projections.
+//!
+//! Layout conventions: images are row-major `H × W`, stacks image-major `N × H × W`.
+
+pub mod bench;
+mod correct;
+mod dct;
+mod gpu;
+pub mod io;
+mod oracle;
+mod params;
+mod resample;
+mod solver;
+pub mod synthetic;
+
+use thiserror::Error;
+
+pub use correct::{clamped_fraction, transform, transform_cpu, transform_stream, TransformPlan};
+pub use dct::{dct_matrix, Dct2};
+pub use gpu::GpuSolver;
+pub use params::{BasicParams, TransformParams};
+pub use resample::Resampler;
+pub use solver::{Prepared, Preprocessor};
+
+use crate::gpu::GpuContext;
+use oracle::OracleBackend;
+use solver::{reweighting_loop, WorkingFit};
+
+/// Errors of the flat-field estimation and correction; each names the offending size, index or
+/// parameter.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum FlatfieldError {
+    /// The stack holds no image.
+    #[error(
+        "the stack holds no image: BaSiC needs at least one (two or more for a meaningful fit)"
+    )]
+    NoImages,
+    /// Images of zero height or width.
+    #[error("images of {height}x{width} pixels: both sides must be at least 1")]
+    EmptyImage { height: usize, width: usize },
+    /// The pixel buffer does not match the declared stack shape.
+    #[error("the pixel buffer holds {found} values, but {count} images of {height}x{width} need {expected}")]
+    BufferSize {
+        count: usize,
+        height: usize,
+        width: usize,
+        expected: usize,
+        found: usize,
+    },
+    /// One image differs in size from the first.
+    #[error("image {index} has {found_pixels} pixels, but the stack's images are {}x{} = {} pixels", expected.0, expected.1, expected.0 * expected.1)]
+    ShapeMismatch {
+        index: usize,
+        expected: (usize, usize),
+        found_pixels: usize,
+    },
+    /// NaN or infinity in the input.
+    #[error("image {index} has a non-finite value (NaN or infinity) at pixel (y={y}, x={x})")]
+    NonFiniteInput { index: usize, y: usize, x: usize },
+    /// Every pixel of every image is zero: there is nothing to estimate.
+    #[error("all {count} images are entirely zero: there is no shading to estimate")]
+    AllZero { count: usize },
+    /// The mean intensity is zero (positive and negative values cancel).
+    #[error("the mean intensity of the {count} images is zero: BaSiC's λ and brightness are relative to it")]
+    ZeroMean { count: usize },
+    /// A parameter is out of range.
+    #[error("parameter {name} = {value}: needs {need}")]
+    BadParameter {
+        name: &'static str,
+        value: String,
+        need: &'static str,
+    },
+    /// A solve produced non-finite values (a bug or an input the guards do not cover).
+    #[error("solve {solve} of the fit produced non-finite values; please report this input")]
+    NonFiniteFit { solve: usize },
+    /// The stack is larger than one GPU storage binding allows.
+    #[error("{count} images of the {size}x{size} working grid need {bytes} bytes per array, above this device's {limit}-byte storage binding limit (at most {max_images} images)")]
+    TooManyImages {
+        count: usize,
+        size: usize,
+        bytes: u64,
+        limit: u64,
+        max_images: usize,
+    },
+    /// Fields and images of different sizes.
+    #[error("the fields are {fields_h}x{fields_w} but the images are {height}x{width}")]
+    FieldsMismatch {
+        fields_h: usize,
+        fields_w: usize,
+        height: usize,
+        width: usize,
+    },
+    /// A stack or fields file could not be read or written.
+    #[error("{path}: {reason}")]
+    File {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    /// The GPU runtime failed.
+    #[error(transparent)]
+    Gpu(#[from] crate::GpuError),
+}
+
+/// Pixel values of a stack, in the input's type (kept for the transform).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pixels {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+impl Pixels {
+    fn len(&self) -> usize {
+        match self {
+            Self::U8(v) => v.len(),
+            Self::U16(v) => v.len(),
+            Self::F32(v) => v.len(),
+        }
+    }
+}
+
+/// `count` images of `height × width`, image-major, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stack {
+    count: usize,
+    height: usize,
+    width: usize,
+    pixels: Pixels,
+}
+
+impl Stack {
+    pub fn new(
+        count: usize,
+        height: usize,
+        width: usize,
+        pixels: Pixels,
+    ) -> Result<Self, FlatfieldError> {
+        if height == 0 || width == 0 {
+            return Err(FlatfieldError::EmptyImage { height, width });
+        }
+        let expected = count * height * width;
+        if pixels.len() != expected {
+            return Err(FlatfieldError::BufferSize {
+                count,
+                height,
+                width,
+                expected,
+                found: pixels.len(),
+            });
+        }
+        Ok(Self {
+            count,
+            height,
+            width,
+            pixels,
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+    pub fn height(&self) -> usize {
+        self.height
+    }
+    pub fn width(&self) -> usize {
+        self.width
+    }
+    pub fn pixels(&self) -> &Pixels {
+        &self.pixels
+    }
+
+    /// Image `i` converted to f32.
+    pub fn image_f32(&self, i: usize) -> Vec<f32> {
+        let px = self.height * self.width;
+        let r = i * px..(i + 1) * px;
+        match &self.pixels {
+            Pixels::U8(v) => v[r].iter().map(|&x| x as f32).collect(),
+            Pixels::U16(v) => v[r].iter().map(|&x| x as f32).collect(),
+            Pixels::F32(v) => v[r].to_vec(),
+        }
+    }
+
+    /// Resamples every image to the working grid and computes the fit constants.
+    pub fn prepare(&self, params: &BasicParams) -> Result<Prepared, FlatfieldError> {
+        params.validate()?;
+        let mut pre = Preprocessor::new(self.height, self.width, params.working_size)?;
+        let px = self.height * self.width;
+        for i in 0..self.count {
+            let r = i * px..(i + 1) * px;
+            match &self.pixels {
+                Pixels::U8(v) => pre.push(&v[r])?,
+                Pixels::U16(v) => pre.push(&v[r])?,
+                Pixels::F32(v) => pre.push(&v[r])?,
+            }
+        }
+        pre.finish(params)
+    }
+}
+
+/// The estimated fields at full image size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fields {
+    pub height: usize,
+    pub width: usize,
+    /// `S`, mean 1 (all ones when [`FitReport::fallback`] is set).
+    pub flatfield: Vec<f32>,
+    /// `D` in intensity units; zeros when dark-field estimation is off.
+    pub darkfield: Vec<f32>,
+    /// Per-image baseline `a_i · w̄` in intensity units (meaningless with sorting on: rows are
+    /// then order statistics, not images).
+    pub baseline: Vec<f32>,
+}
+
+/// Diagnostics of one ALM solve.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SolveSummary {
+    pub iterations: usize,
+    /// Final `‖Z‖_F / ‖D‖_F`.
+    pub residual: f64,
+    /// The residual reached `optimization_tolerance`.
+    pub converged: bool,
+    /// `max(mad_f, mad_d)` after this solve (spec §4.5).
+    pub change: f64,
+}
+
+/// Everything a user needs to judge a fit (spec §4.6 result record).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FitReport {
+    pub lambda_flatfield: f64,
+    pub lambda_darkfield: f64,
+    pub sigma1: f64,
+    pub solves: Vec<SolveSummary>,
+    /// The reweighting loop stopped on `reweighting_tolerance` (not on the solve cap).
+    pub converged: bool,
+    pub final_change: f64,
+    /// The flat-field was unusable (non-positive mean, negative or non-finite values) and was
+    /// replaced by all ones.
+    pub fallback: bool,
+    /// Relative spread `(max a − min a)/mean a` of the image brightness: below ~0.5 the
+    /// dark-field is poorly identifiable (spec §4.7).
+    pub brightness_spread: f64,
+    /// Conditions a user should know about (fallback, unconverged solves, poorly identifiable
+    /// dark-field, a tolerance below the f32 floor), one sentence each.
+    pub warnings: Vec<String>,
+    /// Parameters that differ from the defaults, `name = value (default …)`.
+    pub changed_parameters: Vec<String>,
+    pub working_size: usize,
+    /// The flat-field at working size (normalised to mean 1), for diagnostics and tests.
+    pub working_flatfield: Vec<f32>,
+    /// The dark-field at working size.
+    pub working_darkfield: Vec<f32>,
+}
+
+/// Fields plus report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    pub fields: Fields,
+    pub report: FitReport,
+}
+
+/// Fits on the GPU (f32). `progress` is called after every solve.
+pub fn fit(
+    ctx: &GpuContext,
+    stack: &Stack,
+    params: &BasicParams,
+    progress: impl FnMut(&SolveSummary),
+) -> Result<Fit, FlatfieldError> {
+    let prepared = stack.prepare(params)?;
+    fit_prepared(ctx, &prepared, stack.height, stack.width, params, progress)
+}
+
+/// Fits a prepared (resampled) stack on the GPU and upsamples the fields to `height × width`.
+pub fn fit_prepared(
+    ctx: &GpuContext,
+    prepared: &Prepared,
+    height: usize,
+    width: usize,
+    params: &BasicParams,
+    progress: impl FnMut(&SolveSummary),
+) -> Result<Fit, FlatfieldError> {
+    let mut backend = GpuSolver::new(ctx, prepared)?;
+    let working = reweighting_loop(&mut backend, params, progress)?;
+    Ok(finish(working, prepared, height, width, params))
+}
+
+/// Fits with the f64 CPU oracle (the reference of the tests; not a silent fallback).
+pub fn fit_oracle(stack: &Stack, params: &BasicParams) -> Result<Fit, FlatfieldError> {
+    let prepared = stack.prepare(params)?;
+    fit_prepared_oracle(&prepared, stack.height, stack.width, params)
+}
+
+/// [`fit_oracle`] on a prepared stack.
+pub fn fit_prepared_oracle(
+    prepared: &Prepared,
+    height: usize,
+    width: usize,
+    params: &BasicParams,
+) -> Result<Fit, FlatfieldError> {
+    let mut backend = OracleBackend::new(prepared);
+    let working = reweighting_loop(&mut backend, params, |_| {})?;
+    Ok(finish(working, prepared, height, width, params))
+}
+
+/// For a reconstruction pipeline without white/dark fields (`lamino reconstruct --flatfield
+/// basic`): fits the default parameters on the projections themselves (N projections of
+/// `height × width`) and returns the fields to correct them with.
+pub fn fit_projections(ctx: &GpuContext, projections: &Stack) -> Result<Fit, FlatfieldError> {
+    fit(ctx, projections, &BasicParams::default(), |_| {})
+}
+
+/// Fits, then corrects the same stack: `(I − D) / max(S, flat_min)`.
+pub fn fit_transform(
+    ctx: &GpuContext,
+    stack: &Stack,
+    params: &BasicParams,
+    transform_params: &TransformParams,
+) -> Result<(Fit, Vec<f32>), FlatfieldError> {
+    let fitted = fit(ctx, stack, params, |_| {})?;
+    let corrected = transform(ctx, stack, &fitted.fields, transform_params)?;
+    Ok((fitted, corrected))
+}
+
+/// Resamples a stack file image by image (it is never resident at full size); `progress` gets
+/// the number of images read.
+pub fn prepare_stream(
+    reader: &mut io::StackReader,
+    params: &BasicParams,
+    mut progress: impl FnMut(usize),
+) -> Result<Prepared, FlatfieldError> {
+    params.validate()?;
+    let mut pre = Preprocessor::new(reader.height(), reader.width(), params.working_size)?;
+    let mut done = 0;
+    while let Some(image) = reader.next_image() {
+        match image? {
+            Pixels::U8(v) => pre.push(&v)?,
+            Pixels::U16(v) => pre.push(&v)?,
+            Pixels::F32(v) => pre.push(&v)?,
+        }
+        done += 1;
+        progress(done);
+    }
+    pre.finish(params)
+}
+
+/// Below this brightness spread the dark-field is poorly identifiable: S5 of the specification
+/// (brightness U(600, 800)) gives 0.25 and a dark-field 36 % too low; S1 (U(200, 1200)) gives 1.3.
+const LOW_BRIGHTNESS_SPREAD: f64 = 0.5;
+
+fn warnings(working: &WorkingFit, usable: bool, count: usize, params: &BasicParams) -> Vec<String> {
+    let mut out = Vec::new();
+    if !usable {
+        out.push("the fitted flat-field had a non-positive mean, negative or non-finite values and was replaced by all ones".to_string());
+    }
+    if count < 2 {
+        out.push("one image: its brightness cannot be separated from the shading, so the flat-field is a smoothed copy of the image and no dark-field is estimated".to_string());
+    }
+    let unconverged = working.solves.iter().filter(|s| !s.converged).count();
+    if unconverged > 0 {
+        out.push(format!("{unconverged} of {} solves stopped at max_iterations = {} before reaching optimization_tolerance", working.solves.len(), params.max_iterations));
+    }
+    if !working.converged {
+        out.push(format!("the reweighting stopped at max_reweight_iterations = {} with a field change of {:.1e} (tolerance {:.1e})", params.max_reweight_iterations, working.final_change, params.reweighting_tolerance));
+    }
+    if params.get_darkfield && count >= 2 && working.brightness_spread < LOW_BRIGHTNESS_SPREAD {
+        out.push(format!("image brightness varies little (spread {:.2}): the dark-field is poorly identifiable and likely underestimated", working.brightness_spread));
+    }
+    if params.optimization_tolerance < 1e-7 {
+        out.push(format!("optimization_tolerance {:.1e} is below the f32 floor (~1e-7) of the GPU fit: solves run to max_iterations", params.optimization_tolerance));
+    }
+    out
+}
+
+/// §4.6: upsample, normalise, fallback, and the report.
+fn finish(
+    working: WorkingFit,
+    prepared: &Prepared,
+    height: usize,
+    width: usize,
+    params: &BasicParams,
+) -> Fit {
+    let size = prepared.size;
+    let up = Resampler::new(size, size, height, width);
+    let mut flat = vec![0.0; height * width];
+    up.apply(&working.shading, &mut flat);
+    let mean = flat.iter().sum::<f64>() / flat.len() as f64;
+    let usable = mean > 0.0 && flat.iter().all(|v| v.is_finite() && *v >= 0.0);
+    let flatfield: Vec<f32> = if usable {
+        flat.iter().map(|v| (v / mean) as f32).collect()
+    } else {
+        vec![1.0; height * width]
+    };
+    let mut dark = vec![0.0; height * width];
+    if params.get_darkfield {
+        up.apply(&working.darkfield, &mut dark);
+    }
+    let w_mean = working.shading.iter().sum::<f64>() / working.shading.len() as f64;
+    let c = &prepared.constants;
+    let warnings = warnings(&working, usable, prepared.count, params);
+    Fit {
+        fields: Fields {
+            height,
+            width,
+            flatfield,
+            darkfield: dark.iter().map(|&v| v as f32).collect(),
+            baseline: working.baseline.iter().map(|&v| v as f32).collect(),
+        },
+        report: FitReport {
+            lambda_flatfield: c.lambda_flatfield,
+            lambda_darkfield: c.lambda_darkfield,
+            sigma1: c.sigma1,
+            solves: working.solves,
+            converged: working.converged,
+            final_change: working.final_change,
+            fallback: !usable,
+            brightness_spread: working.brightness_spread,
+            warnings,
+            changed_parameters: params.changes_from_default(),
+            working_size: size,
+            working_flatfield: working
+                .shading
+                .iter()
+                .map(|v| if usable { (v / w_mean) as f32 } else { 1.0 })
+                .collect(),
+            working_darkfield: working.darkfield.iter().map(|&v| v as f32).collect(),
+        },
+    }
+}

@@ -1,0 +1,257 @@
+//! The BaSiC parameters and their scientific defaults: the one place they are defined.
+//!
+//! Every default below is a quality decision (see `../shared/docs/basic-spec.md` §0, §3 and §11)
+//! and is guarded by the test `defaults_are_the_quality_first_values`; none may be lowered for
+//! speed. Callers that change a value see it listed by [`BasicParams::changes_from_default`], which
+//! the fit report and the CLI echo.
+
+use super::FlatfieldError;
+
+/// Parameters of the BaSiC fit (§3 of the specification).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BasicParams {
+    /// Estimate the dark-field (additive offset) as well as the flat-field.
+    pub get_darkfield: bool,
+    /// Upper bound on the inner ALM iterations of one solve.
+    pub max_iterations: usize,
+    /// Inner stop: `‖Z‖_F / ‖D‖_F` below this value.
+    pub optimization_tolerance: f64,
+    /// Upper bound on the outer (reweighting) solves.
+    pub max_reweight_iterations: usize,
+    /// Outer stop: relative L1 change of the fields between solves.
+    pub reweighting_tolerance: f64,
+    /// Side of the square working grid the images are resampled to.
+    pub working_size: usize,
+    /// ε of the reweighting `Ω = 1 / (|E / ℓ| + ε)`.
+    pub epsilon: f64,
+    /// λ_F; `None`: `Σ |DCT2(mean image)| / 800` (automatic, scale free).
+    pub lambda_flatfield: Option<f64>,
+    /// λ_D / λ_F; used when `lambda_darkfield` is `None`.
+    pub darkfield_ratio: f64,
+    /// λ_D; `None`: `darkfield_ratio · λ_F`.
+    pub lambda_darkfield: Option<f64>,
+    /// Sort each working pixel's values along the image axis before fitting (MATLAB/KINTSUGI).
+    pub sort_intensity: bool,
+}
+
+impl Default for BasicParams {
+    fn default() -> Self {
+        Self {
+            // The user's mandate: BaSiC without dark-field estimation leaves the offset in the
+            // flat-field (flat RMSE 0.028 instead of 0.009 on the synthetic set S1, spec §9.2).
+            get_darkfield: true,
+            // A safety net, not a working regime: measured solves stop after 33-38 iterations.
+            max_iterations: 500,
+            // The MATLAB/KINTSUGI value; reachable in f32 (floor ~1e-7, spec §8.6 item 4).
+            optimization_tolerance: 1e-6,
+            // KINTSUGI KCorrectGPU's value; measured fits need 2-14 solves.
+            max_reweight_iterations: 25,
+            // MATLAB/pybasic/KINTSUGI; BaSiCPy's 1e-2 stops before the fields settle.
+            reweighting_tolerance: 1e-3,
+            // Every implementation fits on 128x128; λ_F scales with it.
+            working_size: 128,
+            // The published reweighting constant of every implementation.
+            epsilon: 0.1,
+            // Automatic: Σ|DCT2(m̄)|/800 makes the fit independent of the intensity scale.
+            lambda_flatfield: None,
+            // KINTSUGI's ratio, the measured middle ground between sparse foreground (0.1 better)
+            // and dense texture (0.4 better), spec §11 item 2.
+            darkfield_ratio: 0.2,
+            lambda_darkfield: None,
+            // Sorting made flat-field RMSE 1.2-10x worse on every synthetic set (spec §11 item 3).
+            sort_intensity: false,
+        }
+    }
+}
+
+impl BasicParams {
+    /// KINTSUGI's configuration (`KCorrectGPU.fit`): the defaults with per-pixel sorting on, to
+    /// reproduce that pipeline's results for A/B comparison. Not a quality recommendation.
+    pub fn kintsugi_compat() -> Self {
+        Self {
+            sort_intensity: true,
+            ..Self::default()
+        }
+    }
+
+    /// Rejects values the algorithm cannot run with; every message names the parameter.
+    pub fn validate(&self) -> Result<(), FlatfieldError> {
+        let bad = |name: &'static str, value: String, need: &'static str| {
+            Err(FlatfieldError::BadParameter { name, value, need })
+        };
+        if self.max_iterations == 0 {
+            return bad("max_iterations", "0".into(), "at least 1");
+        }
+        if self.max_reweight_iterations == 0 {
+            return bad("max_reweight_iterations", "0".into(), "at least 1");
+        }
+        if self.working_size < 2 {
+            return bad(
+                "working_size",
+                self.working_size.to_string(),
+                "at least 2 pixels",
+            );
+        }
+        let positive = [
+            ("optimization_tolerance", self.optimization_tolerance),
+            ("reweighting_tolerance", self.reweighting_tolerance),
+            ("epsilon", self.epsilon),
+        ];
+        for (name, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(name, v.to_string(), "a finite value above 0");
+            }
+        }
+        let non_negative = [
+            ("darkfield_ratio", Some(self.darkfield_ratio)),
+            ("lambda_flatfield", self.lambda_flatfield),
+            ("lambda_darkfield", self.lambda_darkfield),
+        ];
+        for (name, v) in non_negative {
+            if let Some(v) = v {
+                if !(v.is_finite() && v >= 0.0) {
+                    return bad(name, v.to_string(), "a finite value of at least 0");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `name = value (default D)` for every parameter that differs from [`Default`], so that no
+    /// change of a scientific default goes unreported.
+    pub fn changes_from_default(&self) -> Vec<String> {
+        let d = Self::default();
+        let mut out = Vec::new();
+        let mut note = |name: &str, now: String, default: String| {
+            if now != default {
+                out.push(format!("{name} = {now} (default {default})"));
+            }
+        };
+        let opt = |v: Option<f64>| v.map_or("auto".to_string(), |v| v.to_string());
+        note(
+            "get_darkfield",
+            self.get_darkfield.to_string(),
+            d.get_darkfield.to_string(),
+        );
+        note(
+            "max_iterations",
+            self.max_iterations.to_string(),
+            d.max_iterations.to_string(),
+        );
+        note(
+            "optimization_tolerance",
+            self.optimization_tolerance.to_string(),
+            d.optimization_tolerance.to_string(),
+        );
+        note(
+            "max_reweight_iterations",
+            self.max_reweight_iterations.to_string(),
+            d.max_reweight_iterations.to_string(),
+        );
+        note(
+            "reweighting_tolerance",
+            self.reweighting_tolerance.to_string(),
+            d.reweighting_tolerance.to_string(),
+        );
+        note(
+            "working_size",
+            self.working_size.to_string(),
+            d.working_size.to_string(),
+        );
+        note("epsilon", self.epsilon.to_string(), d.epsilon.to_string());
+        note(
+            "lambda_flatfield",
+            opt(self.lambda_flatfield),
+            opt(d.lambda_flatfield),
+        );
+        note(
+            "darkfield_ratio",
+            self.darkfield_ratio.to_string(),
+            d.darkfield_ratio.to_string(),
+        );
+        note(
+            "lambda_darkfield",
+            opt(self.lambda_darkfield),
+            opt(d.lambda_darkfield),
+        );
+        note(
+            "sort_intensity",
+            self.sort_intensity.to_string(),
+            d.sort_intensity.to_string(),
+        );
+        out
+    }
+}
+
+/// Parameters of the correction `(I − D) / max(S, flat_min)` (spec §6.1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TransformParams {
+    /// Lower clamp of the flat-field divisor.
+    pub flat_min: f32,
+    /// Clip corrected values below zero to zero.
+    pub clip_negative: bool,
+}
+
+impl Default for TransformParams {
+    fn default() -> Self {
+        Self {
+            // Limits amplification to 10x (KINTSUGI); the lowest value in BaSiCPy's reference fits
+            // is 0.125, so real fields normally never reach it.
+            flat_min: 0.1,
+            // KINTSUGI clips; quantitative users may switch it off.
+            clip_negative: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_quality_first_values() {
+        let p = BasicParams::default();
+        assert!(p.get_darkfield);
+        assert_eq!(p.max_iterations, 500);
+        assert_eq!(p.optimization_tolerance, 1e-6);
+        assert_eq!(p.max_reweight_iterations, 25);
+        assert_eq!(p.reweighting_tolerance, 1e-3);
+        assert_eq!(p.working_size, 128);
+        assert_eq!(p.epsilon, 0.1);
+        assert_eq!(p.lambda_flatfield, None);
+        assert_eq!(p.darkfield_ratio, 0.2);
+        assert_eq!(p.lambda_darkfield, None);
+        assert!(!p.sort_intensity);
+        assert!(p.changes_from_default().is_empty());
+        let t = TransformParams::default();
+        assert_eq!((t.flat_min, t.clip_negative), (0.1, true));
+    }
+
+    #[test]
+    fn kintsugi_compat_only_turns_sorting_on() {
+        let k = BasicParams::kintsugi_compat();
+        assert_eq!(
+            k.changes_from_default(),
+            vec!["sort_intensity = true (default false)".to_string()]
+        );
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let p = BasicParams {
+            epsilon: f64::NAN,
+            ..BasicParams::default()
+        };
+        let msg = p.validate().unwrap_err().to_string();
+        assert!(msg.contains("epsilon"), "{msg}");
+        let p = BasicParams {
+            max_iterations: 0,
+            ..BasicParams::default()
+        };
+        assert!(p
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_iterations"));
+    }
+}

@@ -1,0 +1,161 @@
+//! Seeded synthetic stacks with known fields (spec §9.2), shared by the tests and the benchmark.
+
+use super::{Pixels, Stack};
+use crate::reference::SplitMix64;
+
+/// A synthetic stack recipe: `I_i = Poisson(S · (b_i + F_i) + D)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthetic {
+    pub count: usize,
+    pub height: usize,
+    pub width: usize,
+    /// Gaussian vignette on (S1) or a flat field of ones.
+    pub vignette: bool,
+    /// Dark-field `100 + 30 x/(W−1) + 15 y/(H−1)` on, or zero.
+    pub darkfield: bool,
+    /// Per-image background level `b_i ~ U(lo, hi)`.
+    pub background: (f64, f64),
+    /// Gaussian blobs per image (σ ~ U(2, 10) px, amplitude U(0.5, 3)·b_i).
+    pub blobs: usize,
+    pub seed: u64,
+}
+
+impl Synthetic {
+    /// S1 of the specification: 60 images of 256², vignette, dark-field, sparse bright objects.
+    pub fn s1(seed: u64) -> Self {
+        Self {
+            count: 60,
+            height: 256,
+            width: 256,
+            vignette: true,
+            darkfield: true,
+            background: (200.0, 1200.0),
+            blobs: 40,
+            seed,
+        }
+    }
+}
+
+/// The stack and the true fields (flat-field normalised to mean 1).
+#[derive(Debug, Clone)]
+pub struct SyntheticData {
+    pub stack: Stack,
+    pub flatfield: Vec<f64>,
+    pub darkfield: Vec<f64>,
+}
+
+/// A standard normal variate (Box–Muller).
+fn normal(rng: &mut SplitMix64) -> f64 {
+    let u1 = rng.next_f64().max(1e-300);
+    let u2 = rng.next_f64();
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+}
+
+/// The true fields of a recipe: (flat-field normalised to mean 1, dark-field).
+pub fn truth(spec: &Synthetic) -> (Vec<f64>, Vec<f64>) {
+    let (h, w) = (spec.height, spec.width);
+    let (cy, cx) = (
+        (h as f64 - 1.0) / 2.0 + 0.1 * h as f64,
+        (w as f64 - 1.0) / 2.0 - 0.05 * w as f64,
+    );
+    let sigma = 0.6 * h.max(w) as f64;
+    let mut flat: Vec<f64> = (0..h * w)
+        .map(|p| {
+            if !spec.vignette {
+                return 1.0;
+            }
+            let (y, x) = ((p / w) as f64, (p % w) as f64);
+            (-((y - cy).powi(2) + (x - cx).powi(2)) / (2.0 * sigma * sigma)).exp()
+        })
+        .collect();
+    let mean = flat.iter().sum::<f64>() / flat.len() as f64;
+    flat.iter_mut().for_each(|v| *v /= mean);
+    let dark: Vec<f64> = (0..h * w)
+        .map(|p| {
+            if !spec.darkfield {
+                return 0.0;
+            }
+            let (y, x) = ((p / w) as f64, (p % w) as f64);
+            100.0 + 30.0 * x / (w as f64 - 1.0).max(1.0) + 15.0 * y / (h as f64 - 1.0).max(1.0)
+        })
+        .collect();
+    (flat, dark)
+}
+
+/// The images of a recipe, rendered one at a time (stacks larger than memory stream through).
+/// Poisson noise of mean λ is drawn as a rounded normal of variance λ (all means here exceed
+/// 100, where the two agree to well below the fit's error).
+#[derive(Debug)]
+pub struct Images {
+    spec: Synthetic,
+    flat: Vec<f64>,
+    dark: Vec<f64>,
+    rng: SplitMix64,
+    foreground: Vec<f64>,
+    done: usize,
+}
+
+impl Images {
+    pub fn new(spec: &Synthetic) -> Self {
+        let (flat, dark) = truth(spec);
+        Self {
+            spec: spec.clone(),
+            flat,
+            dark,
+            rng: SplitMix64::new(spec.seed),
+            foreground: vec![0.0; spec.height * spec.width],
+            done: 0,
+        }
+    }
+}
+
+impl Iterator for Images {
+    type Item = Vec<f32>;
+
+    fn next(&mut self) -> Option<Vec<f32>> {
+        if self.done == self.spec.count {
+            return None;
+        }
+        self.done += 1;
+        let (h, w) = (self.spec.height, self.spec.width);
+        let (lo, hi) = self.spec.background;
+        let rng = &mut self.rng;
+        let b = lo + (hi - lo) * rng.next_f64();
+        let fg = &mut self.foreground;
+        fg.fill(0.0);
+        for _ in 0..self.spec.blobs {
+            let r = 2.0 + 8.0 * rng.next_f64();
+            let amp = (0.5 + 2.5 * rng.next_f64()) * b;
+            let (by, bx) = (rng.next_f64() * h as f64, rng.next_f64() * w as f64);
+            let reach = (4.0 * r).ceil() as isize;
+            let (y0, x0) = (by as isize, bx as isize);
+            for y in (y0 - reach).max(0)..(y0 + reach + 1).min(h as isize) {
+                for x in (x0 - reach).max(0)..(x0 + reach + 1).min(w as isize) {
+                    let d2 = (y as f64 - by).powi(2) + (x as f64 - bx).powi(2);
+                    fg[y as usize * w + x as usize] += amp * (-d2 / (2.0 * r * r)).exp();
+                }
+            }
+        }
+        Some(
+            (0..h * w)
+                .map(|p| {
+                    let lambda = self.flat[p] * (b + fg[p]) + self.dark[p];
+                    (lambda + lambda.sqrt() * normal(rng)).round().max(0.0) as f32
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Renders the whole stack in memory.
+pub fn generate(spec: &Synthetic) -> SyntheticData {
+    let images = Images::new(spec);
+    let (flatfield, darkfield) = (images.flat.clone(), images.dark.clone());
+    let pixels: Vec<f32> = images.flatten().collect();
+    SyntheticData {
+        stack: Stack::new(spec.count, spec.height, spec.width, Pixels::F32(pixels))
+            .expect("the generator's buffer matches its shape"),
+        flatfield,
+        darkfield,
+    }
+}
