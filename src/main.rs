@@ -153,6 +153,16 @@ struct ReconstructArgs {
     /// Laminographic tilt in degrees (phi = 90 + T), for scans that do not record it.
     #[arg(long, allow_hyphen_values = true)]
     tilt_deg: Option<f64>,
+    /// For a TIFF intensity stack: a text file with one projection angle in degrees per line.
+    #[arg(long)]
+    angles: Option<PathBuf>,
+    /// For a TIFF intensity stack: white fields (multi-page TIFF or .npy), averaged.
+    #[arg(long)]
+    flats: Option<PathBuf>,
+    /// For a TIFF intensity stack: dark fields (multi-page TIFF or .npy), averaged; zero if absent.
+    #[arg(long)]
+    darks: Option<PathBuf>,
+
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -535,12 +545,88 @@ fn load_projections(args: &ReconstructArgs) -> Result<Projections, Box<dyn std::
             let scan = read_dxchange(&args.input)?;
             projections_from_scan(&args.input, scan, args.tilt_deg, args.quiet)
         }
+        "tif" | "tiff" => projections_from_tiff(args),
         other => Err(format!(
             "{}: unsupported projection format {other:?} (expected .h5 or .npy)",
             args.input.display()
         )
         .into()),
     }
+}
+
+fn read_intensity_stack(path: &Path) -> Result<Stack, Box<dyn std::error::Error>> {
+    let stack = lamino::flatfield::io::read_stack(path)?;
+    let values = (0..stack.count())
+        .flat_map(|i| stack.image_f32(i))
+        .collect();
+    Ok(Stack {
+        shape: [stack.count(), stack.height(), stack.width()],
+        values,
+    })
+}
+
+/// Line integrals from a multi-page TIFF of intensities, with angles from a text file and the
+/// shading from white and dark fields.
+fn projections_from_tiff(
+    args: &ReconstructArgs,
+) -> Result<Projections, Box<dyn std::error::Error>> {
+    let angles_path = args
+        .angles
+        .as_ref()
+        .ok_or("a TIFF stack needs --angles FILE (degrees, one per line)")?;
+    let text = std::fs::read_to_string(angles_path)
+        .map_err(|e| format!("{}: {e}", angles_path.display()))?;
+    let theta = text
+        .split_whitespace()
+        .map(|t| {
+            t.parse::<f64>()
+                .map(f64::to_radians)
+                .map_err(|_| format!("{}: {t:?} is not an angle", angles_path.display()))
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    let tilt = args.tilt_deg.ok_or("a TIFF stack needs --tilt-deg T")?;
+    let data = read_intensity_stack(&args.input)?;
+    let [count, deth, detw] = data.shape;
+    if theta.len() != count {
+        return Err(format!(
+            "{} lists {} angles for {count} projections in {}",
+            angles_path.display(),
+            theta.len(),
+            args.input.display()
+        )
+        .into());
+    }
+    let flats = args
+        .flats
+        .as_ref()
+        .ok_or("a TIFF intensity stack needs --flats (and --darks)")?;
+    let flats = read_intensity_stack(flats)?;
+    let darks = match &args.darks {
+        Some(d) => read_intensity_stack(d)?,
+        None => Stack {
+            shape: [1, deth, detw],
+            values: vec![0.0; deth * detw],
+        },
+    };
+    let normalized = normalize(&data, &flats, &darks)?;
+    if normalized.clamped > 0 && !args.quiet {
+        eprintln!(
+            "warning: {} pixels were clamped to ratio {RATIO_FLOOR:e} (dead pixels or wrong flats?)",
+            normalized.clamped
+        );
+    }
+    let projections = normalized.projections.values;
+    let geometry = Geometry {
+        n0: deth,
+        n1: detw,
+        n2: detw,
+        deth,
+        detw,
+        theta,
+        phi: (90.0 + tilt).to_radians(),
+        eps: lamino::operator::DEFAULT_EPS,
+    };
+    Ok(Projections::new(geometry, projections)?)
 }
 
 /// Line integrals from a DXchange scan: flat/dark normalisation and -log; the volume is

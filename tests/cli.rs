@@ -531,3 +531,123 @@ fn simulate_reconstruct_and_score_a_dxchange_scan() {
     assert!(score["rel_l2"].as_f64().unwrap() < 0.5, "{score}");
     assert!(score["ssim"].as_f64().unwrap() > 0.8, "{score}");
 }
+
+#[test]
+fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
+    use lamino::io::{read_dxchange, write_tiff_volume};
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let s = |path: std::path::PathBuf| path.to_str().unwrap().to_string();
+    let o = lamino(
+        &[
+            "simulate",
+            "--phantom",
+            "blobs",
+            "--size",
+            "16",
+            "--angles",
+            "16",
+            "--tilt-deg",
+            "30",
+            "--photons",
+            "1e5",
+            "--out",
+            &s(p("scan.h5")),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let scan = read_dxchange(&p("scan.h5")).unwrap();
+    write_tiff_volume(&p("data.tif"), &scan.data).unwrap();
+    write_tiff_volume(&p("flats.tif"), &scan.flats).unwrap();
+    let degrees: Vec<String> = scan
+        .theta
+        .iter()
+        .map(|t| t.to_degrees().to_string())
+        .collect();
+    std::fs::write(p("angles.txt"), degrees.join("\n")).unwrap();
+
+    // The same scan through DXchange and through TIFF + flats gives the same volume.
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(p("scan.h5")),
+            "--out",
+            &s(p("from_h5")),
+            "--quiet",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tiff_args = |extra: &[&str], out: &str| {
+        let mut a = vec![
+            "reconstruct".to_string(),
+            s(p("data.tif")),
+            "--angles".into(),
+            s(p("angles.txt")),
+            "--tilt-deg".into(),
+            "30".into(),
+            "--out".into(),
+            s(p(out)),
+            "--quiet".into(),
+        ];
+        a.extend(extra.iter().map(|e| e.to_string()));
+        a
+    };
+    let flats = s(p("flats.tif"));
+    let args = tiff_args(&["--flats", &flats], "from_tiff");
+    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(p("from_h5/recon.tif")).unwrap(),
+        std::fs::read(p("from_tiff/recon.tif")).unwrap()
+    );
+
+    // Missing angles, a wrong angle count, or no shading source: clear errors.
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(p("data.tif")),
+            "--tilt-deg",
+            "30",
+            "--flats",
+            &flats,
+            "--out",
+            &s(p("x")),
+        ],
+        true,
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("--angles"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::write(p("short.txt"), "0\n10\n").unwrap();
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(p("data.tif")),
+            "--angles",
+            &s(p("short.txt")),
+            "--tilt-deg",
+            "30",
+            "--flats",
+            &flats,
+            "--out",
+            &s(p("x")),
+        ],
+        true,
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("lists 2 angles for 16 projections"),
+        "{}",
+        stderr(&o)
+    );
+    let args = tiff_args(&[], "x");
+    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    assert!(
+        !o.status.success() && stderr(&o).contains("--flats"),
+        "{}",
+        stderr(&o)
+    );
+}
