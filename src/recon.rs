@@ -335,7 +335,7 @@ fn crop(volume: &[f32], g: &Geometry, pad: usize) -> Vec<f32> {
     out
 }
 
-/// Writes `DIR/recon.tif` (float32, one page per z slice), `DIR/report.json` (geometry,
+/// Writes `DIR/recon.tif` (float32, one page per z slice), `DIR/recon.h5` (`/volume`), `DIR/report.json` (geometry,
 /// parameters, device, per-iteration Lagrangian terms, times, memory) and `DIR/preview_{xy,xz,yz}.png`.
 /// Each file appears only when complete. Returns the paths written.
 pub fn write_outputs(
@@ -358,6 +358,9 @@ pub fn write_outputs(
     let tif = dir.join("recon.tif");
     write_tiff_volume(&tif, &volume)?;
     written.push(tif);
+    let h5 = dir.join("recon.h5");
+    crate::io::write_volume_h5(&h5, &volume)?;
+    written.push(h5);
     let report = dir.join("report.json");
     let json =
         serde_json::json!({ "lamino_version": env!("CARGO_PKG_VERSION"), "reconstruction": rec });

@@ -223,6 +223,7 @@ pub struct GpuContext {
     uncaptured: ErrorSlot,
     lost: Arc<Mutex<Option<String>>>,
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
+    staging: Mutex<Option<GpuBuffer>>,
 }
 
 impl fmt::Debug for GpuContext {
@@ -290,6 +291,7 @@ impl GpuContext {
             uncaptured,
             lost,
             kernels: Mutex::default(),
+            staging: Mutex::default(),
         })
     }
 
@@ -434,11 +436,21 @@ impl GpuContext {
         // never needs a second copy of a large array on the device.
         const STAGING: u64 = 64 << 20;
         let chunk = (STAGING / size).max(1) * size;
-        let staging = self.create_raw(
-            "readback staging",
-            chunk.min(bytes),
-            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        )?;
+        // One staging buffer per context, grown on demand and reused: solvers read a few scalars
+        // back every iteration and must not allocate each time. The lock also serialises
+        // readbacks from several threads, which would otherwise map the same buffer twice.
+        let mut slot = self.staging.lock().expect("staging slot poisoned");
+        let need = chunk.min(bytes);
+        if slot.as_ref().is_none_or(|b| b.bytes < need) {
+            // Round up so that slightly larger reads later reuse it too.
+            let grown = need.next_power_of_two().min(STAGING.max(need));
+            *slot = Some(self.create_raw(
+                "readback staging",
+                grown,
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            )?);
+        }
+        let staging = slot.as_ref().expect("just ensured");
         let mut out: Vec<T> = Vec::with_capacity(count);
         let mut done = 0u64;
         while done < bytes {

@@ -13,9 +13,8 @@
 //! * `/truth/volume` (optional) `(n0, n1, n2)` f32: the ground truth of simulated scans.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{IoError, Stack};
+use super::{write_atomically, IoError, Stack};
 
 /// A scan as stored in a DXchange file.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,27 +109,18 @@ fn check(path: &Path, scan: &Scan) -> Result<(), IoError> {
 /// `path` only once complete, so readers never see a half-written file.
 pub fn write_dxchange(path: &Path, scan: &Scan) -> Result<(), IoError> {
     check(path, scan)?;
-    let name = path.file_name().ok_or_else(|| IoError::Write {
-        path: path.to_path_buf(),
-        reason: "the path names no file".into(),
-    })?;
-    // Unique per process and call, so concurrent writers never share a temporary file.
-    static WRITES: AtomicU64 = AtomicU64::new(0);
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp{}-{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        WRITES.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = write_file(&tmp, scan)
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
-    result.map_err(|reason| {
-        // Best effort: the temporary file may not exist if creating it was what failed.
-        let _ = std::fs::remove_file(&tmp);
-        IoError::Write {
-            path: path.to_path_buf(),
-            reason,
-        }
+    write_atomically(path, |tmp| write_file(tmp, scan))
+}
+
+/// Writes a float32 volume `(n0, n1, n2)` as the dataset `/volume` of an HDF5 file, atomically.
+pub fn write_volume_h5(path: &Path, volume: &Stack) -> Result<(), IoError> {
+    write_atomically(path, |tmp| {
+        let file = hdf5::File::create(tmp).map_err(|e| format!("creating the file: {e}"))?;
+        file.new_dataset::<f32>()
+            .shape(volume.shape)
+            .create("volume")
+            .and_then(|d| d.write_raw(&volume.values))
+            .map_err(|e| format!("/volume: {e}"))
     })
 }
 

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tiff::decoder::{Decoder, DecodingResult};
 use tiff::encoder::{colortype, TiffEncoder};
@@ -24,13 +25,19 @@ impl Stack {
     }
 }
 
+/// A temporary name next to `path`, unique per process and call, so concurrent writers never share
+/// a temporary file.
 fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let name = path
         .file_name()
-        .map(|n| n.to_os_string())
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    name.push(".partial");
-    path.with_file_name(name)
+    path.with_file_name(format!(
+        ".{name}.tmp{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// Runs `write` on a temporary file next to `path` and renames it into place only on success, so
@@ -39,9 +46,16 @@ pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<(), IoError> {
+    if path.file_name().is_none() {
+        return Err(IoError::Write {
+            path: path.into(),
+            reason: "the path names no file".into(),
+        });
+    }
     let tmp = temp_path(path);
     let result = write(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
     result.map_err(|reason| {
+        // Best effort: the temporary file may not exist if creating it was what failed.
         let _ = std::fs::remove_file(&tmp);
         IoError::Write {
             path: path.into(),
@@ -186,9 +200,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keep.txt");
         std::fs::write(&path, b"precious").unwrap();
-        let err = write_atomically(&path, |_| Err("disk full".into())).unwrap_err();
+        let err = write_atomically(&path, |tmp| {
+            std::fs::write(tmp, b"half").unwrap();
+            Err("disk full".into())
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("disk full"));
         assert_eq!(std::fs::read(&path).unwrap(), b"precious");
-        assert!(!temp_path(&path).exists());
+        let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(leftovers, 1, "the temporary file must be removed");
     }
 }
