@@ -477,7 +477,9 @@ pub fn write_fields(
             tif.finish()?;
         }
         if rows > 1 {
-            write_png_preview(&dir.join(format!("{name}.png")), data, rows, cols)?;
+            let png = dir.join(format!("{name}.png"));
+            crate::io::write_png_preview(&png, data, rows, cols)
+                .map_err(|e| file_error(&png, e))?;
         }
     }
     if let Some(report) = report {
@@ -486,30 +488,6 @@ pub fn write_fields(
         std::fs::write(&path, text).map_err(|e| file_error(&path, e))?;
     }
     Ok(())
-}
-
-/// An 8-bit grayscale preview, scaled from the field's minimum to its maximum.
-pub fn write_png_preview(
-    path: &Path,
-    data: &[f32],
-    height: usize,
-    width: usize,
-) -> Result<(), FlatfieldError> {
-    let lo = data.iter().cloned().fold(f32::INFINITY, f32::min);
-    let hi = data.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-    let span = if hi > lo { hi - lo } else { 1.0 };
-    let bytes: Vec<u8> = data
-        .iter()
-        .map(|v| ((v - lo) / span * 255.0).round().clamp(0.0, 255.0) as u8)
-        .collect();
-    image::save_buffer(
-        path,
-        &bytes,
-        width as u32,
-        height as u32,
-        image::ExtendedColorType::L8,
-    )
-    .map_err(|e| file_error(path, e))
 }
 
 /// Reads `flatfield.npy`, `darkfield.npy` and `baseline.npy` from a fields directory.
