@@ -117,65 +117,35 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.npy");
     let o = out.to_str().unwrap();
+    let fft_fails = |input: &Path, needle: &str| {
+        expect_failure(
+            &[
+                "apply",
+                "fft",
+                "--input",
+                input.to_str().unwrap(),
+                "--output",
+                o,
+            ],
+            needle,
+            &out,
+        )
+    };
     let missing = dir.path().join("missing.npy");
-    expect_failure(
-        &[
-            "apply",
-            "fft",
-            "--input",
-            missing.to_str().unwrap(),
-            "--output",
-            o,
-        ],
-        "cannot read",
-        &out,
-    );
+    fft_fails(&missing, "cannot read");
     let f64s = dir.path().join("f64.npy");
     ndarray::Array1::<f64>::zeros(4)
         .write_npy(std::fs::File::create(&f64s).unwrap())
         .unwrap();
-    expect_failure(
-        &[
-            "apply",
-            "fft",
-            "--input",
-            f64s.to_str().unwrap(),
-            "--output",
-            o,
-        ],
-        "'<f8'",
-        &out,
-    );
+    fft_fails(&f64s, "'<f8'");
     let empty = dir.path().join("empty.npy");
     ndarray::Array2::<f32>::zeros((3, 0))
         .write_npy(std::fs::File::create(&empty).unwrap())
         .unwrap();
-    expect_failure(
-        &[
-            "apply",
-            "fft",
-            "--input",
-            empty.to_str().unwrap(),
-            "--output",
-            o,
-        ],
-        "at least one element",
-        &out,
-    );
+    fft_fails(&empty, "at least one element");
     let corrupt = dir.path().join("corrupt.npy");
     std::fs::write(&corrupt, b"\x93NUMPY\x01\x00garbage").unwrap();
-    expect_failure(
-        &[
-            "apply",
-            "fft",
-            "--input",
-            corrupt.to_str().unwrap(),
-            "--output",
-            o,
-        ],
-        "not a valid .npy",
-        &out,
-    );
+    fft_fails(&corrupt, "not a valid .npy");
     let good = dir.path().join("good.npy");
     ndarray::Array2::<f32>::zeros((2, 2))
         .write_npy(std::fs::File::create(&good).unwrap())
