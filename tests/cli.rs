@@ -404,6 +404,23 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
     );
 
     // Bad input: nothing already written is damaged.
+    let reconstruct_fails = |input: &str, needle: &str| {
+        let (input, geometry) = (path(input), path("g.json"));
+        let args = [
+            "reconstruct",
+            input.to_str().unwrap(),
+            "--geometry",
+            geometry.to_str().unwrap(),
+            "--out",
+            out_s,
+        ];
+        let o = lamino(&args, true);
+        assert!(
+            !o.status.success() && stderr(&o).contains(needle),
+            "{}",
+            stderr(&o)
+        );
+    };
     let before = std::fs::read(out.join("recon.tif")).unwrap();
     let o = lamino(
         &[
@@ -429,38 +446,8 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
         },
     )
     .unwrap();
-    let o = lamino(
-        &[
-            "reconstruct",
-            path("nan.npy").to_str().unwrap(),
-            "--geometry",
-            path("g.json").to_str().unwrap(),
-            "--out",
-            out_s,
-        ],
-        true,
-    );
-    assert!(
-        !o.status.success() && stderr(&o).contains("must be finite"),
-        "{}",
-        stderr(&o)
-    );
-    let o = lamino(
-        &[
-            "reconstruct",
-            path("truth.npy").to_str().unwrap(),
-            "--geometry",
-            path("g.json").to_str().unwrap(),
-            "--out",
-            out_s,
-        ],
-        true,
-    );
-    assert!(
-        !o.status.success() && stderr(&o).contains("needs (ntheta, deth, detw)"),
-        "{}",
-        stderr(&o)
-    );
+    reconstruct_fails("nan.npy", "must be finite");
+    reconstruct_fails("truth.npy", "needs (ntheta, deth, detw)");
     assert_eq!(std::fs::read(out.join("recon.tif")).unwrap(), before);
 }
 
