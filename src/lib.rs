@@ -11,6 +11,7 @@ pub mod fft;
 pub mod flatfield;
 pub mod gpu;
 pub mod io;
+pub mod memo;
 pub mod metrics;
 pub mod operator;
 pub mod recon;

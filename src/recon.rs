@@ -24,6 +24,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::gpu::GpuContext;
+use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::solver::{AdmmParams, AdmmSolver, Checkpoint, IterationReport, SolverError};
 
@@ -155,6 +156,11 @@ pub struct Reconstruction {
     /// The estimate made before allocation (operator and solver).
     pub estimated_device_bytes: u64,
     pub device: String,
+    /// The memo settings and what the memo layer did (`policy: off` and no statistics when off).
+    pub memo: MemoOptions,
+    pub memo_stats: Option<MemoStats>,
+    /// Device memory of the memo layer's caches.
+    pub memo_device_bytes: u64,
 }
 
 type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
@@ -170,6 +176,7 @@ pub struct Reconstructor<'a> {
     cancel: Option<Arc<AtomicBool>>,
     progress: Option<ProgressFn<'a>>,
     budget: Option<u64>,
+    memo: MemoOptions,
 }
 
 impl<'a> Reconstructor<'a> {
@@ -184,7 +191,16 @@ impl<'a> Reconstructor<'a> {
             cancel: None,
             progress: None,
             budget: None,
+            memo: MemoOptions::default(),
         }
+    }
+
+    /// Memoization of the operator's chunk computations (default: [`MemoOptions::default`],
+    /// policy `off`). When active, chunks not limited by
+    /// [`operator_options`](Self::operator_options) have `chunk_rows` rows.
+    pub fn memo(mut self, options: MemoOptions) -> Self {
+        self.memo = options;
+        self
     }
 
     /// Refuses up front, before allocating anything, a reconstruction that needs more than `bytes`
@@ -248,7 +264,17 @@ impl<'a> Reconstructor<'a> {
             .iter()
             .map(|&v| (v as f64 * scale) as f32)
             .collect();
-        let needed = AdmmSolver::estimate_device_bytes(self.ctx, &g, &self.options)?;
+        if self.memo.policy.is_active() {
+            let rows = Some(self.memo.chunk_rows.max(1));
+            self.options.max_chunk_y = self.options.max_chunk_y.or(rows);
+            self.options.max_chunk_rows = self.options.max_chunk_rows.or(rows);
+        }
+        let needed = AdmmSolver::estimate_device_bytes(self.ctx, &g, &self.options)?
+            + if self.memo.policy.is_active() {
+                self.memo.device_bytes
+            } else {
+                0
+            };
         if let Some(budget) = self.budget.filter(|&b| needed > b) {
             return Err(ReconError::OverBudget {
                 needed,
@@ -257,6 +283,7 @@ impl<'a> Reconstructor<'a> {
             });
         }
         let mut solver = AdmmSolver::new(self.ctx, &g, &data, self.params, &self.options)?;
+        solver.set_memo(self.ctx, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
             let checkpoint = Checkpoint::read(path).map_err(SolverError::from)?;
@@ -315,6 +342,9 @@ impl<'a> Reconstructor<'a> {
             solver_device_bytes: solver.vector_device_bytes(),
             estimated_device_bytes: needed,
             device: self.ctx.info().to_string(),
+            memo: self.memo,
+            memo_stats: solver.memo_stats(),
+            memo_device_bytes: solver.memo_device_bytes(),
         })
     }
 }

@@ -52,6 +52,12 @@ pub static COPY: Shader = Shader {
     parts: &[include_str!("../shaders/util/copy.wgsl")],
 };
 
+/// Pooled keys, certification sums and scaled block copies of the memo layer.
+pub static MEMO: Shader = Shader {
+    name: "memo/memo",
+    parts: &[include_str!("../shaders/memo/memo.wgsl")],
+};
+
 /// Strided 3D block copies between whole arrays and chunk-local buffers.
 pub static COPY_BLOCK: Shader = Shader {
     name: "util/copy_block",
@@ -101,6 +107,7 @@ pub static ALL: &[&Shader] = &[
     &FFT_BLUESTEIN,
     &COPY,
     &COPY_BLOCK,
+    &MEMO,
     &MODULATE,
     &USFFT1D,
     &USFFT2D,

@@ -21,6 +21,7 @@ pub(crate) mod tables;
 pub use geometry::{Geometry, GeometryError, GriddingAxis, DEFAULT_EPS, MIN_EPS};
 
 use bytemuck::{Pod, Zeroable};
+use serde::Serialize;
 use thiserror::Error;
 
 use crate::error::GpuError;
@@ -29,7 +30,8 @@ use crate::fft::{
 };
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
-use staging::{block_copy, groups, modulate, window, View, Whole, WORKGROUP};
+pub(crate) use staging::View;
+use staging::{block_copy, groups, modulate, window, Whole, WORKGROUP};
 use tables::{U1Tables, U2Tables};
 
 /// Errors of operator construction and application.
@@ -142,20 +144,93 @@ enum Step {
     Fft(usize),
 }
 
-/// A recorded sequence of dispatches and FFTs, built once.
-#[derive(Default)]
-struct Program {
-    steps: Vec<Step>,
+fn dispatch_steps(list: Vec<(Bound, u32)>) -> Vec<Step> {
+    list.into_iter()
+        .map(|(b, g)| Step::Dispatch(b, g))
+        .collect()
 }
 
-impl Program {
-    fn dispatches(&mut self, list: Vec<(Bound, u32)>) {
-        self.steps
-            .extend(list.into_iter().map(|(b, g)| Step::Dispatch(b, g)));
+/// A gridding stage that runs chunk by chunk, each chunk an independent linear map from a
+/// chunk-local input block to a chunk-local output block (what the memo layer reuses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// U1, volume -> spectrum, chunked along y.
+    Usfft1d,
+    /// U1*, spectrum -> volume, chunked along y.
+    Usfft1dAdjoint,
+    /// U2, spectrum -> data, chunked along detector rows.
+    Usfft2d,
+    /// U2*, data -> spectrum, chunked along detector rows.
+    Usfft2dAdjoint,
+}
+
+impl Stage {
+    /// All four, in a fixed order.
+    pub const ALL: [Stage; 4] = [
+        Stage::Usfft1d,
+        Stage::Usfft1dAdjoint,
+        Stage::Usfft2d,
+        Stage::Usfft2dAdjoint,
+    ];
+
+    fn program(self) -> usize {
+        match self {
+            Self::Usfft1d => U1_FWD,
+            Self::Usfft1dAdjoint => U1_ADJ,
+            Self::Usfft2d => U2_FWD,
+            Self::Usfft2dAdjoint => U2_ADJ,
+        }
     }
-    fn dispatch(&mut self, bound: Bound, groups: u32) {
-        self.steps.push(Step::Dispatch(bound, groups));
+
+    /// Whether every chunk of the stage applies the same map (U1 acts on every (y, x) column
+    /// alike), so a chunk's result can stand in for another chunk of the same size; U2's map
+    /// depends on the detector row.
+    pub fn chunks_share_map(self) -> bool {
+        matches!(self, Self::Usfft1d | Self::Usfft1dAdjoint)
     }
+
+    /// The whole-array stage this is.
+    pub fn apply(self) -> Apply {
+        match self {
+            Self::Usfft1d => Apply::Usfft1d,
+            Self::Usfft1dAdjoint => Apply::Usfft1dAdjoint,
+            Self::Usfft2d => Apply::Usfft2d,
+            Self::Usfft2dAdjoint => Apply::Usfft2dAdjoint,
+        }
+    }
+}
+
+/// A 3D block of complex values inside a chunk-local buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    pub buffer: GpuBuffer,
+    pub view: View,
+    pub extents: [u64; 3],
+    /// The axis whose index is the chunk's row (y or detector row): the key's channels.
+    pub channel_axis: usize,
+}
+
+impl Block {
+    pub fn len(&self) -> u64 {
+        self.extents.iter().product()
+    }
+}
+
+/// One chunk of a stage: stage in (whole array -> chunk-local input), compute (input -> output),
+/// stage out (chunk-local output -> whole array).
+#[derive(Default)]
+struct ChunkProgram {
+    stage_in: Vec<Step>,
+    compute: Vec<Step>,
+    stage_out: Vec<Step>,
+    io: Option<(Block, Block)>,
+}
+
+/// A stage's chunks, built once.
+#[derive(Default)]
+struct Program {
+    chunks: Vec<ChunkProgram>,
 }
 
 #[repr(C)]
@@ -486,18 +561,32 @@ impl LaminoOperator {
             };
             // Threads of the local kernels cover the full chunk width: rows beyond a short last
             // chunk hold finite stale values that are never copied out.
-            let fwd = &mut self.programs[U1_FWD];
-            fwd.dispatches(copy(true, &self.volume, &col, n0, &mut keep)?);
-            fwd.dispatch(divker.clone(), groups(grid_len * columns));
-            fwd.steps.push(Step::Fft(fft_fwd));
-            fwd.dispatch(gather.clone(), groups(deth * columns));
-            fwd.dispatches(copy(false, &self.spectrum, &rows, deth, &mut keep)?);
-            let adj = &mut self.programs[U1_ADJ];
-            adj.dispatches(copy(true, &self.spectrum, &rows, deth, &mut keep)?);
-            adj.dispatch(spread.clone(), groups(grid_len * columns));
-            adj.steps.push(Step::Fft(fft_inv));
-            adj.dispatch(divker_adj.clone(), groups(n0 * columns));
-            adj.dispatches(copy(false, &self.volume, &col, n0, &mut keep)?);
+            let block = |buffer: &GpuBuffer, len: u64| Block {
+                buffer: buffer.clone(),
+                view: local,
+                extents: [len, c, n2],
+                channel_axis: 1,
+            };
+            self.programs[U1_FWD].chunks.push(ChunkProgram {
+                stage_in: dispatch_steps(copy(true, &self.volume, &col, n0, &mut keep)?),
+                compute: vec![
+                    Step::Dispatch(divker.clone(), groups(grid_len * columns)),
+                    Step::Fft(fft_fwd),
+                    Step::Dispatch(gather.clone(), groups(deth * columns)),
+                ],
+                stage_out: dispatch_steps(copy(false, &self.spectrum, &rows, deth, &mut keep)?),
+                io: Some((block(&col, n0), block(&rows, deth))),
+            });
+            self.programs[U1_ADJ].chunks.push(ChunkProgram {
+                stage_in: dispatch_steps(copy(true, &self.spectrum, &rows, deth, &mut keep)?),
+                compute: vec![
+                    Step::Dispatch(spread.clone(), groups(grid_len * columns)),
+                    Step::Fft(fft_inv),
+                    Step::Dispatch(divker_adj.clone(), groups(n0 * columns)),
+                ],
+                stage_out: dispatch_steps(copy(false, &self.volume, &col, n0, &mut keep)?),
+                io: Some((block(&rows, deth), block(&col, n0))),
+            });
         }
         self.buffers.extend(keep);
         self.buffers
@@ -609,54 +698,79 @@ impl LaminoOperator {
             };
             let planes = [c, n1, n2];
             let angles = [g.ntheta() as u64, c, detw];
-            let fwd = &mut self.programs[U2_FWD];
-            fwd.dispatches(block_copy(
-                ctx,
+            let plane_block = Block {
+                buffer: plane_buf.clone(),
+                view: plane_view,
+                extents: planes,
+                channel_axis: 0,
+            };
+            let points_block = Block {
+                buffer: out.clone(),
+                view: points_view,
+                extents: angles,
+                channel_axis: 1,
+            };
+            let mut copy = |whole: &GpuBuffer,
+                            whole_view: View,
+                            local: &GpuBuffer,
+                            local_view: View,
+                            extents: [u64; 3],
+                            direction: Whole| {
+                block_copy(
+                    ctx, whole, whole_view, local, local_view, extents, direction, &mut keep,
+                )
+                .map(dispatch_steps)
+            };
+            let spectrum_in = copy(
                 &self.spectrum,
                 spectrum_view,
                 &plane_buf,
                 plane_view,
                 planes,
                 Whole::Source,
-                &mut keep,
-            )?);
-            fwd.dispatch(b_divker?, groups(c * gy * gx));
-            fwd.steps.extend(fwd_ffts.map(Step::Fft));
-            fwd.dispatch(b_gather?, groups(c * points));
-            fwd.dispatches(block_copy(
-                ctx,
+            )?;
+            let data_out = copy(
                 &self.data,
                 data_view,
                 &out,
                 points_view,
                 angles,
                 Whole::Destination,
-                &mut keep,
-            )?);
-            let adj = &mut self.programs[U2_ADJ];
-            adj.dispatches(block_copy(
-                ctx,
+            )?;
+            let data_in = copy(
                 &self.data,
                 data_view,
                 &out,
                 points_view,
                 angles,
                 Whole::Source,
-                &mut keep,
-            )?);
-            adj.dispatch(b_spread?, groups(c * gy * gx));
-            adj.steps.extend(inv_ffts.map(Step::Fft));
-            adj.dispatch(b_divker_adj?, groups(c * n1 * n2));
-            adj.dispatches(block_copy(
-                ctx,
+            )?;
+            let spectrum_out = copy(
                 &self.spectrum,
                 spectrum_view,
                 &plane_buf,
                 plane_view,
                 planes,
                 Whole::Destination,
-                &mut keep,
-            )?);
+            )?;
+            let mut compute_fwd = vec![Step::Dispatch(b_divker?, groups(c * gy * gx))];
+            compute_fwd.extend(fwd_ffts.map(Step::Fft));
+            compute_fwd.push(Step::Dispatch(b_gather?, groups(c * points)));
+            self.programs[U2_FWD].chunks.push(ChunkProgram {
+                stage_in: spectrum_in,
+                compute: compute_fwd,
+                stage_out: data_out,
+                io: Some((plane_block.clone(), points_block.clone())),
+            });
+            let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(c * gy * gx))];
+            compute_adj.extend(inv_ffts.map(Step::Fft));
+            compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
+            self.programs[U2_ADJ].chunks.push(ChunkProgram {
+                stage_in: data_in,
+                compute: compute_adj,
+                stage_out: spectrum_out,
+                io: Some((points_block, plane_block)),
+            });
             keep.push(params);
         }
         self.buffers.extend(keep);
@@ -684,10 +798,13 @@ impl LaminoOperator {
             let first = self.ffts.len();
             let plan = FftPlan::new(ctx, &shape, 2, direction, Normalization::None, &self.data)?;
             self.ffts.extend(plan.into_axis_plans());
-            let p = &mut self.programs[program];
-            p.dispatches(pre);
-            p.steps.extend((first..self.ffts.len()).map(Step::Fft));
-            p.dispatches(post);
+            let mut compute = dispatch_steps(pre);
+            compute.extend((first..self.ffts.len()).map(Step::Fft));
+            compute.extend(dispatch_steps(post));
+            self.programs[program].chunks.push(ChunkProgram {
+                compute,
+                ..Default::default()
+            });
         }
         self.buffers.extend(keep);
         Ok(())
@@ -728,13 +845,49 @@ impl LaminoOperator {
             + self.ffts.iter().map(FftPlan1d::device_bytes).sum::<u64>()
     }
 
-    fn record_program(&self, rec: &mut Recorder, index: usize) {
-        for step in &self.programs[index].steps {
+    fn record_steps(&self, rec: &mut Recorder, steps: &[Step]) {
+        for step in steps {
             match step {
                 Step::Dispatch(bound, groups) => rec.dispatch(bound, *groups),
                 Step::Fft(i) => self.ffts[*i].record(rec),
             }
         }
+    }
+
+    fn record_program(&self, rec: &mut Recorder, index: usize) {
+        for chunk in &self.programs[index].chunks {
+            self.record_steps(rec, &chunk.stage_in);
+            self.record_steps(rec, &chunk.compute);
+            self.record_steps(rec, &chunk.stage_out);
+        }
+    }
+
+    /// Number of chunks of `stage`.
+    pub fn chunk_count(&self, stage: Stage) -> usize {
+        self.programs[stage.program()].chunks.len()
+    }
+
+    /// The chunk-local (input, output) blocks of chunk `chunk` of `stage`.
+    pub(crate) fn chunk_io(&self, stage: Stage, chunk: usize) -> &(Block, Block) {
+        self.programs[stage.program()].chunks[chunk]
+            .io
+            .as_ref()
+            .expect("gridding stages have chunk blocks")
+    }
+
+    /// Records the copy of chunk `chunk`'s input from the whole array into its input block.
+    pub(crate) fn record_chunk_in(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
+        self.record_steps(rec, &self.programs[stage.program()].chunks[chunk].stage_in);
+    }
+
+    /// Records the chunk's map from its input block to its output block.
+    pub(crate) fn record_chunk_compute(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
+        self.record_steps(rec, &self.programs[stage.program()].chunks[chunk].compute);
+    }
+
+    /// Records the copy of the chunk's output block into the whole array.
+    pub(crate) fn record_chunk_out(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
+        self.record_steps(rec, &self.programs[stage.program()].chunks[chunk].stage_out);
     }
 
     /// Records `what` into `rec`.

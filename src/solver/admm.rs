@@ -1,5 +1,7 @@
 //! The ADMM-TV iteration on GPU buffers.
 
+use std::cell::RefCell;
+
 use serde::Serialize;
 use thiserror::Error;
 
@@ -8,6 +10,7 @@ use super::params::{AdmmParams, InnerSolver};
 use super::vector::{Kernel, VectorOp};
 use crate::error::GpuError;
 use crate::gpu::{GpuBuffer, GpuContext, Recorder};
+use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
 use crate::operator::{Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions};
 
 /// Errors of the solver.
@@ -18,6 +21,8 @@ pub enum SolverError {
     Operator(#[from] OperatorError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
+    #[error(transparent)]
+    Memo(#[from] MemoError),
     /// The data do not have the geometry's shape.
     #[error("the data hold {got} values, but the geometry needs {expected} (ntheta, deth, detw)")]
     DataShape { expected: usize, got: usize },
@@ -67,6 +72,7 @@ pub struct AdmmSolver {
     state: State,
     data_hash: u64,
     ops: Ops,
+    memo: Option<RefCell<Memo>>,
 }
 
 /// The iterates that carry over between outer iterations: everything else is recomputed at the
@@ -222,7 +228,48 @@ impl AdmmSolver {
             state,
             data_hash: fnv1a(bytemuck::cast_slice(data)),
             ops,
+            memo: None,
         })
+    }
+
+    /// Memoizes the operator's gridding stages from now on (see [`crate::memo`]); `off` removes
+    /// the memo layer. Its granularity is the operator's chunking. The cache is not part of a
+    /// checkpoint, so a resumed run that reuses chunks differs from an uninterrupted one.
+    pub fn set_memo(&mut self, ctx: &GpuContext, options: MemoOptions) -> Result<(), SolverError> {
+        self.memo = if options.policy.is_active() {
+            Some(RefCell::new(Memo::new(ctx, &self.op, options)?))
+        } else {
+            None
+        };
+        Ok(())
+    }
+
+    /// What the memo layer did so far (`None` when it is off).
+    pub fn memo_stats(&self) -> Option<MemoStats> {
+        self.memo.as_ref().map(|m| m.borrow().stats())
+    }
+
+    /// Device memory of the memo layer's caches.
+    pub fn memo_device_bytes(&self) -> u64 {
+        self.memo.as_ref().map_or(0, |m| m.borrow().device_bytes())
+    }
+
+    /// Records `what` into `rec`, or, with the memo layer, submits what `rec` holds, runs `what`
+    /// through the memo layer and continues in a fresh recorder.
+    fn record_operator(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        what: Apply,
+    ) -> Result<(), SolverError> {
+        match &self.memo {
+            None => self.op.record(rec, what),
+            Some(memo) => {
+                ctx.submit(std::mem::replace(rec, ctx.recorder("admm")))?;
+                memo.borrow_mut().apply(ctx, &self.op, what)?;
+            }
+        }
+        Ok(())
     }
 
     /// The operator (for its geometry and device memory).
@@ -280,7 +327,7 @@ impl AdmmSolver {
         o.g_from_psi_lambda
             .record(ctx, &mut rec, 1.0, (-1.0 / rho) as f32, 0.0);
         o.save_h0.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-        self.record_residual(ctx, &mut rec);
+        self.record_residual(ctx, &mut rec)?;
         ctx.submit(rec)?;
         let rr = non_finite("the CG residual", o.dot_rr.sum(ctx)?, it)?;
         match self.params.inner {
@@ -330,26 +377,33 @@ impl AdmmSolver {
 
     /// Records `r = (1/N) Re A*(D - A u) + rho grad*(g - grad u)` (minus the gradient of the
     /// subproblem) and the reduction of `|r|^2`.
-    fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) {
+    fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
         let o = &self.ops;
         o.resid_dhat_minus_au.record(ctx, rec, 1.0, -1.0, 0.0);
         o.data_from_resid.record(ctx, rec, 1.0, 0.0, 0.0);
-        self.op.record(rec, Apply::FourierAdjoint);
+        self.record_operator(ctx, rec, Apply::FourierAdjoint)?;
         o.r_from_volume
             .record(ctx, rec, (1.0 / self.n_fourier) as f32, 0.0, 0.0);
         o.tmp_g_minus_gu.record(ctx, rec, 1.0, -1.0, 0.0);
         o.r_add_gradadj.record(ctx, rec, self.rho as f32, 0.0, 1.0);
         o.dot_rr.record(ctx, rec, 0.0, 0.0, 0.0);
+        Ok(())
     }
 
     /// Records `p = r + beta p`, `A p` and `grad p`.
-    fn record_direction(&self, ctx: &GpuContext, rec: &mut Recorder, beta: f64) {
+    fn record_direction(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        beta: f64,
+    ) -> Result<(), SolverError> {
         let o = &self.ops;
         o.p_from_r.record(ctx, rec, 1.0, 0.0, beta as f32);
         o.volume_from_p.record(ctx, rec, 1.0, 0.0, 0.0);
-        self.op.record(rec, Apply::FourierForward);
+        self.record_operator(ctx, rec, Apply::FourierForward)?;
         o.ap_from_data.record(ctx, rec, 1.0, 0.0, 0.0);
         o.gp_from_p.record(ctx, rec, 0.0, 0.0, 0.0);
+        Ok(())
     }
 
     /// Records `u += s p`, `A u += s A p`, `grad u += s grad p`.
@@ -382,7 +436,7 @@ impl AdmmSolver {
                 break;
             }
             let mut rec = ctx.recorder("admm: A p");
-            self.record_direction(ctx, &mut rec, beta);
+            self.record_direction(ctx, &mut rec, beta)?;
             o.dot_apap.record(ctx, &mut rec, 0.0, 0.0, 0.0);
             o.dot_gpgp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
             ctx.submit(rec)?;
@@ -397,7 +451,7 @@ impl AdmmSolver {
             let step = rr / p_hp;
             let mut rec = ctx.recorder("admm: update");
             self.record_move(ctx, &mut rec, step);
-            self.op.record(&mut rec, Apply::FourierAdjoint);
+            self.record_operator(ctx, &mut rec, Apply::FourierAdjoint)?;
             o.hp_from_volume
                 .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
             o.hp_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
@@ -421,7 +475,7 @@ impl AdmmSolver {
                 0.0
             } else {
                 let mut rec = ctx.recorder("admm: residual");
-                self.record_residual(ctx, &mut rec);
+                self.record_residual(ctx, &mut rec)?;
                 o.dot_p_rprev.record(ctx, &mut rec, 0.0, 0.0, 0.0);
                 o.dot_p_r.record(ctx, &mut rec, 0.0, 0.0, 0.0);
                 ctx.submit(rec)?;
@@ -430,7 +484,7 @@ impl AdmmSolver {
                 self.finite("the Dai-Yuan coefficient", rr / (denominator + 1e-32))?
             };
             let mut rec = ctx.recorder("admm: Dai-Yuan step");
-            self.record_direction(ctx, &mut rec, beta);
+            self.record_direction(ctx, &mut rec, beta)?;
             o.rprev_from_r.record(ctx, &mut rec, 1.0, 0.0, 0.0);
             self.record_move(ctx, &mut rec, gamma);
             ctx.submit(rec)?;

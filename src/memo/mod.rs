@@ -1,0 +1,551 @@
+//! Memoization of the gridding stages across solver iterations (spec section 7, done as the
+//! paper intends and with a certified alternative).
+//!
+//! Each stage (U1, U1*, U2, U2*) runs chunk by chunk. For every chunk the input is staged, its
+//! 3x3-pooled key is computed on the GPU and read back, and the policy decides:
+//! - `mlr:TAU` (the reference's intended policy): keyed by chunk position, reuse the stored output
+//!   iff the cosine similarity of the keys is at least TAU, else compute and replace the entry.
+//! - `certified:TOL`: the candidates are the chunk's last entry and the nearest keys of the same
+//!   map (instant-distance index); for each, the GPU computes `<c, x>` and `|c|^2`, giving the
+//!   least-squares `alpha = <c, x> / |c|^2`; the best candidate's residual `r = |x - alpha c| / |x|`
+//!   is then measured elementwise, and `alpha F(c)` is used iff `r < TOL`. The stages are linear,
+//!   so the output error is `|F(x - alpha c)| <= |F| r |x|`, with `|F|` estimated once per plan by
+//!   power iteration; that bound is recorded for every reuse.
+//!
+//! Entries hold the input and the output chunk, in a device tier (slots of a slab) and a host
+//! tier, each within a byte budget, evicted least recently used first. Only computed outputs are
+//! stored, never reused ones, so errors do not compound through the cache.
+
+mod gpu;
+pub mod index;
+mod policy;
+mod stats;
+pub mod store;
+
+pub use policy::{MemoOptions, MemoPolicy, PolicyParseError};
+pub use stats::{MemoStats, StageStats};
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use num_complex::Complex32;
+use thiserror::Error;
+
+use crate::error::GpuError;
+use crate::gpu::GpuContext;
+use crate::operator::{Apply, Block, LaminoOperator, OperatorError, Stage};
+use crate::reference::SplitMix64;
+use gpu::{StageKernels, MAX_CANDIDATES};
+use index::{KeyIndex, UnitKey};
+use store::{Evictions, Store, Tier};
+
+/// Errors of the memo layer.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MemoError {
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+}
+
+/// Power-iteration steps at most for `|F|`, and the relative change that ends it early.
+const NORM_STEPS: usize = 50;
+const NORM_TOLERANCE: f64 = 1e-5;
+/// The power iteration approaches `|F|` from below; the bound uses the estimate times this.
+const NORM_SAFETY: f64 = 1.05;
+
+/// A reuse the policy accepted.
+struct Reuse {
+    id: u64,
+    alpha: [f32; 2],
+    /// `|x - alpha c| / |x|` and the bound `|F| |x - alpha c|` (certified policy only).
+    certificate: Option<(f64, f64)>,
+}
+
+/// One stage's cache, index and statistics.
+struct StageMemo {
+    stage: Stage,
+    kernels: Option<StageKernels>,
+    store: Store,
+    /// One index per map: all full-size chunks of U1 share one, every U2 chunk has its own.
+    indexes: HashMap<usize, KeyIndex>,
+    /// The last entry stored for each chunk position.
+    last: Vec<Option<u64>>,
+    norm: f64,
+    stats: StageStats,
+}
+
+/// The memo layer of one operator.
+pub struct Memo {
+    options: MemoOptions,
+    stages: Vec<StageMemo>,
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memo")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `|F|` of a stage pair by power iteration on `F* F` over whole arrays (each chunk's map is a
+/// restriction of it, so its norm bounds every chunk's).
+fn operator_norm(
+    ctx: &GpuContext,
+    op: &LaminoOperator,
+    forward: Apply,
+    adjoint: Apply,
+) -> Result<f64, MemoError> {
+    let space = forward.spaces().0;
+    let len = space.shape(op.geometry()).iter().product::<usize>();
+    let mut rng = SplitMix64::new(0x6e6f_726d);
+    let mut v: Vec<Complex32> = (0..len)
+        .map(|_| Complex32::new(rng.next_f64() as f32 - 0.5, rng.next_f64() as f32 - 0.5))
+        .collect();
+    let norm = |v: &[Complex32]| v.iter().map(|c| c.norm_sqr() as f64).sum::<f64>().sqrt();
+    let mut lambda = 0.0;
+    for _ in 0..NORM_STEPS {
+        let n = norm(&v);
+        v.iter_mut().for_each(|c| *c /= n as f32);
+        ctx.write(op.buffer(space), 0, &v);
+        op.apply(ctx, forward)?;
+        op.apply(ctx, adjoint)?;
+        v = ctx.read(op.buffer(space), 0, len)?;
+        let next = norm(&v);
+        let done = (next - lambda).abs() <= NORM_TOLERANCE * next;
+        lambda = next;
+        if done || next == 0.0 {
+            break;
+        }
+    }
+    Ok(lambda.sqrt() * NORM_SAFETY)
+}
+
+impl Memo {
+    /// Sets up the cache of every stage of `op` (whose chunking fixes the reuse granularity) and,
+    /// for the certified policy, estimates `|U1|` and `|U2|`. Uses the operator's buffers as
+    /// scratch.
+    pub fn new(
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: MemoOptions,
+    ) -> Result<Self, MemoError> {
+        let (norm_u1, norm_u2) = match options.policy {
+            MemoPolicy::Certified { .. } => (
+                operator_norm(ctx, op, Apply::Usfft1d, Apply::Usfft1dAdjoint)?,
+                operator_norm(ctx, op, Apply::Usfft2d, Apply::Usfft2dAdjoint)?,
+            ),
+            _ => (f64::NAN, f64::NAN),
+        };
+        let mut stages = Vec::new();
+        for stage in Stage::ALL {
+            let chunks = op.chunk_count(stage);
+            let ios: Vec<&(Block, Block)> = (0..chunks).map(|j| op.chunk_io(stage, j)).collect();
+            let in_max = ios.iter().map(|(i, _)| i.len()).max().unwrap_or(0);
+            let out_max = ios.iter().map(|(_, o)| o.len()).max().unwrap_or(0);
+            let key_max = ios
+                .iter()
+                .map(|(i, _)| 18 * i.extents[i.channel_axis])
+                .max()
+                .unwrap_or(0);
+            let slot_elems = in_max + out_max;
+            let room = (options.device_bytes / 4)
+                .min(ctx.max_binding_bytes())
+                .min(ctx.max_buffer_bytes());
+            let slots = (room / (slot_elems * 8).max(1)) as usize;
+            let mut stats = StageStats::new(stage);
+            let kernels = if slots == 0 || !options.policy.is_active() {
+                if options.policy.is_active() {
+                    stats.disabled = Some(format!(
+                        "one cached chunk needs {} bytes, more than this stage's device budget of {room} bytes",
+                        slot_elems * 8
+                    ));
+                }
+                None
+            } else {
+                let (input, output) = ios[0];
+                Some(StageKernels::new(
+                    ctx,
+                    &input.buffer,
+                    &output.buffer,
+                    slots as u64 * slot_elems,
+                    key_max,
+                    out_max,
+                )?)
+            };
+            stats.slots = slots;
+            let norm = if stage.chunks_share_map() {
+                norm_u1
+            } else {
+                norm_u2
+            };
+            stages.push(StageMemo {
+                stage,
+                kernels,
+                store: Store::new(slots, slot_elems, in_max, options.host_bytes / 4),
+                indexes: HashMap::new(),
+                last: vec![None; chunks],
+                norm,
+                stats,
+            });
+        }
+        Ok(Self { options, stages })
+    }
+
+    /// The options in use.
+    pub fn options(&self) -> &MemoOptions {
+        &self.options
+    }
+
+    /// Device memory held by the caches and their kernels' buffers.
+    pub fn device_bytes(&self) -> u64 {
+        self.stages
+            .iter()
+            .filter_map(|s| s.kernels.as_ref())
+            .map(StageKernels::device_bytes)
+            .sum()
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> MemoStats {
+        MemoStats::summarise(
+            self.options.policy,
+            self.stages.iter().map(|s| s.stats.clone()).collect(),
+        )
+    }
+
+    /// Applies `what` with the operator's buffers as for [`LaminoOperator::apply`], memoizing its
+    /// gridding stages; waits for it.
+    pub fn apply(
+        &mut self,
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        what: Apply,
+    ) -> Result<(), MemoError> {
+        let plain = |ctx: &GpuContext, what: Apply| op.apply(ctx, what);
+        match what {
+            Apply::Forward => {
+                self.run_stage(ctx, op, Stage::Usfft1d)?;
+                self.run_stage(ctx, op, Stage::Usfft2d)?;
+                plain(ctx, Apply::Fft2dAdjoint)?;
+            }
+            Apply::Adjoint => {
+                plain(ctx, Apply::Fft2d)?;
+                self.run_stage(ctx, op, Stage::Usfft2dAdjoint)?;
+                self.run_stage(ctx, op, Stage::Usfft1dAdjoint)?;
+            }
+            Apply::FourierForward => {
+                self.run_stage(ctx, op, Stage::Usfft1d)?;
+                self.run_stage(ctx, op, Stage::Usfft2d)?;
+            }
+            Apply::FourierAdjoint => {
+                self.run_stage(ctx, op, Stage::Usfft2dAdjoint)?;
+                self.run_stage(ctx, op, Stage::Usfft1dAdjoint)?;
+            }
+            Apply::Usfft1d => self.run_stage(ctx, op, Stage::Usfft1d)?,
+            Apply::Usfft1dAdjoint => self.run_stage(ctx, op, Stage::Usfft1dAdjoint)?,
+            Apply::Usfft2d => self.run_stage(ctx, op, Stage::Usfft2d)?,
+            Apply::Usfft2dAdjoint => self.run_stage(ctx, op, Stage::Usfft2dAdjoint)?,
+            Apply::Fft2d | Apply::Fft2dAdjoint => plain(ctx, what)?,
+        }
+        Ok(())
+    }
+
+    fn run_stage(
+        &mut self,
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        stage: Stage,
+    ) -> Result<(), MemoError> {
+        let options = self.options;
+        let s = self
+            .stages
+            .iter_mut()
+            .find(|s| s.stage == stage)
+            .expect("every stage has a memo");
+        if s.kernels.is_none() {
+            return Ok(op.apply(ctx, stage.apply())?);
+        }
+        for chunk in 0..op.chunk_count(stage) {
+            s.run_chunk(ctx, op, &options, chunk)?;
+        }
+        Ok(())
+    }
+}
+
+impl StageMemo {
+    fn kernels(&self) -> &StageKernels {
+        self.kernels.as_ref().expect("active stages have kernels")
+    }
+
+    /// The map class of a chunk: chunks of U1 with the same extents share one map.
+    fn class(&self, io: &(Block, Block), chunk: usize) -> usize {
+        if self.stage.chunks_share_map() {
+            io.0.extents[io.0.channel_axis] as usize
+        } else {
+            chunk
+        }
+    }
+
+    fn run_chunk(
+        &mut self,
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: &MemoOptions,
+        chunk: usize,
+    ) -> Result<(), MemoError> {
+        let start = Instant::now();
+        let io = op.chunk_io(self.stage, chunk).clone();
+        let (input, output) = (&io.0, &io.1);
+        let mut rec = ctx.recorder("memo: stage in, key");
+        op.record_chunk_in(&mut rec, self.stage, chunk);
+        self.kernels().record_key(ctx, &mut rec, input);
+        ctx.submit(rec)?;
+        let key = UnitKey::new(&self.kernels().read_key(ctx, input)?);
+        let class = self.class(&io, chunk);
+        let (reuse, input_norm2, candidates) = match (options.policy, &key) {
+            (MemoPolicy::Mlr { tau }, Some(key)) => {
+                (self.mlr_decide(ctx, key, chunk, tau)?, 0.0, Vec::new())
+            }
+            (MemoPolicy::Certified { tol }, Some(key)) => {
+                self.certified_decide(ctx, options, key, &io, chunk, class, tol)?
+            }
+            _ => (None, 0.0, Vec::new()),
+        };
+        let decided = start.elapsed().as_secs_f64() * 1e3;
+        self.stats.chunks += 1;
+        match reuse {
+            Some(reuse) => {
+                let (_, output_at) = self.slot_offsets(reuse.id);
+                let mut rec = ctx.recorder("memo: reuse");
+                if options.audit {
+                    op.record_chunk_compute(&mut rec, self.stage, chunk);
+                    self.kernels().record_audit_save(ctx, &mut rec, output);
+                }
+                self.kernels()
+                    .record_reuse(ctx, &mut rec, output, output_at, reuse.alpha);
+                if options.audit {
+                    self.kernels().record_audit_diff(ctx, &mut rec, output);
+                }
+                op.record_chunk_out(&mut rec, self.stage, chunk);
+                ctx.submit(rec)?;
+                if options.audit {
+                    let error = self.kernels().read_residual(ctx, output)?.sqrt();
+                    self.stats
+                        .record_audit(error, reuse.certificate.map(|c| c.1));
+                }
+                ctx.wait()?;
+                self.store.touch(reuse.id);
+                self.stats.hits += 1;
+                self.stats.reuse_ms += start.elapsed().as_secs_f64() * 1e3;
+                if let Some((r, bound)) = reuse.certificate {
+                    self.stats.record_bound(r, bound);
+                }
+            }
+            None => {
+                self.stats.overhead_ms += decided;
+                let t = Instant::now();
+                let stored = match &key {
+                    Some(key) => self
+                        .claim_slot(ctx, &candidates)?
+                        .map(|slot| (slot, key.clone())),
+                    None => None,
+                };
+                let mut rec = ctx.recorder("memo: compute");
+                op.record_chunk_compute(&mut rec, self.stage, chunk);
+                if let Some((slot, _)) = &stored {
+                    let offsets = self.store.slot_offsets(*slot);
+                    self.kernels()
+                        .record_store(ctx, &mut rec, (input, output), offsets);
+                }
+                op.record_chunk_out(&mut rec, self.stage, chunk);
+                ctx.submit(rec)?;
+                ctx.wait()?;
+                self.stats.misses += 1;
+                self.stats.compute_ms += t.elapsed().as_secs_f64() * 1e3;
+                if let Some((slot, key)) = stored {
+                    let lens = (input.len(), output.len());
+                    let id = self
+                        .store
+                        .insert(chunk, class, key.clone(), input_norm2, lens, slot);
+                    match options.policy {
+                        // Keyed by position: the new entry replaces the chunk's old one.
+                        MemoPolicy::Mlr { .. } => {
+                            if let Some(old) = self.last[chunk] {
+                                self.store.remove(old);
+                            }
+                        }
+                        _ => self.indexes.entry(class).or_default().insert(id, key),
+                    }
+                    self.last[chunk] = Some(id);
+                }
+            }
+        }
+        let (device, host) = self.store.bytes();
+        self.stats.record_bytes(device, host);
+        Ok(())
+    }
+
+    fn slot_offsets(&self, id: u64) -> (u64, u64) {
+        match self.store.get(id).map(|e| &e.tier) {
+            Some(Tier::Device { slot }) => self.store.slot_offsets(*slot),
+            _ => unreachable!("reused entries are on the device"),
+        }
+    }
+
+    /// The reference's intended policy: the chunk's stored key only.
+    fn mlr_decide(
+        &mut self,
+        ctx: &GpuContext,
+        key: &UnitKey,
+        chunk: usize,
+        tau: f64,
+    ) -> Result<Option<Reuse>, MemoError> {
+        let Some(id) = self.last[chunk].filter(|id| self.store.get(*id).is_some()) else {
+            return Ok(None);
+        };
+        let t = Instant::now();
+        let cosine = key.cosine(&self.store.get(id).expect("live").key);
+        self.stats.lookup_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if cosine < tau || !self.ensure_on_device(ctx, id, &[id])? {
+            return Ok(None);
+        }
+        Ok(Some(Reuse {
+            id,
+            alpha: [1.0, 0.0],
+            certificate: None,
+        }))
+    }
+
+    /// The certified policy; also returns `|x|^2` and the candidates compared (kept out of
+    /// eviction while this chunk is stored).
+    #[allow(clippy::too_many_arguments)]
+    fn certified_decide(
+        &mut self,
+        ctx: &GpuContext,
+        options: &MemoOptions,
+        key: &UnitKey,
+        io: &(Block, Block),
+        chunk: usize,
+        class: usize,
+        tol: f64,
+    ) -> Result<(Option<Reuse>, f64, Vec<u64>), MemoError> {
+        let input = &io.0;
+        let mut candidates: Vec<u64> = self.last[chunk]
+            .filter(|id| self.store.get(*id).is_some_and(|e| e.class == class))
+            .into_iter()
+            .collect();
+        let index = self.indexes.entry(class).or_default();
+        let first = candidates.first().copied();
+        let nearest = index.nearest(key, options.neighbours, |id| Some(id) != first);
+        if let Some(&ms) = index.lookup_ms().last() {
+            self.stats.lookup_ms.push(ms);
+        }
+        candidates.extend(nearest.into_iter().map(|(id, _)| id));
+        candidates.truncate(MAX_CANDIDATES);
+        let mut on_device = Vec::new();
+        for &id in &candidates {
+            if self.ensure_on_device(ctx, id, &candidates)? {
+                on_device.push(id);
+            }
+        }
+        let offsets: Vec<u64> = on_device
+            .iter()
+            .map(|&id| self.slot_offsets(id).0)
+            .collect();
+        let mut rec = ctx.recorder("memo: certify");
+        self.kernels().record_dots(ctx, &mut rec, input, &offsets);
+        ctx.submit(rec)?;
+        let dots = self.kernels().read_dots(ctx, input, offsets.len())?;
+        let xx = dots.xx;
+        // The least-squares coefficient and the residual it leaves, from the inner products
+        // (cancellation makes this an estimate; the residual of the best is measured below).
+        let best = on_device
+            .iter()
+            .zip(&dots.candidates)
+            .filter(|(_, c)| c.2 > 0.0 && xx > 0.0)
+            .map(|(&id, &(re, im, cc))| {
+                let estimate = (1.0 - (re * re + im * im) / (cc * xx)).max(0.0);
+                (id, [(re / cc) as f32, (im / cc) as f32], estimate)
+            })
+            .min_by(|a, b| a.2.total_cmp(&b.2).then(a.0.cmp(&b.0)));
+        let Some((id, alpha, estimate)) = best else {
+            return Ok((None, xx, candidates));
+        };
+        // f32 sums leave about 1e-6 of |x|^2 in the estimate: look closer within that margin.
+        if tol <= 0.0 || estimate > 4.0 * tol * tol + 1e-5 {
+            return Ok((None, xx, candidates));
+        }
+        let (input_at, _) = self.slot_offsets(id);
+        let mut rec = ctx.recorder("memo: residual");
+        self.kernels()
+            .record_residual(ctx, &mut rec, input, input_at, alpha);
+        ctx.submit(rec)?;
+        let residual = self.kernels().read_residual(ctx, input)?.sqrt();
+        let r = residual / xx.sqrt();
+        let reuse = (r < tol).then_some(Reuse {
+            id,
+            alpha,
+            certificate: Some((r, self.norm * residual)),
+        });
+        Ok((reuse, xx, candidates))
+    }
+
+    /// Makes sure entry `id` is in a device slot, promoting it from the host tier if needed
+    /// (never evicting an entry in `keep`). False if no slot can be had.
+    fn ensure_on_device(
+        &mut self,
+        ctx: &GpuContext,
+        id: u64,
+        keep: &[u64],
+    ) -> Result<bool, MemoError> {
+        if matches!(
+            self.store.get(id).map(|e| &e.tier),
+            Some(Tier::Device { .. })
+        ) {
+            return Ok(true);
+        }
+        let Some(slot) = self.claim_slot(ctx, keep)? else {
+            return Ok(false);
+        };
+        let (input, output) = self.store.promote(id, slot).expect("a host entry");
+        let (input_at, output_at) = self.store.slot_offsets(slot);
+        let slab = self.kernels().slab();
+        ctx.write(slab, input_at, &input);
+        ctx.write(slab, output_at, &output);
+        self.stats.promotions += 1;
+        Ok(true)
+    }
+
+    /// A free device slot, evicting (and demoting) as needed; updates the indexes and statistics.
+    fn claim_slot(&mut self, ctx: &GpuContext, keep: &[u64]) -> Result<Option<usize>, MemoError> {
+        let mut evictions = Evictions::default();
+        let kernels = self.kernels.as_ref().expect("active stages have kernels");
+        let store = &mut self.store;
+        let demote = |e: &store::Entry, (input_at, output_at): (u64, u64)| -> Result<_, GpuError> {
+            Ok((
+                ctx.read(kernels.slab(), input_at, e.lens.0 as usize)?,
+                ctx.read(kernels.slab(), output_at, e.lens.1 as usize)?,
+            ))
+        };
+        let claimed = store.claim_slot(keep, demote, &mut evictions)?;
+        self.stats.demoted += evictions.demoted as u64;
+        self.stats.dropped += evictions.dropped as u64;
+        let Some((slot, dropped)) = claimed else {
+            return Ok(None);
+        };
+        for id in dropped {
+            for index in self.indexes.values_mut() {
+                index.remove(id);
+            }
+            for last in &mut self.last {
+                if *last == Some(id) {
+                    *last = None;
+                }
+            }
+        }
+        Ok(Some(slot))
+    }
+}
