@@ -13,6 +13,7 @@ pub mod gpu;
 pub mod io;
 pub mod metrics;
 pub mod operator;
+pub mod plot;
 pub mod recon;
 pub mod reference;
 pub mod shaders;
