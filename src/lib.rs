@@ -14,6 +14,7 @@ pub mod io;
 pub mod memo;
 pub mod metrics;
 pub mod operator;
+pub mod plot;
 pub mod recon;
 pub mod reference;
 pub mod shaders;
