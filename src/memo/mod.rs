@@ -9,7 +9,7 @@
 //!   map (instant-distance index); for each, the GPU computes `<c, x>` and `|c|^2`, giving the
 //!   least-squares `alpha = <c, x> / |c|^2`; the best candidate's residual `r = |x - alpha c| / |x|`
 //!   is then measured elementwise, and `alpha F(c)` is used iff `r < TOL`. The stages are linear,
-//!   so the output error is `|F(x - alpha c)| <= |F| r |x|`, with `|F|` estimated once per plan by
+//!   so the output error is `|F(x - alpha c)| <= |F| r |x|` (plus f32 rounding), with `|F|` estimated once per plan by
 //!   power iteration; that bound is recorded for every reuse.
 //!
 //! Entries hold the input and the output chunk, in a device tier (slots of a slab) and a host
@@ -54,6 +54,15 @@ const NORM_STEPS: usize = 50;
 const NORM_TOLERANCE: f64 = 1e-5;
 /// The power iteration approaches `|F|` from below; the bound uses the estimate times this.
 const NORM_SAFETY: f64 = 1.05;
+
+/// Relative f32 rounding of a chunk's computed output (well above the operator's measured
+/// rounding error): added to the residual in the error bound, since the stored output and the
+/// exact one each carry it.
+const F32_ROUNDING: f64 = 2e-6;
+
+/// Host-tier candidates are brought back to the device for comparison only above this cosine
+/// similarity of their keys.
+const PROMOTE_COSINE: f64 = 0.9;
 
 /// A reuse the policy accepted.
 struct Reuse {
@@ -305,14 +314,12 @@ impl StageMemo {
         ctx.submit(rec)?;
         let key = UnitKey::new(&self.kernels().read_key(ctx, input)?);
         let class = self.class(&io, chunk);
-        let (reuse, input_norm2, candidates) = match (options.policy, &key) {
-            (MemoPolicy::Mlr { tau }, Some(key)) => {
-                (self.mlr_decide(ctx, key, chunk, tau)?, 0.0, Vec::new())
-            }
+        let (reuse, input_norm2) = match (options.policy, &key) {
+            (MemoPolicy::Mlr { tau }, Some(key)) => (self.mlr_decide(ctx, key, chunk, tau)?, 0.0),
             (MemoPolicy::Certified { tol }, Some(key)) => {
                 self.certified_decide(ctx, options, key, &io, chunk, class, tol)?
             }
-            _ => (None, 0.0, Vec::new()),
+            _ => (None, 0.0),
         };
         let decided = start.elapsed().as_secs_f64() * 1e3;
         self.stats.chunks += 1;
@@ -347,10 +354,13 @@ impl StageMemo {
             None => {
                 self.stats.overhead_ms += decided;
                 let t = Instant::now();
+                // Keyed by position: the chunk's old entry makes way for the new one.
+                if let (MemoPolicy::Mlr { .. }, Some(old)) = (options.policy, self.last[chunk]) {
+                    self.store.remove(old);
+                    self.last[chunk] = None;
+                }
                 let stored = match &key {
-                    Some(key) => self
-                        .claim_slot(ctx, &candidates)?
-                        .map(|slot| (slot, key.clone())),
+                    Some(key) => self.claim_slot(ctx, &[])?.map(|slot| (slot, key.clone())),
                     None => None,
                 };
                 let mut rec = ctx.recorder("memo: compute");
@@ -370,14 +380,8 @@ impl StageMemo {
                     let id = self
                         .store
                         .insert(chunk, class, key.clone(), input_norm2, lens, slot);
-                    match options.policy {
-                        // Keyed by position: the new entry replaces the chunk's old one.
-                        MemoPolicy::Mlr { .. } => {
-                            if let Some(old) = self.last[chunk] {
-                                self.store.remove(old);
-                            }
-                        }
-                        _ => self.indexes.entry(class).or_default().insert(id, key),
+                    if let MemoPolicy::Certified { .. } = options.policy {
+                        self.indexes.entry(class).or_default().insert(id, key);
                     }
                     self.last[chunk] = Some(id);
                 }
@@ -419,8 +423,7 @@ impl StageMemo {
         }))
     }
 
-    /// The certified policy; also returns `|x|^2` and the candidates compared (kept out of
-    /// eviction while this chunk is stored).
+    /// The certified policy; also returns `|x|^2`.
     #[allow(clippy::too_many_arguments)]
     fn certified_decide(
         &mut self,
@@ -431,23 +434,36 @@ impl StageMemo {
         chunk: usize,
         class: usize,
         tol: f64,
-    ) -> Result<(Option<Reuse>, f64, Vec<u64>), MemoError> {
+    ) -> Result<(Option<Reuse>, f64), MemoError> {
         let input = &io.0;
-        let mut candidates: Vec<u64> = self.last[chunk]
-            .filter(|id| self.store.get(*id).is_some_and(|e| e.class == class))
+        let mut candidates: Vec<(u64, f64)> = self.last[chunk]
+            .and_then(|id| {
+                self.store
+                    .get(id)
+                    .filter(|e| e.class == class)
+                    .map(|e| (id, key.cosine(&e.key)))
+            })
             .into_iter()
             .collect();
         let index = self.indexes.entry(class).or_default();
-        let first = candidates.first().copied();
+        let first = candidates.first().map(|c| c.0);
         let nearest = index.nearest(key, options.neighbours, |id| Some(id) != first);
         if let Some(&ms) = index.lookup_ms().last() {
             self.stats.lookup_ms.push(ms);
         }
-        candidates.extend(nearest.into_iter().map(|(id, _)| id));
+        candidates.extend(nearest);
         candidates.truncate(MAX_CANDIDATES);
+        // Candidates come in priority order (the chunk's last entry first): a promotion may
+        // evict any entry except those already lined up for comparison.
         let mut on_device = Vec::new();
-        for &id in &candidates {
-            if self.ensure_on_device(ctx, id, &candidates)? {
+        for &(id, cosine) in &candidates {
+            // Bringing a host entry back costs an upload and usually a demotion: only for keys
+            // that point the same way (a small residual needs nearly proportional keys).
+            let on_host = matches!(self.store.get(id).map(|e| &e.tier), Some(Tier::Host { .. }));
+            if on_host && cosine < PROMOTE_COSINE {
+                continue;
+            }
+            if self.ensure_on_device(ctx, id, &on_device)? {
                 on_device.push(id);
             }
         }
@@ -472,11 +488,11 @@ impl StageMemo {
             })
             .min_by(|a, b| a.2.total_cmp(&b.2).then(a.0.cmp(&b.0)));
         let Some((id, alpha, estimate)) = best else {
-            return Ok((None, xx, candidates));
+            return Ok((None, xx));
         };
         // f32 sums leave about 1e-6 of |x|^2 in the estimate: look closer within that margin.
         if tol <= 0.0 || estimate > 4.0 * tol * tol + 1e-5 {
-            return Ok((None, xx, candidates));
+            return Ok((None, xx));
         }
         let (input_at, _) = self.slot_offsets(id);
         let mut rec = ctx.recorder("memo: residual");
@@ -488,9 +504,9 @@ impl StageMemo {
         let reuse = (r < tol).then_some(Reuse {
             id,
             alpha,
-            certificate: Some((r, self.norm * residual)),
+            certificate: Some((r, self.norm * (residual + F32_ROUNDING * xx.sqrt()))),
         });
-        Ok((reuse, xx, candidates))
+        Ok((reuse, xx))
     }
 
     /// Makes sure entry `id` is in a device slot, promoting it from the host tier if needed
@@ -501,13 +517,15 @@ impl StageMemo {
         id: u64,
         keep: &[u64],
     ) -> Result<bool, MemoError> {
-        if matches!(
-            self.store.get(id).map(|e| &e.tier),
-            Some(Tier::Device { .. })
-        ) {
-            return Ok(true);
+        match self.store.get(id).map(|e| &e.tier) {
+            Some(Tier::Device { .. }) => return Ok(true),
+            // Dropped while room was made for an earlier candidate.
+            None => return Ok(false),
+            Some(Tier::Host { .. }) => {}
         }
-        let Some(slot) = self.claim_slot(ctx, keep)? else {
+        // The entry itself is on the host and must survive the room being made for it.
+        let keep: Vec<u64> = keep.iter().copied().chain([id]).collect();
+        let Some(slot) = self.claim_slot(ctx, &keep)? else {
             return Ok(false);
         };
         let (input, output) = self.store.promote(id, slot).expect("a host entry");
@@ -547,5 +565,111 @@ impl StageMemo {
             }
         }
         Ok(Some(slot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{DeviceOptions, DeviceSelection};
+    use crate::operator::{Geometry, OperatorOptions, Space};
+
+    fn ctx() -> GpuContext {
+        GpuContext::new(&DeviceOptions {
+            selection: DeviceSelection::Best,
+            allow_software: true,
+        })
+        .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
+    }
+
+    /// The f64 pooling of a block: channels along `channel_axis`, PyTorch's 3x3 adaptive bins
+    /// over the other two axes.
+    fn pool_reference(values: &[Complex32], block: &Block) -> Vec<f64> {
+        let e = block.extents.map(|v| v as usize);
+        let s = block.view.strides.map(|v| v as usize);
+        let (a, b) = match block.channel_axis {
+            0 => (1, 2),
+            1 => (0, 2),
+            _ => (0, 1),
+        };
+        let bins = |i: usize, n: usize| (i * n / 3)..((i + 1) * n).div_ceil(3);
+        let mut key = Vec::new();
+        for ch in 0..e[block.channel_axis] {
+            for part in 0..2 {
+                for bi in 0..3 {
+                    for bj in 0..3 {
+                        let (mut sum, mut cells) = (0.0, 0.0);
+                        for i in bins(bi, e[a]) {
+                            for j in bins(bj, e[b]) {
+                                let at = block.view.offset as usize
+                                    + ch * s[block.channel_axis]
+                                    + i * s[a]
+                                    + j * s[b];
+                                let c = values[at];
+                                sum += if part == 0 { c.re } else { c.im } as f64;
+                                cells += 1.0;
+                            }
+                        }
+                        key.push(sum / cells);
+                    }
+                }
+            }
+        }
+        key
+    }
+
+    #[test]
+    fn gpu_keys_are_the_reference_pooling_for_every_stage() {
+        let ctx = ctx();
+        // 20 and 14 are not multiples of 3, so PyTorch's bins overlap.
+        let mut g = Geometry::cube(20, 7, 2.0);
+        g.deth = 14;
+        let options = OperatorOptions {
+            max_chunk_y: Some(6),
+            max_chunk_rows: Some(5),
+        };
+        let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
+        let k = |stage: Stage| {
+            let (input, output) = op.chunk_io(stage, 0);
+            StageKernels::new(
+                &ctx,
+                &input.buffer,
+                &output.buffer,
+                16,
+                18 * 8,
+                output.len(),
+            )
+            .unwrap()
+        };
+        let mut rng = SplitMix64::new(1);
+        for space in [Space::Volume, Space::Spectrum, Space::Data] {
+            let len = space.shape(&g).iter().product::<usize>();
+            let v: Vec<Complex32> = (0..len)
+                .map(|_| Complex32::new(rng.next_f64() as f32, rng.next_f64() as f32 - 0.5))
+                .collect();
+            ctx.write(op.buffer(space), 0, &v);
+        }
+        for stage in Stage::ALL {
+            let kernels = k(stage);
+            // The last chunk is the short one.
+            let chunk = op.chunk_count(stage) - 1;
+            let (input, _) = op.chunk_io(stage, chunk);
+            let mut rec = ctx.recorder("test");
+            op.record_chunk_in(&mut rec, stage, chunk);
+            kernels.record_key(&ctx, &mut rec, input);
+            ctx.submit(rec).unwrap();
+            let key = kernels.read_key(&ctx, input).unwrap();
+            let local: Vec<Complex32> = ctx
+                .read(&input.buffer, 0, (input.buffer.bytes() / 8) as usize)
+                .unwrap();
+            let want = pool_reference(&local, input);
+            assert_eq!(key.len(), want.len(), "{stage:?}");
+            for (i, (&got, &w)) in key.iter().zip(&want).enumerate() {
+                assert!(
+                    (got as f64 - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                    "{stage:?} key[{i}]: {got} vs {w}"
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,403 @@
+//! The memo layer: the exact path is reproduced bit for bit when nothing may be reused, reuse
+//! happens exactly when the policy's criterion holds, every certified reuse stays within its
+//! error bound, eviction keeps both tiers within budget, and the statistics add up.
+
+mod common;
+
+use std::f64::consts::PI;
+
+use common::ctx;
+use lamino::memo::{Memo, MemoOptions, MemoPolicy, MemoStats};
+use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, Space, Stage};
+use lamino::reference::SplitMix64;
+use lamino::solver::{AdmmParams, AdmmSolver};
+use num_complex::Complex32;
+
+const N: usize = 16;
+const ROWS: usize = 4;
+
+fn geometry() -> Geometry {
+    Geometry::cube(N, 8, PI / 2.0 + 30f64.to_radians())
+}
+
+fn chunked() -> OperatorOptions {
+    OperatorOptions {
+        max_chunk_y: Some(ROWS),
+        max_chunk_rows: Some(ROWS),
+    }
+}
+
+fn options(policy: MemoPolicy) -> MemoOptions {
+    MemoOptions {
+        policy,
+        ..MemoOptions::default()
+    }
+}
+
+fn random(len: usize, seed: u64) -> Vec<Complex32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..len)
+        .map(|_| Complex32::new(rng.next_f64() as f32 - 0.5, rng.next_f64() as f32 - 0.5))
+        .collect()
+}
+
+/// Applies U1 through the memo layer to a volume and returns the spectrum.
+fn u1(memo: &mut Memo, op: &LaminoOperator, volume: &[Complex32]) -> Vec<Complex32> {
+    ctx().write(op.buffer(Space::Volume), 0, volume);
+    memo.apply(ctx(), op, Apply::Usfft1d).unwrap();
+    let len = geometry().spectrum_len();
+    ctx().read(op.buffer(Space::Spectrum), 0, len).unwrap()
+}
+
+fn exact_u1(op: &LaminoOperator, volume: &[Complex32]) -> Vec<Complex32> {
+    op.apply_host(ctx(), Apply::Usfft1d, &[N, N, N], volume)
+        .unwrap()
+}
+
+fn stage(stats: &MemoStats, stage: Stage) -> &lamino::memo::StageStats {
+    stats.stages.iter().find(|s| s.stage == stage).unwrap()
+}
+
+/// The volume's y rows `[y0, y0 + ROWS)` (one U1 chunk) as a flat vector.
+fn chunk_of(volume: &[Complex32], y0: usize) -> Vec<Complex32> {
+    let mut out = Vec::new();
+    for z in 0..N {
+        for y in y0..y0 + ROWS {
+            out.extend_from_slice(&volume[(z * N + y) * N..(z * N + y + 1) * N]);
+        }
+    }
+    out
+}
+
+/// The f64 reference of the pooled key of a U1 chunk: channels (y, part), 3x3 PyTorch bins over
+/// (z, x).
+fn pooled_key(volume: &[Complex32], y0: usize) -> Vec<f64> {
+    let bins = |i: usize, n: usize| (i * n / 3)..((i + 1) * n).div_ceil(3);
+    let mut key = Vec::new();
+    for y in y0..y0 + ROWS {
+        for part in 0..2 {
+            for bi in 0..3 {
+                for bj in 0..3 {
+                    let (mut sum, mut cells) = (0.0, 0.0);
+                    for z in bins(bi, N) {
+                        for x in bins(bj, N) {
+                            let c = volume[(z * N + y) * N + x];
+                            sum += if part == 0 { c.re } else { c.im } as f64;
+                            cells += 1.0;
+                        }
+                    }
+                    key.push(sum / cells);
+                }
+            }
+        }
+    }
+    key
+}
+
+fn cosine(a: &[f64], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn solve(policy: MemoPolicy) -> (Vec<f32>, Option<MemoStats>) {
+    let g = geometry();
+    let truth: Vec<f32> = random(g.volume_len(), 3)
+        .iter()
+        .map(|c| c.re.max(0.0))
+        .collect();
+    let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
+    let complex: Vec<Complex32> = truth.iter().map(|&v| Complex32::new(v, 0.0)).collect();
+    let data: Vec<f32> = op
+        .apply_host(ctx(), Apply::Forward, &[N, N, N], &complex)
+        .unwrap()
+        .iter()
+        .map(|c| c.re)
+        .collect();
+    let params = AdmmParams {
+        outer_iterations: 3,
+        ..AdmmParams::default()
+    };
+    let mut solver = AdmmSolver::new(ctx(), &g, &data, params, &chunked()).unwrap();
+    solver.set_memo(ctx(), options(policy)).unwrap();
+    solver.run(ctx(), |_| {}).unwrap();
+    (solver.volume(ctx()).unwrap(), solver.memo_stats())
+}
+
+#[test]
+fn tau_one_and_tol_zero_reproduce_the_exact_path_bit_for_bit() {
+    let (exact, none) = solve(MemoPolicy::Off);
+    assert!(none.is_none());
+    for policy in [
+        MemoPolicy::Mlr { tau: 1.0 },
+        MemoPolicy::Certified { tol: 0.0 },
+    ] {
+        let (volume, stats) = solve(policy);
+        let stats = stats.unwrap();
+        assert_eq!(bits(&volume), bits(&exact), "{policy}");
+        // Every chunk went through the memo layer: 4 stages x 4 chunks per application.
+        assert!(
+            stats.chunks > 0 && stats.chunks % 4 == 0,
+            "{policy}: {}",
+            stats.chunks
+        );
+        assert_eq!(stats.chunks, stats.hits + stats.misses);
+        if let MemoPolicy::Certified { .. } = policy {
+            assert_eq!(stats.hits, 0, "TOL = 0 never reuses");
+        }
+    }
+}
+
+#[test]
+fn pooled_keys_and_mlr_reuse_follow_the_cosine_criterion() {
+    let g = geometry();
+    let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
+    let tau = 0.95;
+    let mut memo = Memo::new(ctx(), &op, options(MemoPolicy::Mlr { tau })).unwrap();
+    let first = random(g.volume_len(), 1);
+    let out_first = u1(&mut memo, &op, &first);
+    assert_eq!(bits_of(&out_first), bits_of(&exact_u1(&op, &first)));
+    // Chunk 0 barely changes, chunk 1 is replaced, chunk 2 is scaled (cosine 1: the reference's
+    // policy reuses it although the output should double), chunk 3 changes a little.
+    let mut second = first.clone();
+    let noise = random(g.volume_len(), 2);
+    for z in 0..N {
+        for y in 0..N {
+            for x in 0..N {
+                let i = (z * N + y) * N + x;
+                second[i] = match y / ROWS {
+                    0 => first[i] + noise[i] * 0.01,
+                    1 => noise[i],
+                    2 => first[i] * 2.0,
+                    _ => first[i] + noise[i] * 0.3,
+                };
+            }
+        }
+    }
+    let expected: Vec<bool> = (0..N / ROWS)
+        .map(|c| {
+            cosine(
+                &pooled_key(&first, c * ROWS),
+                &pooled_key(&second, c * ROWS),
+            ) >= tau
+        })
+        .collect();
+    let out = u1(&mut memo, &op, &second);
+    let exact = exact_u1(&op, &second);
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft1d);
+    assert_eq!(
+        s.hits as usize,
+        expected.iter().filter(|&&e| e).count(),
+        "{expected:?}"
+    );
+    assert_eq!(s.chunks, 8);
+    assert!(expected[0] && !expected[1] && expected[2], "{expected:?}");
+    // Reused chunks hold the first call's output, computed ones the exact output.
+    for (c, &reused) in expected.iter().enumerate() {
+        let want = if reused { &out_first } else { &exact };
+        for k in 0..N {
+            for y in c * ROWS..(c + 1) * ROWS {
+                let row = (k * N + y) * N;
+                assert_eq!(
+                    bits_of(&out[row..row + N]),
+                    bits_of(&want[row..row + N]),
+                    "chunk {c}"
+                );
+            }
+        }
+    }
+}
+
+fn bits_of(v: &[Complex32]) -> Vec<u64> {
+    v.iter()
+        .map(|c| ((c.re.to_bits() as u64) << 32) | c.im.to_bits() as u64)
+        .collect()
+}
+
+#[test]
+fn certified_reuse_happens_iff_the_residual_is_below_tol_and_stays_within_its_bound() {
+    let g = geometry();
+    let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
+    let tol = 1e-2;
+    let mut memo = Memo::new(
+        ctx(),
+        &op,
+        MemoOptions {
+            audit: true,
+            ..options(MemoPolicy::Certified { tol })
+        },
+    )
+    .unwrap();
+    let mut rng = SplitMix64::new(9);
+    let mut expected_hits = 0;
+    let rounds = 6;
+    for round in 0..rounds {
+        // A fresh random input (computed and stored), then alpha times it plus noise of a chosen
+        // relative size per chunk: the only stored chunk close to the second is its own base,
+        // which is the chunk's last entry, so the criterion can be predicted exactly.
+        let base = random(g.volume_len(), 100 + round);
+        u1(&mut memo, &op, &base);
+        let alpha = Complex32::new(rng.next_f64() as f32 + 0.5, rng.next_f64() as f32 - 0.5);
+        let noise = random(g.volume_len(), 200 + round);
+        let mut next: Vec<Complex32> = base.iter().map(|&v| v * alpha).collect();
+        for c in 0..N / ROWS {
+            let scale = tol * [0.3, 0.6, 1.8, 3.0][(rng.next_f64() * 4.0) as usize % 4];
+            let norm = |v: &[Complex32]| v.iter().map(|c| c.norm_sqr() as f64).sum::<f64>().sqrt();
+            let f = (scale * norm(&chunk_of(&next, c * ROWS)) / norm(&chunk_of(&noise, c * ROWS)))
+                as f32;
+            for z in 0..N {
+                for y in c * ROWS..(c + 1) * ROWS {
+                    for x in 0..N {
+                        let i = (z * N + y) * N + x;
+                        next[i] += noise[i] * f;
+                    }
+                }
+            }
+            // The least-squares residual against the base chunk, in f64.
+            let (x, p) = (chunk_of(&next, c * ROWS), chunk_of(&base, c * ROWS));
+            let (mut re, mut im, mut cc, mut xx) = (0.0, 0.0, 0.0, 0.0);
+            for (a, b) in p.iter().zip(&x) {
+                let (a, b) = ((a.re as f64, a.im as f64), (b.re as f64, b.im as f64));
+                re += a.0 * b.0 + a.1 * b.1;
+                im += a.0 * b.1 - a.1 * b.0;
+                cc += a.0 * a.0 + a.1 * a.1;
+                xx += b.0 * b.0 + b.1 * b.1;
+            }
+            let r = ((xx - (re * re + im * im) / cc).max(0.0) / xx).sqrt();
+            assert!(
+                (r - tol).abs() > 0.2 * tol,
+                "r = {r}: the test keeps off the threshold"
+            );
+            expected_hits += usize::from(r < tol);
+        }
+        let before = stage(&memo.stats(), Stage::Usfft1d).hits;
+        u1(&mut memo, &op, &next);
+        let after = stage(&memo.stats(), Stage::Usfft1d).hits;
+        assert!(after >= before);
+    }
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft1d);
+    assert!(expected_hits > 0 && expected_hits < 24, "{expected_hits}");
+    assert_eq!(s.hits as usize, expected_hits);
+    assert_eq!(s.audited, s.hits);
+    assert!(
+        s.max_audit_error_over_bound <= 1.0,
+        "{}",
+        s.max_audit_error_over_bound
+    );
+    assert!(s.max_relative_residual < tol);
+    assert_eq!(s.chunks, s.hits + s.misses);
+    assert_eq!(s.chunks, 2 * rounds * 4);
+}
+
+#[test]
+fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
+    let g = geometry();
+    let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
+    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage: two
+    // device slots and three entries on the host.
+    let slot = 2 * 16 * 4 * 16 * 8;
+    let mut memo = Memo::new(
+        ctx(),
+        &op,
+        MemoOptions {
+            device_bytes: 4 * 2 * slot,
+            host_bytes: 4 * 3 * slot,
+            audit: true,
+            ..options(MemoPolicy::Certified { tol: 0.05 })
+        },
+    )
+    .unwrap();
+    let inputs: Vec<Vec<Complex32>> = (0..6).map(|i| random(g.volume_len(), 40 + i)).collect();
+    for x in &inputs {
+        u1(&mut memo, &op, x);
+        let stats = memo.stats();
+        let s = stage(&stats, Stage::Usfft1d);
+        assert!(
+            s.device_bytes <= 2 * slot && s.peak_device_bytes <= 2 * slot,
+            "{s:?}"
+        );
+        assert!(s.peak_host_bytes <= 3 * slot, "{s:?}");
+    }
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft1d);
+    // 24 chunks stored, 5 kept: 19 demoted from the device, 16 of them dropped from the host.
+    assert_eq!((s.misses, s.hits, s.demoted, s.dropped), (24, 0, 22, 19));
+    // The last input's first two chunks now live on the host: reusing them promotes them.
+    let alpha = Complex32::new(0.8, 0.3);
+    let noise = random(g.volume_len(), 99);
+    let next: Vec<Complex32> = inputs[5]
+        .iter()
+        .zip(&noise)
+        .map(|(&x, &n)| x * alpha + n * 1e-4)
+        .collect();
+    let out = u1(&mut memo, &op, &next);
+    let exact = exact_u1(&op, &next);
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft1d);
+    assert_eq!(s.hits, 4, "{s:?}");
+    assert!(s.promotions >= 2, "{s:?}");
+    assert!(s.max_audit_error_over_bound <= 1.0, "{s:?}");
+    assert!(
+        s.peak_device_bytes <= 2 * slot && s.peak_host_bytes <= 3 * slot,
+        "{s:?}"
+    );
+    let err: f64 = out
+        .iter()
+        .zip(&exact)
+        .map(|(a, b)| (a - b).norm_sqr() as f64)
+        .sum();
+    let norm: f64 = exact.iter().map(|v| v.norm_sqr() as f64).sum();
+    assert!((err / norm).sqrt() < 1e-3, "{}", (err / norm).sqrt());
+}
+
+#[test]
+fn the_reconstruction_report_includes_the_memo_statistics() {
+    use lamino::recon::{write_outputs, Projections, Reconstructor};
+    let g = geometry();
+    let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+    let truth: Vec<Complex32> = random(g.volume_len(), 8)
+        .iter()
+        .map(|c| Complex32::new(c.re.abs(), 0.0))
+        .collect();
+    let scale = ((g.n2 * g.ntheta()) as f32).sqrt();
+    let data: Vec<f32> = op
+        .apply_host(ctx(), Apply::Forward, &[N, N, N], &truth)
+        .unwrap()
+        .iter()
+        .map(|c| c.re * scale)
+        .collect();
+    let projections = Projections::new(g.clone(), data).unwrap();
+    let result = Reconstructor::new(ctx())
+        .params(AdmmParams {
+            outer_iterations: 2,
+            ..AdmmParams::default()
+        })
+        .memo(MemoOptions {
+            chunk_rows: ROWS,
+            ..options(MemoPolicy::Certified { tol: 1e-3 })
+        })
+        .run(&projections)
+        .unwrap();
+    let stats = result.memo_stats.as_ref().unwrap();
+    assert!(stats.chunks > 0);
+    let dir = tempfile::tempdir().unwrap();
+    write_outputs(dir.path(), &result).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("report.json")).unwrap()).unwrap();
+    let memo = &report["reconstruction"]["memo_stats"];
+    assert_eq!(memo["policy"], "certified:0.001");
+    assert_eq!(memo["chunks"].as_u64().unwrap(), stats.chunks);
+    assert_eq!(
+        memo["hits"].as_u64().unwrap() + memo["misses"].as_u64().unwrap(),
+        stats.chunks
+    );
+    assert_eq!(memo["stages"].as_array().unwrap().len(), 4);
+    assert_eq!(report["reconstruction"]["memo"]["chunk_rows"], ROWS);
+}
