@@ -11,6 +11,7 @@ use lamino::io::{
     normalize, read_complex_npy, read_dxchange, read_tiff_volume, write_complex_npy,
     write_dxchange, ComplexArray, Scan, Stack, RATIO_FLOOR,
 };
+use lamino::memo::{MemoOptions, MemoPolicy};
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
 use lamino::recon::{write_outputs, Projections, Reconstructor};
 use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
@@ -201,6 +202,41 @@ struct ReconstructArgs {
     /// Refuse up front a reconstruction that needs more device memory than this (MiB).
     #[arg(long)]
     max_device_memory: Option<u64>,
+    #[command(flatten)]
+    memo: MemoArgs,
+}
+
+/// Memoization of the operator's chunk computations across iterations.
+#[derive(Args)]
+struct MemoArgs {
+    /// `off`, `mlr:TAU` (the mLR paper's policy: reuse when the pooled keys' cosine similarity is
+    /// at least TAU; trades accuracy for time, no error bound) or `certified:TOL` (reuse only
+    /// when the least-squares residual of the input is below TOL, with a bound on the error).
+    /// Default: off (see README, "Memoization").
+    #[arg(long, default_value_t = MemoPolicy::DEFAULT)]
+    memo: MemoPolicy,
+    /// Device memory for the memo cache (MiB, default 256).
+    #[arg(long)]
+    memo_device_mib: Option<u64>,
+    /// Host memory for the memo cache (MiB, default 1024).
+    #[arg(long)]
+    memo_host_mib: Option<u64>,
+    /// Rows per memoized chunk (default 8).
+    #[arg(long)]
+    memo_chunk: Option<usize>,
+}
+
+impl MemoArgs {
+    fn options(&self) -> MemoOptions {
+        let d = MemoOptions::default();
+        MemoOptions {
+            policy: self.memo,
+            device_bytes: self.memo_device_mib.map_or(d.device_bytes, |m| m << 20),
+            host_bytes: self.memo_host_mib.map_or(d.host_bytes, |m| m << 20),
+            chunk_rows: self.memo_chunk.unwrap_or(d.chunk_rows),
+            ..d
+        }
+    }
 }
 
 #[derive(Args)]
@@ -336,6 +372,26 @@ enum BenchWhat {
         /// Timed outer iterations (the median is reported).
         #[arg(long, default_value_t = 3)]
         iterations: usize,
+    },
+    /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
+    /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU and certified:TOL
+    /// for six TOL; one line per run, and a CSV and a PNG plot (with the paper's points) in OUT.
+    Memo {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector, n angles).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Outer ADMM iterations of every run.
+        #[arg(long, default_value_t = 12)]
+        iterations: usize,
+        /// Rows per memoized chunk.
+        #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
+        chunk: usize,
+        /// Where the CSV and PNG go.
+        #[arg(long, default_value = "lamino-bench-memo")]
+        out: PathBuf,
     },
     /// L and L* per stage, against the f32 CPU implementation on all cores.
     Operator {
@@ -671,6 +727,7 @@ fn projections_from_scan(
 }
 
 struct RunOptions {
+    memo: MemoOptions,
     budget_mib: Option<u64>,
     pad: bool,
     checkpoint_every: Option<usize>,
@@ -703,6 +760,20 @@ fn run_reconstruction(
         if params != defaults {
             eprintln!("solver parameters (changed from the defaults {defaults:?}): {params:?}");
         }
+        if o.memo.policy != MemoPolicy::DEFAULT {
+            eprintln!(
+                "memo policy {} (default {}), chunks of {} rows",
+                o.memo.policy,
+                MemoPolicy::DEFAULT,
+                o.memo.chunk_rows
+            );
+        }
+    }
+    if o.memo.policy.trades_accuracy() {
+        eprintln!(
+            "warning: --memo {} reuses results without an error bound: it trades accuracy for time (`lamino bench memo` measures how much)",
+            o.memo.policy
+        );
     }
     std::fs::create_dir_all(out)?;
     let checkpoint = out.join("checkpoint.ckpt");
@@ -722,6 +793,7 @@ fn run_reconstruction(
     );
     let mut builder = Reconstructor::new(ctx)
         .params(params)
+        .memo(o.memo)
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
         .checkpoint_every(checkpoint.clone(), o.checkpoint_every.unwrap_or(usize::MAX))
         .cancel_flag(cancel)
@@ -776,6 +848,7 @@ fn demo(cli: &Cli, size: Option<usize>, out: &Path) -> CliResult {
         .ok_or("the simulated scan has no truth")?;
     let projections = projections_from_scan(&scan_path, scan, None, false)?;
     let options = RunOptions {
+        memo: MemoOptions::default(),
         budget_mib: None,
         pad: false,
         checkpoint_every: None,
@@ -803,6 +876,7 @@ fn reconstruct(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     let params = solver_params(args);
     let ctx = context(cli)?;
     let options = RunOptions {
+        memo: args.memo.options(),
         budget_mib: args.max_device_memory,
         pad: args.pad,
         checkpoint_every: args.checkpoint_every,
@@ -887,6 +961,55 @@ fn bench_admm(
             r.ms_vector_and_sync,
             r.device_bytes as f64 / (1 << 20) as f64
         );
+    }
+    Ok(())
+}
+
+fn bench_memo(
+    cli: &Cli,
+    json: bool,
+    size: usize,
+    iterations: usize,
+    chunk: usize,
+    out: &Path,
+) -> CliResult {
+    use lamino::memo::frontier::{run_frontier, write_frontier, FrontierConfig};
+    if iterations < 10 {
+        return Err("the frontier needs at least 10 outer iterations per run".into());
+    }
+    let ctx = context(cli)?;
+    let config = FrontierConfig {
+        size,
+        outer_iterations: iterations,
+        memo: MemoOptions {
+            chunk_rows: chunk,
+            ..MemoOptions::default()
+        },
+    };
+    eprintln!(
+        "memo frontier: {size}^3 chip, {iterations} outer iterations per run, chunks of {chunk} rows, on {}",
+        ctx.info()
+    );
+    let points = run_frontier(&ctx, &config, |p| {
+        if json {
+            println!("{}", serde_json::to_string(p).expect("serialisable"));
+        } else {
+            println!(
+                "{:<9} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s)  hits {:.1}%  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
+                p.policy,
+                p.param.map_or(String::from("-"), |v| v.to_string()),
+                p.accuracy,
+                p.normalized_time,
+                p.time_s,
+                100.0 * p.hit_rate,
+                p.lookup_ms_median,
+                p.lookup_ms_p99,
+                p.cache_bytes as f64 / (1 << 20) as f64
+            );
+        }
+    })?;
+    for path in write_frontier(out, &points)? {
+        eprintln!("wrote {}", path.display());
     }
     Ok(())
 }
@@ -1226,6 +1349,13 @@ fn run(cli: &Cli) -> CliResult {
                 json,
                 no_slow_oracle,
             } => bench_flatfield(cli, *json, *no_slow_oracle),
+            BenchWhat::Memo {
+                json,
+                size,
+                iterations,
+                chunk,
+                out,
+            } => bench_memo(cli, *json, *size, *iterations, *chunk, out),
         },
         Command::Flatfield { op } => match op {
             FlatfieldOp::Fit { stack, out, params } => flatfield_fit(cli, stack, out, params),

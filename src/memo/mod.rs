@@ -16,6 +16,7 @@
 //! tier, each within a byte budget, evicted least recently used first. Only computed outputs are
 //! stored, never reused ones, so errors do not compound through the cache.
 
+pub mod frontier;
 mod gpu;
 pub mod index;
 mod policy;

@@ -122,6 +122,8 @@ struct Ops {
     rprev_from_r: VectorOp,
     dot_p_rprev: VectorOp,
     dot_p_r: VectorOp,
+    volume_from_u: VectorOp,
+    au_from_data: VectorOp,
 }
 
 impl AdmmSolver {
@@ -201,6 +203,8 @@ impl AdmmSolver {
             rprev_from_r: mk(Axpby, &r, &r, Some(&r_prev), v)?,
             dot_p_rprev: mk(Dot, &p, &r_prev, None, v)?,
             dot_p_r: mk(Dot, &p, &r, None, v)?,
+            volume_from_u: mk(ToComplex, &u, &u, Some(&vol), v)?,
+            au_from_data: mk(Axpby, &dat, &dat, Some(&au), d2)?,
         };
         let n_fourier = (geometry.deth * geometry.detw) as f64;
         // D = N F_fwd(d): the data in the Fourier domain, once.
@@ -465,9 +469,11 @@ impl AdmmSolver {
         Ok(())
     }
 
-    /// The reference's inner solver: Dai-Yuan directions with a fixed step `gamma`
-    /// (`beta = |r|^2 / (p.(r_prev - r) + 1e-32)`), kept to reproduce its results. The first
-    /// residual is already in r.
+    /// The reference's inner solver (`cg_lam_ext`): Dai-Yuan directions with a fixed step `gamma`
+    /// (`beta = |r|^2 / (p.(r_prev - r) + 1e-32)`), kept to reproduce its results. As in the
+    /// reference, `A u` is recomputed from `u` for every gradient rather than updated with `A p`
+    /// (the same operator work, and inputs that change little between calls, which is what the
+    /// memo layer reuses). The first residual is already in r; `A u` is fresh on return.
     fn dai_yuan(&self, ctx: &GpuContext, gamma: f64) -> Result<(), SolverError> {
         let o = &self.ops;
         for i in 0..self.params.inner_iterations {
@@ -475,6 +481,7 @@ impl AdmmSolver {
                 0.0
             } else {
                 let mut rec = ctx.recorder("admm: residual");
+                self.record_forward_of_u(ctx, &mut rec)?;
                 self.record_residual(ctx, &mut rec)?;
                 o.dot_p_rprev.record(ctx, &mut rec, 0.0, 0.0, 0.0);
                 o.dot_p_r.record(ctx, &mut rec, 0.0, 0.0, 0.0);
@@ -484,11 +491,25 @@ impl AdmmSolver {
                 self.finite("the Dai-Yuan coefficient", rr / (denominator + 1e-32))?
             };
             let mut rec = ctx.recorder("admm: Dai-Yuan step");
-            self.record_direction(ctx, &mut rec, beta)?;
+            o.p_from_r.record(ctx, &mut rec, 1.0, 0.0, beta as f32);
+            o.gp_from_p.record(ctx, &mut rec, 0.0, 0.0, 0.0);
             o.rprev_from_r.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-            self.record_move(ctx, &mut rec, gamma);
+            o.u_add_p.record(ctx, &mut rec, gamma as f32, 0.0, 1.0);
+            o.gu_add_gp.record(ctx, &mut rec, gamma as f32, 0.0, 1.0);
             ctx.submit(rec)?;
         }
+        let mut rec = ctx.recorder("admm: A u");
+        self.record_forward_of_u(ctx, &mut rec)?;
+        ctx.submit(rec)?;
+        Ok(())
+    }
+
+    /// Records `A u` from `u` into its buffer.
+    fn record_forward_of_u(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
+        let o = &self.ops;
+        o.volume_from_u.record(ctx, rec, 1.0, 0.0, 0.0);
+        self.record_operator(ctx, rec, Apply::FourierForward)?;
+        o.au_from_data.record(ctx, rec, 1.0, 0.0, 0.0);
         Ok(())
     }
 

@@ -1,0 +1,259 @@
+//! `lamino bench memo`: the accuracy-time frontier of the memo policies against the exact
+//! reconstruction, in one process, with the mLR paper's published points for comparison.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{MemoOptions, MemoPolicy};
+use crate::gpu::GpuContext;
+use crate::io::{write_atomically, IoError};
+use crate::operator::{Geometry, OperatorOptions};
+use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};
+use crate::recon::{Projections, ReconError, Reconstruction, Reconstructor};
+use crate::simulate::{project, PhantomKind};
+use crate::solver::AdmmParams;
+
+/// The mLR paper's rebuttal Table C.2: (tau, accuracy, normalised time).
+pub const PAPER_POINTS: [(f64, f64, f64); 6] = [
+    (0.86, 0.691, 0.477),
+    (0.88, 0.808, 0.538),
+    (0.90, 0.901, 0.662),
+    (0.92, 0.946, 0.794),
+    (0.94, 0.958, 0.874),
+    (0.96, 0.973, 0.940),
+];
+
+/// The swept settings: the paper's tau values, and certified tolerances from loose to tight.
+pub const MLR_TAUS: [f64; 6] = [0.86, 0.88, 0.90, 0.92, 0.94, 0.96];
+pub const CERTIFIED_TOLS: [f64; 6] = [0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3];
+
+/// One run of the sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct FrontierPoint {
+    /// `exact`, `off` (memo off at the memo chunking), `mlr` or `certified`.
+    pub policy: String,
+    pub param: Option<f64>,
+    /// `max(0, 1 - |u - u_exact| / |u_exact|)`
+    pub accuracy: f64,
+    /// Wall time of the run over the exact run's, measured in this process.
+    pub normalized_time: f64,
+    pub time_s: f64,
+    pub hit_rate: f64,
+    pub lookup_ms_median: f64,
+    pub lookup_ms_p99: f64,
+    /// Peak bytes of the cache (device and host tiers).
+    pub cache_bytes: u64,
+    /// `|u - truth| / |truth|` of the reconstruction.
+    pub rel_l2_truth: f64,
+    pub size: usize,
+    pub outer_iterations: usize,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FrontierConfig {
+    pub size: usize,
+    pub outer_iterations: usize,
+    pub memo: MemoOptions,
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+fn run(
+    ctx: &GpuContext,
+    projections: &Projections,
+    params: AdmmParams,
+    memo: MemoOptions,
+    chunking: OperatorOptions,
+) -> Result<(Reconstruction, f64), ReconError> {
+    let start = Instant::now();
+    let r = Reconstructor::new(ctx)
+        .params(params)
+        .operator_options(chunking)
+        .memo(memo)
+        .run(projections)?;
+    Ok((r, start.elapsed().as_secs_f64()))
+}
+
+/// Reconstructs a simulated chip phantom exactly, then with memo off at the memo chunking, then
+/// with every swept policy, calling `on_point` after each run.
+pub fn run_frontier(
+    ctx: &GpuContext,
+    config: &FrontierConfig,
+    mut on_point: impl FnMut(&FrontierPoint),
+) -> Result<Vec<FrontierPoint>, ReconError> {
+    let n = config.size;
+    let g = Geometry::cube(n, n, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let phantom = PhantomKind::Chip.build(n);
+    let truth = crate::simulate::rasterize(&phantom, &g);
+    let projections = Projections::new(g.clone(), project(&phantom, &g))?;
+    let params = AdmmParams {
+        outer_iterations: config.outer_iterations,
+        ..AdmmParams::default()
+    };
+    let off = MemoOptions {
+        policy: MemoPolicy::Off,
+        ..config.memo
+    };
+    let rows = Some(config.memo.chunk_rows);
+    let memo_chunks = OperatorOptions {
+        max_chunk_y: rows,
+        max_chunk_rows: rows,
+    };
+    let (exact, t_exact) = run(ctx, &projections, params, off, OperatorOptions::default())?;
+    let mut points = Vec::new();
+    let mut record = |policy: &str, param, r: &Reconstruction, t: f64| {
+        let stats = r.memo_stats.as_ref();
+        let p = FrontierPoint {
+            policy: policy.to_string(),
+            param,
+            accuracy: (1.0 - rel_l2(&r.volume, &exact.volume)).max(0.0),
+            normalized_time: t / t_exact,
+            time_s: t,
+            hit_rate: stats.map_or(0.0, |s| s.hit_rate),
+            lookup_ms_median: stats.map_or(0.0, |s| s.lookup_ms_median),
+            lookup_ms_p99: stats.map_or(0.0, |s| s.lookup_ms_p99),
+            cache_bytes: stats.map_or(0, |s| s.peak_cache_bytes),
+            rel_l2_truth: rel_l2(&r.volume, &truth),
+            size: n,
+            outer_iterations: config.outer_iterations,
+        };
+        on_point(&p);
+        points.push(p);
+    };
+    record("exact", None, &exact, t_exact);
+    let (r, t) = run(ctx, &projections, params, off, memo_chunks)?;
+    record("off", None, &r, t);
+    let policies = MLR_TAUS.iter().map(|&tau| MemoPolicy::Mlr { tau }).chain(
+        CERTIFIED_TOLS
+            .iter()
+            .map(|&tol| MemoPolicy::Certified { tol }),
+    );
+    for policy in policies {
+        let memo = MemoOptions {
+            policy,
+            ..config.memo
+        };
+        let (r, t) = run(ctx, &projections, params, memo, memo_chunks)?;
+        let (name, param) = match policy {
+            MemoPolicy::Mlr { tau } => ("mlr", Some(tau)),
+            MemoPolicy::Certified { tol } => ("certified", Some(tol)),
+            MemoPolicy::Off => ("off", None),
+        };
+        record(name, param, &r, t);
+    }
+    Ok(points)
+}
+
+/// Writes `DIR/memo_frontier.csv` and `DIR/memo_frontier.png` (accuracy against normalised
+/// time: our mlr and certified runs, the paper's points, the exact run at (1, 1)).
+pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBuf>, IoError> {
+    std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
+        path: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let csv_path = dir.join("memo_frontier.csv");
+    let mut csv = String::from(
+        "policy,param,accuracy,normalized_time,time_s,hit_rate,lookup_ms_median,lookup_ms_p99,cache_bytes,rel_l2_truth\n",
+    );
+    for p in points {
+        csv.push_str(&format!(
+            "{},{},{:.6},{:.4},{:.3},{:.4},{:.5},{:.5},{},{:.5}\n",
+            p.policy,
+            p.param.map_or(String::new(), |v| v.to_string()),
+            p.accuracy,
+            p.normalized_time,
+            p.time_s,
+            p.hit_rate,
+            p.lookup_ms_median,
+            p.lookup_ms_p99,
+            p.cache_bytes,
+            p.rel_l2_truth
+        ));
+    }
+    for (tau, accuracy, time) in PAPER_POINTS {
+        csv.push_str(&format!("paper_mlr,{tau},{accuracy},{time},,,,,,\n"));
+    }
+    write_atomically(&csv_path, |tmp| {
+        std::fs::write(tmp, &csv).map_err(|e| e.to_string())
+    })?;
+    let select = |name: &str| -> Vec<(f64, f64)> {
+        points
+            .iter()
+            .filter(|p| p.policy == name)
+            .map(|p| (p.normalized_time, p.accuracy))
+            .collect()
+    };
+    let (mlr, certified, exact, off) = (
+        select("mlr"),
+        select("certified"),
+        select("exact"),
+        select("off"),
+    );
+    let paper: Vec<(f64, f64)> = PAPER_POINTS.iter().map(|&(_, a, t)| (t, a)).collect();
+    let x_max = points
+        .iter()
+        .map(|p| p.normalized_time)
+        .fold(1.1, f64::max)
+        .min(4.0);
+    let series = [
+        Series {
+            label: "mLR paper (tau 0.86-0.96)",
+            color: [120, 120, 120],
+            marker: Marker::Cross,
+            points: &paper,
+            connect: true,
+        },
+        Series {
+            label: "lamino mlr:tau",
+            color: [214, 96, 20],
+            marker: Marker::Square,
+            points: &mlr,
+            connect: true,
+        },
+        Series {
+            label: "lamino certified:tol",
+            color: [30, 90, 200],
+            marker: Marker::Circle,
+            points: &certified,
+            connect: true,
+        },
+        Series {
+            label: "memo off, same chunks",
+            color: [40, 160, 60],
+            marker: Marker::Square,
+            points: &off,
+            connect: false,
+        },
+        Series {
+            label: "exact",
+            color: [0, 0, 0],
+            marker: Marker::Circle,
+            points: &exact,
+            connect: false,
+        },
+    ];
+    let png_path = dir.join("memo_frontier.png");
+    write_scatter_png(
+        &png_path,
+        &PlotSpec {
+            title: "Memoization: accuracy vs time",
+            x_label: "time / exact time",
+            y_label: "accuracy = 1 - rel. L2 to exact",
+            x_range: (0.0, x_max),
+            y_range: (0.0, 1.02),
+            series: &series,
+        },
+    )
+    .map_err(|e| IoError::Write {
+        path: png_path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(vec![csv_path, png_path])
+}
