@@ -173,3 +173,30 @@ fn more_images_than_one_column_sum_chunk_match_the_oracle() {
     assert!(dark < 0.1, "{dark}");
     assert_eq!(iterations(&gpu).len(), iterations(&cpu).len());
 }
+
+#[test]
+fn a_stack_split_across_bindings_gives_the_unsplit_fit() {
+    // A binding of 40 working images splits 150 images into blocks of 40, 40, 40 and 30, whose
+    // edges fall inside the column passes' 64-image sums: the running sums carry over between
+    // blocks, so the fit must be bit-identical, not merely close.
+    let data = generate(&Synthetic {
+        count: 150,
+        height: 24,
+        width: 24,
+        blobs: 1,
+        ..Synthetic::s1(43)
+    });
+    let params = BasicParams {
+        working_size: 24,
+        ..BasicParams::default()
+    };
+    let image_bytes = 24 * 24 * 4;
+    let split_ctx = common::new_context().with_max_binding_bytes(40 * image_bytes);
+    assert_eq!(split_ctx.max_binding_bytes(), 40 * image_bytes);
+    let prepared = data.stack.prepare(&params).unwrap();
+    let whole = fit_prepared(common::ctx(), &prepared, 24, 24, &params, |_| {}).unwrap();
+    let split = fit_prepared(&split_ctx, &prepared, 24, 24, &params, |_| {}).unwrap();
+    assert!(common::ctx().max_binding_bytes() >= 150 * image_bytes);
+    assert_eq!(split.fields, whole.fields);
+    assert_eq!(split.report, whole.report);
+}

@@ -85,14 +85,13 @@ pub enum FlatfieldError {
     /// A solve produced non-finite values (a bug or an input the guards do not cover).
     #[error("solve {solve} of the fit produced non-finite values; please report this input")]
     NonFiniteFit { solve: usize },
-    /// The stack is larger than one GPU storage binding allows.
-    #[error("{count} images of the {size}x{size} working grid need {bytes} bytes per array, above this device's {limit}-byte storage binding limit (at most {max_images} images)")]
-    TooManyImages {
-        count: usize,
-        size: usize,
+    /// One working-grid image, or the small per-image vectors of the whole stack, exceed one GPU
+    /// storage binding (the image arrays themselves are split across bindings).
+    #[error("{what} needs {bytes} bytes, above this device's {limit}-byte storage binding limit")]
+    BindingTooSmall {
+        what: String,
         bytes: u64,
         limit: u64,
-        max_images: usize,
     },
     /// Fields and images of different sizes.
     #[error("the fields are {fields_h}x{fields_w} but the images are {height}x{width}")]
