@@ -8,8 +8,9 @@
 //! of §8.6). Defaults live in [`BasicParams`]; see its field docs.
 //!
 //! Entry points: [`fit`] (GPU), [`fit_oracle`] (f64 CPU, for tests and comparisons),
-//! [`transform`] / [`transform_cpu`], [`fit_transform`], and [`fit_projections`] for a
-//! reconstruction pipeline that estimates detector shading from its own projections.
+//! [`transform`] / [`transform_cpu`], [`fit_transform`], and [`estimate_open_beam`] for a
+//! reconstruction pipeline without white fields, which estimates the open beam from its own
+//! projections (not with BaSiC: see `open_beam.rs` for why).
 //!
 //! Layout conventions: images are row-major `H × W`, stacks image-major `N × H × W`.
 
@@ -18,6 +19,7 @@ mod correct;
 mod dct;
 mod gpu;
 pub mod io;
+mod open_beam;
 mod oracle;
 mod params;
 mod resample;
@@ -29,6 +31,7 @@ use thiserror::Error;
 pub use correct::{clamped_fraction, transform, transform_cpu, transform_stream, TransformPlan};
 pub use dct::{dct_matrix, Dct2};
 pub use gpu::GpuSolver;
+pub use open_beam::{estimate_open_beam, OpenBeam};
 pub use params::{BasicParams, TransformParams};
 pub use resample::Resampler;
 pub use solver::{Prepared, Preprocessor};
@@ -310,13 +313,6 @@ pub fn fit_prepared_oracle(
     let mut backend = OracleBackend::new(prepared);
     let working = reweighting_loop(&mut backend, params, |_| {})?;
     Ok(finish(working, prepared, height, width, params))
-}
-
-/// For a reconstruction pipeline without white/dark fields (`lamino reconstruct --flatfield
-/// basic`): fits the default parameters on the projections themselves (N projections of
-/// `height × width`) and returns the fields to correct them with.
-pub fn fit_projections(ctx: &GpuContext, projections: &Stack) -> Result<Fit, FlatfieldError> {
-    fit(ctx, projections, &BasicParams::default(), |_| {})
 }
 
 /// Fits, then corrects the same stack: `(I − D) / max(S, flat_min)`.
