@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use lamino::fft::{Direction, FftPlan, Normalization};
 use lamino::gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext};
@@ -118,6 +118,13 @@ struct SimulateArgs {
     out: PathBuf,
 }
 
+/// How `reconstruct` estimates the open beam of projections without white fields.
+#[derive(Clone, Copy, ValueEnum)]
+enum OpenBeamMethod {
+    /// `lamino::flatfield::estimate_open_beam`.
+    Envelope,
+}
+
 #[derive(Subcommand)]
 enum ApplyOp {
     /// FFT of the last K axes of a complex64 (or float32) .npy array; writes complex64 .npy.
@@ -163,6 +170,13 @@ struct ReconstructArgs {
     /// For a TIFF intensity stack: dark fields (multi-page TIFF or .npy), averaged; zero if absent.
     #[arg(long)]
     darks: Option<PathBuf>,
+    /// For a TIFF intensity stack without white fields: estimate the open beam (I0 times the
+    /// detector shading) from the projections themselves. `envelope`: a smooth surface fitted
+    /// to the brightest projections at each pixel, i.e. where the sample leaves the ray. The
+    /// intensities must already be dark-subtracted (no dark-field is estimable without dark
+    /// frames); pixel-to-pixel gain is not estimated.
+    #[arg(long, value_enum, conflicts_with = "flats")]
+    flatfield: Option<OpenBeamMethod>,
 
     /// Output directory.
     #[arg(long)]
@@ -575,6 +589,14 @@ fn load_projections(args: &ReconstructArgs) -> Result<Projections, Box<dyn std::
         .and_then(|e| e.to_str())
         .unwrap_or("")
         .to_ascii_lowercase();
+    if args.flatfield.is_some() && !matches!(ext.as_str(), "tif" | "tiff") {
+        return Err(format!(
+            "--flatfield applies to TIFF intensity stacks; {} holds line integrals or its own \
+             white fields",
+            args.input.display()
+        )
+        .into());
+    }
     match ext.as_str() {
         "npy" => {
             let path = args
@@ -652,26 +674,47 @@ fn projections_from_tiff(
         )
         .into());
     }
-    let flats = args
-        .flats
-        .as_ref()
-        .ok_or("a TIFF intensity stack needs --flats (and --darks)")?;
-    let flats = read_intensity_stack(flats)?;
-    let darks = match &args.darks {
-        Some(d) => read_intensity_stack(d)?,
-        None => Stack {
-            shape: [1, deth, detw],
-            values: vec![0.0; deth * detw],
-        },
+    let (projections, clamped) = match (&args.flats, args.flatfield) {
+        (Some(flats), _) => {
+            let flats = read_intensity_stack(flats)?;
+            let darks = match &args.darks {
+                Some(d) => read_intensity_stack(d)?,
+                None => Stack {
+                    shape: [1, deth, detw],
+                    values: vec![0.0; deth * detw],
+                },
+            };
+            let normalized = normalize(&data, &flats, &darks)?;
+            (normalized.projections.values, normalized.clamped)
+        }
+        (None, Some(OpenBeamMethod::Envelope)) => {
+            if args.darks.is_some() {
+                return Err("--darks needs --flats: with --flatfield envelope, subtract the dark field from the projections first"
+                    .into());
+            }
+            let beam = lamino::flatfield::estimate_open_beam(&data.values, count, deth, detw)?;
+            if !args.quiet {
+                eprintln!(
+                    "open beam estimated from the projections: a smooth surface on {:.0} % of the                      detector (residual {:.2e} in ln I)",
+                    100.0 * beam.support_fraction,
+                    beam.residual_std
+                );
+                for w in &beam.warnings {
+                    eprintln!("warning: {w}");
+                }
+            }
+            beam.line_integrals(&data.values)
+        }
+        (None, None) => {
+            return Err("a TIFF intensity stack needs --flats (and --darks), or --flatfield envelope to estimate the open beam from the projections"
+                .into())
+        }
     };
-    let normalized = normalize(&data, &flats, &darks)?;
-    if normalized.clamped > 0 && !args.quiet {
+    if clamped > 0 && !args.quiet {
         eprintln!(
-            "warning: {} pixels were clamped to ratio {RATIO_FLOOR:e} (dead pixels or wrong flats?)",
-            normalized.clamped
+            "warning: {clamped} pixels were clamped to ratio {RATIO_FLOOR:e} (dead pixels or wrong flats?)"
         );
     }
-    let projections = normalized.projections.values;
     let geometry = Geometry {
         n0: deth,
         n1: detw,

@@ -85,13 +85,15 @@ fn s2_without_a_dark_field_hallucinates_none() {
         .darkfield
         .iter()
         .fold(0.0f32, |m, v| m.max(v.abs()));
-    let delta = with_dark
+    let diffs: Vec<f64> = with_dark
         .fields
         .flatfield
         .iter()
         .zip(&flat_only.fields.flatfield)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+        .map(|(a, b)| (a - b).abs() as f64)
+        .collect();
+    let delta_max = diffs.iter().cloned().fold(0.0, f64::max);
+    let delta_rms = (diffs.iter().map(|d| d * d).sum::<f64>() / diffs.len() as f64).sqrt();
     let mean_dark = with_dark
         .fields
         .darkfield
@@ -101,16 +103,22 @@ fn s2_without_a_dark_field_hallucinates_none() {
         / with_dark.fields.darkfield.len() as f64;
     eprintln!(
         "S2: flat_rmse {flat_rmse:.4}, dark mean {mean_dark:.2}, max |dark| {max_dark:.2}, \
-         flat-field max |Δ| to the flat-only fit {delta:.2e}"
+         flat-field |Δ| to the flat-only fit: rms {delta_rms:.2e}, max {delta_max:.2e}"
     );
-    // Spec §9.2 measured flat_rmse 0.0025 and a dark mean of 0.9 (truth 0) for S2. Its suggested
-    // "max |D| < 5" and "within 0.002 of the flat-only fit" were not measurements; the oracle gives
-    // max |D| 5.4-5.7 and Δ 3.5e-3 to 4.0e-3 over seeds 1, 2, 4 (a smooth ±5-count o_R, 0.7 % of the
-    // background), so those two bounds are set at about twice that.
+    // Spec §9.2 measured flat_rmse 0.0025 and a dark mean of 0.9 (truth 0) for S2; this port
+    // gives 0.0019-0.0021 and 0.00-0.01 (seeds 1, 2, 4), so nothing constant is hallucinated.
+    // "Within 0.002 of the flat-only fit" is read in the spec's own metric, the RMS: measured
+    // 8.3e-4 to 8.7e-4. Its other two suggestions were not measurements and a correct fit does
+    // not meet them: the dark-field keeps a smooth zero-mean o_R of ±4-6 counts (0.7 % of the
+    // ~700-count background; it is the background left after removing ā_V·w, which the
+    // dark-field step smooths but cannot zero), so max |D| is 5.4-5.7 (bound 10), and that o_R
+    // moves the flat-field by at most 3.5e-3 to 4.0e-3 (bound 0.008). The GPU fit gives the same
+    // figures, and both agree with BaSiCPy's own fits on real data (tests/flatfield_real.rs).
     assert!(flat_rmse < 0.005, "{flat_rmse}");
     assert!(mean_dark.abs() < 1.0, "{mean_dark}");
+    assert!(delta_rms < 0.002, "{delta_rms}");
     assert!(max_dark < 10.0, "{max_dark}");
-    assert!(delta < 0.008, "{delta}");
+    assert!(delta_max < 0.008, "{delta_max}");
     assert!(flat_only.fields.darkfield.iter().all(|&v| v == 0.0));
     assert_eq!(
         flat_only.report.changed_parameters,

@@ -88,23 +88,33 @@ fn scaling_the_images_scales_only_the_dark_field() {
 
 #[test]
 fn an_offset_moves_the_dark_field_by_the_offset() {
-    // Spec §9.3 measured this property (+495.9 counts, flat Δ 0.006) with MATLAB's dark-field
-    // weight λ_D = 0.4 λ_F, and its bounds come from that measurement; with the default 0.2 the
-    // flat-field moves by ~0.011 on this stack (the dark-field is smoothed less, so a little more
-    // of the offset's estimate leaks into the flat-field).
-    let params = BasicParams {
-        darkfield_ratio: 0.4,
-        ..BasicParams::default()
-    };
-    let (data, _) = base();
-    let reference = fit(common::ctx(), &data.stack, &params, |_| {}).unwrap();
+    // Spec §9.3 measured this property with MATLAB's dark-field weight λ_D = 0.4 λ_F (+495.9
+    // counts, flat Δ 0.006) and set its bounds on that: flat Δ < 0.01, shift within ±2 %. This
+    // port at 0.4: +494.4, Δ 0.0048. At the default 0.2 no correct fit meets Δ < 0.01: the GPU
+    // and the f64 oracle both give Δ 0.0106 and +490.6 on this stack (0.1: 0.0159, +486.7). The
+    // offset shrinks the brightness spread from 1.09 to 0.70, so the dark-field is less
+    // identifiable (spec §4.7), and the less the dark-field is smoothed, the more of the
+    // unexplained offset its smooth part o_R passes to the flat-field. The default is checked
+    // with a bound of 1.5x its measurement.
+    let (data, default_fit) = base();
     let shifted = map_stack(&data.stack, |_, im| im.iter().map(|v| v + 500.0).collect());
-    let shifted = fit(common::ctx(), &shifted, &params, |_| {}).unwrap();
-    let flat = max_diff(&shifted.fields.flatfield, &reference.fields.flatfield);
-    let shift = mean(&shifted.fields.darkfield) - mean(&reference.fields.darkfield);
-    eprintln!("+500 (λ_D = 0.4 λ_F): flat max |Δ| {flat:.2e}, dark shift {shift:.1}");
-    assert!(flat < 0.01, "{flat}");
-    assert!((shift - 500.0).abs() < 10.0, "{shift}");
+    for (ratio, flat_bound) in [(0.4, 0.01), (0.2, 0.016)] {
+        let params = BasicParams {
+            darkfield_ratio: ratio,
+            ..BasicParams::default()
+        };
+        let reference = if params == BasicParams::default() {
+            default_fit.clone()
+        } else {
+            fit(common::ctx(), &data.stack, &params, |_| {}).unwrap()
+        };
+        let moved = fit(common::ctx(), &shifted, &params, |_| {}).unwrap();
+        let flat = max_diff(&moved.fields.flatfield, &reference.fields.flatfield);
+        let shift = mean(&moved.fields.darkfield) - mean(&reference.fields.darkfield);
+        eprintln!("+500 (λ_D = {ratio} λ_F): flat max |Δ| {flat:.2e}, dark shift {shift:.1}");
+        assert!(flat < flat_bound, "{ratio}: {flat}");
+        assert!((shift - 500.0).abs() < 10.0, "{ratio}: {shift}");
+    }
 }
 
 #[test]

@@ -1,11 +1,15 @@
 // BaSiC inexact-ALM iteration (spec §4.3, fusion plan §8.2) on the working grid, f32.
 //
 // Every entry point shares one binding layout so that a fit plan builds its bind groups once:
-//   d      N x M stack (read only), e / y / omega: sparse part, dual, unnormalised weights (N x M)
-//   vecs   all small vectors and scalars, at the offsets of `dims` (see src/flatfield/gpu.rs)
+//   d      the images [first, first + count) of the N x M stack (read only), e / y / omega: their
+//          sparse part, dual and unnormalised weights. A stack larger than one storage binding is
+//          split along the image axis into several such blocks, one bind group each.
+//   vecs   all small vectors and scalars of the whole stack, at the offsets of `dims` (see
+//          src/flatfield/gpu.rs)
 //   cmat   the orthonormal DCT-II matrix C[k][n] then its transpose (size x size each, computed
 //          in f64 on the host)
-//   dims   sizes and offsets; dct: source/destination/epilogue of a DCT dispatch
+//   dims   sizes and offsets; pass: the image block of the bind group, and the source /
+//          destination / epilogue of a DCT dispatch
 // Reductions are fixed-order (per-thread strided sums, then a workgroup tree) with no atomics, so
 // a run is bit-reproducible on one device. Floats that count pixels are exact below 2^24.
 
@@ -28,7 +32,7 @@ struct Dims {
     pad1: u32,
 }
 
-struct DctParams {
+struct PassParams {
     src: u32,
     dst: u32,
     // 0: forward (C x), 1: inverse (Cᵀ x)
@@ -36,6 +40,11 @@ struct DctParams {
     // 0: store, 1: flat step (dst = shrink(dst + v, thr_flat)), 2: dark coefficients
     // (shrink(v, thr_dark), DC removed), 3: dark output (shrink(v, thr_dark) + z)
     epilogue: u32,
+    // The images of this bind group's block: global indices [first, first + count).
+    first: u32,
+    count: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 // Indices into the scalar block (host-written, see ScalarBlock in gpu.rs).
@@ -66,7 +75,7 @@ const MASK_TOL: f32 = 1e-6;
 @group(0) @binding(4) var<storage, read_write> vecs: array<f32>;
 @group(0) @binding(5) var<storage, read> cmat: array<f32>;
 @group(0) @binding(6) var<uniform> dims: Dims;
-@group(0) @binding(7) var<uniform> dct: DctParams;
+@group(0) @binding(7) var<uniform> dct: PassParams;
 
 const WORKGROUP: u32 = 256u;
 // Images per partial sum of the column passes.
@@ -105,7 +114,7 @@ fn tree_sum(lid: u32) {
     workgroupBarrier();
 }
 
-// E = 0, Y = 0 at the start of a solve (spec §4.2).
+// E = 0, Y = 0 at the start of a solve (spec §4.2), for this block's images.
 @compute @workgroup_size(WORKGROUP)
 fn reset_state(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -113,7 +122,7 @@ fn reset_state(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let g = linear(wid, groups, lid);
-    if (g < dims.n * dims.m) {
+    if (g < dct.count * dims.m) {
         e[g] = 0.0;
         y[g] = 0.0;
     }
@@ -132,6 +141,41 @@ fn commit_offset(
     }
 }
 
+// The column passes sum over images in two levels (blocks of CHUNK images): the f32 error grows
+// with CHUNK + N / CHUNK rather than with N, for stacks of many thousands of images. A split
+// stack runs one dispatch per image block in order; between them the running sums `acc` (at t)
+// and `part` (at tmp, the DCT scratch, which no pass reads before the last block overwrites t)
+// carry over, so the sums are the same f32 operations in the same order as for one block.
+struct ColumnSum {
+    acc: f32,
+    part: f32,
+}
+
+fn column_start(j: u32) -> ColumnSum {
+    if (dct.first == 0u) {
+        return ColumnSum(0.0, 0.0);
+    }
+    return ColumnSum(vecs[dims.off_t + j], vecs[dims.off_tmp + j]);
+}
+
+fn column_add(s: ptr<function, ColumnSum>, gi: u32, v: f32) {
+    (*s).part = (*s).part + v;
+    if ((gi + 1u) % CHUNK == 0u) {
+        (*s).acc = (*s).acc + (*s).part;
+        (*s).part = 0.0;
+    }
+}
+
+// Stores the running sums, or after the stack's last block `scale · total` at t.
+fn column_finish(j: u32, s: ColumnSum, scale: f32) {
+    if (dct.first + dct.count == dims.n) {
+        vecs[dims.off_t + j] = (s.acc + s.part) * scale;
+    } else {
+        vecs[dims.off_t + j] = s.acc;
+        vecs[dims.off_tmp + j] = s.part;
+    }
+}
+
 // Steps 2-3 (K1): t_j = mean_i (D - a_i w_j - o_j - E + Y/mu), one thread per pixel.
 @compute @workgroup_size(WORKGROUP)
 fn column_mean(
@@ -146,19 +190,13 @@ fn column_mean(
     let w = vecs[dims.off_w + j];
     let o = vecs[dims.off_o + j];
     let inv_mu = scalar(S_INV_MU);
-    // Two-level sum over images (blocks of CHUNK): the f32 error grows with CHUNK + N / CHUNK
-    // rather than with N, for stacks of many thousands of images.
-    var acc = 0.0;
-    var part = 0.0;
-    for (var i = 0u; i < dims.n; i = i + 1u) {
+    var s = column_start(j);
+    for (var i = 0u; i < dct.count; i = i + 1u) {
+        let gi = dct.first + i;
         let k = i * dims.m + j;
-        part = part + (d[k] - vecs[dims.off_a + i] * w - o - e[k] + y[k] * inv_mu);
-        if ((i + 1u) % CHUNK == 0u) {
-            acc = acc + part;
-            part = 0.0;
-        }
+        column_add(&s, gi, d[k] - vecs[dims.off_a + gi] * w - o - e[k] + y[k] * inv_mu);
     }
-    vecs[dims.off_t + j] = (acc + part) / f32(dims.n);
+    column_finish(j, s, 1.0 / f32(dims.n));
 }
 
 // The 2D DCT is two matrix products per transform: along x OUT = SRC · M, along y OUT = M · SRC,
@@ -347,8 +385,8 @@ fn field_stats(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-// Steps 6, 7, 10, 11 (K3) for image i = workgroup, and its sums of R = D - E over all pixels,
-// over In and over Out, and of Z^2 (step 8, 9.3 and the stop criterion).
+// Steps 6, 7, 10, 11 (K3) for image first + i (i = workgroup), and its sums of R = D - E over all
+// pixels, over In and over Out, and of Z^2 (step 8, 9.3 and the stop criterion).
 @compute @workgroup_size(WORKGROUP)
 fn element_pass(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -356,10 +394,11 @@ fn element_pass(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let i = group_index(wid, groups);
-    let inside = i < dims.n;
+    let gi = dct.first + i;
+    let inside = i < dct.count;
     var acc = vec4<f32>(0.0);
     if (inside) {
-        let a = vecs[dims.off_a + i];
+        let a = vecs[dims.off_a + gi];
         let mu = scalar(S_MU);
         let inv_mu = scalar(S_INV_MU);
         let omega_over_mu = scalar(S_OMEGA_OVER_MU);
@@ -385,7 +424,7 @@ fn element_pass(
     red[lid] = acc;
     tree_sum(lid);
     if (inside && lid == 0u) {
-        let base = dims.off_sums + 4u * i;
+        let base = dims.off_sums + 4u * gi;
         vecs[base] = red[0].x;
         vecs[base + 1u] = red[0].y;
         vecs[base + 2u] = red[0].z;
@@ -404,22 +443,22 @@ fn dark_column(
     if (j >= dims.m) {
         return;
     }
-    var acc = 0.0;
-    var part = 0.0;
-    for (var i = 0u; i < dims.n; i = i + 1u) {
-        if (vecs[dims.off_valid + i] != 0.0) {
+    var s = column_start(j);
+    for (var i = 0u; i < dct.count; i = i + 1u) {
+        let gi = dct.first + i;
+        var v = 0.0;
+        if (vecs[dims.off_valid + gi] != 0.0) {
             let k = i * dims.m + j;
-            part = part + (d[k] - e[k]);
+            v = d[k] - e[k];
         }
-        if ((i + 1u) % CHUNK == 0u) {
-            acc = acc + part;
-            part = 0.0;
-        }
+        column_add(&s, gi, v);
     }
-    acc = acc + part;
-    let w = vecs[dims.off_w + j];
-    let z = scalar(S_BETA) * (stat(T_W_MEAN) - w);
-    vecs[dims.off_t + j] = acc * scalar(S_INV_COUNT_VALID) - scalar(S_A_MEAN_VALID) * w - z;
+    column_finish(j, s, scalar(S_INV_COUNT_VALID));
+    if (dct.first + dct.count == dims.n) {
+        let w = vecs[dims.off_w + j];
+        let z = scalar(S_BETA) * (stat(T_W_MEAN) - w);
+        vecs[dims.off_t + j] = vecs[dims.off_t + j] - scalar(S_A_MEAN_VALID) * w - z;
+    }
 }
 
 // Spec §4.5 item 2 before normalisation: omega = 1 / (|E / (l_i + 1e-6)| + eps), with l_i in the
@@ -431,10 +470,11 @@ fn reweight(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let i = group_index(wid, groups);
-    let inside = i < dims.n;
+    let gi = dct.first + i;
+    let inside = i < dct.count;
     var acc = 0.0;
     if (inside) {
-        let l = vecs[dims.off_a + i] + 1e-6;
+        let l = vecs[dims.off_a + gi] + 1e-6;
         let eps = scalar(S_EPSILON);
         for (var j = lid; j < dims.m; j = j + WORKGROUP) {
             let k = i * dims.m + j;
@@ -446,6 +486,6 @@ fn reweight(
     red[lid] = vec4<f32>(acc, 0.0, 0.0, 0.0);
     tree_sum(lid);
     if (inside && lid == 0u) {
-        vecs[dims.off_sums + 4u * i] = red[0].x;
+        vecs[dims.off_sums + 4u * gi] = red[0].x;
     }
 }

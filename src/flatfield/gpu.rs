@@ -6,6 +6,11 @@
 //! uses. To need one synchronisation per iteration, the dark-field update of iteration k is
 //! recorded at the head of iteration k+1's submission (it only writes `o_next`, which iteration
 //! k+1 then commits to `o`).
+//!
+//! The four N×M arrays are split along the image axis into blocks that each fit one storage
+//! binding (and one buffer); every kernel that touches them is bound once per block and
+//! dispatched block after block. The column sums carry their running partial sums from block to
+//! block, so a split fit is bit-identical to an unsplit one.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -52,14 +57,19 @@ struct Dims {
     pad1: u32,
 }
 
-/// Mirrors `DctParams` in basic.wgsl.
+/// Mirrors `PassParams` in basic.wgsl: a DCT dispatch's source, destination and epilogue, and
+/// the image block of the bind group.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
-struct DctParams {
+struct PassParams {
     src: u32,
     dst: u32,
     inverse: u32,
     epilogue: u32,
+    first: u32,
+    count: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 const EPI_STORE: u32 = 0;
@@ -99,24 +109,36 @@ impl ScalarBlock {
 const SCALARS: usize = 16;
 const STATS: usize = 8;
 
-/// The bound kernels of one plan, in dispatch order of an iteration.
+/// The bound kernels of one plan, in dispatch order of an iteration. Kernels that read the
+/// N×M arrays have one binding per image block (in image order).
 #[derive(Debug)]
 struct Passes {
-    reset: Bound,
+    reset: Vec<Bound>,
     commit_offset: Bound,
-    column_mean: Bound,
+    column_mean: Vec<Bound>,
     flat_rows: Bound,
     flat_cols: Bound,
     w_rows: Bound,
     w_cols: Bound,
     field_stats: Bound,
-    element: Bound,
-    dark_column: Bound,
+    element: Vec<Bound>,
+    dark_column: Vec<Bound>,
     dark_rows: Bound,
     dark_cols: Bound,
     dark_inv_rows: Bound,
     dark_inv_cols: Bound,
-    reweight: Bound,
+    reweight: Vec<Bound>,
+}
+
+/// The N×M arrays of images `[first, first + count)`.
+#[derive(Debug)]
+struct Block {
+    first: usize,
+    count: usize,
+    d: GpuBuffer,
+    e: GpuBuffer,
+    y: GpuBuffer,
+    omega: GpuBuffer,
 }
 
 /// The GPU fit plan for one prepared stack.
@@ -126,6 +148,8 @@ pub struct GpuSolver<'a> {
     prepared: &'a Prepared,
     dims: Dims,
     vecs: GpuBuffer,
+    /// Images per block (the last block may hold fewer).
+    block_images: Vec<usize>,
     passes: Passes,
     /// `N·M / Σ Ω_raw` of the current weights (1 before the first reweighting).
     omega_scale: f64,
@@ -138,17 +162,16 @@ impl<'a> GpuSolver<'a> {
     pub fn new(ctx: &'a GpuContext, prepared: &'a Prepared) -> Result<Self, FlatfieldError> {
         let (n, size) = (prepared.count, prepared.size);
         let m = size * size;
-        let bytes = (n * m * 4) as u64;
         let limit = ctx.max_binding_bytes().min(ctx.max_buffer_bytes());
-        if bytes > limit {
-            return Err(FlatfieldError::TooManyImages {
-                count: n,
-                size,
-                bytes,
+        let image_bytes = (m * 4) as u64;
+        if image_bytes > limit {
+            return Err(FlatfieldError::BindingTooSmall {
+                what: format!("one image of the {size}x{size} working grid"),
+                bytes: image_bytes,
                 limit,
-                max_images: (limit / (m as u64 * 4)) as usize,
             });
         }
+        let per_block = (limit / image_bytes) as usize;
         let mut next = 0u32;
         let mut take = |len: usize| {
             let at = next;
@@ -174,12 +197,30 @@ impl<'a> GpuSolver<'a> {
             pad0: 0,
             pad1: 0,
         };
-        let vec_len = next as usize;
-        let d = ctx.upload("basic D", &prepared.data)?;
-        let e = ctx.storage_buffer("basic E", bytes)?;
-        let y = ctx.storage_buffer("basic Y", bytes)?;
-        let omega = ctx.upload("basic omega", &vec![1.0f32; n * m])?;
-        let vecs = ctx.storage_buffer("basic vectors", (vec_len * 4) as u64)?;
+        let vec_bytes = next as u64 * 4;
+        if vec_bytes > limit {
+            return Err(FlatfieldError::BindingTooSmall {
+                what: format!("the per-image vectors of {n} images"),
+                bytes: vec_bytes,
+                limit,
+            });
+        }
+        let blocks = (0..n.div_ceil(per_block).max(1))
+            .map(|b| {
+                let first = b * per_block;
+                let count = per_block.min(n - first);
+                let bytes = (count * m * 4) as u64;
+                Ok(Block {
+                    first,
+                    count,
+                    d: ctx.upload("basic D", &prepared.data[first * m..(first + count) * m])?,
+                    e: ctx.storage_buffer("basic E", bytes)?,
+                    y: ctx.storage_buffer("basic Y", bytes)?,
+                    omega: ctx.upload("basic omega", &vec![1.0f32; count * m])?,
+                })
+            })
+            .collect::<Result<Vec<_>, FlatfieldError>>()?;
+        let vecs = ctx.storage_buffer("basic vectors", vec_bytes)?;
         // C followed by Cᵀ (see dct_rows in basic.wgsl).
         let c64 = dct_matrix(size);
         let c: Vec<f32> = c64
@@ -198,15 +239,23 @@ impl<'a> GpuSolver<'a> {
             })
         };
         let mut uniforms = Vec::new();
-        let mut bind = |entry: &'static str, dct: DctParams| -> Result<Bound, FlatfieldError> {
-            let u = ctx.uniform("basic dct params", &dct)?;
+        let mut bind_block = |entry: &'static str,
+                              block: &Block,
+                              pass: PassParams|
+         -> Result<Bound, FlatfieldError> {
+            let pass = PassParams {
+                first: block.first as u32,
+                count: block.count as u32,
+                ..pass
+            };
+            let u = ctx.uniform("basic pass params", &pass)?;
             let bound = kernel(entry)?.bind(
                 ctx,
                 &[
-                    (&d).into(),
-                    (&e).into(),
-                    (&y).into(),
-                    (&omega).into(),
+                    (&block.d).into(),
+                    (&block.e).into(),
+                    (&block.y).into(),
+                    (&block.omega).into(),
                     (&vecs).into(),
                     (&cmat).into(),
                     (&dims_buf).into(),
@@ -216,22 +265,37 @@ impl<'a> GpuSolver<'a> {
             uniforms.push(u);
             Ok(bound)
         };
-        let none = DctParams {
+        let none = PassParams {
             src: 0,
             dst: 0,
             inverse: 0,
             epilogue: EPI_STORE,
+            first: 0,
+            count: 0,
+            pad0: 0,
+            pad1: 0,
         };
-        let dct = |src: u32, dst: u32, inverse: bool, epilogue: u32| DctParams {
+        let mut per_block = |entry: &'static str| -> Result<Vec<Bound>, FlatfieldError> {
+            blocks.iter().map(|b| bind_block(entry, b, none)).collect()
+        };
+        let reset = per_block("reset_state")?;
+        let column_mean = per_block("column_mean")?;
+        let element = per_block("element_pass")?;
+        let dark_column = per_block("dark_column")?;
+        let reweight = per_block("reweight")?;
+        // The vector-only kernels ignore the image arrays: bind them with the first block's.
+        let mut bind = |entry: &'static str, pass: PassParams| bind_block(entry, &blocks[0], pass);
+        let dct = |src: u32, dst: u32, inverse: bool, epilogue: u32| PassParams {
             src,
             dst,
             inverse: inverse as u32,
             epilogue,
+            ..none
         };
         let passes = Passes {
-            reset: bind("reset_state", none)?,
+            reset,
             commit_offset: bind("commit_offset", none)?,
-            column_mean: bind("column_mean", none)?,
+            column_mean,
             flat_rows: bind("dct_rows", dct(dims.off_t, dims.off_tmp, false, EPI_STORE))?,
             flat_cols: bind(
                 "dct_cols",
@@ -243,8 +307,8 @@ impl<'a> GpuSolver<'a> {
             )?,
             w_cols: bind("dct_cols", dct(dims.off_tmp, dims.off_w, true, EPI_STORE))?,
             field_stats: bind("field_stats", none)?,
-            element: bind("element_pass", none)?,
-            dark_column: bind("dark_column", none)?,
+            element,
+            dark_column,
             dark_rows: bind("dct_rows", dct(dims.off_t, dims.off_tmp, false, EPI_STORE))?,
             dark_cols: bind(
                 "dct_cols",
@@ -258,15 +322,20 @@ impl<'a> GpuSolver<'a> {
                 "dct_cols",
                 dct(dims.off_tmp, dims.off_onext, true, EPI_DARK_OUT),
             )?,
-            reweight: bind("reweight", none)?,
+            reweight,
         };
-        let mut buffers = vec![d, e, y, omega, cmat, dims_buf];
+        let block_images = blocks.iter().map(|b| b.count).collect();
+        let mut buffers = vec![cmat, dims_buf];
+        for b in blocks {
+            buffers.extend([b.d, b.e, b.y, b.omega]);
+        }
         buffers.extend(uniforms);
         Ok(Self {
             ctx,
             prepared,
             dims,
             vecs,
+            block_images,
             passes,
             omega_scale: 1.0,
             _buffers: buffers,
@@ -296,11 +365,25 @@ impl<'a> GpuSolver<'a> {
             .collect())
     }
 
+    /// Dispatches a per-block kernel once per image block, in image order, with
+    /// `groups(images in the block)` workgroups.
+    fn dispatch_blocks(
+        &self,
+        rec: &mut crate::gpu::Recorder,
+        bound: &[Bound],
+        groups: impl Fn(usize) -> u32,
+    ) {
+        for (b, &count) in bound.iter().zip(&self.block_images) {
+            rec.dispatch(b, groups(count));
+        }
+    }
+
     /// Records the dark-field update (§4.3 steps 9.6–9.8) into `o_next`.
     fn record_dark(&self, rec: &mut crate::gpu::Recorder) {
         let p = &self.passes;
         let t = self.block_groups();
-        rec.dispatch(&p.dark_column, self.pixel_groups());
+        let g = self.pixel_groups();
+        self.dispatch_blocks(rec, &p.dark_column, |_| g);
         rec.dispatch(&p.dark_rows, t);
         rec.dispatch(&p.dark_cols, t);
         rec.dispatch(&p.dark_inv_rows, t);
@@ -323,10 +406,9 @@ impl SolveBackend for GpuSolver<'_> {
         self.write_vec(dims.off_valid, &vec![0.0; n]);
         self.write_vec(dims.off_w, &vec![0.0; 4 * m]); // w, Ŵ, o, o_next are adjacent
         let mut rec = self.ctx.recorder("basic reset");
-        rec.dispatch(
-            &self.passes.reset,
-            (n * m).div_ceil(WORKGROUP as usize) as u32,
-        );
+        self.dispatch_blocks(&mut rec, &self.passes.reset, |count| {
+            (count * m).div_ceil(WORKGROUP as usize) as u32
+        });
         self.ctx.submit(rec)?;
         let mut scalars = ScalarBlock {
             mu: c.mu0,
@@ -347,14 +429,14 @@ impl SolveBackend for GpuSolver<'_> {
                 self.record_dark(&mut rec);
                 rec.dispatch(&p.commit_offset, g);
             }
-            rec.dispatch(&p.column_mean, g);
+            self.dispatch_blocks(&mut rec, &p.column_mean, |_| g);
             let t = self.block_groups();
             rec.dispatch(&p.flat_rows, t);
             rec.dispatch(&p.flat_cols, t);
             rec.dispatch(&p.w_rows, t);
             rec.dispatch(&p.w_cols, t);
             rec.dispatch(&p.field_stats, 1);
-            rec.dispatch(&p.element, n as u32);
+            self.dispatch_blocks(&mut rec, &p.element, |count| count as u32);
             self.ctx.submit(rec)?;
             let raw = self.read_vec(dims.off_stats, STATS + 4 * n)?;
             let stats = FieldStats {
@@ -429,7 +511,7 @@ impl SolveBackend for GpuSolver<'_> {
         self.ctx
             .write(&self.vecs, self.dims.off_scalars as u64, &scalars.to_f32());
         let mut rec = self.ctx.recorder("basic reweight");
-        rec.dispatch(&self.passes.reweight, n as u32);
+        self.dispatch_blocks(&mut rec, &self.passes.reweight, |count| count as u32);
         self.ctx.submit(rec)?;
         let sums = self.read_vec(self.dims.off_sums, 4 * n)?;
         let total: f64 = sums.chunks_exact(4).map(|s| s[0]).sum();

@@ -8,8 +8,9 @@
 //! of §8.6). Defaults live in [`BasicParams`]; see its field docs.
 //!
 //! Entry points: [`fit`] (GPU), [`fit_oracle`] (f64 CPU, for tests and comparisons),
-//! [`transform`] / [`transform_cpu`], [`fit_transform`], and [`fit_projections`] for a
-//! reconstruction pipeline that estimates detector shading from its own projections.
+//! [`transform`] / [`transform_cpu`], [`fit_transform`], and [`estimate_open_beam`] for a
+//! reconstruction pipeline without white fields, which estimates the open beam from its own
+//! projections (not with BaSiC: see `open_beam.rs` for why).
 //!
 //! Layout conventions: images are row-major `H × W`, stacks image-major `N × H × W`.
 
@@ -18,6 +19,7 @@ mod correct;
 mod dct;
 mod gpu;
 pub mod io;
+mod open_beam;
 mod oracle;
 mod params;
 mod resample;
@@ -29,6 +31,7 @@ use thiserror::Error;
 pub use correct::{clamped_fraction, transform, transform_cpu, transform_stream, TransformPlan};
 pub use dct::{dct_matrix, Dct2};
 pub use gpu::GpuSolver;
+pub use open_beam::{estimate_open_beam, OpenBeam};
 pub use params::{BasicParams, TransformParams};
 pub use resample::Resampler;
 pub use solver::{Prepared, Preprocessor};
@@ -85,14 +88,13 @@ pub enum FlatfieldError {
     /// A solve produced non-finite values (a bug or an input the guards do not cover).
     #[error("solve {solve} of the fit produced non-finite values; please report this input")]
     NonFiniteFit { solve: usize },
-    /// The stack is larger than one GPU storage binding allows.
-    #[error("{count} images of the {size}x{size} working grid need {bytes} bytes per array, above this device's {limit}-byte storage binding limit (at most {max_images} images)")]
-    TooManyImages {
-        count: usize,
-        size: usize,
+    /// One working-grid image, or the small per-image vectors of the whole stack, exceed one GPU
+    /// storage binding (the image arrays themselves are split across bindings).
+    #[error("{what} needs {bytes} bytes, above this device's {limit}-byte storage binding limit")]
+    BindingTooSmall {
+        what: String,
         bytes: u64,
         limit: u64,
-        max_images: usize,
     },
     /// Fields and images of different sizes.
     #[error("the fields are {fields_h}x{fields_w} but the images are {height}x{width}")]
@@ -311,13 +313,6 @@ pub fn fit_prepared_oracle(
     let mut backend = OracleBackend::new(prepared);
     let working = reweighting_loop(&mut backend, params, |_| {})?;
     Ok(finish(working, prepared, height, width, params))
-}
-
-/// For a reconstruction pipeline without white/dark fields (`lamino reconstruct --flatfield
-/// basic`): fits the default parameters on the projections themselves (N projections of
-/// `height × width`) and returns the fields to correct them with.
-pub fn fit_projections(ctx: &GpuContext, projections: &Stack) -> Result<Fit, FlatfieldError> {
-    fit(ctx, projections, &BasicParams::default(), |_| {})
 }
 
 /// Fits, then corrects the same stack: `(I − D) / max(S, flat_min)`.

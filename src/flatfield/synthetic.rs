@@ -3,7 +3,8 @@
 use super::{Pixels, Stack};
 use crate::reference::SplitMix64;
 
-/// A synthetic stack recipe: `I_i = Poisson(S · (b_i + F_i) + D)`.
+/// A synthetic stack recipe: `I_i = Poisson(S · (b_i + F_i) + D)` with sparse blobs `F_i` (S1),
+/// or `I_i = Poisson(S · b_i · T_i + D)` with a dense texture `T_i` (S3).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Synthetic {
     pub count: usize,
@@ -17,6 +18,9 @@ pub struct Synthetic {
     pub background: (f64, f64),
     /// Gaussian blobs per image (σ ~ U(2, 10) px, amplitude U(0.5, 3)·b_i).
     pub blobs: usize,
+    /// Dense texture `T_i = exp(g)/mean(exp(g))`, `g` white noise Gaussian-filtered with this
+    /// σ in pixels and scaled to standard deviation 0.4 (S3); `None` for none.
+    pub texture_sigma: Option<f64>,
     pub seed: u64,
 }
 
@@ -31,10 +35,24 @@ impl Synthetic {
             darkfield: true,
             background: (200.0, 1200.0),
             blobs: 40,
+            texture_sigma: None,
             seed,
         }
     }
+
+    /// S3 of the specification, "dense texture": S1's fields and brightness range, every image
+    /// a log-normal texture (filter σ 6 px, log standard deviation 0.4) instead of blobs.
+    pub fn s3(seed: u64) -> Self {
+        Self {
+            blobs: 0,
+            texture_sigma: Some(6.0),
+            ..Self::s1(seed)
+        }
+    }
 }
+
+/// The log standard deviation of S3's texture.
+const TEXTURE_LOG_STD: f64 = 0.4;
 
 /// The stack and the true fields (flat-field normalised to mean 1).
 #[derive(Debug, Clone)]
@@ -123,6 +141,11 @@ impl Iterator for Images {
         let b = lo + (hi - lo) * rng.next_f64();
         let fg = &mut self.foreground;
         fg.fill(0.0);
+        if let Some(sigma) = self.spec.texture_sigma {
+            // The texture multiplies the background: F = b (T − 1) makes b + F = b T.
+            let t = texture(rng, h, w, sigma);
+            fg.iter_mut().zip(&t).for_each(|(f, t)| *f = b * (t - 1.0));
+        }
         for _ in 0..self.spec.blobs {
             let r = 2.0 + 8.0 * rng.next_f64();
             let amp = (0.5 + 2.5 * rng.next_f64()) * b;
@@ -147,6 +170,55 @@ impl Iterator for Images {
     }
 }
 
+/// `exp(g) / mean(exp(g))` with `g` white noise filtered by a Gaussian of `sigma` pixels
+/// (separable, truncated at 4σ, mirrored edges) and scaled to mean 0, standard deviation
+/// [`TEXTURE_LOG_STD`].
+fn texture(rng: &mut SplitMix64, h: usize, w: usize, sigma: f64) -> Vec<f64> {
+    let reach = (4.0 * sigma).ceil() as isize;
+    let taps: Vec<f64> = (-reach..=reach)
+        .map(|k| (-(k * k) as f64 / (2.0 * sigma * sigma)).exp())
+        .collect();
+    let mirror = |i: isize, n: usize| -> usize {
+        let n = n as isize;
+        let period = 2 * n;
+        let r = i.rem_euclid(period);
+        (if r < n { r } else { period - 1 - r }) as usize
+    };
+    let noise: Vec<f64> = (0..h * w).map(|_| normal(rng)).collect();
+    let mut rows = vec![0.0; h * w];
+    for y in 0..h {
+        for x in 0..w {
+            rows[y * w + x] = taps
+                .iter()
+                .zip(-reach..=reach)
+                .map(|(t, k)| t * noise[y * w + mirror(x as isize + k, w)])
+                .sum();
+        }
+    }
+    let mut g = vec![0.0; h * w];
+    for y in 0..h {
+        for x in 0..w {
+            g[y * w + x] = taps
+                .iter()
+                .zip(-reach..=reach)
+                .map(|(t, k)| t * rows[mirror(y as isize + k, h) * w + x])
+                .sum();
+        }
+    }
+    let n = g.len() as f64;
+    let mean = g.iter().sum::<f64>() / n;
+    let std = (g.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt();
+    // A one-pixel image has no spread to scale: its texture is 1.
+    let scale = if std > 0.0 {
+        TEXTURE_LOG_STD / std
+    } else {
+        0.0
+    };
+    let e: Vec<f64> = g.iter().map(|v| ((v - mean) * scale).exp()).collect();
+    let e_mean = e.iter().sum::<f64>() / n;
+    e.iter().map(|v| v / e_mean).collect()
+}
+
 /// Renders the whole stack in memory.
 pub fn generate(spec: &Synthetic) -> SyntheticData {
     let images = Images::new(spec);
@@ -157,5 +229,30 @@ pub fn generate(spec: &Synthetic) -> SyntheticData {
             .expect("the generator's buffer matches its shape"),
         flatfield,
         darkfield,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_texture_has_mean_one_and_the_asked_log_spread() {
+        let t = texture(&mut SplitMix64::new(1), 64, 80, 6.0);
+        let n = t.len() as f64;
+        let mean = t.iter().sum::<f64>() / n;
+        let logs: Vec<f64> = t.iter().map(|v| v.ln()).collect();
+        let log_mean = logs.iter().sum::<f64>() / n;
+        let log_std = (logs.iter().map(|v| (v - log_mean).powi(2)).sum::<f64>() / n).sqrt();
+        assert!((mean - 1.0).abs() < 1e-12, "{mean}");
+        assert!((log_std - TEXTURE_LOG_STD).abs() < 1e-9, "{log_std}");
+        // Filtered, not white: neighbours are strongly correlated (σ 6 px).
+        let lag1: f64 = logs
+            .windows(2)
+            .map(|p| (p[0] - log_mean) * (p[1] - log_mean))
+            .sum::<f64>()
+            / (n - 1.0);
+        assert!(lag1 / log_std.powi(2) > 0.9, "{}", lag1 / log_std.powi(2));
+        assert_eq!(texture(&mut SplitMix64::new(1), 1, 1, 6.0), vec![1.0]);
     }
 }
