@@ -632,4 +632,13 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
     let score: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     eprintln!("--flatfield envelope vs --flats: {score}");
     assert!(score["rel_l2"].as_f64().unwrap() < 0.1, "{score}");
+    // `basic` (the spelling) runs the same estimate and says why it is not BaSiC.
+    let args = tiff_args(&["--flatfield", "basic"], "estimated_basic");
+    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("envelope method"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(p("estimated_basic/recon.tif")).unwrap(),
+        std::fs::read(p("estimated/recon.tif")).unwrap()
+    );
 }

@@ -2,8 +2,8 @@
 // and residual norms that certify a reuse, and scaled block copies into and out of the cache slab.
 //
 // A block is a 3D array of complex values (e0, e1, e2) at a strided view of a buffer; cache slots
-// hold blocks contiguously. Every reduction writes per-workgroup partial sums in a fixed order
-// (summed in f64 on the host), so the same input gives the same bits.
+// hold blocks contiguously. Every reduction writes per-invocation partial sums over a fixed set of
+// elements (summed in f64 on the host in a fixed order), so the same input gives the same bits.
 
 struct View {
     offset: u32,
@@ -13,19 +13,23 @@ struct View {
 }
 
 struct MemoParams {
-    // Block read from x (and, for the reductions, the block of y at the candidates' offsets).
+    // The block read from x (pool_key, dots, residual) and its strides for combine.
     vx: View,
-    // Block written by scaled_copy; for residual the block of y.
+    // The block written by combine (a strided view of out).
     vo: View,
     e0: u32,
     e1: u32,
     e2: u32,
     channel_axis: u32,
-    // Offsets in y of up to four candidate blocks (contiguous).
+    // Offsets of up to four source blocks: candidates in y (dots, residual, contiguous) or
+    // sources in x (combine, with the strides of vx).
     candidates: vec4<u32>,
     count: u32,
-    pad: u32,
-    alpha: vec2<f32>,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+    // Complex coefficients alpha_c = (alphas[c / 2].xy or .zw).
+    alphas: array<vec4<f32>, 2>,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
@@ -33,24 +37,40 @@ struct MemoParams {
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: MemoParams;
 
-// Fixed (not overridable): the reduction array below is sized for it.
 const WORKGROUP: u32 = 64u;
 
 const MAX_CANDIDATES: u32 = 4u;
-// |x|^2, then (Re <c, x>, Im <c, x>, |c|^2) per candidate.
-const DOT_VALUES: u32 = 13u;
-
-var<workgroup> reduce: array<f32, 832>; // DOT_VALUES * WORKGROUP
+// |x|^2; <c_i, x> (2 each); |c_i|^2 (1 each); <c_i, c_j> for i < j (2 each).
+const DOT_VALUES: u32 = 25u;
 
 fn block_len() -> u32 {
     return p.e0 * p.e1 * p.e2;
 }
 
+fn index3(i: u32) -> vec3<u32> {
+    return vec3<u32>(i / (p.e2 * p.e1), (i / p.e2) % p.e1, i % p.e2);
+}
+
 fn at(v: View, i: u32) -> u32 {
-    let i2 = i % p.e2;
-    let i1 = (i / p.e2) % p.e1;
-    let i0 = i / (p.e2 * p.e1);
-    return v.offset + i0 * v.s0 + i1 * v.s1 + i2 * v.s2;
+    let j = index3(i);
+    return v.offset + j.x * v.s0 + j.y * v.s1 + j.z * v.s2;
+}
+
+fn alpha(c: u32) -> vec2<f32> {
+    let a = p.alphas[c / 2u];
+    if (c % 2u == 0u) {
+        return a.xy;
+    }
+    return a.zw;
+}
+
+fn cmul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+// conj(a) b
+fn cdot(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(a.x * b.x + a.y * b.y, a.x * b.y - a.y * b.x);
 }
 
 fn extent(axis: u32) -> u32 {
@@ -106,82 +126,82 @@ fn pool_key(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[k] = sum / f32(cells);
 }
 
-// Partial sums (per workgroup, DOT_VALUES each) of |x|^2 and, for every candidate c in y,
-// <c, x> = sum conj(c) x and |c|^2.
+// Partial sums (per invocation, DOT_VALUES each, no workgroup reduction: barriers cost more than
+// the host's summing a few thousand values) of |x|^2 and, for the candidates c_i in y
+// (contiguous blocks), <c_i, x>, |c_i|^2 and <c_i, c_j> (i < j): the normal equations of the
+// least-squares combination.
 @compute @workgroup_size(WORKGROUP)
 fn dots(
-    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(global_invocation_id) gid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
 ) {
-    var acc: array<f32, 13>;
+    var acc: array<f32, 25>;
     for (var v = 0u; v < DOT_VALUES; v++) {
         acc[v] = 0.0;
     }
     let n = block_len();
+    let k = min(p.count, MAX_CANDIDATES);
     let stride = groups.x * WORKGROUP;
-    for (var i = wid.x * WORKGROUP + lid; i < n; i += stride) {
+    for (var i = gid.x; i < n; i += stride) {
         let xv = x[at(p.vx, i)];
         acc[0] += dot(xv, xv);
-        for (var c = 0u; c < min(p.count, MAX_CANDIDATES); c++) {
-            let cv = y[p.candidates[c] + i];
-            acc[1u + 3u * c] += cv.x * xv.x + cv.y * xv.y;
-            acc[2u + 3u * c] += cv.x * xv.y - cv.y * xv.x;
-            acc[3u + 3u * c] += dot(cv, cv);
+        // Constant trip counts (guarded by k) let the compiler unroll the loops and keep the
+        // accumulators in registers.
+        var c: array<vec2<f32>, 4>;
+        for (var a = 0u; a < MAX_CANDIDATES; a++) {
+            if (a < k) {
+                c[a] = y[p.candidates[a] + i];
+                let b = cdot(c[a], xv);
+                acc[1u + 2u * a] += b.x;
+                acc[2u + 2u * a] += b.y;
+                acc[9u + a] += dot(c[a], c[a]);
+            }
+        }
+        var pair = 0u;
+        for (var a = 0u; a < MAX_CANDIDATES; a++) {
+            for (var b = a + 1u; b < MAX_CANDIDATES; b++) {
+                if (b < k) {
+                    let g = cdot(c[a], c[b]);
+                    acc[13u + 2u * pair] += g.x;
+                    acc[14u + 2u * pair] += g.y;
+                }
+                pair++;
+            }
         }
     }
     for (var v = 0u; v < DOT_VALUES; v++) {
-        reduce[v * WORKGROUP + lid] = acc[v];
-    }
-    workgroupBarrier();
-    for (var s = WORKGROUP / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            for (var v = 0u; v < DOT_VALUES; v++) {
-                reduce[v * WORKGROUP + lid] += reduce[v * WORKGROUP + lid + s];
-            }
-        }
-        workgroupBarrier();
-    }
-    if (lid == 0u) {
-        for (var v = 0u; v < DOT_VALUES; v++) {
-            out[wid.x * DOT_VALUES + v] = reduce[v * WORKGROUP];
-        }
+        out[gid.x * DOT_VALUES + v] = acc[v];
     }
 }
 
-// Partial sums of |x - alpha y|^2 (x at view vx, y at view vo): the residual of a reuse computed
-// elementwise, free of the cancellation of |x|^2 - |<c, x>|^2 / |c|^2.
+// Partial sums (per invocation) of |x - sum_c alpha_c y_c|^2, y_c the contiguous candidate
+// blocks: the residual of a combination computed elementwise, free of the cancellation of the
+// normal equations.
 @compute @workgroup_size(WORKGROUP)
 fn residual(
-    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(global_invocation_id) gid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
 ) {
     var acc = 0.0;
     let n = block_len();
+    let k = min(p.count, MAX_CANDIDATES);
     let stride = groups.x * WORKGROUP;
-    for (var i = wid.x * WORKGROUP + lid; i < n; i += stride) {
-        let xv = x[at(p.vx, i)];
-        let yv = y[at(p.vo, i)];
-        let d = xv - vec2<f32>(p.alpha.x * yv.x - p.alpha.y * yv.y, p.alpha.x * yv.y + p.alpha.y * yv.x);
+    for (var i = gid.x; i < n; i += stride) {
+        var d = x[at(p.vx, i)];
+        for (var c = 0u; c < MAX_CANDIDATES; c++) {
+            if (c < k) {
+                d -= cmul(alpha(c), y[p.candidates[c] + i]);
+            }
+        }
         acc += dot(d, d);
     }
-    reduce[lid] = acc;
-    workgroupBarrier();
-    for (var s = WORKGROUP / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            reduce[lid] += reduce[lid + s];
-        }
-        workgroupBarrier();
-    }
-    if (lid == 0u) {
-        out[wid.x] = reduce[0];
-    }
+    out[gid.x] = acc;
 }
 
-// out[vo] = alpha x[vx] for every element of the block (out holds complex values as f32 pairs).
+// out[vo] = sum_c alpha_c x[source c] for every element of the block, source c laid out with
+// the strides of vx from offset candidates[c] (out holds complex values as f32 pairs).
 @compute @workgroup_size(WORKGROUP)
-fn scaled_copy(
+fn combine(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
@@ -190,8 +210,15 @@ fn scaled_copy(
     if (i >= block_len()) {
         return;
     }
-    let v = x[at(p.vx, i)];
+    let j = index3(i);
+    let rel = j.x * p.vx.s0 + j.y * p.vx.s1 + j.z * p.vx.s2;
+    var v = vec2<f32>(0.0, 0.0);
+    for (var c = 0u; c < MAX_CANDIDATES; c++) {
+        if (c < p.count) {
+            v += cmul(alpha(c), x[p.candidates[c] + rel]);
+        }
+    }
     let d = at(p.vo, i);
-    out[2u * d] = p.alpha.x * v.x - p.alpha.y * v.y;
-    out[2u * d + 1u] = p.alpha.x * v.y + p.alpha.y * v.x;
+    out[2u * d] = v.x;
+    out[2u * d + 1u] = v.y;
 }

@@ -13,7 +13,7 @@ use crate::operator::{Geometry, OperatorOptions};
 use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};
 use crate::recon::{Projections, ReconError, Reconstruction, Reconstructor};
 use crate::simulate::{project, PhantomKind};
-use crate::solver::AdmmParams;
+use crate::solver::{AdmmParams, SolverError};
 
 /// The mLR paper's rebuttal Table C.2: (tau, accuracy, normalised time).
 pub const PAPER_POINTS: [(f64, f64, f64); 6] = [
@@ -47,15 +47,19 @@ pub struct FrontierPoint {
     pub cache_bytes: u64,
     /// `|u - truth| / |truth|` of the reconstruction.
     pub rel_l2_truth: f64,
+    /// Why the run stopped early (a diverging iteration): accuracy 0, time up to the failure.
+    pub error: Option<String>,
     pub size: usize,
     pub outer_iterations: usize,
+    pub inner_solver: String,
 }
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct FrontierConfig {
     pub size: usize,
-    pub outer_iterations: usize,
+    /// Solver parameters of every run (their outer iterations included).
+    pub params: AdmmParams,
     pub memo: MemoOptions,
 }
 
@@ -93,10 +97,7 @@ pub fn run_frontier(
     let phantom = PhantomKind::Chip.build(n);
     let truth = crate::simulate::rasterize(&phantom, &g);
     let projections = Projections::new(g.clone(), project(&phantom, &g))?;
-    let params = AdmmParams {
-        outer_iterations: config.outer_iterations,
-        ..AdmmParams::default()
-    };
+    let params = config.params;
     let off = MemoOptions {
         policy: MemoPolicy::Off,
         ..config.memo
@@ -107,29 +108,36 @@ pub fn run_frontier(
         max_chunk_rows: rows,
     };
     let (exact, t_exact) = run(ctx, &projections, params, off, OperatorOptions::default())?;
-    let mut points = Vec::new();
-    let mut record = |policy: &str, param, r: &Reconstruction, t: f64| {
-        let stats = r.memo_stats.as_ref();
-        let p = FrontierPoint {
+    let point = |policy: &str, param, r: Result<&Reconstruction, String>, t: f64| {
+        let stats = r.as_ref().ok().and_then(|r| r.memo_stats.as_ref());
+        let nan_if_failed = |v: f64| if r.is_ok() { v } else { f64::NAN };
+        FrontierPoint {
             policy: policy.to_string(),
             param,
-            accuracy: (1.0 - rel_l2(&r.volume, &exact.volume)).max(0.0),
+            accuracy: r
+                .as_ref()
+                .map_or(0.0, |r| (1.0 - rel_l2(&r.volume, &exact.volume)).max(0.0)),
             normalized_time: t / t_exact,
             time_s: t,
-            hit_rate: stats.map_or(0.0, |s| s.hit_rate),
-            lookup_ms_median: stats.map_or(0.0, |s| s.lookup_ms_median),
-            lookup_ms_p99: stats.map_or(0.0, |s| s.lookup_ms_p99),
+            hit_rate: nan_if_failed(stats.map_or(0.0, |s| s.hit_rate)),
+            lookup_ms_median: nan_if_failed(stats.map_or(0.0, |s| s.lookup_ms_median)),
+            lookup_ms_p99: nan_if_failed(stats.map_or(0.0, |s| s.lookup_ms_p99)),
             cache_bytes: stats.map_or(0, |s| s.peak_cache_bytes),
-            rel_l2_truth: rel_l2(&r.volume, &truth),
+            rel_l2_truth: r.as_ref().map_or(f64::NAN, |r| rel_l2(&r.volume, &truth)),
             size: n,
-            outer_iterations: config.outer_iterations,
-        };
+            outer_iterations: params.outer_iterations,
+            inner_solver: format!("{:?}", params.inner),
+            error: r.err(),
+        }
+    };
+    let mut points = Vec::new();
+    let mut emit = |p: FrontierPoint| {
         on_point(&p);
         points.push(p);
     };
-    record("exact", None, &exact, t_exact);
+    emit(point("exact", None, Ok(&exact), t_exact));
     let (r, t) = run(ctx, &projections, params, off, memo_chunks)?;
-    record("off", None, &r, t);
+    emit(point("off", None, Ok(&r), t));
     let policies = MLR_TAUS.iter().map(|&tau| MemoPolicy::Mlr { tau }).chain(
         CERTIFIED_TOLS
             .iter()
@@ -140,13 +148,22 @@ pub fn run_frontier(
             policy,
             ..config.memo
         };
-        let (r, t) = run(ctx, &projections, params, memo, memo_chunks)?;
         let (name, param) = match policy {
             MemoPolicy::Mlr { tau } => ("mlr", Some(tau)),
             MemoPolicy::Certified { tol } => ("certified", Some(tol)),
             MemoPolicy::Off => ("off", None),
         };
-        record(name, param, &r, t);
+        let start = Instant::now();
+        match run(ctx, &projections, params, memo, memo_chunks) {
+            Ok((r, t)) => emit(point(name, param, Ok(&r), t)),
+            // A diverging run is a point at accuracy 0 (timed up to the failure), not the end
+            // of the sweep.
+            Err(ReconError::Solver(e @ SolverError::NonFinite { .. })) => {
+                let t = start.elapsed().as_secs_f64();
+                emit(point(name, param, Err(e.to_string()), t));
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(points)
 }

@@ -9,11 +9,13 @@ use crate::operator::{Block, View};
 use crate::shaders;
 
 const WORKGROUP: u64 = 64;
-/// Workgroups of the reductions: a fixed count, so the summation order never changes.
+/// Workgroups of the reductions: about 64 elements per invocation, at most this many groups.
+/// The count depends only on the block size, so the summation order never changes.
 const REDUCE_GROUPS: u64 = 256;
 /// Candidates compared in one pass of the `dots` kernel.
 pub const MAX_CANDIDATES: usize = 4;
-const DOT_VALUES: u64 = 1 + 3 * MAX_CANDIDATES as u64;
+/// `|x|^2`, `<c_i, x>`, `|c_i|^2`, `<c_i, c_j>` (i < j): see `dots` in memo.wgsl.
+const DOT_VALUES: u64 = 25;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
@@ -24,8 +26,21 @@ struct MemoParams {
     channel_axis: u32,
     candidates: [u32; 4],
     count: u32,
-    pad: u32,
-    alpha: [f32; 2],
+    pad: [u32; 3],
+    alphas: [[f32; 4]; 2],
+}
+
+/// A complex coefficient as (re, im).
+pub type Coefficient = [f32; 2];
+
+fn with_sources(mut p: MemoParams, sources: &[(u64, Coefficient)]) -> MemoParams {
+    p.count = sources.len().min(MAX_CANDIDATES) as u32;
+    for (c, &(offset, alpha)) in sources.iter().take(MAX_CANDIDATES).enumerate() {
+        p.candidates[c] = offset as u32;
+        p.alphas[c / 2][2 * (c % 2)] = alpha[0];
+        p.alphas[c / 2][2 * (c % 2) + 1] = alpha[1];
+    }
+    p
 }
 
 fn gpu_view(v: &View) -> [u32; 4] {
@@ -82,22 +97,24 @@ fn params(x: View, o: View, block: &Block) -> MemoParams {
         vo: gpu_view(&o),
         extents: block.extents.map(|e| e as u32),
         channel_axis: block.channel_axis as u32,
-        alpha: [1.0, 0.0],
         ..Default::default()
     }
 }
 
 fn reduce_groups(len: u64) -> u64 {
-    len.div_ceil(WORKGROUP).clamp(1, REDUCE_GROUPS)
+    len.div_ceil(WORKGROUP * 64).clamp(1, REDUCE_GROUPS)
 }
 
-/// Sums of one `dots` pass.
+/// Sums of one `dots` pass: the normal equations `G alpha = b` of the least-squares
+/// combination of the candidates.
 #[derive(Debug, Clone)]
 pub struct Dots {
     /// `|x|^2`
     pub xx: f64,
-    /// Per candidate: (`<c, x>` real, imaginary, `|c|^2`).
-    pub candidates: Vec<(f64, f64, f64)>,
+    /// `b_i = <c_i, x>`
+    pub b: Vec<num_complex::Complex64>,
+    /// `G_ij = <c_i, c_j>` (Hermitian).
+    pub gram: Vec<Vec<num_complex::Complex64>>,
 }
 
 /// One stage's cache slab and bound kernels. Uniform parameters are written before each use, and
@@ -131,16 +148,19 @@ impl StageKernels {
     ) -> Result<Self, GpuError> {
         let slab = ctx.storage_buffer("memo slab", slab_elems.max(1) * 8)?;
         let keys = ctx.storage_buffer("memo keys", key_len * 4)?;
-        let partials = ctx.storage_buffer("memo partial sums", REDUCE_GROUPS * DOT_VALUES * 4)?;
+        let partials = ctx.storage_buffer(
+            "memo partial sums",
+            REDUCE_GROUPS * WORKGROUP * DOT_VALUES * 4,
+        )?;
         let audit = ctx.storage_buffer("memo audit", output_elems * 8)?;
         Ok(Self {
             pool: Op::new(ctx, "pool_key", [input, input, &keys])?,
             dots: Op::new(ctx, "dots", [input, &slab, &partials])?,
             residual: Op::new(ctx, "residual", [input, &slab, &partials])?,
-            store_in: Op::new(ctx, "scaled_copy", [input, input, &slab])?,
-            store_out: Op::new(ctx, "scaled_copy", [output, output, &slab])?,
-            reuse: Op::new(ctx, "scaled_copy", [&slab, &slab, output])?,
-            audit_save: Op::new(ctx, "scaled_copy", [output, output, &audit])?,
+            store_in: Op::new(ctx, "combine", [input, input, &slab])?,
+            store_out: Op::new(ctx, "combine", [output, output, &slab])?,
+            reuse: Op::new(ctx, "combine", [&slab, &slab, output])?,
+            audit_save: Op::new(ctx, "combine", [output, output, &audit])?,
             audit_diff: Op::new(ctx, "residual", [output, &audit, &partials])?,
             slab,
             keys,
@@ -178,8 +198,8 @@ impl StageKernels {
         )
     }
 
-    /// Records `|x|^2` and, for each candidate input block at slab offset `candidates[i]`,
-    /// `<c, x>` and `|c|^2`.
+    /// Records `|x|^2` and, for the candidate input blocks at slab offsets `candidates`, the
+    /// normal equations of their least-squares combination.
     pub fn record_dots(
         &self,
         ctx: &GpuContext,
@@ -187,16 +207,14 @@ impl StageKernels {
         input: &Block,
         candidates: &[u64],
     ) {
-        let mut p = params(input.view, input.view, input);
-        p.count = candidates.len().min(MAX_CANDIDATES) as u32;
-        for (slot, &c) in p.candidates.iter_mut().zip(candidates) {
-            *slot = c as u32;
-        }
+        let sources: Vec<(u64, Coefficient)> = candidates.iter().map(|&c| (c, [0.0; 2])).collect();
+        let p = with_sources(params(input.view, input.view, input), &sources);
         self.dots.record(ctx, rec, p, reduce_groups(input.len()));
     }
 
     fn read_sums(&self, ctx: &GpuContext, values: u64, groups: u64) -> Result<Vec<f64>, GpuError> {
-        let parts: Vec<f32> = ctx.read(&self.partials, 0, (values * groups) as usize)?;
+        let parts: Vec<f32> =
+            ctx.read(&self.partials, 0, (values * groups * WORKGROUP) as usize)?;
         let mut sums = vec![0.0; values as usize];
         for group in parts.chunks(values as usize) {
             for (s, &v) in sums.iter_mut().zip(group) {
@@ -206,33 +224,49 @@ impl StageKernels {
         Ok(sums)
     }
 
-    /// Reads the sums of [`record_dots`](Self::record_dots).
+    /// Reads the sums of [`record_dots`](Self::record_dots) for `count` candidates.
     pub fn read_dots(
         &self,
         ctx: &GpuContext,
         input: &Block,
         count: usize,
     ) -> Result<Dots, GpuError> {
+        use num_complex::Complex64;
         let s = self.read_sums(ctx, DOT_VALUES, reduce_groups(input.len()))?;
+        let k = count.min(MAX_CANDIDATES);
+        let mut gram = vec![vec![Complex64::default(); k]; k];
+        let mut pair = 0;
+        for a in 0..MAX_CANDIDATES {
+            for b in a + 1..MAX_CANDIDATES {
+                if b < k {
+                    let g = Complex64::new(s[13 + 2 * pair], s[14 + 2 * pair]);
+                    gram[a][b] = g;
+                    gram[b][a] = g.conj();
+                }
+                pair += 1;
+            }
+        }
+        for (a, row) in gram.iter_mut().enumerate() {
+            row[a] = Complex64::new(s[9 + a], 0.0);
+        }
         Ok(Dots {
             xx: s[0],
-            candidates: (0..count.min(MAX_CANDIDATES))
-                .map(|c| (s[1 + 3 * c], s[2 + 3 * c], s[3 + 3 * c]))
+            b: (0..k)
+                .map(|a| Complex64::new(s[1 + 2 * a], s[2 + 2 * a]))
                 .collect(),
+            gram,
         })
     }
 
-    /// Records `|x - alpha c|^2` for the candidate input at slab offset `candidate`.
+    /// Records `|x - sum_i alpha_i c_i|^2` for candidate inputs at the given slab offsets.
     pub fn record_residual(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
         input: &Block,
-        candidate: u64,
-        alpha: [f32; 2],
+        combination: &[(u64, Coefficient)],
     ) {
-        let mut p = params(input.view, contiguous(candidate, input.extents), input);
-        p.alpha = alpha;
+        let p = with_sources(params(input.view, input.view, input), combination);
         self.residual
             .record(ctx, rec, p, reduce_groups(input.len()));
     }
@@ -252,39 +286,47 @@ impl StageKernels {
         (input, output): (&Block, &Block),
         (input_at, output_at): (u64, u64),
     ) {
-        let p = params(input.view, contiguous(input_at, input.extents), input);
-        self.store_in
-            .record(ctx, rec, p, input.len().div_ceil(WORKGROUP));
-        let p = params(output.view, contiguous(output_at, output.extents), output);
-        self.store_out
-            .record(ctx, rec, p, output.len().div_ceil(WORKGROUP));
+        for (op, block, at) in [
+            (&self.store_in, input, input_at),
+            (&self.store_out, output, output_at),
+        ] {
+            let p = with_sources(
+                params(block.view, contiguous(at, block.extents), block),
+                &[(block.view.offset, [1.0, 0.0])],
+            );
+            op.record(ctx, rec, p, block.len().div_ceil(WORKGROUP));
+        }
     }
 
-    /// Records `output = alpha * (the cached output at slab offset output_at)`.
+    /// Records `output = sum_i alpha_i (cached output at slab offset o_i)`.
     pub fn record_reuse(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
         output: &Block,
-        output_at: u64,
-        alpha: [f32; 2],
+        combination: &[(u64, Coefficient)],
     ) {
-        let mut p = params(contiguous(output_at, output.extents), output.view, output);
-        p.alpha = alpha;
+        let p = with_sources(
+            params(contiguous(0, output.extents), output.view, output),
+            combination,
+        );
         self.reuse
             .record(ctx, rec, p, output.len().div_ceil(WORKGROUP));
     }
 
     /// Records a copy of the (exactly computed) output block into the audit buffer.
     pub fn record_audit_save(&self, ctx: &GpuContext, rec: &mut Recorder, output: &Block) {
-        let p = params(output.view, contiguous(0, output.extents), output);
+        let p = with_sources(
+            params(output.view, contiguous(0, output.extents), output),
+            &[(output.view.offset, [1.0, 0.0])],
+        );
         self.audit_save
             .record(ctx, rec, p, output.len().div_ceil(WORKGROUP));
     }
 
     /// Records `|output - audit|^2`: the error of a reuse against the exact output saved before.
     pub fn record_audit_diff(&self, ctx: &GpuContext, rec: &mut Recorder, output: &Block) {
-        let p = params(output.view, contiguous(0, output.extents), output);
+        let p = with_sources(params(output.view, output.view, output), &[(0, [1.0, 0.0])]);
         self.audit_diff
             .record(ctx, rec, p, reduce_groups(output.len()));
     }

@@ -5,12 +5,14 @@
 //! 3x3-pooled key is computed on the GPU and read back, and the policy decides:
 //! - `mlr:TAU` (the reference's intended policy): keyed by chunk position, reuse the stored output
 //!   iff the cosine similarity of the keys is at least TAU, else compute and replace the entry.
-//! - `certified:TOL`: the candidates are the chunk's last entry and the nearest keys of the same
-//!   map (instant-distance index); for each, the GPU computes `<c, x>` and `|c|^2`, giving the
-//!   least-squares `alpha = <c, x> / |c|^2`; the best candidate's residual `r = |x - alpha c| / |x|`
-//!   is then measured elementwise, and `alpha F(c)` is used iff `r < TOL`. The stages are linear,
-//!   so the output error is `|F(x - alpha c)| <= |F| r |x|` (plus f32 rounding), with `|F|` estimated once per plan by
-//!   power iteration; that bound is recorded for every reuse.
+//! - `certified:TOL`: the candidates are the chunk's last few computed entries (its recent
+//!   history, for extrapolation along the solver's path) and the nearest keys of the same map
+//!   (instant-distance index). The GPU computes the normal equations of the least-squares
+//!   combination `x ~ sum_i alpha_i c_i` (near-dependent candidates are dropped), then measures
+//!   the residual `r = |x - sum alpha_i c_i| / |x|` elementwise; `sum alpha_i F(c_i)` is used iff
+//!   `r < TOL`. The stages are linear, so the output error is at most
+//!   `|F| (r |x| + rounding)`, with `|F|` estimated once per plan by power iteration; that bound
+//!   is recorded for every reuse.
 //!
 //! Entries hold the input and the output chunk, in a device tier (slots of a slab) and a host
 //! tier, each within a byte budget, evicted least recently used first. Only computed outputs are
@@ -26,7 +28,7 @@ pub mod store;
 pub use policy::{MemoOptions, MemoPolicy, PolicyParseError};
 pub use stats::{MemoStats, StageStats};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use num_complex::Complex32;
@@ -36,7 +38,7 @@ use crate::error::GpuError;
 use crate::gpu::GpuContext;
 use crate::operator::{Apply, Block, LaminoOperator, OperatorError, Stage};
 use crate::reference::SplitMix64;
-use gpu::{StageKernels, MAX_CANDIDATES};
+use gpu::{Coefficient, StageKernels, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
 use store::{Evictions, Store, Tier};
 
@@ -51,8 +53,8 @@ pub enum MemoError {
 }
 
 /// Power-iteration steps at most for `|F|`, and the relative change that ends it early.
-const NORM_STEPS: usize = 50;
-const NORM_TOLERANCE: f64 = 1e-5;
+const NORM_STEPS: usize = 30;
+const NORM_TOLERANCE: f64 = 1e-3;
 /// The power iteration approaches `|F|` from below; the bound uses the estimate times this.
 const NORM_SAFETY: f64 = 1.05;
 
@@ -67,11 +69,14 @@ const PROMOTE_COSINE: f64 = 0.9;
 
 /// A reuse the policy accepted.
 struct Reuse {
-    id: u64,
-    alpha: [f32; 2],
-    /// `|x - alpha c| / |x|` and the bound `|F| |x - alpha c|` (certified policy only).
+    /// Entries and their coefficients.
+    combination: Vec<(u64, Coefficient)>,
+    /// `|x - sum alpha_i c_i| / |x|` and the bound on the output error (certified policy only).
     certificate: Option<(f64, f64)>,
 }
+
+/// Computed entries remembered per chunk position as reuse candidates.
+const HISTORY: usize = 3;
 
 /// One stage's cache, index and statistics.
 struct StageMemo {
@@ -80,8 +85,8 @@ struct StageMemo {
     store: Store,
     /// One index per map: all full-size chunks of U1 share one, every U2 chunk has its own.
     indexes: HashMap<usize, KeyIndex>,
-    /// The last entry stored for each chunk position.
-    last: Vec<Option<u64>>,
+    /// The entries last computed for each chunk position, newest first.
+    history: Vec<VecDeque<u64>>,
     norm: f64,
     stats: StageStats,
 }
@@ -131,6 +136,61 @@ fn operator_norm(
         }
     }
     Ok(lambda.sqrt() * NORM_SAFETY)
+}
+
+/// The least-squares combination of the candidates from the normal equations: candidates
+/// nearly dependent on earlier ones (pivot below `DEPENDENT` of their norm) get coefficient 0.
+/// Returns the coefficients and the estimated relative residual squared; `None` when `x` or
+/// every candidate is zero.
+fn least_squares(dots: &gpu::Dots) -> Option<(Vec<num_complex::Complex64>, f64)> {
+    use num_complex::Complex64;
+    const DEPENDENT: f64 = 1e-6;
+    let k = dots.b.len();
+    if dots.xx <= 0.0 || k == 0 {
+        return None;
+    }
+    // Gaussian elimination on [G | b] in candidate order, skipping dependent pivots.
+    let mut m: Vec<Vec<Complex64>> = (0..k)
+        .map(|i| {
+            let mut row = dots.gram[i].clone();
+            row.push(dots.b[i]);
+            row
+        })
+        .collect();
+    let mut kept = Vec::new();
+    for i in 0..k {
+        let pivot = m[i][i];
+        if !(pivot.re > DEPENDENT * dots.gram[i][i].re) || !pivot.re.is_finite() {
+            continue;
+        }
+        kept.push(i);
+        for r in i + 1..k {
+            let f = m[r][i] / pivot;
+            for c in i..=k {
+                let v = m[i][c];
+                m[r][c] -= f * v;
+            }
+        }
+    }
+    if kept.is_empty() {
+        return None;
+    }
+    let mut alpha = vec![Complex64::default(); k];
+    for &i in kept.iter().rev() {
+        let mut v = m[i][k];
+        for &j in kept.iter().filter(|&&j| j > i) {
+            v -= m[i][j] * alpha[j];
+        }
+        alpha[i] = v / m[i][i];
+    }
+    // |x - sum alpha c|^2 = |x|^2 - Re(b^H alpha) at the optimum.
+    let explained: f64 = dots
+        .b
+        .iter()
+        .zip(&alpha)
+        .map(|(b, a)| (b.conj() * a).re)
+        .sum();
+    Some((alpha, ((dots.xx - explained) / dots.xx).max(0.0)))
 }
 
 impl Memo {
@@ -196,7 +256,7 @@ impl Memo {
                 kernels,
                 store: Store::new(slots, slot_elems, in_max, options.host_bytes / 4),
                 indexes: HashMap::new(),
-                last: vec![None; chunks],
+                history: vec![VecDeque::new(); chunks],
                 norm,
                 stats,
             });
@@ -326,14 +386,18 @@ impl StageMemo {
         self.stats.chunks += 1;
         match reuse {
             Some(reuse) => {
-                let (_, output_at) = self.slot_offsets(reuse.id);
+                let combination: Vec<(u64, Coefficient)> = reuse
+                    .combination
+                    .iter()
+                    .map(|&(id, alpha)| (self.slot_offsets(id).1, alpha))
+                    .collect();
                 let mut rec = ctx.recorder("memo: reuse");
                 if options.audit {
                     op.record_chunk_compute(&mut rec, self.stage, chunk);
                     self.kernels().record_audit_save(ctx, &mut rec, output);
                 }
                 self.kernels()
-                    .record_reuse(ctx, &mut rec, output, output_at, reuse.alpha);
+                    .record_reuse(ctx, &mut rec, output, &combination);
                 if options.audit {
                     self.kernels().record_audit_diff(ctx, &mut rec, output);
                 }
@@ -345,7 +409,9 @@ impl StageMemo {
                         .record_audit(error, reuse.certificate.map(|c| c.1));
                 }
                 ctx.wait()?;
-                self.store.touch(reuse.id);
+                for &(id, _) in &reuse.combination {
+                    self.store.touch(id);
+                }
                 self.stats.hits += 1;
                 self.stats.reuse_ms += start.elapsed().as_secs_f64() * 1e3;
                 if let Some((r, bound)) = reuse.certificate {
@@ -356,9 +422,10 @@ impl StageMemo {
                 self.stats.overhead_ms += decided;
                 let t = Instant::now();
                 // Keyed by position: the chunk's old entry makes way for the new one.
-                if let (MemoPolicy::Mlr { .. }, Some(old)) = (options.policy, self.last[chunk]) {
-                    self.store.remove(old);
-                    self.last[chunk] = None;
+                if let MemoPolicy::Mlr { .. } = options.policy {
+                    for old in std::mem::take(&mut self.history[chunk]) {
+                        self.store.remove(old);
+                    }
                 }
                 let stored = match &key {
                     Some(key) => self.claim_slot(ctx, &[])?.map(|slot| (slot, key.clone())),
@@ -384,7 +451,9 @@ impl StageMemo {
                     if let MemoPolicy::Certified { .. } = options.policy {
                         self.indexes.entry(class).or_default().insert(id, key);
                     }
-                    self.last[chunk] = Some(id);
+                    let history = &mut self.history[chunk];
+                    history.push_front(id);
+                    history.truncate(HISTORY);
                 }
             }
         }
@@ -408,7 +477,8 @@ impl StageMemo {
         chunk: usize,
         tau: f64,
     ) -> Result<Option<Reuse>, MemoError> {
-        let Some(id) = self.last[chunk].filter(|id| self.store.get(*id).is_some()) else {
+        let last = self.history[chunk].front().copied();
+        let Some(id) = last.filter(|id| self.store.get(*id).is_some()) else {
             return Ok(None);
         };
         let t = Instant::now();
@@ -418,8 +488,7 @@ impl StageMemo {
             return Ok(None);
         }
         Ok(Some(Reuse {
-            id,
-            alpha: [1.0, 0.0],
+            combination: vec![(id, [1.0, 0.0])],
             certificate: None,
         }))
     }
@@ -437,25 +506,23 @@ impl StageMemo {
         tol: f64,
     ) -> Result<(Option<Reuse>, f64), MemoError> {
         let input = &io.0;
-        let mut candidates: Vec<(u64, f64)> = self.last[chunk]
-            .and_then(|id| {
-                self.store
-                    .get(id)
-                    .filter(|e| e.class == class)
-                    .map(|e| (id, key.cosine(&e.key)))
+        let mut candidates: Vec<(u64, f64)> = self.history[chunk]
+            .iter()
+            .filter_map(|&id| {
+                let e = self.store.get(id).filter(|e| e.class == class)?;
+                Some((id, key.cosine(&e.key)))
             })
-            .into_iter()
             .collect();
         let index = self.indexes.entry(class).or_default();
-        let first = candidates.first().map(|c| c.0);
-        let nearest = index.nearest(key, options.neighbours, |id| Some(id) != first);
+        let known: Vec<u64> = candidates.iter().map(|c| c.0).collect();
+        let nearest = index.nearest(key, options.neighbours, |id| !known.contains(&id));
         if let Some(&ms) = index.lookup_ms().last() {
             self.stats.lookup_ms.push(ms);
         }
         candidates.extend(nearest);
         candidates.truncate(MAX_CANDIDATES);
-        // Candidates come in priority order (the chunk's last entry first): a promotion may
-        // evict any entry except those already lined up for comparison.
+        // Candidates come in priority order (the chunk's history first): a promotion may evict
+        // any entry except those already lined up for comparison.
         let mut on_device = Vec::new();
         for &(id, cosine) in &candidates {
             // Bringing a host entry back costs an upload and usually a demotion: only for keys
@@ -477,35 +544,43 @@ impl StageMemo {
         ctx.submit(rec)?;
         let dots = self.kernels().read_dots(ctx, input, offsets.len())?;
         let xx = dots.xx;
-        // The least-squares coefficient and the residual it leaves, from the inner products
-        // (cancellation makes this an estimate; the residual of the best is measured below).
-        let best = on_device
-            .iter()
-            .zip(&dots.candidates)
-            .filter(|(_, c)| c.2 > 0.0 && xx > 0.0)
-            .map(|(&id, &(re, im, cc))| {
-                let estimate = (1.0 - (re * re + im * im) / (cc * xx)).max(0.0);
-                (id, [(re / cc) as f32, (im / cc) as f32], estimate)
-            })
-            .min_by(|a, b| a.2.total_cmp(&b.2).then(a.0.cmp(&b.0)));
-        let Some((id, alpha, estimate)) = best else {
+        let Some((alphas, estimate)) = least_squares(&dots) else {
             return Ok((None, xx));
         };
-        // f32 sums leave about 1e-6 of |x|^2 in the estimate: look closer within that margin.
+        // The normal equations lose about 1e-6 of |x|^2 to f32 sums and cancellation: measure
+        // the residual whenever the estimate is within that margin of TOL.
         if tol <= 0.0 || estimate > 4.0 * tol * tol + 1e-5 {
             return Ok((None, xx));
         }
-        let (input_at, _) = self.slot_offsets(id);
+        let used: Vec<(u64, Coefficient)> = on_device
+            .iter()
+            .zip(&alphas)
+            .filter(|(_, a)| a.norm() > 0.0)
+            .map(|(&id, a)| (id, [a.re as f32, a.im as f32]))
+            .collect();
+        let inputs: Vec<(u64, Coefficient)> = used
+            .iter()
+            .map(|&(id, a)| (self.slot_offsets(id).0, a))
+            .collect();
         let mut rec = ctx.recorder("memo: residual");
         self.kernels()
-            .record_residual(ctx, &mut rec, input, input_at, alpha);
+            .record_residual(ctx, &mut rec, input, &inputs);
         ctx.submit(rec)?;
         let residual = self.kernels().read_residual(ctx, input)?.sqrt();
         let r = residual / xx.sqrt();
+        // Each stored output carries f32 rounding of about F32_ROUNDING |F| |c_i|, scaled by
+        // |alpha_i| in the combination.
+        let rounding: f64 = used
+            .iter()
+            .map(|&(id, a)| {
+                let c = self.store.get(id).map_or(0.0, |e| e.input_norm2.sqrt());
+                (a[0] as f64).hypot(a[1] as f64) * c
+            })
+            .sum::<f64>()
+            + xx.sqrt();
         let reuse = (r < tol).then_some(Reuse {
-            id,
-            alpha,
-            certificate: Some((r, self.norm * (residual + F32_ROUNDING * xx.sqrt()))),
+            combination: used,
+            certificate: Some((r, self.norm * (residual + F32_ROUNDING * rounding))),
         });
         Ok((reuse, xx))
     }
@@ -559,10 +634,8 @@ impl StageMemo {
             for index in self.indexes.values_mut() {
                 index.remove(id);
             }
-            for last in &mut self.last {
-                if *last == Some(id) {
-                    *last = None;
-                }
+            for history in &mut self.history {
+                history.retain(|&e| e != id);
             }
         }
         Ok(Some(slot))
