@@ -642,3 +642,58 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
         std::fs::read(p("estimated/recon.tif")).unwrap()
     );
 }
+
+#[test]
+fn bench_memo_prints_every_run_and_writes_the_frontier() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frontier");
+    let o = lamino(
+        &[
+            "bench",
+            "memo",
+            "--json",
+            "--size",
+            "16",
+            "--iterations",
+            "10",
+            "--chunk",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // exact, off at the memo chunking, six mlr and six certified settings.
+    assert_eq!(lines.len(), 14);
+    assert_eq!(lines[0]["policy"], "exact");
+    assert_eq!(lines[0]["accuracy"], 1.0);
+    for l in &lines {
+        for field in [
+            "accuracy",
+            "normalized_time",
+            "hit_rate",
+            "lookup_ms_median",
+            "lookup_ms_p99",
+            "cache_bytes",
+        ] {
+            assert!(l.get(field).is_some(), "{field} missing in {l}");
+        }
+    }
+    assert_eq!(
+        lines.iter().filter(|l| l["policy"] == "certified").count(),
+        6
+    );
+    assert!(out.join("memo_frontier.csv").exists() && out.join("memo_frontier.png").exists());
+    let o = lamino(&["bench", "memo", "--iterations", "5"], true);
+    assert!(
+        !o.status.success() && stderr(&o).contains("at least 10"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -177,11 +177,11 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
     })?;
     let csv_path = dir.join("memo_frontier.csv");
     let mut csv = String::from(
-        "policy,param,accuracy,normalized_time,time_s,hit_rate,lookup_ms_median,lookup_ms_p99,cache_bytes,rel_l2_truth\n",
+        "policy,param,accuracy,normalized_time,time_s,hit_rate,lookup_ms_median,lookup_ms_p99,cache_bytes,rel_l2_truth,error\n",
     );
     for p in points {
         csv.push_str(&format!(
-            "{},{},{:.6},{:.4},{:.3},{:.4},{:.5},{:.5},{},{:.5}\n",
+            "{},{},{:.6},{:.4},{:.3},{:.4},{:.5},{:.5},{},{:.5},{}\n",
             p.policy,
             p.param.map_or(String::new(), |v| v.to_string()),
             p.accuracy,
@@ -191,11 +191,12 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
             p.lookup_ms_median,
             p.lookup_ms_p99,
             p.cache_bytes,
-            p.rel_l2_truth
+            p.rel_l2_truth,
+            p.error.as_deref().unwrap_or("").replace(',', ";")
         ));
     }
     for (tau, accuracy, time) in PAPER_POINTS {
-        csv.push_str(&format!("paper_mlr,{tau},{accuracy},{time},,,,,,\n"));
+        csv.push_str(&format!("paper_mlr,{tau},{accuracy},{time},,,,,,,\n"));
     }
     write_atomically(&csv_path, |tmp| {
         std::fs::write(tmp, &csv).map_err(|e| e.to_string())
@@ -214,6 +215,18 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
         select("off"),
     );
     let paper: Vec<(f64, f64)> = PAPER_POINTS.iter().map(|&(_, a, t)| (t, a)).collect();
+    // Runs that diverged are drawn at accuracy 0 (at their time to failure): say so.
+    let label = |name: &str, text: &str| {
+        if points.iter().any(|p| p.policy == name && p.error.is_some()) {
+            format!("{text} (at 0: diverged)")
+        } else {
+            text.to_string()
+        }
+    };
+    let (mlr_label, certified_label) = (
+        label("mlr", "lamino mlr:tau"),
+        label("certified", "lamino certified:tol"),
+    );
     let x_max = points
         .iter()
         .map(|p| p.normalized_time)
@@ -228,14 +241,14 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
             connect: true,
         },
         Series {
-            label: "lamino mlr:tau",
+            label: &mlr_label,
             color: [214, 96, 20],
             marker: Marker::Square,
             points: &mlr,
             connect: true,
         },
         Series {
-            label: "lamino certified:tol",
+            label: &certified_label,
             color: [30, 90, 200],
             marker: Marker::Circle,
             points: &certified,
@@ -273,4 +286,70 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
         reason: e.to_string(),
     })?;
     Ok(vec![csv_path, png_path])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(
+        policy: &str,
+        param: Option<f64>,
+        accuracy: f64,
+        time: f64,
+        error: bool,
+    ) -> FrontierPoint {
+        FrontierPoint {
+            policy: policy.to_string(),
+            param,
+            accuracy,
+            normalized_time: time,
+            time_s: 10.0 * time,
+            hit_rate: 0.5,
+            lookup_ms_median: 0.01,
+            lookup_ms_p99: 0.1,
+            cache_bytes: 1 << 20,
+            rel_l2_truth: 0.5,
+            size: 16,
+            outer_iterations: 10,
+            inner_solver: "ConjugateGradient".into(),
+            error: error.then(|| "the residual became non-finite, at outer iteration 2".into()),
+        }
+    }
+
+    #[test]
+    fn writes_every_run_and_the_paper_points_to_csv_and_a_png() {
+        let points = [
+            point("exact", None, 1.0, 1.0, false),
+            point("off", None, 1.0, 1.02, false),
+            point("mlr", Some(0.9), 0.0, 0.3, true),
+            point("certified", Some(0.01), 0.995, 1.1, false),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let written = write_frontier(dir.path(), &points).unwrap();
+        let csv = std::fs::read_to_string(&written[0]).unwrap();
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 1 + points.len() + PAPER_POINTS.len());
+        let columns = lines[0].split(',').count();
+        assert!(
+            lines.iter().all(|l| l.split(',').count() == columns),
+            "{csv}"
+        );
+        assert!(
+            lines[3].starts_with("mlr,0.9,0.000000,0.3000,"),
+            "{}",
+            lines[3]
+        );
+        assert!(
+            lines[3].ends_with("non-finite; at outer iteration 2"),
+            "{}",
+            lines[3]
+        );
+        assert!(lines
+            .last()
+            .unwrap()
+            .starts_with("paper_mlr,0.96,0.973,0.94,"));
+        let png = image::open(&written[1]).unwrap();
+        assert_eq!((png.width(), png.height()), (800, 600));
+    }
 }

@@ -235,15 +235,13 @@ impl StageKernels {
         let s = self.read_sums(ctx, DOT_VALUES, reduce_groups(input.len()))?;
         let k = count.min(MAX_CANDIDATES);
         let mut gram = vec![vec![Complex64::default(); k]; k];
-        let mut pair = 0;
-        for a in 0..MAX_CANDIDATES {
-            for b in a + 1..MAX_CANDIDATES {
-                if b < k {
-                    let g = Complex64::new(s[13 + 2 * pair], s[14 + 2 * pair]);
-                    gram[a][b] = g;
-                    gram[b][a] = g.conj();
-                }
-                pair += 1;
+        // Pairs (a, b), a < b, in the shader's order over all MAX_CANDIDATES.
+        let pairs = (0..MAX_CANDIDATES).flat_map(|a| (a + 1..MAX_CANDIDATES).map(move |b| (a, b)));
+        for (pair, (a, b)) in pairs.enumerate() {
+            if b < k {
+                let g = Complex64::new(s[13 + 2 * pair], s[14 + 2 * pair]);
+                gram[a][b] = g;
+                gram[b][a] = g.conj();
             }
         }
         for (a, row) in gram.iter_mut().enumerate() {

@@ -160,15 +160,17 @@ fn least_squares(dots: &gpu::Dots) -> Option<(Vec<num_complex::Complex64>, f64)>
     let mut kept = Vec::new();
     for i in 0..k {
         let pivot = m[i][i];
-        if !(pivot.re > DEPENDENT * dots.gram[i][i].re) || !pivot.re.is_finite() {
+        // NaN pivots fail this comparison too.
+        let independent = pivot.re > DEPENDENT * dots.gram[i][i].re;
+        if !independent || !pivot.re.is_finite() {
             continue;
         }
         kept.push(i);
-        for r in i + 1..k {
-            let f = m[r][i] / pivot;
-            for c in i..=k {
-                let v = m[i][c];
-                m[r][c] -= f * v;
+        let pivot_row = m[i].clone();
+        for row in m.iter_mut().skip(i + 1) {
+            let f = row[i] / pivot;
+            for (v, p) in row.iter_mut().zip(&pivot_row).skip(i) {
+                *v -= f * p;
             }
         }
     }
@@ -647,6 +649,7 @@ mod tests {
     use super::*;
     use crate::gpu::{DeviceOptions, DeviceSelection};
     use crate::operator::{Geometry, OperatorOptions, Space};
+    use num_complex::Complex64;
 
     fn ctx() -> GpuContext {
         GpuContext::new(&DeviceOptions {
@@ -690,6 +693,55 @@ mod tests {
             }
         }
         key
+    }
+
+    /// The normal equations of candidates `cs` against `x`, in f64.
+    fn dots_of(x: &[Complex64], cs: &[Vec<Complex64>]) -> gpu::Dots {
+        let inner = |a: &[Complex64], b: &[Complex64]| -> Complex64 {
+            a.iter().zip(b).map(|(u, v)| u.conj() * v).sum()
+        };
+        gpu::Dots {
+            xx: inner(x, x).re,
+            b: cs.iter().map(|c| inner(c, x)).collect(),
+            gram: cs
+                .iter()
+                .map(|a| cs.iter().map(|b| inner(a, b)).collect())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn least_squares_recovers_combinations_and_drops_dependent_candidates() {
+        let mut rng = SplitMix64::new(4);
+        let mut random = || -> Vec<Complex64> {
+            (0..50)
+                .map(|_| Complex64::new(rng.next_f64() - 0.5, rng.next_f64() - 0.5))
+                .collect()
+        };
+        let (c0, c1) = (random(), random());
+        let (a0, a1) = (Complex64::new(0.7, -0.2), Complex64::new(-1.3, 0.4));
+        let x: Vec<Complex64> = c0.iter().zip(&c1).map(|(u, v)| a0 * u + a1 * v).collect();
+        // c2 = 2 c0 is dependent: it gets coefficient 0 and the fit is still exact.
+        let c2: Vec<Complex64> = c0.iter().map(|u| u * 2.0).collect();
+        let (alpha, r2) = least_squares(&dots_of(&x, &[c0.clone(), c2, c1.clone()])).unwrap();
+        assert!(
+            (alpha[0] - a0).norm() < 1e-9 && (alpha[2] - a1).norm() < 1e-9,
+            "{alpha:?}"
+        );
+        assert_eq!(alpha[1], Complex64::default());
+        assert!(r2 < 1e-12, "{r2}");
+        // A random x keeps most of its norm: the estimate is the true relative residual.
+        let y = random();
+        let (alpha, r2) = least_squares(&dots_of(&y, &[c0.clone(), c1.clone()])).unwrap();
+        let fit: f64 = y
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v - alpha[0] * c0[i] - alpha[1] * c1[i]).norm_sqr())
+            .sum::<f64>()
+            / y.iter().map(|v| v.norm_sqr()).sum::<f64>();
+        assert!((r2 - fit).abs() < 1e-12 && r2 > 0.5, "{r2} vs {fit}");
+        assert!(least_squares(&dots_of(&y, &[])).is_none());
+        assert!(least_squares(&dots_of(&vec![Complex64::default(); 50], &[c0])).is_none());
     }
 
     #[test]
