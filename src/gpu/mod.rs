@@ -12,3 +12,13 @@ pub use context::{
     GpuBuffer, GpuContext, SOFTWARE_OPT_IN_ENV,
 };
 pub use kernel::{BindingKind, Bound, BufferSlice, Kernel, KernelSpec, Recorder};
+
+/// A context on the best adapter, software allowed: the crate's unit tests opt in, as CI does.
+#[cfg(test)]
+pub(crate) fn test_context() -> GpuContext {
+    GpuContext::new(&DeviceOptions {
+        selection: DeviceSelection::Best,
+        allow_software: true,
+    })
+    .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
+}

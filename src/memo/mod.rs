@@ -647,17 +647,10 @@ impl StageMemo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{DeviceOptions, DeviceSelection};
     use crate::operator::{Geometry, OperatorOptions, Space};
     use num_complex::Complex64;
 
-    fn ctx() -> GpuContext {
-        GpuContext::new(&DeviceOptions {
-            selection: DeviceSelection::Best,
-            allow_software: true,
-        })
-        .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
-    }
+    use crate::gpu::test_context as ctx;
 
     /// The f64 pooling of a block: channels along `channel_axis`, PyTorch's 3x3 adaptive bins
     /// over the other two axes.

@@ -225,16 +225,9 @@ impl VectorOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{DeviceOptions, DeviceSelection};
     use crate::reference::SplitMix64;
 
-    fn ctx() -> GpuContext {
-        GpuContext::new(&DeviceOptions {
-            selection: DeviceSelection::Best,
-            allow_software: true,
-        })
-        .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
-    }
+    use crate::gpu::test_context as ctx;
 
     fn random(len: usize, seed: u64) -> Vec<f32> {
         let mut rng = SplitMix64::new(seed);
