@@ -404,13 +404,13 @@ impl StageMemo {
                     self.kernels().record_audit_diff(ctx, &mut rec, output);
                 }
                 op.record_chunk_out(&mut rec, self.stage, chunk);
+                // Submission waits for the work, so the chunk's time is complete here.
                 ctx.submit(rec)?;
                 if options.audit {
                     let error = self.kernels().read_residual(ctx, output)?.sqrt();
                     self.stats
                         .record_audit(error, reuse.certificate.map(|c| c.1));
                 }
-                ctx.wait()?;
                 for &(id, _) in &reuse.combination {
                     self.store.touch(id);
                 }
@@ -442,7 +442,6 @@ impl StageMemo {
                 }
                 op.record_chunk_out(&mut rec, self.stage, chunk);
                 ctx.submit(rec)?;
-                ctx.wait()?;
                 self.stats.misses += 1;
                 self.stats.compute_ms += t.elapsed().as_secs_f64() * 1e3;
                 if let Some((slot, key)) = stored {
