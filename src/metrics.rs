@@ -44,13 +44,30 @@ fn blur(v: &[f64], shape: [usize; 3]) -> Vec<f64> {
     cur
 }
 
+/// `(|rec - truth|^2, |truth|^2)` in f64.
+fn error_sums(rec: &[f32], truth: &[f32]) -> (f64, f64) {
+    assert_eq!(rec.len(), truth.len());
+    rec.iter().zip(truth).fold((0.0, 0.0), |(d, n), (&a, &b)| {
+        let (a, b) = (a as f64, b as f64);
+        (d + (a - b) * (a - b), n + b * b)
+    })
+}
+
+fn relative(diff2: f64, norm2: f64) -> f64 {
+    (diff2 / norm2.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// `|rec - truth| / |truth|`, accumulated in f64.
+pub fn rel_l2(rec: &[f32], truth: &[f32]) -> f64 {
+    let (diff2, norm2) = error_sums(rec, truth);
+    relative(diff2, norm2)
+}
+
 /// Scores `rec` against `truth`, both (n0, n1, n2) volumes.
 pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
-    assert_eq!(rec.len(), truth.len());
+    let (diff2, norm2) = error_sums(rec, truth);
     let x: Vec<f64> = rec.iter().map(|&v| v as f64).collect();
     let y: Vec<f64> = truth.iter().map(|&v| v as f64).collect();
-    let diff2: f64 = x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum();
-    let norm2: f64 = y.iter().map(|b| b * b).sum();
     let (lo, hi) = y
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &b| {
@@ -79,7 +96,7 @@ pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
         .sum::<f64>()
         / x.len() as f64;
     Score {
-        rel_l2: (diff2 / norm2.max(f64::MIN_POSITIVE)).sqrt(),
+        rel_l2: relative(diff2, norm2),
         psnr: 10.0 * (range * range / mse.max(f64::MIN_POSITIVE)).log10(),
         ssim,
     }

@@ -69,29 +69,9 @@ fn chunk_of(volume: &[Complex32], y0: usize) -> Vec<Complex32> {
     out
 }
 
-/// The f64 reference of the pooled key of a U1 chunk: channels (y, part), 3x3 PyTorch bins over
-/// (z, x).
+/// The f64 reference key of the U1 chunk of rows `[y0, y0 + ROWS)` of a volume.
 fn pooled_key(volume: &[Complex32], y0: usize) -> Vec<f64> {
-    let bins = |i: usize, n: usize| (i * n / 3)..((i + 1) * n).div_ceil(3);
-    let mut key = Vec::new();
-    for y in y0..y0 + ROWS {
-        for part in 0..2 {
-            for bi in 0..3 {
-                for bj in 0..3 {
-                    let (mut sum, mut cells) = (0.0, 0.0);
-                    for z in bins(bi, N) {
-                        for x in bins(bj, N) {
-                            let c = volume[(z * N + y) * N + x];
-                            sum += if part == 0 { c.re } else { c.im } as f64;
-                            cells += 1.0;
-                        }
-                    }
-                    key.push(sum / cells);
-                }
-            }
-        }
-    }
-    key
+    lamino::reference::pooled_key(volume, y0 * N, [N * N, N, 1], [N, ROWS, N], 1)
 }
 
 fn cosine(a: &[f64], b: &[f64]) -> f64 {

@@ -39,11 +39,7 @@ fn chip(n: usize) -> Vec<f32> {
     u
 }
 
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
-}
+use lamino::metrics::rel_l2 as rel_err;
 
 fn setup(n: usize) -> (Geometry, Vec<f32>, Vec<f32>) {
     let g = Geometry::cube(n, n, PI / 2.0 + 30f64.to_radians());

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{MemoOptions, MemoPolicy};
 use crate::gpu::GpuContext;
 use crate::io::{write_atomically, IoError};
+use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions};
 use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};
 use crate::recon::{Projections, ReconError, Reconstruction, Reconstructor};
@@ -61,12 +62,6 @@ pub struct FrontierConfig {
     /// Solver parameters of every run (their outer iterations included).
     pub params: AdmmParams,
     pub memo: MemoOptions,
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
 }
 
 fn run(

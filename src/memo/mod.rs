@@ -651,42 +651,6 @@ mod tests {
 
     use crate::gpu::test_context as ctx;
 
-    /// The f64 pooling of a block: channels along `channel_axis`, PyTorch's 3x3 adaptive bins
-    /// over the other two axes.
-    fn pool_reference(values: &[Complex32], block: &Block) -> Vec<f64> {
-        let e = block.extents.map(|v| v as usize);
-        let s = block.view.strides.map(|v| v as usize);
-        let (a, b) = match block.channel_axis {
-            0 => (1, 2),
-            1 => (0, 2),
-            _ => (0, 1),
-        };
-        let bins = |i: usize, n: usize| (i * n / 3)..((i + 1) * n).div_ceil(3);
-        let mut key = Vec::new();
-        for ch in 0..e[block.channel_axis] {
-            for part in 0..2 {
-                for bi in 0..3 {
-                    for bj in 0..3 {
-                        let (mut sum, mut cells) = (0.0, 0.0);
-                        for i in bins(bi, e[a]) {
-                            for j in bins(bj, e[b]) {
-                                let at = block.view.offset as usize
-                                    + ch * s[block.channel_axis]
-                                    + i * s[a]
-                                    + j * s[b];
-                                let c = values[at];
-                                sum += if part == 0 { c.re } else { c.im } as f64;
-                                cells += 1.0;
-                            }
-                        }
-                        key.push(sum / cells);
-                    }
-                }
-            }
-        }
-        key
-    }
-
     /// The normal equations of candidates `cs` against `x`, in f64.
     fn dots_of(x: &[Complex64], cs: &[Vec<Complex64>]) -> gpu::Dots {
         let inner = |a: &[Complex64], b: &[Complex64]| -> Complex64 {
@@ -780,7 +744,13 @@ mod tests {
             let local: Vec<Complex32> = ctx
                 .read(&input.buffer, 0, (input.buffer.bytes() / 8) as usize)
                 .unwrap();
-            let want = pool_reference(&local, input);
+            let want = crate::reference::pooled_key(
+                &local,
+                input.view.offset as usize,
+                input.view.strides.map(|s| s as usize),
+                input.extents.map(|e| e as usize),
+                input.channel_axis,
+            );
             assert_eq!(key.len(), want.len(), "{stage:?}");
             for (i, (&got, &w)) in key.iter().zip(&want).enumerate() {
                 assert!(
