@@ -536,24 +536,27 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let tiff_args = |extra: &[&str], out: &str| {
+    // `reconstruct` of the TIFF stack with an angle list (if any), extra options and an output.
+    let run_tiff = |angles: Option<&str>, extra: &[&str], out: &str| {
+        let (data, out) = (s(p("data.tif")), s(p(out)));
+        let angles = angles.map(|a| s(p(a)));
         let mut a = vec![
-            "reconstruct".to_string(),
-            s(p("data.tif")),
-            "--angles".into(),
-            s(p("angles.txt")),
-            "--tilt-deg".into(),
-            "30".into(),
-            "--out".into(),
-            s(p(out)),
-            "--quiet".into(),
+            "reconstruct",
+            &data,
+            "--tilt-deg",
+            "30",
+            "--out",
+            &out,
+            "--quiet",
         ];
-        a.extend(extra.iter().map(|e| e.to_string()));
-        a
+        if let Some(angles) = &angles {
+            a.extend(["--angles", angles.as_str()]);
+        }
+        a.extend(extra);
+        lamino(&a, true)
     };
     let flats = s(p("flats.tif"));
-    let args = tiff_args(&["--flats", &flats], "from_tiff");
-    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    let o = run_tiff(Some("angles.txt"), &["--flats", &flats], "from_tiff");
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         std::fs::read(p("from_h5/recon.tif")).unwrap(),
@@ -561,54 +564,30 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
     );
 
     // Missing angles, a wrong angle count, or no shading source: clear errors.
-    let o = lamino(
-        &[
-            "reconstruct",
-            &s(p("data.tif")),
-            "--tilt-deg",
-            "30",
-            "--flats",
-            &flats,
-            "--out",
-            &s(p("x")),
-        ],
-        true,
-    );
+    let o = run_tiff(None, &["--flats", &flats], "x");
     assert!(
         !o.status.success() && stderr(&o).contains("--angles"),
         "{}",
         stderr(&o)
     );
     std::fs::write(p("short.txt"), "0\n10\n").unwrap();
-    let o = lamino(
-        &[
-            "reconstruct",
-            &s(p("data.tif")),
-            "--angles",
-            &s(p("short.txt")),
-            "--tilt-deg",
-            "30",
-            "--flats",
-            &flats,
-            "--out",
-            &s(p("x")),
-        ],
-        true,
-    );
+    let o = run_tiff(Some("short.txt"), &["--flats", &flats], "x");
     assert!(
         !o.status.success() && stderr(&o).contains("lists 2 angles for 16 projections"),
         "{}",
         stderr(&o)
     );
-    let args = tiff_args(&[], "x");
-    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    let o = run_tiff(Some("angles.txt"), &[], "x");
     assert!(
         !o.status.success() && stderr(&o).contains("--flatfield envelope"),
         "{}",
         stderr(&o)
     );
-    let args = tiff_args(&["--flats", &flats, "--flatfield", "envelope"], "x");
-    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    let o = run_tiff(
+        Some("angles.txt"),
+        &["--flats", &flats, "--flatfield", "envelope"],
+        "x",
+    );
     assert!(
         !o.status.success() && stderr(&o).contains("cannot be used with"),
         "{}",
@@ -617,8 +596,11 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
 
     // Without flats the open beam comes from the projections: this scan's is uniform (I0), so
     // the volume is close to the one reconstructed with the flats.
-    let args = tiff_args(&["--flatfield", "envelope"], "estimated");
-    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    let o = run_tiff(
+        Some("angles.txt"),
+        &["--flatfield", "envelope"],
+        "estimated",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let o = lamino(
         &[
@@ -633,8 +615,11 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
     eprintln!("--flatfield envelope vs --flats: {score}");
     assert!(score["rel_l2"].as_f64().unwrap() < 0.1, "{score}");
     // `basic` (the spelling) runs the same estimate and says why it is not BaSiC.
-    let args = tiff_args(&["--flatfield", "basic"], "estimated_basic");
-    let o = lamino(&args.iter().map(String::as_str).collect::<Vec<_>>(), true);
+    let o = run_tiff(
+        Some("angles.txt"),
+        &["--flatfield", "basic"],
+        "estimated_basic",
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("envelope method"), "{}", stderr(&o));
     assert_eq!(
