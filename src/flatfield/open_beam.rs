@@ -149,21 +149,11 @@ impl OpenBeam {
     /// `I/(I0·S)` below [`RATIO_FLOOR`](crate::io::RATIO_FLOOR) raised to it (as flat/dark
     /// normalisation does); returns them and the number raised.
     pub fn line_integrals(&self, intensities: &[f32]) -> (Vec<f32>, usize) {
-        let floor = crate::io::RATIO_FLOOR;
         let mut clamped = 0;
         let values = intensities
             .chunks(self.height * self.width)
             .flat_map(|frame| frame.iter().zip(&self.log_open_beam))
-            .map(|(&i, &level)| {
-                let ratio = i as f64 / level.exp();
-                let ratio = if ratio < floor {
-                    clamped += 1;
-                    floor
-                } else {
-                    ratio
-                };
-                -ratio.ln() as f32
-            })
+            .map(|(&i, &level)| crate::io::attenuation(i as f64 / level.exp(), &mut clamped))
             .collect();
         (values, clamped)
     }

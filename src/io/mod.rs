@@ -8,6 +8,7 @@ mod npy;
 mod volume;
 
 pub use dxchange::{read_dxchange, write_dxchange, write_volume_h5, Scan};
+pub(crate) use normalize::attenuation;
 pub use normalize::{normalize, NormalizeError, Normalized, RATIO_FLOOR};
 pub use npy::{npy_descr, read_complex_npy, write_complex_npy, ComplexArray};
 pub use volume::{

@@ -8,6 +8,18 @@ use super::Stack;
 /// logarithm, capping a line integral at `-ln(1e-6) ≈ 13.8` instead of infinity or NaN.
 pub const RATIO_FLOOR: f64 = 1e-6;
 
+/// `-ln(ratio)` of a transmission ratio raised to [`RATIO_FLOOR`] first (counted in `clamped`),
+/// so that dead pixels and noise give a large finite attenuation instead of infinity or NaN.
+pub(crate) fn attenuation(ratio: f64, clamped: &mut usize) -> f32 {
+    let ratio = if ratio < RATIO_FLOOR {
+        *clamped += 1;
+        RATIO_FLOOR
+    } else {
+        ratio
+    };
+    -ratio.ln() as f32
+}
+
 /// Errors of [`normalize`].
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -105,13 +117,7 @@ pub fn normalize(data: &Stack, flats: &Stack, darks: &Stack) -> Result<Normalize
         .map(|(&i, (&f, &d))| {
             let den = f - d;
             let ratio = if den > 0.0 { (i as f64 - d) / den } else { 0.0 };
-            let ratio = if ratio < RATIO_FLOOR {
-                clamped += 1;
-                RATIO_FLOOR
-            } else {
-                ratio
-            };
-            -ratio.ln() as f32
+            attenuation(ratio, &mut clamped)
         })
         .collect();
     Ok(Normalized {
