@@ -10,6 +10,7 @@ pub mod error;
 pub mod fft;
 pub mod flatfield;
 pub mod gpu;
+pub mod input;
 pub mod io;
 pub mod memo;
 pub mod metrics;

@@ -78,6 +78,21 @@ impl Geometry {
         }
     }
 
+    /// The reference's volume for a `deth x detw` detector: `(deth, detw, detw)`, at the angles
+    /// `theta` (radians) and tilt `phi` (radians), with the default gridding accuracy.
+    pub fn for_detector(deth: usize, detw: usize, theta: Vec<f64>, phi: f64) -> Self {
+        Self {
+            n0: deth,
+            n1: detw,
+            n2: detw,
+            deth,
+            detw,
+            theta,
+            phi,
+            eps: DEFAULT_EPS,
+        }
+    }
+
     /// Number of projection angles.
     pub fn ntheta(&self) -> usize {
         self.theta.len()

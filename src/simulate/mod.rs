@@ -13,9 +13,11 @@
 
 mod noise;
 mod presets;
+mod scan;
 
 pub use noise::{measure, poisson, Measurement, Noise, SimulateError};
 pub use presets::{blobs, chip, shepp, PhantomKind};
+pub use scan::{simulated_scan, ScanSpec, SimulatedScan};
 
 use crate::operator::Geometry;
 

@@ -15,6 +15,9 @@ pub enum SimulateError {
     /// A line integral is NaN or infinite, or so negative that I0 exp(-P) overflows.
     #[error("line integral {index} is {value}: expected a finite value")]
     BadProjection { index: usize, value: f32 },
+    /// The scan's geometry is not valid (odd or zero sizes, no angles, tilt out of range).
+    #[error(transparent)]
+    Geometry(#[from] crate::operator::GeometryError),
 }
 
 /// Noise model of [`measure`].

@@ -1,0 +1,293 @@
+//! `lamino bench`: the user-facing figures (FFT, operator, ADMM, memo frontier, BaSiC).
+
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+
+use lamino::memo::MemoOptions;
+use lamino::solver::{AdmmParams, InnerSolver};
+
+use super::{Cli, CliResult};
+
+#[derive(Subcommand)]
+pub enum BenchWhat {
+    /// Batched FFTs against a copy kernel (bandwidth bound) and rustfft on all CPU cores, with
+    /// each strategy that applies (`*` marks the one chosen automatically on this device).
+    Fft {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per shape (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+        /// Bytes each shape is batched up to.
+        #[arg(long, default_value_t = 64 << 20)]
+        bytes: u64,
+    },
+    /// Outer ADMM-TV iterations: time per iteration, operator share, device memory.
+    Admm {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector, n angles by default).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Projection angles (default: the size).
+        #[arg(long)]
+        angles: Option<usize>,
+        /// Timed outer iterations (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        iterations: usize,
+    },
+    /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
+    /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU and certified:TOL
+    /// for six TOL; one line per run, and a CSV and a PNG plot (with the paper's points) in OUT.
+    Memo {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector, n angles).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Outer ADMM iterations of every run.
+        #[arg(long, default_value_t = 12)]
+        iterations: usize,
+        /// Rows per memoized chunk.
+        #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
+        chunk: usize,
+        /// Use the reference's inner solver (Dai-Yuan, fixed step, gradient recomputed from u)
+        /// with this step, instead of exact-step CG.
+        #[arg(long)]
+        dai_yuan_step: Option<f64>,
+        /// Where the CSV and PNG go.
+        #[arg(long, default_value = "lamino-bench-memo")]
+        out: PathBuf,
+    },
+    /// L and L* per stage, against the f32 CPU implementation on all cores.
+    Operator {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Projection angles (default: the size).
+        #[arg(long)]
+        angles: Option<usize>,
+        /// Timed repeats (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+    },
+    /// BaSiC fit time (100 and 1000 images of 128x128, 100 of 2048x2048 resampled to the
+    /// working grid) and transform throughput at 2048x2048, each against the f64 CPU oracle.
+    Flatfield {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Skip the f64 oracle for the 1000-image fit (it takes minutes on a laptop).
+        #[arg(long)]
+        no_slow_oracle: bool,
+    },
+}
+
+pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
+    match what {
+        BenchWhat::Fft {
+            json,
+            repeats,
+            bytes,
+        } => fft(cli, *json, *repeats, *bytes),
+        BenchWhat::Operator {
+            json,
+            size,
+            angles,
+            repeats,
+        } => operator(cli, *json, *size, *angles, *repeats),
+        BenchWhat::Admm {
+            json,
+            size,
+            angles,
+            iterations,
+        } => admm(cli, *json, *size, *angles, *iterations),
+        BenchWhat::Flatfield {
+            json,
+            no_slow_oracle,
+        } => flatfield(cli, *json, *no_slow_oracle),
+        BenchWhat::Memo {
+            json,
+            size,
+            iterations,
+            chunk,
+            dai_yuan_step,
+            out,
+        } => memo(
+            cli,
+            *json,
+            (*size, *iterations, *chunk),
+            *dai_yuan_step,
+            out,
+        ),
+    }
+}
+
+fn fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
+    let ctx = cli.context()?;
+    let copy = lamino::bench::copy_gbps(&ctx, bytes, repeats.max(1))?;
+    for shape in lamino::bench::fft_bench_shapes() {
+        for r in lamino::bench::bench_fft_shape(&ctx, &shape, bytes, repeats.max(1), copy)? {
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{:>16} x {:<6} {:<9}{} {:>9.3} ms {:>7.2} GB/s ({:.3} of copy {:.2} GB/s)  rustfft {:>9.3} ms  [{}]",
+                    format!("{:?}", r.shape),
+                    r.batch,
+                    r.strategy,
+                    if r.auto { "*" } else { " " },
+                    r.ms,
+                    r.gbps,
+                    r.gbps / r.copy_gbps,
+                    r.copy_gbps,
+                    r.rustfft_ms,
+                    r.timing
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn operator(
+    cli: &Cli,
+    json: bool,
+    size: usize,
+    angles: Option<usize>,
+    repeats: usize,
+) -> CliResult {
+    let ctx = cli.context()?;
+    for r in lamino::bench::bench_operator(&ctx, size, angles.unwrap_or(size), repeats.max(1))? {
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:<2} n={} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x) [{}]",
+                r.operator, r.size, r.angles, r.ms, r.ms_u1, r.ms_u2, r.ms_f, r.u2_points_per_s, r.cpu_ms, r.speedup_vs_cpu, r.timing
+            );
+        }
+    }
+    Ok(())
+}
+
+fn admm(cli: &Cli, json: bool, size: usize, angles: Option<usize>, iterations: usize) -> CliResult {
+    let ctx = cli.context()?;
+    let r = lamino::bench::bench_admm(&ctx, size, angles.unwrap_or(size), iterations)?;
+    if json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "n={} angles={}: {:.1} ms per outer iteration ({} inner): operator {:.1} ms, vectors and sync {:.1} ms; device memory {:.1} MiB",
+            r.size,
+            r.angles,
+            r.ms_per_iteration,
+            r.inner_iterations,
+            r.ms_operator,
+            r.ms_vector_and_sync,
+            r.device_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
+}
+
+fn memo(
+    cli: &Cli,
+    json: bool,
+    (size, iterations, chunk): (usize, usize, usize),
+    dai_yuan_step: Option<f64>,
+    out: &Path,
+) -> CliResult {
+    use lamino::memo::frontier::{run_frontier, write_frontier, FrontierConfig};
+    if iterations < 10 {
+        return Err("the frontier needs at least 10 outer iterations per run".into());
+    }
+    let ctx = cli.context()?;
+    let mut params = AdmmParams {
+        outer_iterations: iterations,
+        ..AdmmParams::default()
+    };
+    if let Some(step) = dai_yuan_step {
+        params.inner = InnerSolver::DaiYuan { step };
+    }
+    let config = FrontierConfig {
+        size,
+        params,
+        memo: MemoOptions {
+            chunk_rows: chunk,
+            ..MemoOptions::default()
+        },
+    };
+    eprintln!(
+        "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, on {}",
+        params.inner,
+        ctx.info()
+    );
+    let points = run_frontier(&ctx, &config, |p| {
+        if json {
+            println!("{}", serde_json::to_string(p).expect("serialisable"));
+        } else {
+            println!(
+                "{:<9} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s)  hits {:.1}%  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
+                p.policy,
+                p.param.map_or(String::from("-"), |v| v.to_string()),
+                p.accuracy,
+                p.normalized_time,
+                p.time_s,
+                100.0 * p.hit_rate,
+                p.lookup_ms_median,
+                p.lookup_ms_p99,
+                p.cache_bytes as f64 / (1 << 20) as f64
+            );
+        }
+    })?;
+    for path in write_frontier(out, &points)? {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn flatfield(cli: &Cli, json: bool, no_slow_oracle: bool) -> CliResult {
+    use lamino::flatfield::bench::{bench_fit, bench_transform};
+    let ctx = cli.context()?;
+    let runs: Vec<Box<dyn Fn() -> Result<_, lamino::flatfield::FlatfieldError>>> = vec![
+        Box::new(|| bench_fit(&ctx, 100, 128, true)),
+        Box::new(|| bench_fit(&ctx, 1000, 128, !no_slow_oracle)),
+        Box::new(|| bench_fit(&ctx, 100, 2048, true)),
+        Box::new(|| bench_transform(&ctx, 100, 2048)),
+    ];
+    for run in runs {
+        let r = run()?;
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:>9} {:>5} x {}x{}: GPU {:.2} s, CPU oracle {}{}  device {:.1} MiB, host peak {}",
+                r.what,
+                r.images,
+                r.height,
+                r.width,
+                r.gpu_s,
+                r.cpu_s
+                    .map_or("-".into(), |c| format!("{c:.2} s (x{:.2})", c / r.gpu_s)),
+                r.gpu_images_per_s.map_or(String::new(), |g| format!(
+                    ", {g:.1} vs {:.1} images/s",
+                    r.cpu_images_per_s.unwrap_or(0.0)
+                )),
+                r.device_bytes as f64 / (1 << 20) as f64,
+                r.host_peak_bytes.map_or("-".into(), |b| format!(
+                    "{:.0} MiB",
+                    b as f64 / (1 << 20) as f64
+                )),
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,34 @@
+//! `lamino devices`: every adapter wgpu finds, with the facts that decide whether lamino can use it.
+
+use lamino::gpu::list_adapters;
+
+use super::CliResult;
+
+pub fn run(json: bool) -> CliResult {
+    let adapters = list_adapters();
+    if adapters.is_empty() {
+        println!("no GPU adapters found (is a Vulkan, Metal or DX12 driver installed?)");
+    }
+    for a in adapters {
+        if json {
+            println!("{}", serde_json::to_string(&a)?);
+        } else {
+            println!(
+                "[{}] {}\n    backend {}, type {}{}, driver {} {}\n    max buffer {} MiB, max storage binding {} MiB, workgroup memory {} KiB, {} invocations/workgroup, timestamps {}",
+                a.index,
+                a.name,
+                a.backend,
+                a.device_type,
+                if a.software { " (software: needs --allow-software-gpu)" } else { "" },
+                a.driver,
+                a.driver_info,
+                a.max_buffer_bytes >> 20,
+                a.max_storage_binding_bytes >> 20,
+                a.max_workgroup_storage_bytes >> 10,
+                a.max_invocations_per_workgroup,
+                a.timestamps
+            );
+        }
+    }
+    Ok(())
+}

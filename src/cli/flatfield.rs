@@ -1,0 +1,211 @@
+//! `lamino flatfield fit / apply`: BaSiC flat-field and dark-field estimation and correction.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+
+use lamino::flatfield::BasicParams;
+
+use super::progress::bar;
+use super::{Cli, CliResult};
+
+#[derive(Subcommand)]
+pub enum FlatfieldOp {
+    /// Estimate flat-field, dark-field and baseline from a stack (multi-page TIFF or .npy, u8,
+    /// u16 or f32) and write them to a directory (.npy, .tif, PNG previews, report.json).
+    Fit {
+        stack: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        params: FitArgs,
+    },
+    /// Correct a stack with fitted fields: (I - D) / max(S, flat_min), written as float32 to
+    /// DIR/corrected.npy (or .tif for TIFF input), streamed in batches.
+    Apply {
+        stack: PathBuf,
+        #[arg(long)]
+        fields: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// Lower clamp of the flat-field divisor (default 0.1: at most 10x amplification).
+        #[arg(long)]
+        flat_min: Option<f32>,
+        /// Keep negative corrected values instead of clipping them at 0.
+        #[arg(long)]
+        keep_negative: bool,
+    },
+}
+
+/// Fit parameters; every one defaults to the quality-first value of `BasicParams::default()`
+/// and any change is echoed.
+#[derive(Args)]
+pub struct FitArgs {
+    /// Start from KINTSUGI's configuration (pixel sorting on) to reproduce its results.
+    #[arg(long)]
+    kintsugi_compat: bool,
+    /// Do not estimate the dark-field.
+    #[arg(long)]
+    no_darkfield: bool,
+    #[arg(long)]
+    max_iterations: Option<usize>,
+    #[arg(long)]
+    optimization_tolerance: Option<f64>,
+    #[arg(long)]
+    max_reweight_iterations: Option<usize>,
+    #[arg(long)]
+    reweighting_tolerance: Option<f64>,
+    #[arg(long)]
+    working_size: Option<usize>,
+    #[arg(long)]
+    epsilon: Option<f64>,
+    /// λ_F (default: automatic from the mean image's DCT).
+    #[arg(long)]
+    lambda_flatfield: Option<f64>,
+    /// λ_D (default: darkfield_ratio · λ_F).
+    #[arg(long)]
+    lambda_darkfield: Option<f64>,
+    #[arg(long)]
+    darkfield_ratio: Option<f64>,
+    /// Sort each pixel's values along the image axis before fitting.
+    #[arg(long)]
+    sort_intensity: bool,
+}
+
+impl FitArgs {
+    fn params(&self) -> BasicParams {
+        let mut p = if self.kintsugi_compat {
+            BasicParams::kintsugi_compat()
+        } else {
+            BasicParams::default()
+        };
+        p.get_darkfield &= !self.no_darkfield;
+        p.sort_intensity |= self.sort_intensity;
+        p.max_iterations = self.max_iterations.unwrap_or(p.max_iterations);
+        p.optimization_tolerance = self
+            .optimization_tolerance
+            .unwrap_or(p.optimization_tolerance);
+        p.max_reweight_iterations = self
+            .max_reweight_iterations
+            .unwrap_or(p.max_reweight_iterations);
+        p.reweighting_tolerance = self
+            .reweighting_tolerance
+            .unwrap_or(p.reweighting_tolerance);
+        p.working_size = self.working_size.unwrap_or(p.working_size);
+        p.epsilon = self.epsilon.unwrap_or(p.epsilon);
+        p.lambda_flatfield = self.lambda_flatfield.or(p.lambda_flatfield);
+        p.lambda_darkfield = self.lambda_darkfield.or(p.lambda_darkfield);
+        p.darkfield_ratio = self.darkfield_ratio.unwrap_or(p.darkfield_ratio);
+        p
+    }
+}
+
+pub fn run(cli: &Cli, op: &FlatfieldOp) -> CliResult {
+    match op {
+        FlatfieldOp::Fit { stack, out, params } => fit(cli, stack, out, params),
+        FlatfieldOp::Apply {
+            stack,
+            fields,
+            out,
+            flat_min,
+            keep_negative,
+        } => apply(cli, stack, fields, out, *flat_min, *keep_negative),
+    }
+}
+
+fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
+    use lamino::flatfield::{fit_prepared, io, prepare_stream};
+    let params = args.params();
+    params.validate()?;
+    for change in params.changes_from_default() {
+        eprintln!("parameter changed: {change}");
+    }
+    let mut reader = io::StackReader::open(stack)?;
+    let (n, h, w) = (reader.count(), reader.height(), reader.width());
+    eprintln!(
+        "{}: {n} images of {h}x{w} ({:?})",
+        stack.display(),
+        reader.dtype()
+    );
+    let ctx = cli.context()?;
+    let reading = bar(n as u64, "resampling", false);
+    let prepared = prepare_stream(&mut reader, &params, |done| {
+        reading.set_position(done as u64)
+    })?;
+    reading.finish();
+    let solving = bar(params.max_reweight_iterations as u64, "solves", false);
+    let fitted = fit_prepared(&ctx, &prepared, h, w, &params, |s| {
+        solving.inc(1);
+        // Printed through the bar so that it also reaches logs when stderr is not a terminal.
+        solving.suspend(|| {
+            eprintln!(
+                "solve: {} iterations, residual {:.1e}, field change {:.1e}",
+                s.iterations, s.residual, s.change
+            )
+        });
+    })?;
+    solving.finish_and_clear();
+    io::write_fields(out, &fitted.fields, Some(&fitted.report))?;
+    let r = &fitted.report;
+    println!(
+        "{} solves, reweighting {}converged (change {:.1e}); λ_F {:.4}, λ_D {:.4}; brightness spread {:.2}{}",
+        r.solves.len(),
+        if r.converged { "" } else { "NOT " },
+        r.final_change,
+        r.lambda_flatfield,
+        r.lambda_darkfield,
+        r.brightness_spread,
+        if r.fallback { "; the flat-field was unusable and was replaced by ones (fallback)" } else { "" }
+    );
+    if !r.changed_parameters.is_empty() {
+        println!("changed parameters: {}", r.changed_parameters.join(", "));
+    }
+    for w in &r.warnings {
+        println!("warning: {w}");
+    }
+    println!("fields written to {}", out.display());
+    Ok(())
+}
+
+fn apply(
+    cli: &Cli,
+    stack: &Path,
+    fields: &Path,
+    out: &Path,
+    flat_min: Option<f32>,
+    keep_negative: bool,
+) -> CliResult {
+    use lamino::flatfield::{clamped_fraction, io, transform_stream, TransformParams};
+    let defaults = TransformParams::default();
+    let params = TransformParams {
+        flat_min: flat_min.unwrap_or(defaults.flat_min),
+        clip_negative: !keep_negative,
+    };
+    if params != defaults {
+        eprintln!(
+            "transform parameters changed: flat_min = {} (default {}), clip_negative = {} (default {})",
+            params.flat_min, defaults.flat_min, params.clip_negative, defaults.clip_negative
+        );
+    }
+    let fields = io::read_fields(fields)?;
+    let mut reader = io::StackReader::open(stack)?;
+    std::fs::create_dir_all(out)?;
+    let output = out.join(if reader.is_tiff() {
+        "corrected.tif"
+    } else {
+        "corrected.npy"
+    });
+    let ctx = cli.context()?;
+    let progress = bar(reader.count() as u64, "correcting", false);
+    transform_stream(&ctx, &mut reader, &fields, &params, &output, |done| {
+        progress.set_position(done as u64)
+    })?;
+    progress.finish();
+    println!(
+        "{} images corrected to {} ({:.3} % of pixels at the flat_min clamp)",
+        reader.count(),
+        output.display(),
+        100.0 * clamped_fraction(&fields, &params)
+    );
+    Ok(())
+}

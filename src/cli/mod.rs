@@ -1,0 +1,122 @@
+//! The `lamino` command line: the argument grammar and the dispatch to one module per command.
+//! Library work (reading scans, simulating, reconstructing, benchmarking) lives in the library;
+//! these modules parse, print and choose the device.
+
+mod apply;
+mod bench;
+mod demo;
+mod devices;
+mod flatfield;
+mod progress;
+mod reconstruct;
+mod score;
+mod selftest;
+mod simulate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use lamino::gpu::{DeviceOptions, DeviceSelection, GpuContext};
+
+/// What every command returns: errors are printed once, by [`main`].
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(
+    name = "lamino",
+    version,
+    about = "Laminography reconstruction on any GPU"
+)]
+pub struct Cli {
+    /// Adapter to run on: an index from `lamino devices`, or "best" (hardware GPUs first).
+    #[arg(long, global = true, default_value = "best")]
+    device: DeviceSelection,
+    /// Accept a software adapter (lavapipe, WARP) when no hardware GPU exists. Also set by
+    /// LAMINO_ALLOW_SOFTWARE_GPU=1. Meant for tests, CI and batch runs: it is slow.
+    #[arg(long, global = true)]
+    allow_software_gpu: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List every GPU adapter with its index, type and key limits.
+    Devices {
+        /// One JSON object per adapter.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply one operator to an array file.
+    Apply {
+        #[command(subcommand)]
+        op: apply::ApplyOp,
+    },
+    /// Print benchmark figures.
+    Bench {
+        #[command(subcommand)]
+        what: bench::BenchWhat,
+    },
+    /// Reconstruct a volume with ADMM-TV. INPUT: a DXchange `.h5` scan (normalised with its
+    /// flats and darks, -log), a multi-page TIFF of intensities with an angle list, or `.npy`
+    /// line integrals (ntheta, deth, detw) with `--geometry`. Writes DIR/recon.tif, DIR/recon.h5,
+    /// DIR/report.json and DIR/preview_*.png.
+    Reconstruct(reconstruct::ReconstructArgs),
+    /// Compare a volume with the truth: prints {"rel_l2", "psnr", "ssim"} as JSON.
+    Score(score::ScoreArgs),
+    /// The built-in example: simulate a chip (a layered circuit slab) with Poisson noise,
+    /// reconstruct it with the default parameters, write previews, the report and the score.
+    Demo(demo::DemoArgs),
+    /// Check this device: GPU FFTs against an f64 CPU reference on fixed signals (1D smooth and
+    /// prime lengths, 2D, 3D), with the errors against the accuracy bound.
+    Selftest,
+    /// Simulate a scan of a preset phantom (exact analytic projections, optional Poisson noise)
+    /// and write it as DXchange HDF5 with the ground truth in /truth/volume.
+    Simulate(simulate::SimulateArgs),
+    /// BaSiC flat-field / dark-field estimation and correction.
+    Flatfield {
+        #[command(subcommand)]
+        op: flatfield::FlatfieldOp,
+    },
+}
+
+impl Cli {
+    /// A device by the global options, saying so when it is a software adapter.
+    fn context(&self) -> Result<GpuContext, lamino::GpuError> {
+        let ctx = GpuContext::new(&DeviceOptions::new(self.device, self.allow_software_gpu))?;
+        let info = ctx.info();
+        if info.software {
+            eprintln!(
+                "note: running on the software adapter {info} (opted in); expect it to be slow"
+            );
+        }
+        Ok(ctx)
+    }
+}
+
+fn run(cli: &Cli) -> CliResult {
+    match &cli.command {
+        Command::Devices { json } => devices::run(*json),
+        Command::Apply { op } => apply::run(cli, op),
+        Command::Bench { what } => bench::run(cli, what),
+        Command::Reconstruct(args) => reconstruct::run(cli, args),
+        Command::Score(args) => score::run(args),
+        Command::Demo(args) => demo::run(cli, args),
+        Command::Selftest => selftest::run(cli),
+        Command::Simulate(args) => simulate::run(args),
+        Command::Flatfield { op } => flatfield::run(cli, op),
+    }
+}
+
+/// Parses the command line, runs the command and prints its error, if any.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! `lamino score`: a reconstruction against the truth.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use lamino::input::read_volume;
+
+use super::CliResult;
+
+#[derive(Args)]
+pub struct ScoreArgs {
+    /// The reconstruction (`.tif` or `.npy`).
+    rec: PathBuf,
+    /// The ground truth (`.tif`, `.npy`, or a simulated `.h5` scan with /truth/volume).
+    truth: PathBuf,
+}
+
+pub fn run(args: &ScoreArgs) -> CliResult {
+    let (rec, truth) = (&args.rec, &args.truth);
+    let (r, t) = (read_volume(rec)?, read_volume(truth)?);
+    if r.shape != t.shape {
+        return Err(format!(
+            "{} has shape {:?} but {} has {:?}",
+            rec.display(),
+            r.shape,
+            truth.display(),
+            t.shape
+        )
+        .into());
+    }
+    println!(
+        "{}",
+        serde_json::to_string(&lamino::metrics::score(&r.values, &t.values, r.shape))?
+    );
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! `lamino selftest`: this device's FFTs against an f64 CPU reference, within the accuracy bound
+//! of the FFT issue (2e-6 + 5e-7 log10(N), doubled for prime factors above 13).
+
+use lamino::fft::{Direction, FftPlan, Normalization};
+use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+
+use super::{Cli, CliResult};
+
+pub fn run(cli: &Cli) -> CliResult {
+    let ctx = cli.context()?;
+    println!("device: {}", ctx.info());
+    let mut failures = 0;
+    let cases: [&[usize]; 6] = [
+        &[1000],
+        &[1021],
+        &[4096],
+        &[100, 60],
+        &[256, 256],
+        &[64, 64, 64],
+    ];
+    for (i, shape) in cases.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let input = SplitMix64::new(i as u64).complex_uniform(n);
+        for direction in [Direction::Forward, Direction::Inverse] {
+            let data = ctx.upload("selftest data", &input)?;
+            let plan = FftPlan::new(
+                &ctx,
+                shape,
+                shape.len(),
+                direction,
+                Normalization::None,
+                &data,
+            )?;
+            plan.execute(&ctx)?;
+            let gpu = ctx.read(&data, 0, n)?;
+            let mut reference: Vec<num_complex::Complex<f64>> = input
+                .iter()
+                .map(|c| num_complex::Complex::new(c.re as f64, c.im as f64))
+                .collect();
+            fft_last_axes(&mut reference, shape, shape.len(), direction, 2);
+            let err = max_relative_error(&gpu, &reference);
+            let bound = lamino::fft::recipe::accuracy_bound(shape);
+            // Written so that a NaN error fails.
+            let ok = err <= bound;
+            failures += usize::from(!ok);
+            println!(
+                "{:>14} {:<8} rel. max error {:.2e}  bound {:.2e}  {}",
+                format!("{shape:?}"),
+                format!("{direction:?}"),
+                err,
+                bound,
+                if ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    if failures > 0 {
+        return Err(format!("{failures} transforms exceeded the accuracy bound").into());
+    }
+    println!("all transforms within the accuracy bound");
+    Ok(())
+}

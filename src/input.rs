@@ -1,0 +1,295 @@
+//! Reading a scan into line integrals with their geometry: the input routes of `lamino
+//! reconstruct`, as a library a desktop app or a pipeline can call without the CLI.
+//!
+//! - [`ProjectionInput::LineIntegrals`]: `.npy` line integrals `-ln(I/I0)` in voxel units, shape
+//!   `(ntheta, deth, detw)`, with a geometry JSON file.
+//! - [`ProjectionInput::DXchange`]: a DXchange HDF5 scan, normalised with its own flats and darks.
+//! - [`ProjectionInput::TiffStack`]: a multi-page TIFF of intensities with an angle list (degrees,
+//!   one per line) and either white/dark fields or the open-beam estimate.
+//!
+//! DXchange and TIFF scans give the reference's volume: `(deth, detw, detw)`.
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::flatfield::{estimate_open_beam, FlatfieldError};
+use crate::io::{
+    normalize, read_complex_npy, read_dxchange, read_tiff_volume, IoError, NormalizeError, Scan,
+    Stack, RATIO_FLOOR,
+};
+use crate::operator::{Geometry, GeometryError};
+use crate::recon::{Projections, ReconError};
+
+/// Errors reading a scan; each names the file or the option at fault.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum InputError {
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    #[error(transparent)]
+    Normalize(#[from] NormalizeError),
+    #[error(transparent)]
+    Flatfield(#[from] FlatfieldError),
+    #[error(transparent)]
+    Projections(#[from] ReconError),
+    /// The file's extension names no format lamino reads for this purpose.
+    #[error("{path}: unsupported {what} format {ext:?} (expected {expected})")]
+    Format {
+        path: PathBuf,
+        what: &'static str,
+        ext: String,
+        expected: &'static str,
+    },
+    /// An array does not have the shape the geometry or the other inputs imply.
+    #[error("{path} has shape {got:?}, but {expected}")]
+    Shape {
+        path: PathBuf,
+        got: Vec<usize>,
+        expected: String,
+    },
+    /// The angle list cannot be read or does not match the projections.
+    #[error("angle list {path}: {reason}")]
+    Angles { path: PathBuf, reason: String },
+    /// Something the input needs was not given.
+    #[error("{0}")]
+    Missing(String),
+}
+
+/// How the open beam (white field) of a TIFF intensity stack is known.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shading {
+    /// Measured white fields and optional dark fields (multi-page TIFF or `.npy`), averaged.
+    Fields {
+        flats: PathBuf,
+        darks: Option<PathBuf>,
+    },
+    /// Estimated from the projections themselves ([`crate::flatfield::estimate_open_beam`]); the
+    /// intensities must already be dark-subtracted.
+    OpenBeamEnvelope,
+}
+
+/// Where the projections come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProjectionInput {
+    /// `.npy` line integrals and a geometry JSON file.
+    LineIntegrals { path: PathBuf, geometry: PathBuf },
+    /// A DXchange scan; `tilt_deg` overrides (or supplies) the tilt it records.
+    DXchange {
+        path: PathBuf,
+        tilt_deg: Option<f64>,
+    },
+    /// A TIFF intensity stack with its angles, tilt and shading.
+    TiffStack {
+        path: PathBuf,
+        angles: PathBuf,
+        tilt_deg: f64,
+        shading: Shading,
+    },
+}
+
+/// Line integrals ready to reconstruct, with what a user should be told about how they were made.
+#[derive(Debug)]
+pub struct LoadedProjections {
+    pub projections: Projections,
+    /// Facts worth printing (the open-beam fit).
+    pub notes: Vec<String>,
+    /// Things that may be wrong with the input (clamped pixels, a poor open-beam fit).
+    pub warnings: Vec<String>,
+}
+
+/// The lower-case extension of `path` ("" when it has none).
+pub fn extension(path: &Path) -> String {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+/// Reads the projections of `input` as line integrals with their geometry.
+pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, InputError> {
+    match input {
+        ProjectionInput::LineIntegrals { path, geometry } => {
+            let geometry = Geometry::read_json(geometry)?;
+            let array = read_complex_npy(path)?;
+            let expected = vec![geometry.ntheta(), geometry.deth, geometry.detw];
+            if array.shape != expected {
+                return Err(InputError::Shape {
+                    path: path.clone(),
+                    got: array.shape,
+                    expected: format!("the geometry needs (ntheta, deth, detw) = {expected:?}"),
+                });
+            }
+            let values = array.data.iter().map(|c| c.re).collect();
+            Ok(LoadedProjections {
+                projections: Projections::new(geometry, values)?,
+                notes: Vec::new(),
+                warnings: Vec::new(),
+            })
+        }
+        ProjectionInput::DXchange { path, tilt_deg } => {
+            projections_from_scan(path, read_dxchange(path)?, *tilt_deg)
+        }
+        ProjectionInput::TiffStack {
+            path,
+            angles,
+            tilt_deg,
+            shading,
+        } => projections_from_tiff(path, angles, *tilt_deg, shading),
+    }
+}
+
+/// Projection angles from a text file of degrees separated by white space, in radians.
+pub fn read_angle_list(path: &Path) -> Result<Vec<f64>, InputError> {
+    let bad = |reason: String| InputError::Angles {
+        path: path.into(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    text.split_whitespace()
+        .map(|t| match t.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(v.to_radians()),
+            _ => Err(bad(format!("{t:?} is not a finite angle in degrees"))),
+        })
+        .collect()
+}
+
+/// A multi-page TIFF or `.npy` intensity stack as f32 `(count, height, width)`.
+pub fn read_intensity_stack(path: &Path) -> Result<Stack, InputError> {
+    let stack = crate::flatfield::io::read_stack(path)?;
+    let values = (0..stack.count())
+        .flat_map(|i| stack.image_f32(i))
+        .collect();
+    Ok(Stack {
+        shape: [stack.count(), stack.height(), stack.width()],
+        values,
+    })
+}
+
+/// Line integrals from a multi-page TIFF of intensities, with angles from a text file and the
+/// shading from white and dark fields or the open-beam estimate.
+fn projections_from_tiff(
+    path: &Path,
+    angles: &Path,
+    tilt_deg: f64,
+    shading: &Shading,
+) -> Result<LoadedProjections, InputError> {
+    let theta = read_angle_list(angles)?;
+    let data = read_intensity_stack(path)?;
+    let [count, deth, detw] = data.shape;
+    if theta.len() != count {
+        return Err(InputError::Angles {
+            path: angles.into(),
+            reason: format!(
+                "lists {} angles for {count} projections in {}",
+                theta.len(),
+                path.display()
+            ),
+        });
+    }
+    let mut notes = Vec::new();
+    let mut warnings = Vec::new();
+    let (values, clamped) = match shading {
+        Shading::Fields { flats, darks } => {
+            let flats = read_intensity_stack(flats)?;
+            let darks = match darks {
+                Some(d) => read_intensity_stack(d)?,
+                None => Stack {
+                    shape: [1, deth, detw],
+                    values: vec![0.0; deth * detw],
+                },
+            };
+            let normalized = normalize(&data, &flats, &darks)?;
+            (normalized.projections.values, normalized.clamped)
+        }
+        Shading::OpenBeamEnvelope => {
+            let beam = estimate_open_beam(&data.values, count, deth, detw)?;
+            notes.push(format!(
+                "open beam estimated from the projections: a smooth surface on {:.0} % of the \
+                 detector (residual {:.2e} in ln I)",
+                100.0 * beam.support_fraction,
+                beam.residual_std
+            ));
+            warnings.extend(beam.warnings.iter().cloned());
+            beam.line_integrals(&data.values)
+        }
+    };
+    if clamped > 0 {
+        warnings.push(clamp_warning(clamped));
+    }
+    let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt_deg).to_radians());
+    Ok(LoadedProjections {
+        projections: Projections::new(geometry, values)?,
+        notes,
+        warnings,
+    })
+}
+
+fn clamp_warning(clamped: usize) -> String {
+    format!(
+        "{clamped} pixels had intensity <= dark or >= flat and were clamped to ratio \
+         {RATIO_FLOOR:e} (dead pixels or wrong flats?)"
+    )
+}
+
+/// Line integrals from a DXchange scan: flat/dark normalisation and -log. `tilt_deg` overrides
+/// the tilt the scan records; one of the two must exist.
+pub fn projections_from_scan(
+    path: &Path,
+    scan: Scan,
+    tilt_deg: Option<f64>,
+) -> Result<LoadedProjections, InputError> {
+    let phi = match (tilt_deg, scan.phi) {
+        (Some(t), _) => (90.0 + t).to_radians(),
+        (None, Some(phi)) => phi,
+        (None, None) => {
+            return Err(InputError::Missing(format!(
+                "{} records no tilt (/lamino/phi_deg): pass --tilt-deg",
+                path.display()
+            )))
+        }
+    };
+    let normalized = normalize(&scan.data, &scan.flats, &scan.darks)?;
+    let mut warnings = Vec::new();
+    if normalized.clamped > 0 {
+        warnings.push(clamp_warning(normalized.clamped));
+    }
+    let [_, deth, detw] = scan.data.shape;
+    let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
+    Ok(LoadedProjections {
+        projections: Projections::new(geometry, normalized.projections.values)?,
+        notes: Vec::new(),
+        warnings,
+    })
+}
+
+/// A 3D volume: float32 TIFF, `.npy` (complex64 or float32; the real part) or the ground truth
+/// `/truth/volume` of a simulated DXchange scan.
+pub fn read_volume(path: &Path) -> Result<Stack, InputError> {
+    match extension(path).as_str() {
+        "tif" | "tiff" => Ok(read_tiff_volume(path)?),
+        "h5" | "hdf5" => read_dxchange(path)?
+            .truth
+            .ok_or_else(|| InputError::Missing(format!("{} has no /truth/volume", path.display()))),
+        "npy" => {
+            let a = read_complex_npy(path)?;
+            let shape: [usize; 3] = a.shape.clone().try_into().map_err(|_| InputError::Shape {
+                path: path.into(),
+                got: a.shape.clone(),
+                expected: "a volume has three axes".into(),
+            })?;
+            Ok(Stack {
+                shape,
+                values: a.data.iter().map(|c| c.re).collect(),
+            })
+        }
+        other => Err(InputError::Format {
+            path: path.into(),
+            what: "volume",
+            ext: other.into(),
+            expected: ".tif, .npy or a simulated .h5 scan",
+        }),
+    }
+}
