@@ -60,10 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         s.spawn(move || {
             let progress_tx = tx.clone();
             let result = Reconstructor::new(ctx)
-                .params(AdmmParams {
-                    outer_iterations: 10,
-                    ..AdmmParams::default()
-                })
+                .params(AdmmParams::exactly(10))
                 .cancel_flag(worker_cancel)
                 .on_progress(move |p| {
                     let _ = progress_tx.send(Event::Progress {

@@ -328,7 +328,8 @@ pub fn bench_admm(
     let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
     let mut rng = SplitMix64::new(3);
     let data: Vec<f32> = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
-    let params = AdmmParams::default();
+    // Timed iterations of the default solver (the convergence test does not stop a benchmark).
+    let params = AdmmParams::exactly(iterations.max(1) + 1);
     let mut solver = AdmmSolver::new(ctx, &g, &data, params, &OperatorOptions::default())?;
     solver.step(ctx)?; // warm-up: pays shader compilation
     let mut times = Vec::new();

@@ -40,6 +40,14 @@ pub enum GpuError {
         bytes: u64,
         limit: u64,
     },
+    /// An allocation would take lamino's device memory past the budget it was given.
+    #[error("buffer {label:?} needs {bytes} bytes, but {held} of the {budget}-byte device budget are already held")]
+    OverBudget {
+        label: String,
+        bytes: u64,
+        held: u64,
+        budget: u64,
+    },
     /// The device ran out of memory.
     #[error("the GPU ran out of memory while {context}")]
     OutOfMemory { context: String },

@@ -26,7 +26,7 @@ use thiserror::Error;
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::solver::{AdmmParams, AdmmSolver, Checkpoint, IterationReport, SolverError};
+use crate::solver::{AdmmParams, AdmmSolver, Checkpoint, IterationReport, SolverError, StopReason};
 
 /// Errors of the reconstruction pipeline.
 #[derive(Debug, Error)]
@@ -99,6 +99,17 @@ impl Projections {
         &self.values
     }
 
+    /// The data in the operator's normalisation, what [`AdmmSolver::new`] takes: since
+    /// `L u ~ P u / sqrt(n2 ntheta)`, the line integrals divided by `sqrt(n2 ntheta)`.
+    pub fn operator_data(&self) -> Vec<f32> {
+        let g = &self.geometry;
+        let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
+        self.values
+            .iter()
+            .map(|&v| (v as f64 * scale) as f32)
+            .collect()
+    }
+
     /// Pads the detector and the volume laterally by `pad` columns on each side (edge values), as
     /// the reference does to keep objects wider than the field of view from wrapping around.
     fn padded(&self, pad: usize) -> Self {
@@ -127,10 +138,11 @@ impl Projections {
 #[derive(Debug, Clone, Copy)]
 pub struct Progress {
     pub iteration: usize,
+    /// The most iterations that will run (the safety net when the run stops on convergence).
     pub total: usize,
     pub report: IterationReport,
     pub elapsed_s: f64,
-    /// Estimated seconds left, from the mean time per iteration so far.
+    /// Seconds left if all `total` iterations run, from the mean time per iteration so far.
     pub eta_s: f64,
 }
 
@@ -145,6 +157,8 @@ pub struct Reconstruction {
     pub reports: Vec<IterationReport>,
     /// False when cancelled before the last iteration (a checkpoint was written if configured).
     pub completed: bool,
+    /// Why the iteration stopped.
+    pub stop: StopReason,
     /// The iteration a checkpoint resumed from, if any.
     pub resumed_from: Option<usize>,
     pub setup_s: f64,
@@ -254,16 +268,11 @@ impl<'a> Reconstructor<'a> {
 
     /// Reconstructs `projections`.
     pub fn run(mut self, projections: &Projections) -> Result<Reconstruction, ReconError> {
+        self.params.validate().map_err(SolverError::from)?;
         let start = Instant::now();
         let padded = projections.padded(self.pad);
         let g = padded.geometry.clone();
-        // L u ~ P u / sqrt(n2 ntheta): scale the line integrals to the operator's normalisation.
-        let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
-        let data: Vec<f32> = padded
-            .values
-            .iter()
-            .map(|&v| (v as f64 * scale) as f32)
-            .collect();
+        let data = padded.operator_data();
         if self.memo.policy.is_active() {
             let rows = Some(self.memo.chunk_rows.max(1));
             self.options.max_chunk_y = self.options.max_chunk_y.or(rows);
@@ -294,8 +303,11 @@ impl<'a> Reconstructor<'a> {
         let loop_start = Instant::now();
         let first = solver.iterations_done();
         let mut reports = Vec::new();
-        let mut completed = true;
-        while solver.iterations_done() < self.params.outer_iterations {
+        let total = self.params.outer_iterations;
+        let stop = loop {
+            if let Some(reason) = solver.stop_reason() {
+                break reason;
+            }
             let report = solver.step(self.ctx)?;
             reports.push(report);
             let done = solver.iterations_done();
@@ -303,8 +315,9 @@ impl<'a> Reconstructor<'a> {
                 .cancel
                 .as_ref()
                 .is_some_and(|c| c.load(Ordering::SeqCst));
+            let finished = solver.stop_reason().is_some();
             if let Some((path, every)) = &self.checkpoint {
-                if done % every == 0 || cancelled {
+                if done % every == 0 || (cancelled && !finished) {
                     solver
                         .checkpoint(self.ctx)?
                         .write(path)
@@ -316,17 +329,17 @@ impl<'a> Reconstructor<'a> {
                 let per = elapsed_s / (done - first) as f64;
                 f(&Progress {
                     iteration: report.iteration,
-                    total: self.params.outer_iterations,
+                    total,
                     report,
                     elapsed_s,
-                    eta_s: per * (self.params.outer_iterations - done) as f64,
+                    eta_s: per * (total - done) as f64,
                 });
             }
-            if cancelled && done < self.params.outer_iterations {
-                completed = false;
-                break;
+            if cancelled && !finished {
+                break StopReason::Cancelled;
             }
-        }
+        };
+        let completed = stop != StopReason::Cancelled;
         let full = solver.volume(self.ctx)?;
         let volume = crop(&full, &g, self.pad);
         Ok(Reconstruction {
@@ -335,6 +348,7 @@ impl<'a> Reconstructor<'a> {
             params: self.params,
             reports,
             completed,
+            stop,
             resumed_from,
             setup_s,
             iterations_s: loop_start.elapsed().as_secs_f64(),

@@ -99,10 +99,7 @@ fn solve(policy: MemoPolicy) -> (Vec<f32>, Option<MemoStats>) {
         .iter()
         .map(|c| c.re)
         .collect();
-    let params = AdmmParams {
-        outer_iterations: 3,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(3);
     let mut solver = AdmmSolver::new(ctx(), &g, &data, params, &chunked()).unwrap();
     solver.set_memo(ctx(), options(policy)).unwrap();
     solver.run(ctx(), |_| {}).unwrap();
@@ -355,10 +352,7 @@ fn the_reconstruction_report_includes_the_memo_statistics() {
         .collect();
     let projections = Projections::new(g.clone(), data).unwrap();
     let result = Reconstructor::new(ctx())
-        .params(AdmmParams {
-            outer_iterations: 2,
-            ..AdmmParams::default()
-        })
+        .params(AdmmParams::exactly(2))
         .memo(MemoOptions {
             chunk_rows: ROWS,
             ..options(MemoPolicy::Certified { tol: 1e-3 })

@@ -35,10 +35,7 @@ fn projections(n: usize) -> Projections {
 #[test]
 fn cancelling_writes_a_checkpoint_and_resuming_finishes_the_same_volume() {
     let p = projections(16);
-    let params = AdmmParams {
-        outer_iterations: 4,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(4);
     let full = Reconstructor::new(ctx()).params(params).run(&p).unwrap();
     assert!(full.completed && full.reports.len() == 4);
 
@@ -85,10 +82,7 @@ fn cancelling_writes_a_checkpoint_and_resuming_finishes_the_same_volume() {
 #[test]
 fn padding_is_cropped_and_bad_projections_are_refused() {
     let p = projections(16);
-    let params = AdmmParams {
-        outer_iterations: 1,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(1);
     let r = Reconstructor::new(ctx())
         .params(params)
         .lateral_padding(4)
@@ -120,10 +114,7 @@ fn padding_is_cropped_and_bad_projections_are_refused() {
 #[test]
 fn a_reconstruction_over_the_memory_budget_is_refused_before_allocating() {
     let p = projections(16);
-    let params = AdmmParams {
-        outer_iterations: 1,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(1);
     let done = Reconstructor::new(ctx()).params(params).run(&p).unwrap();
     let held = done.operator_device_bytes + done.solver_device_bytes;
     let ratio = done.estimated_device_bytes as f64 / held as f64;

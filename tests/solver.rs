@@ -60,7 +60,7 @@ fn admm_with_default_parameters_approaches_the_truth() {
         AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
     let mut errors = Vec::new();
     let mut reports = Vec::new();
-    while solver.iterations_done() < params.outer_iterations {
+    while solver.stop_reason().is_none() {
         reports.push(solver.step(ctx()).unwrap());
         errors.push(rel_err(&solver.volume(ctx()).unwrap(), &truth));
     }
@@ -89,10 +89,7 @@ fn admm_with_default_parameters_approaches_the_truth() {
 #[test]
 fn repeat_runs_give_the_same_bits_and_bad_data_are_refused() {
     let (g, _, data) = setup(16);
-    let params = AdmmParams {
-        outer_iterations: 3,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(3);
     let run = || {
         let mut s = AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
         s.run(ctx(), |_| {}).unwrap();
@@ -117,10 +114,7 @@ fn repeat_runs_give_the_same_bits_and_bad_data_are_refused() {
 fn resuming_from_a_checkpoint_equals_an_uninterrupted_run_bit_for_bit() {
     use lamino::solver::Checkpoint;
     let (g, _, data) = setup(16);
-    let params = AdmmParams {
-        outer_iterations: 4,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(4);
     let options = OperatorOptions::default();
     let mut straight = AdmmSolver::new(ctx(), &g, &data, params, &options).unwrap();
     straight.run(ctx(), |_| {}).unwrap();
@@ -163,9 +157,10 @@ fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() 
     use lamino::solver::InnerSolver;
     let (g, truth, data) = setup(16);
     let error = |inner| {
+        // The same number of iterations for both (the reference's 33).
         let params = AdmmParams {
             inner,
-            ..AdmmParams::default()
+            ..AdmmParams::exactly(33)
         };
         let mut s = AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
         let first = {
@@ -190,10 +185,7 @@ fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() 
 #[test]
 fn gpu_iterations_match_an_f64_cpu_implementation_of_the_same_iterations() {
     let (g, _, data) = setup(16);
-    let params = AdmmParams {
-        outer_iterations: 5,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(5);
     let mut gpu = AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
     let mut cpu = lamino::reference::CpuAdmm::new(&g, &data, params, 2);
     for it in 0..params.outer_iterations {
@@ -215,10 +207,7 @@ fn volumes_beyond_one_binding_give_the_same_bits() {
     // A 16 KiB binding cap against 16 KiB volumes, 48 KiB gradient fields and 32 KiB data: every
     // vector kernel and every operator stage runs window by window.
     let (g, _, data) = setup(16);
-    let params = AdmmParams {
-        outer_iterations: 2,
-        ..AdmmParams::default()
-    };
+    let params = AdmmParams::exactly(2);
     let run = |c: &lamino::gpu::GpuContext| {
         let mut s = AdmmSolver::new(c, &g, &data, params, &OperatorOptions::default()).unwrap();
         s.run(c, |_| {}).unwrap();

@@ -152,7 +152,9 @@ fn reduce_store(lid: u32, group: u32, value: f32) {
         }
         workgroupBarrier();
     }
-    if (lid == 0u) {
+    // A dispatch laid out in two dimensions has surplus workgroups past the last one that covers
+    // a unit: they must not write past the partial sums of their window.
+    if (lid == 0u && group * WORKGROUP < p.count) {
         z[p.oz + group] = partial[0];
     }
 }

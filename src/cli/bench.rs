@@ -210,10 +210,7 @@ fn memo(
         return Err("the frontier needs at least 10 outer iterations per run".into());
     }
     let ctx = cli.context()?;
-    let mut params = AdmmParams {
-        outer_iterations: iterations,
-        ..AdmmParams::default()
-    };
+    let mut params = AdmmParams::exactly(iterations);
     if let Some(step) = dai_yuan_step {
         params.inner = InnerSolver::DaiYuan { step };
     }

@@ -48,9 +48,13 @@ pub struct ReconstructArgs {
     /// Geometry JSON (sizes, angles in radians, phi), needed for `.npy` input.
     #[arg(long)]
     geometry: Option<PathBuf>,
-    /// Outer ADMM iterations (default 33).
-    #[arg(long)]
+    /// Run exactly N outer ADMM iterations (benchmarks, comparisons) instead of stopping on the
+    /// convergence test (the default).
+    #[arg(long, conflicts_with = "max_iterations")]
     iterations: Option<usize>,
+    /// The most outer iterations a run that stops on convergence may take (default 300).
+    #[arg(long)]
+    max_iterations: Option<usize>,
     /// Inner iterations per outer iteration (default 4).
     #[arg(long)]
     inner: Option<usize>,
@@ -133,6 +137,10 @@ impl ReconstructArgs {
     fn solver_params(&self) -> AdmmParams {
         let mut p = AdmmParams::default();
         if let Some(v) = self.iterations {
+            p.outer_iterations = v;
+            p.convergence = None;
+        }
+        if let Some(v) = self.max_iterations {
             p.outer_iterations = v;
         }
         if let Some(v) = self.inner {
@@ -232,8 +240,10 @@ pub(super) fn report_loaded(loaded: LoadedProjections, quiet: bool) -> Projectio
 }
 
 pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
-    let projections = report_loaded(load_projections(&args.projection_input()?)?, args.quiet);
+    // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
+    params.validate()?;
+    let projections = report_loaded(load_projections(&args.projection_input()?)?, args.quiet);
     let ctx = cli.context()?;
     let options = RunOptions {
         memo: args.memo.options(),
@@ -312,8 +322,8 @@ pub(super) fn run_reconstruction(
         .on_progress(|p| {
             progress.set_position(p.iteration as u64 + 1);
             progress.set_message(format!(
-                "|Lu-d|^2 {:.4e}, rho {}",
-                p.report.data_term, p.report.rho
+                "|Lu-d|^2 {:.4e}, rho {}, change {:.1e}",
+                p.report.data_term, p.report.rho, p.report.change
             ));
         });
     if o.resume {
@@ -331,6 +341,13 @@ pub(super) fn run_reconstruction(
             checkpoint.display()
         );
         return Err("interrupted".into());
+    }
+    if !o.quiet {
+        let iterations = result.reports.last().map_or(0, |r| r.iteration + 1);
+        eprintln!(
+            "stopped after {iterations} outer iterations: {}",
+            result.stop.describe()
+        );
     }
     for path in write_outputs(out, &result)? {
         if !o.quiet {

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytemuck::Pod;
@@ -189,12 +190,60 @@ pub(crate) fn choose_adapter(
     }
 }
 
+/// Device memory held by lamino's buffers on one context: now, at the peak, and the budget that
+/// no allocation may cross.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    held: AtomicU64,
+    peak: AtomicU64,
+    budget: AtomicU64,
+}
+
+impl Ledger {
+    /// Records `bytes` more, or refuses them (and records nothing) beyond the budget.
+    fn reserve(&self, bytes: u64) -> Result<(), u64> {
+        let budget = self.budget.load(Ordering::SeqCst);
+        let mut held = self.held.load(Ordering::SeqCst);
+        loop {
+            let next = held.saturating_add(bytes);
+            if budget != 0 && next > budget {
+                return Err(held);
+            }
+            match self
+                .held
+                .compare_exchange(held, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => {
+                    self.peak.fetch_max(next, Ordering::SeqCst);
+                    return Ok(());
+                }
+                Err(now) => held = now,
+            }
+        }
+    }
+}
+
+/// One allocation's entry in the ledger, released when the last handle to the buffer (its
+/// `GpuBuffer` clones and the bind groups over it) is dropped.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    bytes: u64,
+    ledger: Arc<Ledger>,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.ledger.held.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
 /// A buffer on the device with its size and label (labels show up in validation messages).
 #[derive(Debug, Clone)]
 pub struct GpuBuffer {
     pub(crate) buffer: wgpu::Buffer,
     pub(crate) bytes: u64,
     pub(crate) label: String,
+    pub(crate) allocation: Option<Arc<Allocation>>,
 }
 
 impl GpuBuffer {
@@ -219,7 +268,9 @@ pub struct GpuContext {
     info: AdapterSummary,
     limits: wgpu::Limits,
     binding_limit_override: Option<u64>,
+    workgroups_per_dimension_override: Option<u32>,
     timestamps: bool,
+    ledger: Arc<Ledger>,
     uncaptured: ErrorSlot,
     lost: Arc<Mutex<Option<String>>>,
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
@@ -287,7 +338,9 @@ impl GpuContext {
             info,
             limits,
             binding_limit_override: None,
+            workgroups_per_dimension_override: None,
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            ledger: Arc::default(),
             uncaptured,
             lost,
             kernels: Mutex::default(),
@@ -300,6 +353,42 @@ impl GpuContext {
     pub fn with_max_binding_bytes(mut self, bytes: u64) -> Self {
         self.binding_limit_override = Some(bytes.max(self.binding_alignment()));
         self
+    }
+
+    /// Caps the workgroups of one dispatch dimension below the device limit. Tests use this to
+    /// exercise the two-dimensional dispatch of large arrays at sizes lavapipe runs quickly.
+    pub fn with_max_workgroups_per_dimension(mut self, groups: u32) -> Self {
+        self.workgroups_per_dimension_override = Some(groups.max(1));
+        self
+    }
+
+    /// Refuses every allocation that would make lamino's buffers on this context hold more than
+    /// `bytes` of device memory (`GpuError::OverBudget`); 0 removes the limit.
+    pub fn set_device_budget(&self, bytes: u64) {
+        self.ledger.budget.store(bytes, Ordering::SeqCst);
+    }
+
+    /// The device budget set with [`set_device_budget`](Self::set_device_budget), if any.
+    pub fn device_budget(&self) -> Option<u64> {
+        Some(self.ledger.budget.load(Ordering::SeqCst)).filter(|&b| b != 0)
+    }
+
+    /// Bytes of device memory lamino's buffers hold now.
+    pub fn device_bytes_held(&self) -> u64 {
+        self.ledger.held.load(Ordering::SeqCst)
+    }
+
+    /// The most device memory lamino's buffers held at once since the context was created (or
+    /// since [`reset_peak_device_bytes`](Self::reset_peak_device_bytes)).
+    pub fn peak_device_bytes(&self) -> u64 {
+        self.ledger.peak.load(Ordering::SeqCst)
+    }
+
+    /// Starts a new peak measurement from what is held now.
+    pub fn reset_peak_device_bytes(&self) {
+        self.ledger
+            .peak
+            .store(self.device_bytes_held(), Ordering::SeqCst);
     }
 
     /// The adapter this context runs on.
@@ -343,7 +432,9 @@ impl GpuContext {
 
     /// Workgroups per dispatch dimension.
     pub fn max_workgroups_per_dimension(&self) -> u32 {
-        self.limits.max_compute_workgroups_per_dimension
+        let device = self.limits.max_compute_workgroups_per_dimension;
+        self.workgroups_per_dimension_override
+            .map_or(device, |o| o.min(device))
     }
 
     fn create_raw(
@@ -361,6 +452,18 @@ impl GpuContext {
         }
         // Buffers are sized in whole 4-byte words; zero-sized buffers are not bindable.
         let padded = bytes.max(4).div_ceil(4) * 4;
+        self.ledger
+            .reserve(padded)
+            .map_err(|held| GpuError::OverBudget {
+                label: label.to_string(),
+                bytes: padded,
+                held,
+                budget: self.ledger.budget.load(Ordering::SeqCst),
+            })?;
+        let allocation = Arc::new(Allocation {
+            bytes: padded,
+            ledger: self.ledger.clone(),
+        });
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -377,6 +480,7 @@ impl GpuContext {
             buffer,
             bytes,
             label: label.to_string(),
+            allocation: Some(allocation),
         })
     }
 
@@ -647,6 +751,40 @@ mod tests {
     fn no_adapter_at_all_is_a_typed_error() {
         let err = choose_adapter(&[], &opts(DeviceSelection::Best, true)).unwrap_err();
         assert!(matches!(err, GpuError::NoAdapter));
+    }
+
+    #[test]
+    fn buffers_beyond_the_device_and_a_lost_device_are_typed_errors() {
+        let ctx = super::super::test_context();
+        let too_big = ctx.max_buffer_bytes() + 4;
+        assert!(matches!(
+            ctx.storage_buffer("huge", too_big),
+            Err(GpuError::BufferTooLarge { bytes, .. }) if bytes == too_big
+        ));
+        let held = ctx.device_bytes_held();
+        ctx.set_device_budget(held + 1024);
+        assert!(matches!(
+            ctx.storage_buffer("over budget", 2048),
+            Err(GpuError::OverBudget { .. })
+        ));
+        let within = ctx.storage_buffer("within budget", 1024).unwrap();
+        assert_eq!(ctx.device_bytes_held(), held + 1024);
+        drop(within);
+        assert_eq!(ctx.device_bytes_held(), held);
+        ctx.set_device_budget(0);
+        // Losing the device (destroy is the one loss wgpu lets a program cause) surfaces as a
+        // typed error at the next synchronisation, not as a panic or a hang.
+        let buffer = ctx.upload("data", &[1.0f32; 16]).unwrap();
+        ctx.device.destroy();
+        let read = ctx.read::<f32>(&buffer, 0, 16);
+        assert!(
+            matches!(
+                read,
+                Err(GpuError::DeviceLost(_)) | Err(GpuError::Readback(_))
+            ),
+            "{read:?}"
+        );
+        assert!(matches!(ctx.wait(), Err(GpuError::DeviceLost(_))));
     }
 
     #[test]

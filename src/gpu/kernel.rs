@@ -195,6 +195,11 @@ impl Kernel {
         Ok(Bound {
             group,
             kernel: self.clone(),
+            // The bind group keeps its buffers alive: so do their ledger entries.
+            _allocations: slices
+                .iter()
+                .filter_map(|s| s.buffer.allocation.clone())
+                .collect(),
         })
     }
 }
@@ -230,6 +235,7 @@ impl<'a> From<&'a GpuBuffer> for BufferSlice<'a> {
 pub struct Bound {
     group: wgpu::BindGroup,
     kernel: Arc<Kernel>,
+    _allocations: Vec<Arc<super::context::Allocation>>,
 }
 
 /// Records dispatches into a single compute pass (wgpu orders and synchronises the dispatches).
@@ -302,6 +308,7 @@ impl Recorder {
                     buffer: resolve,
                     bytes: 16,
                     label: "timestamps".into(),
+                    allocation: None,
                 })
             }
             None => None,

@@ -137,6 +137,32 @@ impl Geometry {
         ]
     }
 
+    /// A 64-bit hash of everything that defines the operator, over the exact bits of every number
+    /// (sizes, each angle, the tilt, the accuracy): two geometries with the same fingerprint give
+    /// the same operator bit for bit. Checkpoints compare this, never decimal text.
+    pub fn fingerprint(&self) -> u64 {
+        // Destructured so that a new field cannot be forgotten here.
+        let Self {
+            n0,
+            n1,
+            n2,
+            deth,
+            detw,
+            theta,
+            phi,
+            eps,
+        } = self;
+        let mut bytes = Vec::with_capacity(8 * (theta.len() + 8));
+        for size in [n0, n1, n2, deth, detw] {
+            bytes.extend_from_slice(&(*size as u64).to_le_bytes());
+        }
+        bytes.extend_from_slice(&(theta.len() as u64).to_le_bytes());
+        for value in theta.iter().chain([phi, eps]) {
+            bytes.extend_from_slice(&value.to_bits().to_le_bytes());
+        }
+        crate::hash::fnv1a(&bytes)
+    }
+
     /// Checks sizes, angles, tilt and accuracy.
     pub fn validate(&self) -> Result<(), GeometryError> {
         for (name, value) in [
@@ -303,6 +329,28 @@ mod tests {
         let mut g = good.clone();
         g.eps = 1e-9;
         assert!(matches!(g.validate(), Err(GeometryError::BadEps { .. })));
+    }
+
+    #[test]
+    fn fingerprints_see_every_bit_and_survive_json() {
+        let g = Geometry::cube(16, 7, 1.2345678901234567);
+        let mut h = g.clone();
+        h.theta[5] = f64::from_bits(h.theta[5].to_bits() + 1);
+        assert_ne!(g.fingerprint(), h.fingerprint());
+        let mut h = g.clone();
+        h.phi = f64::from_bits(h.phi.to_bits() - 1);
+        assert_ne!(g.fingerprint(), h.fingerprint());
+        let mut h = g.clone();
+        h.n2 += 2;
+        assert_ne!(g.fingerprint(), h.fingerprint());
+        // Angles with long decimal expansions come back from JSON with the same bits.
+        let mut g = g;
+        g.theta = (0..50)
+            .map(|i| (i as f64 * 7.3).to_radians() / 3.0)
+            .collect();
+        let text = serde_json::to_string(&g).unwrap();
+        let back: Geometry = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.fingerprint(), g.fingerprint());
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub enum SimulateError {
     /// The scan's geometry is not valid (odd or zero sizes, no angles, tilt out of range).
     #[error(transparent)]
     Geometry(#[from] crate::operator::GeometryError),
+    /// The scan would not fit in host memory.
+    #[error(transparent)]
+    HostMemory(#[from] crate::memory::HostMemoryError),
 }
 
 /// Noise model of [`measure`].

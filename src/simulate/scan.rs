@@ -3,6 +3,7 @@
 
 use super::{measure, project, rasterize, Noise, PhantomKind, SimulateError};
 use crate::io::{Scan, Stack};
+use crate::memory::check_available;
 use crate::operator::Geometry;
 
 /// What to simulate.
@@ -36,6 +37,17 @@ pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
     let phi = (90.0 + spec.tilt_deg).to_radians();
     let g = Geometry::cube(spec.size, spec.angles, phi);
     g.validate()?;
+    // The ground truth, the line integrals and the intensities, in f32.
+    let volume = (g.volume_len() as u64).saturating_mul(4);
+    let data = (g.data_len() as u64).saturating_mul(4 * 2);
+    check_available(
+        &format!(
+            "simulating a {}^3 scan at {} angles",
+            spec.size, spec.angles
+        ),
+        volume.saturating_add(data),
+        "choose a smaller --size or fewer --angles",
+    )?;
     let phantom = spec.phantom.build(spec.size);
     let line_integrals = project(&phantom, &g);
     let noise = match spec.photons {

@@ -2,14 +2,15 @@
 
 use std::cell::RefCell;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::checkpoint::{fnv1a, Checkpoint, CheckpointError};
-use super::params::{AdmmParams, InnerSolver};
+use super::checkpoint::{Checkpoint, CheckpointError};
+use super::params::{AdmmParams, Convergence, InnerSolver};
 use super::vector::{Kernel, VectorOp};
 use crate::error::GpuError;
 use crate::gpu::{GpuBuffer, GpuContext, Recorder};
+use crate::hash::fnv1a;
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
 use crate::operator::{Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions};
 
@@ -23,6 +24,8 @@ pub enum SolverError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Memo(#[from] MemoError),
+    #[error(transparent)]
+    Parameter(#[from] super::params::InvalidParameter),
     /// The data do not have the geometry's shape.
     #[error("the data hold {got} values, but the geometry needs {expected} (ntheta, deth, detw)")]
     DataShape { expected: usize, got: usize },
@@ -41,7 +44,7 @@ pub enum SolverError {
 }
 
 /// The Lagrangian terms and residuals after one outer iteration.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IterationReport {
     pub iteration: usize,
     /// `|L u - d|^2`
@@ -60,6 +63,58 @@ pub struct IterationReport {
     pub dual_residual: f64,
     /// The penalty used in this iteration.
     pub rho: f64,
+    /// `|u_k - u_{k-1}| / |u_k|` (the convergence test's first measure).
+    pub change: f64,
+    /// `|grad u - psi| / max(|grad u|, |psi|)`.
+    pub primal_relative: f64,
+    /// `rho |grad u_k - grad u_{k-1}| / max(|lambda|, rho |grad u|)`.
+    pub dual_relative: f64,
+}
+
+impl IterationReport {
+    /// Whether this iteration meets `c`.
+    pub fn converged(&self, c: &Convergence) -> bool {
+        // Written so that NaN never counts as converged.
+        self.change <= c.change && self.primal_relative <= c.primal && self.dual_relative <= c.dual
+    }
+}
+
+/// `num / den` where a zero numerator is zero change whatever the scale (all-zero iterates, as
+/// from all-zero data, have converged), so the measures never become 0/0.
+fn relative(num: f64, den: f64) -> f64 {
+    if num == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
+/// Why the outer iteration stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The convergence test passed at this many iterations.
+    Converged,
+    /// The safety net: the most iterations allowed ran without the test passing.
+    MaxIterations,
+    /// Exactly the requested number of iterations ran (no convergence test).
+    Exactly,
+    /// Cancelled by the caller (a checkpoint holds the state).
+    Cancelled,
+}
+
+impl StopReason {
+    /// A sentence for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Converged => "converged (change, primal and dual residuals below tolerance)",
+            Self::MaxIterations => {
+                "NOT converged: the maximum number of iterations ran first (raise --max-iterations)"
+            }
+            Self::Exactly => "the requested number of iterations ran",
+            Self::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// Every buffer and bound kernel of one reconstruction, built once.
@@ -73,6 +128,8 @@ pub struct AdmmSolver {
     data_hash: u64,
     ops: Ops,
     memo: Option<RefCell<Memo>>,
+    /// The report of the last iteration done (also restored from a checkpoint).
+    last: Option<IterationReport>,
 }
 
 /// The iterates that carry over between outer iterations: everything else is recomputed at the
@@ -115,6 +172,13 @@ struct Ops {
     dot_primal: VectorOp,
     g_gu_minus_h0: VectorOp,
     dot_dual: VectorOp,
+    uprev_from_u: VectorOp,
+    hp_u_minus_uprev: VectorOp,
+    dot_change: VectorOp,
+    dot_uu: VectorOp,
+    dot_gugu: VectorOp,
+    dot_psipsi: VectorOp,
+    dot_lambda: VectorOp,
     resid_au_minus_dhat: VectorOp,
     dot_resid: VectorOp,
     iso_psi: VectorOp,
@@ -136,6 +200,7 @@ impl AdmmSolver {
         params: AdmmParams,
         options: &OperatorOptions,
     ) -> Result<Self, SolverError> {
+        params.validate()?;
         if data.len() != geometry.data_len() {
             return Err(SolverError::DataShape {
                 expected: geometry.data_len(),
@@ -149,6 +214,7 @@ impl AdmmSolver {
         let real = |label: &str, len: usize| ctx.storage_buffer(label, len as u64 * 4);
         let (u, p, r, hp) = (real("u", v)?, real("p", v)?, real("r", v)?, real("Hp", v)?);
         let r_prev = real("r previous", v)?;
+        let u_prev = real("u previous", v)?;
         let (gu, gp, psi, lambda) = (
             real("grad u", 3 * v)?,
             real("grad p", 3 * v)?,
@@ -196,6 +262,13 @@ impl AdmmSolver {
             dot_primal: mk(Dot, &tmp, &tmp, None, 3 * v)?,
             g_gu_minus_h0: mk(Axpby, &gu, &h0, Some(&g), 3 * v)?,
             dot_dual: mk(Dot, &g, &g, None, 3 * v)?,
+            uprev_from_u: mk(Axpby, &u, &u, Some(&u_prev), v)?,
+            hp_u_minus_uprev: mk(Axpby, &u, &u_prev, Some(&hp), v)?,
+            dot_change: mk(Dot, &hp, &hp, None, v)?,
+            dot_uu: mk(Dot, &u, &u, None, v)?,
+            dot_gugu: mk(Dot, &gu, &gu, None, 3 * v)?,
+            dot_psipsi: mk(Dot, &psi, &psi, None, 3 * v)?,
+            dot_lambda: mk(Dot, &lambda, &lambda, None, 3 * v)?,
             resid_au_minus_dhat: mk(Axpby, &au, &dhat, Some(&resid), d2)?,
             dot_resid: mk(Dot, &resid, &resid, None, d2)?,
             iso_psi: mk(IsoNorm, &psi, &psi, None, v)?,
@@ -233,6 +306,7 @@ impl AdmmSolver {
             data_hash: fnv1a(bytemuck::cast_slice(data)),
             ops,
             memo: None,
+            last: None,
         })
     }
 
@@ -326,11 +400,12 @@ impl AdmmSolver {
         };
         let it = self.iteration;
 
-        // g = psi - lambda/rho; h0 = grad u; r = -(gradient of the subproblem at u).
+        // g = psi - lambda/rho; h0 = grad u; u_prev = u; r = -(gradient of the subproblem at u).
         let mut rec = ctx.recorder("admm: residual");
         o.g_from_psi_lambda
             .record(ctx, &mut rec, 1.0, (-1.0 / rho) as f32, 0.0);
         o.save_h0.record(ctx, &mut rec, 1.0, 0.0, 0.0);
+        o.uprev_from_u.record(ctx, &mut rec, 1.0, 0.0, 0.0);
         self.record_residual(ctx, &mut rec)?;
         ctx.submit(rec)?;
         let rr = non_finite("the CG residual", o.dot_rr.sum(ctx)?, it)?;
@@ -352,12 +427,22 @@ impl AdmmSolver {
         o.dot_resid.record(ctx, &mut rec, 0.0, 0.0, 0.0);
         o.iso_psi.record(ctx, &mut rec, 0.0, 0.0, 0.0);
         o.dot_lambda_tmp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.hp_u_minus_uprev.record(ctx, &mut rec, 1.0, -1.0, 0.0);
+        o.dot_change.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.dot_uu.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.dot_gugu.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.dot_psipsi.record(ctx, &mut rec, 0.0, 0.0, 0.0);
+        o.dot_lambda.record(ctx, &mut rec, 0.0, 0.0, 0.0);
         ctx.submit(rec)?;
         let primal = o.dot_primal.sum(ctx)?;
         let dual = rho * rho * o.dot_dual.sum(ctx)?;
         let data_term = non_finite("the data term", o.dot_resid.sum(ctx)? * inv_n, it)?;
         let tv_term = alpha * o.iso_psi.sum(ctx)?;
         let dual_term = o.dot_lambda_tmp.sum(ctx)?;
+        let norm_u = o.dot_uu.sum(ctx)?.sqrt();
+        let norm_gu = o.dot_gugu.sum(ctx)?.sqrt();
+        let norm_psi = o.dot_psipsi.sum(ctx)?.sqrt();
+        let norm_lambda = o.dot_lambda.sum(ctx)?.sqrt();
         let report = IterationReport {
             iteration: it,
             data_term,
@@ -368,6 +453,9 @@ impl AdmmSolver {
             primal_residual: primal,
             dual_residual: dual,
             rho,
+            change: relative(o.dot_change.sum(ctx)?.sqrt(), norm_u),
+            primal_relative: relative(primal.sqrt(), norm_gu.max(norm_psi)),
+            dual_relative: relative(dual.sqrt(), norm_lambda.max(rho * norm_gu)),
         };
         // The adaptive penalty of the reference: lambda is not rescaled.
         if primal > 10.0 * dual {
@@ -376,6 +464,7 @@ impl AdmmSolver {
             self.rho /= 2.0;
         }
         self.iteration += 1;
+        self.last = Some(report);
         Ok(report)
     }
 
@@ -520,12 +609,27 @@ impl AdmmSolver {
         mut progress: impl FnMut(&IterationReport),
     ) -> Result<Vec<IterationReport>, SolverError> {
         let mut reports = Vec::new();
-        while self.iteration < self.params.outer_iterations {
+        while self.stop_reason().is_none() {
             let r = self.step(ctx)?;
             progress(&r);
             reports.push(r);
         }
         Ok(reports)
+    }
+
+    /// Whether to stop now, and why: the convergence test on the last iteration (when the
+    /// parameters have one), else the iteration count.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        let p = &self.params;
+        if let (Some(c), Some(last)) = (p.convergence, &self.last) {
+            if last.converged(&c) {
+                return Some(StopReason::Converged);
+            }
+        }
+        (self.iteration >= p.outer_iterations).then_some(match p.convergence {
+            Some(_) => StopReason::MaxIterations,
+            None => StopReason::Exactly,
+        })
     }
 
     /// The complete solver state after the iterations done so far.
@@ -544,6 +648,7 @@ impl AdmmSolver {
             lambda: ctx.read(&s.lambda, 0, 3 * v)?,
             grad_u: ctx.read(&s.grad_u, 0, 3 * v)?,
             au: ctx.read(&s.au, 0, d2)?,
+            last_report: self.last,
         })
     }
 
@@ -551,17 +656,14 @@ impl AdmmSolver {
     /// iterations may differ), so the final result equals an uninterrupted run bit for bit.
     pub fn resume(&mut self, ctx: &GpuContext, checkpoint: &Checkpoint) -> Result<(), SolverError> {
         let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
-        if &checkpoint.geometry != self.op.geometry() {
+        // Bit-exact comparison: sizes, every angle, the tilt and the accuracy.
+        if checkpoint.geometry.fingerprint() != self.op.geometry().fingerprint() {
             return mismatch("geometry");
         }
         if checkpoint.data_hash != self.data_hash {
             return mismatch("data");
         }
-        let p = AdmmParams {
-            outer_iterations: self.params.outer_iterations,
-            ..checkpoint.params
-        };
-        if p != self.params {
+        if checkpoint.params.iterates_shape() != self.params.iterates_shape() {
             return mismatch("solver parameters");
         }
         let g = self.op.geometry();
@@ -584,6 +686,7 @@ impl AdmmSolver {
         ctx.wait()?;
         self.rho = c.rho;
         self.iteration = c.iteration;
+        self.last = c.last_report;
         Ok(())
     }
 

@@ -12,11 +12,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::admm::IterationReport;
 use super::params::AdmmParams;
+use crate::hash::fnv1a;
 use crate::operator::Geometry;
 
 const MAGIC: &[u8; 8] = b"LAMINOCK";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Errors writing or reading a checkpoint file.
 #[derive(Debug, Error)]
@@ -44,25 +46,24 @@ pub struct Checkpoint {
     pub lambda: Vec<f32>,
     pub grad_u: Vec<f32>,
     pub au: Vec<f32>,
+    /// The report of iteration `iteration - 1` (the convergence test of a resumed run needs it).
+    pub last_report: Option<IterationReport>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct Header {
     version: u32,
     iteration: usize,
-    rho: f64,
+    /// The penalty's exact bits: a resumed run must continue with the same rho, not its decimal.
+    rho_bits: u64,
+    /// For people reading the file; resume compares `geometry_fingerprint`.
     geometry: Geometry,
+    geometry_fingerprint: u64,
     params: AdmmParams,
     data_hash: u64,
+    last_report: Option<IterationReport>,
     lengths: [usize; 5],
     payload_hash: u64,
-}
-
-/// 64-bit FNV-1a: a fast checksum that catches truncation and bit damage.
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 impl Checkpoint {
@@ -83,10 +84,12 @@ impl Checkpoint {
         let header = Header {
             version: VERSION,
             iteration: self.iteration,
-            rho: self.rho,
+            rho_bits: self.rho.to_bits(),
             geometry: self.geometry.clone(),
+            geometry_fingerprint: self.geometry.fingerprint(),
             params: self.params,
             data_hash: self.data_hash,
+            last_report: self.last_report,
             lengths: self.arrays().map(Vec::len),
             payload_hash: fnv1a(&payload),
         };
@@ -98,7 +101,10 @@ impl Checkpoint {
             f.write_all(&(header.len() as u64).to_le_bytes())
                 .map_err(err)?;
             f.write_all(&header).map_err(err)?;
-            f.write_all(&payload).map_err(err)?;
+            let (first, second) = payload.split_at(payload.len() / 2);
+            f.write_all(first).map_err(err)?;
+            fault::abort_if_asked();
+            f.write_all(second).map_err(err)?;
             f.sync_all().map_err(err)?;
         }
         std::fs::rename(&tmp, path).map_err(err)
@@ -133,8 +139,16 @@ impl Checkpoint {
                 header.version
             )));
         }
+        if header.geometry.fingerprint() != header.geometry_fingerprint {
+            return Err(corrupt("the geometry does not match its fingerprint"));
+        }
         let payload = &bytes[header_end..];
-        let expected: usize = header.lengths.iter().map(|l| l * 4).sum();
+        // Lengths come from the file: add them up with checks before trusting them.
+        let expected = header
+            .lengths
+            .iter()
+            .try_fold(0usize, |sum, &l| l.checked_mul(4)?.checked_add(sum))
+            .ok_or_else(|| corrupt("array lengths overflow"))?;
         if payload.len() != expected {
             return Err(corrupt(&format!(
                 "{} payload bytes, expected {expected}",
@@ -159,7 +173,7 @@ impl Checkpoint {
         let [u, psi, lambda, grad_u, au]: [Vec<f32>; 5] = arrays.try_into().expect("five arrays");
         Ok(Self {
             iteration: header.iteration,
-            rho: header.rho,
+            rho: f64::from_bits(header.rho_bits),
             geometry: header.geometry,
             params: header.params,
             data_hash: header.data_hash,
@@ -168,7 +182,29 @@ impl Checkpoint {
             lambda,
             grad_u,
             au,
+            last_report: header.last_report,
         })
+    }
+}
+
+/// A fault-injection point for the crash-safety tests: with `LAMINO_FAULT_ABORT_CHECKPOINT=N`
+/// in the environment, the process aborts (as a SIGKILL would stop it: no destructors, no
+/// cleanup) in the middle of its N-th checkpoint write, half of the payload on disk.
+mod fault {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    pub const ENV: &str = "LAMINO_FAULT_ABORT_CHECKPOINT";
+    static WRITES: AtomicUsize = AtomicUsize::new(0);
+
+    pub fn abort_if_asked() {
+        let n = WRITES.fetch_add(1, Ordering::SeqCst) + 1;
+        if std::env::var(ENV)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            == Some(n)
+        {
+            std::process::abort();
+        }
     }
 }
 
@@ -188,6 +224,7 @@ mod tests {
             lambda: vec![-3.5; 12],
             grad_u: vec![0.5; 12],
             au: vec![7.0; 6],
+            last_report: None,
         }
     }
 

@@ -13,6 +13,6 @@ mod checkpoint;
 mod params;
 mod vector;
 
-pub use admm::{AdmmSolver, IterationReport, SolverError};
+pub use admm::{AdmmSolver, IterationReport, SolverError, StopReason};
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use params::{AdmmParams, InnerSolver};
+pub use params::{AdmmParams, Convergence, InnerSolver, InvalidParameter};

@@ -368,6 +368,77 @@ mod tests {
     }
 
     #[test]
+    fn two_dimensional_dispatches_give_the_same_bits_and_stay_inside_their_windows() {
+        // 7 workgroups per dimension: the 100 workgroups of a reduction become 7 x 15 = 105.
+        let n = 100 * WORKGROUP as usize - 3;
+        let x = random(n, 7);
+        let results = |ctx: &GpuContext| {
+            let xb = ctx.upload("x", &x).unwrap();
+            let yb = ctx.storage_buffer("y", 4 * n as u64).unwrap();
+            let dot = VectorOp::new(ctx, Kernel::Dot, &xb, &xb, None, n, [1, 1, n]).unwrap();
+            let scaled =
+                VectorOp::new(ctx, Kernel::Axpby, &xb, &xb, Some(&yb), n, [1, 1, n]).unwrap();
+            run(ctx, &dot, 0.0, 0.0, 0.0);
+            run(ctx, &scaled, 0.5, 0.25, 0.0);
+            let y: Vec<u32> = ctx.read(&yb, 0, n).unwrap();
+            (dot.sum(ctx).unwrap().to_bits(), y)
+        };
+        let folded_ctx = ctx().with_max_workgroups_per_dimension(7);
+        assert!(results(&ctx()) == results(&folded_ctx));
+
+        // The surplus workgroups of the folded dispatch must not write: bind the partial sums
+        // to a larger buffer filled with a sentinel and check its tail.
+        let ctx = folded_ctx;
+        let kernel = ctx
+            .kernel(&KernelSpec {
+                shader: &shaders::SOLVER_VECTOR,
+                entry: Kernel::Dot.entry(),
+                bindings: &[
+                    BindingKind::StorageRead,
+                    BindingKind::StorageRead,
+                    BindingKind::StorageReadWrite,
+                    BindingKind::Uniform,
+                ],
+                overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+            })
+            .unwrap();
+        let xb = ctx.upload("x", &x).unwrap();
+        let partials = ctx.upload("partials", &[7.0f32; 112]).unwrap();
+        let params = ctx
+            .uniform(
+                "params",
+                &VectorParams {
+                    count: n as u32,
+                    n0: 1,
+                    n1: 1,
+                    n2: n as u32,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let bound = kernel
+            .bind(
+                &ctx,
+                &[
+                    (&xb).into(),
+                    (&xb).into(),
+                    (&partials).into(),
+                    (&params).into(),
+                ],
+            )
+            .unwrap();
+        let mut rec = ctx.recorder("folded dot");
+        rec.dispatch(&bound, 100);
+        ctx.submit(rec).unwrap();
+        let tail: Vec<f32> = ctx.read(&partials, 100, 12).unwrap();
+        assert_eq!(
+            tail,
+            vec![7.0; 12],
+            "surplus workgroups wrote past the partial sums"
+        );
+    }
+
+    #[test]
     fn arrays_beyond_one_binding_are_processed_in_windows_with_the_same_bits() {
         let shape = [9, 10, 11];
         let v = 990;

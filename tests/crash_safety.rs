@@ -1,0 +1,255 @@
+//! Resume and crash safety of `lamino reconstruct`: a checkpoint resumes from every input route;
+//! a run killed at seeded moments (SIGKILL, an abort in the middle of a checkpoint write) or
+//! interrupted with SIGINT, then resumed, ends with the volume of an uninterrupted run, bit for
+//! bit.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lamino::io::{write_dxchange, write_tiff_volume};
+use lamino::reference::SplitMix64;
+use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+
+const ITERATIONS: &str = "6";
+
+fn lamino() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lamino"));
+    cmd.arg("--allow-software-gpu")
+        .env_remove("LAMINO_FAULT_ABORT_CHECKPOINT");
+    cmd
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+fn check(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Writes one simulated scan three ways and returns the input arguments of each route.
+fn inputs(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
+    let sim = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size: 16,
+        angles: 12,
+        tilt_deg: 25.0,
+        photons: Some(1e5),
+        seed: 3,
+    })
+    .unwrap();
+    let h5 = dir.join("scan.h5");
+    write_dxchange(&h5, &sim.scan).unwrap();
+    write_tiff_volume(&dir.join("data.tif"), &sim.scan.data).unwrap();
+    write_tiff_volume(&dir.join("flats.tif"), &sim.scan.flats).unwrap();
+    // Degrees with long decimal expansions: the checkpoint must not care how they print.
+    let degrees: Vec<String> = sim
+        .scan
+        .theta
+        .iter()
+        .map(|t| format!("{:.17}", t.to_degrees() + 1.0 / 3.0))
+        .collect();
+    std::fs::write(dir.join("angles.txt"), degrees.join("\n")).unwrap();
+    let mut g = sim.geometry.clone();
+    g.theta = sim.geometry.theta.iter().map(|t| t + 0.1 / 3.0).collect();
+    g.write_json(&dir.join("g.json")).unwrap();
+    let line_integrals =
+        ndarray::Array3::from_shape_vec((g.ntheta(), g.deth, g.detw), sim.line_integrals.clone())
+            .unwrap();
+    ndarray_npy::write_npy(dir.join("p.npy"), &line_integrals).unwrap();
+    vec![
+        ("dxchange", vec![s(&h5)]),
+        (
+            "tiff",
+            vec![
+                s(&dir.join("data.tif")),
+                "--angles".into(),
+                s(&dir.join("angles.txt")),
+                "--tilt-deg".into(),
+                "25".into(),
+                "--flats".into(),
+                s(&dir.join("flats.tif")),
+            ],
+        ),
+        (
+            "npy",
+            vec![
+                s(&dir.join("p.npy")),
+                "--geometry".into(),
+                s(&dir.join("g.json")),
+            ],
+        ),
+    ]
+}
+
+fn reconstruct(input: &[String], out: &Path, extra: &[&str]) -> Command {
+    let mut cmd = lamino();
+    cmd.arg("reconstruct")
+        .args(input)
+        .args(["--out", &s(out), "--quiet"])
+        .args(extra);
+    cmd
+}
+
+fn volume(out: &Path) -> Vec<u8> {
+    std::fs::read(out.join("recon.tif")).unwrap()
+}
+
+#[test]
+fn a_checkpoint_resumes_from_every_input_route_to_the_uninterrupted_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    for (route, input) in inputs(dir.path()) {
+        let full = dir.path().join(format!("{route}-full"));
+        check(
+            &reconstruct(&input, &full, &["--iterations", ITERATIONS])
+                .output()
+                .unwrap(),
+        );
+        let split = dir.path().join(format!("{route}-split"));
+        check(
+            &reconstruct(
+                &input,
+                &split,
+                &["--iterations", "3", "--checkpoint-every", "1"],
+            )
+            .output()
+            .unwrap(),
+        );
+        check(
+            &reconstruct(&input, &split, &["--iterations", ITERATIONS, "--resume"])
+                .output()
+                .unwrap(),
+        );
+        assert!(
+            volume(&full) == volume(&split),
+            "{route}: the resumed run differs from the uninterrupted one"
+        );
+    }
+}
+
+/// Completes a run that was stopped: resumes from its checkpoint, or starts again when it was
+/// stopped before writing one.
+fn finish(input: &[String], out: &Path) {
+    let ckpt = out.join("checkpoint.ckpt");
+    let mut extra = vec!["--iterations", ITERATIONS, "--checkpoint-every", "1"];
+    if ckpt.exists() {
+        extra.push("--resume");
+    }
+    check(&reconstruct(input, out, &extra).output().unwrap());
+}
+
+#[test]
+fn runs_killed_at_seeded_moments_resume_to_the_uninterrupted_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, input) = inputs(dir.path()).remove(0);
+    let reference = dir.path().join("reference");
+    let start = Instant::now();
+    check(
+        &reconstruct(
+            &input,
+            &reference,
+            &["--iterations", ITERATIONS, "--checkpoint-every", "1"],
+        )
+        .output()
+        .unwrap(),
+    );
+    let duration = start.elapsed();
+
+    // SIGKILL at seeded moments over the whole run.
+    let mut rng = SplitMix64::new(11);
+    for case in 0..4 {
+        let out = dir.path().join(format!("killed-{case}"));
+        let mut child = reconstruct(
+            &input,
+            &out,
+            &["--iterations", ITERATIONS, "--checkpoint-every", "1"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        std::thread::sleep(duration.mul_f64(0.15 + 0.7 * rng.next_f64()));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        finish(&input, &out);
+        assert!(volume(&out) == volume(&reference), "SIGKILL case {case}");
+    }
+
+    // An abort in the middle of the 2nd and of the 5th checkpoint write: the file being
+    // written is left half-written under its temporary name, the last complete checkpoint
+    // stays valid, and the run resumes from it.
+    for n in ["2", "5"] {
+        let out = dir.path().join(format!("torn-{n}"));
+        let o = reconstruct(
+            &input,
+            &out,
+            &["--iterations", ITERATIONS, "--checkpoint-every", "1"],
+        )
+        .env("LAMINO_FAULT_ABORT_CHECKPOINT", n)
+        .output()
+        .unwrap();
+        assert!(!o.status.success(), "the fault was not injected");
+        assert!(out.join("checkpoint.partial").exists());
+        assert!(out.join("checkpoint.ckpt").exists());
+        assert!(!out.join("recon.tif").exists());
+        finish(&input, &out);
+        assert!(
+            volume(&out) == volume(&reference),
+            "abort in checkpoint write {n}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_stops_after_the_current_iteration_with_a_checkpoint_to_resume_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, input) = inputs(dir.path()).remove(0);
+    let reference = dir.path().join("reference");
+    check(
+        &reconstruct(&input, &reference, &["--iterations", ITERATIONS])
+            .output()
+            .unwrap(),
+    );
+    // A long run, interrupted once its first checkpoint is on disk.
+    let out = dir.path().join("interrupted");
+    let child = reconstruct(
+        &input,
+        &out,
+        &["--iterations", "300", "--checkpoint-every", "1"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let ckpt = out.join("checkpoint.ckpt");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ckpt.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains("interrupted"),
+        "{stderr}"
+    );
+    assert!(!out.join("recon.tif").exists());
+    let stopped_at = lamino::solver::Checkpoint::read(&ckpt).unwrap().iteration;
+    assert!(stopped_at < 300, "SIGINT did not stop the run");
+    // Resumed with the reference's iteration count, it ends on the reference's bits (when it
+    // stopped before the reference's last iteration, as it does on any device this test meets).
+    check(
+        &reconstruct(&input, &out, &["--iterations", ITERATIONS, "--resume"])
+            .output()
+            .unwrap(),
+    );
+    if stopped_at <= ITERATIONS.parse().unwrap() {
+        assert!(volume(&out) == volume(&reference));
+    }
+}
