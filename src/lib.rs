@@ -5,6 +5,7 @@
 //! checked against), [`io`] (array files), [`simulate`] (phantoms and their exact projections) and
 //! the CLI in `src/main.rs`.
 
+pub mod array;
 pub mod bench;
 pub mod error;
 pub mod fft;

@@ -58,10 +58,16 @@ pub static MEMO: Shader = Shader {
     parts: &[include_str!("../shaders/memo/memo.wgsl")],
 };
 
-/// Strided 3D block copies between whole arrays and chunk-local buffers.
-pub static COPY_BLOCK: Shader = Shader {
-    name: "util/copy_block",
-    parts: &[include_str!("../shaders/util/copy_block.wgsl")],
+/// Stage in: whole arrays (complex, real, or a difference) into a stage's chunk-local buffer.
+pub static STAGE_IN: Shader = Shader {
+    name: "operator/stage_in",
+    parts: &[include_str!("../shaders/operator/stage_in.wgsl")],
+};
+
+/// Stage out: a stage's chunk-local result into a whole array (complex, or a scaled real part).
+pub static STAGE_OUT: Shader = Shader {
+    name: "operator/stage_out",
+    parts: &[include_str!("../shaders/operator/stage_out.wgsl")],
 };
 
 /// Centring signs and scale of the per-projection 2D FFT.
@@ -88,6 +94,12 @@ pub static SOLVER_VECTOR: Shader = Shader {
     parts: &[include_str!("../shaders/solver/vector.wgsl")],
 };
 
+/// The solver's scalar steps (CG step length and direction coefficients) on the GPU.
+pub static SOLVER_SCALARS: Shader = Shader {
+    name: "solver/scalars",
+    parts: &[include_str!("../shaders/solver/scalars.wgsl")],
+};
+
 /// The BaSiC flat-field fit: every kernel of one ALM iteration (spec §8.2).
 pub static FLATFIELD_BASIC: Shader = Shader {
     name: "flatfield/basic",
@@ -106,12 +118,14 @@ pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_FUSED,
     &FFT_BLUESTEIN,
     &COPY,
-    &COPY_BLOCK,
+    &STAGE_IN,
+    &STAGE_OUT,
     &MEMO,
     &MODULATE,
     &USFFT1D,
     &USFFT2D,
     &SOLVER_VECTOR,
+    &SOLVER_SCALARS,
     &FLATFIELD_BASIC,
     &FLATFIELD_TRANSFORM,
 ];

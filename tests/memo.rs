@@ -7,8 +7,11 @@ mod common;
 use std::f64::consts::PI;
 
 use common::ctx;
+use lamino::array::{Field, Scalars};
 use lamino::memo::{Memo, MemoOptions, MemoPolicy, MemoStats};
-use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, Space, Stage};
+use lamino::operator::{
+    Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source, Space, Stage,
+};
 use lamino::reference::SplitMix64;
 use lamino::solver::{AdmmParams, AdmmSolver};
 use num_complex::Complex32;
@@ -24,6 +27,7 @@ fn chunked() -> OperatorOptions {
     OperatorOptions {
         max_chunk_y: Some(ROWS),
         max_chunk_rows: Some(ROWS),
+        ..OperatorOptions::default()
     }
 }
 
@@ -43,10 +47,22 @@ fn random(len: usize, seed: u64) -> Vec<Complex32> {
 
 /// Applies U1 through the memo layer to a volume and returns the spectrum.
 fn u1(memo: &mut Memo, op: &LaminoOperator, volume: &[Complex32]) -> Vec<Complex32> {
-    ctx().write(op.buffer(Space::Volume), 0, volume);
-    memo.apply(ctx(), op, Apply::Usfft1d).unwrap();
-    let len = geometry().spectrum_len();
-    ctx().read(op.buffer(Space::Spectrum), 0, len).unwrap()
+    let g = geometry();
+    let field = |space: Space| Field::zeros(ctx(), "test array", space.layout(&g, 2)).unwrap();
+    let (source, sink) = (field(Space::Volume), field(Space::Spectrum));
+    ctx().write(source.buffer(), 0, volume);
+    let scalars = Scalars::new(ctx(), 1, 1).unwrap();
+    let application = op
+        .application(
+            ctx(),
+            &scalars,
+            Apply::Usfft1d,
+            Source::Complex(&source),
+            Sink::Complex(&sink),
+        )
+        .unwrap();
+    memo.apply(ctx(), op, &application).unwrap();
+    ctx().read(sink.buffer(), 0, g.spectrum_len()).unwrap()
 }
 
 fn exact_u1(op: &LaminoOperator, volume: &[Complex32]) -> Vec<Complex32> {

@@ -585,7 +585,7 @@ impl FftPlan1d {
     pub fn execute(&self, ctx: &GpuContext) -> Result<(), FftError> {
         let mut rec = ctx.recorder("fft");
         self.record(&mut rec);
-        Ok(ctx.submit(rec)?)
+        Ok(ctx.submit_and_wait(rec)?)
     }
 }
 
@@ -686,6 +686,6 @@ impl FftPlan {
     pub fn execute(&self, ctx: &GpuContext) -> Result<(), FftError> {
         let mut rec = ctx.recorder("fft");
         self.record(&mut rec);
-        Ok(ctx.submit(rec)?)
+        Ok(ctx.submit_and_wait(rec)?)
     }
 }

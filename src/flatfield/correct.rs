@@ -126,7 +126,7 @@ impl<'a> TransformPlan<'a> {
         );
         let mut rec = self.ctx.recorder("flatfield transform");
         rec.dispatch(&self.bound, count.div_ceil(WORKGROUP));
-        self.ctx.submit(rec)?;
+        self.ctx.submit_and_wait(rec)?;
         Ok(self.ctx.read(&self.data, 0, images.len())?)
     }
 }

@@ -409,7 +409,7 @@ impl SolveBackend for GpuSolver<'_> {
         self.dispatch_blocks(&mut rec, &self.passes.reset, |count| {
             (count * m).div_ceil(WORKGROUP as usize) as u32
         });
-        self.ctx.submit(rec)?;
+        self.ctx.submit_and_wait(rec)?;
         let mut scalars = ScalarBlock {
             mu: c.mu0,
             epsilon: params.epsilon,
@@ -437,7 +437,7 @@ impl SolveBackend for GpuSolver<'_> {
             rec.dispatch(&p.w_cols, t);
             rec.dispatch(&p.field_stats, 1);
             self.dispatch_blocks(&mut rec, &p.element, |count| count as u32);
-            self.ctx.submit(rec)?;
+            self.ctx.submit_and_wait(rec)?;
             let raw = self.read_vec(dims.off_stats, STATS + 4 * n)?;
             let stats = FieldStats {
                 w_mean: raw[0] / m as f64,
@@ -482,7 +482,7 @@ impl SolveBackend for GpuSolver<'_> {
                         .write(&self.vecs, dims.off_scalars as u64, &scalars.to_f32());
                     let mut rec = self.ctx.recorder("basic final dark-field");
                     self.record_dark(&mut rec);
-                    self.ctx.submit(rec)?;
+                    self.ctx.submit_and_wait(rec)?;
                     self.read_vec(dims.off_onext, m)?
                 } else {
                     o_old.clone()
@@ -512,7 +512,7 @@ impl SolveBackend for GpuSolver<'_> {
             .write(&self.vecs, self.dims.off_scalars as u64, &scalars.to_f32());
         let mut rec = self.ctx.recorder("basic reweight");
         self.dispatch_blocks(&mut rec, &self.passes.reweight, |count| count as u32);
-        self.ctx.submit(rec)?;
+        self.ctx.submit_and_wait(rec)?;
         let sums = self.read_vec(self.dims.off_sums, 4 * n)?;
         let total: f64 = sums.chunks_exact(4).map(|s| s[0]).sum();
         self.omega_scale = (n * self.dims.m as usize) as f64 / total;

@@ -615,8 +615,16 @@ impl GpuContext {
         Recorder::new(self, label, self.timestamps)
     }
 
-    /// Submits the recorded work and waits for it to finish.
+    /// Submits the recorded work without waiting for it: the ordinary way to run work. Errors
+    /// the device reported so far are raised here; later ones at the next wait.
     pub fn submit(&self, recorder: Recorder) -> Result<(), GpuError> {
+        recorder.finish(self);
+        self.check()
+    }
+
+    /// Submits the recorded work and waits until the device is idle: for timing and for the
+    /// places that need a result before they can go on (the name says that it blocks).
+    pub fn submit_and_wait(&self, recorder: Recorder) -> Result<(), GpuError> {
         recorder.finish_timed(self).map(|_| ())
     }
 

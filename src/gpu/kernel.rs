@@ -290,6 +290,13 @@ impl Recorder {
         pass.dispatch_workgroups(x, y, 1);
     }
 
+    /// Submits without waiting (timestamps, if recorded, are not read).
+    pub(crate) fn finish(mut self, ctx: &GpuContext) {
+        drop(self.pass.take());
+        let encoder = self.encoder.take().expect("recorder already finished");
+        ctx.queue.submit([encoder.finish()]);
+    }
+
     /// Submits, waits, and returns the GPU time of the pass in milliseconds when it was recorded
     /// with timestamps.
     pub fn finish_timed(mut self, ctx: &GpuContext) -> Result<Option<f64>, GpuError> {

@@ -101,6 +101,7 @@ pub fn run_frontier(
     let memo_chunks = OperatorOptions {
         max_chunk_y: rows,
         max_chunk_rows: rows,
+        ..OperatorOptions::default()
     };
     let (exact, t_exact) = run(ctx, &projections, params, off, OperatorOptions::default())?;
     let point = |policy: &str, param, r: Result<&Reconstruction, String>, t: f64| {

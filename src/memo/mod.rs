@@ -36,7 +36,7 @@ use thiserror::Error;
 
 use crate::error::GpuError;
 use crate::gpu::GpuContext;
-use crate::operator::{Apply, Block, LaminoOperator, OperatorError, Stage};
+use crate::operator::{Application, Apply, Block, LaminoOperator, OperatorError, Stage};
 use crate::reference::SplitMix64;
 use gpu::{Coefficient, StageKernels, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
@@ -114,7 +114,8 @@ fn operator_norm(
     adjoint: Apply,
 ) -> Result<f64, MemoError> {
     let space = forward.spaces().0;
-    let len = space.shape(op.geometry()).iter().product::<usize>();
+    let shape = space.shape(op.geometry());
+    let len = shape.iter().product::<usize>();
     let mut rng = SplitMix64::new(0x6e6f_726d);
     let mut v: Vec<Complex32> = (0..len)
         .map(|_| Complex32::new(rng.next_f64() as f32 - 0.5, rng.next_f64() as f32 - 0.5))
@@ -124,10 +125,13 @@ fn operator_norm(
     for _ in 0..NORM_STEPS {
         let n = norm(&v);
         v.iter_mut().for_each(|c| *c /= n as f32);
-        ctx.write(op.buffer(space), 0, &v);
-        op.apply(ctx, forward)?;
-        op.apply(ctx, adjoint)?;
-        v = ctx.read(op.buffer(space), 0, len)?;
+        let image = op.apply_host(ctx, forward, &shape, &v)?;
+        v = op.apply_host(
+            ctx,
+            adjoint,
+            &forward.spaces().1.shape(op.geometry()),
+            &image,
+        )?;
         let next = norm(&v);
         let done = (next - lambda).abs() <= NORM_TOLERANCE * next;
         lambda = next;
@@ -214,7 +218,7 @@ impl Memo {
         let mut stages = Vec::new();
         for stage in Stage::ALL {
             let chunks = op.chunk_count(stage);
-            let ios: Vec<&(Block, Block)> = (0..chunks).map(|j| op.chunk_io(stage, j)).collect();
+            let ios: Vec<(&Block, &Block)> = (0..chunks).map(|j| op.chunk_io(stage, j)).collect();
             let in_max = ios.iter().map(|(i, _)| i.len()).max().unwrap_or(0);
             let out_max = ios.iter().map(|(_, o)| o.len()).max().unwrap_or(0);
             let key_max = ios
@@ -288,60 +292,32 @@ impl Memo {
         )
     }
 
-    /// Applies `what` with the operator's buffers as for [`LaminoOperator::apply`], memoizing its
-    /// gridding stages; waits for it.
+    /// Runs `application` as [`LaminoOperator::record`] would, memoizing its gridding stages;
+    /// waits for it.
     pub fn apply(
         &mut self,
         ctx: &GpuContext,
         op: &LaminoOperator,
-        what: Apply,
+        application: &Application,
     ) -> Result<(), MemoError> {
-        let plain = |ctx: &GpuContext, what: Apply| op.apply(ctx, what);
-        match what {
-            Apply::Forward => {
-                self.run_stage(ctx, op, Stage::Usfft1d)?;
-                self.run_stage(ctx, op, Stage::Usfft2d)?;
-                plain(ctx, Apply::Fft2dAdjoint)?;
+        for (position, stage) in application.gridding_stages() {
+            let active = stage.and_then(|stage| {
+                self.stages
+                    .iter_mut()
+                    .find(|s| s.stage == stage && s.kernels.is_some())
+            });
+            match active {
+                Some(s) => {
+                    for chunk in 0..op.chunk_count(s.stage) {
+                        s.run_chunk(ctx, op, &self.options, (application, position), chunk)?;
+                    }
+                }
+                None => {
+                    let mut rec = ctx.recorder("memo: plain stage");
+                    op.record_stage(&mut rec, application, position);
+                    ctx.submit_and_wait(rec)?;
+                }
             }
-            Apply::Adjoint => {
-                plain(ctx, Apply::Fft2d)?;
-                self.run_stage(ctx, op, Stage::Usfft2dAdjoint)?;
-                self.run_stage(ctx, op, Stage::Usfft1dAdjoint)?;
-            }
-            Apply::FourierForward => {
-                self.run_stage(ctx, op, Stage::Usfft1d)?;
-                self.run_stage(ctx, op, Stage::Usfft2d)?;
-            }
-            Apply::FourierAdjoint => {
-                self.run_stage(ctx, op, Stage::Usfft2dAdjoint)?;
-                self.run_stage(ctx, op, Stage::Usfft1dAdjoint)?;
-            }
-            Apply::Usfft1d => self.run_stage(ctx, op, Stage::Usfft1d)?,
-            Apply::Usfft1dAdjoint => self.run_stage(ctx, op, Stage::Usfft1dAdjoint)?,
-            Apply::Usfft2d => self.run_stage(ctx, op, Stage::Usfft2d)?,
-            Apply::Usfft2dAdjoint => self.run_stage(ctx, op, Stage::Usfft2dAdjoint)?,
-            Apply::Fft2d | Apply::Fft2dAdjoint => plain(ctx, what)?,
-        }
-        Ok(())
-    }
-
-    fn run_stage(
-        &mut self,
-        ctx: &GpuContext,
-        op: &LaminoOperator,
-        stage: Stage,
-    ) -> Result<(), MemoError> {
-        let options = self.options;
-        let s = self
-            .stages
-            .iter_mut()
-            .find(|s| s.stage == stage)
-            .expect("every stage has a memo");
-        if s.kernels.is_none() {
-            return Ok(op.apply(ctx, stage.apply())?);
-        }
-        for chunk in 0..op.chunk_count(stage) {
-            s.run_chunk(ctx, op, &options, chunk)?;
         }
         Ok(())
     }
@@ -366,15 +342,17 @@ impl StageMemo {
         ctx: &GpuContext,
         op: &LaminoOperator,
         options: &MemoOptions,
+        (application, position): (&Application, usize),
         chunk: usize,
     ) -> Result<(), MemoError> {
         let start = Instant::now();
-        let io = op.chunk_io(self.stage, chunk).clone();
+        let (input, output) = op.chunk_io(self.stage, chunk);
+        let io = (input.clone(), output.clone());
         let (input, output) = (&io.0, &io.1);
         let mut rec = ctx.recorder("memo: stage in, key");
-        op.record_chunk_in(&mut rec, self.stage, chunk);
+        op.record_chunk_in(&mut rec, application, position, chunk);
         self.kernels().record_key(ctx, &mut rec, input);
-        ctx.submit(rec)?;
+        ctx.submit_and_wait(rec)?;
         let key = UnitKey::new(&self.kernels().read_key(ctx, input)?);
         let class = self.class(&io, chunk);
         let (reuse, input_norm2) = match (options.policy, &key) {
@@ -403,9 +381,9 @@ impl StageMemo {
                 if options.audit {
                     self.kernels().record_audit_diff(ctx, &mut rec, output);
                 }
-                op.record_chunk_out(&mut rec, self.stage, chunk);
+                op.record_chunk_out(&mut rec, application, position, chunk);
                 // Submission waits for the work, so the chunk's time is complete here.
-                ctx.submit(rec)?;
+                ctx.submit_and_wait(rec)?;
                 if options.audit {
                     let error = self.kernels().read_residual(ctx, output)?.sqrt();
                     self.stats
@@ -440,8 +418,8 @@ impl StageMemo {
                     self.kernels()
                         .record_store(ctx, &mut rec, (input, output), offsets);
                 }
-                op.record_chunk_out(&mut rec, self.stage, chunk);
-                ctx.submit(rec)?;
+                op.record_chunk_out(&mut rec, application, position, chunk);
+                ctx.submit_and_wait(rec)?;
                 self.stats.misses += 1;
                 self.stats.compute_ms += t.elapsed().as_secs_f64() * 1e3;
                 if let Some((slot, key)) = stored {
@@ -542,7 +520,7 @@ impl StageMemo {
             .collect();
         let mut rec = ctx.recorder("memo: certify");
         self.kernels().record_dots(ctx, &mut rec, input, &offsets);
-        ctx.submit(rec)?;
+        ctx.submit_and_wait(rec)?;
         let dots = self.kernels().read_dots(ctx, input, offsets.len())?;
         let xx = dots.xx;
         let Some((alphas, estimate)) = least_squares(&dots) else {
@@ -566,7 +544,7 @@ impl StageMemo {
         let mut rec = ctx.recorder("memo: residual");
         self.kernels()
             .record_residual(ctx, &mut rec, input, &inputs);
-        ctx.submit(rec)?;
+        ctx.submit_and_wait(rec)?;
         let residual = self.kernels().read_residual(ctx, input)?.sqrt();
         let r = residual / xx.sqrt();
         // Each stored output carries f32 rounding of about F32_ROUNDING |F| |c_i|, scaled by
@@ -709,6 +687,7 @@ mod tests {
         let options = OperatorOptions {
             max_chunk_y: Some(6),
             max_chunk_rows: Some(5),
+            ..OperatorOptions::default()
         };
         let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
         let k = |stage: Stage| {
@@ -724,22 +703,36 @@ mod tests {
             .unwrap()
         };
         let mut rng = SplitMix64::new(1);
-        for space in [Space::Volume, Space::Spectrum, Space::Data] {
+        let scalars = crate::array::Scalars::new(&ctx, 1, 1).unwrap();
+        let arrays = [Space::Volume, Space::Spectrum, Space::Data].map(|space| {
             let len = space.shape(&g).iter().product::<usize>();
             let v: Vec<Complex32> = (0..len)
                 .map(|_| Complex32::new(rng.next_f64() as f32, rng.next_f64() as f32 - 0.5))
                 .collect();
-            ctx.write(op.buffer(space), 0, &v);
-        }
+            let field = crate::array::Field::zeros(&ctx, "input", space.layout(&g, 2)).unwrap();
+            ctx.write(field.buffer(), 0, &v);
+            (space, field)
+        });
+        let field = |space| &arrays.iter().find(|(s, _)| *s == space).unwrap().1;
         for stage in Stage::ALL {
             let kernels = k(stage);
+            let (from, to) = stage.apply().spaces();
+            let application = op
+                .application(
+                    &ctx,
+                    &scalars,
+                    stage.apply(),
+                    crate::operator::Source::Complex(field(from)),
+                    crate::operator::Sink::Complex(field(to)),
+                )
+                .unwrap();
             // The last chunk is the short one.
             let chunk = op.chunk_count(stage) - 1;
             let (input, _) = op.chunk_io(stage, chunk);
             let mut rec = ctx.recorder("test");
-            op.record_chunk_in(&mut rec, stage, chunk);
+            op.record_chunk_in(&mut rec, &application, 0, chunk);
             kernels.record_key(&ctx, &mut rec, input);
-            ctx.submit(rec).unwrap();
+            ctx.submit_and_wait(rec).unwrap();
             let key = kernels.read_key(&ctx, input).unwrap();
             let local: Vec<Complex32> = ctx
                 .read(&input.buffer, 0, (input.buffer.bytes() / 8) as usize)

@@ -9,21 +9,26 @@
 //!   reference's sign `(-1)^((deth+detw)/2)` corrected so that L is the true projector for every
 //!   even size: `L u (theta) ~ P_theta u / sqrt(n2 ntheta)`.
 //!
-//! Every adjoint is a gather (no float atomics), so the same input gives the same bits. Work is
-//! chunked along y (U1) and detector rows (U2) with chunk sizes derived from the device's binding
-//! limit; chunk-local buffers are staged from and to the whole arrays by block copies, so arrays
-//! larger than one binding work, and results do not depend on the chunk sizes.
+//! Every adjoint is a gather (no float atomics), so the same input gives the same bits. Each stage
+//! runs chunk by chunk along its own axis (U1 along y, U2 along detector rows, F along angles), a
+//! chunk an independent computation on chunk-local buffers, so results do not depend on the chunk
+//! sizes. The operator owns only its intermediate, the spectrum; an [`Application`] binds a stage
+//! sequence to the caller's arrays once ([`Source`] in, [`Sink`] out: complex, real, the
+//! difference of two arrays, a scaled real part added to an array), so the solver's vector
+//! updates around an operator application happen while a chunk is on its way in or out.
 
 mod geometry;
 mod staging;
 pub(crate) mod tables;
 
 pub use geometry::{Geometry, GeometryError, GriddingAxis, DEFAULT_EPS, MIN_EPS};
+pub use staging::{Sink, Source};
 
 use bytemuck::{Pod, Zeroable};
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::array::{Field, PlaneLayout, Scalars};
 use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
@@ -31,7 +36,7 @@ use crate::fft::{
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;
-use staging::{block_copy, groups, modulate, window, Whole, WORKGROUP};
+use staging::{groups, modulate, stage_in, stage_out, window, WORKGROUP};
 use tables::{U1Tables, U2Tables};
 
 /// Errors of operator construction and application.
@@ -62,10 +67,13 @@ pub enum OperatorError {
     /// An array does not have the shape the geometry implies.
     #[error("{what} has shape {got:?}, but the geometry needs {expected:?}")]
     ShapeMismatch {
-        what: &'static str,
+        what: String,
         expected: Vec<usize>,
         got: Vec<usize>,
     },
+    /// An application asks for something the stages cannot do.
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 /// Chunking limits; by default chunks are as large as the device's binding limit allows.
@@ -75,14 +83,16 @@ pub struct OperatorOptions {
     pub max_chunk_y: Option<usize>,
     /// At most this many detector rows per U2 chunk.
     pub max_chunk_rows: Option<usize>,
+    /// At most this many projections per chunk of the 2D FFT stage.
+    pub max_chunk_angles: Option<usize>,
 }
 
-/// What to apply (each reads and writes the operator's own buffers).
+/// What to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Apply {
     /// `L`: volume -> data.
     Forward,
-    /// `L*`: data -> volume (the data buffer is used as workspace and overwritten).
+    /// `L*`: data -> volume (the source array is used as workspace and overwritten).
     Adjoint,
     /// `A = U2 U1`: volume -> data (Fourier domain).
     FourierForward,
@@ -96,9 +106,9 @@ pub enum Apply {
     Usfft2d,
     /// `U2*`: data -> spectrum.
     Usfft2dAdjoint,
-    /// `F_adj` (the last stage of L), in place on the data.
+    /// `F_adj` (the last stage of L).
     Fft2dAdjoint,
-    /// `F_fwd = F_adj*` (the first stage of L*), in place on the data.
+    /// `F_fwd = F_adj*` (the first stage of L*).
     Fft2d,
 }
 
@@ -122,6 +132,16 @@ impl Space {
             Self::Data => vec![g.ntheta(), g.deth, g.detw],
         }
     }
+
+    /// The plane layout of an array of this space with `words` f32 words per element (1 real,
+    /// 2 complex).
+    pub fn layout(self, g: &Geometry, words: usize) -> PlaneLayout {
+        let shape = self.shape(g);
+        PlaneLayout {
+            planes: shape[0],
+            plane_words: words * shape[1] * shape[2],
+        }
+    }
 }
 
 impl Apply {
@@ -137,17 +157,60 @@ impl Apply {
             Self::Fft2d | Self::Fft2dAdjoint => (Space::Data, Space::Data),
         }
     }
+
+    fn kinds(self) -> &'static [Kind] {
+        use Kind::*;
+        match self {
+            Self::Forward => &[U1Fwd, U2Fwd, FAdj],
+            Self::Adjoint => &[FFwd, U2Adj, U1Adj],
+            Self::FourierForward => &[U1Fwd, U2Fwd],
+            Self::FourierAdjoint => &[U2Adj, U1Adj],
+            Self::Usfft1d => &[U1Fwd],
+            Self::Usfft1dAdjoint => &[U1Adj],
+            Self::Usfft2d => &[U2Fwd],
+            Self::Usfft2dAdjoint => &[U2Adj],
+            Self::Fft2dAdjoint => &[FAdj],
+            Self::Fft2d => &[FFwd],
+        }
+    }
+}
+
+/// The six chunked stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    U1Fwd,
+    U1Adj,
+    U2Fwd,
+    U2Adj,
+    FAdj,
+    FFwd,
+}
+
+impl Kind {
+    fn spaces(self) -> (Space, Space) {
+        match self {
+            Self::U1Fwd => (Space::Volume, Space::Spectrum),
+            Self::U1Adj => (Space::Spectrum, Space::Volume),
+            Self::U2Fwd => (Space::Spectrum, Space::Data),
+            Self::U2Adj => (Space::Data, Space::Spectrum),
+            Self::FAdj | Self::FFwd => (Space::Data, Space::Data),
+        }
+    }
+
+    fn stage(self) -> Option<Stage> {
+        match self {
+            Self::U1Fwd => Some(Stage::Usfft1d),
+            Self::U1Adj => Some(Stage::Usfft1dAdjoint),
+            Self::U2Fwd => Some(Stage::Usfft2d),
+            Self::U2Adj => Some(Stage::Usfft2dAdjoint),
+            Self::FAdj | Self::FFwd => None,
+        }
+    }
 }
 
 enum Step {
     Dispatch(Bound, u32),
     Fft(usize),
-}
-
-fn dispatch_steps(list: Vec<(Bound, u32)>) -> Vec<Step> {
-    list.into_iter()
-        .map(|(b, g)| Step::Dispatch(b, g))
-        .collect()
 }
 
 /// A gridding stage that runs chunk by chunk, each chunk an independent linear map from a
@@ -174,12 +237,12 @@ impl Stage {
         Stage::Usfft2dAdjoint,
     ];
 
-    fn program(self) -> usize {
+    fn kind(self) -> Kind {
         match self {
-            Self::Usfft1d => U1_FWD,
-            Self::Usfft1dAdjoint => U1_ADJ,
-            Self::Usfft2d => U2_FWD,
-            Self::Usfft2dAdjoint => U2_ADJ,
+            Self::Usfft1d => Kind::U1Fwd,
+            Self::Usfft1dAdjoint => Kind::U1Adj,
+            Self::Usfft2d => Kind::U2Fwd,
+            Self::Usfft2dAdjoint => Kind::U2Adj,
         }
     }
 
@@ -217,20 +280,35 @@ impl Block {
     }
 }
 
-/// One chunk of a stage: stage in (whole array -> chunk-local input), compute (input -> output),
-/// stage out (chunk-local output -> whole array).
-#[derive(Default)]
-struct ChunkProgram {
-    stage_in: Vec<Step>,
+/// One chunk of a stage: where its input block comes from in the whole input array, its
+/// computation, and where its output block goes in the whole output array.
+struct Chunk {
+    input: Block,
+    whole_in: View,
     compute: Vec<Step>,
-    stage_out: Vec<Step>,
-    io: Option<(Block, Block)>,
+    output: Block,
+    whole_out: View,
 }
 
-/// A stage's chunks, built once.
-#[derive(Default)]
-struct Program {
-    chunks: Vec<ChunkProgram>,
+/// A stage sequence bound to the caller's arrays, built once and recorded any number of times.
+pub struct Application {
+    stages: Vec<BoundStage>,
+}
+
+struct BoundStage {
+    kind: Kind,
+    /// Per chunk: stage in, stage out.
+    chunks: Vec<(Vec<Step>, Vec<Step>)>,
+}
+
+impl Application {
+    /// The gridding stages of the application, in order, with their position in it.
+    pub(crate) fn gridding_stages(&self) -> impl Iterator<Item = (usize, Option<Stage>)> + '_ {
+        self.stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.kind.stage()))
+    }
 }
 
 #[repr(C)]
@@ -265,25 +343,24 @@ struct U2Params {
     ey: f32,
 }
 
-/// The laminography operator for one geometry, with its buffers, tables and kernels built once.
+/// The laminography operator for one geometry, with its spectrum, chunk buffers, tables, kernels
+/// and FFT plans built once.
 pub struct LaminoOperator {
     geometry: Geometry,
-    volume: GpuBuffer,
-    spectrum: GpuBuffer,
-    data: GpuBuffer,
-    programs: [Program; 6],
+    spectrum: Field,
+    stages: [Vec<Chunk>; 6],
     ffts: Vec<FftPlan1d>,
     chunk_y: usize,
     chunk_rows: usize,
+    chunk_angles: usize,
     buffers: Vec<GpuBuffer>,
+    /// The coefficients of applications the operator runs for itself (no scaled sinks).
+    own_scalars: Scalars,
 }
 
-const U1_FWD: usize = 0;
-const U1_ADJ: usize = 1;
-const U2_FWD: usize = 2;
-const U2_ADJ: usize = 3;
-const F_ADJ: usize = 4;
-const F_FWD: usize = 5;
+fn kind_index(kind: Kind) -> usize {
+    kind as usize
+}
 
 impl std::fmt::Debug for LaminoOperator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -291,6 +368,7 @@ impl std::fmt::Debug for LaminoOperator {
             .field("geometry", &self.geometry)
             .field("chunk_y", &self.chunk_y)
             .field("chunk_rows", &self.chunk_rows)
+            .field("chunk_angles", &self.chunk_angles)
             .finish_non_exhaustive()
     }
 }
@@ -379,10 +457,29 @@ fn u2_chunk(
     )
 }
 
+/// Projections per chunk of the 2D FFT stage: the chunk fits one binding.
+fn f_chunk(
+    ctx: &GpuContext,
+    g: &Geometry,
+    options: &OperatorOptions,
+) -> Result<usize, OperatorError> {
+    let unit = (g.deth * g.detw) as u64 * 8;
+    chunk_size(
+        ctx,
+        "projection",
+        unit,
+        options
+            .max_chunk_angles
+            .unwrap_or(g.ntheta())
+            .max(1)
+            .min(g.ntheta()),
+    )
+}
+
 impl LaminoOperator {
     /// Device memory the operator for `geometry` will hold, computed before anything is allocated:
-    /// the volume, spectrum and data arrays, the chunk buffers, the gridding tables and the FFT
-    /// plans' tables (FFTs of lengths beyond workgroup memory add scratch of about one chunk grid).
+    /// the spectrum, the chunk buffers, the gridding tables and the FFT plans' tables (FFTs of
+    /// lengths beyond workgroup memory add scratch of about one chunk grid).
     pub fn estimate_device_bytes(
         ctx: &GpuContext,
         geometry: &Geometry,
@@ -392,16 +489,18 @@ impl LaminoOperator {
         let g = geometry;
         let (n0, n1, n2) = (g.n0 as u64, g.n1 as u64, g.n2 as u64);
         let (deth, detw, nt) = (g.deth as u64, g.detw as u64, g.ntheta() as u64);
-        let (cy, ck) = (
+        let (cy, ck, ca) = (
             u1_chunk(ctx, g, options)? as u64,
             u2_chunk(ctx, g, options)? as u64,
+            f_chunk(ctx, g, options)? as u64,
         );
-        let arrays = 8 * (n0 * n1 * n2 + deth * n1 * n2 + nt * deth * detw);
+        let spectrum = 8 * deth * n1 * n2;
         let u1 = 8 * (n0 + 2 * n0 + deth) * cy * n2 + 8 * (2 * 9 * deth + 2 * n0) + 4 * n0;
         let points = nt * detw;
         let u2 = 8 * ck * (n1 * n2 + 4 * n1 * n2 + points)
             + 16 * deth * points
             + 4 * deth * (2 * n1 + 1);
+        let f = 8 * ca * deth * detw;
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
         // Forward and inverse plans of every FFT: along 2 n0 (U1), the 2 n1 x 2 n2 grids (U2)
         // and each projection (F).
@@ -411,13 +510,13 @@ impl LaminoOperator {
         let ffts = scratch(2 * n0, cy * n2)
             + scratch(2 * n2, ck * 2 * n1)
             + scratch(2 * n1, ck * 2 * n2)
-            + scratch(detw, nt * deth)
-            + scratch(deth, nt * detw);
-        Ok(arrays + u1 + u2 + twiddles + ffts)
+            + scratch(detw, ca * deth)
+            + scratch(deth, ca * detw);
+        Ok(spectrum + u1 + u2 + f + twiddles + ffts)
     }
 
-    /// Validates the geometry and builds everything: buffers, host tables, kernels, FFT plans and
-    /// bind groups for every chunk.
+    /// Validates the geometry and builds everything: the spectrum, chunk buffers, host tables,
+    /// kernels, FFT plans and the bind groups of every chunk's computation.
     pub fn new(
         ctx: &GpuContext,
         geometry: &Geometry,
@@ -438,37 +537,30 @@ impl LaminoOperator {
                 });
             }
         }
-        let volume = complex_buffer(ctx, "volume", g.volume_len())?;
-        let spectrum = complex_buffer(ctx, "spectrum (deth, n1, n2)", g.spectrum_len())?;
-        let data = complex_buffer(ctx, "data (ntheta, deth, detw)", g.data_len())?;
+        let spectrum = Field::zeros(ctx, "spectrum (deth, n1, n2)", Space::Spectrum.layout(g, 2))?;
         let mut op = Self {
             geometry: g.clone(),
-            volume,
             spectrum,
-            data,
-            programs: Default::default(),
+            stages: Default::default(),
             ffts: Vec::new(),
-            chunk_y: 0,
-            chunk_rows: 0,
+            chunk_y: u1_chunk(ctx, g, options)?,
+            chunk_rows: u2_chunk(ctx, g, options)?,
+            chunk_angles: f_chunk(ctx, g, options)?,
             buffers: Vec::new(),
+            own_scalars: Scalars::new(ctx, 1, 1)?,
         };
-        op.build_u1(ctx, options)?;
-        op.build_u2(ctx, options)?;
+        op.build_u1(ctx)?;
+        op.build_u2(ctx)?;
         op.build_f(ctx)?;
         Ok(op)
     }
 
-    fn build_u1(
-        &mut self,
-        ctx: &GpuContext,
-        options: &OperatorOptions,
-    ) -> Result<(), OperatorError> {
+    fn build_u1(&mut self, ctx: &GpuContext) -> Result<(), OperatorError> {
         let g = self.geometry.clone();
         let t = U1Tables::new(&g);
         let (n0, n1, n2, deth) = (g.n0 as u64, g.n1 as u64, g.n2 as u64, g.deth as u64);
         let grid_len = t.axis.grid as u64;
-        let cy = u1_chunk(ctx, &g, options)?;
-        self.chunk_y = cy;
+        let cy = self.chunk_y;
         let columns = cy as u64 * n2;
         let col = complex_buffer(ctx, "u1 columns", (n0 * columns) as usize)?;
         let grid = complex_buffer(ctx, "u1 grid", (grid_len * columns) as usize)?;
@@ -534,7 +626,6 @@ impl LaminoOperator {
         self.ffts.push(fft(Direction::Forward)?);
         self.ffts.push(fft(Direction::Inverse)?);
 
-        let mut keep = Vec::new();
         let plane = n1 * n2;
         for y0 in (0..n1).step_by(cy) {
             let c = (n1 - y0).min(cy as u64);
@@ -547,18 +638,6 @@ impl LaminoOperator {
                 offset: 0,
                 strides: [columns, n2, 1],
             };
-            let copy = |from_whole: bool,
-                        big: &GpuBuffer,
-                        small: &GpuBuffer,
-                        len: u64,
-                        keep: &mut Vec<GpuBuffer>| {
-                let direction = if from_whole {
-                    Whole::Source
-                } else {
-                    Whole::Destination
-                };
-                block_copy(ctx, big, whole, small, local, [len, c, n2], direction, keep)
-            };
             // Threads of the local kernels cover the full chunk width: rows beyond a short last
             // chunk hold finite stale values that are never copied out.
             let block = |buffer: &GpuBuffer, len: u64| Block {
@@ -567,45 +646,41 @@ impl LaminoOperator {
                 extents: [len, c, n2],
                 channel_axis: 1,
             };
-            self.programs[U1_FWD].chunks.push(ChunkProgram {
-                stage_in: dispatch_steps(copy(true, &self.volume, &col, n0, &mut keep)?),
+            self.stages[kind_index(Kind::U1Fwd)].push(Chunk {
+                input: block(&col, n0),
+                whole_in: whole,
                 compute: vec![
                     Step::Dispatch(divker.clone(), groups(grid_len * columns)),
                     Step::Fft(fft_fwd),
                     Step::Dispatch(gather.clone(), groups(deth * columns)),
                 ],
-                stage_out: dispatch_steps(copy(false, &self.spectrum, &rows, deth, &mut keep)?),
-                io: Some((block(&col, n0), block(&rows, deth))),
+                output: block(&rows, deth),
+                whole_out: whole,
             });
-            self.programs[U1_ADJ].chunks.push(ChunkProgram {
-                stage_in: dispatch_steps(copy(true, &self.spectrum, &rows, deth, &mut keep)?),
+            self.stages[kind_index(Kind::U1Adj)].push(Chunk {
+                input: block(&rows, deth),
+                whole_in: whole,
                 compute: vec![
                     Step::Dispatch(spread.clone(), groups(grid_len * columns)),
                     Step::Fft(fft_inv),
                     Step::Dispatch(divker_adj.clone(), groups(n0 * columns)),
                 ],
-                stage_out: dispatch_steps(copy(false, &self.volume, &col, n0, &mut keep)?),
-                io: Some((block(&rows, deth), block(&col, n0))),
+                output: block(&col, n0),
+                whole_out: whole,
             });
         }
-        self.buffers.extend(keep);
         self.buffers
             .extend([col, grid, rows, deconv, taps, cell_start, entries, params]);
         Ok(())
     }
 
-    fn build_u2(
-        &mut self,
-        ctx: &GpuContext,
-        options: &OperatorOptions,
-    ) -> Result<(), OperatorError> {
+    fn build_u2(&mut self, ctx: &GpuContext) -> Result<(), OperatorError> {
         let g = self.geometry.clone();
         let t = U2Tables::new(&g);
         let (n1, n2, deth, detw) = (g.n1 as u64, g.n2 as u64, g.deth as u64, g.detw as u64);
         let (gy, gx) = (t.axis_y.grid as u64, t.axis_x.grid as u64);
         let points = g.ntheta() as u64 * detw;
-        let ck = u2_chunk(ctx, &g, options)? as u64;
-        self.chunk_rows = ck as usize;
+        let ck = self.chunk_rows as u64;
         let plane_buf = complex_buffer(ctx, "u2 planes", (ck * n1 * n2) as usize)?;
         let grid = complex_buffer(ctx, "u2 grids", (ck * gy * gx) as usize)?;
         let out = complex_buffer(ctx, "u2 points", (ck * points) as usize)?;
@@ -678,98 +753,53 @@ impl LaminoOperator {
             ];
             let bound = [&divker, &gather, &spread, &divker_adj].map(|k| k.bind(ctx, &slices));
             let [b_divker, b_gather, b_spread, b_divker_adj] = bound;
-            // Spectrum [k][y][x] <-> planes [r][y][x]; data [t][k][w] <-> points [r][t][w], staged
-            // with the data's slowest axis (t) first.
+            // Spectrum [k][y][x] <-> planes [r][y][x]; data [t][k][w] <-> points [r][t][w],
+            // staged with the data's slowest axis (t) first.
             let spectrum_view = View {
                 offset: k0 * n1 * n2,
-                strides: [n1 * n2, n2, 1],
-            };
-            let plane_view = View {
-                offset: 0,
                 strides: [n1 * n2, n2, 1],
             };
             let data_view = View {
                 offset: k0 * detw,
                 strides: [deth * detw, detw, 1],
             };
-            let points_view = View {
-                offset: 0,
-                strides: [detw, points, 1],
-            };
-            let planes = [c, n1, n2];
-            let angles = [g.ntheta() as u64, c, detw];
             let plane_block = Block {
                 buffer: plane_buf.clone(),
-                view: plane_view,
-                extents: planes,
+                view: View {
+                    offset: 0,
+                    strides: [n1 * n2, n2, 1],
+                },
+                extents: [c, n1, n2],
                 channel_axis: 0,
             };
             let points_block = Block {
                 buffer: out.clone(),
-                view: points_view,
-                extents: angles,
+                view: View {
+                    offset: 0,
+                    strides: [detw, points, 1],
+                },
+                extents: [g.ntheta() as u64, c, detw],
                 channel_axis: 1,
             };
-            let mut copy = |whole: &GpuBuffer,
-                            whole_view: View,
-                            local: &GpuBuffer,
-                            local_view: View,
-                            extents: [u64; 3],
-                            direction: Whole| {
-                block_copy(
-                    ctx, whole, whole_view, local, local_view, extents, direction, &mut keep,
-                )
-                .map(dispatch_steps)
-            };
-            let spectrum_in = copy(
-                &self.spectrum,
-                spectrum_view,
-                &plane_buf,
-                plane_view,
-                planes,
-                Whole::Source,
-            )?;
-            let data_out = copy(
-                &self.data,
-                data_view,
-                &out,
-                points_view,
-                angles,
-                Whole::Destination,
-            )?;
-            let data_in = copy(
-                &self.data,
-                data_view,
-                &out,
-                points_view,
-                angles,
-                Whole::Source,
-            )?;
-            let spectrum_out = copy(
-                &self.spectrum,
-                spectrum_view,
-                &plane_buf,
-                plane_view,
-                planes,
-                Whole::Destination,
-            )?;
             let mut compute_fwd = vec![Step::Dispatch(b_divker?, groups(c * gy * gx))];
             compute_fwd.extend(fwd_ffts.map(Step::Fft));
             compute_fwd.push(Step::Dispatch(b_gather?, groups(c * points)));
-            self.programs[U2_FWD].chunks.push(ChunkProgram {
-                stage_in: spectrum_in,
+            self.stages[kind_index(Kind::U2Fwd)].push(Chunk {
+                input: plane_block.clone(),
+                whole_in: spectrum_view,
                 compute: compute_fwd,
-                stage_out: data_out,
-                io: Some((plane_block.clone(), points_block.clone())),
+                output: points_block.clone(),
+                whole_out: data_view,
             });
             let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(c * gy * gx))];
             compute_adj.extend(inv_ffts.map(Step::Fft));
             compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
-            self.programs[U2_ADJ].chunks.push(ChunkProgram {
-                stage_in: data_in,
+            self.stages[kind_index(Kind::U2Adj)].push(Chunk {
+                input: points_block,
+                whole_in: data_view,
                 compute: compute_adj,
-                stage_out: spectrum_out,
-                io: Some((points_block, plane_block)),
+                output: plane_block,
+                whole_out: spectrum_view,
             });
             keep.push(params);
         }
@@ -779,10 +809,13 @@ impl LaminoOperator {
         Ok(())
     }
 
+    /// The centred 2D FFT of each projection, chunk by chunk along the angles.
     fn build_f(&mut self, ctx: &GpuContext) -> Result<(), OperatorError> {
-        let g = &self.geometry;
-        let shape = [g.ntheta(), g.deth, g.detw];
-        let shape64 = shape.map(|s| s as u64);
+        let g = self.geometry.clone();
+        let (deth, detw) = (g.deth as u64, g.detw as u64);
+        let nt = g.ntheta() as u64;
+        let ca = self.chunk_angles as u64;
+        let local = complex_buffer(ctx, "projection chunk", (ca * deth * detw) as usize)?;
         // The centred DFT of even length n equals (-1)^(n/2) (-1)^v DFT((-1)^a x_a): the factor
         // (-1)^((deth+detw)/2) is kept (the reference drops it), so L is the projector itself.
         let sign = if (g.deth / 2 + g.detw / 2).is_multiple_of(2) {
@@ -792,21 +825,63 @@ impl LaminoOperator {
         };
         let scale = (sign / (g.deth as f64 * g.detw as f64)) as f32;
         let mut keep = Vec::new();
-        for (program, direction) in [(F_ADJ, Direction::Inverse), (F_FWD, Direction::Forward)] {
-            let pre = modulate(ctx, &self.data, shape64, 1.0, &mut keep)?;
-            let post = modulate(ctx, &self.data, shape64, scale, &mut keep)?;
+        let shape = [ca, deth, detw];
+        let pre = modulate(ctx, &local, [ca * deth * detw, deth, detw], 1.0, &mut keep)?;
+        let post = modulate(
+            ctx,
+            &local,
+            [ca * deth * detw, deth, detw],
+            scale,
+            &mut keep,
+        )?;
+        let mut programs = Vec::new();
+        for direction in [Direction::Inverse, Direction::Forward] {
             let first = self.ffts.len();
-            let plan = FftPlan::new(ctx, &shape, 2, direction, Normalization::None, &self.data)?;
+            let plan = FftPlan::new(
+                ctx,
+                &shape.map(|s| s as usize),
+                2,
+                direction,
+                Normalization::None,
+                &local,
+            )?;
             self.ffts.extend(plan.into_axis_plans());
-            let mut compute = dispatch_steps(pre);
+            let mut compute = vec![Step::Dispatch(pre.0.clone(), pre.1)];
             compute.extend((first..self.ffts.len()).map(Step::Fft));
-            compute.extend(dispatch_steps(post));
-            self.programs[program].chunks.push(ChunkProgram {
-                compute,
-                ..Default::default()
-            });
+            compute.push(Step::Dispatch(post.0.clone(), post.1));
+            programs.push(compute);
+        }
+        let view = |t0: u64| View {
+            offset: t0 * deth * detw,
+            strides: [deth * detw, detw, 1],
+        };
+        for t0 in (0..nt).step_by(ca as usize) {
+            let c = (nt - t0).min(ca);
+            let block = Block {
+                buffer: local.clone(),
+                view: view(0),
+                extents: [c, deth, detw],
+                channel_axis: 0,
+            };
+            for (kind, compute) in [(Kind::FAdj, &programs[0]), (Kind::FFwd, &programs[1])] {
+                let compute = compute
+                    .iter()
+                    .map(|s| match s {
+                        Step::Dispatch(b, n) => Step::Dispatch(b.clone(), *n),
+                        Step::Fft(i) => Step::Fft(*i),
+                    })
+                    .collect();
+                self.stages[kind_index(kind)].push(Chunk {
+                    input: block.clone(),
+                    whole_in: view(t0),
+                    compute,
+                    output: block.clone(),
+                    whole_out: view(t0),
+                });
+            }
         }
         self.buffers.extend(keep);
+        self.buffers.push(local);
         Ok(())
     }
 
@@ -815,34 +890,118 @@ impl LaminoOperator {
         &self.geometry
     }
 
-    /// The volume buffer, `(n0, n1, n2)` complex64.
-    pub fn volume(&self) -> &GpuBuffer {
-        &self.volume
-    }
-
-    /// The spectrum buffer after U1, `(deth, n1, n2)` complex64.
-    pub fn spectrum(&self) -> &GpuBuffer {
+    /// The spectrum after U1, `(deth, n1, n2)` complex64.
+    pub fn spectrum(&self) -> &Field {
         &self.spectrum
     }
 
-    /// The data buffer, `(ntheta, deth, detw)` complex64.
-    pub fn data(&self) -> &GpuBuffer {
-        &self.data
+    /// Chunk sizes in use: (y rows per U1 chunk, detector rows per U2 chunk, projections per F
+    /// chunk).
+    pub fn chunks(&self) -> (usize, usize, usize) {
+        (self.chunk_y, self.chunk_rows, self.chunk_angles)
     }
 
-    /// Chunk sizes in use: (y rows per U1 chunk, detector rows per U2 chunk).
-    pub fn chunks(&self) -> (usize, usize) {
-        (self.chunk_y, self.chunk_rows)
-    }
-
-    /// Bytes of device memory the operator holds (arrays, chunk buffers, tables, FFT plans).
+    /// Bytes of device memory the operator holds (spectrum, chunk buffers, tables, FFT plans).
     pub fn device_bytes(&self) -> u64 {
-        [&self.volume, &self.spectrum, &self.data]
-            .iter()
-            .map(|b| b.bytes())
-            .sum::<u64>()
+        self.spectrum.layout().bytes()
             + self.buffers.iter().map(GpuBuffer::bytes).sum::<u64>()
             + self.ffts.iter().map(FftPlan1d::device_bytes).sum::<u64>()
+    }
+
+    /// Binds `what` to read `source` and write `sink` (their shapes are checked against the
+    /// geometry); `scalars` holds the coefficient of a scaled real sink. Intermediates go through
+    /// the operator's spectrum; the 2D FFT stage works in place on the data array it follows or
+    /// precedes (so [`Apply::Adjoint`] overwrites its source).
+    pub fn application(
+        &self,
+        ctx: &GpuContext,
+        scalars: &Scalars,
+        what: Apply,
+        source: Source<'_>,
+        sink: Sink<'_>,
+    ) -> Result<Application, OperatorError> {
+        let kinds = what.kinds();
+        let spectrum = &self.spectrum;
+        let mut stages = Vec::new();
+        for (i, &kind) in kinds.iter().enumerate() {
+            let last = i + 1 == kinds.len();
+            let (from, to) = kind.spaces();
+            let stage_source = match (i, kind) {
+                (0, _) => source,
+                (_, Kind::FAdj) => Source::Complex(sink.field()),
+                _ if from == Space::Spectrum => Source::Complex(spectrum),
+                _ => Source::Complex(source.field()),
+            };
+            let stage_sink = match (last, kind) {
+                (true, _) => sink,
+                (false, Kind::FFwd) => Sink::Complex(source.field()),
+                (false, _) if to == Space::Spectrum => Sink::Complex(spectrum),
+                (false, _) => sink,
+            };
+            if matches!(kind, Kind::FFwd | Kind::FAdj)
+                && !(matches!(stage_source, Source::Complex(_))
+                    && matches!(stage_sink, Sink::Complex(_)))
+                && !(i == 0 && matches!(stage_source, Source::Real(_)))
+            {
+                return Err(OperatorError::Unsupported(
+                    "the 2D FFT stage reads complex (or real, as the first stage) and writes complex arrays",
+                ));
+            }
+            self.check(from, stage_source.words(), stage_source.field())?;
+            if let Source::Difference(_, b) = stage_source {
+                self.check(from, 2, b)?;
+            }
+            self.check(to, stage_sink.words(), stage_sink.field())?;
+            let mut keep = Vec::new();
+            let mut chunks = Vec::new();
+            for chunk in &self.stages[kind_index(kind)] {
+                let input = &chunk.input;
+                let output = &chunk.output;
+                let steps_in = stage_in(
+                    ctx,
+                    stage_source,
+                    chunk.whole_in,
+                    &input.buffer,
+                    input.view,
+                    input.extents,
+                    &mut keep,
+                )?;
+                let steps_out = stage_out(
+                    ctx,
+                    scalars,
+                    &output.buffer,
+                    output.view,
+                    stage_sink,
+                    chunk.whole_out,
+                    output.extents,
+                    &mut keep,
+                )?;
+                let steps = |list: Vec<(Bound, u32)>| {
+                    list.into_iter()
+                        .map(|(b, g)| Step::Dispatch(b, g))
+                        .collect::<Vec<_>>()
+                };
+                chunks.push((steps(steps_in), steps(steps_out)));
+            }
+            // The uniforms live as long as the bind groups that use them.
+            drop(keep);
+            stages.push(BoundStage { kind, chunks });
+        }
+        Ok(Application { stages })
+    }
+
+    fn check(&self, space: Space, words: u64, field: &Field) -> Result<(), OperatorError> {
+        let expected = space.layout(&self.geometry, words as usize);
+        if field.layout() != expected {
+            let mut e = space.shape(&self.geometry);
+            e[2] *= words as usize;
+            return Err(OperatorError::ShapeMismatch {
+                what: format!("{:?} ({} words per element)", field.label(), words),
+                expected: e,
+                got: vec![field.layout().planes, field.layout().plane_words],
+            });
+        }
+        Ok(())
     }
 
     fn record_steps(&self, rec: &mut Recorder, steps: &[Step]) {
@@ -854,68 +1013,83 @@ impl LaminoOperator {
         }
     }
 
-    fn record_program(&self, rec: &mut Recorder, index: usize) {
-        for chunk in &self.programs[index].chunks {
-            self.record_steps(rec, &chunk.stage_in);
-            self.record_steps(rec, &chunk.compute);
-            self.record_steps(rec, &chunk.stage_out);
+    /// Records `application` into `rec`.
+    pub fn record(&self, rec: &mut Recorder, application: &Application) {
+        for stage in &application.stages {
+            for (chunk, (steps_in, steps_out)) in self.stages[kind_index(stage.kind)]
+                .iter()
+                .zip(&stage.chunks)
+            {
+                self.record_steps(rec, steps_in);
+                self.record_steps(rec, &chunk.compute);
+                self.record_steps(rec, steps_out);
+            }
         }
     }
 
     /// Number of chunks of `stage`.
     pub fn chunk_count(&self, stage: Stage) -> usize {
-        self.programs[stage.program()].chunks.len()
+        self.stages[kind_index(stage.kind())].len()
     }
 
     /// The chunk-local (input, output) blocks of chunk `chunk` of `stage`.
-    pub(crate) fn chunk_io(&self, stage: Stage, chunk: usize) -> &(Block, Block) {
-        self.programs[stage.program()].chunks[chunk]
-            .io
-            .as_ref()
-            .expect("gridding stages have chunk blocks")
+    pub(crate) fn chunk_io(&self, stage: Stage, chunk: usize) -> (&Block, &Block) {
+        let c = &self.stages[kind_index(stage.kind())][chunk];
+        (&c.input, &c.output)
     }
 
-    /// Records the copy of chunk `chunk`'s input from the whole array into its input block.
-    pub(crate) fn record_chunk_in(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
-        self.record_steps(rec, &self.programs[stage.program()].chunks[chunk].stage_in);
+    /// Records stage number `position` of `application` for every chunk.
+    pub(crate) fn record_stage(
+        &self,
+        rec: &mut Recorder,
+        application: &Application,
+        position: usize,
+    ) {
+        let stage = &application.stages[position];
+        for (chunk, (steps_in, steps_out)) in self.stages[kind_index(stage.kind)]
+            .iter()
+            .zip(&stage.chunks)
+        {
+            self.record_steps(rec, steps_in);
+            self.record_steps(rec, &chunk.compute);
+            self.record_steps(rec, steps_out);
+        }
+    }
+
+    /// Records the copy of chunk `chunk`'s input from the whole array into its input block, for
+    /// stage number `position` of `application`.
+    pub(crate) fn record_chunk_in(
+        &self,
+        rec: &mut Recorder,
+        application: &Application,
+        position: usize,
+        chunk: usize,
+    ) {
+        self.record_steps(rec, &application.stages[position].chunks[chunk].0);
     }
 
     /// Records the chunk's map from its input block to its output block.
     pub(crate) fn record_chunk_compute(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
-        self.record_steps(rec, &self.programs[stage.program()].chunks[chunk].compute);
+        self.record_steps(rec, &self.stages[kind_index(stage.kind())][chunk].compute);
     }
 
-    /// Records the copy of the chunk's output block into the whole array.
-    pub(crate) fn record_chunk_out(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
-        self.record_steps(rec, &self.programs[stage.program()].chunks[chunk].stage_out);
+    /// Records the copy of the chunk's output block into the whole array, for stage number
+    /// `position` of `application`.
+    pub(crate) fn record_chunk_out(
+        &self,
+        rec: &mut Recorder,
+        application: &Application,
+        position: usize,
+        chunk: usize,
+    ) {
+        self.record_steps(rec, &application.stages[position].chunks[chunk].1);
     }
 
-    /// Records `what` into `rec`.
-    pub fn record(&self, rec: &mut Recorder, what: Apply) {
-        let stages: &[usize] = match what {
-            Apply::Forward => &[U1_FWD, U2_FWD, F_ADJ],
-            Apply::Adjoint => &[F_FWD, U2_ADJ, U1_ADJ],
-            Apply::FourierForward => &[U1_FWD, U2_FWD],
-            Apply::FourierAdjoint => &[U2_ADJ, U1_ADJ],
-            Apply::Usfft1d => &[U1_FWD],
-            Apply::Usfft1dAdjoint => &[U1_ADJ],
-            Apply::Usfft2d => &[U2_FWD],
-            Apply::Usfft2dAdjoint => &[U2_ADJ],
-            Apply::Fft2dAdjoint => &[F_ADJ],
-            Apply::Fft2d => &[F_FWD],
-        };
-        for &stage in stages {
-            self.record_program(rec, stage);
-        }
-    }
-
-    /// The operator's buffer for `space`.
-    pub fn buffer(&self, space: Space) -> &GpuBuffer {
-        match space {
-            Space::Volume => &self.volume,
-            Space::Spectrum => &self.spectrum,
-            Space::Data => &self.data,
-        }
+    /// Runs `application` and waits for it.
+    pub fn run(&self, ctx: &GpuContext, application: &Application) -> Result<(), OperatorError> {
+        let mut rec = ctx.recorder("laminography operator");
+        self.record(&mut rec, application);
+        Ok(ctx.submit_and_wait(rec)?)
     }
 
     /// Uploads `input` (row-major, of the shape `what` reads), applies `what` and returns its
@@ -931,21 +1105,22 @@ impl LaminoOperator {
         let expected = from.shape(&self.geometry);
         if input_shape != expected.as_slice() || input.len() != expected.iter().product::<usize>() {
             return Err(OperatorError::ShapeMismatch {
-                what: "the input",
+                what: "the input".into(),
                 expected,
                 got: input_shape.to_vec(),
             });
         }
-        ctx.write(self.buffer(from), 0, input);
-        self.apply(ctx, what)?;
-        let out = self.buffer(to);
-        Ok(ctx.read(out, 0, (out.bytes() / 8) as usize)?)
-    }
-
-    /// Runs `what` and waits for it.
-    pub fn apply(&self, ctx: &GpuContext, what: Apply) -> Result<(), OperatorError> {
-        let mut rec = ctx.recorder("laminography operator");
-        self.record(&mut rec, what);
-        Ok(ctx.submit(rec)?)
+        let source = Field::zeros(ctx, "operator input", from.layout(&self.geometry, 2))?;
+        ctx.write(source.buffer(), 0, input);
+        let sink = Field::zeros(ctx, "operator output", to.layout(&self.geometry, 2))?;
+        let application = self.application(
+            ctx,
+            &self.own_scalars,
+            what,
+            Source::Complex(&source),
+            Sink::Complex(&sink),
+        )?;
+        self.run(ctx, &application)?;
+        Ok(ctx.read(sink.buffer(), 0, sink.layout().words() / 2)?)
     }
 }

@@ -1,9 +1,11 @@
-//! Binding windows and block copies: how stages reach whole arrays (volume, spectrum, data) that
-//! may be larger than one storage binding.
+//! How stages reach whole arrays: block copies between a whole array (read or written through
+//! windows that each fit one storage binding) and a stage's chunk-local buffer, and the centring
+//! modulation of the per-projection 2D FFT.
 
 use bytemuck::{Pod, Zeroable};
 
 use super::OperatorError;
+use crate::array::{Coef, Field, Scalars};
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
@@ -36,7 +38,7 @@ pub(crate) fn window<'a>(
     )
 }
 
-/// A strided 3D view of a complex array: element (i0, i1, i2) at offset + i0 s0 + i1 s1 + i2 s2.
+/// A strided 3D view of an array: element (i0, i1, i2) at offset + i0 s0 + i1 s1 + i2 s2.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct View {
     pub offset: u64,
@@ -54,53 +56,90 @@ struct GpuView {
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable)]
-struct BlockParams {
-    src: GpuView,
-    dst: GpuView,
+struct StageParams {
+    whole: GpuView,
+    local: GpuView,
     e0: u32,
     e1: u32,
     e2: u32,
+    mode: u32,
+    c: f32,
+    slot: u32,
+    accumulate: u32,
     pad: u32,
 }
 
-/// Which side of a block copy is the whole array (windowed); the other side is a chunk-local
-/// buffer that always fits one binding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Whole {
-    Source,
-    Destination,
+/// Where a stage reads its input from.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// A complex array.
+    Complex(&'a Field),
+    /// A real array (imaginary parts 0).
+    Real(&'a Field),
+    /// The difference `a - b` of two complex arrays, formed on the fly.
+    Difference(&'a Field, &'a Field),
 }
 
-/// Bound dispatches that copy a block of `extents` between `whole` (the large array, axis 0 its
-/// slowest axis) and the chunk-local `local`. The block is split along axis 0 so that each piece
-/// of the whole array fits one binding.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn block_copy(
+/// Where a stage writes its output to.
+#[derive(Debug, Clone, Copy)]
+pub enum Sink<'a> {
+    /// A complex array.
+    Complex(&'a Field),
+    /// A real array: `field = scale Re(output)`, plus the array's own values when `accumulate`.
+    Real {
+        field: &'a Field,
+        scale: Coef,
+        accumulate: bool,
+    },
+}
+
+impl Source<'_> {
+    /// Words per element of the whole array(s) read.
+    pub(crate) fn words(&self) -> u64 {
+        match self {
+            Self::Real(_) => 1,
+            _ => 2,
+        }
+    }
+
+    pub(crate) fn field(&self) -> &Field {
+        match self {
+            Self::Complex(f) | Self::Real(f) | Self::Difference(f, _) => f,
+        }
+    }
+}
+
+impl Sink<'_> {
+    /// Words per element of the whole array written.
+    pub(crate) fn words(&self) -> u64 {
+        match self {
+            Self::Real { .. } => 1,
+            Self::Complex(_) => 2,
+        }
+    }
+
+    pub(crate) fn field(&self) -> &Field {
+        match self {
+            Self::Complex(f) | Self::Real { field: f, .. } => f,
+        }
+    }
+}
+
+/// The pieces of a block copy: ranges `[a, b)` of axis 0 whose span of the whole array fits one
+/// binding, each with the span's first element and length.
+fn pieces(
     ctx: &GpuContext,
-    whole: &GpuBuffer,
-    whole_view: View,
-    local: &GpuBuffer,
-    local_view: View,
+    label: &str,
+    words: u64,
+    whole: View,
     extents: [u64; 3],
-    direction: Whole,
-    keep: &mut Vec<GpuBuffer>,
-) -> Result<Vec<(Bound, u32)>, OperatorError> {
-    let kernel = ctx.kernel(&KernelSpec {
-        shader: &shaders::COPY_BLOCK,
-        entry: "copy_block",
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::Uniform,
-        ],
-        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-    })?;
-    let limit = ctx.max_binding_bytes() / 8;
-    let align = (ctx.binding_alignment() / 8).max(1);
-    let inner = (extents[1] - 1) * whole_view.strides[1] + (extents[2] - 1) * whole_view.strides[2];
+) -> Result<Vec<(u64, u64, u64, u64)>, OperatorError> {
+    let limit = ctx.max_binding_bytes() / 4 / words;
+    let align = (ctx.binding_alignment() / 4 / words).max(1);
+    let inner = (extents[1] - 1) * whole.strides[1] + (extents[2] - 1) * whole.strides[2];
     let span = |a: u64, b: u64| {
-        let lo = whole_view.offset + a * whole_view.strides[0];
-        let hi = whole_view.offset + (b - 1) * whole_view.strides[0] + inner;
+        let lo = whole.offset + a * whole.strides[0];
+        let hi = whole.offset + (b - 1) * whole.strides[0] + inner;
         (lo / align * align, hi + 1 - lo / align * align)
     };
     let mut out = Vec::new();
@@ -109,51 +148,160 @@ pub(crate) fn block_copy(
         let mut b = a + 1;
         if span(a, b).1 > limit {
             return Err(OperatorError::TooLarge {
-                what: format!("one slice of {:?} in a block copy", whole.label()),
-                bytes: span(a, b).1 * 8,
-                limit: limit * 8,
+                what: format!("one slice of {label:?} in a block copy"),
+                bytes: span(a, b).1 * 4 * words,
+                limit: limit * 4 * words,
             });
         }
         while b < extents[0] && span(a, b + 1).1 <= limit {
             b += 1;
         }
         let (start, len) = span(a, b);
-        let gpu_view = |v: &View, base: u64, first: u64| GpuView {
-            offset: (v.offset + first * v.strides[0]).wrapping_sub(base) as u32,
-            s0: v.strides[0] as u32,
-            s1: v.strides[1] as u32,
-            s2: v.strides[2] as u32,
-        };
-        let whole_gpu = gpu_view(&whole_view, start, a);
-        let local_gpu = gpu_view(&local_view, 0, a);
-        let (src, dst) = match direction {
-            Whole::Source => (whole_gpu, local_gpu),
-            Whole::Destination => (local_gpu, whole_gpu),
-        };
+        out.push((a, b, start, len));
+        a = b;
+    }
+    Ok(out)
+}
+
+fn gpu_view(v: &View, base: u64, first: u64) -> GpuView {
+    GpuView {
+        offset: (v.offset + first * v.strides[0]).wrapping_sub(base) as u32,
+        s0: v.strides[0] as u32,
+        s1: v.strides[1] as u32,
+        s2: v.strides[2] as u32,
+    }
+}
+
+fn slice(field: &Field, words: u64, start: u64, len: u64) -> BufferSlice<'_> {
+    BufferSlice {
+        buffer: field.buffer(),
+        offset: start * words * 4,
+        size: len * words * 4,
+    }
+}
+
+/// Bound dispatches copying a block of `extents` from `source` (viewed through `whole`, in
+/// elements) into the chunk-local complex buffer `local` (viewed through `local_view`).
+pub(crate) fn stage_in(
+    ctx: &GpuContext,
+    source: Source<'_>,
+    whole: View,
+    local: &GpuBuffer,
+    local_view: View,
+    extents: [u64; 3],
+    keep: &mut Vec<GpuBuffer>,
+) -> Result<Vec<(Bound, u32)>, OperatorError> {
+    let kernel = ctx.kernel(&KernelSpec {
+        shader: &shaders::STAGE_IN,
+        entry: "stage_in",
+        bindings: &[
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::StorageReadWrite,
+            BindingKind::Uniform,
+        ],
+        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+    })?;
+    let words = source.words();
+    let mode = match source {
+        Source::Complex(_) => 0,
+        Source::Real(_) => 1,
+        Source::Difference(..) => 2,
+    };
+    let mut out = Vec::new();
+    for (a, b, start, len) in pieces(ctx, source.field().label(), words, whole, extents)? {
         let params = ctx.uniform(
-            "block copy params",
-            &BlockParams {
-                src,
-                dst,
+            "stage in params",
+            &StageParams {
+                whole: gpu_view(&whole, start, a),
+                local: gpu_view(&local_view, 0, a),
                 e0: (b - a) as u32,
                 e1: extents[1] as u32,
                 e2: extents[2] as u32,
+                mode,
+                c: 0.0,
+                slot: 0,
+                accumulate: 0,
                 pad: 0,
             },
         )?;
-        let whole_slice = BufferSlice {
-            buffer: whole,
-            offset: start * 8,
-            size: len * 8,
+        let (first, second) = match source {
+            Source::Difference(x, y) => (x, y),
+            Source::Complex(x) | Source::Real(x) => (x, x),
         };
-        let slices = match direction {
-            Whole::Source => [whole_slice, local.into(), (&params).into()],
-            Whole::Destination => [local.into(), whole_slice, (&params).into()],
-        };
-        let bound = kernel.bind(ctx, &slices)?;
+        let bound = kernel.bind(
+            ctx,
+            &[
+                slice(first, words, start, len),
+                slice(second, words, start, len),
+                local.into(),
+                (&params).into(),
+            ],
+        )?;
         out.push((bound, groups((b - a) * extents[1] * extents[2])));
         keep.push(params);
-        a = b;
+    }
+    Ok(out)
+}
+
+/// Bound dispatches copying the chunk-local complex result in `local` into a block of `sink`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stage_out(
+    ctx: &GpuContext,
+    scalars: &Scalars,
+    local: &GpuBuffer,
+    local_view: View,
+    sink: Sink<'_>,
+    whole: View,
+    extents: [u64; 3],
+    keep: &mut Vec<GpuBuffer>,
+) -> Result<Vec<(Bound, u32)>, OperatorError> {
+    let kernel = ctx.kernel(&KernelSpec {
+        shader: &shaders::STAGE_OUT,
+        entry: "stage_out",
+        bindings: &[
+            BindingKind::StorageRead,
+            BindingKind::StorageReadWrite,
+            BindingKind::StorageRead,
+            BindingKind::Uniform,
+        ],
+        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+    })?;
+    let words = sink.words();
+    let (mode, coef, accumulate) = match sink {
+        Sink::Complex(_) => (0, Coef::ZERO, false),
+        Sink::Real {
+            scale, accumulate, ..
+        } => (1, scale, accumulate),
+    };
+    let mut out = Vec::new();
+    for (a, b, start, len) in pieces(ctx, sink.field().label(), words, whole, extents)? {
+        let params = ctx.uniform(
+            "stage out params",
+            &StageParams {
+                whole: gpu_view(&whole, start, a),
+                local: gpu_view(&local_view, 0, a),
+                e0: (b - a) as u32,
+                e1: extents[1] as u32,
+                e2: extents[2] as u32,
+                mode,
+                c: coef.constant,
+                slot: coef.slot.0,
+                accumulate: accumulate as u32,
+                pad: 0,
+            },
+        )?;
+        let bound = kernel.bind(
+            ctx,
+            &[
+                local.into(),
+                slice(sink.field(), words, start, len),
+                scalars.coefficients().into(),
+                (&params).into(),
+            ],
+        )?;
+        out.push((bound, groups((b - a) * extents[1] * extents[2])));
+        keep.push(params);
     }
     Ok(out)
 }
@@ -170,43 +318,34 @@ struct ModulateParams {
     pad: [u32; 2],
 }
 
-/// Bound dispatches multiplying a (batch, height, width) array by `scale * (-1)^(v + w)`, in
-/// windows that each fit one binding.
+/// A bound dispatch multiplying the whole chunk buffer `data` of `count` elements of
+/// (height, width) projections by `scale * (-1)^(v + w)`.
 pub(crate) fn modulate(
     ctx: &GpuContext,
     data: &GpuBuffer,
-    shape: [u64; 3],
+    [count, height, width]: [u64; 3],
     scale: f32,
     keep: &mut Vec<GpuBuffer>,
-) -> Result<Vec<(Bound, u32)>, OperatorError> {
+) -> Result<(Bound, u32), OperatorError> {
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::MODULATE,
         entry: "modulate",
         bindings: &[BindingKind::StorageReadWrite, BindingKind::Uniform],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })?;
-    let total = shape.iter().product::<u64>();
-    let step = (ctx.max_binding_bytes() - ctx.binding_alignment()) / 8;
-    let mut out = Vec::new();
-    let mut first = 0;
-    while first < total {
-        let count = step.min(total - first);
-        let (slice, offset) = window(ctx, data, 8, first, count);
-        let params = ctx.uniform(
-            "modulate params",
-            &ModulateParams {
-                first: (first % (shape[1] * shape[2])) as u32,
-                count: count as u32,
-                offset,
-                height: shape[1] as u32,
-                width: shape[2] as u32,
-                scale,
-                pad: [0; 2],
-            },
-        )?;
-        out.push((kernel.bind(ctx, &[slice, (&params).into()])?, groups(count)));
-        keep.push(params);
-        first += count;
-    }
-    Ok(out)
+    let params = ctx.uniform(
+        "modulate params",
+        &ModulateParams {
+            first: 0,
+            count: count as u32,
+            offset: 0,
+            height: height as u32,
+            width: width as u32,
+            scale,
+            pad: [0; 2],
+        },
+    )?;
+    let bound = kernel.bind(ctx, &[data.into(), (&params).into()])?;
+    keep.push(params);
+    Ok((bound, groups(count)))
 }

@@ -1,18 +1,28 @@
-//! The ADMM-TV iteration on GPU buffers.
+//! The ADMM-TV iteration on GPU arrays. One outer iteration is recorded without waiting: the CG
+//! step length and direction coefficients are computed on the GPU (`shaders/solver/scalars.wgsl`)
+//! and the vector kernels read them, so the host waits once per outer iteration, for the one
+//! small readback of every reduction result (the Lagrangian terms, the convergence measures and
+//! the penalty decision need them).
 
 use std::cell::RefCell;
 
+use bytemuck::{Pod, Zeroable};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::checkpoint::{Checkpoint, CheckpointError};
 use super::params::{AdmmParams, Convergence, InnerSolver};
-use super::vector::{Kernel, VectorOp};
+use super::vector::{Kernel, Target, VectorOp};
+use crate::array::{Coef, Field, PlaneLayout, Scalars, Slot, SumSlot};
 use crate::error::GpuError;
-use crate::gpu::{GpuBuffer, GpuContext, Recorder};
+use crate::gpu::{BindingKind, Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::fnv1a;
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
-use crate::operator::{Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions};
+use crate::operator::{
+    Application, Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions, Sink, Source,
+    Space,
+};
+use crate::shaders;
 
 /// Errors of the solver.
 #[derive(Debug, Error)]
@@ -117,81 +127,192 @@ impl StopReason {
     }
 }
 
-/// Every buffer and bound kernel of one reconstruction, built once.
+/// Coefficient slots: the host writes the penalty's once per outer iteration, the scalar kernels
+/// the CG step's.
+mod slot {
+    use crate::array::Slot;
+    pub const RHO: Slot = Slot(1);
+    pub const NEG_RHO: Slot = Slot(2);
+    pub const INV_RHO: Slot = Slot(3);
+    pub const NEG_INV_RHO: Slot = Slot(4);
+    pub const ALPHA_OVER_RHO: Slot = Slot(5);
+    pub const INV_N: Slot = Slot(6);
+    pub const STEP: Slot = Slot(7);
+    pub const NEG_STEP: Slot = Slot(8);
+    pub const NEG_STEP_RHO: Slot = Slot(9);
+    pub const BETA: Slot = Slot(10);
+    pub const GAMMA: Slot = Slot(11);
+    pub const COUNT: usize = 12;
+}
+
+/// Reduction-result slots, read together once per outer iteration.
+mod sum {
+    use crate::array::SumSlot;
+    pub const RR: SumSlot = SumSlot(0);
+    pub const RR_NEW: SumSlot = SumSlot(1);
+    pub const APAP: SumSlot = SumSlot(2);
+    pub const GPGP: SumSlot = SumSlot(3);
+    pub const P_RPREV: SumSlot = SumSlot(4);
+    pub const P_R: SumSlot = SumSlot(5);
+    pub const PRIMAL: SumSlot = SumSlot(6);
+    pub const DUAL: SumSlot = SumSlot(7);
+    pub const DATA: SumSlot = SumSlot(8);
+    pub const ISO: SumSlot = SumSlot(9);
+    pub const LAMBDA_DOT: SumSlot = SumSlot(10);
+    pub const CHANGE: SumSlot = SumSlot(11);
+    pub const UU: SumSlot = SumSlot(12);
+    pub const GUGU: SumSlot = SumSlot(13);
+    pub const PSIPSI: SumSlot = SumSlot(14);
+    pub const LAMBDA: SumSlot = SumSlot(15);
+    pub const COUNT: usize = 16;
+}
+
+/// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u (a
+/// checkpoint holds them) and the data D; the rest is rebuilt every outer iteration.
+struct Fields {
+    u: Field,
+    u_prev: Field,
+    psi: Field,
+    lambda: Field,
+    grad_u: Field,
+    h0: Field,
+    r: Field,
+    p: Field,
+    grad_p: Field,
+    r_prev: Field,
+    dhat: Field,
+    au: Field,
+    ap: Field,
+}
+
+/// Every vector call site, built once.
+struct Ops {
+    save_u_prev: VectorOp,
+    save_h0: VectorOp,
+    r_add_tv_gradient: VectorOp,
+    dot_rr: VectorOp,
+    p_update: VectorOp,
+    grad_p: VectorOp,
+    dot_apap: VectorOp,
+    dot_gpgp: VectorOp,
+    u_move: VectorOp,
+    au_move: VectorOp,
+    grad_u_move: VectorOp,
+    r_sub_tv_curvature: VectorOp,
+    dot_rr_new: VectorOp,
+    r_prev_from_r: VectorOp,
+    dot_p_rprev: VectorOp,
+    dot_p_r: VectorOp,
+    u_move_fixed: VectorOp,
+    grad_u_move_fixed: VectorOp,
+    psi_shrink: VectorOp,
+    lambda_update: VectorOp,
+    sums: Vec<VectorOp>,
+}
+
+/// The operator applications of the iteration, bound once.
+struct Apps {
+    /// `r = (1/N) Re A*(D - A u)`
+    residual: Application,
+    /// `A p`
+    forward_p: Application,
+    /// `r += (-s/N) Re A*(A p)`
+    r_sub_data_curvature: Application,
+    /// `A u` (the reference's inner solver recomputes it)
+    forward_u: Application,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct ScalarParams {
+    rr: u32,
+    rr_new: u32,
+    apap: u32,
+    gpgp: u32,
+    p_rprev: u32,
+    p_r: u32,
+    inv_n: u32,
+    rho: u32,
+    step: u32,
+    neg_step: u32,
+    neg_step_rho: u32,
+    beta: u32,
+}
+
+/// The scalar kernels, bound once.
+struct ScalarSteps {
+    cg_step: Bound,
+    cg_beta: Bound,
+    dy_beta: Bound,
+}
+
+impl ScalarSteps {
+    fn new(ctx: &GpuContext, scalars: &Scalars) -> Result<Self, GpuError> {
+        let params = ctx.uniform(
+            "scalar params",
+            &ScalarParams {
+                rr: sum::RR.0,
+                rr_new: sum::RR_NEW.0,
+                apap: sum::APAP.0,
+                gpgp: sum::GPGP.0,
+                p_rprev: sum::P_RPREV.0,
+                p_r: sum::P_R.0,
+                inv_n: slot::INV_N.0,
+                rho: slot::RHO.0,
+                step: slot::STEP.0,
+                neg_step: slot::NEG_STEP.0,
+                neg_step_rho: slot::NEG_STEP_RHO.0,
+                beta: slot::BETA.0,
+            },
+        )?;
+        let bind = |entry| -> Result<Bound, GpuError> {
+            ctx.kernel(&KernelSpec {
+                shader: &shaders::SOLVER_SCALARS,
+                entry,
+                bindings: &[
+                    BindingKind::StorageReadWrite,
+                    BindingKind::StorageReadWrite,
+                    BindingKind::Uniform,
+                ],
+                overrides: Vec::new(),
+            })?
+            .bind(
+                ctx,
+                &[
+                    scalars.sums().into(),
+                    scalars.coefficients().into(),
+                    (&params).into(),
+                ],
+            )
+        };
+        Ok(Self {
+            cg_step: bind("cg_step")?,
+            cg_beta: bind("cg_beta")?,
+            dy_beta: bind("dy_beta")?,
+        })
+    }
+}
+
+/// Every array, bound kernel and operator application of one reconstruction, built once.
 pub struct AdmmSolver {
     op: LaminoOperator,
     params: AdmmParams,
     n_fourier: f64,
     rho: f64,
     iteration: usize,
-    state: State,
-    data_hash: u64,
+    scalars: Scalars,
+    fields: Fields,
     ops: Ops,
+    apps: Apps,
+    steps: ScalarSteps,
+    data_hash: u64,
     memo: Option<RefCell<Memo>>,
     /// The report of the last iteration done (also restored from a checkpoint).
     last: Option<IterationReport>,
 }
 
-/// The iterates that carry over between outer iterations: everything else is recomputed at the
-/// start of each one (CG restarts), so these and rho make a complete checkpoint.
-struct State {
-    u: GpuBuffer,
-    psi: GpuBuffer,
-    lambda: GpuBuffer,
-    grad_u: GpuBuffer,
-    au: GpuBuffer,
-}
-
-/// One bound call site per use (see [`VectorOp`]).
-struct Ops {
-    dhat_from_data: VectorOp,
-    g_from_psi_lambda: VectorOp,
-    save_h0: VectorOp,
-    resid_dhat_minus_au: VectorOp,
-    data_from_resid: VectorOp,
-    r_from_volume: VectorOp,
-    tmp_g_minus_gu: VectorOp,
-    r_add_gradadj: VectorOp,
-    dot_rr: VectorOp,
-    p_from_r: VectorOp,
-    volume_from_p: VectorOp,
-    ap_from_data: VectorOp,
-    gp_from_p: VectorOp,
-    dot_apap: VectorOp,
-    dot_gpgp: VectorOp,
-    u_add_p: VectorOp,
-    au_add_ap: VectorOp,
-    gu_add_gp: VectorOp,
-    hp_from_volume: VectorOp,
-    hp_add_gradadj: VectorOp,
-    r_sub_hp: VectorOp,
-    dot_rr_new: VectorOp,
-    psi_shrink: VectorOp,
-    tmp_gu_minus_psi: VectorOp,
-    lambda_update: VectorOp,
-    dot_primal: VectorOp,
-    g_gu_minus_h0: VectorOp,
-    dot_dual: VectorOp,
-    uprev_from_u: VectorOp,
-    hp_u_minus_uprev: VectorOp,
-    dot_change: VectorOp,
-    dot_uu: VectorOp,
-    dot_gugu: VectorOp,
-    dot_psipsi: VectorOp,
-    dot_lambda: VectorOp,
-    resid_au_minus_dhat: VectorOp,
-    dot_resid: VectorOp,
-    iso_psi: VectorOp,
-    dot_lambda_tmp: VectorOp,
-    rprev_from_r: VectorOp,
-    dot_p_rprev: VectorOp,
-    dot_p_r: VectorOp,
-    volume_from_u: VectorOp,
-    au_from_data: VectorOp,
-}
-
 impl AdmmSolver {
-    /// Builds the operator and every buffer, and moves `data` (spatial projections,
+    /// Builds the operator and every array, and moves `data` (spatial projections,
     /// `(ntheta, deth, detw)` row-major) to the Fourier domain.
     pub fn new(
         ctx: &GpuContext,
@@ -208,103 +329,108 @@ impl AdmmSolver {
             });
         }
         let op = LaminoOperator::new(ctx, geometry, options)?;
-        let v = geometry.volume_len();
-        let d2 = 2 * geometry.data_len();
-        let shape = [geometry.n0, geometry.n1, geometry.n2];
-        let real = |label: &str, len: usize| ctx.storage_buffer(label, len as u64 * 4);
-        let (u, p, r, hp) = (real("u", v)?, real("p", v)?, real("r", v)?, real("Hp", v)?);
-        let r_prev = real("r previous", v)?;
-        let u_prev = real("u previous", v)?;
-        let (gu, gp, psi, lambda) = (
-            real("grad u", 3 * v)?,
-            real("grad p", 3 * v)?,
-            real("psi", 3 * v)?,
-            real("lambda", 3 * v)?,
-        );
-        let (g, h0, tmp) = (real("g", 3 * v)?, real("h0", 3 * v)?, real("tmp3", 3 * v)?);
-        let (au, ap, dhat, resid) = (
-            real("A u", d2)?,
-            real("A p", d2)?,
-            real("D hat", d2)?,
-            real("residual", d2)?,
-        );
-        let (vol, dat) = (op.volume().clone(), op.data().clone());
-        let mk = |k, x: &GpuBuffer, y: &GpuBuffer, z: Option<&GpuBuffer>, n| {
-            VectorOp::new(ctx, k, x, y, z, n, shape)
+        let g = geometry;
+        let scalars = Scalars::new(ctx, slot::COUNT, sum::COUNT)?;
+        let volume =
+            |label: &str, words: usize| Field::zeros(ctx, label, Space::Volume.layout(g, words));
+        let data_field = |label: &str| Field::zeros(ctx, label, Space::Data.layout(g, 2));
+        let fields = Fields {
+            u: volume("u", 1)?,
+            u_prev: volume("u previous", 1)?,
+            psi: volume("psi", 3)?,
+            lambda: volume("lambda", 3)?,
+            grad_u: volume("grad u", 3)?,
+            h0: volume("grad u previous", 3)?,
+            r: volume("r", 1)?,
+            p: volume("p", 1)?,
+            grad_p: volume("grad p", 3)?,
+            r_prev: volume("r previous", 1)?,
+            dhat: data_field("D hat")?,
+            au: data_field("A u")?,
+            ap: data_field("A p")?,
         };
-        use Kernel::*;
-        let ops = Ops {
-            dhat_from_data: mk(Axpby, &dat, &dat, Some(&dhat), d2)?,
-            g_from_psi_lambda: mk(Axpby, &psi, &lambda, Some(&g), 3 * v)?,
-            save_h0: mk(Axpby, &gu, &gu, Some(&h0), 3 * v)?,
-            resid_dhat_minus_au: mk(Axpby, &dhat, &au, Some(&resid), d2)?,
-            data_from_resid: mk(Axpby, &resid, &resid, Some(&dat), d2)?,
-            r_from_volume: mk(RealPart, &vol, &vol, Some(&r), v)?,
-            tmp_g_minus_gu: mk(Axpby, &g, &gu, Some(&tmp), 3 * v)?,
-            r_add_gradadj: mk(GradientAdjoint, &tmp, &tmp, Some(&r), v)?,
-            dot_rr: mk(Dot, &r, &r, None, v)?,
-            p_from_r: mk(Axpby, &r, &r, Some(&p), v)?,
-            volume_from_p: mk(ToComplex, &p, &p, Some(&vol), v)?,
-            ap_from_data: mk(Axpby, &dat, &dat, Some(&ap), d2)?,
-            gp_from_p: mk(Gradient, &p, &p, Some(&gp), v)?,
-            dot_apap: mk(Dot, &ap, &ap, None, d2)?,
-            dot_gpgp: mk(Dot, &gp, &gp, None, 3 * v)?,
-            u_add_p: mk(Axpby, &p, &p, Some(&u), v)?,
-            au_add_ap: mk(Axpby, &ap, &ap, Some(&au), d2)?,
-            gu_add_gp: mk(Axpby, &gp, &gp, Some(&gu), 3 * v)?,
-            hp_from_volume: mk(RealPart, &vol, &vol, Some(&hp), v)?,
-            hp_add_gradadj: mk(GradientAdjoint, &gp, &gp, Some(&hp), v)?,
-            r_sub_hp: mk(Axpby, &hp, &hp, Some(&r), v)?,
-            dot_rr_new: mk(Dot, &r, &r, None, v)?,
-            psi_shrink: mk(Shrink, &gu, &lambda, Some(&psi), v)?,
-            tmp_gu_minus_psi: mk(Axpby, &gu, &psi, Some(&tmp), 3 * v)?,
-            lambda_update: mk(Axpby, &tmp, &tmp, Some(&lambda), 3 * v)?,
-            dot_primal: mk(Dot, &tmp, &tmp, None, 3 * v)?,
-            g_gu_minus_h0: mk(Axpby, &gu, &h0, Some(&g), 3 * v)?,
-            dot_dual: mk(Dot, &g, &g, None, 3 * v)?,
-            uprev_from_u: mk(Axpby, &u, &u, Some(&u_prev), v)?,
-            hp_u_minus_uprev: mk(Axpby, &u, &u_prev, Some(&hp), v)?,
-            dot_change: mk(Dot, &hp, &hp, None, v)?,
-            dot_uu: mk(Dot, &u, &u, None, v)?,
-            dot_gugu: mk(Dot, &gu, &gu, None, 3 * v)?,
-            dot_psipsi: mk(Dot, &psi, &psi, None, 3 * v)?,
-            dot_lambda: mk(Dot, &lambda, &lambda, None, 3 * v)?,
-            resid_au_minus_dhat: mk(Axpby, &au, &dhat, Some(&resid), d2)?,
-            dot_resid: mk(Dot, &resid, &resid, None, d2)?,
-            iso_psi: mk(IsoNorm, &psi, &psi, None, v)?,
-            dot_lambda_tmp: mk(Dot, &lambda, &tmp, None, 3 * v)?,
-            rprev_from_r: mk(Axpby, &r, &r, Some(&r_prev), v)?,
-            dot_p_rprev: mk(Dot, &p, &r_prev, None, v)?,
-            dot_p_r: mk(Dot, &p, &r, None, v)?,
-            volume_from_u: mk(ToComplex, &u, &u, Some(&vol), v)?,
-            au_from_data: mk(Axpby, &dat, &dat, Some(&au), d2)?,
+        let n_fourier = (g.deth * g.detw) as f64;
+        let ops = Ops::new(ctx, &scalars, &fields, [g.n0, g.n1, g.n2])?;
+        let f = &fields;
+        let app = |what, source, sink| op.application(ctx, &scalars, what, source, sink);
+        let apps = Apps {
+            residual: app(
+                Apply::FourierAdjoint,
+                Source::Difference(&f.dhat, &f.au),
+                Sink::Real {
+                    field: &f.r,
+                    scale: Coef::fixed((1.0 / n_fourier) as f32),
+                    accumulate: false,
+                },
+            )?,
+            forward_p: app(
+                Apply::FourierForward,
+                Source::Real(&f.p),
+                Sink::Complex(&f.ap),
+            )?,
+            r_sub_data_curvature: app(
+                Apply::FourierAdjoint,
+                Source::Complex(&f.ap),
+                Sink::Real {
+                    field: &f.r,
+                    scale: Coef::times(-(1.0 / n_fourier) as f32, slot::STEP),
+                    accumulate: true,
+                },
+            )?,
+            forward_u: app(
+                Apply::FourierForward,
+                Source::Real(&f.u),
+                Sink::Complex(&f.au),
+            )?,
         };
-        let n_fourier = (geometry.deth * geometry.detw) as f64;
+        let steps = ScalarSteps::new(ctx, &scalars)?;
         // D = N F_fwd(d): the data in the Fourier domain, once.
-        let complex: Vec<[f32; 2]> = data.iter().map(|&x| [x, 0.0]).collect();
-        ctx.write(op.data(), 0, &complex);
+        let spatial = Field::zeros(
+            ctx,
+            "projections",
+            PlaneLayout {
+                planes: g.ntheta(),
+                plane_words: g.deth * g.detw,
+            },
+        )?;
+        spatial.write(ctx, data);
+        let to_fourier = op.application(
+            ctx,
+            &scalars,
+            Apply::Fft2d,
+            Source::Real(&spatial),
+            Sink::Complex(&f.dhat),
+        )?;
+        let scale_dhat = VectorOp::new(
+            ctx,
+            &scalars,
+            Kernel::Lincomb,
+            [Some(&f.ap), None, None, None],
+            Target::Field(&f.dhat),
+            [
+                Coef::ZERO,
+                Coef::ZERO,
+                Coef::ZERO,
+                Coef::fixed(n_fourier as f32),
+            ],
+            [g.n0, g.n1, g.n2],
+        )?;
         let mut rec = ctx.recorder("fourier data");
-        op.record(&mut rec, Apply::Fft2d);
-        ops.dhat_from_data
-            .record(ctx, &mut rec, n_fourier as f32, 0.0, 0.0);
+        op.record(&mut rec, &to_fourier);
+        scale_dhat.record(&mut rec);
         ctx.submit(rec)?;
-        // The bind groups keep these buffers alive; only u is read back directly.
-        let state = State {
-            u,
-            psi,
-            lambda,
-            grad_u: gu,
-            au,
-        };
         Ok(Self {
             op,
             params,
             n_fourier,
             rho: params.rho0,
             iteration: 0,
-            state,
-            data_hash: fnv1a(bytemuck::cast_slice(data)),
+            scalars,
+            fields,
             ops,
+            apps,
+            steps,
+            data_hash: fnv1a(bytemuck::cast_slice(data)),
             memo: None,
             last: None,
         })
@@ -332,19 +458,19 @@ impl AdmmSolver {
         self.memo.as_ref().map_or(0, |m| m.borrow().device_bytes())
     }
 
-    /// Records `what` into `rec`, or, with the memo layer, submits what `rec` holds, runs `what`
-    /// through the memo layer and continues in a fresh recorder.
+    /// Records `application` into `rec`, or, with the memo layer, submits what `rec` holds, runs
+    /// the application through the memo layer and continues in a fresh recorder.
     fn record_operator(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
-        what: Apply,
+        application: &Application,
     ) -> Result<(), SolverError> {
         match &self.memo {
-            None => self.op.record(rec, what),
+            None => self.op.record(rec, application),
             Some(memo) => {
                 ctx.submit(std::mem::replace(rec, ctx.recorder("admm")))?;
-                memo.borrow_mut().apply(ctx, &self.op, what)?;
+                memo.borrow_mut().apply(ctx, &self.op, application)?;
             }
         }
         Ok(())
@@ -355,14 +481,16 @@ impl AdmmSolver {
         &self.op
     }
 
-    /// Device memory of the solver's vectors (besides the operator's).
+    /// Device memory of the solver's arrays (besides the operator's).
     pub fn vector_device_bytes(&self) -> u64 {
         Self::vector_bytes(self.op.geometry())
     }
 
     fn vector_bytes(g: &Geometry) -> u64 {
-        // u, p, r, Hp, r_prev; grad u, grad p, psi, lambda, g, h0, tmp; A u, A p, D, residual.
-        (5 * g.volume_len() + 7 * 3 * g.volume_len() + 4 * 2 * g.data_len()) as u64 * 4
+        // u, u_prev, r, p, r_prev; psi, lambda, grad u, grad u previous, grad p; D, A u, A p;
+        // partial sums of the reductions (one per 256 words, at most 16 reductions).
+        let words = 5 * g.volume_len() + 5 * 3 * g.volume_len() + 3 * 2 * g.data_len();
+        (words + 16 * (3 * g.volume_len()).max(2 * g.data_len()) / 256) as u64 * 4
     }
 
     /// Device memory a reconstruction of `geometry` needs (operator and solver), computed before
@@ -372,9 +500,11 @@ impl AdmmSolver {
         geometry: &Geometry,
         options: &OperatorOptions,
     ) -> Result<u64, SolverError> {
+        // The spatial projections live on the device during setup only, beside everything else.
         Ok(
             LaminoOperator::estimate_device_bytes(ctx, geometry, options)?
-                + Self::vector_bytes(geometry),
+                + Self::vector_bytes(geometry)
+                + geometry.data_len() as u64 * 4,
         )
     }
 
@@ -383,12 +513,49 @@ impl AdmmSolver {
         self.iteration
     }
 
+    /// Writes the coefficients that depend on the penalty (and the fixed ones) for the next
+    /// outer iteration; they land before its first submission.
+    fn write_coefficients(&self, ctx: &GpuContext) {
+        let (rho, alpha) = (self.rho, self.params.alpha);
+        let s = &self.scalars;
+        s.set(ctx, slot::RHO, rho as f32);
+        s.set(ctx, slot::NEG_RHO, -rho as f32);
+        s.set(ctx, slot::INV_RHO, (1.0 / rho) as f32);
+        s.set(ctx, slot::NEG_INV_RHO, (-1.0 / rho) as f32);
+        s.set(ctx, slot::ALPHA_OVER_RHO, (alpha / rho) as f32);
+        s.set(ctx, slot::INV_N, (1.0 / self.n_fourier) as f32);
+        s.set(ctx, slot::BETA, 0.0);
+        if let InnerSolver::DaiYuan { step } = self.params.inner {
+            s.set(ctx, slot::GAMMA, step as f32);
+        }
+    }
+
     /// Runs one outer ADMM iteration and reports its Lagrangian terms.
     pub fn step(&mut self, ctx: &GpuContext) -> Result<IterationReport, SolverError> {
         let o = &self.ops;
-        let (rho, inv_n) = (self.rho, 1.0 / self.n_fourier);
-        let alpha = self.params.alpha;
-        let non_finite = |what, v: f64, it| {
+        self.write_coefficients(ctx);
+        // u_prev = u, h0 = grad u; r = -(gradient of the subproblem at u).
+        let mut rec = ctx.recorder("admm");
+        o.save_u_prev.record(&mut rec);
+        o.save_h0.record(&mut rec);
+        match self.params.inner {
+            InnerSolver::ConjugateGradient => {
+                self.record_residual(ctx, &mut rec)?;
+                self.record_conjugate_gradient(ctx, &mut rec)?;
+            }
+            InnerSolver::DaiYuan { .. } => self.record_dai_yuan(ctx, &mut rec)?,
+        }
+        // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
+        o.psi_shrink.record(&mut rec);
+        o.lambda_update.record(&mut rec);
+        for reduction in &o.sums {
+            reduction.record(&mut rec);
+        }
+        ctx.submit(rec)?;
+        // The one wait of the iteration: every reduction result in one readback.
+        let sums = self.scalars.read_sums(ctx)?;
+        let it = self.iteration;
+        let finite = |what, v: f64| {
             if v.is_finite() {
                 Ok(v)
             } else {
@@ -398,51 +565,18 @@ impl AdmmSolver {
                 })
             }
         };
-        let it = self.iteration;
-
-        // g = psi - lambda/rho; h0 = grad u; u_prev = u; r = -(gradient of the subproblem at u).
-        let mut rec = ctx.recorder("admm: residual");
-        o.g_from_psi_lambda
-            .record(ctx, &mut rec, 1.0, (-1.0 / rho) as f32, 0.0);
-        o.save_h0.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-        o.uprev_from_u.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-        self.record_residual(ctx, &mut rec)?;
-        ctx.submit(rec)?;
-        let rr = non_finite("the CG residual", o.dot_rr.sum(ctx)?, it)?;
-        match self.params.inner {
-            InnerSolver::ConjugateGradient => self.conjugate_gradient(ctx, rr)?,
-            InnerSolver::DaiYuan { step } => self.dai_yuan(ctx, step)?,
-        }
-
-        // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
-        let mut rec = ctx.recorder("admm: split and dual");
-        o.psi_shrink
-            .record(ctx, &mut rec, (alpha / rho) as f32, (1.0 / rho) as f32, 0.0);
-        o.tmp_gu_minus_psi.record(ctx, &mut rec, 1.0, -1.0, 0.0);
-        o.lambda_update.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
-        o.dot_primal.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.g_gu_minus_h0.record(ctx, &mut rec, 1.0, -1.0, 0.0);
-        o.dot_dual.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.resid_au_minus_dhat.record(ctx, &mut rec, 1.0, -1.0, 0.0);
-        o.dot_resid.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.iso_psi.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.dot_lambda_tmp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.hp_u_minus_uprev.record(ctx, &mut rec, 1.0, -1.0, 0.0);
-        o.dot_change.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.dot_uu.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.dot_gugu.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.dot_psipsi.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        o.dot_lambda.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-        ctx.submit(rec)?;
-        let primal = o.dot_primal.sum(ctx)?;
-        let dual = rho * rho * o.dot_dual.sum(ctx)?;
-        let data_term = non_finite("the data term", o.dot_resid.sum(ctx)? * inv_n, it)?;
-        let tv_term = alpha * o.iso_psi.sum(ctx)?;
-        let dual_term = o.dot_lambda_tmp.sum(ctx)?;
-        let norm_u = o.dot_uu.sum(ctx)?.sqrt();
-        let norm_gu = o.dot_gugu.sum(ctx)?.sqrt();
-        let norm_psi = o.dot_psipsi.sum(ctx)?.sqrt();
-        let norm_lambda = o.dot_lambda.sum(ctx)?.sqrt();
+        let at = |s: SumSlot| sums[s.0 as usize];
+        let (rho, alpha) = (self.rho, self.params.alpha);
+        finite("the CG residual", at(sum::RR))?;
+        let primal = finite("the primal residual", at(sum::PRIMAL))?;
+        let dual = rho * rho * finite("the dual residual", at(sum::DUAL))?;
+        let data_term = finite("the data term", at(sum::DATA) / self.n_fourier)?;
+        let tv_term = alpha * finite("the TV term", at(sum::ISO))?;
+        let dual_term = finite("the dual term", at(sum::LAMBDA_DOT))?;
+        let norm_u = at(sum::UU).sqrt();
+        let norm_gu = at(sum::GUGU).sqrt();
+        let norm_psi = at(sum::PSIPSI).sqrt();
+        let norm_lambda = at(sum::LAMBDA).sqrt();
         let report = IterationReport {
             iteration: it,
             data_term,
@@ -453,7 +587,7 @@ impl AdmmSolver {
             primal_residual: primal,
             dual_residual: dual,
             rho,
-            change: relative(o.dot_change.sum(ctx)?.sqrt(), norm_u),
+            change: relative(at(sum::CHANGE).sqrt(), norm_u),
             primal_relative: relative(primal.sqrt(), norm_gu.max(norm_psi)),
             dual_relative: relative(dual.sqrt(), norm_lambda.max(rho * norm_gu)),
         };
@@ -468,92 +602,40 @@ impl AdmmSolver {
         Ok(report)
     }
 
-    /// Records `r = (1/N) Re A*(D - A u) + rho grad*(g - grad u)` (minus the gradient of the
-    /// subproblem) and the reduction of `|r|^2`.
+    /// Records `r = (1/N) Re A*(D - A u) + rho grad*(psi - lambda/rho - grad u)` (minus the
+    /// gradient of the subproblem) and `|r|^2`.
     fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
-        let o = &self.ops;
-        o.resid_dhat_minus_au.record(ctx, rec, 1.0, -1.0, 0.0);
-        o.data_from_resid.record(ctx, rec, 1.0, 0.0, 0.0);
-        self.record_operator(ctx, rec, Apply::FourierAdjoint)?;
-        o.r_from_volume
-            .record(ctx, rec, (1.0 / self.n_fourier) as f32, 0.0, 0.0);
-        o.tmp_g_minus_gu.record(ctx, rec, 1.0, -1.0, 0.0);
-        o.r_add_gradadj.record(ctx, rec, self.rho as f32, 0.0, 1.0);
-        o.dot_rr.record(ctx, rec, 0.0, 0.0, 0.0);
+        self.record_operator(ctx, rec, &self.apps.residual)?;
+        self.ops.r_add_tv_gradient.record(rec);
+        self.ops.dot_rr.record(rec);
         Ok(())
     }
 
-    /// Records `p = r + beta p`, `A p` and `grad p`.
-    fn record_direction(
+    /// Conjugate gradient on `(1/N) Re A*A + rho grad* grad` with the exact step, from the
+    /// residual in r: each step `p = r + beta p`, `A p`, `grad p`, the step length on the GPU,
+    /// `u, A u, grad u += s (p, A p, grad p)` and `r -= s H p` with `H p` never stored.
+    fn record_conjugate_gradient(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
-        beta: f64,
     ) -> Result<(), SolverError> {
         let o = &self.ops;
-        o.p_from_r.record(ctx, rec, 1.0, 0.0, beta as f32);
-        o.volume_from_p.record(ctx, rec, 1.0, 0.0, 0.0);
-        self.record_operator(ctx, rec, Apply::FourierForward)?;
-        o.ap_from_data.record(ctx, rec, 1.0, 0.0, 0.0);
-        o.gp_from_p.record(ctx, rec, 0.0, 0.0, 0.0);
-        Ok(())
-    }
-
-    /// Records `u += s p`, `A u += s A p`, `grad u += s grad p`.
-    fn record_move(&self, ctx: &GpuContext, rec: &mut Recorder, s: f64) {
-        let o = &self.ops;
-        o.u_add_p.record(ctx, rec, s as f32, 0.0, 1.0);
-        o.au_add_ap.record(ctx, rec, s as f32, 0.0, 1.0);
-        o.gu_add_gp.record(ctx, rec, s as f32, 0.0, 1.0);
-    }
-
-    fn finite(&self, what: &'static str, v: f64) -> Result<f64, SolverError> {
-        if v.is_finite() {
-            Ok(v)
-        } else {
-            Err(SolverError::NonFinite {
-                what,
-                iteration: self.iteration,
-            })
-        }
-    }
-
-    /// Conjugate gradient on `(1/N) Re A*A + rho grad* grad` with the exact step, starting from the
-    /// residual already in r (`rr = |r|^2`).
-    fn conjugate_gradient(&self, ctx: &GpuContext, mut rr: f64) -> Result<(), SolverError> {
-        let o = &self.ops;
-        let (rho, inv_n) = (self.rho, 1.0 / self.n_fourier);
-        let mut beta = 0.0;
-        for _ in 0..self.params.inner_iterations {
-            if rr == 0.0 {
-                break;
+        for k in 0..self.params.inner_iterations {
+            if k > 0 {
+                rec.dispatch(&self.steps.cg_beta, 1);
             }
-            let mut rec = ctx.recorder("admm: A p");
-            self.record_direction(ctx, &mut rec, beta)?;
-            o.dot_apap.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            o.dot_gpgp.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            ctx.submit(rec)?;
-            // p.Hp without applying H: (1/N) |A p|^2 + rho |grad p|^2.
-            let p_hp = self.finite(
-                "the CG curvature",
-                o.dot_apap.sum(ctx)? * inv_n + rho * o.dot_gpgp.sum(ctx)?,
-            )?;
-            if p_hp <= 0.0 {
-                break;
-            }
-            let step = rr / p_hp;
-            let mut rec = ctx.recorder("admm: update");
-            self.record_move(ctx, &mut rec, step);
-            self.record_operator(ctx, &mut rec, Apply::FourierAdjoint)?;
-            o.hp_from_volume
-                .record(ctx, &mut rec, inv_n as f32, 0.0, 0.0);
-            o.hp_add_gradadj.record(ctx, &mut rec, rho as f32, 0.0, 1.0);
-            o.r_sub_hp.record(ctx, &mut rec, -step as f32, 0.0, 1.0);
-            o.dot_rr_new.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            ctx.submit(rec)?;
-            let rr_new = self.finite("the CG residual", o.dot_rr_new.sum(ctx)?)?;
-            beta = rr_new / rr;
-            rr = rr_new;
+            o.p_update.record(rec);
+            self.record_operator(ctx, rec, &self.apps.forward_p)?;
+            o.grad_p.record(rec);
+            o.dot_apap.record(rec);
+            o.dot_gpgp.record(rec);
+            rec.dispatch(&self.steps.cg_step, 1);
+            o.u_move.record(rec);
+            o.au_move.record(rec);
+            o.grad_u_move.record(rec);
+            self.record_operator(ctx, rec, &self.apps.r_sub_data_curvature)?;
+            o.r_sub_tv_curvature.record(rec);
+            o.dot_rr_new.record(rec);
         }
         Ok(())
     }
@@ -562,47 +644,28 @@ impl AdmmSolver {
     /// (`beta = |r|^2 / (p.(r_prev - r) + 1e-32)`), kept to reproduce its results. As in the
     /// reference, `A u` is recomputed from `u` for every gradient rather than updated with `A p`
     /// (the same operator work, and inputs that change little between calls, which is what the
-    /// memo layer reuses). The first residual is already in r; `A u` is fresh on return.
-    fn dai_yuan(&self, ctx: &GpuContext, gamma: f64) -> Result<(), SolverError> {
+    /// memo layer reuses). `A u` is fresh at the end.
+    fn record_dai_yuan(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
         let o = &self.ops;
+        self.record_residual(ctx, rec)?;
         for i in 0..self.params.inner_iterations {
-            let beta = if i == 0 {
-                0.0
-            } else {
-                let mut rec = ctx.recorder("admm: residual");
-                self.record_forward_of_u(ctx, &mut rec)?;
-                self.record_residual(ctx, &mut rec)?;
-                o.dot_p_rprev.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-                o.dot_p_r.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-                ctx.submit(rec)?;
-                let rr = self.finite("the residual", o.dot_rr.sum(ctx)?)?;
-                let denominator = o.dot_p_rprev.sum(ctx)? - o.dot_p_r.sum(ctx)?;
-                self.finite("the Dai-Yuan coefficient", rr / (denominator + 1e-32))?
-            };
-            let mut rec = ctx.recorder("admm: Dai-Yuan step");
-            o.p_from_r.record(ctx, &mut rec, 1.0, 0.0, beta as f32);
-            o.gp_from_p.record(ctx, &mut rec, 0.0, 0.0, 0.0);
-            o.rprev_from_r.record(ctx, &mut rec, 1.0, 0.0, 0.0);
-            o.u_add_p.record(ctx, &mut rec, gamma as f32, 0.0, 1.0);
-            o.gu_add_gp.record(ctx, &mut rec, gamma as f32, 0.0, 1.0);
-            ctx.submit(rec)?;
+            if i > 0 {
+                self.record_operator(ctx, rec, &self.apps.forward_u)?;
+                self.record_residual(ctx, rec)?;
+                o.dot_p_rprev.record(rec);
+                o.dot_p_r.record(rec);
+                rec.dispatch(&self.steps.dy_beta, 1);
+            }
+            o.p_update.record(rec);
+            o.grad_p.record(rec);
+            o.r_prev_from_r.record(rec);
+            o.u_move_fixed.record(rec);
+            o.grad_u_move_fixed.record(rec);
         }
-        let mut rec = ctx.recorder("admm: A u");
-        self.record_forward_of_u(ctx, &mut rec)?;
-        ctx.submit(rec)?;
-        Ok(())
+        self.record_operator(ctx, rec, &self.apps.forward_u)
     }
 
-    /// Records `A u` from `u` into its buffer.
-    fn record_forward_of_u(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
-        let o = &self.ops;
-        o.volume_from_u.record(ctx, rec, 1.0, 0.0, 0.0);
-        self.record_operator(ctx, rec, Apply::FourierForward)?;
-        o.au_from_data.record(ctx, rec, 1.0, 0.0, 0.0);
-        Ok(())
-    }
-
-    /// Runs the remaining outer iterations, calling `progress` after each.
+    /// Runs outer iterations until the stopping rule says so, calling `progress` after each.
     pub fn run(
         &mut self,
         ctx: &GpuContext,
@@ -634,20 +697,18 @@ impl AdmmSolver {
 
     /// The complete solver state after the iterations done so far.
     pub fn checkpoint(&self, ctx: &GpuContext) -> Result<Checkpoint, SolverError> {
-        let g = self.op.geometry();
-        let (v, d2) = (g.volume_len(), 2 * g.data_len());
-        let s = &self.state;
+        let f = &self.fields;
         Ok(Checkpoint {
             iteration: self.iteration,
             rho: self.rho,
-            geometry: g.clone(),
+            geometry: self.op.geometry().clone(),
             params: self.params,
             data_hash: self.data_hash,
-            u: ctx.read(&s.u, 0, v)?,
-            psi: ctx.read(&s.psi, 0, 3 * v)?,
-            lambda: ctx.read(&s.lambda, 0, 3 * v)?,
-            grad_u: ctx.read(&s.grad_u, 0, 3 * v)?,
-            au: ctx.read(&s.au, 0, d2)?,
+            u: f.u.read(ctx)?,
+            psi: f.psi.read(ctx)?,
+            lambda: f.lambda.read(ctx)?,
+            grad_u: f.grad_u.read(ctx)?,
+            au: f.au.read(ctx)?,
             last_report: self.last,
         })
     }
@@ -666,23 +727,24 @@ impl AdmmSolver {
         if checkpoint.params.iterates_shape() != self.params.iterates_shape() {
             return mismatch("solver parameters");
         }
-        let g = self.op.geometry();
-        let (v, d2) = (g.volume_len(), 2 * g.data_len());
+        let f = &self.fields;
         let c = checkpoint;
-        if c.u.len() != v
-            || [&c.psi, &c.lambda, &c.grad_u]
-                .iter()
-                .any(|a| a.len() != 3 * v)
-            || c.au.len() != d2
+        let pairs = [
+            (&f.u, &c.u),
+            (&f.psi, &c.psi),
+            (&f.lambda, &c.lambda),
+            (&f.grad_u, &c.grad_u),
+            (&f.au, &c.au),
+        ];
+        if pairs
+            .iter()
+            .any(|(field, values)| field.layout().words() != values.len())
         {
             return mismatch("array sizes");
         }
-        let s = &self.state;
-        ctx.write(&s.u, 0, &c.u);
-        ctx.write(&s.psi, 0, &c.psi);
-        ctx.write(&s.lambda, 0, &c.lambda);
-        ctx.write(&s.grad_u, 0, &c.grad_u);
-        ctx.write(&s.au, 0, &c.au);
+        for (field, values) in pairs {
+            field.write(ctx, values);
+        }
         ctx.wait()?;
         self.rho = c.rho;
         self.iteration = c.iteration;
@@ -692,6 +754,177 @@ impl AdmmSolver {
 
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
-        Ok(ctx.read(&self.state.u, 0, self.op.geometry().volume_len())?)
+        Ok(self.fields.u.read(ctx)?)
+    }
+}
+
+impl Ops {
+    fn new(
+        ctx: &GpuContext,
+        scalars: &Scalars,
+        f: &Fields,
+        shape: [usize; 3],
+    ) -> Result<Self, GpuError> {
+        use Kernel::*;
+        let op = |kernel, inputs, target, coefs| {
+            VectorOp::new(ctx, scalars, kernel, inputs, target, coefs, shape)
+        };
+        let field = Target::Field;
+        let fixed = Coef::fixed;
+        let times = |s: Slot| Coef::times(1.0, s);
+        let zero = Coef::ZERO;
+        let one = Coef::ONE;
+        // `(x - y).(x - y)` and `x.x` as dot coefficients.
+        let diff = [zero, fixed(-1.0), zero, fixed(-1.0)];
+        let plain = [zero; 4];
+        let dot = |x: &Field, y: Option<&Field>, slot: SumSlot| {
+            let (inputs, coefs) = match y {
+                Some(y) => ([Some(x), Some(y), Some(x), Some(y)], diff),
+                None => ([Some(x), None, Some(x), None], plain),
+            };
+            VectorOp::new(ctx, scalars, Dot, inputs, Target::Sum(slot), coefs, shape)
+        };
+        Ok(Self {
+            save_u_prev: op(
+                Lincomb,
+                [Some(&f.u), None, None, None],
+                field(&f.u_prev),
+                [one, zero, zero, zero],
+            )?,
+            save_h0: op(
+                Lincomb,
+                [Some(&f.grad_u), None, None, None],
+                field(&f.h0),
+                [one, zero, zero, zero],
+            )?,
+            r_add_tv_gradient: op(
+                GradientAdjoint,
+                [Some(&f.psi), Some(&f.lambda), Some(&f.grad_u), None],
+                field(&f.r),
+                [times(slot::RHO), times(slot::NEG_INV_RHO), fixed(-1.0), one],
+            )?,
+            dot_rr: dot(&f.r, None, sum::RR)?,
+            p_update: op(
+                Lincomb,
+                [Some(&f.r), None, None, None],
+                field(&f.p),
+                [one, zero, zero, times(slot::BETA)],
+            )?,
+            grad_p: op(
+                Gradient,
+                [Some(&f.p), None, None, None],
+                field(&f.grad_p),
+                [one, zero, zero, zero],
+            )?,
+            dot_apap: dot(&f.ap, None, sum::APAP)?,
+            dot_gpgp: dot(&f.grad_p, None, sum::GPGP)?,
+            u_move: op(
+                Lincomb,
+                [Some(&f.p), None, None, None],
+                field(&f.u),
+                [times(slot::STEP), zero, zero, one],
+            )?,
+            au_move: op(
+                Lincomb,
+                [Some(&f.ap), None, None, None],
+                field(&f.au),
+                [times(slot::STEP), zero, zero, one],
+            )?,
+            grad_u_move: op(
+                Lincomb,
+                [Some(&f.grad_p), None, None, None],
+                field(&f.grad_u),
+                [times(slot::STEP), zero, zero, one],
+            )?,
+            r_sub_tv_curvature: op(
+                GradientAdjoint,
+                [Some(&f.grad_p), None, None, None],
+                field(&f.r),
+                [times(slot::NEG_STEP_RHO), zero, zero, one],
+            )?,
+            dot_rr_new: dot(&f.r, None, sum::RR_NEW)?,
+            r_prev_from_r: op(
+                Lincomb,
+                [Some(&f.r), None, None, None],
+                field(&f.r_prev),
+                [one, zero, zero, zero],
+            )?,
+            dot_p_rprev: VectorOp::new(
+                ctx,
+                scalars,
+                Dot,
+                [Some(&f.p), None, Some(&f.r_prev), None],
+                Target::Sum(sum::P_RPREV),
+                plain,
+                shape,
+            )?,
+            dot_p_r: VectorOp::new(
+                ctx,
+                scalars,
+                Dot,
+                [Some(&f.p), None, Some(&f.r), None],
+                Target::Sum(sum::P_R),
+                plain,
+                shape,
+            )?,
+            u_move_fixed: op(
+                Lincomb,
+                [Some(&f.p), None, None, None],
+                field(&f.u),
+                [times(slot::GAMMA), zero, zero, one],
+            )?,
+            grad_u_move_fixed: op(
+                Lincomb,
+                [Some(&f.grad_p), None, None, None],
+                field(&f.grad_u),
+                [times(slot::GAMMA), zero, zero, one],
+            )?,
+            psi_shrink: op(
+                Shrink,
+                [Some(&f.grad_u), Some(&f.lambda), None, None],
+                field(&f.psi),
+                [
+                    times(slot::ALPHA_OVER_RHO),
+                    times(slot::INV_RHO),
+                    zero,
+                    zero,
+                ],
+            )?,
+            lambda_update: op(
+                Lincomb,
+                [Some(&f.grad_u), Some(&f.psi), None, None],
+                field(&f.lambda),
+                [times(slot::RHO), times(slot::NEG_RHO), zero, one],
+            )?,
+            sums: vec![
+                dot(&f.grad_u, Some(&f.psi), sum::PRIMAL)?,
+                dot(&f.grad_u, Some(&f.h0), sum::DUAL)?,
+                dot(&f.au, Some(&f.dhat), sum::DATA)?,
+                VectorOp::new(
+                    ctx,
+                    scalars,
+                    IsoNorm,
+                    [Some(&f.psi), None, None, None],
+                    Target::Sum(sum::ISO),
+                    plain,
+                    shape,
+                )?,
+                // <lambda, grad u - psi>
+                VectorOp::new(
+                    ctx,
+                    scalars,
+                    Dot,
+                    [Some(&f.lambda), None, Some(&f.grad_u), Some(&f.psi)],
+                    Target::Sum(sum::LAMBDA_DOT),
+                    [zero, zero, zero, fixed(-1.0)],
+                    shape,
+                )?,
+                dot(&f.u, Some(&f.u_prev), sum::CHANGE)?,
+                dot(&f.u, None, sum::UU)?,
+                dot(&f.grad_u, None, sum::GUGU)?,
+                dot(&f.psi, None, sum::PSIPSI)?,
+                dot(&f.lambda, None, sum::LAMBDA)?,
+            ],
+        })
     }
 }

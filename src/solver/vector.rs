@@ -1,9 +1,11 @@
-//! Bound vector kernels of the solver: each call site owns its uniform (and, for reductions, its
-//! partial-sum buffer), created once, so a step of the solver only writes a few scalars and records
-//! dispatches.
+//! Bound vector kernels of the solver. Each call site is built once with its fields, its
+//! coefficients (`constant * scalar slot`) and, for reductions, its partial sums and the slot of
+//! its result, so a step of the solver only records dispatches: the same call site can be
+//! recorded any number of times in one submission.
 
 use bytemuck::{Pod, Zeroable};
 
+use crate::array::{Coef, Field, Scalars, SumSlot};
 use crate::error::GpuError;
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
@@ -13,47 +15,46 @@ const WORKGROUP: u32 = 256;
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
 struct VectorParams {
-    count: u32,
-    first: u32,
+    planes: u32,
+    plane_len: u32,
+    first_plane: u32,
+    groups_per_plane: u32,
     n0: u32,
     n1: u32,
     n2: u32,
+    partial_offset: u32,
     ox: u32,
     oy: u32,
+    ow: u32,
+    ov: u32,
     oz: u32,
-    a: f32,
-    b: f32,
-    c: f32,
-    pad: u32,
+    sum_slot: u32,
+    pad: [u32; 2],
+    c: [f32; 4],
+    s: [u32; 4],
 }
 
-/// The vector kernels' entry points.
+/// The vector kernels. Inputs are x, y, w, v; coefficients a, b, c, d (see each kernel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
-    /// z = a x + b y + c z
-    Axpby,
-    /// complex z = (a x, 0)
-    ToComplex,
-    /// z = a Re(x) + c z
-    RealPart,
-    /// z = grad x (interleaved 3-vectors)
+    /// z = a x + b y + c w + d z, over words
+    Lincomb,
+    /// z = a grad(x) + d z (interleaved 3-vectors), over voxels
     Gradient,
-    /// z = a grad*(x) + c z
+    /// z = a grad*(x + b y + c w) + d z, over voxels
     GradientAdjoint,
-    /// z = shrink_a(x + b y)
+    /// z = shrink_a(x + b y), over voxels
     Shrink,
-    /// partial sums of x y
+    /// sum (x + b y)(w + d v), over words
     Dot,
-    /// partial sums of |x| (3-vectors)
+    /// sum |x| of the 3-vectors, over voxels
     IsoNorm,
 }
 
 impl Kernel {
     fn entry(self) -> &'static str {
         match self {
-            Self::Axpby => "axpby",
-            Self::ToComplex => "to_complex",
-            Self::RealPart => "real_part",
+            Self::Lincomb => "lincomb",
             Self::Gradient => "gradient",
             Self::GradientAdjoint => "gradient_adjoint",
             Self::Shrink => "shrink",
@@ -62,169 +63,306 @@ impl Kernel {
         }
     }
 
-    /// f32 elements per unit of `count` in (x, y, z).
-    fn elems(self) -> [u64; 3] {
+    /// f32 words per unit in x, y, w, v and z.
+    fn words(self) -> [usize; 5] {
         match self {
-            Self::Axpby | Self::Dot => [1, 1, 1],
-            Self::ToComplex => [1, 1, 2],
-            Self::RealPart => [2, 2, 1],
-            Self::Gradient => [1, 1, 3],
-            Self::GradientAdjoint => [3, 3, 1],
-            Self::Shrink => [3, 3, 3],
-            Self::IsoNorm => [3, 3, 1],
+            Self::Lincomb | Self::Dot => [1; 5],
+            Self::Gradient => [1, 1, 1, 1, 3],
+            Self::GradientAdjoint => [3, 3, 3, 3, 1],
+            Self::Shrink => [3, 3, 3, 3, 3],
+            Self::IsoNorm => [3, 3, 3, 3, 1],
         }
+    }
+
+    /// Planes the inputs' windows reach before and after the planes a window computes.
+    fn halo(self) -> (usize, usize) {
+        match self {
+            Self::Gradient => (0, 1),
+            Self::GradientAdjoint => (1, 0),
+            _ => (0, 0),
+        }
+    }
+
+    fn reduces(self) -> bool {
+        matches!(self, Self::Dot | Self::IsoNorm)
     }
 }
 
-/// The aligned window of `buf` (`e` f32 per unit) holding units `[first - before, first + n +
-/// after)`, and the position of unit `first` in it.
-fn window(
-    buf: &GpuBuffer,
-    e: u64,
-    [first, n, before, after]: [u64; 4],
-    align: u64,
-) -> (BufferSlice<'_>, u32) {
-    let len = buf.bytes() / 4;
-    let lo = (e * first).saturating_sub(e * before) / align * align;
-    let hi = (e * (first + n + after)).min(len);
-    (
-        BufferSlice {
-            buffer: buf,
-            offset: lo * 4,
-            size: (hi - lo) * 4,
-        },
-        (e * first - lo) as u32,
-    )
+/// Where a call site's result goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// An array (the kernel's z).
+    Field(&'a Field),
+    /// A reduction result.
+    Sum(SumSlot),
 }
 
-struct Window {
+struct Dispatch {
     bound: Bound,
-    params: GpuBuffer,
-    base: VectorParams,
     groups: u32,
 }
 
-/// One call site: a kernel bound to its buffers, split into windows that each fit one storage
-/// binding, with its own parameters.
+/// One call site: a kernel bound to its arrays in windows of whole planes that each fit one
+/// storage binding, plus, for reductions, the fixed-order finish into its sum slot.
 pub(crate) struct VectorOp {
-    windows: Vec<Window>,
-    partials: Option<(GpuBuffer, usize)>,
+    dispatches: Vec<Dispatch>,
+}
+
+/// The binding that holds planes `[lo, hi)` of an array of `plane_words` words per plane and
+/// `len` words, started at an aligned word, and the word offset of plane `first` in it.
+fn planes_window(
+    buffer: &GpuBuffer,
+    plane_words: usize,
+    [lo, hi, first]: [usize; 3],
+    align: u64,
+) -> (BufferSlice<'_>, u32) {
+    let start = (lo * plane_words) as u64 / align * align;
+    let end = ((hi * plane_words) as u64).min(buffer.bytes() / 4);
+    (
+        BufferSlice {
+            buffer,
+            offset: start * 4,
+            size: (end - start).max(1) * 4,
+        },
+        ((first * plane_words) as u64 - start) as u32,
+    )
+}
+
+fn vector_kernel(
+    ctx: &GpuContext,
+    entry: &'static str,
+) -> Result<std::sync::Arc<crate::gpu::Kernel>, GpuError> {
+    ctx.kernel(&KernelSpec {
+        shader: &shaders::SOLVER_VECTOR,
+        entry,
+        bindings: &[
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::StorageRead,
+            BindingKind::StorageReadWrite,
+            BindingKind::StorageRead,
+            BindingKind::Uniform,
+        ],
+        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+    })
 }
 
 impl VectorOp {
-    /// Binds `kernel` to x, y (read) and z (written) for `count` units (scalars, or voxels for the
-    /// volume kernels) of a volume of `shape`. Reductions write partial sums to a buffer of their own.
+    /// Binds `kernel` to its inputs (x, y, w, v; absent ones are not read) and its target, with
+    /// coefficients `[a, b, c, d]`, for a volume of `shape` (used by the gradients). Every array
+    /// must have the same number of planes.
     pub fn new(
         ctx: &GpuContext,
+        scalars: &Scalars,
         kernel: Kernel,
-        x: &GpuBuffer,
-        y: &GpuBuffer,
-        z: Option<&GpuBuffer>,
-        count: usize,
+        inputs: [Option<&Field>; 4],
+        target: Target<'_>,
+        coefs: [Coef; 4],
         shape: [usize; 3],
     ) -> Result<Self, GpuError> {
-        let k = ctx.kernel(&KernelSpec {
-            shader: &shaders::SOLVER_VECTOR,
-            entry: kernel.entry(),
-            bindings: &[
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::StorageReadWrite,
-                BindingKind::Uniform,
-            ],
-            overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-        })?;
-        let elems = kernel.elems();
-        // The gradient reads one z plane beyond its voxels, its adjoint one plane before.
-        let plane = (shape[1] * shape[2]) as u64;
-        let (before, after) = match kernel {
-            Kernel::Gradient => (0, plane),
-            Kernel::GradientAdjoint => (plane, 0),
-            _ => (0, 0),
-        };
+        let first = inputs[0].expect("every kernel reads x");
+        let layout = first.layout();
+        let words = kernel.words();
+        let plane_len = layout.plane_words / words[0];
+        let planes = layout.planes;
+        let groups_per_plane = plane_len.div_ceil(WORKGROUP as usize);
+        let (before, after) = kernel.halo();
         let limit = ctx.max_binding_bytes() / 4;
         let align = (ctx.binding_alignment() / 4).max(1);
-        // Units per window: the largest multiple of the workgroup size whose windows (with halo
-        // and alignment slack) fit every binding.
-        let widest = *elems.iter().max().expect("three bindings");
-        let room = limit.saturating_sub(align + widest * (before + after));
-        let per = (room / widest / WORKGROUP as u64 * WORKGROUP as u64)
-            .min(count as u64)
-            .max(1);
-        if per * widest + widest * (before + after) + align > limit {
-            return Err(GpuError::KernelLimit {
-                kernel: kernel.entry().to_string(),
-                what: "storage binding bytes for one window",
-                requested: (per * widest + widest * (before + after) + align) * 4,
-                limit: limit * 4,
-            });
-        }
-        let total_groups = (count as u64).div_ceil(WORKGROUP as u64) as usize;
-        let partials = match kernel {
-            Kernel::Dot | Kernel::IsoNorm => Some((
-                ctx.storage_buffer("partial sums", total_groups as u64 * 4)?,
-                total_groups,
-            )),
-            _ => None,
+        // Planes per window: every binding (inputs with halo, the output or the partial sums)
+        // must fit one storage binding with room for alignment.
+        let mut per_window = planes;
+        let mut fit = |plane_words: usize, halo: usize| -> Result<(), GpuError> {
+            let room = limit.saturating_sub(align) / plane_words.max(1) as u64;
+            if room < (1 + halo) as u64 {
+                return Err(GpuError::KernelLimit {
+                    kernel: kernel.entry().to_string(),
+                    what: "storage binding bytes for one plane",
+                    requested: ((1 + halo) * plane_words) as u64 * 4,
+                    limit: limit * 4,
+                });
+            }
+            per_window = per_window.min(room as usize - halo);
+            Ok(())
         };
-        let mut windows = Vec::new();
-        let mut first = 0u64;
-        while first < count as u64 {
-            let n = per.min(count as u64 - first);
-            // Window of one array: elements [e (first - before), e (first + n + after)), clamped
-            // to the array, started at an aligned element.
-            let window = |buf, e| window(buf, e, [first, n, before, after], align);
-            let (sx, ox) = window(x, elems[0]);
-            let (sy, oy) = window(y, elems[1]);
-            let (sz, oz) = match &partials {
-                Some((buf, _)) => (BufferSlice::whole(buf), (first / WORKGROUP as u64) as u32),
-                None => window(z.expect("a vector op writes somewhere"), elems[2]),
+        for field in inputs.iter().flatten() {
+            fit(field.layout().plane_words, before + after)?;
+        }
+        match target {
+            Target::Field(z) => fit(z.layout().plane_words, 0)?,
+            Target::Sum(_) => fit(groups_per_plane, 0)?,
+        }
+        let main = vector_kernel(ctx, kernel.entry())?;
+        let partials = match target {
+            Target::Sum(_) => {
+                Some(ctx.storage_buffer("partial sums", (planes * groups_per_plane) as u64 * 4)?)
+            }
+            Target::Field(_) => None,
+        };
+        let dummy = scalars.coefficients();
+        let mut c = [0f32; 4];
+        let mut s = [0u32; 4];
+        for (i, coef) in coefs.iter().enumerate() {
+            c[i] = coef.constant;
+            s[i] = coef.slot.0;
+        }
+        let base = VectorParams {
+            plane_len: plane_len as u32,
+            groups_per_plane: groups_per_plane as u32,
+            n0: shape[0] as u32,
+            n1: shape[1] as u32,
+            n2: shape[2] as u32,
+            c,
+            s,
+            ..Default::default()
+        };
+        let mut dispatches = Vec::new();
+        let mut a = 0;
+        while a < planes {
+            let e = planes.min(a + per_window);
+            let mut params = VectorParams {
+                planes: (e - a) as u32,
+                first_plane: a as u32,
+                ..base
             };
-            let base = VectorParams {
-                count: n as u32,
-                first: first as u32,
-                n0: shape[0] as u32,
-                n1: shape[1] as u32,
-                n2: shape[2] as u32,
-                ox,
-                oy,
-                oz,
-                ..Default::default()
-            };
-            let params = ctx.uniform("vector params", &base)?;
-            let bound = k.bind(ctx, &[sx, sy, sz, (&params).into()])?;
-            let groups = n.div_ceil(WORKGROUP as u64) as u32;
-            windows.push(Window {
+            let mut slices = Vec::with_capacity(7);
+            let mut offsets = [0u32; 4];
+            for (i, field) in inputs.iter().enumerate() {
+                match field {
+                    Some(f) => {
+                        assert_eq!(f.layout().planes, planes, "{} has other planes", f.label());
+                        let lo = a.saturating_sub(before);
+                        let hi = (e + after).min(planes);
+                        let (slice, offset) =
+                            planes_window(f.buffer(), f.layout().plane_words, [lo, hi, a], align);
+                        slices.push(slice);
+                        offsets[i] = offset;
+                    }
+                    None => slices.push(dummy.into()),
+                }
+            }
+            [params.ox, params.oy, params.ow, params.ov] = offsets;
+            match (target, &partials) {
+                (Target::Field(z), _) => {
+                    let (slice, offset) =
+                        planes_window(z.buffer(), z.layout().plane_words, [a, e, a], align);
+                    slices.push(slice);
+                    params.oz = offset;
+                }
+                (Target::Sum(_), Some(p)) => {
+                    let (slice, offset) = planes_window(p, groups_per_plane, [a, e, a], align);
+                    slices.push(slice);
+                    params.partial_offset = offset;
+                }
+                (Target::Sum(_), None) => unreachable!("reductions have partial sums"),
+            }
+            slices.push(dummy.into());
+            let uniform = ctx.uniform("vector params", &params)?;
+            slices.push((&uniform).into());
+            let bound = main.bind(ctx, &slices)?;
+            dispatches.push(Dispatch {
                 bound,
-                params,
-                base,
-                groups,
+                groups: ((e - a) * groups_per_plane) as u32,
             });
-            first += n;
+            a = e;
         }
-        Ok(Self { windows, partials })
+        if let (Target::Sum(slot), Some(partials)) = (target, &partials) {
+            dispatches.extend(Self::finish(
+                ctx,
+                scalars,
+                partials,
+                [planes, groups_per_plane, per_window],
+                slot,
+                align,
+            )?);
+        }
+        debug_assert!(kernel.reduces() == partials.is_some());
+        Ok(Self { dispatches })
     }
 
-    /// Sets the coefficients and records the dispatches. Each op is recorded at most once per
-    /// submission (its uniforms hold one set of coefficients).
-    pub fn record(&self, ctx: &GpuContext, rec: &mut Recorder, a: f32, b: f32, c: f32) {
-        for w in &self.windows {
-            ctx.write(&w.params, 0, &[VectorParams { a, b, c, ..w.base }]);
-            rec.dispatch(&w.bound, w.groups);
+    /// The fixed-order finish of a reduction: per-plane double-word sums of the partial sums,
+    /// window by window, then their total into `slot`.
+    fn finish(
+        ctx: &GpuContext,
+        scalars: &Scalars,
+        partials: &GpuBuffer,
+        [planes, groups_per_plane, per_window]: [usize; 3],
+        slot: SumSlot,
+        align: u64,
+    ) -> Result<Vec<Dispatch>, GpuError> {
+        let plane_sums = ctx.storage_buffer("plane sums", 8 * planes as u64)?;
+        let dummy = scalars.coefficients();
+        let per_plane = vector_kernel(ctx, "plane_sums")?;
+        let mut out = Vec::new();
+        let mut a = 0;
+        while a < planes {
+            let e = planes.min(a + per_window);
+            let (slice, offset) = planes_window(partials, groups_per_plane, [a, e, a], align);
+            let uniform = ctx.uniform(
+                "plane sums params",
+                &VectorParams {
+                    planes: (e - a) as u32,
+                    first_plane: a as u32,
+                    groups_per_plane: groups_per_plane as u32,
+                    ox: offset,
+                    ..Default::default()
+                },
+            )?;
+            let bound = per_plane.bind(
+                ctx,
+                &[
+                    slice,
+                    dummy.into(),
+                    dummy.into(),
+                    dummy.into(),
+                    (&plane_sums).into(),
+                    dummy.into(),
+                    (&uniform).into(),
+                ],
+            )?;
+            out.push(Dispatch {
+                bound,
+                groups: (e - a) as u32,
+            });
+            a = e;
         }
+        let uniform = ctx.uniform(
+            "total params",
+            &VectorParams {
+                planes: planes as u32,
+                sum_slot: slot.0,
+                ..Default::default()
+            },
+        )?;
+        let bound = vector_kernel(ctx, "total")?.bind(
+            ctx,
+            &[
+                (&plane_sums).into(),
+                dummy.into(),
+                dummy.into(),
+                dummy.into(),
+                scalars.sums().into(),
+                dummy.into(),
+                (&uniform).into(),
+            ],
+        )?;
+        out.push(Dispatch { bound, groups: 1 });
+        Ok(out)
     }
 
-    /// The reduction's result after the submission that recorded it: partial sums added in f64.
-    pub fn sum(&self, ctx: &GpuContext) -> Result<f64, GpuError> {
-        let (buf, groups) = self.partials.as_ref().expect("sum() of a reduction");
-        let parts: Vec<f32> = ctx.read(buf, 0, *groups)?;
-        Ok(parts.iter().map(|&v| v as f64).sum())
+    /// Records the call site's dispatches (and a reduction's finish).
+    pub fn record(&self, rec: &mut Recorder) {
+        for d in &self.dispatches {
+            rec.dispatch(&d.bound, d.groups);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::array::{PlaneLayout, Slot};
     use crate::reference::SplitMix64;
 
     use crate::gpu::test_context as ctx;
@@ -232,6 +370,20 @@ mod tests {
     fn random(len: usize, seed: u64) -> Vec<f32> {
         let mut rng = SplitMix64::new(seed);
         (0..len).map(|_| rng.next_f64() as f32 - 0.5).collect()
+    }
+
+    fn field(ctx: &GpuContext, values: &[f32], planes: usize) -> Field {
+        let f = Field::zeros(
+            ctx,
+            "test field",
+            PlaneLayout {
+                planes,
+                plane_words: values.len() / planes,
+            },
+        )
+        .unwrap();
+        f.write(ctx, values);
+        f
     }
 
     /// Forward differences / sqrt(3) in f64, interleaved (x, y, z) per voxel.
@@ -257,46 +409,65 @@ mod tests {
         g
     }
 
-    fn run(ctx: &GpuContext, op: &VectorOp, a: f32, b: f32, c: f32) {
+    fn run(ctx: &GpuContext, op: &VectorOp) {
         let mut rec = ctx.recorder("test");
-        op.record(ctx, &mut rec, a, b, c);
-        ctx.submit(rec).unwrap();
+        op.record(&mut rec);
+        ctx.submit_and_wait(rec).unwrap();
+    }
+
+    fn sum(ctx: &GpuContext, scalars: &Scalars, slot: SumSlot) -> f64 {
+        scalars.read_sums(ctx).unwrap()[slot.0 as usize]
     }
 
     #[test]
     fn gradient_matches_f64_and_its_adjoint_is_exact_for_every_field() {
         let ctx = ctx();
+        let scalars = Scalars::new(&ctx, 1, 1).unwrap();
         let shape = [5, 6, 7];
         let v = 210;
         let u = random(v, 1);
         let q = random(3 * v, 2);
-        let (ub, qb) = (ctx.upload("u", &u).unwrap(), ctx.upload("q", &q).unwrap());
-        let (gb, db) = (
-            ctx.storage_buffer("g", 12 * v as u64).unwrap(),
-            ctx.storage_buffer("d", 4 * v as u64).unwrap(),
-        );
-        run(
+        let (ub, qb) = (field(&ctx, &u, 5), field(&ctx, &q, 5));
+        let layout = |w: usize| PlaneLayout {
+            planes: 5,
+            plane_words: w * 42,
+        };
+        let gb = Field::zeros(&ctx, "g", layout(3)).unwrap();
+        let db = Field::zeros(&ctx, "d", layout(1)).unwrap();
+        let one = [Coef::ONE, Coef::ZERO, Coef::ZERO, Coef::ZERO];
+        let grad = VectorOp::new(
             &ctx,
-            &VectorOp::new(&ctx, Kernel::Gradient, &ub, &ub, Some(&gb), v, shape).unwrap(),
-            0.0,
-            0.0,
-            0.0,
-        );
-        run(
+            &scalars,
+            Kernel::Gradient,
+            [Some(&ub), None, None, None],
+            Target::Field(&gb),
+            one,
+            shape,
+        )
+        .unwrap();
+        let adj = VectorOp::new(
             &ctx,
-            &VectorOp::new(&ctx, Kernel::GradientAdjoint, &qb, &qb, Some(&db), v, shape).unwrap(),
-            1.0,
-            0.0,
-            0.0,
-        );
-        let g: Vec<f32> = ctx.read(&gb, 0, 3 * v).unwrap();
-        let d: Vec<f32> = ctx.read(&db, 0, v).unwrap();
+            &scalars,
+            Kernel::GradientAdjoint,
+            [Some(&qb), None, None, None],
+            Target::Field(&db),
+            one,
+            shape,
+        )
+        .unwrap();
+        run(&ctx, &grad);
+        run(&ctx, &adj);
+        let g = gb.read(&ctx).unwrap();
+        let d = db.read(&ctx).unwrap();
         let reference = gradient_f64(&u, shape);
         let err = g
             .iter()
             .zip(&reference)
             .map(|(a, b)| (*a as f64 - b).abs())
-            .fold(0.0, f64::max);
+            .fold(
+                0.0,
+                |m: f64, e| if e.is_nan() { f64::NAN } else { m.max(e) },
+            );
         assert!(err < 1e-6, "gradient error {err:e}");
         // <grad u, q> = <u, grad* q> for arbitrary q (q need not vanish at the last index).
         let lhs: f64 = reference.iter().zip(&q).map(|(a, b)| a * *b as f64).sum();
@@ -308,22 +479,81 @@ mod tests {
     }
 
     #[test]
+    fn combined_adjoint_input_and_gpu_coefficients() {
+        // z = a grad*(x + b y + c w) + d z with a, b from coefficient slots.
+        let ctx = ctx();
+        let scalars = Scalars::new(&ctx, 3, 1).unwrap();
+        scalars.set(&ctx, Slot(1), 0.5);
+        scalars.set(&ctx, Slot(2), -2.0);
+        let shape = [4, 3, 5];
+        let v = 60;
+        let (x, y, w, z0) = (
+            random(3 * v, 3),
+            random(3 * v, 4),
+            random(3 * v, 5),
+            random(v, 6),
+        );
+        let fields = [&x, &y, &w].map(|a| field(&ctx, a, 4));
+        let zb = field(&ctx, &z0, 4);
+        let op = VectorOp::new(
+            &ctx,
+            &scalars,
+            Kernel::GradientAdjoint,
+            [Some(&fields[0]), Some(&fields[1]), Some(&fields[2]), None],
+            Target::Field(&zb),
+            [
+                Coef::times(3.0, Slot(1)),
+                Coef::times(1.0, Slot(2)),
+                Coef::fixed(0.25),
+                Coef::fixed(1.0),
+            ],
+            shape,
+        )
+        .unwrap();
+        run(&ctx, &op);
+        let got = zb.read(&ctx).unwrap();
+        // Reference: grad* q = -div q, via <grad e_i, q>.
+        let q: Vec<f32> = (0..3 * v)
+            .map(|i| x[i] - 2.0 * y[i] + 0.25 * w[i])
+            .collect();
+        for i in 0..v {
+            let mut e = vec![0.0f32; v];
+            e[i] = 1.0;
+            let ge = gradient_f64(&e, shape);
+            let adj: f64 = ge.iter().zip(&q).map(|(a, b)| a * *b as f64).sum();
+            let expect = 1.5 * adj + z0[i] as f64;
+            assert!(
+                (got[i] as f64 - expect).abs() <= 1e-5,
+                "voxel {i}: {} vs {expect}",
+                got[i]
+            );
+        }
+    }
+
+    #[test]
     fn shrinkage_zeroes_small_vectors_and_shortens_large_ones() {
         let ctx = ctx();
+        let scalars = Scalars::new(&ctx, 1, 1).unwrap();
         // Voxel 0: |v| = 0.5 <= tau = 1 -> 0. Voxel 1: |v| = 5 (3, 4, 0) -> (1 - 1/5) v.
         // Voxel 2: exactly tau -> 0.
         let x = [0.3f32, 0.4, 0.0, 3.0, 4.0, 0.0, 1.0, 0.0, 0.0];
         let y = [0.0f32; 9];
-        let (xb, yb) = (ctx.upload("x", &x).unwrap(), ctx.upload("y", &y).unwrap());
-        let zb = ctx.storage_buffer("z", 36).unwrap();
+        let (xb, yb) = (field(&ctx, &x, 1), field(&ctx, &y, 1));
+        let zb = Field::zeros(&ctx, "z", xb.layout()).unwrap();
         run(
             &ctx,
-            &VectorOp::new(&ctx, Kernel::Shrink, &xb, &yb, Some(&zb), 3, [1, 1, 3]).unwrap(),
-            1.0,
-            1.0,
-            0.0,
+            &VectorOp::new(
+                &ctx,
+                &scalars,
+                Kernel::Shrink,
+                [Some(&xb), Some(&yb), None, None],
+                Target::Field(&zb),
+                [Coef::ONE, Coef::ONE, Coef::ZERO, Coef::ZERO],
+                [1, 1, 3],
+            )
+            .unwrap(),
         );
-        let z: Vec<f32> = ctx.read(&zb, 0, 9).unwrap();
+        let z = zb.read(&ctx).unwrap();
         assert_eq!([z[0], z[1], z[2]], [0.0; 3]);
         assert!(
             (z[3] - 2.4).abs() < 1e-6 && (z[4] - 3.2).abs() < 1e-6 && z[5] == 0.0,
@@ -333,18 +563,17 @@ mod tests {
     }
 
     #[test]
-    fn reductions_match_f64_sums_and_repeat_bit_for_bit() {
-        let ctx = ctx();
-        let n = 3 * 1000 + 17;
+    fn reductions_match_f64_sums_and_do_not_depend_on_windows() {
+        let n0 = 7;
+        let plane = 3 * 1006;
+        let n = n0 * plane;
         let x = random(n, 3);
         let y = random(n, 4);
-        let (xb, yb) = (ctx.upload("x", &x).unwrap(), ctx.upload("y", &y).unwrap());
-        let dot = VectorOp::new(&ctx, Kernel::Dot, &xb, &yb, None, n, [1, 1, n]).unwrap();
-        let iso =
-            VectorOp::new(&ctx, Kernel::IsoNorm, &xb, &xb, None, n / 3, [1, 1, n / 3]).unwrap();
-        run(&ctx, &dot, 0.0, 0.0, 0.0);
-        run(&ctx, &iso, 0.0, 0.0, 0.0);
-        let expect: f64 = x.iter().zip(&y).map(|(a, b)| *a as f64 * *b as f64).sum();
+        let expect: f64 = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| (*a as f64 + 0.5 * *b as f64) * *b as f64)
+            .sum();
         let v = n / 3;
         let expect_iso: f64 = (0..v)
             .map(|i| {
@@ -354,121 +583,87 @@ mod tests {
                 .sqrt()
             })
             .sum();
-        let (got, got_iso) = (dot.sum(&ctx).unwrap(), iso.sum(&ctx).unwrap());
-        assert!(
-            (got - expect).abs() < 1e-5 * expect.abs().max(1.0),
-            "{got} vs {expect}"
-        );
-        assert!(
-            (got_iso - expect_iso).abs() < 1e-5 * expect_iso,
-            "{got_iso} vs {expect_iso}"
-        );
-        run(&ctx, &dot, 0.0, 0.0, 0.0);
-        assert_eq!(dot.sum(&ctx).unwrap().to_bits(), got.to_bits());
-    }
-
-    #[test]
-    fn two_dimensional_dispatches_give_the_same_bits_and_stay_inside_their_windows() {
-        // 7 workgroups per dimension: the 100 workgroups of a reduction become 7 x 15 = 105.
-        let n = 100 * WORKGROUP as usize - 3;
-        let x = random(n, 7);
         let results = |ctx: &GpuContext| {
-            let xb = ctx.upload("x", &x).unwrap();
-            let yb = ctx.storage_buffer("y", 4 * n as u64).unwrap();
-            let dot = VectorOp::new(ctx, Kernel::Dot, &xb, &xb, None, n, [1, 1, n]).unwrap();
-            let scaled =
-                VectorOp::new(ctx, Kernel::Axpby, &xb, &xb, Some(&yb), n, [1, 1, n]).unwrap();
-            run(ctx, &dot, 0.0, 0.0, 0.0);
-            run(ctx, &scaled, 0.5, 0.25, 0.0);
-            let y: Vec<u32> = ctx.read(&yb, 0, n).unwrap();
-            (dot.sum(ctx).unwrap().to_bits(), y)
-        };
-        let folded_ctx = ctx().with_max_workgroups_per_dimension(7);
-        assert!(results(&ctx()) == results(&folded_ctx));
-
-        // The surplus workgroups of the folded dispatch must not write: bind the partial sums
-        // to a larger buffer filled with a sentinel and check its tail.
-        let ctx = folded_ctx;
-        let kernel = ctx
-            .kernel(&KernelSpec {
-                shader: &shaders::SOLVER_VECTOR,
-                entry: Kernel::Dot.entry(),
-                bindings: &[
-                    BindingKind::StorageRead,
-                    BindingKind::StorageRead,
-                    BindingKind::StorageReadWrite,
-                    BindingKind::Uniform,
-                ],
-                overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-            })
-            .unwrap();
-        let xb = ctx.upload("x", &x).unwrap();
-        let partials = ctx.upload("partials", &[7.0f32; 112]).unwrap();
-        let params = ctx
-            .uniform(
-                "params",
-                &VectorParams {
-                    count: n as u32,
-                    n0: 1,
-                    n1: 1,
-                    n2: n as u32,
-                    ..Default::default()
-                },
+            let scalars = Scalars::new(ctx, 1, 2).unwrap();
+            let (xb, yb) = (field(ctx, &x, n0), field(ctx, &y, n0));
+            let dot = VectorOp::new(
+                ctx,
+                &scalars,
+                Kernel::Dot,
+                [Some(&xb), Some(&yb), Some(&yb), None],
+                Target::Sum(SumSlot(0)),
+                [Coef::ZERO, Coef::fixed(0.5), Coef::ZERO, Coef::ZERO],
+                [n0, 1, plane],
             )
             .unwrap();
-        let bound = kernel
-            .bind(
-                &ctx,
-                &[
-                    (&xb).into(),
-                    (&xb).into(),
-                    (&partials).into(),
-                    (&params).into(),
-                ],
+            let iso = VectorOp::new(
+                ctx,
+                &scalars,
+                Kernel::IsoNorm,
+                [Some(&xb), None, None, None],
+                Target::Sum(SumSlot(1)),
+                [Coef::ZERO; 4],
+                [n0, 1, plane / 3],
             )
             .unwrap();
-        let mut rec = ctx.recorder("folded dot");
-        rec.dispatch(&bound, 100);
-        ctx.submit(rec).unwrap();
-        let tail: Vec<f32> = ctx.read(&partials, 100, 12).unwrap();
-        assert_eq!(
-            tail,
-            vec![7.0; 12],
-            "surplus workgroups wrote past the partial sums"
-        );
-    }
-
-    #[test]
-    fn arrays_beyond_one_binding_are_processed_in_windows_with_the_same_bits() {
-        let shape = [9, 10, 11];
-        let v = 990;
-        let u = random(v, 5);
-        let q = random(3 * v, 6);
-        let results = |ctx: &GpuContext| {
-            let (ub, qb) = (ctx.upload("u", &u).unwrap(), ctx.upload("q", &q).unwrap());
-            let gb = ctx.storage_buffer("g", 12 * v as u64).unwrap();
-            let db = ctx.upload("d", &u).unwrap();
-            let grad = VectorOp::new(ctx, Kernel::Gradient, &ub, &ub, Some(&gb), v, shape).unwrap();
-            let adj =
-                VectorOp::new(ctx, Kernel::GradientAdjoint, &qb, &qb, Some(&db), v, shape).unwrap();
-            let dot = VectorOp::new(ctx, Kernel::Dot, &qb, &qb, None, 3 * v, shape).unwrap();
-            let windows = grad.windows.len() + adj.windows.len() + dot.windows.len();
-            run(ctx, &grad, 0.0, 0.0, 0.0);
-            run(ctx, &adj, 0.5, 0.0, 2.0);
-            run(ctx, &dot, 0.0, 0.0, 0.0);
-            let g: Vec<u32> = ctx.read(&gb, 0, 3 * v).unwrap();
-            let d: Vec<u32> = ctx.read(&db, 0, v).unwrap();
-            (g, d, dot.sum(ctx).unwrap().to_bits(), windows)
+            let windows = dot.dispatches.len();
+            run(ctx, &dot);
+            run(ctx, &iso);
+            let sums = scalars.read_sums(ctx).unwrap();
+            (sums[0], sums[1], windows)
         };
         let whole = results(&ctx());
-        // 2 KiB bindings: 512 floats, against 990 voxels (3960 bytes of u, 11880 of q).
-        let split = results(&ctx().with_max_binding_bytes(2048));
-        assert_eq!(whole.3, 3, "one window each without a cap");
+        // 16 KiB bindings: one plane (12 KiB) per window.
+        let split = results(&ctx().with_max_binding_bytes(16384));
         assert!(
-            split.3 > 6,
-            "the cap must split every array: {} windows",
-            split.3
+            split.2 > whole.2,
+            "the cap must split the planes into windows"
         );
-        assert!(whole.0 == split.0 && whole.1 == split.1 && whole.2 == split.2);
+        assert!(
+            (whole.0 - expect).abs() < 1e-6 * expect.abs().max(1.0),
+            "{} vs {expect}",
+            whole.0
+        );
+        assert!(
+            (whole.1 - expect_iso).abs() < 1e-6 * expect_iso,
+            "{} vs {expect_iso}",
+            whole.1
+        );
+        assert_eq!(whole.0.to_bits(), split.0.to_bits());
+        assert_eq!(whole.1.to_bits(), split.1.to_bits());
+        let _ = sum;
+    }
+
+    #[test]
+    fn double_word_finish_is_more_accurate_than_f32_and_two_dimensional_dispatches_agree() {
+        // 1 + many tiny values: an f32 running sum loses them all; the finish keeps them.
+        let n0 = 3;
+        let plane = 256 * 300;
+        let mut x = vec![1e-4f32; n0 * plane];
+        x[0] = 1000.0;
+        let ones = vec![1.0f32; n0 * plane];
+        let expect: f64 = x.iter().map(|&a| a as f64).sum();
+        let results = |ctx: &GpuContext| {
+            let scalars = Scalars::new(ctx, 1, 1).unwrap();
+            let (xb, ob) = (field(ctx, &x, n0), field(ctx, &ones, n0));
+            let dot = VectorOp::new(
+                ctx,
+                &scalars,
+                Kernel::Dot,
+                [Some(&xb), None, Some(&ob), None],
+                Target::Sum(SumSlot(0)),
+                [Coef::ZERO; 4],
+                [n0, 1, plane],
+            )
+            .unwrap();
+            run(ctx, &dot);
+            sum(ctx, &scalars, SumSlot(0))
+        };
+        let flat = results(&ctx());
+        // 7 workgroups per dimension: 300 workgroups per plane become 7 x 43 = 301 (one
+        // surplus per window), which must not write.
+        let folded = results(&ctx().with_max_workgroups_per_dimension(7));
+        assert!((flat - expect).abs() < 1e-7 * expect, "{flat} vs {expect}");
+        assert_eq!(flat.to_bits(), folded.to_bits());
     }
 }
