@@ -399,6 +399,39 @@ fn a_shape_larger_than_the_file_is_refused_before_allocating() {
     }
 }
 
+/// The streaming mode reads blocks on another thread than the one that opened the file.
+#[test]
+fn a_reader_can_move_to_and_be_shared_with_other_threads() {
+    fn send_and_sync<T: Send + Sync>(_: &T) {}
+    let reader = DxchangeReader::open(&fixture("h5py_contiguous_f32.h5")).unwrap();
+    send_and_sync(&reader);
+    let block = std::thread::scope(|s| s.spawn(|| reader.read_projections(2..5)).join());
+    assert_eq!(
+        block.unwrap().unwrap(),
+        reader.read_projections(2..5).unwrap()
+    );
+}
+
+#[test]
+fn a_file_that_shrinks_while_open_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["h5py_contiguous_f32.h5", "h5py_chunked_gzip_shuffle_u16.h5"] {
+        let path = dir.path().join(name);
+        std::fs::copy(fixture(name), &path).unwrap();
+        let reader = DxchangeReader::open(&path).unwrap();
+        let n = reader.info().projections.shape[0];
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len / 4)
+            .unwrap();
+        let err = reader.read_projections(1..n).unwrap_err();
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}
+
 /// Every truncation of each fixture at a spread of offsets is an error, and seeded byte flips
 /// give an error or a valid scan: never a panic, an abort or a hang (issue 10, section 4).
 #[test]

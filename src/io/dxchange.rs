@@ -2,11 +2,12 @@
 //!
 //! Datasets:
 //! * `/exchange/data` `(ntheta, deth, detw)`: projection intensities. Written as f32; read from any
-//!   numeric type HDF5 converts to f32 (detectors usually store uint16).
+//!   integer (1 to 8 bytes) or float32/float64 type, converted to f32 (detectors usually store
+//!   uint16).
 //! * `/exchange/data_white` `(nflat, deth, detw)` and `/exchange/data_dark` `(ndark, deth, detw)`:
 //!   flat and dark fields, same types.
 //! * `/exchange/theta` `(ntheta,)`: projection angles in **degrees** (written as f64, read from any
-//!   float type); [`Scan::theta`] holds radians.
+//!   of those types); [`Scan::theta`] holds radians.
 //! * `/lamino/phi_deg` (optional, scalar f64): lamino's tilt `phi` in degrees, the operator's
 //!   convention where 90 is plain tomography and 90 + T a laminographic tilt of T degrees. A
 //!   dataset rather than an attribute so that `h5ls -r` shows it next to the data.

@@ -135,7 +135,8 @@ impl H5File {
                 reason: e.to_string(),
             })?;
         let file = Hdf5File::open(path).map_err(|e| match root(&e) {
-            ReadError::Io(io) => IoError::Read {
+            // Too short to hold a superblock is a file that is not (or no longer) HDF5.
+            ReadError::Io(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => IoError::Read {
                 path: path.to_path_buf(),
                 reason: io.to_string(),
             },
