@@ -1,13 +1,25 @@
 //! DXchange HDF5 files: round trips, the on-disk conventions (theta in degrees, the tilt in
-//! /lamino/phi_deg), integer detector counts, and a typed error for every kind of bad file.
+//! /lamino/phi_deg), files written by h5py and by libhdf5 (fixtures in assets/dxchange, made by
+//! its make_fixtures.py), block reads for streaming, and a typed error for every kind of bad file,
+//! truncated and corrupted ones included.
 
 use std::f64::consts::PI;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use lamino::io::{read_dxchange, write_dxchange, IoError, Scan, Stack};
+use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
+use lamino::io::{
+    read_dxchange, write_dxchange, write_volume_h5, DxchangeReader, IoError, SampleType, Scan,
+    Stack,
+};
 use lamino::reference::SplitMix64;
 
 const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/dxchange")
+        .join(name)
+}
 
 fn scan(with_extras: bool) -> Scan {
     let mut rng = SplitMix64::new(15);
@@ -25,6 +37,17 @@ fn scan(with_extras: bool) -> Scan {
         phi: with_extras.then_some(TILT),
         truth: with_extras.then(|| stack([4, 6, 8])),
     }
+}
+
+/// Reads `dataset` of `path` as f64 with the HDF5 library directly, not through lamino.
+fn raw_f64(path: &Path, dataset: &str) -> Vec<f64> {
+    let file = hdf5_reader::Hdf5File::open(path).unwrap();
+    file.dataset(dataset)
+        .unwrap()
+        .read_array::<f64>()
+        .unwrap()
+        .into_raw_vec_and_offset()
+        .0
 }
 
 #[test]
@@ -51,21 +74,15 @@ fn dxchange_files_round_trip_with_theta_in_degrees() {
             },
             s
         );
-        // On disk the angles are degrees and the tilt is /lamino/phi_deg.
-        let file = hdf5::File::open(&path).unwrap();
-        let deg = file
-            .dataset("exchange/theta")
-            .unwrap()
-            .read_raw::<f64>()
-            .unwrap();
+        // On disk the angles are degrees (and say so) and the tilt is /lamino/phi_deg.
+        let deg = raw_f64(&path, "/exchange/theta");
         assert!((deg[1] - 0.3f64.to_degrees()).abs() < 1e-12);
+        let file = hdf5_reader::Hdf5File::open(&path).unwrap();
+        let units = file.dataset("/exchange/theta").unwrap().attribute("units");
+        assert_eq!(units.unwrap().read_string().unwrap(), "degrees");
         if extras {
-            let phi = file
-                .dataset("lamino/phi_deg")
-                .unwrap()
-                .read_scalar::<f64>()
-                .unwrap();
-            assert!((phi - 110.0).abs() < 1e-12, "{phi}");
+            let phi = raw_f64(&path, "/lamino/phi_deg");
+            assert!(phi.len() == 1 && (phi[0] - 110.0).abs() < 1e-12, "{phi:?}");
         }
     }
     // The write went through a temporary file that is gone.
@@ -76,34 +93,184 @@ fn dxchange_files_round_trip_with_theta_in_degrees() {
     assert_eq!(names.len(), 2, "{names:?}");
 }
 
+#[test]
+fn volumes_are_written_as_slash_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("recon.h5");
+    let volume = scan(true).truth.unwrap();
+    write_volume_h5(&path, &volume).unwrap();
+    let file = hdf5_reader::Hdf5File::open(&path).unwrap();
+    let d = file.dataset("/volume").unwrap();
+    assert_eq!(d.shape(), [4, 6, 8]);
+    assert_eq!(
+        d.read_array::<f32>().unwrap().into_raw_vec_and_offset().0,
+        volume.values
+    );
+}
+
+/// The closed forms make_fixtures.py writes (see assets/dxchange/README.md).
+fn expected(kind: &str, len: usize) -> Vec<f64> {
+    (0..len as u64)
+        .map(|k| match kind {
+            "data" => 100 + (37 * k) % 1000,
+            "flats" => 2000 + (13 * k) % 100,
+            _ => 10 + k % 7,
+        } as f64)
+        .collect()
+}
+
+/// Checks every value of a fixture (stacks divided by `divisor`) and every block read.
+fn check_fixture(name: &str, ntheta: usize, sample: SampleType, divisor: f64) {
+    let path = fixture(name);
+    let reader = DxchangeReader::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let info = reader.info().clone();
+    assert_eq!(info.projections.shape, [ntheta, 6, 8], "{name}");
+    assert_eq!(info.flats.shape, [3, 6, 8], "{name}");
+    assert_eq!(info.darks.shape, [2, 6, 8], "{name}");
+    assert_eq!(info.projections.sample, sample, "{name}");
+    for (i, t) in info.theta.iter().enumerate() {
+        let want = (180.0 * i as f64 / ntheta as f64).to_radians();
+        // theta is float32 in some fixtures: half an ulp of a float32 of degrees.
+        assert!((t - want).abs() <= 1e-7 * want.abs().max(1e-3), "{name}");
+    }
+    let scan = read_dxchange(&path).unwrap();
+    for (kind, stack) in [
+        ("data", &scan.data),
+        ("flats", &scan.flats),
+        ("darks", &scan.darks),
+    ] {
+        let want = expected(kind, stack.values.len());
+        for (i, (&got, want)) in stack.values.iter().zip(&want).enumerate() {
+            let want = (want / divisor) as f32;
+            assert!(got == want, "{name} {kind}[{i}] = {got}, expected {want}");
+        }
+        assert_eq!(stack.values.len(), want.len(), "{name} {kind}");
+    }
+    assert_eq!(reader.read_flats().unwrap(), scan.flats);
+    assert_eq!(reader.read_darks().unwrap(), scan.darks);
+    // Blocks of every size tile the projections exactly, across chunk boundaries.
+    let frame = 6 * 8;
+    for block in 1..=ntheta {
+        for a0 in (0..ntheta).step_by(block) {
+            let a1 = (a0 + block).min(ntheta);
+            let got = reader.read_projections(a0..a1).unwrap();
+            assert_eq!(got.shape, [a1 - a0, 6, 8]);
+            assert!(
+                got.values == scan.data.values[a0 * frame..a1 * frame],
+                "{name}: block {a0}..{a1}"
+            );
+        }
+    }
+}
+
+#[test]
+fn files_written_by_h5py_are_read_exactly() {
+    check_fixture("h5py_contiguous_f32.h5", 10, SampleType::F32, 1.0);
+    check_fixture("h5py_chunked_gzip_shuffle_u16.h5", 13, SampleType::U16, 1.0);
+    check_fixture("h5py_v110_chunk_indexes_u16.h5", 11, SampleType::U16, 1.0);
+    check_fixture("h5py_fixed_array_f64.h5", 9, SampleType::F64, 7.0);
+    check_fixture("h5py_hdf5_2_format_f32.h5", 6, SampleType::F32, 1.0);
+    check_fixture("h5py_big_endian_f32.h5", 7, SampleType::F32, 1.0);
+    check_fixture("h5py_scaleoffset_u16.h5", 5, SampleType::U16, 1.0);
+    // The tilt only the first one records.
+    let phi = read_dxchange(&fixture("h5py_contiguous_f32.h5"))
+        .unwrap()
+        .phi;
+    assert!((phi.unwrap() - TILT).abs() < 1e-14);
+}
+
+#[test]
+fn a_scan_written_by_libhdf5_is_read() {
+    // `lamino simulate --phantom chip --size 8 --angles 6 --tilt-deg 20 --photons 1000` when
+    // lamino wrote through hdf5-metno and libhdf5 1.10.8; the sums were computed with h5py.
+    let s = read_dxchange(&fixture("libhdf5_lamino_simulate.h5")).unwrap();
+    let sum = |s: &Stack| s.values.iter().map(|&v| v as f64).sum::<f64>();
+    assert_eq!(s.data.shape, [6, 8, 8]);
+    assert_eq!(s.flats.shape, [1, 8, 8]);
+    assert_eq!(s.darks.shape, [1, 8, 8]);
+    assert_eq!(sum(&s.data), 242127.0);
+    assert_eq!(sum(&s.flats), 64000.0);
+    assert_eq!(sum(&s.darks), 0.0);
+    let truth = s.truth.as_ref().unwrap();
+    assert_eq!(truth.shape, [8, 8, 8]);
+    assert!(
+        (sum(truth) - 83.02500177919865).abs() < 1e-9,
+        "{}",
+        sum(truth)
+    );
+    for (i, t) in s.theta.iter().enumerate() {
+        assert!((t - (60.0 * i as f64).to_radians()).abs() < 1e-12);
+    }
+    assert!((s.phi.unwrap() - TILT).abs() < 1e-14);
+}
+
+#[test]
+fn a_plugin_filter_names_the_feature_that_reads_it() {
+    let result = read_dxchange(&fixture("h5py_lzf_f32.h5"));
+    #[cfg(not(feature = "hdf5-sys"))]
+    match result {
+        Err(e @ IoError::NeedsHdf5Sys { .. }) => {
+            let text = e.to_string();
+            for part in [
+                "h5py_lzf_f32.h5",
+                "/exchange/data",
+                "32000",
+                "--features hdf5-sys",
+            ] {
+                assert!(text.contains(part), "{text}");
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    // With the feature, libhdf5 decodes it (hdf5-metno registers LZF).
+    #[cfg(feature = "hdf5-sys")]
+    {
+        let s = result.unwrap();
+        let want: Vec<f32> = expected("data", 5 * 48).iter().map(|&v| v as f32).collect();
+        assert_eq!(s.data.values, want);
+        let reader = DxchangeReader::open(&fixture("h5py_lzf_f32.h5")).unwrap();
+        assert_eq!(reader.read_projections(2..4).unwrap().values, want[96..192]);
+    }
+}
+
 /// A DXchange-like file written directly, to build files `write_dxchange` refuses to write.
-fn write_raw(path: &Path, data: &[f32], data_shape: [usize; 3], theta: &[f32], skip: &str) {
-    let file = hdf5::File::create(path).unwrap();
-    let ex = file.create_group("exchange").unwrap();
+fn write_raw(path: &Path, data: &[f32], data_shape: [u64; 3], theta: &[f32], skip: &str) {
+    write_raw_with(path, data, data_shape, theta, skip, None)
+}
+
+fn write_raw_with(
+    path: &Path,
+    data: &[f32],
+    data_shape: [u64; 3],
+    theta: &[f32],
+    skip: &str,
+    units: Option<&str>,
+) {
     let frame = [1, data_shape[1], data_shape[2]];
-    let ones = vec![1.0f32; frame[1] * frame[2]];
+    let ones = vec![1.0f32; (frame[1] * frame[2]) as usize];
+    let mut file = Hdf5Builder::new();
     for (name, shape, values) in [
         ("data", data_shape, data),
         ("data_white", frame, &ones[..]),
         ("data_dark", frame, &ones[..]),
     ] {
         if name != skip {
-            ex.new_dataset::<f32>()
-                .shape(shape)
-                .create(name)
-                .unwrap()
-                .write_raw(values)
-                .unwrap();
+            let d = DatasetBuilder::typed_data(format!("exchange/{name}"), shape, values);
+            file = file.dataset(d.unwrap());
         }
     }
     if skip != "theta" {
-        ex.new_dataset::<f32>()
-            .shape([theta.len()])
-            .create("theta")
-            .unwrap()
-            .write_raw(theta)
-            .unwrap();
+        let mut d = DatasetBuilder::typed_data("exchange/theta", [theta.len() as u64], theta);
+        if let Some(units) = units {
+            d = d.map(|d| d.attribute(AttributeBuilder::fixed_string("units", units)));
+        }
+        file = file.dataset(d.unwrap());
     }
+    let plan = file.into_plan().unwrap();
+    let out = std::fs::File::create(path).unwrap();
+    Hdf5Writer::new(out, WriteOptions::default())
+        .finish(plan)
+        .unwrap();
 }
 
 #[test]
@@ -121,7 +288,11 @@ fn bad_dxchange_files_are_typed_errors_naming_the_problem() {
         }
     }
     let no_group = dir.path().join("empty.h5");
-    hdf5::File::create(&no_group).unwrap();
+    let plan = Hdf5Builder::new().into_plan().unwrap();
+    let out = std::fs::File::create(&no_group).unwrap();
+    Hdf5Writer::new(out, WriteOptions::default())
+        .finish(plan)
+        .unwrap();
     let err = read_dxchange(&no_group).unwrap_err();
     assert!(
         err.to_string().contains("empty.h5") && err.to_string().contains("/exchange/data"),
@@ -139,14 +310,36 @@ fn bad_dxchange_files_are_typed_errors_naming_the_problem() {
     ));
 
     let mut nan = data.clone();
-    nan[7] = f32::NAN;
+    nan[9] = f32::NAN;
     write_raw(&path, &nan, [3, 2, 4], &[0.0, 1.0, 2.0], "");
     match read_dxchange(&path) {
         Err(IoError::NonFinite {
-            dataset, index: 7, ..
+            dataset, index: 9, ..
         }) => assert_eq!(dataset, "/exchange/data"),
         other => panic!("NaN: {other:?}"),
     }
+    // A block read reports the index within the whole dataset.
+    let reader = DxchangeReader::open(&path).unwrap();
+    assert!(reader.read_projections(0..1).is_ok());
+    assert!(matches!(
+        reader.read_projections(1..2),
+        Err(IoError::NonFinite { index: 9, .. })
+    ));
+    for bad in [0..0, 2..4, 3..4] {
+        assert!(matches!(
+            reader.read_projections(bad),
+            Err(IoError::BadRange { len: 3, .. })
+        ));
+    }
+
+    // Angles in an unknown unit are refused; radians are taken as they are.
+    write_raw_with(&path, &data, [3, 2, 4], &[0.0, 1.0, 2.0], "", Some("grad"));
+    assert!(matches!(
+        read_dxchange(&path),
+        Err(IoError::ThetaUnits { units, .. }) if units == "grad"
+    ));
+    write_raw_with(&path, &data, [3, 2, 4], &[0.0, 1.0, 2.0], "", Some("rad"));
+    assert_eq!(read_dxchange(&path).unwrap().theta, [0.0, 1.0, 2.0]);
 
     let text = dir.path().join("notes.h5");
     std::fs::write(&text, "not an HDF5 file").unwrap();
@@ -155,6 +348,10 @@ fn bad_dxchange_files_are_typed_errors_naming_the_problem() {
     assert!(err.to_string().contains("notes.h5"), "{err}");
     assert!(matches!(
         read_dxchange(&dir.path().join("absent.h5")),
+        Err(IoError::Read { .. })
+    ));
+    assert!(matches!(
+        read_dxchange(dir.path()),
         Err(IoError::Read { .. })
     ));
 
@@ -178,25 +375,201 @@ fn bad_dxchange_files_are_typed_errors_naming_the_problem() {
 }
 
 #[test]
-fn detector_counts_stored_as_uint16_are_read() {
+fn a_shape_larger_than_the_file_is_refused_before_allocating() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("u16.h5");
-    write_raw(&path, &[1.0; 8], [2, 2, 2], &[0.0, 90.0], "data");
-    let file = hdf5::File::open_rw(&path).unwrap();
-    let counts: Vec<u16> = (0..8).map(|i| 1000 + i).collect();
-    file.group("exchange")
-        .unwrap()
-        .new_dataset::<u16>()
-        .shape([2, 2, 2])
-        .create("data")
-        .unwrap()
-        .write_raw(&counts)
-        .unwrap();
-    drop(file);
-    let s = read_dxchange(&path).unwrap();
+    let mut bytes = std::fs::read(fixture("h5py_contiguous_f32.h5")).unwrap();
+    // /exchange/data's dataspace: its dimensions and maximum dimensions (10, 6, 8) as
+    // little-endian u64, the only such runs in the file. Claim 2^40 projections instead.
+    let dims: Vec<u8> = [10u64, 6, 8].iter().flat_map(|d| d.to_le_bytes()).collect();
+    let at: Vec<usize> = (0..bytes.len() - dims.len())
+        .filter(|&i| bytes[i..i + dims.len()] == dims[..])
+        .collect();
+    assert_eq!(at.len(), 2);
+    for i in at {
+        bytes[i..i + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    }
+    let path = dir.path().join("huge.h5");
+    std::fs::write(&path, &bytes).unwrap();
+    match DxchangeReader::open(&path) {
+        Err(e @ IoError::ImplausibleSize { .. }) => {
+            assert!(e.to_string().contains("/exchange/data"), "{e}")
+        }
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("a claim of 2^40 projections was accepted"),
+    }
+}
+
+/// The streaming mode reads blocks on another thread than the one that opened the file.
+#[test]
+fn a_reader_can_move_to_and_be_shared_with_other_threads() {
+    fn send_and_sync<T: Send + Sync>(_: &T) {}
+    let reader = DxchangeReader::open(&fixture("h5py_contiguous_f32.h5")).unwrap();
+    send_and_sync(&reader);
+    let block = std::thread::scope(|s| s.spawn(|| reader.read_projections(2..5)).join());
     assert_eq!(
-        s.data.values,
-        counts.iter().map(|&c| c as f32).collect::<Vec<_>>()
+        block.unwrap().unwrap(),
+        reader.read_projections(2..5).unwrap()
     );
-    assert!((s.theta[1] - PI / 2.0).abs() < 1e-7);
+}
+
+#[test]
+fn a_file_that_shrinks_while_open_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["h5py_contiguous_f32.h5", "h5py_chunked_gzip_shuffle_u16.h5"] {
+        let path = dir.path().join(name);
+        std::fs::copy(fixture(name), &path).unwrap();
+        let reader = DxchangeReader::open(&path).unwrap();
+        let n = reader.info().projections.shape[0];
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len / 4)
+            .unwrap();
+        let err = reader.read_projections(1..n).unwrap_err();
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}
+
+/// Every truncation of each fixture at a spread of offsets is an error, and seeded byte flips
+/// give an error or a valid scan: never a panic, an abort or a hang (issue 10, section 4).
+#[test]
+fn truncated_and_corrupted_files_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.h5");
+    let mut rng = SplitMix64::new(10);
+    for name in [
+        "h5py_contiguous_f32.h5",
+        "h5py_chunked_gzip_shuffle_u16.h5",
+        "h5py_v110_chunk_indexes_u16.h5",
+        "libhdf5_lamino_simulate.h5",
+    ] {
+        let bytes = std::fs::read(fixture(name)).unwrap();
+        // Every offset in the first 2 KiB (superblock, root group, first headers), then every
+        // 29th, and the last byte.
+        let cuts = (0..bytes.len()).filter(|&n| n < 2048 || n % 29 == 0 || n == bytes.len() - 1);
+        for n in cuts {
+            std::fs::write(&path, &bytes[..n]).unwrap();
+            let result = DxchangeReader::open(&path).and_then(|r| {
+                r.read_projections(0..r.info().projections.shape[0])?;
+                r.read_flats()?;
+                r.read_darks()
+            });
+            assert!(result.is_err(), "{name} cut to {n} bytes was read");
+        }
+        let (mut valid, mut refused) = (0, 0);
+        for _ in 0..400 {
+            let mut flipped = bytes.clone();
+            for _ in 0..1 + rng.next_u64() % 4 {
+                let at = (rng.next_u64() % bytes.len() as u64) as usize;
+                flipped[at] ^= 1 << (rng.next_u64() % 8);
+            }
+            std::fs::write(&path, &flipped).unwrap();
+            match read_dxchange(&path) {
+                Ok(_) => valid += 1,
+                Err(e) => {
+                    assert!(e.to_string().contains("case.h5"), "{e}");
+                    refused += 1;
+                }
+            }
+        }
+        assert_eq!(valid + refused, 400, "{name}");
+    }
+}
+
+#[cfg(feature = "hdf5-sys")]
+mod through_libhdf5 {
+    //! Cross-checks with the system libhdf5 (feature `hdf5-sys`): what lamino writes, libhdf5
+    //! reads; what libhdf5 writes (contiguous, chunked with shuffle + gzip, uint16 / float64),
+    //! lamino reads without it.
+
+    use super::*;
+
+    #[test]
+    fn libhdf5_reads_what_lamino_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scan.h5");
+        let s = scan(true);
+        write_dxchange(&path, &s).unwrap();
+        let file = hdf5::File::open(&path).unwrap();
+        let data = file.dataset("exchange/data").unwrap();
+        assert_eq!(data.shape(), [5, 6, 8]);
+        assert_eq!(data.read_raw::<f32>().unwrap(), s.data.values);
+        let truth = file.dataset("truth/volume").unwrap();
+        assert_eq!(truth.read_raw::<f32>().unwrap(), s.truth.unwrap().values);
+        let theta = file.dataset("exchange/theta").unwrap();
+        let degrees = theta.read_raw::<f64>().unwrap();
+        assert!((degrees[1] - 0.3f64.to_degrees()).abs() < 1e-12);
+        let units: hdf5::types::FixedAscii<8> = theta.attr("units").unwrap().read_scalar().unwrap();
+        assert_eq!(units.as_str(), "degrees");
+        let phi = file.dataset("lamino/phi_deg").unwrap();
+        assert!((phi.read_scalar::<f64>().unwrap() - 110.0).abs() < 1e-12);
+
+        let volume = dir.path().join("recon.h5");
+        write_volume_h5(&volume, &s.data).unwrap();
+        let file = hdf5::File::open(&volume).unwrap();
+        assert_eq!(
+            file.dataset("volume").unwrap().read_raw::<f32>().unwrap(),
+            s.data.values
+        );
+    }
+
+    #[test]
+    fn lamino_reads_what_libhdf5_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, h, w) = (7, 6, 8);
+        for (chunked, name) in [(false, "contiguous.h5"), (true, "chunked.h5")] {
+            let path = dir.path().join(name);
+            let file = hdf5::File::create(&path).unwrap();
+            let ex = file.create_group("exchange").unwrap();
+            let counts: Vec<u16> = expected("data", n * h * w)
+                .iter()
+                .map(|&v| v as u16)
+                .collect();
+            let flats: Vec<f64> = expected("flats", 3 * h * w);
+            let darks: Vec<f64> = expected("darks", 2 * h * w);
+            let filtered = || {
+                let b = ex.new_dataset_builder();
+                if chunked {
+                    b.chunk([2, 4, w]).shuffle().deflate(4)
+                } else {
+                    b
+                }
+            };
+            filtered()
+                .with_data(&ndarray::Array3::from_shape_vec((n, h, w), counts.clone()).unwrap())
+                .create("data")
+                .unwrap();
+            filtered()
+                .with_data(&ndarray::Array3::from_shape_vec((3, h, w), flats.clone()).unwrap())
+                .create("data_white")
+                .unwrap();
+            filtered()
+                .with_data(&ndarray::Array3::from_shape_vec((2, h, w), darks.clone()).unwrap())
+                .create("data_dark")
+                .unwrap();
+            let degrees: Vec<f64> = (0..n).map(|i| 30.0 * i as f64).collect();
+            ex.new_dataset_builder()
+                .with_data(&degrees)
+                .create("theta")
+                .unwrap();
+            // libhdf5 writes the file out when its last handle closes.
+            drop((ex, file));
+
+            let reader = DxchangeReader::open(&path).unwrap();
+            assert_eq!(reader.info().projections.sample, SampleType::U16);
+            assert_eq!(reader.info().flats.sample, SampleType::F64);
+            let s = read_dxchange(&path).unwrap();
+            let as_f32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+            assert_eq!(s.data.values, as_f32(&expected("data", n * h * w)));
+            assert_eq!(s.flats.values, as_f32(&flats));
+            assert_eq!(s.darks.values, as_f32(&darks));
+            assert_eq!(
+                reader.read_projections(3..6).unwrap().values,
+                s.data.values[3 * h * w..6 * h * w]
+            );
+            assert!((s.theta[1] - PI / 6.0).abs() < 1e-15);
+        }
+    }
 }

@@ -2,18 +2,28 @@
 //!
 //! Datasets:
 //! * `/exchange/data` `(ntheta, deth, detw)`: projection intensities. Written as f32; read from any
-//!   numeric type HDF5 converts to f32 (detectors usually store uint16).
+//!   integer (1 to 8 bytes) or float32/float64 type, converted to f32 (detectors usually store
+//!   uint16).
 //! * `/exchange/data_white` `(nflat, deth, detw)` and `/exchange/data_dark` `(ndark, deth, detw)`:
 //!   flat and dark fields, same types.
 //! * `/exchange/theta` `(ntheta,)`: projection angles in **degrees** (written as f64, read from any
-//!   float type); [`Scan::theta`] holds radians.
+//!   of those types); [`Scan::theta`] holds radians.
 //! * `/lamino/phi_deg` (optional, scalar f64): lamino's tilt `phi` in degrees, the operator's
 //!   convention where 90 is plain tomography and 90 + T a laminographic tilt of T degrees. A
 //!   dataset rather than an attribute so that `h5ls -r` shows it next to the data.
 //! * `/truth/volume` (optional) `(n0, n1, n2)` f32: the ground truth of simulated scans.
+//!
+//! An attribute `units` on `/exchange/theta` may say `degrees` (the default, and what lamino
+//! writes) or `radians`; any other unit is refused rather than guessed.
+//!
+//! [`DxchangeReader`] opens a scan and reports its shapes, element types, angles and tilt without
+//! reading the stacks, then reads projections in blocks of angles (what the streaming mode needs);
+//! [`read_dxchange`] reads everything at once.
 
-use std::path::Path;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 
+use super::h5::{H5Dataset, H5File, H5Writer, SampleType};
 use super::{write_atomically, IoError, Stack};
 
 /// A scan as stored in a DXchange file.
@@ -40,7 +50,7 @@ const THETA: &str = "/exchange/theta";
 const PHI: &str = "/lamino/phi_deg";
 const TRUTH: &str = "/truth/volume";
 
-/// Checks shapes, lengths and finiteness; `path` is the file the scan comes from or goes to.
+/// Checks shapes, lengths and finiteness of a scan about to be written to `path`.
 fn check(path: &Path, scan: &Scan) -> Result<(), IoError> {
     let mut stacks = vec![
         (DATA, &scan.data),
@@ -92,165 +102,307 @@ fn check(path: &Path, scan: &Scan) -> Result<(), IoError> {
             projections: scan.data.shape[0],
         });
     }
-    let angles = scan.theta.iter().chain(&scan.phi);
-    if let Some((index, &value)) = angles.enumerate().find(|(_, t)| !t.is_finite()) {
-        let dataset = if index < scan.theta.len() { THETA } else { PHI };
-        return Err(IoError::NonFinite {
-            path: path.to_path_buf(),
-            dataset: dataset.to_string(),
-            index,
-            value,
-        });
-    }
-    Ok(())
+    finite(path, THETA, &scan.theta)?;
+    finite(path, PHI, scan.phi.as_slice())
 }
 
 /// Writes `scan` to `path` atomically: into a temporary file in the same directory, renamed over
 /// `path` only once complete, so readers never see a half-written file.
 pub fn write_dxchange(path: &Path, scan: &Scan) -> Result<(), IoError> {
     check(path, scan)?;
-    write_atomically(path, |tmp| write_file(tmp, scan))
+    write_atomically(path, |tmp| {
+        let mut file = H5Writer::default();
+        for (name, s) in [
+            (DATA, &scan.data),
+            (WHITE, &scan.flats),
+            (DARK, &scan.darks),
+        ] {
+            file.add(name, &s.shape, &s.values, &[])?;
+        }
+        let degrees: Vec<f64> = scan.theta.iter().map(|t| t.to_degrees()).collect();
+        file.add(THETA, &[degrees.len()], &degrees, &[("units", "degrees")])?;
+        if let Some(phi) = scan.phi {
+            file.add(PHI, &[], &[phi.to_degrees()], &[])?;
+        }
+        if let Some(truth) = &scan.truth {
+            file.add(TRUTH, &truth.shape, &truth.values, &[])?;
+        }
+        file.write(tmp)
+    })
 }
 
 /// Writes a float32 volume `(n0, n1, n2)` as the dataset `/volume` of an HDF5 file, atomically.
 pub fn write_volume_h5(path: &Path, volume: &Stack) -> Result<(), IoError> {
     write_atomically(path, |tmp| {
-        let file = hdf5::File::create(tmp).map_err(|e| format!("creating the file: {e}"))?;
-        file.new_dataset::<f32>()
-            .shape(volume.shape)
-            .create("volume")
-            .and_then(|d| d.write_raw(&volume.values))
-            .map_err(|e| format!("/volume: {e}"))
+        let mut file = H5Writer::default();
+        file.add("/volume", &volume.shape, &volume.values, &[])?;
+        file.write(tmp)
     })
-}
-
-fn write_file(tmp: &Path, scan: &Scan) -> Result<(), String> {
-    let e = |what: &str, err: hdf5::Error| format!("{what}: {err}");
-    let file = hdf5::File::create(tmp).map_err(|err| e("creating the file", err))?;
-    let exchange = file
-        .create_group("exchange")
-        .map_err(|err| e("/exchange", err))?;
-    for (name, s) in [
-        ("data", &scan.data),
-        ("data_white", &scan.flats),
-        ("data_dark", &scan.darks),
-    ] {
-        exchange
-            .new_dataset::<f32>()
-            .shape(s.shape)
-            .create(name)
-            .and_then(|d| d.write_raw(&s.values))
-            .map_err(|err| e(name, err))?;
-    }
-    let degrees: Vec<f64> = scan.theta.iter().map(|t| t.to_degrees()).collect();
-    exchange
-        .new_dataset::<f64>()
-        .shape([degrees.len()])
-        .create("theta")
-        .and_then(|d| d.write_raw(&degrees))
-        .map_err(|err| e(THETA, err))?;
-    if let Some(phi) = scan.phi {
-        file.create_group("lamino")
-            .and_then(|g| g.new_dataset::<f64>().create("phi_deg"))
-            .and_then(|d| d.write_scalar(&phi.to_degrees()))
-            .map_err(|err| e(PHI, err))?;
-    }
-    if let Some(truth) = &scan.truth {
-        file.create_group("truth")
-            .and_then(|g| g.new_dataset::<f32>().shape(truth.shape).create("volume"))
-            .and_then(|d| d.write_raw(&truth.values))
-            .map_err(|err| e(TRUTH, err))?;
-    }
-    file.close().map_err(|err| e("closing the file", err))
 }
 
 /// Reads a DXchange file, checking that the required datasets exist, that shapes agree
 /// (frames of the same detector size, one angle per projection) and that all values are finite.
 pub fn read_dxchange(path: &Path) -> Result<Scan, IoError> {
-    // Tell a missing or unreadable file from one that is not HDF5.
-    std::fs::File::open(path).map_err(|e| IoError::Read {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let file = hdf5::File::open(path).map_err(|e| IoError::NotHdf5 {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let scan = Scan {
-        data: read_stack(path, &file, DATA)?,
-        flats: read_stack(path, &file, WHITE)?,
-        darks: read_stack(path, &file, DARK)?,
-        theta: read_theta(path, &file)?,
-        phi: optional(&file, PHI)
-            .map(|d| read_phi(path, &d))
-            .transpose()?,
-        truth: optional(&file, TRUTH)
-            .map(|_| read_stack(path, &file, TRUTH))
-            .transpose()?,
-    };
-    check(path, &scan)?;
-    Ok(scan)
-}
-
-/// The dataset at `name` if the file has one. `link_exists` on a path whose group is missing
-/// reports false rather than failing, so each level is checked in turn.
-fn optional(file: &hdf5::File, name: &str) -> Option<hdf5::Dataset> {
-    let mut prefix = String::new();
-    for part in name.trim_start_matches('/').split('/') {
-        prefix.push('/');
-        prefix.push_str(part);
-        if !file.link_exists(&prefix) {
-            return None;
-        }
-    }
-    file.dataset(name).ok()
-}
-
-fn required(path: &Path, file: &hdf5::File, name: &str) -> Result<hdf5::Dataset, IoError> {
-    optional(file, name).ok_or_else(|| IoError::MissingDataset {
-        path: path.to_path_buf(),
-        dataset: name.to_string(),
+    let reader = DxchangeReader::open(path)?;
+    let info = reader.info();
+    Ok(Scan {
+        data: reader.read_projections(0..info.projections.shape[0])?,
+        flats: reader.read_flats()?,
+        darks: reader.read_darks()?,
+        theta: info.theta.clone(),
+        phi: info.phi,
+        truth: reader.read_truth()?,
     })
 }
 
-fn hdf5_error(path: &Path, dataset: &str, e: hdf5::Error) -> IoError {
-    IoError::Hdf5 {
-        path: path.to_path_buf(),
-        dataset: dataset.to_string(),
-        reason: e.to_string(),
+/// Shape `(frames, rows, columns)` and stored element type of one stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackInfo {
+    pub shape: [usize; 3],
+    pub sample: SampleType,
+}
+
+/// What a DXchange file holds, learned without reading its stacks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScanInfo {
+    /// `/exchange/data`: `(ntheta, deth, detw)`.
+    pub projections: StackInfo,
+    /// `/exchange/data_white`.
+    pub flats: StackInfo,
+    /// `/exchange/data_dark`.
+    pub darks: StackInfo,
+    /// Projection angles in radians, one per projection.
+    pub theta: Vec<f64>,
+    /// Tilt in radians (pi/2 is plain tomography), when the file records it.
+    pub phi: Option<f64>,
+    /// `/truth/volume`, when the file has one.
+    pub truth: Option<StackInfo>,
+}
+
+/// An open DXchange file: its [`ScanInfo`] is read and checked at [`open`](Self::open), the
+/// stacks when asked for, projections in any block of angles. Every value read is checked
+/// finite.
+pub struct DxchangeReader {
+    file: H5File,
+    path: PathBuf,
+    info: ScanInfo,
+    data: H5Dataset,
+    flats: H5Dataset,
+    darks: H5Dataset,
+    truth: Option<H5Dataset>,
+}
+
+impl DxchangeReader {
+    /// Opens `path` and reads its metadata: the stacks' shapes and types (every one checked
+    /// against the file's size and probed for decodability), the angles and the tilt.
+    pub fn open(path: &Path) -> Result<Self, IoError> {
+        let file = H5File::open(path)?;
+        let stack = |name: &str| -> Result<Option<(H5Dataset, StackInfo)>, IoError> {
+            let Some(d) = file.dataset(name)? else {
+                return Ok(None);
+            };
+            let shape: [usize; 3] =
+                d.shape
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| IoError::BadShape {
+                        path: path.to_path_buf(),
+                        dataset: name.to_string(),
+                        shape: d.shape.clone(),
+                        expected: "three axes".into(),
+                    })?;
+            if shape.contains(&0) {
+                return Err(IoError::ZeroSize {
+                    path: path.to_path_buf(),
+                    shape: shape.to_vec(),
+                });
+            }
+            let info = StackInfo {
+                shape,
+                sample: d.sample,
+            };
+            Ok(Some((d, info)))
+        };
+        let required = |name: &str| {
+            stack(name)?.ok_or_else(|| IoError::MissingDataset {
+                path: path.to_path_buf(),
+                dataset: name.to_string(),
+            })
+        };
+        let (data, projections) = required(DATA)?;
+        let (flats, flat_info) = required(WHITE)?;
+        let (darks, dark_info) = required(DARK)?;
+        let detector = &projections.shape[1..];
+        for (name, s) in [(WHITE, &flat_info), (DARK, &dark_info)] {
+            if &s.shape[1..] != detector {
+                return Err(IoError::BadShape {
+                    path: path.to_path_buf(),
+                    dataset: name.to_string(),
+                    shape: s.shape.to_vec(),
+                    expected: format!("(frames, {}, {}) as {DATA}", detector[0], detector[1]),
+                });
+            }
+        }
+        let (truth, truth_info) = stack(TRUTH)?.unzip();
+        let theta = read_theta(&file, path, projections.shape[0])?;
+        let phi = read_phi(&file, path)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            info: ScanInfo {
+                projections,
+                flats: flat_info,
+                darks: dark_info,
+                theta,
+                phi,
+                truth: truth_info,
+            },
+            data,
+            flats,
+            darks,
+            truth,
+        })
+    }
+
+    /// The file's shapes, types, angles and tilt.
+    pub fn info(&self) -> &ScanInfo {
+        &self.info
+    }
+
+    /// Projections `angles` (`a0..a1`, indices into [`ScanInfo::theta`]) as f32,
+    /// shape `(a1 - a0, deth, detw)`. Reads only the storage those angles occupy.
+    pub fn read_projections(&self, angles: Range<usize>) -> Result<Stack, IoError> {
+        let n = self.info.projections.shape[0];
+        if angles.start >= angles.end || angles.end > n {
+            return Err(IoError::BadRange {
+                path: self.path.clone(),
+                dataset: DATA.to_string(),
+                range: angles,
+                len: n,
+            });
+        }
+        self.read_rows(&self.data, angles)
+    }
+
+    /// All flat fields as f32.
+    pub fn read_flats(&self) -> Result<Stack, IoError> {
+        self.read_rows(&self.flats, 0..self.info.flats.shape[0])
+    }
+
+    /// All dark fields as f32.
+    pub fn read_darks(&self) -> Result<Stack, IoError> {
+        self.read_rows(&self.darks, 0..self.info.darks.shape[0])
+    }
+
+    /// The ground-truth volume of a simulated scan, if the file has one.
+    pub fn read_truth(&self) -> Result<Option<Stack>, IoError> {
+        self.truth
+            .as_ref()
+            .map(|d| self.read_rows(d, 0..d.shape[0]))
+            .transpose()
+    }
+
+    fn read_rows(&self, d: &H5Dataset, rows: Range<usize>) -> Result<Stack, IoError> {
+        let frame = d.shape[1] * d.shape[2];
+        let values = self.file.read_rows_f32(d, rows.clone())?;
+        if values.len() != rows.len() * frame {
+            return Err(IoError::Hdf5 {
+                path: self.path.clone(),
+                dataset: d.name.clone(),
+                reason: format!(
+                    "read {} values for rows {rows:?}; expected {}",
+                    values.len(),
+                    rows.len() * frame
+                ),
+            });
+        }
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(IoError::NonFinite {
+                path: self.path.clone(),
+                dataset: d.name.clone(),
+                index: rows.start * frame + i,
+                value: values[i] as f64,
+            });
+        }
+        Ok(Stack {
+            shape: [rows.len(), d.shape[1], d.shape[2]],
+            values,
+        })
     }
 }
 
-fn read_stack(path: &Path, file: &hdf5::File, name: &str) -> Result<Stack, IoError> {
-    let d = required(path, file, name)?;
-    let shape: [usize; 3] = d.shape().try_into().map_err(|_| IoError::BadShape {
-        path: path.to_path_buf(),
-        dataset: name.to_string(),
-        shape: d.shape(),
-        expected: "three axes".into(),
-    })?;
-    let values = d.read_raw::<f32>().map_err(|e| hdf5_error(path, name, e))?;
-    Ok(Stack { shape, values })
-}
-
-fn read_theta(path: &Path, file: &hdf5::File) -> Result<Vec<f64>, IoError> {
-    let d = required(path, file, THETA)?;
-    if d.ndim() != 1 {
+/// `/exchange/theta` in radians: one finite angle per projection, in the unit its `units`
+/// attribute names (degrees when it has none).
+fn read_theta(file: &H5File, path: &Path, projections: usize) -> Result<Vec<f64>, IoError> {
+    let d = file
+        .dataset(THETA)?
+        .ok_or_else(|| IoError::MissingDataset {
+            path: path.to_path_buf(),
+            dataset: THETA.to_string(),
+        })?;
+    if d.shape.len() != 1 {
         return Err(IoError::BadShape {
             path: path.to_path_buf(),
             dataset: THETA.to_string(),
-            shape: d.shape(),
+            shape: d.shape.clone(),
             expected: "one axis (one angle per projection)".into(),
         });
     }
-    let degrees = d
-        .read_raw::<f64>()
-        .map_err(|e| hdf5_error(path, THETA, e))?;
-    Ok(degrees.into_iter().map(f64::to_radians).collect())
+    if d.shape[0] != projections {
+        return Err(IoError::ThetaLength {
+            path: path.to_path_buf(),
+            theta: d.shape[0],
+            projections,
+        });
+    }
+    let in_degrees = match file.string_attr(&d, "units")? {
+        None => true,
+        Some(units) => match units.trim().to_ascii_lowercase().as_str() {
+            "deg" | "degree" | "degrees" => true,
+            "rad" | "radian" | "radians" => false,
+            _ => {
+                return Err(IoError::ThetaUnits {
+                    path: path.to_path_buf(),
+                    units,
+                })
+            }
+        },
+    };
+    let theta = file.read_all_f64(&d)?;
+    finite(path, THETA, &theta)?;
+    Ok(if in_degrees {
+        theta.into_iter().map(f64::to_radians).collect()
+    } else {
+        theta
+    })
 }
 
-fn read_phi(path: &Path, d: &hdf5::Dataset) -> Result<f64, IoError> {
-    d.read_scalar::<f64>()
-        .map(f64::to_radians)
-        .map_err(|e| hdf5_error(path, PHI, e))
+/// `/lamino/phi_deg` in radians, if present: one finite value.
+fn read_phi(file: &H5File, path: &Path) -> Result<Option<f64>, IoError> {
+    let Some(d) = file.dataset(PHI)? else {
+        return Ok(None);
+    };
+    if d.shape.iter().product::<usize>() != 1 {
+        return Err(IoError::BadShape {
+            path: path.to_path_buf(),
+            dataset: PHI.to_string(),
+            shape: d.shape.clone(),
+            expected: "one value (the tilt in degrees)".into(),
+        });
+    }
+    let phi = file.read_all_f64(&d)?;
+    finite(path, PHI, &phi)?;
+    Ok(phi.first().map(|p| p.to_radians()))
+}
+
+fn finite(path: &Path, dataset: &str, values: &[f64]) -> Result<(), IoError> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(index) => Err(IoError::NonFinite {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            index,
+            value: values[index],
+        }),
+    }
 }

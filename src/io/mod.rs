@@ -3,11 +3,15 @@
 //! PNG previews.
 
 mod dxchange;
+mod h5;
 mod normalize;
 mod npy;
 mod volume;
 
-pub use dxchange::{read_dxchange, write_dxchange, write_volume_h5, Scan};
+pub use dxchange::{
+    read_dxchange, write_dxchange, write_volume_h5, DxchangeReader, Scan, ScanInfo, StackInfo,
+};
+pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
 pub use normalize::{normalize, NormalizeError, Normalized, RATIO_FLOOR};
 pub use npy::{npy_descr, read_complex_npy, write_complex_npy, ComplexArray};
@@ -40,6 +44,50 @@ pub enum IoError {
     /// The file exists but HDF5 cannot open it (not HDF5, truncated or corrupt).
     #[error("{path} is not a readable HDF5 file: {reason}")]
     NotHdf5 { path: PathBuf, reason: String },
+    /// The file is shorter than its HDF5 superblock says: it was cut off (a copy or a write
+    /// that did not finish).
+    #[error("{path} is truncated: its HDF5 superblock records {recorded} bytes but the file has {actual}")]
+    Truncated {
+        path: PathBuf,
+        recorded: u64,
+        actual: u64,
+    },
+    /// A dataset claims more data than the file's bytes can hold (see
+    /// [`MAX_COMPRESSION_RATIO`]): the file is corrupt, and nothing is allocated for the claim.
+    #[error(
+        "{path}: {dataset} claims shape {shape:?} of {sample}, more than a file of {file_bytes} \
+         bytes can hold; the file is corrupt"
+    )]
+    ImplausibleSize {
+        path: PathBuf,
+        dataset: String,
+        shape: Vec<u64>,
+        sample: String,
+        file_bytes: u64,
+    },
+    /// The file needs an HDF5 feature the built-in pure-Rust reader lacks (a filter plugin such
+    /// as LZF); the `hdf5-sys` build reads it through the system libhdf5.
+    #[error(
+        "{path}: {dataset} uses {what}, which lamino's built-in HDF5 reader does not decode; \
+         build lamino with `--features hdf5-sys` (links the system libhdf5 and its filter plugins) \
+         to read it"
+    )]
+    NeedsHdf5Sys {
+        path: PathBuf,
+        dataset: String,
+        what: String,
+    },
+    /// The angles' `units` attribute names a unit other than degrees or radians.
+    #[error("{path}: /exchange/theta has units {units:?}; expected degrees or radians")]
+    ThetaUnits { path: PathBuf, units: String },
+    /// A block of frames outside the dataset was asked for.
+    #[error("{path}: rows {range:?} of {dataset} were asked for; it has {len}")]
+    BadRange {
+        path: PathBuf,
+        dataset: String,
+        range: std::ops::Range<usize>,
+        len: usize,
+    },
     /// A required dataset is absent.
     #[error("{path} has no dataset {dataset}")]
     MissingDataset { path: PathBuf, dataset: String },

@@ -1,0 +1,419 @@
+//! The one module that calls the HDF5 libraries.
+//!
+//! Reading goes through `hdf5-reader` and writing through `hdf5-writer`: pure Rust, so building
+//! lamino needs no system HDF5. With the cargo feature `hdf5-sys`, a dataset the pure-Rust reader
+//! cannot decode (a filter it lacks, such as LZF or a plugin) is read through the system libhdf5
+//! (`hdf5-metno`) instead; without the feature such a dataset is an [`IoError::NeedsHdf5Sys`]
+//! naming the feature. Metadata (shapes, types, angles, attributes) is always read in Rust.
+//!
+//! Sizes read from a file are claims: every dataset's decoded size is checked against what the
+//! file's bytes can hold before anything is allocated for it (see [`MAX_COMPRESSION_RATIO`]).
+
+use std::fmt;
+use std::io::BufWriter;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use hdf5_reader::error::Error as ReadError;
+use hdf5_reader::messages::datatype::Datatype;
+use hdf5_reader::{Hdf5File, SliceInfo, SliceInfoElem};
+use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
+
+use super::IoError;
+
+/// The largest ratio of decoded to stored bytes accepted for a chunked dataset: deflate, the
+/// filter of nearly every DXchange file, cannot exceed 1032:1. A chunked dataset claiming more
+/// data than its file could hold at that ratio is refused as corrupt (its stored chunks cannot
+/// produce it) rather than allocated; an unchunked one must fit in the file as it is.
+pub const MAX_COMPRESSION_RATIO: u64 = 1032;
+
+/// The element type a dataset stores. Every one is read as f32 (stacks) or f64 (angles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleType {
+    U8,
+    U16,
+    U32,
+    U64,
+    I8,
+    I16,
+    I32,
+    I64,
+    F32,
+    F64,
+}
+
+impl fmt::Display for SampleType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::U8 => "uint8",
+            Self::U16 => "uint16",
+            Self::U32 => "uint32",
+            Self::U64 => "uint64",
+            Self::I8 => "int8",
+            Self::I16 => "int16",
+            Self::I32 => "int32",
+            Self::I64 => "int64",
+            Self::F32 => "float32",
+            Self::F64 => "float64",
+        })
+    }
+}
+
+impl SampleType {
+    fn of(datatype: &Datatype) -> Option<Self> {
+        Some(match *datatype {
+            Datatype::FixedPoint { size, signed, .. } => match (size, signed) {
+                (1, false) => Self::U8,
+                (2, false) => Self::U16,
+                (4, false) => Self::U32,
+                (8, false) => Self::U64,
+                (1, true) => Self::I8,
+                (2, true) => Self::I16,
+                (4, true) => Self::I32,
+                (8, true) => Self::I64,
+                _ => return None,
+            },
+            Datatype::FloatingPoint { size: 4, .. } => Self::F32,
+            Datatype::FloatingPoint { size: 8, .. } => Self::F64,
+            _ => return None,
+        })
+    }
+
+    fn bytes(self) -> u64 {
+        match self {
+            Self::U8 | Self::I8 => 1,
+            Self::U16 | Self::I16 => 2,
+            Self::U32 | Self::I32 | Self::F32 => 4,
+            Self::U64 | Self::I64 | Self::F64 => 8,
+        }
+    }
+}
+
+/// An HDF5 file open for reading.
+pub(super) struct H5File {
+    path: PathBuf,
+    file: Hdf5File,
+    len: u64,
+    /// The same file through libhdf5, opened when a dataset first needs it.
+    #[cfg(feature = "hdf5-sys")]
+    system: std::sync::OnceLock<Result<hdf5::File, String>>,
+}
+
+/// A numeric dataset whose shape and type have been checked.
+pub(super) struct H5Dataset {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub sample: SampleType,
+    dataset: hdf5_reader::Dataset,
+    /// Read through libhdf5: the pure-Rust reader lacks one of its filters.
+    #[cfg(feature = "hdf5-sys")]
+    through_system: bool,
+}
+
+/// The innermost error, without the dataset-path context the reader wraps around it.
+fn root(e: &ReadError) -> &ReadError {
+    match e {
+        ReadError::Context { source, .. } => root(source),
+        other => other,
+    }
+}
+
+impl H5File {
+    /// Opens `path`, telling a missing or unreadable file from one that is not HDF5 or is
+    /// truncated (shorter than its superblock's end-of-file address, as libhdf5 checks).
+    pub fn open(path: &Path) -> Result<Self, IoError> {
+        let len = std::fs::metadata(path)
+            .and_then(|m| {
+                if m.is_file() {
+                    Ok(m.len())
+                } else {
+                    Err(std::io::Error::other("not a regular file"))
+                }
+            })
+            .map_err(|e| IoError::Read {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        let file = Hdf5File::open(path).map_err(|e| match root(&e) {
+            // Too short to hold a superblock is a file that is not (or no longer) HDF5.
+            ReadError::Io(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => IoError::Read {
+                path: path.to_path_buf(),
+                reason: io.to_string(),
+            },
+            _ => IoError::NotHdf5 {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            },
+        })?;
+        let sb = file.superblock();
+        let end = sb.base_address.checked_add(sb.eof_address);
+        if end.is_none_or(|end| end > len) {
+            return Err(IoError::Truncated {
+                path: path.to_path_buf(),
+                recorded: end.unwrap_or(u64::MAX),
+                actual: len,
+            });
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            len,
+            #[cfg(feature = "hdf5-sys")]
+            system: std::sync::OnceLock::new(),
+        })
+    }
+
+    fn error(&self, dataset: &str, e: ReadError) -> IoError {
+        match root(&e) {
+            ReadError::UnsupportedFilter(what) => IoError::NeedsHdf5Sys {
+                path: self.path.clone(),
+                dataset: dataset.to_string(),
+                what: format!("the filter {what}"),
+            },
+            _ => IoError::Hdf5 {
+                path: self.path.clone(),
+                dataset: dataset.to_string(),
+                reason: e.to_string(),
+            },
+        }
+    }
+
+    /// The numeric dataset at `name`, or `None` when the file has no object there. Its decoded
+    /// size is checked against the file's length, and one row is read to find out whether the
+    /// pure-Rust reader decodes it (else libhdf5 does, with the `hdf5-sys` feature).
+    pub fn dataset(&self, name: &str) -> Result<Option<H5Dataset>, IoError> {
+        let dataset = match self.file.dataset(name) {
+            Ok(d) => d,
+            Err(e) => {
+                return match root(&e) {
+                    ReadError::DatasetNotFound(_) | ReadError::GroupNotFound(_) => Ok(None),
+                    _ => Err(self.error(name, e)),
+                }
+            }
+        };
+        let sample = SampleType::of(dataset.dtype()).ok_or_else(|| IoError::Hdf5 {
+            path: self.path.clone(),
+            dataset: name.to_string(),
+            reason: format!(
+                "its element type {:?} is not a number lamino reads (integers of 1-8 bytes, \
+                 float32, float64)",
+                dataset.dtype()
+            ),
+        })?;
+        let dims = dataset.shape().to_vec();
+        let limit = if dataset.chunks().is_some() {
+            self.len.saturating_mul(MAX_COMPRESSION_RATIO)
+        } else {
+            self.len
+        };
+        let fits = dims
+            .iter()
+            .try_fold(sample.bytes(), |acc, &d| acc.checked_mul(d))
+            .is_some_and(|bytes| bytes <= limit);
+        let shape: Option<Vec<usize>> = dims.iter().map(|&d| usize::try_from(d).ok()).collect();
+        let (true, Some(shape)) = (fits, shape) else {
+            return Err(IoError::ImplausibleSize {
+                path: self.path.clone(),
+                dataset: name.to_string(),
+                shape: dims,
+                sample: sample.to_string(),
+                file_bytes: self.len,
+            });
+        };
+        let d = H5Dataset {
+            name: name.to_string(),
+            shape,
+            sample,
+            dataset,
+            #[cfg(feature = "hdf5-sys")]
+            through_system: false,
+        };
+        self.probe(d).map(Some)
+    }
+
+    /// Reads the first row of `d` to learn whether the pure-Rust reader decodes it.
+    fn probe(&self, d: H5Dataset) -> Result<H5Dataset, IoError> {
+        if d.shape.contains(&0) {
+            return Ok(d);
+        }
+        let first = if d.shape.is_empty() { 0..0 } else { 0..1 };
+        match self.read_pure(&d, first, |v| v) {
+            Ok(_) => Ok(d),
+            #[cfg(feature = "hdf5-sys")]
+            Err(IoError::NeedsHdf5Sys { .. }) => {
+                let d = H5Dataset {
+                    through_system: true,
+                    ..d
+                };
+                let first = (d.shape.len() == 3).then_some(0..1);
+                self.read_system::<f64>(&d, first)?;
+                Ok(d)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Rows `rows` of `d` along its first axis (all of a scalar), converted to f32.
+    pub fn read_rows_f32(&self, d: &H5Dataset, rows: Range<usize>) -> Result<Vec<f32>, IoError> {
+        #[cfg(feature = "hdf5-sys")]
+        if d.through_system {
+            return self.read_system::<f32>(d, Some(rows));
+        }
+        self.read_pure(d, rows, |v| v as f32)
+    }
+
+    /// All of `d` converted to f64.
+    pub fn read_all_f64(&self, d: &H5Dataset) -> Result<Vec<f64>, IoError> {
+        #[cfg(feature = "hdf5-sys")]
+        if d.through_system {
+            return self.read_system::<f64>(d, None);
+        }
+        let rows = 0..d.shape.first().copied().unwrap_or(1);
+        self.read_pure(d, rows, |v| v)
+    }
+
+    /// The string attribute `name` of `d`, if it has one.
+    pub fn string_attr(&self, d: &H5Dataset, name: &str) -> Result<Option<String>, IoError> {
+        if !d.dataset.attributes().iter().any(|a| a.name == name) {
+            return Ok(None);
+        }
+        let what = format!("{}@{name}", d.name);
+        let attr = d
+            .dataset
+            .attribute(name)
+            .map_err(|e| self.error(&what, e))?;
+        attr.read_string()
+            .map(Some)
+            .map_err(|e| self.error(&what, e))
+    }
+
+    /// Reads rows `rows` (the whole dataset when it is a scalar) as the stored type and converts
+    /// each value with `convert` from f64, which holds every stored value the conversion keeps
+    /// (f32 targets round once either way).
+    fn read_pure<T>(
+        &self,
+        d: &H5Dataset,
+        rows: Range<usize>,
+        convert: impl Fn(f64) -> T,
+    ) -> Result<Vec<T>, IoError> {
+        let selection = (!d.shape.is_empty()).then(|| SliceInfo {
+            selections: d
+                .shape
+                .iter()
+                .enumerate()
+                .map(|(axis, &n)| {
+                    let (start, end) = if axis == 0 {
+                        (rows.start, rows.end)
+                    } else {
+                        (0, n)
+                    };
+                    SliceInfoElem::Slice {
+                        start: start as u64,
+                        end: end as u64,
+                        step: 1,
+                    }
+                })
+                .collect(),
+        });
+        macro_rules! read {
+            ($t:ty) => {{
+                let array = match &selection {
+                    Some(s) => d.dataset.read_slice::<$t>(s),
+                    None => d.dataset.read_array::<$t>(),
+                };
+                array
+                    .map(|a| a.iter().map(|&v| convert(v as f64)).collect())
+                    .map_err(|e| self.error(&d.name, e))
+            }};
+        }
+        match d.sample {
+            SampleType::U8 => read!(u8),
+            SampleType::U16 => read!(u16),
+            SampleType::U32 => read!(u32),
+            SampleType::U64 => read!(u64),
+            SampleType::I8 => read!(i8),
+            SampleType::I16 => read!(i16),
+            SampleType::I32 => read!(i32),
+            SampleType::I64 => read!(i64),
+            SampleType::F32 => read!(f32),
+            SampleType::F64 => read!(f64),
+        }
+    }
+
+    /// Reads through libhdf5 (which converts types itself): rows `rows` of a 3-axis dataset,
+    /// or all of it.
+    #[cfg(feature = "hdf5-sys")]
+    fn read_system<T: hdf5::H5Type>(
+        &self,
+        d: &H5Dataset,
+        rows: Option<Range<usize>>,
+    ) -> Result<Vec<T>, IoError> {
+        let failed = |reason: String| IoError::Hdf5 {
+            path: self.path.clone(),
+            dataset: d.name.clone(),
+            reason: format!("through libhdf5 (feature hdf5-sys): {reason}"),
+        };
+        let file = self
+            .system
+            .get_or_init(|| {
+                hdf5::silence_errors(true);
+                hdf5::File::open(&self.path).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| failed(e.clone()))?;
+        let dataset = file.dataset(&d.name).map_err(|e| failed(e.to_string()))?;
+        match rows {
+            Some(rows) if d.shape.len() == 3 => dataset
+                .read_slice::<T, _, ndarray::Ix3>(ndarray::s![rows, .., ..])
+                .map(|a| a.into_raw_vec_and_offset().0),
+            _ => dataset.read_raw::<T>(),
+        }
+        .map_err(|e| failed(e.to_string()))
+    }
+}
+
+/// An HDF5 file being assembled in memory, then written in one go.
+#[derive(Default)]
+pub(super) struct H5Writer {
+    datasets: Vec<DatasetBuilder>,
+}
+
+impl H5Writer {
+    /// Adds a contiguous dataset at `name` (groups on its path are created); `attrs` are string
+    /// attributes.
+    pub fn add<T: hdf5_writer::H5WriteElement>(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        values: &[T],
+        attrs: &[(&str, &str)],
+    ) -> Result<(), String> {
+        let shape: Vec<u64> = shape.iter().map(|&n| n as u64).collect();
+        // hdf5-writer takes paths relative to the root group.
+        let mut dataset = DatasetBuilder::typed_data(name.trim_start_matches('/'), shape, values)
+            .map_err(|e| format!("{name}: {e}"))?;
+        for (key, value) in attrs {
+            dataset = dataset.attribute(AttributeBuilder::fixed_string(*key, value));
+        }
+        self.datasets.push(dataset);
+        Ok(())
+    }
+
+    /// Writes the file to `path` (created or truncated).
+    pub fn write(self, path: &Path) -> Result<(), String> {
+        let plan = self
+            .datasets
+            .into_iter()
+            .fold(Hdf5Builder::new(), Hdf5Builder::dataset)
+            .into_plan()
+            .map_err(|e| e.to_string())?;
+        let file = std::fs::File::create(path).map_err(|e| format!("creating the file: {e}"))?;
+        let sink = Hdf5Writer::new(BufWriter::new(file), WriteOptions::default())
+            .finish(plan)
+            .map_err(|e| e.to_string())?;
+        sink.into_inner()
+            .map_err(|e| e.error().to_string())?
+            .sync_all()
+            .map_err(|e| format!("flushing the file: {e}"))
+    }
+}
