@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use bytemuck::Pod;
 use serde::Serialize;
 
-use super::kernel::{Kernel, KernelKey, KernelSpec, Recorder};
+use super::kernel::{Kernel, KernelKey, KernelSpec};
+use super::recorder::{Download, Recorder};
 use crate::error::GpuError;
 
 /// The environment variable that opts in to software adapters (lavapipe, WARP, SwiftShader).
@@ -275,6 +276,60 @@ pub struct GpuContext {
     lost: Arc<Mutex<Option<String>>>,
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
     staging: Mutex<Option<GpuBuffer>>,
+    downloads: Mutex<Downloads>,
+    counters: Counters,
+}
+
+/// Readback buffers: free ones, and those holding a download not yet on the host.
+#[derive(Default)]
+struct Downloads {
+    free: Vec<GpuBuffer>,
+    in_flight: Vec<InFlight>,
+    pooled_bytes: u64,
+}
+
+type MapState = Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>;
+
+struct InFlight {
+    download: Download,
+    mapped: MapState,
+}
+
+/// Readback buffers may hold this much before a new download waits for an earlier one.
+const READBACK_POOL_BYTES: u64 = 64 << 20;
+
+/// What the context has done since it was created: the figures `bench admm` reports.
+#[derive(Debug, Default)]
+struct Counters {
+    submissions: AtomicU64,
+    waits: AtomicU64,
+    bytes_uploaded: AtomicU64,
+    bytes_downloaded: AtomicU64,
+}
+
+/// A snapshot of a context's traffic counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Traffic {
+    /// Command submissions.
+    pub submissions: u64,
+    /// Times the host waited for the device.
+    pub waits: u64,
+    /// Bytes written from the host to the device.
+    pub bytes_uploaded: u64,
+    /// Bytes read back from the device to the host.
+    pub bytes_downloaded: u64,
+}
+
+impl std::ops::Sub for Traffic {
+    type Output = Traffic;
+    fn sub(self, earlier: Traffic) -> Traffic {
+        Traffic {
+            submissions: self.submissions - earlier.submissions,
+            waits: self.waits - earlier.waits,
+            bytes_uploaded: self.bytes_uploaded - earlier.bytes_uploaded,
+            bytes_downloaded: self.bytes_downloaded - earlier.bytes_downloaded,
+        }
+    }
 }
 
 impl fmt::Debug for GpuContext {
@@ -345,6 +400,8 @@ impl GpuContext {
             lost,
             kernels: Mutex::default(),
             staging: Mutex::default(),
+            downloads: Mutex::default(),
+            counters: Counters::default(),
         })
     }
 
@@ -515,13 +572,159 @@ impl GpuContext {
         Ok(buf)
     }
 
-    /// Writes `data` into `buffer` starting at element `offset` (whole 4-byte words).
+    /// Writes `data` into `buffer` starting at element `offset` (whole 4-byte words); lands
+    /// before the next submission.
     pub fn write<T: Pod>(&self, buffer: &GpuBuffer, offset: u64, data: &[T]) {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         if !bytes.is_empty() {
             let at = offset * std::mem::size_of::<T>() as u64;
             self.queue.write_buffer(&buffer.buffer, at, bytes);
+            self.count_upload(bytes.len() as u64);
         }
+    }
+
+    pub(crate) fn count_upload(&self, bytes: u64) {
+        self.counters
+            .bytes_uploaded
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_submission(&self) {
+        self.counters.submissions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Submissions, waits and bytes moved since the context was created.
+    pub fn traffic(&self) -> Traffic {
+        let c = &self.counters;
+        Traffic {
+            submissions: c.submissions.load(Ordering::Relaxed),
+            waits: c.waits.load(Ordering::Relaxed),
+            bytes_uploaded: c.bytes_uploaded.load(Ordering::Relaxed),
+            bytes_downloaded: c.bytes_downloaded.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A readback buffer of at least `bytes` from the pool; waits for an earlier download when
+    /// the pool is full.
+    pub(crate) fn readback_buffer(&self, bytes: u64) -> Result<GpuBuffer, GpuError> {
+        loop {
+            {
+                let mut d = self.downloads.lock().expect("download pool poisoned");
+                let best = d
+                    .free
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.bytes >= bytes)
+                    .min_by_key(|(_, b)| b.bytes)
+                    .map(|(i, _)| i);
+                if let Some(i) = best {
+                    return Ok(d.free.swap_remove(i));
+                }
+                let cap = READBACK_POOL_BYTES.max(2 * bytes);
+                if d.pooled_bytes + bytes <= cap || d.in_flight.is_empty() {
+                    // Free buffers too small to serve: give their memory back first.
+                    let released: u64 = d.free.drain(..).map(|b| b.bytes).sum();
+                    d.pooled_bytes = d.pooled_bytes - released + bytes;
+                    drop(d);
+                    return self.create_raw(
+                        "readback",
+                        bytes,
+                        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    );
+                }
+            }
+            self.poll_downloads(true)?;
+        }
+    }
+
+    pub(crate) fn register_download(&self, download: Download) {
+        let mapped: MapState = Arc::default();
+        let state = mapped.clone();
+        download
+            .readback
+            .buffer
+            .slice(0..download.bytes)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                if let Ok(mut s) = state.lock() {
+                    *s = Some(r);
+                }
+            });
+        self.counters
+            .bytes_downloaded
+            .fetch_add(download.bytes, Ordering::Relaxed);
+        self.downloads
+            .lock()
+            .expect("download pool poisoned")
+            .in_flight
+            .push(InFlight { download, mapped });
+    }
+
+    /// Hands every download that has arrived to its completion; with `wait`, first waits for
+    /// the device to finish what was submitted.
+    pub fn poll_downloads(&self, wait: bool) -> Result<(), GpuError> {
+        if wait {
+            self.wait()?;
+        } else {
+            self.device
+                .poll(wgpu::PollType::Poll)
+                .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+        }
+        let arrived: Vec<InFlight> = {
+            let mut d = self.downloads.lock().expect("download pool poisoned");
+            let (ready, pending) = std::mem::take(&mut d.in_flight)
+                .into_iter()
+                .partition(|f| f.mapped.lock().map(|m| m.is_some()).unwrap_or(true));
+            d.in_flight = pending;
+            ready
+        };
+        let mut first_error = None;
+        for f in arrived {
+            let result = f.mapped.lock().ok().and_then(|mut m| m.take());
+            let Download {
+                readback,
+                bytes,
+                done,
+            } = f.download;
+            match result {
+                Some(Ok(())) => {
+                    {
+                        let view = readback
+                            .buffer
+                            .slice(0..bytes)
+                            .get_mapped_range()
+                            .map_err(|e| GpuError::Readback(e.to_string()))?;
+                        done(&view);
+                    }
+                    readback.buffer.unmap();
+                }
+                Some(Err(e)) => {
+                    first_error.get_or_insert(GpuError::Readback(e.to_string()));
+                }
+                None => {
+                    first_error.get_or_insert(GpuError::Readback("a map callback vanished".into()));
+                }
+            }
+            self.downloads
+                .lock()
+                .expect("download pool poisoned")
+                .free
+                .push(readback);
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Waits until every download is on the host.
+    pub fn complete_downloads(&self) -> Result<(), GpuError> {
+        while !self
+            .downloads
+            .lock()
+            .expect("download pool poisoned")
+            .in_flight
+            .is_empty()
+        {
+            self.poll_downloads(true)?;
+        }
+        Ok(())
     }
 
     /// Copies `count` elements of `buffer` from element `offset` back to the host.
@@ -618,8 +821,7 @@ impl GpuContext {
     /// Submits the recorded work without waiting for it: the ordinary way to run work. Errors
     /// the device reported so far are raised here; later ones at the next wait.
     pub fn submit(&self, recorder: Recorder) -> Result<(), GpuError> {
-        recorder.finish(self);
-        self.check()
+        recorder.finish(self)
     }
 
     /// Submits the recorded work and waits until the device is idle: for timing and for the
@@ -630,6 +832,7 @@ impl GpuContext {
 
     /// Waits until the device is idle, then turns captured errors and device loss into errors.
     pub fn wait(&self) -> Result<(), GpuError> {
+        self.counters.waits.fetch_add(1, Ordering::Relaxed);
         let polled = self.device.poll(wgpu::PollType::wait_indefinitely());
         self.check()?;
         polled

@@ -55,7 +55,7 @@ impl KernelSpec {
 /// A compute pipeline and the bind group layout it was built with.
 #[derive(Debug)]
 pub struct Kernel {
-    pipeline: wgpu::ComputePipeline,
+    pub(crate) pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
     bindings: &'static [BindingKind],
     label: String,
@@ -233,102 +233,8 @@ impl<'a> From<&'a GpuBuffer> for BufferSlice<'a> {
 /// handles are reference-counted).
 #[derive(Debug, Clone)]
 pub struct Bound {
-    group: wgpu::BindGroup,
-    kernel: Arc<Kernel>,
+    pub(crate) group: wgpu::BindGroup,
+    pub(crate) kernel: Arc<Kernel>,
     _allocations: Vec<Arc<super::context::Allocation>>,
 }
 
-/// Records dispatches into a single compute pass (wgpu orders and synchronises the dispatches).
-pub struct Recorder {
-    encoder: Option<wgpu::CommandEncoder>,
-    pass: Option<wgpu::ComputePass<'static>>,
-    timer: Option<wgpu::QuerySet>,
-    max_groups: u32,
-}
-
-impl Recorder {
-    pub(crate) fn new(ctx: &GpuContext, label: &str, timed: bool) -> Self {
-        let mut encoder = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
-        let timer = timed.then(|| {
-            ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
-                label: Some("lamino timer"),
-                ty: wgpu::QueryType::Timestamp,
-                count: 2,
-            })
-        });
-        let pass = encoder
-            .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(label),
-                timestamp_writes: timer.as_ref().map(|q| wgpu::ComputePassTimestampWrites {
-                    query_set: q,
-                    beginning_of_pass_write_index: Some(0),
-                    end_of_pass_write_index: Some(1),
-                }),
-            })
-            .forget_lifetime();
-        Self {
-            encoder: Some(encoder),
-            pass: Some(pass),
-            timer,
-            max_groups: ctx.max_workgroups_per_dimension(),
-        }
-    }
-
-    /// Dispatches `groups` workgroups of `bound`'s kernel. Counts above the per-dimension limit are
-    /// laid out in two dimensions; kernels linearise `workgroup_id` with `num_workgroups`.
-    pub fn dispatch(&mut self, bound: &Bound, groups: u32) {
-        if groups == 0 {
-            return;
-        }
-        let x = groups.min(self.max_groups);
-        let y = groups.div_ceil(x);
-        let pass = self.pass.as_mut().expect("recorder already finished");
-        pass.set_pipeline(&bound.kernel.pipeline);
-        pass.set_bind_group(0, &bound.group, &[]);
-        pass.dispatch_workgroups(x, y, 1);
-    }
-
-    /// Submits without waiting (timestamps, if recorded, are not read).
-    pub(crate) fn finish(mut self, ctx: &GpuContext) {
-        drop(self.pass.take());
-        let encoder = self.encoder.take().expect("recorder already finished");
-        ctx.queue.submit([encoder.finish()]);
-    }
-
-    /// Submits, waits, and returns the GPU time of the pass in milliseconds when it was recorded
-    /// with timestamps.
-    pub fn finish_timed(mut self, ctx: &GpuContext) -> Result<Option<f64>, GpuError> {
-        drop(self.pass.take());
-        let mut encoder = self.encoder.take().expect("recorder already finished");
-        let readback = match &self.timer {
-            Some(q) => {
-                let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("timestamps"),
-                    size: 16,
-                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-                    mapped_at_creation: false,
-                });
-                encoder.resolve_query_set(q, 0..2, &resolve, 0);
-                Some(GpuBuffer {
-                    buffer: resolve,
-                    bytes: 16,
-                    label: "timestamps".into(),
-                    allocation: None,
-                })
-            }
-            None => None,
-        };
-        ctx.queue.submit([encoder.finish()]);
-        ctx.wait()?;
-        match readback {
-            Some(buf) => {
-                let t: Vec<u64> = ctx.read(&buf, 0, 2)?;
-                let period = ctx.queue.get_timestamp_period() as f64;
-                Ok(Some(t[1].wrapping_sub(t[0]) as f64 * period / 1e6))
-            }
-            None => Ok(None),
-        }
-    }
-}

@@ -6,12 +6,14 @@
 
 mod context;
 mod kernel;
+mod recorder;
 
 pub use context::{
     list_adapters, software_opt_in_from_env, AdapterSummary, DeviceOptions, DeviceSelection,
-    GpuBuffer, GpuContext, SOFTWARE_OPT_IN_ENV,
+    GpuBuffer, GpuContext, Traffic, SOFTWARE_OPT_IN_ENV,
 };
-pub use kernel::{BindingKind, Bound, BufferSlice, Kernel, KernelSpec, Recorder};
+pub use kernel::{BindingKind, Bound, BufferSlice, Kernel, KernelSpec};
+pub use recorder::{Completion, Recorder};
 
 /// A context on the best adapter, software allowed: the crate's unit tests opt in, as CI does.
 #[cfg(test)]

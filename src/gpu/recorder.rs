@@ -1,0 +1,217 @@
+//! Recording GPU work: dispatches, uploads and downloads, submitted in segments.
+//!
+//! Work is recorded, not run: [`GpuContext::submit`] sends it without waiting. Transfers are part
+//! of the recording. An upload lands at the start of its segment's submission (wgpu's
+//! `write_buffer` semantics), so a recorder starts a new segment before an upload whenever the
+//! current one already holds commands: the commands recorded before the upload see the old
+//! contents, those after it the new ones, whatever buffer the upload targets. A download copies
+//! into a readback buffer from the context's pool; after the submission the buffer is mapped
+//! asynchronously and its bytes are handed to the download's completion when the host next polls
+//! (a wait happens only where a readback buffer or the downloaded data is needed).
+
+use bytemuck::Pod;
+
+use super::context::{GpuBuffer, GpuContext};
+use super::kernel::Bound;
+use crate::error::GpuError;
+
+/// What happens to a download's bytes once they are on the host.
+pub type Completion = Box<dyn FnOnce(&[u8]) + Send>;
+
+/// A recorded download, registered with the context when its segment is submitted.
+pub(crate) struct Download {
+    pub readback: GpuBuffer,
+    pub bytes: u64,
+    pub done: Completion,
+}
+
+/// Records dispatches and transfers; see the module documentation.
+pub struct Recorder {
+    label: String,
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    timer: Option<wgpu::QuerySet>,
+    max_groups: u32,
+    uploads: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
+    downloads: Vec<Download>,
+    /// Whether the current segment holds commands.
+    commands: bool,
+}
+
+impl Recorder {
+    pub(crate) fn new(ctx: &GpuContext, label: &str, timed: bool) -> Self {
+        let timer = timed.then(|| {
+            ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("lamino timer"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            })
+        });
+        Self {
+            label: label.to_string(),
+            encoder: Some(Self::encoder(ctx, label)),
+            pass: None,
+            timer,
+            max_groups: ctx.max_workgroups_per_dimension(),
+            uploads: Vec::new(),
+            downloads: Vec::new(),
+            commands: false,
+        }
+    }
+
+    fn encoder(ctx: &GpuContext, label: &str) -> wgpu::CommandEncoder {
+        ctx.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+    }
+
+    fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        if self.pass.is_none() {
+            let encoder = self.encoder.as_mut().expect("recorder already finished");
+            // A timed recorder holds one pass: the timestamps bracket it.
+            let timestamp_writes =
+                self.timer
+                    .as_ref()
+                    .map(|q| wgpu::ComputePassTimestampWrites {
+                        query_set: q,
+                        beginning_of_pass_write_index: Some(0),
+                        end_of_pass_write_index: Some(1),
+                    });
+            let pass = encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(&self.label),
+                    timestamp_writes,
+                })
+                .forget_lifetime();
+            self.pass = Some(pass);
+        }
+        self.pass.as_mut().expect("just begun")
+    }
+
+    /// Dispatches `groups` workgroups of `bound`'s kernel. Counts above the per-dimension limit are
+    /// laid out in two dimensions; kernels linearise `workgroup_id` with `num_workgroups`.
+    pub fn dispatch(&mut self, bound: &Bound, groups: u32) {
+        if groups == 0 {
+            return;
+        }
+        let x = groups.min(self.max_groups);
+        let y = groups.div_ceil(x);
+        let pass = self.pass();
+        pass.set_pipeline(&bound.kernel.pipeline);
+        pass.set_bind_group(0, &bound.group, &[]);
+        pass.dispatch_workgroups(x, y, 1);
+        self.commands = true;
+    }
+
+    /// Writes `data` into `buffer` at element `offset`, visible to every command recorded after
+    /// this call (a new segment starts first when the current one holds commands).
+    pub fn upload<T: Pod>(
+        &mut self,
+        ctx: &GpuContext,
+        buffer: &GpuBuffer,
+        offset: u64,
+        data: &[T],
+    ) -> Result<(), GpuError> {
+        debug_assert!(self.timer.is_none(), "timed recordings hold no transfers");
+        if self.commands {
+            self.flush(ctx)?;
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        if !bytes.is_empty() {
+            let at = offset * std::mem::size_of::<T>() as u64;
+            self.uploads
+                .push((buffer.buffer.clone(), at, bytes.to_vec()));
+        }
+        Ok(())
+    }
+
+    /// Copies `bytes` of `buffer` from byte `offset` to the host once the commands recorded
+    /// before it have run; `done` receives them when the host next polls the context.
+    pub fn download(
+        &mut self,
+        ctx: &GpuContext,
+        buffer: &GpuBuffer,
+        offset: u64,
+        bytes: u64,
+        done: Completion,
+    ) -> Result<(), GpuError> {
+        debug_assert!(self.timer.is_none(), "timed recordings hold no transfers");
+        let readback = ctx.readback_buffer(bytes)?;
+        drop(self.pass.take());
+        let encoder = self.encoder.as_mut().expect("recorder already finished");
+        encoder.copy_buffer_to_buffer(&buffer.buffer, offset, &readback.buffer, 0, bytes);
+        self.downloads.push(Download {
+            readback,
+            bytes,
+            done,
+        });
+        self.commands = true;
+        Ok(())
+    }
+
+    /// Submits what the current segment holds (uploads first) and starts a new segment.
+    pub fn flush(&mut self, ctx: &GpuContext) -> Result<(), GpuError> {
+        self.submit_segment(ctx, false)?;
+        self.encoder = Some(Self::encoder(ctx, &self.label));
+        Ok(())
+    }
+
+    fn submit_segment(&mut self, ctx: &GpuContext, last: bool) -> Result<(), GpuError> {
+        drop(self.pass.take());
+        let encoder = self.encoder.take().expect("recorder already finished");
+        for (buffer, at, bytes) in self.uploads.drain(..) {
+            ctx.queue.write_buffer(&buffer, at, &bytes);
+        }
+        if self.commands || last {
+            ctx.queue.submit([encoder.finish()]);
+            ctx.count_submission();
+        }
+        for download in self.downloads.drain(..) {
+            ctx.register_download(download);
+        }
+        self.commands = false;
+        ctx.check()
+    }
+
+    /// Submits without waiting (timestamps, if recorded, are not read).
+    pub(crate) fn finish(mut self, ctx: &GpuContext) -> Result<(), GpuError> {
+        self.submit_segment(ctx, false)
+    }
+
+    /// Submits, waits, and returns the GPU time of the pass in milliseconds when it was recorded
+    /// with timestamps.
+    pub fn finish_timed(mut self, ctx: &GpuContext) -> Result<Option<f64>, GpuError> {
+        drop(self.pass.take());
+        let readback = match &self.timer {
+            Some(q) => {
+                let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps"),
+                    size: 16,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                });
+                if self.commands {
+                    let encoder = self.encoder.as_mut().expect("recorder already finished");
+                    encoder.resolve_query_set(q, 0..2, &resolve, 0);
+                }
+                Some(GpuBuffer {
+                    buffer: resolve,
+                    bytes: 16,
+                    label: "timestamps".into(),
+                    allocation: None,
+                })
+            }
+            None => None,
+        };
+        let timed = self.commands;
+        self.submit_segment(ctx, true)?;
+        ctx.wait()?;
+        match readback {
+            Some(buf) if timed => {
+                let t: Vec<u64> = ctx.read(&buf, 0, 2)?;
+                let period = ctx.queue.get_timestamp_period() as f64;
+                Ok(Some(t[1].wrapping_sub(t[0]) as f64 * period / 1e6))
+            }
+            _ => Ok(None),
+        }
+    }
+}
