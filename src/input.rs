@@ -15,8 +15,8 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    normalize, read_complex_npy, read_dxchange, read_tiff_volume, IoError, NormalizeError, Scan,
-    Stack, RATIO_FLOOR,
+    normalize, read_complex_npy, read_dxchange, read_stack, read_tiff_volume, IoError,
+    NormalizeError, Scan, Stack, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::recon::{Projections, ReconError};
@@ -158,14 +158,7 @@ pub fn read_angle_list(path: &Path) -> Result<Vec<f64>, InputError> {
 
 /// A multi-page TIFF or `.npy` intensity stack as f32 `(count, height, width)`.
 pub fn read_intensity_stack(path: &Path) -> Result<Stack, InputError> {
-    let stack = crate::flatfield::io::read_stack(path)?;
-    let values = (0..stack.count())
-        .flat_map(|i| stack.image_f32(i))
-        .collect();
-    Ok(Stack {
-        shape: [stack.count(), stack.height(), stack.width()],
-        values,
-    })
+    Ok(read_stack(path)?.into_f32())
 }
 
 /// Line integrals from a multi-page TIFF of intensities, with angles from a text file and the
