@@ -56,6 +56,14 @@ pub enum InputError {
     /// Something the input needs was not given.
     #[error("{0}")]
     Missing(String),
+    /// A volume holds NaN or infinity, where every value must be finite (a score over it means
+    /// nothing).
+    #[error("{path}: voxel (z, y, x) = {voxel:?} is {value}; expected finite values")]
+    NonFinite {
+        path: PathBuf,
+        voxel: [usize; 3],
+        value: f32,
+    },
 }
 
 /// How the open beam (white field) of a TIFF intensity stack is known.
@@ -256,6 +264,22 @@ pub fn projections_from_scan(
         notes: Vec::new(),
         warnings,
     })
+}
+
+/// Checks that every value of `volume` (read from `path`) is finite; the error names the first
+/// voxel that is not and its value.
+pub fn check_finite(path: &Path, volume: &Stack) -> Result<(), InputError> {
+    match volume.values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => {
+            let [_, n1, n2] = volume.shape;
+            Err(InputError::NonFinite {
+                path: path.into(),
+                voxel: [i / (n1 * n2), i / n2 % n1, i % n2],
+                value: volume.values[i],
+            })
+        }
+    }
 }
 
 /// A 3D volume: float32 TIFF, `.npy` (complex64 or float32; the real part) or the ground truth
