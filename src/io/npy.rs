@@ -109,7 +109,13 @@ impl NpyReader {
                 prefix[8], prefix[9], prefix[10], prefix[11],
             ])),
         };
-        if header_len > MAX_HEADER_BYTES || prefix_len as u64 + header_len > file_len {
+        if header_len > MAX_HEADER_BYTES {
+            return Err(corrupt(
+                path,
+                format!("the header claims {header_len} bytes; an array header has at most {MAX_HEADER_BYTES}"),
+            ));
+        }
+        if prefix_len as u64 + header_len > file_len {
             return Err(corrupt(
                 path,
                 format!(
