@@ -55,17 +55,6 @@ pub enum IoError {
         claimed: u64,
         actual: u64,
     },
-    /// A header claims more bytes than the file can hold; checked before anything is allocated
-    /// from the claim.
-    #[error("{path}: {what} claims {claimed} bytes, but the {file_len}-byte file can hold at most {limit}")]
-    Oversized {
-        path: PathBuf,
-        what: String,
-        /// A decimal number, or "more than 2^64".
-        claimed: String,
-        file_len: u64,
-        limit: u64,
-    },
     /// An axis has length zero.
     #[error("{path} has shape {shape:?}: every axis must have at least one element")]
     ZeroSize { path: PathBuf, shape: Vec<usize> },
@@ -83,8 +72,9 @@ pub enum IoError {
         recorded: u64,
         actual: u64,
     },
-    /// A dataset claims more data than the file's bytes can hold (see
-    /// [`MAX_COMPRESSION_RATIO`]): the file is corrupt, and nothing is allocated for the claim.
+    /// A dataset or TIFF page claims more data than the file's bytes can hold (see
+    /// [`MAX_COMPRESSION_RATIO`]; TIFF pages: [`StackReader`]): the file is corrupt, and nothing
+    /// is allocated for the claim.
     #[error(
         "{path}: {dataset} claims shape {shape:?} of {sample}, more than a file of {file_bytes} \
          bytes can hold; the file is corrupt"

@@ -117,7 +117,8 @@ impl Stack<Pixels> {
 
 /// Compressed TIFF pages may hold more pixel bytes than the file has, but not without bound:
 /// Deflate expands at most 1032:1, TIFF's 12-bit LZW about 1400:1, PackBits 64:1 and a grayscale
-/// JPEG (one DC code and an end of block per 8x8 block) a few hundred to one.
+/// JPEG (one DC code and an end of block per 8x8 block) a few hundred to one. (HDF5 datasets use
+/// only Deflate: [`super::MAX_COMPRESSION_RATIO`]; TIFF's LZW needs the larger bound.)
 const MAX_TIFF_EXPANSION: u64 = 4096;
 
 fn tiff_error(path: &Path, page: Option<usize>, e: tiff::TiffError) -> IoError {
@@ -201,7 +202,7 @@ fn check_tiff_page(
         CompressionMethod::None => (file_len, "uncompressed".to_string()),
         c => (
             file_len.saturating_mul(MAX_TIFF_EXPANSION),
-            format!("{c:?}-compressed, at most {MAX_TIFF_EXPANSION}x expansion"),
+            format!("{c:?}-compressed, at most {MAX_TIFF_EXPANSION}:1"),
         ),
     };
     match claimed {
@@ -215,12 +216,12 @@ fn check_tiff_page(
                 0
             },
         }),
-        _ => Err(IoError::Oversized {
+        _ => Err(IoError::ImplausibleSize {
             path: path.into(),
-            what: format!("TIFF page {page} ({w} x {h} pixels of {dtype:?}, {how})"),
-            claimed: claimed.map_or_else(|| "more than 2^64".into(), |b| b.to_string()),
-            file_len,
-            limit,
+            dataset: format!("TIFF page {page}"),
+            shape: vec![u64::from(h), u64::from(w)],
+            sample: format!("{dtype:?} ({how})"),
+            file_bytes: file_len,
         }),
     }
 }
@@ -358,12 +359,12 @@ impl StackReader {
             // Uncompressed pages each store their own pixels: together they fit in the file too.
             stored = stored.saturating_add(page.stored_bytes);
             if stored > file_len {
-                return Err(IoError::Oversized {
+                return Err(IoError::ImplausibleSize {
                     path: path.into(),
-                    what: format!("the uncompressed pages 0..={count} together"),
-                    claimed: stored.to_string(),
-                    file_len,
-                    limit: file_len,
+                    dataset: format!("TIFF pages 0..={count} together"),
+                    shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
+                    sample: format!("{:?} (uncompressed)", page.dtype),
+                    file_bytes: file_len,
                 });
             }
             count += 1;
