@@ -15,8 +15,8 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    normalize, read_complex_npy, read_dxchange, read_tiff_volume, IoError, NormalizeError, Scan,
-    Stack, RATIO_FLOOR,
+    normalize, read_complex_npy, read_dxchange, read_stack, read_tiff_volume, IoError,
+    NormalizeError, Scan, Stack, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::recon::{Projections, ReconError};
@@ -56,6 +56,14 @@ pub enum InputError {
     /// Something the input needs was not given.
     #[error("{0}")]
     Missing(String),
+    /// A volume holds NaN or infinity, where every value must be finite (a score over it means
+    /// nothing).
+    #[error("{path}: voxel (z, y, x) = {voxel:?} is {value}; expected finite values")]
+    NonFinite {
+        path: PathBuf,
+        voxel: [usize; 3],
+        value: f32,
+    },
 }
 
 /// How the open beam (white field) of a TIFF intensity stack is known.
@@ -158,14 +166,7 @@ pub fn read_angle_list(path: &Path) -> Result<Vec<f64>, InputError> {
 
 /// A multi-page TIFF or `.npy` intensity stack as f32 `(count, height, width)`.
 pub fn read_intensity_stack(path: &Path) -> Result<Stack, InputError> {
-    let stack = crate::flatfield::io::read_stack(path)?;
-    let values = (0..stack.count())
-        .flat_map(|i| stack.image_f32(i))
-        .collect();
-    Ok(Stack {
-        shape: [stack.count(), stack.height(), stack.width()],
-        values,
-    })
+    Ok(read_stack(path)?.into_f32())
 }
 
 /// Line integrals from a multi-page TIFF of intensities, with angles from a text file and the
@@ -263,6 +264,22 @@ pub fn projections_from_scan(
         notes: Vec::new(),
         warnings,
     })
+}
+
+/// Checks that every value of `volume` (read from `path`) is finite; the error names the first
+/// voxel that is not and its value.
+pub fn check_finite(path: &Path, volume: &Stack) -> Result<(), InputError> {
+    match volume.values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => {
+            let [_, n1, n2] = volume.shape;
+            Err(InputError::NonFinite {
+                path: path.into(),
+                voxel: [i / (n1 * n2), i / n2 % n1, i % n2],
+                value: volume.values[i],
+            })
+        }
+    }
 }
 
 /// A 3D volume: float32 TIFF, `.npy` (complex64 or float32; the real part) or the ground truth

@@ -171,6 +171,92 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     );
 }
 
+/// A 100-byte TIFF whose header claims 2^30 x 2^30 float32 pixels is refused from its length by
+/// `reconstruct` and `flatfield fit` alike, before anything is allocated from the claim.
+#[test]
+fn a_tiny_tiff_claiming_a_huge_image_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tif, angles) = (dir.path().join("x.tif"), dir.path().join("a.txt"));
+    std::fs::write(&tif, common::huge_tiff()).unwrap();
+    std::fs::write(&angles, "0\n").unwrap();
+    let out = dir.path().join("out");
+    let (t, a, o) = (
+        tif.to_str().unwrap(),
+        angles.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    let needle = "x.tif: TIFF page 0 claims shape [1073741824, 1073741824] of F32 (uncompressed), more than a file of 100 bytes can hold";
+    expect_failure(
+        &[
+            "reconstruct",
+            t,
+            "--angles",
+            a,
+            "--tilt-deg",
+            "30",
+            "--flatfield",
+            "envelope",
+            "--out",
+            o,
+        ],
+        needle,
+        &out,
+    );
+    expect_failure(&["flatfield", "fit", t, "--out", o], needle, &out);
+}
+
+/// `score` refuses a volume holding NaN or infinity, naming the file, the voxel and the value.
+#[test]
+fn score_refuses_non_finite_volumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let volume = |name: &str, at: usize, value: f32| {
+        let mut v = ndarray::Array3::<f32>::from_elem((4, 4, 4), 1.0);
+        v.as_slice_mut().unwrap()[at] = value;
+        v.write_npy(std::fs::File::create(path(name)).unwrap())
+            .unwrap();
+    };
+    volume("a.npy", 0, 1.0);
+    volume("nan.npy", 21, f32::NAN);
+    volume("inf.npy", 63, f32::NEG_INFINITY);
+    let score = |rec: &str, truth: &str| {
+        lamino(
+            &[
+                "score",
+                path(rec).to_str().unwrap(),
+                path(truth).to_str().unwrap(),
+            ],
+            false,
+        )
+    };
+    let o = score("a.npy", "a.npy");
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (rec, truth, needle) in [
+        (
+            "a.npy",
+            "nan.npy",
+            "nan.npy: voxel (z, y, x) = [1, 1, 1] is NaN",
+        ),
+        (
+            "inf.npy",
+            "a.npy",
+            "inf.npy: voxel (z, y, x) = [3, 3, 3] is -inf",
+        ),
+    ] {
+        let o = score(rec, truth);
+        assert!(
+            !o.status.success() && stderr(&o).contains(needle),
+            "{rec} {truth}: {}",
+            stderr(&o)
+        );
+        assert!(
+            o.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}
+
 #[test]
 fn without_a_hardware_gpu_the_cli_refuses_unless_told_otherwise() {
     let hardware = lamino::gpu::list_adapters().iter().any(|a| !a.software);

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lamino::input::read_volume;
+use lamino::input::{check_finite, read_volume};
 
 use super::CliResult;
 
@@ -19,6 +19,8 @@ pub struct ScoreArgs {
 pub fn run(args: &ScoreArgs) -> CliResult {
     let (rec, truth) = (&args.rec, &args.truth);
     let (r, t) = (read_volume(rec)?, read_volume(truth)?);
+    check_finite(rec, &r)?;
+    check_finite(truth, &t)?;
     if r.shape != t.shape {
         return Err(format!(
             "{} has shape {:?} but {} has {:?}",

@@ -222,5 +222,5 @@ pub fn transform_stream(
             progress(done);
         }
     }
-    writer.finish()
+    Ok(writer.finish()?)
 }

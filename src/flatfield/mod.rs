@@ -28,6 +28,7 @@ pub mod synthetic;
 
 use thiserror::Error;
 
+pub use crate::io::Pixels;
 pub use correct::{clamped_fraction, transform, transform_cpu, transform_stream, TransformPlan};
 pub use dct::{dct_matrix, Dct2};
 pub use gpu::GpuSolver;
@@ -104,7 +105,10 @@ pub enum FlatfieldError {
         height: usize,
         width: usize,
     },
-    /// A stack or fields file could not be read or written.
+    /// A stack file could not be read or written.
+    #[error(transparent)]
+    Io(#[from] crate::io::IoError),
+    /// A fields directory could not be read or written.
     #[error("{path}: {reason}")]
     File {
         path: std::path::PathBuf,
@@ -115,34 +119,11 @@ pub enum FlatfieldError {
     Gpu(#[from] crate::GpuError),
 }
 
-/// Pixel values of a stack, in the input's type (kept for the transform).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Pixels {
-    U8(Vec<u8>),
-    U16(Vec<u16>),
-    F32(Vec<f32>),
-}
-
-impl Pixels {
-    fn len(&self) -> usize {
-        match self {
-            Self::U8(v) => v.len(),
-            Self::U16(v) => v.len(),
-            Self::F32(v) => v.len(),
-        }
-    }
-}
-
-/// `count` images of `height × width`, image-major, row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stack {
-    count: usize,
-    height: usize,
-    width: usize,
-    pixels: Pixels,
-}
+/// `count` images of `height × width` in the input's pixel type (the one stack type, [`crate::io::Stack`]).
+pub type Stack = crate::io::Stack<Pixels>;
 
 impl Stack {
+    /// Checks that `pixels` holds `count` images of `height × width`.
     pub fn new(
         count: usize,
         height: usize,
@@ -152,56 +133,30 @@ impl Stack {
         if height == 0 || width == 0 {
             return Err(FlatfieldError::EmptyImage { height, width });
         }
-        let expected = count * height * width;
-        if pixels.len() != expected {
+        let expected = count.checked_mul(height).and_then(|n| n.checked_mul(width));
+        if expected != Some(pixels.len()) {
             return Err(FlatfieldError::BufferSize {
                 count,
                 height,
                 width,
-                expected,
+                expected: expected.unwrap_or(usize::MAX),
                 found: pixels.len(),
             });
         }
         Ok(Self {
-            count,
-            height,
-            width,
-            pixels,
+            shape: [count, height, width],
+            values: pixels,
         })
-    }
-
-    pub fn count(&self) -> usize {
-        self.count
-    }
-    pub fn height(&self) -> usize {
-        self.height
-    }
-    pub fn width(&self) -> usize {
-        self.width
-    }
-    pub fn pixels(&self) -> &Pixels {
-        &self.pixels
-    }
-
-    /// Image `i` converted to f32.
-    pub fn image_f32(&self, i: usize) -> Vec<f32> {
-        let px = self.height * self.width;
-        let r = i * px..(i + 1) * px;
-        match &self.pixels {
-            Pixels::U8(v) => v[r].iter().map(|&x| x as f32).collect(),
-            Pixels::U16(v) => v[r].iter().map(|&x| x as f32).collect(),
-            Pixels::F32(v) => v[r].to_vec(),
-        }
     }
 
     /// Resamples every image to the working grid and computes the fit constants.
     pub fn prepare(&self, params: &BasicParams) -> Result<Prepared, FlatfieldError> {
         params.validate()?;
-        let mut pre = Preprocessor::new(self.height, self.width, params.working_size)?;
-        let px = self.height * self.width;
-        for i in 0..self.count {
+        let mut pre = Preprocessor::new(self.height(), self.width(), params.working_size)?;
+        let px = self.frame_len();
+        for i in 0..self.count() {
             let r = i * px..(i + 1) * px;
-            match &self.pixels {
+            match &self.values {
                 Pixels::U8(v) => pre.push(&v[r])?,
                 Pixels::U16(v) => pre.push(&v[r])?,
                 Pixels::F32(v) => pre.push(&v[r])?,
@@ -280,7 +235,14 @@ pub fn fit(
     progress: impl FnMut(&SolveSummary),
 ) -> Result<Fit, FlatfieldError> {
     let prepared = stack.prepare(params)?;
-    fit_prepared(ctx, &prepared, stack.height, stack.width, params, progress)
+    fit_prepared(
+        ctx,
+        &prepared,
+        stack.height(),
+        stack.width(),
+        params,
+        progress,
+    )
 }
 
 /// Fits a prepared (resampled) stack on the GPU and upsamples the fields to `height × width`.
@@ -300,7 +262,7 @@ pub fn fit_prepared(
 /// Fits with the f64 CPU oracle (the reference of the tests; not a silent fallback).
 pub fn fit_oracle(stack: &Stack, params: &BasicParams) -> Result<Fit, FlatfieldError> {
     let prepared = stack.prepare(params)?;
-    fit_prepared_oracle(&prepared, stack.height, stack.width, params)
+    fit_prepared_oracle(&prepared, stack.height(), stack.width(), params)
 }
 
 /// [`fit_oracle`] on a prepared stack.

@@ -1,11 +1,15 @@
-//! Array files in the field's formats: NumPy `.npy` (complex64, float32), DXchange HDF5 scans
-//! with flat/dark normalisation of the intensities they hold, float32 multi-page TIFF volumes and
-//! PNG previews.
+//! Array files in the field's formats: NumPy `.npy` (through ndarray-npy), image stacks and
+//! volumes ([`Stack`]: `.npy` and multi-page TIFF, read image by image), DXchange HDF5 scans with
+//! flat/dark normalisation of the intensities they hold, and PNG previews.
+//!
+//! Readers treat every size in a header as a claim: it is checked against the file's length,
+//! with checked arithmetic, before anything is allocated from it.
 
 mod dxchange;
 mod h5;
 mod normalize;
 mod npy;
+mod stack;
 mod volume;
 
 pub use dxchange::{
@@ -14,9 +18,13 @@ pub use dxchange::{
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
 pub use normalize::{normalize, NormalizeError, Normalized, RATIO_FLOOR};
-pub use npy::{npy_descr, read_complex_npy, write_complex_npy, ComplexArray};
+pub use npy::{
+    f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, ComplexArray, Dtype,
+    NpyReader,
+};
+pub use stack::{read_stack, Pixels, Stack, StackReader, StackWriter};
 pub use volume::{
-    central_slices, read_tiff_volume, write_atomically, write_png_preview, write_tiff_volume, Stack,
+    central_slices, read_tiff_volume, write_atomically, write_png_preview, write_tiff_volume,
 };
 
 use std::path::PathBuf;
@@ -33,8 +41,20 @@ pub enum IoError {
     #[error("{path} is not a valid .npy file: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     /// The element type is not one lamino reads here.
-    #[error("{path} holds dtype '{descr}'; expected complex64 ('<c8') or float32 ('<f4')")]
-    UnsupportedDtype { path: PathBuf, descr: String },
+    #[error("{path} holds dtype '{descr}'; expected {expected}")]
+    UnsupportedDtype {
+        path: PathBuf,
+        descr: String,
+        expected: &'static str,
+    },
+    /// The header's shape needs a different number of data bytes than the file holds (truncated,
+    /// padded or a forged header); checked before anything is allocated from the shape.
+    #[error("{path}: the header's shape needs {claimed} bytes of data, but the file holds {actual} after the header")]
+    DataSize {
+        path: PathBuf,
+        claimed: u64,
+        actual: u64,
+    },
     /// An axis has length zero.
     #[error("{path} has shape {shape:?}: every axis must have at least one element")]
     ZeroSize { path: PathBuf, shape: Vec<usize> },
@@ -52,8 +72,9 @@ pub enum IoError {
         recorded: u64,
         actual: u64,
     },
-    /// A dataset claims more data than the file's bytes can hold (see
-    /// [`MAX_COMPRESSION_RATIO`]): the file is corrupt, and nothing is allocated for the claim.
+    /// A dataset or TIFF page claims more data than the file's bytes can hold (see
+    /// [`MAX_COMPRESSION_RATIO`]; TIFF pages: [`StackReader`]): the file is corrupt, and nothing
+    /// is allocated for the claim.
     #[error(
         "{path}: {dataset} claims shape {shape:?} of {sample}, more than a file of {file_bytes} \
          bytes can hold; the file is corrupt"

@@ -1,14 +1,236 @@
-//! `.npy` reading and writing through ndarray-npy, with clear errors and atomic writes.
+//! `.npy` files through ndarray-npy (its header parser and element codecs), with every size the
+//! header claims checked against the file's length before anything is allocated from it, and
+//! atomic writes.
 
 use std::fs::File;
-use std::io::Read;
-use std::path::Path;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 
-use ndarray::{ArrayD, IxDyn};
-use ndarray_npy::{ReadNpyExt, WriteNpyExt};
+use ndarray::{ArrayD, IxDyn, ShapeBuilder};
+use ndarray_npy::npy::header::{Header, Layout};
+use ndarray_npy::{ReadDataError, ReadableElement, WritableElement, WriteNpyExt};
 use num_complex::Complex32;
 
-use super::IoError;
+use super::{write_atomically, IoError};
+
+/// The element types lamino reads from array files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    U8,
+    U16,
+    F32,
+    F64,
+    C64,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn bytes(self) -> usize {
+        match self {
+            Self::U8 => 1,
+            Self::U16 => 2,
+            Self::F32 => 4,
+            Self::F64 | Self::C64 => 8,
+        }
+    }
+
+    /// The type of an `.npy` `descr` string, in either byte order (ndarray-npy swaps as it reads).
+    fn from_npy_descr(descr: &str) -> Option<Self> {
+        Some(match descr {
+            "|u1" | "u1" | "B" | "<u1" | ">u1" => Self::U8,
+            "<u2" | ">u2" => Self::U16,
+            "<f4" | ">f4" => Self::F32,
+            "<f8" | ">f8" => Self::F64,
+            "<c8" | ">c8" => Self::C64,
+            _ => return None,
+        })
+    }
+}
+
+/// numpy writes headers of a few hundred bytes; anything beyond this is not an array header.
+const MAX_HEADER_BYTES: u64 = 1 << 20;
+
+fn corrupt(path: &Path, reason: impl ToString) -> IoError {
+    IoError::Corrupt {
+        path: path.into(),
+        reason: reason.to_string(),
+    }
+}
+
+fn read_error(path: &Path, e: impl ToString) -> IoError {
+    IoError::Read {
+        path: path.into(),
+        reason: e.to_string(),
+    }
+}
+
+/// The parsed header of an `.npy` file and a reader positioned at its data, which reads the data
+/// in pieces of any length (a stack image by image, an array at once).
+pub struct NpyReader {
+    path: PathBuf,
+    header: Header,
+    dtype: Dtype,
+    reader: BufReader<File>,
+    /// Data bytes not read yet.
+    remaining: u64,
+}
+
+impl std::fmt::Debug for NpyReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NpyReader")
+            .field("path", &self.path)
+            .field("shape", &self.header.shape)
+            .field("dtype", &self.dtype)
+            .finish()
+    }
+}
+
+impl NpyReader {
+    /// Opens `path` and checks its header: a dtype of [`Dtype`], and exactly as many data bytes
+    /// as the shape needs. Nothing the header claims is allocated before it is checked against
+    /// the file's length.
+    pub fn open(path: &Path) -> Result<Self, IoError> {
+        let file = File::open(path).map_err(|e| read_error(path, e))?;
+        let file_len = file.metadata().map_err(|e| read_error(path, e))?.len();
+        let mut reader = BufReader::new(file);
+        // ndarray-npy allocates the header length it reads (up to 4 GiB in format 2 and 3) before
+        // reading the header: check that length against the file first.
+        let mut prefix = [0u8; 12];
+        let prefix_len = match prefix_len_and_version(&mut reader, &mut prefix) {
+            Some(n) => n,
+            None => return Err(corrupt(path, "shorter than an .npy header")),
+        };
+        if &prefix[..6] != b"\x93NUMPY" {
+            return Err(corrupt(path, "missing the \\x93NUMPY magic string"));
+        }
+        let header_len = match prefix_len {
+            10 => u64::from(u16::from_le_bytes([prefix[8], prefix[9]])),
+            _ => u64::from(u32::from_le_bytes([
+                prefix[8], prefix[9], prefix[10], prefix[11],
+            ])),
+        };
+        if header_len > MAX_HEADER_BYTES {
+            return Err(corrupt(
+                path,
+                format!("the header claims {header_len} bytes; an array header has at most {MAX_HEADER_BYTES}"),
+            ));
+        }
+        if prefix_len as u64 + header_len > file_len {
+            return Err(corrupt(
+                path,
+                format!(
+                    "the header claims {header_len} bytes but the file holds {file_len} in all"
+                ),
+            ));
+        }
+        reader
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| read_error(path, e))?;
+        let header = Header::from_reader(&mut reader).map_err(|e| corrupt(path, e))?;
+        let data_start = reader.stream_position().map_err(|e| read_error(path, e))?;
+        let descr = header
+            .type_descriptor
+            .as_string()
+            .cloned()
+            .unwrap_or_else(|| header.type_descriptor.to_string());
+        let dtype = Dtype::from_npy_descr(&descr).ok_or_else(|| IoError::UnsupportedDtype {
+            path: path.into(),
+            descr: descr.clone(),
+            expected: "uint8, uint16, float32, float64 or complex64",
+        })?;
+        let claimed = header
+            .shape
+            .iter()
+            .try_fold(dtype.bytes() as u64, |acc, &n| acc.checked_mul(n as u64))
+            .ok_or_else(|| corrupt(path, format!("shape {:?} overflows 64 bits", header.shape)))?;
+        let actual = file_len - data_start;
+        if claimed != actual {
+            return Err(IoError::DataSize {
+                path: path.into(),
+                claimed,
+                actual,
+            });
+        }
+        Ok(Self {
+            path: path.into(),
+            header,
+            dtype,
+            reader,
+            remaining: actual,
+        })
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.header.shape
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The `descr` string of the header, e.g. `<f4`.
+    pub fn descr(&self) -> String {
+        let d = &self.header.type_descriptor;
+        d.as_string().cloned().unwrap_or_else(|| d.to_string())
+    }
+
+    /// Whether the data are in Fortran (column-major) order.
+    pub fn is_fortran(&self) -> bool {
+        self.header.layout == Layout::Fortran
+    }
+
+    /// Reads the next `len` elements; `T` must be the file's element type.
+    pub fn read<T: ReadableElement>(&mut self, len: usize) -> Result<Vec<T>, IoError> {
+        let bytes = (len as u64)
+            .checked_mul(self.dtype.bytes() as u64)
+            .filter(|&b| b <= self.remaining)
+            .ok_or_else(|| {
+                corrupt(
+                    &self.path,
+                    format!("{len} more elements requested, past the end of the data"),
+                )
+            })?;
+        // One-byte types: ndarray-npy accepts only numpy's own spellings ('|u1'); byte order does
+        // not apply to them, so any spelling `from_npy_descr` recognised reads as '|u1'.
+        let descr = match self.dtype {
+            Dtype::U8 => u8::type_descriptor(),
+            _ => self.header.type_descriptor.clone(),
+        };
+        let piece = (&mut self.reader).take(bytes);
+        let values = T::read_to_end_exact_vec(piece, &descr, len).map_err(|e| match e {
+            ReadDataError::Io(e) => read_error(&self.path, e),
+            other => corrupt(&self.path, other),
+        })?;
+        self.remaining -= bytes;
+        Ok(values)
+    }
+
+    /// Reads the whole array in row-major (C) order, whatever the file's order.
+    pub fn read_all<T: ReadableElement + Clone>(mut self) -> Result<ArrayD<T>, IoError> {
+        let shape = self.header.shape.clone();
+        // The shape's product fits: `open` checked it against the file's length.
+        let len = shape.iter().product();
+        let values = self.read::<T>(len)?;
+        let array = ArrayD::from_shape_vec(IxDyn(&shape).set_f(self.is_fortran()), values)
+            .map_err(|e| corrupt(&self.path, e))?;
+        Ok(if self.is_fortran() {
+            array.as_standard_layout().into_owned()
+        } else {
+            array
+        })
+    }
+}
+
+/// Reads the magic string, the version and the header-length field into `prefix`; returns the
+/// prefix length (10 for format 1, 12 for formats 2 and 3), or `None` if the file ends first.
+fn prefix_len_and_version(r: &mut impl Read, prefix: &mut [u8; 12]) -> Option<usize> {
+    r.read_exact(&mut prefix[..10]).ok()?;
+    if prefix[6] == 1 {
+        return Some(10);
+    }
+    r.read_exact(&mut prefix[10..12]).ok()?;
+    Some(12)
+}
 
 /// A row-major complex64 array.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,71 +239,17 @@ pub struct ComplexArray {
     pub data: Vec<Complex32>,
 }
 
-/// The `descr` (dtype) field of an .npy header, e.g. `<c8`.
-pub fn npy_descr(path: &Path) -> Result<String, IoError> {
-    let corrupt = |reason: &str| IoError::Corrupt {
-        path: path.into(),
-        reason: reason.into(),
-    };
-    let mut f = File::open(path).map_err(|e| IoError::Read {
-        path: path.into(),
-        reason: e.to_string(),
-    })?;
-    let mut head = [0u8; 12];
-    f.read_exact(&mut head[..10])
-        .map_err(|_| corrupt("shorter than an .npy header"))?;
-    if &head[..6] != b"\x93NUMPY" {
-        return Err(corrupt("missing the \\x93NUMPY magic string"));
-    }
-    let len = match head[6] {
-        1 => u16::from_le_bytes([head[8], head[9]]) as usize,
-        2 | 3 => {
-            f.read_exact(&mut head[10..12])
-                .map_err(|_| corrupt("truncated header"))?;
-            u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize
-        }
-        v => return Err(corrupt(&format!("unknown format version {v}"))),
-    };
-    if len > 1 << 20 {
-        return Err(corrupt("header longer than 1 MiB"));
-    }
-    let mut header = vec![0u8; len];
-    f.read_exact(&mut header)
-        .map_err(|_| corrupt("truncated header"))?;
-    let header = String::from_utf8_lossy(&header);
-    let after = header
-        .split_once("'descr'")
-        .map(|(_, rest)| rest)
-        .ok_or_else(|| corrupt("header has no 'descr' field"))?;
-    let value = after
-        .split('\'')
-        .nth(1)
-        .ok_or_else(|| corrupt("header's 'descr' field is not a string"))?;
-    Ok(value.to_string())
-}
-
 /// Reads a complex64 array, or a float32 array promoted to complex64 (imaginary part zero).
 pub fn read_complex_npy(path: &Path) -> Result<ComplexArray, IoError> {
-    let descr = npy_descr(path)?;
-    let open = || {
-        File::open(path).map_err(|e| IoError::Read {
-            path: path.into(),
-            reason: e.to_string(),
-        })
-    };
-    let corrupt = |e: ndarray_npy::ReadNpyError| IoError::Corrupt {
-        path: path.into(),
-        reason: e.to_string(),
-    };
-    let array: ArrayD<Complex32> = match descr.as_str() {
-        "<c8" | "=c8" => ArrayD::<Complex32>::read_npy(open()?).map_err(corrupt)?,
-        "<f4" | "=f4" => ArrayD::<f32>::read_npy(open()?)
-            .map_err(corrupt)?
-            .mapv(|v| Complex32::new(v, 0.0)),
+    let npy = NpyReader::open(path)?;
+    let array: ArrayD<Complex32> = match npy.dtype() {
+        Dtype::C64 => npy.read_all()?,
+        Dtype::F32 => npy.read_all::<f32>()?.mapv(|v| Complex32::new(v, 0.0)),
         _ => {
             return Err(IoError::UnsupportedDtype {
                 path: path.into(),
-                descr,
+                descr: npy.descr(),
+                expected: "complex64 ('<c8') or float32 ('<f4')",
             })
         }
     };
@@ -92,25 +260,51 @@ pub fn read_complex_npy(path: &Path) -> Result<ComplexArray, IoError> {
             shape,
         });
     }
-    // Fortran-ordered files come back column-major: make the data row-major.
-    let data = array.as_standard_layout().iter().copied().collect();
-    Ok(ComplexArray { shape, data })
+    // Row-major: `read_all` returns the standard layout and `mapv` keeps it.
+    Ok(ComplexArray {
+        shape,
+        data: array.into_raw_vec_and_offset().0,
+    })
 }
 
-/// Writes a complex64 array. The file appears only when complete (temporary file + rename), so an
-/// interrupted write never leaves a truncated file behind.
+/// Reads a float32 array (row-major) with its shape.
+pub fn read_f32_npy(path: &Path) -> Result<ArrayD<f32>, IoError> {
+    let npy = NpyReader::open(path)?;
+    if npy.dtype() != Dtype::F32 {
+        return Err(IoError::UnsupportedDtype {
+            path: path.into(),
+            descr: npy.descr(),
+            expected: "float32 ('<f4')",
+        });
+    }
+    npy.read_all()
+}
+
+/// The header of a row-major float32 `.npy` file of `shape`, for writers that stream the data.
+pub fn f32_npy_header(shape: &[usize]) -> Vec<u8> {
+    Header {
+        type_descriptor: f32::type_descriptor(),
+        layout: Layout::Standard,
+        shape: shape.to_vec(),
+    }
+    .to_bytes()
+    .expect("a header of a few integers fits the .npy format")
+}
+
+/// Writes a complex64 array. The file appears only when complete, so an interrupted write never
+/// leaves a truncated file behind.
 pub fn write_complex_npy(path: &Path, array: &ComplexArray) -> Result<(), IoError> {
-    let write_err = |reason: String| IoError::Write {
-        path: path.into(),
-        reason,
-    };
-    let nd = ArrayD::from_shape_vec(IxDyn(&array.shape), array.data.clone())
-        .map_err(|e| write_err(e.to_string()))?;
-    let tmp = path.with_extension("npy.partial");
-    let file = File::create(&tmp).map_err(|e| write_err(e.to_string()))?;
-    nd.write_npy(std::io::BufWriter::new(file))
-        .map_err(|e| write_err(e.to_string()))?;
-    std::fs::rename(&tmp, path).map_err(|e| write_err(e.to_string()))
+    let nd = ArrayD::from_shape_vec(IxDyn(&array.shape), array.data.clone()).map_err(|e| {
+        IoError::Write {
+            path: path.into(),
+            reason: e.to_string(),
+        }
+    })?;
+    write_atomically(path, |tmp| {
+        let file = File::create(tmp).map_err(|e| e.to_string())?;
+        nd.write_npy(std::io::BufWriter::new(file))
+            .map_err(|e| e.to_string())
+    })
 }
 
 #[cfg(test)]
@@ -128,7 +322,7 @@ mod tests {
                 .collect(),
         };
         write_complex_npy(&path, &a).unwrap();
-        assert_eq!(npy_descr(&path).unwrap(), "<c8");
+        assert_eq!(NpyReader::open(&path).unwrap().descr(), "<c8");
         assert_eq!(read_complex_npy(&path).unwrap(), a);
 
         let fpath = dir.path().join("f.npy");
@@ -138,6 +332,35 @@ mod tests {
         let f = read_complex_npy(&fpath).unwrap();
         assert_eq!(f.shape, vec![2, 2]);
         assert_eq!(f.data[3], Complex32::new(3.0, 0.0));
+    }
+
+    #[test]
+    fn fortran_order_comes_back_row_major() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.npy");
+        let c = ndarray::Array2::<f32>::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32);
+        let mut f = ndarray::Array2::<f32>::zeros((2, 3).f());
+        f.assign(&c);
+        f.write_npy(File::create(&path).unwrap()).unwrap();
+        assert!(NpyReader::open(&path).unwrap().is_fortran());
+        let back = read_f32_npy(&path).unwrap();
+        assert_eq!(back.shape(), &[2, 3]);
+        assert_eq!(
+            back.iter().copied().collect::<Vec<_>>(),
+            (0..6).map(|v| v as f32).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn the_streaming_header_matches_ndarray_npy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.npy");
+        ndarray::Array3::<f32>::zeros((2, 3, 4))
+            .write_npy(File::create(&path).unwrap())
+            .unwrap();
+        let written = std::fs::read(&path).unwrap();
+        let header = f32_npy_header(&[2, 3, 4]);
+        assert_eq!(header[..], written[..header.len()]);
     }
 
     #[test]
@@ -168,5 +391,29 @@ mod tests {
             read_complex_npy(&empty),
             Err(IoError::ZeroSize { .. })
         ));
+    }
+
+    /// A 128-byte file whose header claims 2^40 x 2^20 float32 values (4 EiB), or a 4 GiB
+    /// header, is refused from its length alone, before anything is allocated.
+    #[test]
+    fn huge_claims_are_refused_before_allocating() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.npy");
+        let mut bytes = Header {
+            type_descriptor: f32::type_descriptor(),
+            layout: Layout::Standard,
+            shape: vec![1 << 40, 1 << 20],
+        }
+        .to_bytes()
+        .unwrap();
+        bytes.extend([0u8; 16]);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_complex_npy(&path).unwrap_err();
+        assert!(matches!(err, IoError::DataSize { actual: 16, .. }), "{err}");
+        let mut forged = b"\x93NUMPY\x02\x00\xff\xff\xff\xff".to_vec();
+        forged.extend([b' '; 100]);
+        std::fs::write(&path, &forged).unwrap();
+        let err = read_complex_npy(&path).unwrap_err();
+        assert!(err.to_string().contains("4294967295"), "{err}");
     }
 }

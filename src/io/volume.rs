@@ -1,29 +1,16 @@
-//! Stacks and previews on disk: float32 multi-page TIFF (one page per z slice, what Fiji, napari
-//! and tifffile read), `.npy`, and 8-bit PNG previews of the three central orthogonal slices.
+//! Volumes and previews on disk: float32 multi-page TIFF volumes (one page per z slice, what
+//! Fiji, napari and tifffile read), 8-bit PNG previews of the three central orthogonal slices, and
+//! atomic writes.
 
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tiff::decoder::{Decoder, DecodingResult};
 use tiff::encoder::{colortype, TiffEncoder};
 
+use super::stack::{read_stack_from, Pixels, Stack, StackReader};
 use super::IoError;
-
-/// A row-major 3D array of f32: a volume `(n0, n1, n2)` or a stack of frames.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stack {
-    pub shape: [usize; 3],
-    pub values: Vec<f32>,
-}
-
-impl Stack {
-    /// Pixels in one frame (the last two axes).
-    pub fn frame_len(&self) -> usize {
-        self.shape[1] * self.shape[2]
-    }
-}
 
 /// A temporary name next to `path`, unique per process and call, so concurrent writers never share
 /// a temporary file.
@@ -67,12 +54,18 @@ pub fn write_atomically(
 /// Writes a multi-page float32 TIFF, one page per slice of axis 0.
 pub fn write_tiff_volume(path: &Path, volume: &Stack) -> Result<(), IoError> {
     let [n0, n1, n2] = volume.shape;
+    let (Ok(width), Ok(height)) = (u32::try_from(n2), u32::try_from(n1)) else {
+        return Err(IoError::Write {
+            path: path.into(),
+            reason: format!("slices of {n1} x {n2} exceed TIFF's 2^32 - 1 pixels per side"),
+        });
+    };
     write_atomically(path, |tmp| {
         let file = File::create(tmp).map_err(|e| e.to_string())?;
         let mut enc = TiffEncoder::new(BufWriter::new(file)).map_err(|e| e.to_string())?;
         for z in 0..n0 {
             let page = &volume.values[z * n1 * n2..(z + 1) * n1 * n2];
-            enc.write_image::<colortype::Gray32Float>(n2 as u32, n1 as u32, page)
+            enc.write_image::<colortype::Gray32Float>(width, height, page)
                 .map_err(|e| e.to_string())?;
         }
         Ok(())
@@ -82,44 +75,18 @@ pub fn write_tiff_volume(path: &Path, volume: &Stack) -> Result<(), IoError> {
 /// Reads a multi-page float32 TIFF written by [`write_tiff_volume`] (or any tool writing
 /// same-sized single-channel float32 pages).
 pub fn read_tiff_volume(path: &Path) -> Result<Stack, IoError> {
-    let corrupt = |reason: String| IoError::Corrupt {
-        path: path.into(),
-        reason,
-    };
-    let file = File::open(path).map_err(|e| IoError::Read {
-        path: path.into(),
-        reason: e.to_string(),
-    })?;
-    let mut dec =
-        Decoder::new(std::io::BufReader::new(file)).map_err(|e| corrupt(e.to_string()))?;
-    let (w, h) = dec.dimensions().map_err(|e| corrupt(e.to_string()))?;
-    let mut data = Vec::new();
-    let mut pages = 0;
-    loop {
-        if dec.dimensions().map_err(|e| corrupt(e.to_string()))? != (w, h) {
-            return Err(corrupt(format!(
-                "page {pages} is not {w} x {h} like page 0"
-            )));
-        }
-        match dec.read_image().map_err(|e| corrupt(e.to_string()))? {
-            DecodingResult::F32(v) if v.len() == (w * h) as usize => data.extend(v),
-            _ => {
-                return Err(IoError::UnsupportedDtype {
-                    path: path.into(),
-                    descr: "non-float32 or multi-channel TIFF".into(),
-                })
-            }
-        }
-        pages += 1;
-        if !dec.more_images() {
-            break;
-        }
-        dec.next_image().map_err(|e| corrupt(e.to_string()))?;
+    let stack = read_stack_from(path, StackReader::open_tiff(path)?)?;
+    match stack.values {
+        Pixels::F32(values) => Ok(Stack {
+            shape: stack.shape,
+            values,
+        }),
+        other => Err(IoError::UnsupportedDtype {
+            path: path.into(),
+            descr: format!("{:?}", other.dtype()),
+            expected: "a float32 volume",
+        }),
     }
-    Ok(Stack {
-        shape: [pages, h as usize, w as usize],
-        values: data,
-    })
 }
 
 /// Writes an 8-bit grayscale PNG of `data` (`height x width`), contrast stretched between its 0.5

@@ -164,6 +164,51 @@ pub fn run_frontier(
     Ok(points)
 }
 
+/// The frontier table: one row per run, then the paper's points. Error messages are kept verbatim
+/// (quoted by the CSV writer where they hold commas).
+fn frontier_csv(points: &[FrontierPoint]) -> Result<Vec<u8>, csv::Error> {
+    let mut csv = csv::Writer::from_writer(Vec::new());
+    csv.write_record([
+        "policy",
+        "param",
+        "accuracy",
+        "normalized_time",
+        "time_s",
+        "hit_rate",
+        "lookup_ms_median",
+        "lookup_ms_p99",
+        "cache_bytes",
+        "rel_l2_truth",
+        "error",
+    ])?;
+    for p in points {
+        csv.write_record([
+            p.policy.clone(),
+            p.param.map_or(String::new(), |v| v.to_string()),
+            format!("{:.6}", p.accuracy),
+            format!("{:.4}", p.normalized_time),
+            format!("{:.3}", p.time_s),
+            format!("{:.4}", p.hit_rate),
+            format!("{:.5}", p.lookup_ms_median),
+            format!("{:.5}", p.lookup_ms_p99),
+            p.cache_bytes.to_string(),
+            format!("{:.5}", p.rel_l2_truth),
+            p.error.clone().unwrap_or_default(),
+        ])?;
+    }
+    for (tau, accuracy, time) in PAPER_POINTS {
+        let mut row = vec![
+            "paper_mlr".to_string(),
+            tau.to_string(),
+            accuracy.to_string(),
+            time.to_string(),
+        ];
+        row.resize(11, String::new());
+        csv.write_record(&row)?;
+    }
+    csv.into_inner().map_err(|e| e.into_error().into())
+}
+
 /// Writes `DIR/memo_frontier.csv` and `DIR/memo_frontier.png` (accuracy against normalised
 /// time: our mlr and certified runs, the paper's points, the exact run at (1, 1)).
 pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBuf>, IoError> {
@@ -172,28 +217,10 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
         reason: e.to_string(),
     })?;
     let csv_path = dir.join("memo_frontier.csv");
-    let mut csv = String::from(
-        "policy,param,accuracy,normalized_time,time_s,hit_rate,lookup_ms_median,lookup_ms_p99,cache_bytes,rel_l2_truth,error\n",
-    );
-    for p in points {
-        csv.push_str(&format!(
-            "{},{},{:.6},{:.4},{:.3},{:.4},{:.5},{:.5},{},{:.5},{}\n",
-            p.policy,
-            p.param.map_or(String::new(), |v| v.to_string()),
-            p.accuracy,
-            p.normalized_time,
-            p.time_s,
-            p.hit_rate,
-            p.lookup_ms_median,
-            p.lookup_ms_p99,
-            p.cache_bytes,
-            p.rel_l2_truth,
-            p.error.as_deref().unwrap_or("").replace(',', ";")
-        ));
-    }
-    for (tau, accuracy, time) in PAPER_POINTS {
-        csv.push_str(&format!("paper_mlr,{tau},{accuracy},{time},,,,,,,\n"));
-    }
+    let csv = frontier_csv(points).map_err(|e| IoError::Write {
+        path: csv_path.clone(),
+        reason: e.to_string(),
+    })?;
     write_atomically(&csv_path, |tmp| {
         std::fs::write(tmp, &csv).map_err(|e| e.to_string())
     })?;
@@ -323,28 +350,26 @@ mod tests {
         ];
         let dir = tempfile::tempdir().unwrap();
         let written = write_frontier(dir.path(), &points).unwrap();
-        let csv = std::fs::read_to_string(&written[0]).unwrap();
-        let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines.len(), 1 + points.len() + PAPER_POINTS.len());
-        let columns = lines[0].split(',').count();
-        assert!(
-            lines.iter().all(|l| l.split(',').count() == columns),
-            "{csv}"
+        let mut csv = csv::Reader::from_path(&written[0]).unwrap();
+        assert_eq!(csv.headers().unwrap().len(), 11);
+        let rows: Vec<csv::StringRecord> = csv.records().map(|r| r.unwrap()).collect();
+        assert_eq!(rows.len(), points.len() + PAPER_POINTS.len());
+        assert!(rows.iter().all(|r| r.len() == 11));
+        let mlr = &rows[2];
+        assert_eq!(
+            (&mlr[0], &mlr[1], &mlr[2], &mlr[3]),
+            ("mlr", "0.9", "0.000000", "0.3000")
         );
-        assert!(
-            lines[3].starts_with("mlr,0.9,0.000000,0.3000,"),
-            "{}",
-            lines[3]
+        // The error message survives verbatim, commas included.
+        assert_eq!(
+            &mlr[10],
+            "the residual became non-finite, at outer iteration 2"
         );
-        assert!(
-            lines[3].ends_with("non-finite; at outer iteration 2"),
-            "{}",
-            lines[3]
+        let last = rows.last().unwrap();
+        assert_eq!(
+            (&last[0], &last[1], &last[2], &last[3]),
+            ("paper_mlr", "0.96", "0.973", "0.94")
         );
-        assert!(lines
-            .last()
-            .unwrap()
-            .starts_with("paper_mlr,0.96,0.973,0.94,"));
         let png = image::open(&written[1]).unwrap();
         assert_eq!((png.width(), png.height()), (800, 600));
     }

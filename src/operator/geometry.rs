@@ -188,14 +188,16 @@ impl Geometry {
         if !(MIN_EPS..=0.1).contains(&self.eps) {
             return Err(GeometryError::BadEps { eps: self.eps });
         }
-        let sizes = [
-            self.n0 as u64 * self.n1 as u64,
-            self.deth as u64 * self.detw as u64,
-        ];
-        sizes[0]
-            .checked_mul(self.n2 as u64 * 2)
-            .and_then(|v| v.checked_mul(8))
-            .and(sizes[1].checked_mul(self.ntheta() as u64 * 8))
+        // Bytes of the oversampled complex volume and of the complex data; every product is
+        // checked, since the sizes may come from a file (2^40 per axis must be an error, not an
+        // overflow panic).
+        let bytes = |factors: &[usize]| {
+            factors
+                .iter()
+                .try_fold(1u64, |acc, &f| acc.checked_mul(f as u64))
+        };
+        bytes(&[self.n0, self.n1, self.n2, 2, 8])
+            .and(bytes(&[self.deth, self.detw, self.ntheta(), 8]))
             .ok_or(GeometryError::Overflow)?;
         Ok(())
     }
@@ -370,6 +372,16 @@ mod tests {
         assert!(matches!(
             Geometry::read_json(&path),
             Err(GeometryError::File { .. })
+        ));
+        // Sizes whose products overflow 64 bits are an error, not an arithmetic panic.
+        std::fs::write(
+            &path,
+            r#"{"n0":1099511627776,"n1":1099511627776,"n2":2,"deth":2,"detw":2,"theta":[0.0],"phi":1.0}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            Geometry::read_json(&path),
+            Err(GeometryError::Overflow)
         ));
     }
 }

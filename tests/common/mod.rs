@@ -73,3 +73,34 @@ pub fn fft_error_ratio_with(
     let err = max_relative_error(&gpu, &reference);
     err / recipe::accuracy_bound(&shape[shape.len() - axes..])
 }
+
+/// 100 bytes: a little-endian TIFF header and one directory of seven entries claiming a single
+/// uncompressed 2^30 x 2^30 float32 strip at offset 8.
+pub fn huge_tiff() -> Vec<u8> {
+    let mut b = b"II*\0".to_vec();
+    b.extend(8u32.to_le_bytes());
+    let entries: [(u16, u16, u32); 7] = [
+        (256, 4, 1 << 30),  // ImageWidth, LONG
+        (257, 4, 1 << 30),  // ImageLength
+        (258, 3, 32),       // BitsPerSample, SHORT
+        (262, 3, 1),        // PhotometricInterpretation: BlackIsZero
+        (273, 4, 8),        // StripOffsets
+        (279, 4, u32::MAX), // StripByteCounts
+        (339, 3, 3),        // SampleFormat: IEEE float
+    ];
+    b.extend((entries.len() as u16).to_le_bytes());
+    for (tag, kind, value) in entries {
+        b.extend(tag.to_le_bytes());
+        b.extend(kind.to_le_bytes());
+        b.extend(1u32.to_le_bytes());
+        if kind == 3 {
+            b.extend((value as u16).to_le_bytes());
+            b.extend([0, 0]);
+        } else {
+            b.extend(value.to_le_bytes());
+        }
+    }
+    b.extend(0u32.to_le_bytes()); // no next directory
+    b.resize(100, 0);
+    b
+}

@@ -1,0 +1,582 @@
+//! Stacks of images: the one in-memory type ([`Stack`]) and the one reader and writer of stack
+//! files, `.npy` (u8, u16, f32, f64 → f32) and multi-page TIFF (8-bit and 16-bit unsigned, 32-bit
+//! float grayscale), read one image at a time so that a stack never has to fit in memory.
+//!
+//! Every size a file's header claims is checked against the file's length, with checked 64-bit
+//! arithmetic, before anything is allocated from it.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use tiff::decoder::{Decoder, Limits};
+use tiff::tags::{CompressionMethod, SampleFormat, Tag};
+
+use super::npy::{f32_npy_header, Dtype, NpyReader};
+use super::IoError;
+
+/// `count` images (or z slices) of `height x width`, image-major and row-major: a volume
+/// `(n0, n1, n2)`, a scan's projections, flats or darks, or a stack read from a file.
+///
+/// `values` holds f32 (the default), or [`Pixels`] for a stack kept in its file's type (a u16
+/// stack takes half the memory of its f32 copy). `values` holds `shape[0] * shape[1] * shape[2]`
+/// elements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stack<V = Vec<f32>> {
+    pub shape: [usize; 3],
+    pub values: V,
+}
+
+impl<V> Stack<V> {
+    /// Images (z slices) in the stack.
+    pub fn count(&self) -> usize {
+        self.shape[0]
+    }
+    pub fn height(&self) -> usize {
+        self.shape[1]
+    }
+    pub fn width(&self) -> usize {
+        self.shape[2]
+    }
+    /// Pixels in one frame (the last two axes).
+    pub fn frame_len(&self) -> usize {
+        self.shape[1] * self.shape[2]
+    }
+}
+
+/// Pixel values in a stack file's own type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pixels {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+impl Pixels {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::U8(v) => v.len(),
+            Self::U16(v) => v.len(),
+            Self::F32(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Self::U8(_) => Dtype::U8,
+            Self::U16(_) => Dtype::U16,
+            Self::F32(_) => Dtype::F32,
+        }
+    }
+
+    /// Appends `other` (of the same type) to `self`.
+    fn extend(&mut self, other: Pixels) -> Result<(), (Dtype, Dtype)> {
+        match (self, other) {
+            (Self::U8(a), Self::U8(b)) => a.extend(b),
+            (Self::U16(a), Self::U16(b)) => a.extend(b),
+            (Self::F32(a), Self::F32(b)) => a.extend(b),
+            (a, b) => return Err((a.dtype(), b.dtype())),
+        }
+        Ok(())
+    }
+}
+
+impl Stack<Pixels> {
+    pub fn pixels(&self) -> &Pixels {
+        &self.values
+    }
+
+    /// Image `i` converted to f32.
+    pub fn image_f32(&self, i: usize) -> Vec<f32> {
+        let px = self.frame_len();
+        let r = i * px..(i + 1) * px;
+        match &self.values {
+            Pixels::U8(v) => v[r].iter().map(|&x| x as f32).collect(),
+            Pixels::U16(v) => v[r].iter().map(|&x| x as f32).collect(),
+            Pixels::F32(v) => v[r].to_vec(),
+        }
+    }
+
+    /// The stack converted to f32.
+    pub fn into_f32(self) -> Stack {
+        let values = match self.values {
+            Pixels::U8(v) => v.into_iter().map(f32::from).collect(),
+            Pixels::U16(v) => v.into_iter().map(f32::from).collect(),
+            Pixels::F32(v) => v,
+        };
+        Stack {
+            shape: self.shape,
+            values,
+        }
+    }
+}
+
+/// Compressed TIFF pages may hold more pixel bytes than the file has, but not without bound:
+/// Deflate expands at most 1032:1, TIFF's 12-bit LZW about 1400:1, PackBits 64:1 and a grayscale
+/// JPEG (one DC code and an end of block per 8x8 block) a few hundred to one. (HDF5 datasets use
+/// only Deflate: [`super::MAX_COMPRESSION_RATIO`]; TIFF's LZW needs the larger bound.)
+const MAX_TIFF_EXPANSION: u64 = 4096;
+
+fn tiff_error(path: &Path, page: Option<usize>, e: tiff::TiffError) -> IoError {
+    IoError::Corrupt {
+        path: path.into(),
+        reason: match page {
+            Some(p) => format!("TIFF page {p}: {e}"),
+            None => format!("TIFF: {e}"),
+        },
+    }
+}
+
+/// Decoder limits from the file's length. Tag values and one compressed strip or tile are stored
+/// in the file, so the file bounds them (tag values also by the decoder's default 256 MiB);
+/// pixels are decoded into buffers sized by [`check_tiff_page`], not by the decoder.
+fn tiff_limits(file_len: u64) -> Limits {
+    let file = usize::try_from(file_len).unwrap_or(usize::MAX);
+    let mut limits = Limits::default();
+    // The decoder divides this by the size of its tag-value enum before comparing with a count.
+    let tag_values = file.saturating_mul(std::mem::size_of::<tiff::decoder::ifd::Value>());
+    limits.decoding_buffer_size = limits.decoding_buffer_size.min(tag_values);
+    limits.intermediate_buffer_size = file;
+    limits.ifd_value_size = limits.ifd_value_size.min(tag_values);
+    limits
+}
+
+/// One page's size and type, checked against what the file can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TiffPage {
+    height: usize,
+    width: usize,
+    dtype: Dtype,
+    /// Pixel bytes the page stores uncompressed (0 for a compressed page).
+    stored_bytes: u64,
+}
+
+fn check_tiff_page(
+    path: &Path,
+    dec: &mut Decoder<BufReader<File>>,
+    page: usize,
+    file_len: u64,
+) -> Result<TiffPage, IoError> {
+    let err = |e| tiff_error(path, Some(page), e);
+    let (w, h) = dec.dimensions().map_err(err)?;
+    if w == 0 || h == 0 {
+        return Err(IoError::Corrupt {
+            path: path.into(),
+            reason: format!("TIFF page {page} is {w} x {h} pixels: both sides must be at least 1"),
+        });
+    }
+    let color = dec.colortype().map_err(err)?;
+    let format = dec
+        .find_tag_unsigned_vec::<u16>(Tag::SampleFormat)
+        .map_err(err)?
+        .and_then(|v| v.first().copied())
+        .map_or(SampleFormat::Uint, SampleFormat::from_u16_exhaustive);
+    let dtype = match (color, format) {
+        (tiff::ColorType::Gray(8), SampleFormat::Uint) => Dtype::U8,
+        (tiff::ColorType::Gray(16), SampleFormat::Uint) => Dtype::U16,
+        (tiff::ColorType::Gray(32), SampleFormat::IEEEFP) => Dtype::F32,
+        (other, format) => {
+            return Err(IoError::UnsupportedDtype {
+                path: path.into(),
+                descr: format!("{other:?} {format:?} on page {page}"),
+                expected: "8-bit or 16-bit unsigned, or 32-bit float grayscale (Gray(8) Uint, Gray(16) Uint, Gray(32) IEEEFP)",
+            })
+        }
+    };
+    let compression = dec
+        .find_tag_unsigned::<u16>(Tag::Compression)
+        .map_err(err)?
+        .map_or(
+            CompressionMethod::None,
+            CompressionMethod::from_u16_exhaustive,
+        );
+    // u32 x u32 x bytes can exceed 64 bits (2^32 x 2^32 x 4): checked.
+    let claimed = u64::from(w)
+        .checked_mul(u64::from(h))
+        .and_then(|px| px.checked_mul(dtype.bytes() as u64));
+    let (limit, how) = match compression {
+        CompressionMethod::None => (file_len, "uncompressed".to_string()),
+        c => (
+            file_len.saturating_mul(MAX_TIFF_EXPANSION),
+            format!("{c:?}-compressed, at most {MAX_TIFF_EXPANSION}:1"),
+        ),
+    };
+    match claimed {
+        Some(bytes) if bytes <= limit && usize::try_from(bytes).is_ok() => Ok(TiffPage {
+            height: h as usize,
+            width: w as usize,
+            dtype,
+            stored_bytes: if compression == CompressionMethod::None {
+                bytes
+            } else {
+                0
+            },
+        }),
+        _ => Err(IoError::ImplausibleSize {
+            path: path.into(),
+            dataset: format!("TIFF page {page}"),
+            shape: vec![u64::from(h), u64::from(w)],
+            sample: format!("{dtype:?} ({how})"),
+            file_bytes: file_len,
+        }),
+    }
+}
+
+enum Source {
+    Npy(NpyReader),
+    Tiff(Box<Decoder<BufReader<File>>>),
+}
+
+/// Reads a stack file image by image.
+pub struct StackReader {
+    path: PathBuf,
+    count: usize,
+    height: usize,
+    width: usize,
+    dtype: Dtype,
+    next: usize,
+    source: Source,
+}
+
+impl std::fmt::Debug for StackReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackReader")
+            .field("path", &self.path)
+            .field("count", &self.count)
+            .field("height", &self.height)
+            .field("width", &self.width)
+            .field("dtype", &self.dtype)
+            .finish()
+    }
+}
+
+impl StackReader {
+    /// Opens `.npy`, `.tif` or `.tiff` (by extension) and checks every image's size and type.
+    pub fn open(path: &Path) -> Result<Self, IoError> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        match ext.as_str() {
+            "npy" => Self::open_npy(path),
+            "tif" | "tiff" => Self::open_tiff(path),
+            other => Err(IoError::Corrupt {
+                path: path.into(),
+                reason: format!("unsupported extension '{other}': expected .npy, .tif or .tiff"),
+            }),
+        }
+    }
+
+    /// Opens an `.npy` stack `(images, height, width)` or one image `(height, width)`.
+    pub fn open_npy(path: &Path) -> Result<Self, IoError> {
+        let npy = NpyReader::open(path)?;
+        let unsupported = |expected| IoError::UnsupportedDtype {
+            path: path.into(),
+            descr: npy.descr(),
+            expected,
+        };
+        if npy.dtype() == Dtype::C64 {
+            return Err(unsupported(
+                "uint8, uint16, float32 or float64 for an image stack",
+            ));
+        }
+        if npy.is_fortran() {
+            return Err(IoError::Corrupt {
+                path: path.into(),
+                reason: "Fortran-ordered arrays are not supported: save with np.ascontiguousarray"
+                    .into(),
+            });
+        }
+        let (count, height, width) = match *npy.shape() {
+            [h, w] => (1, h, w),
+            [n, h, w] => (n, h, w),
+            ref shape => {
+                return Err(IoError::BadShape {
+                    path: path.into(),
+                    dataset: "the array".into(),
+                    shape: shape.to_vec(),
+                    expected: "(images, height, width) or (height, width)".into(),
+                })
+            }
+        };
+        if height == 0 || width == 0 {
+            return Err(IoError::ZeroSize {
+                path: path.into(),
+                shape: npy.shape().to_vec(),
+            });
+        }
+        Ok(Self {
+            path: path.into(),
+            count,
+            height,
+            width,
+            dtype: npy.dtype(),
+            next: 0,
+            source: Source::Npy(npy),
+        })
+    }
+
+    /// Opens a multi-page TIFF whose pages all have one size and type.
+    pub fn open_tiff(path: &Path) -> Result<Self, IoError> {
+        let file = File::open(path).map_err(|e| IoError::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| IoError::Read {
+                path: path.into(),
+                reason: e.to_string(),
+            })?
+            .len();
+        // `Decoder::new` reads the first directory under the decoder's default limits.
+        let mut dec = Decoder::new(BufReader::new(file))
+            .map_err(|e| tiff_error(path, None, e))?
+            .with_limits(tiff_limits(file_len));
+        let mut first: Option<TiffPage> = None;
+        let mut count = 0;
+        let mut stored: u64 = 0;
+        loop {
+            let page = check_tiff_page(path, &mut dec, count, file_len)?;
+            match first {
+                None => first = Some(page),
+                Some(f) if (f.height, f.width, f.dtype) != (page.height, page.width, page.dtype) => {
+                    return Err(IoError::Corrupt {
+                        path: path.into(),
+                        reason: format!(
+                            "page {count} is {}x{} {:?}, page 0 is {}x{} {:?}: all pages must match",
+                            page.height, page.width, page.dtype, f.height, f.width, f.dtype
+                        ),
+                    })
+                }
+                Some(_) => {}
+            }
+            // Uncompressed pages each store their own pixels: together they fit in the file too.
+            stored = stored.saturating_add(page.stored_bytes);
+            if stored > file_len {
+                return Err(IoError::ImplausibleSize {
+                    path: path.into(),
+                    dataset: format!("TIFF pages 0..={count} together"),
+                    shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
+                    sample: format!("{:?} (uncompressed)", page.dtype),
+                    file_bytes: file_len,
+                });
+            }
+            count += 1;
+            if !dec.more_images() {
+                break;
+            }
+            dec.next_image()
+                .map_err(|e| tiff_error(path, Some(count), e))?;
+        }
+        dec.seek_to_image(0)
+            .map_err(|e| tiff_error(path, Some(0), e))?;
+        let first = first.expect("the loop checks at least one page");
+        Ok(Self {
+            path: path.into(),
+            count,
+            height: first.height,
+            width: first.width,
+            dtype: first.dtype,
+            next: 0,
+            source: Source::Tiff(Box::new(dec)),
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+    pub fn height(&self) -> usize {
+        self.height
+    }
+    pub fn width(&self) -> usize {
+        self.width
+    }
+    /// The file's element type (f64 `.npy` stacks are read as f32).
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    pub fn is_tiff(&self) -> bool {
+        matches!(self.source, Source::Tiff(_))
+    }
+
+    /// The next image (`None` after the last).
+    pub fn next_image(&mut self) -> Option<Result<Pixels, IoError>> {
+        if self.next >= self.count {
+            return None;
+        }
+        let index = self.next;
+        self.next += 1;
+        Some(self.read_image(index))
+    }
+
+    fn read_image(&mut self, index: usize) -> Result<Pixels, IoError> {
+        // `open` checked height x width x element size against the file's length.
+        let px = self.height * self.width;
+        match &mut self.source {
+            Source::Npy(npy) => Ok(match self.dtype {
+                Dtype::U8 => Pixels::U8(npy.read(px)?),
+                Dtype::U16 => Pixels::U16(npy.read(px)?),
+                Dtype::F32 => Pixels::F32(npy.read(px)?),
+                Dtype::F64 => {
+                    Pixels::F32(npy.read::<f64>(px)?.into_iter().map(|v| v as f32).collect())
+                }
+                Dtype::C64 => unreachable!("open_npy refuses complex stacks"),
+            }),
+            Source::Tiff(dec) => {
+                if index > 0 {
+                    dec.next_image()
+                        .map_err(|e| tiff_error(&self.path, Some(index), e))?;
+                }
+                Ok(match self.dtype {
+                    Dtype::U8 => Pixels::U8(decode_page(&self.path, dec, index, px)?),
+                    Dtype::U16 => Pixels::U16(decode_page(&self.path, dec, index, px)?),
+                    Dtype::F32 => Pixels::F32(decode_page(&self.path, dec, index, px)?),
+                    Dtype::F64 | Dtype::C64 => unreachable!("open_tiff accepts u8, u16 and f32"),
+                })
+            }
+        }
+    }
+}
+
+/// Decodes the current page into a buffer of `px` samples that this function allocates (a
+/// typed error, not an abort, if the memory is not there).
+fn decode_page<T: bytemuck::Pod + Default>(
+    path: &Path,
+    dec: &mut Decoder<BufReader<File>>,
+    page: usize,
+    px: usize,
+) -> Result<Vec<T>, IoError> {
+    let mut buffer: Vec<T> = Vec::new();
+    buffer.try_reserve_exact(px).map_err(|e| IoError::Read {
+        path: path.into(),
+        reason: format!(
+            "TIFF page {page}: cannot allocate {} bytes: {e}",
+            px.saturating_mul(std::mem::size_of::<T>())
+        ),
+    })?;
+    buffer.resize(px, T::default());
+    dec.read_image_bytes(bytemuck::cast_slice_mut(&mut buffer))
+        .map_err(|e| tiff_error(path, Some(page), e))?;
+    Ok(buffer)
+}
+
+/// Reads a whole stack into memory, in the file's type.
+pub fn read_stack(path: &Path) -> Result<Stack<Pixels>, IoError> {
+    read_stack_from(path, StackReader::open(path)?)
+}
+
+/// Reads the rest of `reader` (opened on `path`) into memory.
+pub(super) fn read_stack_from(
+    path: &Path,
+    mut reader: StackReader,
+) -> Result<Stack<Pixels>, IoError> {
+    let shape = [reader.count(), reader.height(), reader.width()];
+    let mut values: Option<Pixels> = None;
+    while let Some(image) = reader.next_image() {
+        let image = image?;
+        match &mut values {
+            None => values = Some(image),
+            Some(all) => all.extend(image).map_err(|(a, b)| IoError::Corrupt {
+                path: path.into(),
+                reason: format!("pages of different sample types ({a:?} and {b:?})"),
+            })?,
+        }
+    }
+    let values = values.ok_or_else(|| IoError::ZeroSize {
+        path: path.into(),
+        shape: shape.to_vec(),
+    })?;
+    Ok(Stack { shape, values })
+}
+
+/// Writes a float32 stack image by image: `.npy` (count known up front) or multi-page TIFF.
+pub struct StackWriter {
+    path: PathBuf,
+    inner: WriterInner,
+    height: usize,
+    width: usize,
+}
+
+enum WriterInner {
+    Npy(BufWriter<File>),
+    Tiff(Box<tiff::encoder::TiffEncoder<BufWriter<File>>>),
+}
+
+impl std::fmt::Debug for StackWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StackWriter")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn write_error(path: &Path, e: impl ToString) -> IoError {
+    IoError::Write {
+        path: path.into(),
+        reason: e.to_string(),
+    }
+}
+
+impl StackWriter {
+    /// Creates `path` (`.npy`, or `.tif` / `.tiff`) for `count` images of `height × width`.
+    pub fn create(path: &Path, count: usize, height: usize, width: usize) -> Result<Self, IoError> {
+        let file = File::create(path).map_err(|e| write_error(path, e))?;
+        let mut w = BufWriter::new(file);
+        let tiff = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("tif" | "tiff")
+        );
+        let inner = if tiff {
+            WriterInner::Tiff(Box::new(
+                tiff::encoder::TiffEncoder::new(w).map_err(|e| write_error(path, e))?,
+            ))
+        } else {
+            w.write_all(&f32_npy_header(&[count, height, width]))
+                .map_err(|e| write_error(path, e))?;
+            WriterInner::Npy(w)
+        };
+        Ok(Self {
+            path: path.into(),
+            inner,
+            height,
+            width,
+        })
+    }
+
+    pub fn write_image(&mut self, image: &[f32]) -> Result<(), IoError> {
+        let path = &self.path;
+        match &mut self.inner {
+            WriterInner::Npy(w) => {
+                for v in image {
+                    w.write_all(&v.to_le_bytes())
+                        .map_err(|e| write_error(path, e))?;
+                }
+                Ok(())
+            }
+            WriterInner::Tiff(enc) => {
+                let (w, h) = (u32::try_from(self.width), u32::try_from(self.height));
+                let (Ok(w), Ok(h)) = (w, h) else {
+                    return Err(write_error(
+                        path,
+                        "TIFF pages are at most 2^32 - 1 pixels wide and high",
+                    ));
+                };
+                enc.write_image::<tiff::encoder::colortype::Gray32Float>(w, h, image)
+                    .map_err(|e| write_error(path, e))
+            }
+        }
+    }
+
+    pub fn finish(self) -> Result<(), IoError> {
+        match self.inner {
+            WriterInner::Npy(mut w) => w.flush().map_err(|e| write_error(&self.path, e)),
+            WriterInner::Tiff(_) => Ok(()),
+        }
+    }
+}
