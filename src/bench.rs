@@ -61,10 +61,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// wall time from submit to completion.
 fn time_once(
     ctx: &GpuContext,
-    record: impl FnOnce(&mut Recorder),
+    record: impl FnOnce(&mut Recorder) -> Result<(), crate::error::GpuError>,
 ) -> Result<(f64, &'static str), FftError> {
     let mut rec = ctx.timed_recorder("bench");
-    record(&mut rec);
+    record(&mut rec)?;
     let start = Instant::now();
     let gpu_ms = rec.finish_timed(ctx)?;
     let wall = start.elapsed().as_secs_f64() * 1e3;
@@ -100,10 +100,19 @@ pub fn copy_gbps(ctx: &GpuContext, bytes: u64, repeats: usize) -> Result<f64, Ff
     })?;
     let bound = kernel.bind(ctx, &[(&src).into(), (&dst).into(), (&params).into()])?;
     let groups = count.div_ceil(256);
-    time_once(ctx, |rec| rec.dispatch(&bound, groups))?; // warm-up: pays shader compilation
+    time_once(ctx, |rec| {
+        rec.dispatch(&bound, groups);
+        Ok(())
+    })?; // warm-up: pays shader compilation
     let mut times = Vec::new();
     for _ in 0..repeats {
-        times.push(time_once(ctx, |rec| rec.dispatch(&bound, groups))?.0);
+        times.push(
+            time_once(ctx, |rec| {
+                rec.dispatch(&bound, groups);
+                Ok(())
+            })?
+            .0,
+        );
     }
     Ok(2.0 * bytes as f64 / (median(times) * 1e6))
 }
@@ -166,7 +175,10 @@ pub fn bench_fft_shape(
         for i in 0..=repeats {
             // Fresh input each time so repeated unnormalised transforms cannot overflow.
             ctx.write(&data, 0, &input);
-            let (ms, how) = time_once(ctx, |rec| plan.record(rec))?;
+            let (ms, how) = time_once(ctx, |rec| {
+                plan.record(rec);
+                Ok(())
+            })?;
             if i > 0 {
                 times.push(ms);
                 timing = how;
@@ -258,6 +270,7 @@ impl OperatorArrays {
         op.application(
             ctx,
             &self.scalars,
+            None,
             what,
             Source::Complex(field(from)),
             Sink::Complex(field(to)),
@@ -286,7 +299,7 @@ pub fn bench_operator(
         let mut times = Vec::new();
         let mut how = "wall";
         for i in 0..=repeats {
-            let (ms, h) = time_once(ctx, |rec| op.record(rec, &application))?;
+            let (ms, h) = time_once(ctx, |rec| op.record(ctx, rec, &application))?;
             if i > 0 {
                 times.push(ms);
                 how = h;
@@ -396,7 +409,7 @@ pub fn bench_admm(
         let mut t = Vec::new();
         for _ in 0..3 {
             t.push(
-                time_once(ctx, |rec| op.record(rec, &application))
+                time_once(ctx, |rec| op.record(ctx, rec, &application))
                     .map_err(|e| match e {
                         FftError::Gpu(g) => crate::solver::SolverError::Gpu(g),
                         other => crate::solver::SolverError::Operator(other.into()),

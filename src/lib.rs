@@ -18,6 +18,7 @@ pub mod memo;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
+pub mod plan;
 pub mod plot;
 pub mod recon;
 pub mod reference;

@@ -56,6 +56,7 @@ fn u1(memo: &mut Memo, op: &LaminoOperator, volume: &[Complex32]) -> Vec<Complex
         .application(
             ctx(),
             &scalars,
+            None,
             Apply::Usfft1d,
             Source::Complex(&source),
             Sink::Complex(&sink),

@@ -1,7 +1,32 @@
-//! Arrays made of planes, held on the device.
+//! Arrays made of planes, resident on the device or held on the host (in memory, or in a
+//! memory-mapped scratch file) and streamed through the device a block at a time.
+//!
+//! Kernels never see where an array lives: a device array is bound directly, a host array's
+//! block is uploaded into a staging buffer that the same kernel reads (and a result block is
+//! downloaded from one), so the arithmetic, and the bits, are the same either way.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use thiserror::Error;
 
 use crate::error::GpuError;
-use crate::gpu::{GpuBuffer, GpuContext};
+use crate::gpu::{Completion, GpuBuffer, GpuContext};
+
+/// Errors of host storage.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    /// A scratch file could not be created, sized or mapped.
+    #[error("scratch space in {dir}: {reason}")]
+    Scratch { dir: PathBuf, reason: String },
+    /// Host memory for an array could not be had.
+    #[error("cannot allocate {bytes} bytes of host memory for {label:?}")]
+    HostMemory { label: String, bytes: u64 },
+}
 
 /// The shape of an array as the kernels see it: `planes` planes of `plane_words` f32 words (a
 /// complex element is two words, a 3-vector three).
@@ -23,45 +48,323 @@ impl PlaneLayout {
     }
 }
 
-/// One array of a reconstruction, resident on the device.
-#[derive(Debug, Clone)]
-pub struct Field {
+/// Where an array lives.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residency {
+    /// In device memory, bound directly.
+    Device,
+    /// In host memory.
+    Host,
+    /// In a memory-mapped scratch file in this directory.
+    Scratch(PathBuf),
+}
+
+/// A strided block of an array's elements: element (i0, i1, i2) at
+/// `offset + i0 s0 + i1 s1 + i2 s2` (the innermost stride is 1), `words` f32 words each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockView {
+    pub offset: u64,
+    pub strides: [u64; 3],
+    pub extents: [u64; 3],
+    pub words: u64,
+}
+
+impl BlockView {
+    /// The block's words in order: (start word, length) of each contiguous run.
+    fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let [e0, e1, e2] = self.extents;
+        let w = self.words;
+        debug_assert!(self.strides[2] == 1 || e2 == 1);
+        (0..e0).flat_map(move |i0| {
+            (0..e1).map(move |i1| {
+                let start = (self.offset + i0 * self.strides[0] + i1 * self.strides[1]) * w;
+                (start as usize, (e2 * w) as usize)
+            })
+        })
+    }
+
+    /// Words of the block.
+    pub fn len_words(&self) -> usize {
+        (self.extents.iter().product::<u64>() * self.words) as usize
+    }
+
+    /// A view of planes `[lo, hi)` of an array of `plane_words` words per plane, as words.
+    pub fn planes(lo: usize, hi: usize, plane_words: usize) -> Self {
+        Self {
+            offset: (lo * plane_words) as u64,
+            strides: [plane_words as u64, 0, 1],
+            extents: [(hi - lo) as u64, 1, plane_words as u64],
+            words: 1,
+        }
+    }
+}
+
+enum HostWords {
+    Ram(Vec<f32>),
+    Mapped(memmap2::MmapMut),
+}
+
+impl HostWords {
+    fn words(&self) -> &[f32] {
+        match self {
+            Self::Ram(v) => v,
+            Self::Mapped(m) => bytemuck::cast_slice(&m[..]),
+        }
+    }
+
+    fn words_mut(&mut self) -> &mut [f32] {
+        match self {
+            Self::Ram(v) => v,
+            Self::Mapped(m) => bytemuck::cast_slice_mut(&mut m[..]),
+        }
+    }
+}
+
+struct HostArray {
+    words: RwLock<HostWords>,
+    /// Downloads into the array that have not landed yet.
+    pending: AtomicUsize,
+}
+
+enum Store {
+    Device(GpuBuffer),
+    Host(HostArray),
+}
+
+struct Inner {
+    label: String,
     layout: PlaneLayout,
-    buffer: GpuBuffer,
+    residency: Residency,
+    store: Store,
+}
+
+/// One array of a reconstruction; clones share the array.
+#[derive(Clone)]
+pub struct Field(Arc<Inner>);
+
+impl std::fmt::Debug for Field {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Field")
+            .field("label", &self.0.label)
+            .field("layout", &self.0.layout)
+            .field("residency", &self.0.residency)
+            .finish()
+    }
+}
+
+/// A zero-filled scratch file of `bytes`, mapped: unnamed (the system removes it when the
+/// process ends, however it ends) and preallocated (a full disk is an error now, not later).
+fn scratch_map(dir: &Path, bytes: u64) -> Result<memmap2::MmapMut, StorageError> {
+    use fs4::FileExt;
+    let err = |reason: String| StorageError::Scratch {
+        dir: dir.into(),
+        reason,
+    };
+    let file = tempfile::tempfile_in(dir).map_err(|e| err(e.to_string()))?;
+    file.allocate(bytes.max(4))
+        .map_err(|e| err(format!("cannot reserve {bytes} bytes: {e}")))?;
+    // Safety: the file is unnamed and private to this process, so nothing else maps or resizes
+    // it while the map lives.
+    unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| err(e.to_string()))
 }
 
 impl Field {
     /// A zero-filled array of `layout` on the device.
     pub fn zeros(ctx: &GpuContext, label: &str, layout: PlaneLayout) -> Result<Self, GpuError> {
-        Ok(Self {
+        Ok(Self(Arc::new(Inner {
+            label: label.to_string(),
             layout,
-            buffer: ctx.storage_buffer(label, layout.bytes())?,
-        })
+            residency: Residency::Device,
+            store: Store::Device(ctx.storage_buffer(label, layout.bytes())?),
+        })))
+    }
+
+    /// A zero-filled array of `layout` where `residency` says.
+    pub fn new(
+        ctx: &GpuContext,
+        label: &str,
+        layout: PlaneLayout,
+        residency: &Residency,
+    ) -> Result<Self, StorageError> {
+        let host = |words| {
+            Store::Host(HostArray {
+                words: RwLock::new(words),
+                pending: AtomicUsize::new(0),
+            })
+        };
+        let store = match residency {
+            Residency::Device => return Ok(Self::zeros(ctx, label, layout)?),
+            Residency::Host => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(layout.words())
+                    .map_err(|_| StorageError::HostMemory {
+                        label: label.to_string(),
+                        bytes: layout.bytes(),
+                    })?;
+                v.resize(layout.words(), 0.0);
+                host(HostWords::Ram(v))
+            }
+            Residency::Scratch(dir) => host(HostWords::Mapped(scratch_map(dir, layout.bytes())?)),
+        };
+        Ok(Self(Arc::new(Inner {
+            label: label.to_string(),
+            layout,
+            residency: residency.clone(),
+            store,
+        })))
     }
 
     /// The array's layout.
     pub fn layout(&self) -> PlaneLayout {
-        self.layout
+        self.0.layout
     }
 
-    /// The device buffer holding the array.
+    /// Where the array lives.
+    pub fn residency(&self) -> &Residency {
+        &self.0.residency
+    }
+
+    /// The device buffer of a device-resident array (`None` for a host array).
+    pub fn device_buffer(&self) -> Option<&GpuBuffer> {
+        match &self.0.store {
+            Store::Device(b) => Some(b),
+            Store::Host(_) => None,
+        }
+    }
+
+    /// The device buffer of an array known to be device-resident.
     pub fn buffer(&self) -> &GpuBuffer {
-        &self.buffer
+        self.device_buffer()
+            .unwrap_or_else(|| panic!("{} is not on the device", self.0.label))
     }
 
     /// The label given at creation.
     pub fn label(&self) -> &str {
-        self.buffer.label()
+        &self.0.label
     }
 
-    /// Writes `words` (the whole array) from the host.
-    pub fn write(&self, ctx: &GpuContext, words: &[f32]) {
-        debug_assert_eq!(words.len(), self.layout.words());
-        ctx.write(&self.buffer, 0, words);
+    /// Whether two handles are the same array.
+    pub fn same(&self, other: &Field) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// Reads the whole array back.
+    fn host(&self) -> Option<&HostArray> {
+        match &self.0.store {
+            Store::Host(h) => Some(h),
+            Store::Device(_) => None,
+        }
+    }
+
+    /// Waits until every download into this (host) array has landed.
+    fn settle(&self, ctx: &GpuContext) -> Result<(), GpuError> {
+        if let Some(h) = self.host() {
+            while h.pending.load(Ordering::SeqCst) > 0 {
+                if !ctx.has_downloads_in_flight() {
+                    return Err(GpuError::Readback(format!(
+                        "a download into {:?} was recorded but never submitted",
+                        self.label()
+                    )));
+                }
+                ctx.poll_downloads(true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes words `[start, start + words.len())` from the host.
+    pub fn write_words(
+        &self,
+        ctx: &GpuContext,
+        start: usize,
+        words: &[f32],
+    ) -> Result<(), GpuError> {
+        match &self.0.store {
+            Store::Device(b) => ctx.write(b, start as u64, words),
+            Store::Host(h) => {
+                self.settle(ctx)?;
+                let mut w = h.words.write().expect("host array poisoned");
+                w.words_mut()[start..start + words.len()].copy_from_slice(words);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the whole array from the host.
+    pub fn write(&self, ctx: &GpuContext, words: &[f32]) -> Result<(), GpuError> {
+        debug_assert_eq!(words.len(), self.layout().words());
+        self.write_words(ctx, 0, words)
+    }
+
+    /// Reads words `[start, start + len)` back (waits for the device).
+    pub fn read_words(
+        &self,
+        ctx: &GpuContext,
+        start: usize,
+        len: usize,
+    ) -> Result<Vec<f32>, GpuError> {
+        match &self.0.store {
+            Store::Device(b) => ctx.read(b, start as u64, len),
+            Store::Host(h) => {
+                self.settle(ctx)?;
+                let w = h.words.read().expect("host array poisoned");
+                Ok(w.words()[start..start + len].to_vec())
+            }
+        }
+    }
+
+    /// Reads the whole array back (waits for the device).
     pub fn read(&self, ctx: &GpuContext) -> Result<Vec<f32>, GpuError> {
-        ctx.read(&self.buffer, 0, self.layout.words())
+        self.read_words(ctx, 0, self.layout().words())
+    }
+
+    /// The words of `block` of a host array, contiguous (after the downloads into it landed).
+    pub(crate) fn gather(&self, ctx: &GpuContext, block: &BlockView) -> Result<Vec<f32>, GpuError> {
+        let h = self.host().expect("only host arrays are gathered");
+        self.settle(ctx)?;
+        let w = h.words.read().expect("host array poisoned");
+        let words = w.words();
+        let mut out = Vec::with_capacity(block.len_words());
+        for (start, len) in block.runs() {
+            out.extend_from_slice(&words[start..start + len]);
+        }
+        Ok(out)
+    }
+
+    /// The completion of a download of `block` (contiguous) into this host array. Until it
+    /// runs (or is dropped unrun, with its recording), readers of the array wait for it.
+    pub(crate) fn scatter(&self, block: BlockView) -> Completion {
+        let h = self.host().expect("only host arrays are scattered into");
+        h.pending.fetch_add(1, Ordering::SeqCst);
+        let pending = Pending(self.clone());
+        Box::new(move |bytes: &[u8]| {
+            let field = &pending.0;
+            let h = field.host().expect("a host array");
+            {
+                let mut w = h.words.write().expect("host array poisoned");
+                let words = w.words_mut();
+                // The readback buffer's bytes are not necessarily 4-aligned in memory: copy.
+                let values: Vec<f32> = bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let mut at = 0;
+                for (start, len) in block.runs() {
+                    words[start..start + len].copy_from_slice(&values[at..at + len]);
+                    at += len;
+                }
+            }
+        })
+    }
+}
+
+/// A download into a host array that has not landed: released when its completion ends.
+struct Pending(Field);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.host() {
+            h.pending.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }

@@ -278,6 +278,24 @@ pub struct GpuContext {
     staging: Mutex<Option<GpuBuffer>>,
     downloads: Mutex<Downloads>,
     counters: Counters,
+    device_local: Option<u64>,
+}
+
+/// The largest device-local memory heap the Vulkan driver reports for `adapter` (`None` on
+/// other backends, where wgpu offers no way to ask).
+fn vulkan_device_local_bytes(adapter: &wgpu::Adapter) -> Option<u64> {
+    // Safety: the HAL adapter is only used to read properties while `adapter` is alive.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance().raw_instance();
+    // Safety: the physical device belongs to this instance.
+    let properties =
+        unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    properties
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|h| h.flags.contains(ash::vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .max()
 }
 
 /// Readback buffers: free ones, and those holding a download not yet on the host.
@@ -286,6 +304,8 @@ struct Downloads {
     free: Vec<GpuBuffer>,
     in_flight: Vec<InFlight>,
     pooled_bytes: u64,
+    /// The pool's limit when set (`set_readback_pool_bytes`), else `READBACK_POOL_BYTES`.
+    cap: Option<u64>,
 }
 
 type MapState = Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>;
@@ -380,6 +400,7 @@ impl GpuContext {
                 v.push(e);
             }
         }));
+        let device_local = vulkan_device_local_bytes(adapter);
         let lost: Arc<Mutex<Option<String>>> = Arc::default();
         let lost_slot = lost.clone();
         device.set_device_lost_callback(move |reason, message| {
@@ -402,6 +423,7 @@ impl GpuContext {
             staging: Mutex::default(),
             downloads: Mutex::default(),
             counters: Counters::default(),
+            device_local,
         })
     }
 
@@ -423,6 +445,12 @@ impl GpuContext {
     /// `bytes` of device memory (`GpuError::OverBudget`); 0 removes the limit.
     pub fn set_device_budget(&self, bytes: u64) {
         self.ledger.budget.store(bytes, Ordering::SeqCst);
+    }
+
+    /// The device-local memory the backend reports (Vulkan: the largest `DEVICE_LOCAL` memory
+    /// heap), `None` where wgpu offers no way to read it.
+    pub fn device_local_bytes(&self) -> Option<u64> {
+        self.device_local
     }
 
     /// The device budget set with [`set_device_budget`](Self::set_device_budget), if any.
@@ -620,7 +648,7 @@ impl GpuContext {
                 if let Some(i) = best {
                     return Ok(d.free.swap_remove(i));
                 }
-                let cap = READBACK_POOL_BYTES.max(2 * bytes);
+                let cap = d.cap.unwrap_or(READBACK_POOL_BYTES).max(bytes);
                 if d.pooled_bytes + bytes <= cap || d.in_flight.is_empty() {
                     // Free buffers too small to serve: give their memory back first.
                     let released: u64 = d.free.drain(..).map(|b| b.bytes).sum();
@@ -637,18 +665,23 @@ impl GpuContext {
         }
     }
 
+    /// Limits the readback buffers to `bytes` in all (a memory plan counts them in its budget);
+    /// a download that needs more waits for earlier ones to land.
+    pub fn set_readback_pool_bytes(&self, bytes: u64) {
+        self.downloads.lock().expect("download pool poisoned").cap = Some(bytes);
+    }
+
     pub(crate) fn register_download(&self, download: Download) {
         let mapped: MapState = Arc::default();
         let state = mapped.clone();
-        download
-            .readback
-            .buffer
-            .slice(0..download.bytes)
-            .map_async(wgpu::MapMode::Read, move |r| {
+        download.readback.buffer.slice(0..download.bytes).map_async(
+            wgpu::MapMode::Read,
+            move |r| {
                 if let Ok(mut s) = state.lock() {
                     *s = Some(r);
                 }
-            });
+            },
+        );
         self.counters
             .bytes_downloaded
             .fetch_add(download.bytes, Ordering::Relaxed);
@@ -711,6 +744,16 @@ impl GpuContext {
                 .push(readback);
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Whether downloads were submitted that have not been handed to their completions.
+    pub fn has_downloads_in_flight(&self) -> bool {
+        !self
+            .downloads
+            .lock()
+            .expect("download pool poisoned")
+            .in_flight
+            .is_empty()
     }
 
     /// Waits until every download is on the host.

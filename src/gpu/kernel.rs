@@ -237,4 +237,3 @@ pub struct Bound {
     pub(crate) kernel: Arc<Kernel>,
     _allocations: Vec<Arc<super::context::Allocation>>,
 }
-

@@ -68,14 +68,14 @@ impl Recorder {
         if self.pass.is_none() {
             let encoder = self.encoder.as_mut().expect("recorder already finished");
             // A timed recorder holds one pass: the timestamps bracket it.
-            let timestamp_writes =
-                self.timer
-                    .as_ref()
-                    .map(|q| wgpu::ComputePassTimestampWrites {
-                        query_set: q,
-                        beginning_of_pass_write_index: Some(0),
-                        end_of_pass_write_index: Some(1),
-                    });
+            let timestamp_writes = self
+                .timer
+                .as_ref()
+                .map(|q| wgpu::ComputePassTimestampWrites {
+                    query_set: q,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                });
             let pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(&self.label),
@@ -122,6 +122,23 @@ impl Recorder {
                 .push((buffer.buffer.clone(), at, bytes.to_vec()));
         }
         Ok(())
+    }
+
+    /// Like [`upload`](Self::upload), with the data made by `data` after the segment boundary:
+    /// what `data` reads from the host (an array that downloads fill) is what the commands
+    /// recorded so far left there, once they are submitted and their downloads have landed.
+    pub fn upload_with<T: Pod>(
+        &mut self,
+        ctx: &GpuContext,
+        buffer: &GpuBuffer,
+        offset: u64,
+        data: impl FnOnce() -> Result<Vec<T>, GpuError>,
+    ) -> Result<(), GpuError> {
+        if self.commands {
+            self.flush(ctx)?;
+        }
+        let data = data()?;
+        self.upload(ctx, buffer, offset, &data)
     }
 
     /// Copies `bytes` of `buffer` from byte `offset` to the host once the commands recorded

@@ -314,7 +314,7 @@ impl Memo {
                 }
                 None => {
                     let mut rec = ctx.recorder("memo: plain stage");
-                    op.record_stage(&mut rec, application, position);
+                    op.record_stage(ctx, &mut rec, application, position)?;
                     ctx.submit_and_wait(rec)?;
                 }
             }
@@ -350,7 +350,7 @@ impl StageMemo {
         let io = (input.clone(), output.clone());
         let (input, output) = (&io.0, &io.1);
         let mut rec = ctx.recorder("memo: stage in, key");
-        op.record_chunk_in(&mut rec, application, position, chunk);
+        op.record_chunk_in(ctx, &mut rec, application, position, chunk)?;
         self.kernels().record_key(ctx, &mut rec, input);
         ctx.submit_and_wait(rec)?;
         let key = UnitKey::new(&self.kernels().read_key(ctx, input)?);
@@ -373,7 +373,7 @@ impl StageMemo {
                     .collect();
                 let mut rec = ctx.recorder("memo: reuse");
                 if options.audit {
-                    op.record_chunk_compute(&mut rec, self.stage, chunk);
+                    op.record_chunk_compute(ctx, &mut rec, self.stage, chunk)?;
                     self.kernels().record_audit_save(ctx, &mut rec, output);
                 }
                 self.kernels()
@@ -381,7 +381,7 @@ impl StageMemo {
                 if options.audit {
                     self.kernels().record_audit_diff(ctx, &mut rec, output);
                 }
-                op.record_chunk_out(&mut rec, application, position, chunk);
+                op.record_chunk_out(ctx, &mut rec, application, position, chunk)?;
                 // Submission waits for the work, so the chunk's time is complete here.
                 ctx.submit_and_wait(rec)?;
                 if options.audit {
@@ -412,13 +412,13 @@ impl StageMemo {
                     None => None,
                 };
                 let mut rec = ctx.recorder("memo: compute");
-                op.record_chunk_compute(&mut rec, self.stage, chunk);
+                op.record_chunk_compute(ctx, &mut rec, self.stage, chunk)?;
                 if let Some((slot, _)) = &stored {
                     let offsets = self.store.slot_offsets(*slot);
                     self.kernels()
                         .record_store(ctx, &mut rec, (input, output), offsets);
                 }
-                op.record_chunk_out(&mut rec, application, position, chunk);
+                op.record_chunk_out(ctx, &mut rec, application, position, chunk)?;
                 ctx.submit_and_wait(rec)?;
                 self.stats.misses += 1;
                 self.stats.compute_ms += t.elapsed().as_secs_f64() * 1e3;
@@ -721,6 +721,7 @@ mod tests {
                 .application(
                     &ctx,
                     &scalars,
+                    None,
                     stage.apply(),
                     crate::operator::Source::Complex(field(from)),
                     crate::operator::Sink::Complex(field(to)),
@@ -730,7 +731,8 @@ mod tests {
             let chunk = op.chunk_count(stage) - 1;
             let (input, _) = op.chunk_io(stage, chunk);
             let mut rec = ctx.recorder("test");
-            op.record_chunk_in(&mut rec, &application, 0, chunk);
+            op.record_chunk_in(&ctx, &mut rec, &application, 0, chunk)
+                .unwrap();
             kernels.record_key(&ctx, &mut rec, input);
             ctx.submit_and_wait(rec).unwrap();
             let key = kernels.read_key(&ctx, input).unwrap();

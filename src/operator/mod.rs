@@ -28,7 +28,9 @@ use bytemuck::{Pod, Zeroable};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::array::{Field, PlaneLayout, Scalars};
+use std::sync::Arc;
+
+use crate::array::{BlockView, Field, PlaneLayout, Residency, Role, Scalars, Staging};
 use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
@@ -74,6 +76,17 @@ pub enum OperatorError {
     /// An application asks for something the stages cannot do.
     #[error("{0}")]
     Unsupported(&'static str),
+    #[error(transparent)]
+    Storage(crate::array::StorageError),
+}
+
+impl From<crate::array::StorageError> for OperatorError {
+    fn from(e: crate::array::StorageError) -> Self {
+        match e {
+            crate::array::StorageError::Gpu(g) => Self::Gpu(g),
+            other => Self::Storage(other),
+        }
+    }
 }
 
 /// Chunking limits; by default chunks are as large as the device's binding limit allows.
@@ -208,9 +221,20 @@ impl Kind {
     }
 }
 
-enum Step {
+pub(crate) enum Step {
     Dispatch(Bound, u32),
     Fft(usize),
+    /// A block of a host array into a staging buffer (starts a recording segment).
+    Upload {
+        field: Field,
+        role: Role,
+        view: BlockView,
+    },
+    /// The output staging buffer into a block of a host array.
+    Download {
+        field: Field,
+        view: BlockView,
+    },
 }
 
 /// A gridding stage that runs chunk by chunk, each chunk an independent linear map from a
@@ -293,6 +317,7 @@ struct Chunk {
 /// A stage sequence bound to the caller's arrays, built once and recorded any number of times.
 pub struct Application {
     stages: Vec<BoundStage>,
+    staging: Option<Arc<Staging>>,
 }
 
 struct BoundStage {
@@ -522,6 +547,17 @@ impl LaminoOperator {
         geometry: &Geometry,
         options: &OperatorOptions,
     ) -> Result<Self, OperatorError> {
+        Self::with_spectrum(ctx, geometry, options, &Residency::Device)
+    }
+
+    /// As [`new`](Self::new), with the spectrum where `residency` says (a memory plan's
+    /// streaming mode keeps it on the host).
+    pub fn with_spectrum(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+        residency: &Residency,
+    ) -> Result<Self, OperatorError> {
         geometry.validate()?;
         let g = geometry;
         for (name, value) in [("n0", g.n0), ("n1", g.n1), ("n2", g.n2)] {
@@ -537,7 +573,12 @@ impl LaminoOperator {
                 });
             }
         }
-        let spectrum = Field::zeros(ctx, "spectrum (deth, n1, n2)", Space::Spectrum.layout(g, 2))?;
+        let spectrum = Field::new(
+            ctx,
+            "spectrum (deth, n1, n2)",
+            Space::Spectrum.layout(g, 2),
+            residency,
+        )?;
         let mut op = Self {
             geometry: g.clone(),
             spectrum,
@@ -869,6 +910,7 @@ impl LaminoOperator {
                     .map(|s| match s {
                         Step::Dispatch(b, n) => Step::Dispatch(b.clone(), *n),
                         Step::Fft(i) => Step::Fft(*i),
+                        _ => unreachable!("computations hold no transfers"),
                     })
                     .collect();
                 self.stages[kind_index(kind)].push(Chunk {
@@ -901,9 +943,14 @@ impl LaminoOperator {
         (self.chunk_y, self.chunk_rows, self.chunk_angles)
     }
 
-    /// Bytes of device memory the operator holds (spectrum, chunk buffers, tables, FFT plans).
+    /// Bytes of device memory the operator holds (spectrum when on the device, chunk buffers,
+    /// tables, FFT plans).
     pub fn device_bytes(&self) -> u64 {
-        self.spectrum.layout().bytes()
+        let spectrum = match self.spectrum.residency() {
+            Residency::Device => self.spectrum.layout().bytes(),
+            _ => 0,
+        };
+        spectrum
             + self.buffers.iter().map(GpuBuffer::bytes).sum::<u64>()
             + self.ffts.iter().map(FftPlan1d::device_bytes).sum::<u64>()
     }
@@ -916,6 +963,7 @@ impl LaminoOperator {
         &self,
         ctx: &GpuContext,
         scalars: &Scalars,
+        staging: Option<&Arc<Staging>>,
         what: Apply,
         source: Source<'_>,
         sink: Sink<'_>,
@@ -959,6 +1007,7 @@ impl LaminoOperator {
                 let output = &chunk.output;
                 let steps_in = stage_in(
                     ctx,
+                    staging.map(|s| &**s),
                     stage_source,
                     chunk.whole_in,
                     &input.buffer,
@@ -969,6 +1018,7 @@ impl LaminoOperator {
                 let steps_out = stage_out(
                     ctx,
                     scalars,
+                    staging.map(|s| &**s),
                     &output.buffer,
                     output.view,
                     stage_sink,
@@ -976,18 +1026,16 @@ impl LaminoOperator {
                     output.extents,
                     &mut keep,
                 )?;
-                let steps = |list: Vec<(Bound, u32)>| {
-                    list.into_iter()
-                        .map(|(b, g)| Step::Dispatch(b, g))
-                        .collect::<Vec<_>>()
-                };
-                chunks.push((steps(steps_in), steps(steps_out)));
+                chunks.push((steps_in, steps_out));
             }
             // The uniforms live as long as the bind groups that use them.
             drop(keep);
             stages.push(BoundStage { kind, chunks });
         }
-        Ok(Application { stages })
+        Ok(Application {
+            stages,
+            staging: staging.cloned(),
+        })
     }
 
     fn check(&self, space: Space, words: u64, field: &Field) -> Result<(), OperatorError> {
@@ -1004,27 +1052,48 @@ impl LaminoOperator {
         Ok(())
     }
 
-    fn record_steps(&self, rec: &mut Recorder, steps: &[Step]) {
+    fn record_steps(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        steps: &[Step],
+        staging: Option<&Staging>,
+    ) -> Result<(), GpuError> {
         for step in steps {
             match step {
                 Step::Dispatch(bound, groups) => rec.dispatch(bound, *groups),
                 Step::Fft(i) => self.ffts[*i].record(rec),
+                Step::Upload { field, role, view } => {
+                    let staging = staging.expect("host arrays have staging");
+                    rec.upload_with(ctx, staging.buffer(*role), 0, || field.gather(ctx, view))?;
+                }
+                Step::Download { field, view } => {
+                    let staging = staging.expect("host arrays have staging");
+                    let bytes = view.len_words() as u64 * 4;
+                    rec.download(
+                        ctx,
+                        staging.buffer(Role::Out),
+                        0,
+                        bytes,
+                        field.scatter(*view),
+                    )?;
+                }
             }
         }
+        Ok(())
     }
 
     /// Records `application` into `rec`.
-    pub fn record(&self, rec: &mut Recorder, application: &Application) {
-        for stage in &application.stages {
-            for (chunk, (steps_in, steps_out)) in self.stages[kind_index(stage.kind)]
-                .iter()
-                .zip(&stage.chunks)
-            {
-                self.record_steps(rec, steps_in);
-                self.record_steps(rec, &chunk.compute);
-                self.record_steps(rec, steps_out);
-            }
+    pub fn record(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        application: &Application,
+    ) -> Result<(), GpuError> {
+        for position in 0..application.stages.len() {
+            self.record_stage(ctx, rec, application, position)?;
         }
+        Ok(())
     }
 
     /// Number of chunks of `stage`.
@@ -1041,55 +1110,70 @@ impl LaminoOperator {
     /// Records stage number `position` of `application` for every chunk.
     pub(crate) fn record_stage(
         &self,
+        ctx: &GpuContext,
         rec: &mut Recorder,
         application: &Application,
         position: usize,
-    ) {
+    ) -> Result<(), GpuError> {
         let stage = &application.stages[position];
+        let staging = application.staging.as_deref();
         for (chunk, (steps_in, steps_out)) in self.stages[kind_index(stage.kind)]
             .iter()
             .zip(&stage.chunks)
         {
-            self.record_steps(rec, steps_in);
-            self.record_steps(rec, &chunk.compute);
-            self.record_steps(rec, steps_out);
+            self.record_steps(ctx, rec, steps_in, staging)?;
+            self.record_steps(ctx, rec, &chunk.compute, staging)?;
+            self.record_steps(ctx, rec, steps_out, staging)?;
         }
+        Ok(())
     }
 
     /// Records the copy of chunk `chunk`'s input from the whole array into its input block, for
     /// stage number `position` of `application`.
     pub(crate) fn record_chunk_in(
         &self,
+        ctx: &GpuContext,
         rec: &mut Recorder,
         application: &Application,
         position: usize,
         chunk: usize,
-    ) {
-        self.record_steps(rec, &application.stages[position].chunks[chunk].0);
+    ) -> Result<(), GpuError> {
+        let steps = &application.stages[position].chunks[chunk].0;
+        self.record_steps(ctx, rec, steps, application.staging.as_deref())
     }
 
     /// Records the chunk's map from its input block to its output block.
-    pub(crate) fn record_chunk_compute(&self, rec: &mut Recorder, stage: Stage, chunk: usize) {
-        self.record_steps(rec, &self.stages[kind_index(stage.kind())][chunk].compute);
+    pub(crate) fn record_chunk_compute(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        stage: Stage,
+        chunk: usize,
+    ) -> Result<(), GpuError> {
+        let steps = &self.stages[kind_index(stage.kind())][chunk].compute;
+        self.record_steps(ctx, rec, steps, None)
     }
 
     /// Records the copy of the chunk's output block into the whole array, for stage number
     /// `position` of `application`.
     pub(crate) fn record_chunk_out(
         &self,
+        ctx: &GpuContext,
         rec: &mut Recorder,
         application: &Application,
         position: usize,
         chunk: usize,
-    ) {
-        self.record_steps(rec, &application.stages[position].chunks[chunk].1);
+    ) -> Result<(), GpuError> {
+        let steps = &application.stages[position].chunks[chunk].1;
+        self.record_steps(ctx, rec, steps, application.staging.as_deref())
     }
 
     /// Runs `application` and waits for it.
     pub fn run(&self, ctx: &GpuContext, application: &Application) -> Result<(), OperatorError> {
         let mut rec = ctx.recorder("laminography operator");
-        self.record(&mut rec, application);
-        Ok(ctx.submit_and_wait(rec)?)
+        self.record(ctx, &mut rec, application)?;
+        ctx.submit_and_wait(rec)?;
+        Ok(ctx.complete_downloads()?)
     }
 
     /// Uploads `input` (row-major, of the shape `what` reads), applies `what` and returns its
@@ -1116,6 +1200,7 @@ impl LaminoOperator {
         let application = self.application(
             ctx,
             &self.own_scalars,
+            None,
             what,
             Source::Complex(&source),
             Sink::Complex(&sink),

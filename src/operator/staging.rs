@@ -4,8 +4,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::OperatorError;
-use crate::array::{Coef, Field, Scalars};
+use super::{OperatorError, Step};
+use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging};
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
@@ -180,17 +180,37 @@ fn slice(field: &Field, words: u64, start: u64, len: u64) -> BufferSlice<'_> {
     }
 }
 
-/// Bound dispatches copying a block of `extents` from `source` (viewed through `whole`, in
-/// elements) into the chunk-local complex buffer `local` (viewed through `local_view`).
+/// The block `whole` of a host array as a contiguous upload, with the view kernels use on the
+/// staging buffer it lands in.
+fn staged(whole: View, extents: [u64; 3], words: u64) -> (BlockView, View) {
+    (
+        BlockView {
+            offset: whole.offset,
+            strides: whole.strides,
+            extents,
+            words,
+        },
+        View {
+            offset: 0,
+            strides: [extents[1] * extents[2], extents[2], 1],
+        },
+    )
+}
+
+/// Steps copying a block of `extents` from `source` (viewed through `whole`, in elements) into
+/// the chunk-local complex buffer `local` (viewed through `local_view`): bound dispatches over
+/// windows of device arrays, or uploads of host arrays' blocks into staging buffers first.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn stage_in(
     ctx: &GpuContext,
+    staging: Option<&Staging>,
     source: Source<'_>,
     whole: View,
     local: &GpuBuffer,
     local_view: View,
     extents: [u64; 3],
     keep: &mut Vec<GpuBuffer>,
-) -> Result<Vec<(Bound, u32)>, OperatorError> {
+) -> Result<Vec<Step>, OperatorError> {
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::STAGE_IN,
         entry: "stage_in",
@@ -208,54 +228,120 @@ pub(crate) fn stage_in(
         Source::Real(_) => 1,
         Source::Difference(..) => 2,
     };
+    let (first, second) = match source {
+        Source::Difference(x, y) => (x, y),
+        Source::Complex(x) | Source::Real(x) => (x, x),
+    };
+    let params = |whole: GpuView, local: GpuView, e0: u64| StageParams {
+        whole,
+        local,
+        e0: e0 as u32,
+        e1: extents[1] as u32,
+        e2: extents[2] as u32,
+        mode,
+        c: 0.0,
+        slot: 0,
+        accumulate: 0,
+        pad: 0,
+    };
     let mut out = Vec::new();
-    for (a, b, start, len) in pieces(ctx, source.field().label(), words, whole, extents)? {
-        let params = ctx.uniform(
+    if first.device_buffer().is_none() || second.device_buffer().is_none() {
+        if first.device_buffer().is_some() || second.device_buffer().is_some() {
+            return Err(OperatorError::Unsupported(
+                "the two arrays of a difference must both be on the device or both on the host",
+            ));
+        }
+        let staging = staging.ok_or(OperatorError::Unsupported(
+            "an array held on the host needs staging buffers",
+        ))?;
+        let (block, view) = staged(whole, extents, words);
+        let need = block.len_words() as u64;
+        if need > staging.words() as u64 {
+            return Err(OperatorError::TooLarge {
+                what: format!("a block of {:?} for a staging buffer", first.label()),
+                bytes: need * 4,
+                limit: staging.words() as u64 * 4,
+            });
+        }
+        out.push(Step::Upload {
+            field: first.clone(),
+            role: Role::X,
+            view: block,
+        });
+        let second_role = if second.same(first) { Role::X } else { Role::Y };
+        if second_role == Role::Y {
+            out.push(Step::Upload {
+                field: second.clone(),
+                role: Role::Y,
+                view: block,
+            });
+        }
+        let uniform = ctx.uniform(
             "stage in params",
-            &StageParams {
-                whole: gpu_view(&whole, start, a),
-                local: gpu_view(&local_view, 0, a),
-                e0: (b - a) as u32,
-                e1: extents[1] as u32,
-                e2: extents[2] as u32,
-                mode,
-                c: 0.0,
-                slot: 0,
-                accumulate: 0,
-                pad: 0,
-            },
+            &params(
+                gpu_view(&view, 0, 0),
+                gpu_view(&local_view, 0, 0),
+                extents[0],
+            ),
         )?;
-        let (first, second) = match source {
-            Source::Difference(x, y) => (x, y),
-            Source::Complex(x) | Source::Real(x) => (x, x),
-        };
+        let bound = kernel.bind(
+            ctx,
+            &[
+                staging.buffer(Role::X).into(),
+                staging.buffer(second_role).into(),
+                local.into(),
+                (&uniform).into(),
+            ],
+        )?;
+        out.push(Step::Dispatch(
+            bound,
+            groups(extents.iter().product::<u64>()),
+        ));
+        keep.push(uniform);
+        return Ok(out);
+    }
+    for (a, b, start, len) in pieces(ctx, first.label(), words, whole, extents)? {
+        let uniform = ctx.uniform(
+            "stage in params",
+            &params(
+                gpu_view(&whole, start, a),
+                gpu_view(&local_view, 0, a),
+                b - a,
+            ),
+        )?;
         let bound = kernel.bind(
             ctx,
             &[
                 slice(first, words, start, len),
                 slice(second, words, start, len),
                 local.into(),
-                (&params).into(),
+                (&uniform).into(),
             ],
         )?;
-        out.push((bound, groups((b - a) * extents[1] * extents[2])));
-        keep.push(params);
+        out.push(Step::Dispatch(
+            bound,
+            groups((b - a) * extents[1] * extents[2]),
+        ));
+        keep.push(uniform);
     }
     Ok(out)
 }
 
-/// Bound dispatches copying the chunk-local complex result in `local` into a block of `sink`.
+/// Steps copying the chunk-local complex result in `local` into a block of `sink`: bound
+/// dispatches over windows of a device array, or, for a host array, into a staging buffer
+/// (after uploading the block's current values when they are added to) and a download.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stage_out(
     ctx: &GpuContext,
     scalars: &Scalars,
+    staging: Option<&Staging>,
     local: &GpuBuffer,
     local_view: View,
     sink: Sink<'_>,
     whole: View,
     extents: [u64; 3],
     keep: &mut Vec<GpuBuffer>,
-) -> Result<Vec<(Bound, u32)>, OperatorError> {
+) -> Result<Vec<Step>, OperatorError> {
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::STAGE_OUT,
         entry: "stage_out",
@@ -274,34 +360,91 @@ pub(crate) fn stage_out(
             scale, accumulate, ..
         } => (1, scale, accumulate),
     };
+    let params = |whole: GpuView, local: GpuView, e0: u64| StageParams {
+        whole,
+        local,
+        e0: e0 as u32,
+        e1: extents[1] as u32,
+        e2: extents[2] as u32,
+        mode,
+        c: coef.constant,
+        slot: coef.slot.0,
+        accumulate: accumulate as u32,
+        pad: 0,
+    };
+    let field = sink.field();
     let mut out = Vec::new();
-    for (a, b, start, len) in pieces(ctx, sink.field().label(), words, whole, extents)? {
-        let params = ctx.uniform(
+    if field.device_buffer().is_none() {
+        let staging = staging.ok_or(OperatorError::Unsupported(
+            "an array held on the host needs staging buffers",
+        ))?;
+        let (block, view) = staged(whole, extents, words);
+        let need = block.len_words() as u64;
+        if need > staging.words() as u64 {
+            return Err(OperatorError::TooLarge {
+                what: format!("a block of {:?} for a staging buffer", field.label()),
+                bytes: need * 4,
+                limit: staging.words() as u64 * 4,
+            });
+        }
+        if accumulate {
+            out.push(Step::Upload {
+                field: field.clone(),
+                role: Role::Out,
+                view: block,
+            });
+        }
+        let uniform = ctx.uniform(
             "stage out params",
-            &StageParams {
-                whole: gpu_view(&whole, start, a),
-                local: gpu_view(&local_view, 0, a),
-                e0: (b - a) as u32,
-                e1: extents[1] as u32,
-                e2: extents[2] as u32,
-                mode,
-                c: coef.constant,
-                slot: coef.slot.0,
-                accumulate: accumulate as u32,
-                pad: 0,
-            },
+            &params(
+                gpu_view(&view, 0, 0),
+                gpu_view(&local_view, 0, 0),
+                extents[0],
+            ),
         )?;
         let bound = kernel.bind(
             ctx,
             &[
                 local.into(),
-                slice(sink.field(), words, start, len),
+                staging.buffer(Role::Out).into(),
                 scalars.coefficients().into(),
-                (&params).into(),
+                (&uniform).into(),
             ],
         )?;
-        out.push((bound, groups((b - a) * extents[1] * extents[2])));
-        keep.push(params);
+        out.push(Step::Dispatch(
+            bound,
+            groups(extents.iter().product::<u64>()),
+        ));
+        out.push(Step::Download {
+            field: field.clone(),
+            view: block,
+        });
+        keep.push(uniform);
+        return Ok(out);
+    }
+    for (a, b, start, len) in pieces(ctx, field.label(), words, whole, extents)? {
+        let uniform = ctx.uniform(
+            "stage out params",
+            &params(
+                gpu_view(&whole, start, a),
+                gpu_view(&local_view, 0, a),
+                b - a,
+            ),
+        )?;
+        let bound = kernel.bind(
+            ctx,
+            &[
+                local.into(),
+                slice(field, words, start, len),
+                scalars.coefficients().into(),
+                (&uniform).into(),
+            ],
+        )?;
+        out.push(Step::Dispatch(
+            bound,
+            groups((b - a) * extents[1] * extents[2]),
+        ));
+        keep.push(uniform);
     }
     Ok(out)
 }

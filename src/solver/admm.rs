@@ -13,15 +13,19 @@ use thiserror::Error;
 use super::checkpoint::{Checkpoint, CheckpointError};
 use super::params::{AdmmParams, Convergence, InnerSolver};
 use super::vector::{Kernel, Target, VectorOp};
-use crate::array::{Coef, Field, PlaneLayout, Scalars, Slot, SumSlot};
+use std::sync::Arc;
+
+use crate::array::{
+    Coef, Field, PlaneLayout, Residency, Scalars, Slot, Staging, StorageError, SumSlot,
+};
 use crate::error::GpuError;
 use crate::gpu::{BindingKind, Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::fnv1a;
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
 use crate::operator::{
     Application, Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions, Sink, Source,
-    Space,
 };
+use crate::plan::{Array, MemoryPlan, PlanError};
 use crate::shaders;
 
 /// Errors of the solver.
@@ -36,6 +40,10 @@ pub enum SolverError {
     Memo(#[from] MemoError),
     #[error(transparent)]
     Parameter(#[from] super::params::InvalidParameter),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// The data do not have the geometry's shape.
     #[error("the data hold {got} values, but the geometry needs {expected} (ntheta, deth, detw)")]
     DataShape { expected: usize, got: usize },
@@ -312,14 +320,27 @@ pub struct AdmmSolver {
 }
 
 impl AdmmSolver {
-    /// Builds the operator and every array, and moves `data` (spatial projections,
-    /// `(ntheta, deth, detw)` row-major) to the Fourier domain.
+    /// Builds the operator and every array on the device (chunks no larger than `options`
+    /// allow), and moves `data` (spatial projections, `(ntheta, deth, detw)` row-major) to the
+    /// Fourier domain.
     pub fn new(
         ctx: &GpuContext,
         geometry: &Geometry,
         data: &[f32],
         params: AdmmParams,
         options: &OperatorOptions,
+    ) -> Result<Self, SolverError> {
+        let plan = MemoryPlan::in_core(ctx, geometry, &params, options)?;
+        Self::with_plan(ctx, geometry, data, params, &plan)
+    }
+
+    /// As [`new`](Self::new), with every array where `plan` puts it and the chunks it chose.
+    pub fn with_plan(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        data: &[f32],
+        params: AdmmParams,
+        plan: &MemoryPlan,
     ) -> Result<Self, SolverError> {
         params.validate()?;
         if data.len() != geometry.data_len() {
@@ -328,31 +349,44 @@ impl AdmmSolver {
                 got: data.len(),
             });
         }
-        let op = LaminoOperator::new(ctx, geometry, options)?;
         let g = geometry;
+        let op = LaminoOperator::with_spectrum(
+            ctx,
+            geometry,
+            &plan.operator,
+            plan.residency(Array::Spectrum),
+        )?;
         let scalars = Scalars::new(ctx, slot::COUNT, sum::COUNT)?;
-        let volume =
-            |label: &str, words: usize| Field::zeros(ctx, label, Space::Volume.layout(g, words));
-        let data_field = |label: &str| Field::zeros(ctx, label, Space::Data.layout(g, 2));
+        let staging = match plan.staging_words {
+            0 => None,
+            words => {
+                ctx.set_readback_pool_bytes(2 * words as u64 * 4);
+                Some(Arc::new(Staging::new(ctx, words)?))
+            }
+        };
+        let array = |array: Array, label: &str| {
+            Field::new(ctx, label, array.layout(g), plan.residency(array))
+        };
         let fields = Fields {
-            u: volume("u", 1)?,
-            u_prev: volume("u previous", 1)?,
-            psi: volume("psi", 3)?,
-            lambda: volume("lambda", 3)?,
-            grad_u: volume("grad u", 3)?,
-            h0: volume("grad u previous", 3)?,
-            r: volume("r", 1)?,
-            p: volume("p", 1)?,
-            grad_p: volume("grad p", 3)?,
-            r_prev: volume("r previous", 1)?,
-            dhat: data_field("D hat")?,
-            au: data_field("A u")?,
-            ap: data_field("A p")?,
+            u: array(Array::U, "u")?,
+            u_prev: array(Array::UPrev, "u previous")?,
+            psi: array(Array::Psi, "psi")?,
+            lambda: array(Array::Lambda, "lambda")?,
+            grad_u: array(Array::GradU, "grad u")?,
+            h0: array(Array::GradUPrev, "grad u previous")?,
+            r: array(Array::R, "r")?,
+            p: array(Array::P, "p")?,
+            grad_p: array(Array::GradP, "grad p")?,
+            r_prev: array(Array::RPrev, "r previous")?,
+            dhat: array(Array::DHat, "D hat")?,
+            au: array(Array::Au, "A u")?,
+            ap: array(Array::Ap, "A p")?,
         };
         let n_fourier = (g.deth * g.detw) as f64;
-        let ops = Ops::new(ctx, &scalars, &fields, [g.n0, g.n1, g.n2])?;
+        let st = staging.as_ref();
+        let ops = Ops::new(ctx, &scalars, st, &fields, [g.n0, g.n1, g.n2])?;
         let f = &fields;
-        let app = |what, source, sink| op.application(ctx, &scalars, what, source, sink);
+        let app = |what, source, sink| op.application(ctx, &scalars, st, what, source, sink);
         let apps = Apps {
             residual: app(
                 Apply::FourierAdjoint,
@@ -384,26 +418,27 @@ impl AdmmSolver {
             )?,
         };
         let steps = ScalarSteps::new(ctx, &scalars)?;
-        // D = N F_fwd(d): the data in the Fourier domain, once.
-        let spatial = Field::zeros(
+        // D = N F_fwd(d): the data in the Fourier domain, once. In streaming mode the spatial
+        // projections stay on the host and pass through the device a chunk of angles at a time.
+        let spatial_residency = match staging {
+            Some(_) => Residency::Host,
+            None => Residency::Device,
+        };
+        let spatial = Field::new(
             ctx,
             "projections",
             PlaneLayout {
                 planes: g.ntheta(),
                 plane_words: g.deth * g.detw,
             },
+            &spatial_residency,
         )?;
-        spatial.write(ctx, data);
-        let to_fourier = op.application(
-            ctx,
-            &scalars,
-            Apply::Fft2d,
-            Source::Real(&spatial),
-            Sink::Complex(&f.dhat),
-        )?;
+        spatial.write(ctx, data)?;
+        let to_fourier = app(Apply::Fft2d, Source::Real(&spatial), Sink::Complex(&f.dhat))?;
         let scale_dhat = VectorOp::new(
             ctx,
             &scalars,
+            st,
             Kernel::Lincomb,
             [Some(&f.ap), None, None, None],
             Target::Field(&f.dhat),
@@ -416,8 +451,8 @@ impl AdmmSolver {
             [g.n0, g.n1, g.n2],
         )?;
         let mut rec = ctx.recorder("fourier data");
-        op.record(&mut rec, &to_fourier);
-        scale_dhat.record(&mut rec);
+        op.record(ctx, &mut rec, &to_fourier)?;
+        scale_dhat.record(ctx, &mut rec)?;
         ctx.submit(rec)?;
         Ok(Self {
             op,
@@ -467,7 +502,7 @@ impl AdmmSolver {
         application: &Application,
     ) -> Result<(), SolverError> {
         match &self.memo {
-            None => self.op.record(rec, application),
+            None => self.op.record(ctx, rec, application)?,
             Some(memo) => {
                 ctx.submit(std::mem::replace(rec, ctx.recorder("admm")))?;
                 memo.borrow_mut().apply(ctx, &self.op, application)?;
@@ -536,8 +571,8 @@ impl AdmmSolver {
         self.write_coefficients(ctx);
         // u_prev = u, h0 = grad u; r = -(gradient of the subproblem at u).
         let mut rec = ctx.recorder("admm");
-        o.save_u_prev.record(&mut rec);
-        o.save_h0.record(&mut rec);
+        o.save_u_prev.record(ctx, &mut rec)?;
+        o.save_h0.record(ctx, &mut rec)?;
         match self.params.inner {
             InnerSolver::ConjugateGradient => {
                 self.record_residual(ctx, &mut rec)?;
@@ -546,13 +581,15 @@ impl AdmmSolver {
             InnerSolver::DaiYuan { .. } => self.record_dai_yuan(ctx, &mut rec)?,
         }
         // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
-        o.psi_shrink.record(&mut rec);
-        o.lambda_update.record(&mut rec);
+        o.psi_shrink.record(ctx, &mut rec)?;
+        o.lambda_update.record(ctx, &mut rec)?;
         for reduction in &o.sums {
-            reduction.record(&mut rec);
+            reduction.record(ctx, &mut rec)?;
         }
         ctx.submit(rec)?;
-        // The one wait of the iteration: every reduction result in one readback.
+        // The one wait of the iteration: every reduction result in one readback (downloads into
+        // host arrays land on the way).
+        ctx.complete_downloads()?;
         let sums = self.scalars.read_sums(ctx)?;
         let it = self.iteration;
         let finite = |what, v: f64| {
@@ -606,8 +643,8 @@ impl AdmmSolver {
     /// gradient of the subproblem) and `|r|^2`.
     fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
         self.record_operator(ctx, rec, &self.apps.residual)?;
-        self.ops.r_add_tv_gradient.record(rec);
-        self.ops.dot_rr.record(rec);
+        self.ops.r_add_tv_gradient.record(ctx, rec)?;
+        self.ops.dot_rr.record(ctx, rec)?;
         Ok(())
     }
 
@@ -624,18 +661,18 @@ impl AdmmSolver {
             if k > 0 {
                 rec.dispatch(&self.steps.cg_beta, 1);
             }
-            o.p_update.record(rec);
+            o.p_update.record(ctx, rec)?;
             self.record_operator(ctx, rec, &self.apps.forward_p)?;
-            o.grad_p.record(rec);
-            o.dot_apap.record(rec);
-            o.dot_gpgp.record(rec);
+            o.grad_p.record(ctx, rec)?;
+            o.dot_apap.record(ctx, rec)?;
+            o.dot_gpgp.record(ctx, rec)?;
             rec.dispatch(&self.steps.cg_step, 1);
-            o.u_move.record(rec);
-            o.au_move.record(rec);
-            o.grad_u_move.record(rec);
+            o.u_move.record(ctx, rec)?;
+            o.au_move.record(ctx, rec)?;
+            o.grad_u_move.record(ctx, rec)?;
             self.record_operator(ctx, rec, &self.apps.r_sub_data_curvature)?;
-            o.r_sub_tv_curvature.record(rec);
-            o.dot_rr_new.record(rec);
+            o.r_sub_tv_curvature.record(ctx, rec)?;
+            o.dot_rr_new.record(ctx, rec)?;
         }
         Ok(())
     }
@@ -652,15 +689,15 @@ impl AdmmSolver {
             if i > 0 {
                 self.record_operator(ctx, rec, &self.apps.forward_u)?;
                 self.record_residual(ctx, rec)?;
-                o.dot_p_rprev.record(rec);
-                o.dot_p_r.record(rec);
+                o.dot_p_rprev.record(ctx, rec)?;
+                o.dot_p_r.record(ctx, rec)?;
                 rec.dispatch(&self.steps.dy_beta, 1);
             }
-            o.p_update.record(rec);
-            o.grad_p.record(rec);
-            o.r_prev_from_r.record(rec);
-            o.u_move_fixed.record(rec);
-            o.grad_u_move_fixed.record(rec);
+            o.p_update.record(ctx, rec)?;
+            o.grad_p.record(ctx, rec)?;
+            o.r_prev_from_r.record(ctx, rec)?;
+            o.u_move_fixed.record(ctx, rec)?;
+            o.grad_u_move_fixed.record(ctx, rec)?;
         }
         self.record_operator(ctx, rec, &self.apps.forward_u)
     }
@@ -743,7 +780,7 @@ impl AdmmSolver {
             return mismatch("array sizes");
         }
         for (field, values) in pairs {
-            field.write(ctx, values);
+            field.write(ctx, values)?;
         }
         ctx.wait()?;
         self.rho = c.rho;
@@ -762,12 +799,13 @@ impl Ops {
     fn new(
         ctx: &GpuContext,
         scalars: &Scalars,
+        staging: Option<&Arc<Staging>>,
         f: &Fields,
         shape: [usize; 3],
     ) -> Result<Self, GpuError> {
         use Kernel::*;
         let op = |kernel, inputs, target, coefs| {
-            VectorOp::new(ctx, scalars, kernel, inputs, target, coefs, shape)
+            VectorOp::new(ctx, scalars, staging, kernel, inputs, target, coefs, shape)
         };
         let field = Target::Field;
         let fixed = Coef::fixed;
@@ -782,7 +820,16 @@ impl Ops {
                 Some(y) => ([Some(x), Some(y), Some(x), Some(y)], diff),
                 None => ([Some(x), None, Some(x), None], plain),
             };
-            VectorOp::new(ctx, scalars, Dot, inputs, Target::Sum(slot), coefs, shape)
+            VectorOp::new(
+                ctx,
+                scalars,
+                staging,
+                Dot,
+                inputs,
+                Target::Sum(slot),
+                coefs,
+                shape,
+            )
         };
         Ok(Self {
             save_u_prev: op(
@@ -852,6 +899,7 @@ impl Ops {
             dot_p_rprev: VectorOp::new(
                 ctx,
                 scalars,
+                staging,
                 Dot,
                 [Some(&f.p), None, Some(&f.r_prev), None],
                 Target::Sum(sum::P_RPREV),
@@ -861,6 +909,7 @@ impl Ops {
             dot_p_r: VectorOp::new(
                 ctx,
                 scalars,
+                staging,
                 Dot,
                 [Some(&f.p), None, Some(&f.r), None],
                 Target::Sum(sum::P_R),
@@ -903,6 +952,7 @@ impl Ops {
                 VectorOp::new(
                     ctx,
                     scalars,
+                    staging,
                     IsoNorm,
                     [Some(&f.psi), None, None, None],
                     Target::Sum(sum::ISO),
@@ -913,6 +963,7 @@ impl Ops {
                 VectorOp::new(
                     ctx,
                     scalars,
+                    staging,
                     Dot,
                     [Some(&f.lambda), None, Some(&f.grad_u), Some(&f.psi)],
                     Target::Sum(sum::LAMBDA_DOT),

@@ -3,9 +3,11 @@
 //! its result, so a step of the solver only records dispatches: the same call site can be
 //! recorded any number of times in one submission.
 
+use std::sync::Arc;
+
 use bytemuck::{Pod, Zeroable};
 
-use crate::array::{Coef, Field, Scalars, SumSlot};
+use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
 use crate::error::GpuError;
 use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
@@ -86,6 +88,11 @@ impl Kernel {
     fn reduces(self) -> bool {
         matches!(self, Self::Dot | Self::IsoNorm)
     }
+
+    /// Whether the kernel reads its output array (the `d z` term).
+    fn reads_output(self) -> bool {
+        matches!(self, Self::Lincomb | Self::Gradient | Self::GradientAdjoint)
+    }
 }
 
 /// Where a call site's result goes.
@@ -100,12 +107,29 @@ pub(crate) enum Target<'a> {
 struct Dispatch {
     bound: Bound,
     groups: u32,
+    /// Blocks of host arrays uploaded into staging buffers before the dispatch.
+    uploads: Vec<(Field, Role, BlockView)>,
+    /// The block of a host output downloaded after it.
+    download: Option<(Field, BlockView)>,
+}
+
+impl Dispatch {
+    fn device(bound: Bound, groups: u32) -> Self {
+        Self {
+            bound,
+            groups,
+            uploads: Vec::new(),
+            download: None,
+        }
+    }
 }
 
 /// One call site: a kernel bound to its arrays in windows of whole planes that each fit one
-/// storage binding, plus, for reductions, the fixed-order finish into its sum slot.
+/// storage binding (or, for arrays held on the host, one staging buffer), plus, for reductions,
+/// the fixed-order finish into its sum slot.
 pub(crate) struct VectorOp {
     dispatches: Vec<Dispatch>,
+    staging: Option<Arc<Staging>>,
 }
 
 /// The binding that holds planes `[lo, hi)` of an array of `plane_words` words per plane and
@@ -152,9 +176,11 @@ impl VectorOp {
     /// Binds `kernel` to its inputs (x, y, w, v; absent ones are not read) and its target, with
     /// coefficients `[a, b, c, d]`, for a volume of `shape` (used by the gradients). Every array
     /// must have the same number of planes.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &GpuContext,
         scalars: &Scalars,
+        staging: Option<&Arc<Staging>>,
         kernel: Kernel,
         inputs: [Option<&Field>; 4],
         target: Target<'_>,
@@ -193,6 +219,39 @@ impl VectorOp {
             Target::Field(z) => fit(z.layout().plane_words, 0)?,
             Target::Sum(_) => fit(groups_per_plane, 0)?,
         }
+        // Blocks of host arrays (with their halos) must fit a staging buffer.
+        let mut host_fields: Vec<&Field> = inputs
+            .iter()
+            .flatten()
+            .filter(|f| f.device_buffer().is_none())
+            .copied()
+            .collect();
+        if let Target::Field(z) = target {
+            if z.device_buffer().is_none() {
+                host_fields.push(z);
+            }
+        }
+        if let Some(host) = host_fields.first() {
+            let staging = staging.ok_or_else(|| GpuError::KernelLimit {
+                kernel: kernel.entry().to_string(),
+                what: "staging buffer words (the array is held on the host)",
+                requested: host.layout().plane_words as u64,
+                limit: 0,
+            })?;
+            for field in &host_fields {
+                let plane_words = field.layout().plane_words;
+                let room = staging.words() / plane_words.max(1);
+                if room < 1 + before + after {
+                    return Err(GpuError::KernelLimit {
+                        kernel: kernel.entry().to_string(),
+                        what: "staging buffer words for one plane and its halo",
+                        requested: ((1 + before + after) * plane_words) as u64,
+                        limit: staging.words() as u64,
+                    });
+                }
+                per_window = per_window.min(room - before - after);
+            }
+        }
         let main = vector_kernel(ctx, kernel.entry())?;
         let partials = match target {
             Target::Sum(_) => {
@@ -228,28 +287,63 @@ impl VectorOp {
             };
             let mut slices = Vec::with_capacity(7);
             let mut offsets = [0u32; 4];
+            let mut uploads: Vec<(Field, Role, BlockView)> = Vec::new();
             for (i, field) in inputs.iter().enumerate() {
                 match field {
                     Some(f) => {
                         assert_eq!(f.layout().planes, planes, "{} has other planes", f.label());
                         let lo = a.saturating_sub(before);
                         let hi = (e + after).min(planes);
-                        let (slice, offset) =
-                            planes_window(f.buffer(), f.layout().plane_words, [lo, hi, a], align);
-                        slices.push(slice);
-                        offsets[i] = offset;
+                        let plane_words = f.layout().plane_words;
+                        match (f.device_buffer(), staging) {
+                            (Some(buffer), _) => {
+                                let (slice, offset) =
+                                    planes_window(buffer, plane_words, [lo, hi, a], align);
+                                slices.push(slice);
+                                offsets[i] = offset;
+                            }
+                            (None, Some(staging)) => {
+                                // One upload per host array, whichever roles read it.
+                                let role = match uploads.iter().find(|(g, ..)| g.same(f)) {
+                                    Some((_, role, _)) => *role,
+                                    None => {
+                                        let role = Role::INPUTS[i];
+                                        let view = BlockView::planes(lo, hi, plane_words);
+                                        uploads.push(((*f).clone(), role, view));
+                                        role
+                                    }
+                                };
+                                slices.push(staging.buffer(role).into());
+                                offsets[i] = ((a - lo) * plane_words) as u32;
+                            }
+                            (None, None) => unreachable!("checked above"),
+                        }
                     }
                     None => slices.push(dummy.into()),
                 }
             }
             [params.ox, params.oy, params.ow, params.ov] = offsets;
+            let mut download = None;
             match (target, &partials) {
-                (Target::Field(z), _) => {
-                    let (slice, offset) =
-                        planes_window(z.buffer(), z.layout().plane_words, [a, e, a], align);
-                    slices.push(slice);
-                    params.oz = offset;
-                }
+                (Target::Field(z), _) => match (z.device_buffer(), staging) {
+                    (Some(buffer), _) => {
+                        let (slice, offset) =
+                            planes_window(buffer, z.layout().plane_words, [a, e, a], align);
+                        slices.push(slice);
+                        params.oz = offset;
+                    }
+                    (None, Some(staging)) => {
+                        let view = BlockView::planes(a, e, z.layout().plane_words);
+                        let out = staging.buffer(Role::Out);
+                        if kernel.reads_output() && coefs[3] != Coef::ZERO {
+                            uploads.push((z.clone(), Role::Out, view));
+                        }
+                        slices.push(out.into());
+                        params.oz = 0;
+                        download = Some((z.clone(), view));
+                    }
+                    (None, None) => unreachable!("checked above"),
+                },
                 (Target::Sum(_), Some(p)) => {
                     let (slice, offset) = planes_window(p, groups_per_plane, [a, e, a], align);
                     slices.push(slice);
@@ -264,6 +358,8 @@ impl VectorOp {
             dispatches.push(Dispatch {
                 bound,
                 groups: ((e - a) * groups_per_plane) as u32,
+                uploads,
+                download,
             });
             a = e;
         }
@@ -278,7 +374,10 @@ impl VectorOp {
             )?);
         }
         debug_assert!(kernel.reduces() == partials.is_some());
-        Ok(Self { dispatches })
+        Ok(Self {
+            dispatches,
+            staging: staging.cloned(),
+        })
     }
 
     /// The fixed-order finish of a reduction: per-plane double-word sums of the partial sums,
@@ -321,10 +420,7 @@ impl VectorOp {
                     (&uniform).into(),
                 ],
             )?;
-            out.push(Dispatch {
-                bound,
-                groups: (e - a) as u32,
-            });
+            out.push(Dispatch::device(bound, (e - a) as u32));
             a = e;
         }
         let uniform = ctx.uniform(
@@ -347,15 +443,33 @@ impl VectorOp {
                 (&uniform).into(),
             ],
         )?;
-        out.push(Dispatch { bound, groups: 1 });
+        out.push(Dispatch::device(bound, 1));
         Ok(out)
     }
 
-    /// Records the call site's dispatches (and a reduction's finish).
-    pub fn record(&self, rec: &mut Recorder) {
+    /// Records the call site's dispatches (and a reduction's finish), with the transfers of the
+    /// blocks of host arrays around each.
+    pub fn record(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), GpuError> {
+        let staging = self.staging.as_deref();
         for d in &self.dispatches {
+            for (field, role, view) in &d.uploads {
+                let staging = staging.expect("host arrays have staging");
+                rec.upload_with(ctx, staging.buffer(*role), 0, || field.gather(ctx, view))?;
+            }
             rec.dispatch(&d.bound, d.groups);
+            if let Some((field, view)) = &d.download {
+                let staging = staging.expect("host arrays have staging");
+                let bytes = view.len_words() as u64 * 4;
+                rec.download(
+                    ctx,
+                    staging.buffer(Role::Out),
+                    0,
+                    bytes,
+                    field.scatter(*view),
+                )?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -382,7 +496,7 @@ mod tests {
             },
         )
         .unwrap();
-        f.write(ctx, values);
+        f.write(ctx, values).unwrap();
         f
     }
 
@@ -411,7 +525,7 @@ mod tests {
 
     fn run(ctx: &GpuContext, op: &VectorOp) {
         let mut rec = ctx.recorder("test");
-        op.record(&mut rec);
+        op.record(ctx, &mut rec).unwrap();
         ctx.submit_and_wait(rec).unwrap();
     }
 
@@ -438,6 +552,7 @@ mod tests {
         let grad = VectorOp::new(
             &ctx,
             &scalars,
+            None,
             Kernel::Gradient,
             [Some(&ub), None, None, None],
             Target::Field(&gb),
@@ -448,6 +563,7 @@ mod tests {
         let adj = VectorOp::new(
             &ctx,
             &scalars,
+            None,
             Kernel::GradientAdjoint,
             [Some(&qb), None, None, None],
             Target::Field(&db),
@@ -498,6 +614,7 @@ mod tests {
         let op = VectorOp::new(
             &ctx,
             &scalars,
+            None,
             Kernel::GradientAdjoint,
             [Some(&fields[0]), Some(&fields[1]), Some(&fields[2]), None],
             Target::Field(&zb),
@@ -545,6 +662,7 @@ mod tests {
             &VectorOp::new(
                 &ctx,
                 &scalars,
+                None,
                 Kernel::Shrink,
                 [Some(&xb), Some(&yb), None, None],
                 Target::Field(&zb),
@@ -589,6 +707,7 @@ mod tests {
             let dot = VectorOp::new(
                 ctx,
                 &scalars,
+                None,
                 Kernel::Dot,
                 [Some(&xb), Some(&yb), Some(&yb), None],
                 Target::Sum(SumSlot(0)),
@@ -599,6 +718,7 @@ mod tests {
             let iso = VectorOp::new(
                 ctx,
                 &scalars,
+                None,
                 Kernel::IsoNorm,
                 [Some(&xb), None, None, None],
                 Target::Sum(SumSlot(1)),
@@ -649,6 +769,7 @@ mod tests {
             let dot = VectorOp::new(
                 ctx,
                 &scalars,
+                None,
                 Kernel::Dot,
                 [Some(&xb), None, Some(&ob), None],
                 Target::Sum(SumSlot(0)),
@@ -665,5 +786,121 @@ mod tests {
         let folded = results(&ctx().with_max_workgroups_per_dimension(7));
         assert!((flat - expect).abs() < 1e-7 * expect, "{flat} vs {expect}");
         assert_eq!(flat.to_bits(), folded.to_bits());
+    }
+
+    #[test]
+    fn host_arrays_streamed_through_staging_give_the_bits_of_device_arrays() {
+        use crate::array::Residency;
+        let ctx = ctx();
+        let shape = [6, 5, 7];
+        let v = 210;
+        let (u, q, q2, z0) = (
+            random(v, 8),
+            random(3 * v, 9),
+            random(3 * v, 10),
+            random(v, 11),
+        );
+        let results = |residency: Residency| {
+            let scalars = Scalars::new(&ctx, 1, 3).unwrap();
+            // Room for two planes of a 3-vector field: every window holds one plane and its halo.
+            let staging = Arc::new(Staging::new(&ctx, 2 * 3 * 35).unwrap());
+            let make = |values: &[f32], words: usize| {
+                let layout = PlaneLayout {
+                    planes: 6,
+                    plane_words: words * 35,
+                };
+                let f = Field::new(&ctx, "test", layout, &residency).unwrap();
+                f.write(&ctx, values).unwrap();
+                f
+            };
+            let (uf, qf, q2f, zf) = (make(&u, 1), make(&q, 3), make(&q2, 3), make(&z0, 1));
+            let gf = make(&vec![0.0; 3 * v], 3);
+            let sf = make(&vec![0.0; 3 * v], 3);
+            let op = |kernel, inputs, target, coefs| {
+                VectorOp::new(
+                    &ctx,
+                    &scalars,
+                    Some(&staging),
+                    kernel,
+                    inputs,
+                    target,
+                    coefs,
+                    shape,
+                )
+                .unwrap()
+            };
+            let ops = [
+                op(
+                    Kernel::Gradient,
+                    [Some(&uf), None, None, None],
+                    Target::Field(&gf),
+                    [Coef::ONE, Coef::ZERO, Coef::ZERO, Coef::ZERO],
+                ),
+                op(
+                    Kernel::GradientAdjoint,
+                    [Some(&qf), Some(&q2f), Some(&gf), None],
+                    Target::Field(&zf),
+                    [
+                        Coef::fixed(0.7),
+                        Coef::fixed(0.5),
+                        Coef::fixed(-1.0),
+                        Coef::ONE,
+                    ],
+                ),
+                op(
+                    Kernel::Shrink,
+                    [Some(&qf), Some(&gf), None, None],
+                    Target::Field(&sf),
+                    [Coef::fixed(0.3), Coef::fixed(2.0), Coef::ZERO, Coef::ZERO],
+                ),
+                op(
+                    Kernel::Lincomb,
+                    [Some(&zf), Some(&uf), None, None],
+                    Target::Field(&uf.clone()),
+                    [Coef::ZERO; 4],
+                ),
+                op(
+                    Kernel::Dot,
+                    [Some(&zf), None, Some(&zf), None],
+                    Target::Sum(SumSlot(0)),
+                    [Coef::ZERO; 4],
+                ),
+                op(
+                    Kernel::IsoNorm,
+                    [Some(&sf), None, None, None],
+                    Target::Sum(SumSlot(1)),
+                    [Coef::ZERO; 4],
+                ),
+            ];
+            let mut rec = ctx.recorder("test");
+            // The lincomb aliases its input u with its output: skip it (wgpu refuses the
+            // aliasing on the device); it only checks that the builder accepts host arrays.
+            for (i, o) in ops.iter().enumerate() {
+                if i != 3 {
+                    o.record(&ctx, &mut rec).unwrap();
+                }
+            }
+            ctx.submit(rec).unwrap();
+            ctx.complete_downloads().unwrap();
+            let sums = scalars.read_sums(&ctx).unwrap();
+            (
+                gf.read(&ctx).unwrap(),
+                zf.read(&ctx).unwrap(),
+                sf.read(&ctx).unwrap(),
+                sums[0].to_bits(),
+                sums[1].to_bits(),
+            )
+        };
+        let device = results(Residency::Device);
+        let host = results(Residency::Host);
+        let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&device.0), bits(&host.0), "gradient");
+        assert_eq!(bits(&device.1), bits(&host.1), "gradient adjoint");
+        assert_eq!(bits(&device.2), bits(&host.2), "shrink");
+        assert_eq!((device.3, device.4), (host.3, host.4), "reductions");
+        assert!(
+            device.1.iter().zip(&z0).any(|(a, b)| a != b),
+            "the adjoint ran"
+        );
     }
 }

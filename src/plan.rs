@@ -1,0 +1,534 @@
+//! The memory planner, in one place: from the geometry, the adapter's limits and the budgets it
+//! decides, before anything is allocated, where every array of a reconstruction lives (device,
+//! host memory, or a memory-mapped scratch file), the chunk sizes of every operator stage and the
+//! size of the staging buffers host arrays pass through.
+//!
+//! In-core is the plan where every array is on the device; streaming keeps the arrays that are
+//! touched most per byte on the device as far as the budget allows and streams the others a
+//! block at a time. Both run the same kernels on the same chunks of work, so a plan never
+//! changes a result: streaming and in-core give the same bits.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::array::{PlaneLayout, Residency};
+use crate::gpu::GpuContext;
+use crate::operator::{Geometry, LaminoOperator, OperatorError, OperatorOptions, Space};
+use crate::solver::{AdmmParams, InnerSolver};
+
+/// Errors of planning.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    /// Not even the smallest chunks fit the device budget.
+    #[error(
+        "the device budget of {budget} bytes ({budget_mib:.1} MiB) is too small for even one chunk: \
+         the smallest streaming plan needs {needed} bytes ({needed_mib:.1} MiB) on the device"
+    )]
+    DeviceBudget {
+        budget: u64,
+        budget_mib: f64,
+        needed: u64,
+        needed_mib: f64,
+    },
+    /// The arrays held on the host do not fit the host budget and no scratch space was given.
+    #[error(
+        "the arrays held on the host need {needed} bytes ({needed_gib:.2} GiB), more than the host \
+         budget of {budget} bytes ({budget_gib:.2} GiB); give a scratch directory (--scratch DIR) or \
+         raise --max-host-memory"
+    )]
+    HostBudget {
+        needed: u64,
+        needed_gib: f64,
+        budget: u64,
+        budget_gib: f64,
+    },
+    /// The scratch directory cannot hold the arrays planned there.
+    #[error("scratch directory {dir}: {reason}")]
+    Scratch { dir: PathBuf, reason: String },
+}
+
+/// The device budget when neither the caller nor the backend states one: what a laptop GPU of
+/// 2024 has to spare. Said so wherever it is used.
+pub const DEFAULT_DEVICE_BUDGET: u64 = 2 << 30;
+
+/// The share of installed memory the host budget takes by default.
+pub const DEFAULT_HOST_FRACTION: f64 = 0.7;
+
+/// The plan's share of the device budget left for chunk buffers and staging when searching for
+/// the largest chunks: the rest goes to resident arrays, which save more traffic.
+const CHUNK_SHARE: f64 = 0.5;
+
+/// The share of the device budget a plan fills: the rest covers what it does not count one by
+/// one (the uniforms of every bound kernel, FFT twiddle tables, wgpu's own small buffers).
+const PACKED_SHARE: f64 = 0.9;
+
+/// Where budgets come from, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetSource {
+    /// Given by the caller (`--max-device-memory`, `--max-host-memory`).
+    Given,
+    /// The device-local memory the backend reports.
+    Reported,
+    /// A stated default ([`DEFAULT_DEVICE_BUDGET`], [`DEFAULT_HOST_FRACTION`] of installed memory).
+    Default,
+}
+
+/// The memory a reconstruction may use.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Budgets {
+    pub device_bytes: u64,
+    pub device_source: BudgetSource,
+    pub host_bytes: u64,
+    pub host_source: BudgetSource,
+    /// Where arrays that do not fit the host budget go; none: such a plan is refused.
+    pub scratch: Option<PathBuf>,
+}
+
+impl Budgets {
+    /// The defaults on this machine and device, overridden by what the caller gives.
+    pub fn new(
+        ctx: &GpuContext,
+        device_bytes: Option<u64>,
+        host_bytes: Option<u64>,
+        scratch: Option<PathBuf>,
+    ) -> Self {
+        let (device_bytes, device_source) = match (device_bytes, ctx.device_local_bytes()) {
+            (Some(b), _) => (b, BudgetSource::Given),
+            (None, Some(b)) => (b, BudgetSource::Reported),
+            (None, None) => (DEFAULT_DEVICE_BUDGET, BudgetSource::Default),
+        };
+        let (host_bytes, host_source) = match host_bytes {
+            Some(b) => (b, BudgetSource::Given),
+            None => (
+                (crate::memory::HostMemory::now().total as f64 * DEFAULT_HOST_FRACTION) as u64,
+                BudgetSource::Default,
+            ),
+        };
+        Self {
+            device_bytes,
+            device_source,
+            host_bytes,
+            host_source,
+            scratch,
+        }
+    }
+}
+
+/// In-core or streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    InCore,
+    Streaming,
+}
+
+/// The solver's arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Array {
+    U,
+    UPrev,
+    Psi,
+    Lambda,
+    GradU,
+    GradUPrev,
+    R,
+    P,
+    GradP,
+    RPrev,
+    DHat,
+    Au,
+    Ap,
+    Spectrum,
+}
+
+impl Array {
+    /// Every array, most accesses per byte first: the order in which they are made resident.
+    /// (D and A u are read together as the residual `D - A u`, so they share residency.)
+    pub const BY_TRAFFIC: [Array; 14] = [
+        Array::R,
+        Array::P,
+        Array::Spectrum,
+        Array::GradP,
+        Array::Ap,
+        Array::GradU,
+        Array::U,
+        Array::Au,
+        Array::DHat,
+        Array::Psi,
+        Array::Lambda,
+        Array::RPrev,
+        Array::GradUPrev,
+        Array::UPrev,
+    ];
+
+    /// The array's layout in `g`.
+    pub fn layout(self, g: &Geometry) -> PlaneLayout {
+        match self {
+            Self::U | Self::UPrev | Self::R | Self::P | Self::RPrev => Space::Volume.layout(g, 1),
+            Self::Psi | Self::Lambda | Self::GradU | Self::GradUPrev | Self::GradP => {
+                Space::Volume.layout(g, 3)
+            }
+            Self::DHat | Self::Au | Self::Ap => Space::Data.layout(g, 2),
+            Self::Spectrum => Space::Spectrum.layout(g, 2),
+        }
+    }
+
+    /// Whole-array reads and writes in one outer iteration of `params` (a read-modify-write
+    /// counts two), from the order of operations in `solver::admm`.
+    pub fn accesses(self, params: &AdmmParams) -> u64 {
+        let k = params.inner_iterations as u64;
+        match params.inner {
+            InnerSolver::ConjugateGradient => match self {
+                Self::Spectrum => 2 * (1 + 2 * k),
+                Self::R => 4 + 6 * k,
+                Self::P => 5 * k,
+                Self::GradP => 4 * k,
+                Self::Ap => 4 * k,
+                Self::U => 3 + 2 * k,
+                Self::GradU => 8 + 2 * k,
+                Self::Au => 2 + 2 * k,
+                Self::Psi => 7,
+                Self::Lambda => 6,
+                Self::DHat | Self::GradUPrev | Self::UPrev => 2,
+                Self::RPrev => 0,
+            },
+            // Per inner step: A u and the residual again, the direction, and fixed-step moves.
+            InnerSolver::DaiYuan { .. } => match self {
+                Self::Spectrum => 2 * 2 * (k + 1),
+                Self::R => 5 * k + 3,
+                Self::P => 6 * k,
+                Self::GradP => 2 * k,
+                Self::U => 3 + 3 * k,
+                Self::GradU => 8 + 3 * k,
+                Self::Au => 2 + 2 * k,
+                Self::DHat => 2 + k,
+                Self::RPrev => 2 * k,
+                Self::Psi => 6 + k,
+                Self::Lambda => 5 + k,
+                Self::Ap => 0,
+                Self::GradUPrev | Self::UPrev => 2,
+            },
+        }
+    }
+}
+
+/// One array in the plan.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArrayPlan {
+    pub array: Array,
+    pub bytes: u64,
+    pub residency: Residency,
+    pub accesses_per_iteration: u64,
+}
+
+/// The memory plan of one reconstruction.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryPlan {
+    pub mode: Mode,
+    /// The chunk sizes of the operator's stages.
+    #[serde(skip)]
+    pub operator: OperatorOptions,
+    /// (y rows per U1 chunk, detector rows per U2 chunk, projections per F chunk).
+    pub chunks: (usize, usize, usize),
+    /// Words of each of the five staging buffers (0 in-core).
+    pub staging_words: usize,
+    pub arrays: Vec<ArrayPlan>,
+    /// Device memory the plan holds: operator, staging, readback pool, resident arrays.
+    pub device_bytes: u64,
+    pub host_bytes: u64,
+    pub scratch_bytes: u64,
+    /// Bytes between host and device per outer iteration (the host arrays' accesses).
+    pub bytes_moved_per_iteration: u64,
+    pub budgets: Budgets,
+}
+
+impl MemoryPlan {
+    /// Where `array` lives.
+    pub fn residency(&self, array: Array) -> &Residency {
+        &self
+            .arrays
+            .iter()
+            .find(|a| a.array == array)
+            .expect("every array is planned")
+            .residency
+    }
+
+    /// Every array on the device with the chunking of `options`: the plan of callers that manage
+    /// memory themselves (and of the tests of the kernels).
+    pub fn in_core(
+        ctx: &GpuContext,
+        g: &Geometry,
+        params: &AdmmParams,
+        options: &OperatorOptions,
+    ) -> Result<Self, PlanError> {
+        let budgets = Budgets {
+            device_bytes: u64::MAX,
+            device_source: BudgetSource::Given,
+            host_bytes: u64::MAX,
+            host_source: BudgetSource::Given,
+            scratch: None,
+        };
+        let fixed = fixed_device_bytes(ctx, g, options, 0)?;
+        assemble(
+            ctx,
+            g,
+            params,
+            *options,
+            0,
+            fixed,
+            Array::BY_TRAFFIC.len(),
+            budgets,
+        )
+    }
+}
+
+/// Device bytes that do not depend on residency: the operator with `options`, the solver's
+/// scalars and reduction buffers, and for streaming the staging buffers and readback pool.
+fn fixed_device_bytes(
+    ctx: &GpuContext,
+    g: &Geometry,
+    options: &OperatorOptions,
+    staging_words: usize,
+) -> Result<u64, PlanError> {
+    // The operator's estimate includes its spectrum, which the plan places like any array.
+    let operator =
+        LaminoOperator::estimate_device_bytes(ctx, g, options)? - Array::Spectrum.layout(g).bytes();
+    // Sixteen reductions, each with one partial sum per 256 words and two per plane.
+    let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
+    let reductions = 16 * (widest / 256 + 1 + 2 * g.n0.max(g.ntheta()) as u64) * 4;
+    let scalars = 1024;
+    // The staging buffers and a readback pool of two output blocks.
+    let streaming = 7 * staging_words as u64 * 4;
+    Ok(operator + reductions + scalars + streaming)
+}
+
+/// Chunk sizes whose blocks fit `staging_words`: (rows, detector rows, angles), or `None` when
+/// not even one row fits.
+fn chunks_for(g: &Geometry, staging_words: usize) -> Option<(usize, usize, usize)> {
+    let w = staging_words;
+    let u1 = 2 * g.n0.max(g.deth) * g.n2;
+    let u2 = 2 * (g.n1 * g.n2).max(g.ntheta() * g.detw);
+    let f = 2 * g.deth * g.detw;
+    let vector = 3 * g.n1 * g.n2 * 2;
+    if w < u1.max(u2).max(f).max(vector) {
+        return None;
+    }
+    Some((
+        (w / u1).min(g.n1),
+        (w / u2).min(g.deth),
+        (w / f).min(g.ntheta()),
+    ))
+}
+
+/// The plan for `g` and `params` within `budgets`; `caps` bounds the chunk sizes (the memo
+/// layer's chunking).
+pub fn plan(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+) -> Result<MemoryPlan, PlanError> {
+    g.validate().map_err(OperatorError::from)?;
+    let everything: u64 = Array::BY_TRAFFIC
+        .iter()
+        .map(|a| a.layout(g).bytes())
+        .sum::<u64>()
+        // The spatial projections during setup.
+        + g.data_len() as u64 * 4;
+    let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
+    let in_core_fixed = fixed_device_bytes(ctx, g, caps, 0)?;
+    if in_core_fixed.saturating_add(everything) <= budget {
+        return assemble(
+            ctx,
+            g,
+            params,
+            *caps,
+            0,
+            in_core_fixed,
+            Array::BY_TRAFFIC.len(),
+            budgets.clone(),
+        );
+    }
+    // Streaming: the largest staging buffers whose fixed cost stays within the chunk share of
+    // the budget, then as many arrays on the device as fit, most accessed per byte first.
+    let cap = |a: Option<usize>, b: usize| a.map_or(b, |a| a.min(b));
+    let options_for = |w: usize| {
+        chunks_for(g, w).map(|(cy, ck, ca)| OperatorOptions {
+            max_chunk_y: Some(cap(caps.max_chunk_y, cy)),
+            max_chunk_rows: Some(cap(caps.max_chunk_rows, ck)),
+            max_chunk_angles: Some(cap(caps.max_chunk_angles, ca)),
+        })
+    };
+    let minimum = {
+        let u1 = 2 * g.n0.max(g.deth) * g.n2;
+        let u2 = 2 * (g.n1 * g.n2).max(g.ntheta() * g.detw);
+        let f = 2 * g.deth * g.detw;
+        u1.max(u2).max(f).max(3 * g.n1 * g.n2 * 2)
+    };
+    let smallest = options_for(minimum).expect("the minimum fits itself");
+    let smallest_fixed = fixed_device_bytes(ctx, g, &smallest, minimum)?;
+    if smallest_fixed > budget {
+        return Err(PlanError::DeviceBudget {
+            budget: budgets.device_bytes,
+            budget_mib: budgets.device_bytes as f64 / (1u64 << 20) as f64,
+            needed: (smallest_fixed as f64 / PACKED_SHARE) as u64,
+            needed_mib: smallest_fixed as f64 / PACKED_SHARE / (1u64 << 20) as f64,
+        });
+    }
+    let share = (budget as f64 * CHUNK_SHARE) as u64;
+    let mut words = minimum;
+    let mut fixed = smallest_fixed;
+    let mut options = smallest;
+    loop {
+        let next = words * 2;
+        let Some(o) = options_for(next) else { break };
+        let f = fixed_device_bytes(ctx, g, &o, next)?;
+        if f > share.max(smallest_fixed) || o == options {
+            break;
+        }
+        (words, fixed, options) = (next, f, o);
+    }
+    // Residency: prefixes of the traffic order that fit.
+    let mut resident = 0;
+    let mut used = fixed;
+    for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {
+        let bytes = a.layout(g).bytes();
+        // D and A u share residency: take D with A u.
+        let pair = if *a == Array::Au {
+            Array::DHat.layout(g).bytes()
+        } else {
+            0
+        };
+        if *a == Array::DHat {
+            continue;
+        }
+        if used + bytes + pair > budget {
+            break;
+        }
+        used += bytes + pair;
+        resident = i + 1 + usize::from(pair > 0);
+    }
+    // The spatial projections stay on the host in streaming mode: setup streams them.
+    assemble(
+        ctx,
+        g,
+        params,
+        options,
+        words,
+        fixed,
+        resident,
+        budgets.clone(),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    operator: OperatorOptions,
+    staging_words: usize,
+    fixed: u64,
+    resident: usize,
+    budgets: Budgets,
+) -> Result<MemoryPlan, PlanError> {
+    let mode = if staging_words == 0 {
+        Mode::InCore
+    } else {
+        Mode::Streaming
+    };
+    let mut arrays: Vec<ArrayPlan> = Array::BY_TRAFFIC
+        .iter()
+        .enumerate()
+        .map(|(i, &array)| ArrayPlan {
+            array,
+            bytes: array.layout(g).bytes(),
+            residency: if i < resident {
+                Residency::Device
+            } else {
+                Residency::Host
+            },
+            accesses_per_iteration: array.accesses(params),
+        })
+        .collect();
+    // Host arrays beyond the host budget go to scratch, least accessed first.
+    let mut host: u64 = arrays
+        .iter()
+        .filter(|a| a.residency == Residency::Host)
+        .map(|a| a.bytes)
+        .sum();
+    let mut scratch = 0;
+    for a in arrays.iter_mut().rev() {
+        if host <= budgets.host_bytes {
+            break;
+        }
+        if a.residency == Residency::Host {
+            let Some(dir) = &budgets.scratch else {
+                let needed: u64 = host;
+                return Err(PlanError::HostBudget {
+                    needed,
+                    needed_gib: needed as f64 / (1u64 << 30) as f64,
+                    budget: budgets.host_bytes,
+                    budget_gib: budgets.host_bytes as f64 / (1u64 << 30) as f64,
+                });
+            };
+            a.residency = Residency::Scratch(dir.clone());
+            host -= a.bytes;
+            scratch += a.bytes;
+        }
+    }
+    if let (Some(dir), true) = (&budgets.scratch, scratch > 0) {
+        let err = |reason: String| PlanError::Scratch {
+            dir: dir.clone(),
+            reason,
+        };
+        if !dir.is_dir() {
+            return Err(err("not a directory".into()));
+        }
+        let available = fs4::available_space(dir).map_err(|e| err(e.to_string()))?;
+        if available < scratch {
+            return Err(err(format!(
+                "the plan puts {scratch} bytes there, but only {available} bytes are free"
+            )));
+        }
+    }
+    let device_resident: u64 = arrays
+        .iter()
+        .filter(|a| a.residency == Residency::Device)
+        .map(|a| a.bytes)
+        .sum();
+    let moved = arrays
+        .iter()
+        .filter(|a| a.residency != Residency::Device)
+        .map(|a| a.bytes * a.accesses_per_iteration)
+        .sum();
+    let chunks = {
+        let probe = |cap: Option<usize>, full: usize| cap.unwrap_or(full).min(full).max(1);
+        (
+            probe(operator.max_chunk_y, g.n1),
+            probe(operator.max_chunk_rows, g.deth),
+            probe(operator.max_chunk_angles, g.ntheta()),
+        )
+    };
+    let _ = ctx;
+    Ok(MemoryPlan {
+        mode,
+        operator,
+        chunks,
+        staging_words,
+        arrays,
+        device_bytes: fixed + device_resident,
+        host_bytes: host,
+        scratch_bytes: scratch,
+        bytes_moved_per_iteration: moved,
+        budgets,
+    })
+}

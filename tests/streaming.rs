@@ -1,0 +1,148 @@
+//! Volumes larger than the device: the memory planner and the streaming mode. A reconstruction
+//! forced to stream (device budget 1/8 of the in-core need, host budget that pushes arrays to
+//! scratch files) gives the bits of the in-core run, and never holds more device memory than its
+//! budget.
+
+mod common;
+
+use lamino::array::Residency;
+use lamino::input::projections_from_scan;
+use lamino::operator::OperatorOptions;
+use lamino::plan::{plan, Array, BudgetSource, Budgets, MemoryPlan, Mode, PlanError};
+use lamino::recon::Projections;
+use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+use lamino::solver::{AdmmParams, AdmmSolver};
+
+fn projections(size: usize) -> Projections {
+    let sim = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size,
+        angles: size,
+        tilt_deg: 30.0,
+        photons: Some(1e5),
+        seed: 2,
+    })
+    .unwrap();
+    projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
+        .unwrap()
+        .projections
+}
+
+fn budgets(device: u64, host: u64, scratch: Option<&std::path::Path>) -> Budgets {
+    Budgets {
+        device_bytes: device,
+        device_source: BudgetSource::Given,
+        host_bytes: host,
+        host_source: BudgetSource::Given,
+        scratch: scratch.map(Into::into),
+    }
+}
+
+/// Runs `iterations` outer iterations under `plan` on a fresh context whose device budget is
+/// the plan's; returns the volume and the peak device bytes.
+fn run(p: &Projections, params: AdmmParams, plan: &MemoryPlan) -> (Vec<f32>, u64) {
+    let ctx = common::new_context();
+    ctx.set_device_budget(plan.budgets.device_bytes.min(u64::MAX / 2));
+    ctx.reset_peak_device_bytes();
+    let mut solver =
+        AdmmSolver::with_plan(&ctx, p.geometry(), &p.operator_data(), params, plan).unwrap();
+    solver.run(&ctx, |_| {}).unwrap();
+    (solver.volume(&ctx).unwrap(), ctx.peak_device_bytes())
+}
+
+fn check_streaming_matches_in_core(size: usize, iterations: usize) {
+    let p = projections(size);
+    let g = p.geometry();
+    let params = AdmmParams::exactly(iterations);
+    let ctx = common::ctx();
+    let in_core = MemoryPlan::in_core(ctx, g, &params, &OperatorOptions::default()).unwrap();
+    assert_eq!(in_core.mode, Mode::InCore);
+    let scratch = tempfile::tempdir().unwrap();
+    let need = in_core.device_bytes;
+    let host_arrays: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
+    // 1/8 of the in-core need on the device; a host budget of a third of the arrays, so the
+    // least used go to scratch files.
+    let streaming = plan(
+        ctx,
+        g,
+        &params,
+        &OperatorOptions::default(),
+        &budgets(need / 8, host_arrays / 3, Some(scratch.path())),
+    )
+    .unwrap();
+    eprintln!(
+        "{size}^3: in-core {need} bytes; streaming plan: {} device, {} host, {} scratch bytes, \
+         staging {} words, chunks {:?}, {} bytes moved per iteration",
+        streaming.device_bytes,
+        streaming.host_bytes,
+        streaming.scratch_bytes,
+        streaming.staging_words,
+        streaming.chunks,
+        streaming.bytes_moved_per_iteration
+    );
+    assert_eq!(streaming.mode, Mode::Streaming);
+    assert!(
+        streaming.scratch_bytes > 0,
+        "the host budget must force scratch"
+    );
+    assert!(
+        streaming
+            .arrays
+            .iter()
+            .any(|a| matches!(a.residency, Residency::Scratch(_))),
+        "{:?}",
+        streaming.arrays
+    );
+    let (reference, in_core_peak) = run(&p, params, &in_core);
+    let (streamed, peak) = run(&p, params, &streaming);
+    eprintln!(
+        "device peak: in-core {in_core_peak}, streaming {peak} (budget {})",
+        need / 8
+    );
+    assert!(
+        peak <= need / 8,
+        "peak {peak} above the budget {}",
+        need / 8
+    );
+    assert!(
+        reference
+            .iter()
+            .zip(&streamed)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "streaming changed the volume"
+    );
+}
+
+#[test]
+fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_at_32() {
+    check_streaming_matches_in_core(32, 3);
+}
+
+#[test]
+fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
+    let p = projections(16);
+    let g = p.geometry();
+    let params = AdmmParams::default();
+    let ctx = common::ctx();
+    let o = OperatorOptions::default();
+    let err = plan(ctx, g, &params, &o, &budgets(4096, u64::MAX, None)).unwrap_err();
+    assert!(matches!(err, PlanError::DeviceBudget { .. }), "{err}");
+    assert!(
+        err.to_string().contains("too small for even one chunk"),
+        "{err}"
+    );
+    let err = plan(ctx, g, &params, &o, &budgets(1_000_000, 1000, None)).unwrap_err();
+    assert!(matches!(err, PlanError::HostBudget { .. }), "{err}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let err = plan(
+        ctx,
+        g,
+        &params,
+        &o,
+        &budgets(1_000_000, 1000, Some(file.path())),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+    let big = plan(ctx, g, &params, &o, &budgets(u64::MAX / 2, u64::MAX, None)).unwrap();
+    assert_eq!(big.mode, Mode::InCore);
+}
