@@ -15,8 +15,8 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    normalize, read_complex_npy, read_dxchange, read_stack, read_tiff_volume, IoError,
-    NormalizeError, Scan, Stack, RATIO_FLOOR,
+    normalize, read_complex_npy, read_dxchange, read_stack, read_tiff_volume, DxchangeReader,
+    FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::recon::{Projections, ReconError};
@@ -35,6 +35,8 @@ pub enum InputError {
     Flatfield(#[from] FlatfieldError),
     #[error(transparent)]
     Projections(#[from] ReconError),
+    #[error(transparent)]
+    HostMemory(#[from] crate::memory::HostMemoryError),
     /// The file's extension names no format lamino reads for this purpose.
     #[error("{path}: unsupported {what} format {ext:?} (expected {expected})")]
     Format {
@@ -137,9 +139,7 @@ pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, In
                 warnings: Vec::new(),
             })
         }
-        ProjectionInput::DXchange { path, tilt_deg } => {
-            projections_from_scan(path, read_dxchange(path)?, *tilt_deg)
-        }
+        ProjectionInput::DXchange { path, tilt_deg } => projections_from_dxchange(path, *tilt_deg),
         ProjectionInput::TiffStack {
             path,
             angles,
@@ -147,6 +147,106 @@ pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, In
             shading,
         } => projections_from_tiff(path, angles, *tilt_deg, shading),
     }
+}
+
+/// The geometry of `input`, from its headers, metadata and side files only (no projection is
+/// read): what a memory plan (`lamino reconstruct --dry-run`) needs.
+pub fn input_geometry(input: &ProjectionInput) -> Result<Geometry, InputError> {
+    match input {
+        ProjectionInput::LineIntegrals { geometry, .. } => Ok(Geometry::read_json(geometry)?),
+        ProjectionInput::DXchange { path, tilt_deg } => {
+            let reader = DxchangeReader::open(path)?;
+            let info = reader.info();
+            let phi = tilt_phi(path, *tilt_deg, info.phi)?;
+            let [_, deth, detw] = info.projections.shape;
+            Ok(Geometry::for_detector(deth, detw, info.theta.clone(), phi))
+        }
+        ProjectionInput::TiffStack {
+            path,
+            angles,
+            tilt_deg,
+            ..
+        } => {
+            let theta = read_angle_list(angles)?;
+            let stack = StackReader::open(path)?;
+            check_angle_count(path, angles, theta.len(), stack.count())?;
+            Ok(Geometry::for_detector(
+                stack.height(),
+                stack.width(),
+                theta,
+                (90.0 + tilt_deg).to_radians(),
+            ))
+        }
+    }
+}
+
+/// The tilt `phi` (radians): `tilt_deg` given, else what the scan at `path` records.
+fn tilt_phi(path: &Path, tilt_deg: Option<f64>, recorded: Option<f64>) -> Result<f64, InputError> {
+    match (tilt_deg, recorded) {
+        (Some(t), _) => Ok((90.0 + t).to_radians()),
+        (None, Some(phi)) => Ok(phi),
+        (None, None) => Err(InputError::Missing(format!(
+            "{} records no tilt (/lamino/phi_deg): pass --tilt-deg",
+            path.display()
+        ))),
+    }
+}
+
+fn check_angle_count(
+    path: &Path,
+    angles: &Path,
+    listed: usize,
+    count: usize,
+) -> Result<(), InputError> {
+    if listed == count {
+        return Ok(());
+    }
+    Err(InputError::Angles {
+        path: angles.into(),
+        reason: format!(
+            "lists {listed} angles for {count} projections in {}",
+            path.display()
+        ),
+    })
+}
+
+/// Bytes of raw projections read at a time when normalising block by block.
+const READ_BLOCK_BYTES: usize = 64 << 20;
+
+/// Line integrals of a DXchange scan, read and normalised a block of angles at a time, so the
+/// raw and the normalised projections are never both held whole.
+fn projections_from_dxchange(
+    path: &Path,
+    tilt_deg: Option<f64>,
+) -> Result<LoadedProjections, InputError> {
+    let reader = DxchangeReader::open(path)?;
+    let info = reader.info().clone();
+    let phi = tilt_phi(path, tilt_deg, info.phi)?;
+    let [count, deth, detw] = info.projections.shape;
+    let means = FieldMeans::new(&reader.read_flats()?, &reader.read_darks()?, [deth, detw])?;
+    let per_block = (READ_BLOCK_BYTES / (4 * deth * detw).max(1)).max(1);
+    let len = count * deth * detw;
+    crate::memory::check_available(
+        &format!("the line integrals of {}", path.display()),
+        len as u64 * 4,
+        "reconstruct on a machine with more memory, or bin the scan",
+    )?;
+    let mut values = Vec::with_capacity(len);
+    let mut clamped = 0;
+    for start in (0..count).step_by(per_block) {
+        let block = reader.read_projections(start..(start + per_block).min(count))?;
+        clamped += means.append(&block, &mut values)?;
+    }
+    let mut warnings = Vec::new();
+    if clamped > 0 {
+        warnings.push(clamp_warning(clamped));
+    }
+    let geometry = Geometry::for_detector(deth, detw, info.theta, phi);
+    Ok(LoadedProjections {
+        projections: Projections::new(geometry, values)?,
+        notes: Vec::new(),
+        warnings,
+    })
 }
 
 /// Projection angles from a text file of degrees separated by white space, in radians.
@@ -178,22 +278,14 @@ fn projections_from_tiff(
     shading: &Shading,
 ) -> Result<LoadedProjections, InputError> {
     let theta = read_angle_list(angles)?;
-    let data = read_intensity_stack(path)?;
-    let [count, deth, detw] = data.shape;
-    if theta.len() != count {
-        return Err(InputError::Angles {
-            path: angles.into(),
-            reason: format!(
-                "lists {} angles for {count} projections in {}",
-                theta.len(),
-                path.display()
-            ),
-        });
-    }
     let mut notes = Vec::new();
     let mut warnings = Vec::new();
-    let (values, clamped) = match shading {
+    let (values, clamped, [deth, detw]) = match shading {
         Shading::Fields { flats, darks } => {
+            // Page by page: the raw stack is never held whole beside the line integrals.
+            let mut pages = StackReader::open(path)?;
+            let (count, deth, detw) = (pages.count(), pages.height(), pages.width());
+            check_angle_count(path, angles, theta.len(), count)?;
             let flats = read_intensity_stack(flats)?;
             let darks = match darks {
                 Some(d) => read_intensity_stack(d)?,
@@ -202,10 +294,24 @@ fn projections_from_tiff(
                     values: vec![0.0; deth * detw],
                 },
             };
-            let normalized = normalize(&data, &flats, &darks)?;
-            (normalized.projections.values, normalized.clamped)
+            let means = FieldMeans::new(&flats, &darks, [deth, detw])?;
+            let mut values = Vec::new();
+            let mut clamped = 0;
+            while let Some(page) = pages.next_image() {
+                let page = Stack {
+                    shape: [1, deth, detw],
+                    values: page?,
+                }
+                .into_f32();
+                clamped += means.append(&page, &mut values)?;
+            }
+            (values, clamped, [deth, detw])
         }
         Shading::OpenBeamEnvelope => {
+            // The estimate needs every projection at once.
+            let data = read_intensity_stack(path)?;
+            let [count, deth, detw] = data.shape;
+            check_angle_count(path, angles, theta.len(), count)?;
             let beam = estimate_open_beam(&data.values, count, deth, detw)?;
             notes.push(format!(
                 "open beam estimated from the projections: a smooth surface on {:.0} % of the \
@@ -214,7 +320,8 @@ fn projections_from_tiff(
                 beam.residual_std
             ));
             warnings.extend(beam.warnings.iter().cloned());
-            beam.line_integrals(&data.values)
+            let (values, clamped) = beam.line_integrals(&data.values);
+            (values, clamped, [deth, detw])
         }
     };
     if clamped > 0 {
@@ -242,16 +349,7 @@ pub fn projections_from_scan(
     scan: Scan,
     tilt_deg: Option<f64>,
 ) -> Result<LoadedProjections, InputError> {
-    let phi = match (tilt_deg, scan.phi) {
-        (Some(t), _) => (90.0 + t).to_radians(),
-        (None, Some(phi)) => phi,
-        (None, None) => {
-            return Err(InputError::Missing(format!(
-                "{} records no tilt (/lamino/phi_deg): pass --tilt-deg",
-                path.display()
-            )))
-        }
-    };
+    let phi = tilt_phi(path, tilt_deg, scan.phi)?;
     let normalized = normalize(&scan.data, &scan.flats, &scan.darks)?;
     let mut warnings = Vec::new();
     if normalized.clamped > 0 {

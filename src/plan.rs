@@ -250,6 +250,14 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
+    /// How many arrays live on the device.
+    pub fn resident_arrays(&self) -> usize {
+        self.arrays
+            .iter()
+            .filter(|a| a.residency == Residency::Device)
+            .count()
+    }
+
     /// Where `array` lives.
     pub fn residency(&self, array: Array) -> &Residency {
         &self
@@ -285,6 +293,51 @@ impl MemoryPlan {
             fixed,
             Array::BY_TRAFFIC.len(),
             budgets,
+        )
+    }
+}
+
+impl std::fmt::Display for MemoryPlan {
+    /// A summary for people: mode, budgets and their source, chunks, bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let b = &self.budgets;
+        let mode = match self.mode {
+            Mode::InCore => "in-core (every array on the device)",
+            Mode::Streaming => {
+                "streaming (arrays beyond the device budget pass through it in chunks)"
+            }
+        };
+        writeln!(f, "memory plan: {mode}")?;
+        writeln!(
+            f,
+            "  budgets: device {:.2} GiB ({:?}), host {:.2} GiB ({:?}), scratch {}",
+            gib(b.device_bytes),
+            b.device_source,
+            gib(b.host_bytes),
+            b.host_source,
+            b.scratch
+                .as_ref()
+                .map_or("none".into(), |d| d.display().to_string())
+        )?;
+        writeln!(
+            f,
+            "  chunks: {} y rows (U1), {} detector rows (U2), {} projections (F); staging {} words",
+            self.chunks.0, self.chunks.1, self.chunks.2, self.staging_words
+        )?;
+        writeln!(
+            f,
+            "  arrays on the device: {} of {}; held: device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB",
+            self.resident_arrays(),
+            self.arrays.len(),
+            gib(self.device_bytes),
+            gib(self.host_bytes),
+            gib(self.scratch_bytes)
+        )?;
+        write!(
+            f,
+            "  moved between host and device per outer iteration: {:.2} GiB",
+            gib(self.bytes_moved_per_iteration)
         )
     }
 }

@@ -26,7 +26,8 @@ use thiserror::Error;
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::solver::{AdmmParams, AdmmSolver, Checkpoint, IterationReport, SolverError, StopReason};
+use crate::plan::{plan, Budgets, MemoryPlan, Mode, PlanError};
+use crate::solver::{AdmmParams, AdmmSolver, IterationReport, SolverError, StopReason};
 
 /// Errors of the reconstruction pipeline.
 #[derive(Debug, Error)]
@@ -45,15 +46,19 @@ pub enum ReconError {
         column: usize,
         value: f32,
     },
-    /// The reconstruction needs more device memory than the budget allows.
+    /// No memory plan fits the budgets.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Memoization keeps its cache beside device-resident arrays; a streaming plan has none.
     #[error(
-        "this reconstruction needs {needed} bytes of device memory ({needed_mib:.1} MiB), more than \
-         the budget of {budget} bytes; reduce the volume or detector size, or raise the budget"
+        "--memo needs every array on the device, but this reconstruction streams (the device \
+         budget of {budget_mib:.0} MiB holds {resident} of {arrays} arrays); run without --memo \
+         or raise --max-device-memory"
     )]
-    OverBudget {
-        needed: u64,
-        needed_mib: f64,
-        budget: u64,
+    MemoNeedsInCore {
+        budget_mib: f64,
+        resident: usize,
+        arrays: usize,
     },
     /// The projections do not have the geometry's shape.
     #[error("{got} projection values for a geometry of {expected} (ntheta x deth x detw)")]
@@ -117,20 +122,26 @@ impl Projections {
             return self.clone();
         }
         let g = &self.geometry;
-        let detw = g.detw + 2 * pad;
-        let mut values = Vec::with_capacity(g.ntheta() * g.deth * detw);
+        let mut values = Vec::with_capacity(g.ntheta() * g.deth * (g.detw + 2 * pad));
         for row in self.values.chunks(g.detw) {
             values.extend(std::iter::repeat_n(row[0], pad));
             values.extend_from_slice(row);
             values.extend(std::iter::repeat_n(row[g.detw - 1], pad));
         }
-        let geometry = Geometry {
-            detw,
-            n1: g.n1 + 2 * pad,
-            n2: g.n2 + 2 * pad,
-            ..g.clone()
-        };
-        Self { geometry, values }
+        Self {
+            geometry: padded_geometry(g, pad),
+            values,
+        }
+    }
+}
+
+/// The geometry of projections padded laterally by `pad` columns on each side.
+fn padded_geometry(g: &Geometry, pad: usize) -> Geometry {
+    Geometry {
+        detw: g.detw + 2 * pad,
+        n1: g.n1 + 2 * pad,
+        n2: g.n2 + 2 * pad,
+        ..g.clone()
     }
 }
 
@@ -167,8 +178,10 @@ pub struct Reconstruction {
     pub operator_device_bytes: u64,
     /// Device memory of the solver's own vectors.
     pub solver_device_bytes: u64,
-    /// The estimate made before allocation (operator and solver).
-    pub estimated_device_bytes: u64,
+    /// The memory plan: mode, chunks, where each array lived, budgets, bytes moved.
+    pub plan: MemoryPlan,
+    /// The most device memory held at once (every allocation and free is counted).
+    pub peak_device_bytes: u64,
     pub device: String,
     /// The memo settings and what the memo layer did (`policy: off` and no statistics when off).
     pub memo: MemoOptions,
@@ -189,7 +202,9 @@ pub struct Reconstructor<'a> {
     resume: Option<PathBuf>,
     cancel: Option<Arc<AtomicBool>>,
     progress: Option<ProgressFn<'a>>,
-    budget: Option<u64>,
+    device_budget: Option<u64>,
+    host_budget: Option<u64>,
+    scratch: Option<PathBuf>,
     memo: MemoOptions,
 }
 
@@ -204,7 +219,9 @@ impl<'a> Reconstructor<'a> {
             resume: None,
             cancel: None,
             progress: None,
-            budget: None,
+            device_budget: None,
+            host_budget: None,
+            scratch: None,
             memo: MemoOptions::default(),
         }
     }
@@ -217,10 +234,27 @@ impl<'a> Reconstructor<'a> {
         self
     }
 
-    /// Refuses up front, before allocating anything, a reconstruction that needs more than `bytes`
-    /// of device memory (wgpu does not report a device's memory size, so the caller states it).
+    /// The device memory the reconstruction may hold (default: the device-local memory the
+    /// backend reports, else [`crate::plan::DEFAULT_DEVICE_BUDGET`]). A reconstruction that
+    /// does not fit streams its arrays through the device; one whose smallest chunks do not fit
+    /// is refused before anything is allocated.
     pub fn device_memory_budget(mut self, bytes: u64) -> Self {
-        self.budget = Some(bytes);
+        self.device_budget = Some(bytes);
+        self
+    }
+
+    /// The host memory the arrays the device does not hold may take (default:
+    /// [`crate::plan::DEFAULT_HOST_FRACTION`] of the installed memory); the rest goes to
+    /// [`scratch_dir`](Self::scratch_dir).
+    pub fn host_memory_budget(mut self, bytes: u64) -> Self {
+        self.host_budget = Some(bytes);
+        self
+    }
+
+    /// Where arrays beyond the host budget live, in memory-mapped files that are removed
+    /// however the run ends (without one, such a plan is refused).
+    pub fn scratch_dir(mut self, dir: PathBuf) -> Self {
+        self.scratch = Some(dir);
         self
     }
 
@@ -266,6 +300,40 @@ impl<'a> Reconstructor<'a> {
         self
     }
 
+    /// The memory plan [`run`](Self::run) would follow for projections of `geometry` (before
+    /// padding), made without allocating anything on the device.
+    pub fn plan(&self, geometry: &Geometry) -> Result<MemoryPlan, ReconError> {
+        self.params.validate().map_err(SolverError::from)?;
+        self.plan_for(&padded_geometry(geometry, self.pad))
+    }
+
+    /// The plan for the (padded) geometry the solver runs on.
+    fn plan_for(&self, g: &Geometry) -> Result<MemoryPlan, ReconError> {
+        let mut options = self.options;
+        let mut budgets = Budgets::new(
+            self.ctx,
+            self.device_budget,
+            self.host_budget,
+            self.scratch.clone(),
+        );
+        if self.memo.policy.is_active() {
+            let rows = Some(self.memo.chunk_rows.max(1));
+            options.max_chunk_y = options.max_chunk_y.or(rows);
+            options.max_chunk_rows = options.max_chunk_rows.or(rows);
+            // The memo cache comes out of the same device budget.
+            budgets.device_bytes = budgets.device_bytes.saturating_sub(self.memo.device_bytes);
+        }
+        let plan = plan(self.ctx, g, &self.params, &options, &budgets)?;
+        if self.memo.policy.is_active() && plan.mode == Mode::Streaming {
+            return Err(ReconError::MemoNeedsInCore {
+                budget_mib: budgets.device_bytes as f64 / (1u64 << 20) as f64,
+                resident: plan.resident_arrays(),
+                arrays: plan.arrays.len(),
+            });
+        }
+        Ok(plan)
+    }
+
     /// Reconstructs `projections`.
     pub fn run(mut self, projections: &Projections) -> Result<Reconstruction, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
@@ -273,31 +341,16 @@ impl<'a> Reconstructor<'a> {
         let padded = projections.padded(self.pad);
         let g = padded.geometry.clone();
         let data = padded.operator_data();
-        if self.memo.policy.is_active() {
-            let rows = Some(self.memo.chunk_rows.max(1));
-            self.options.max_chunk_y = self.options.max_chunk_y.or(rows);
-            self.options.max_chunk_rows = self.options.max_chunk_rows.or(rows);
-        }
-        let needed = AdmmSolver::estimate_device_bytes(self.ctx, &g, &self.options)?
-            + if self.memo.policy.is_active() {
-                self.memo.device_bytes
-            } else {
-                0
-            };
-        if let Some(budget) = self.budget.filter(|&b| needed > b) {
-            return Err(ReconError::OverBudget {
-                needed,
-                needed_mib: needed as f64 / (1u64 << 20) as f64,
-                budget,
-            });
-        }
-        let mut solver = AdmmSolver::new(self.ctx, &g, &data, self.params, &self.options)?;
+        drop(padded);
+        let plan = self.plan_for(&g)?;
+        self.ctx.set_device_budget(plan.budgets.device_bytes);
+        self.ctx.reset_peak_device_bytes();
+        let mut solver = AdmmSolver::with_plan(self.ctx, &g, &data, self.params, &plan)?;
+        drop(data);
         solver.set_memo(self.ctx, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
-            let checkpoint = Checkpoint::read(path).map_err(SolverError::from)?;
-            solver.resume(self.ctx, &checkpoint)?;
-            resumed_from = Some(checkpoint.iteration);
+            resumed_from = Some(solver.resume(self.ctx, path)?.iteration);
         }
         let setup_s = start.elapsed().as_secs_f64();
         let loop_start = Instant::now();
@@ -318,10 +371,7 @@ impl<'a> Reconstructor<'a> {
             let finished = solver.stop_reason().is_some();
             if let Some((path, every)) = &self.checkpoint {
                 if done % every == 0 || (cancelled && !finished) {
-                    solver
-                        .checkpoint(self.ctx)?
-                        .write(path)
-                        .map_err(SolverError::from)?;
+                    solver.write_checkpoint(self.ctx, path)?;
                 }
             }
             if let Some(f) = self.progress.as_mut() {
@@ -354,7 +404,8 @@ impl<'a> Reconstructor<'a> {
             iterations_s: loop_start.elapsed().as_secs_f64(),
             operator_device_bytes: solver.operator().device_bytes(),
             solver_device_bytes: solver.vector_device_bytes(),
-            estimated_device_bytes: needed,
+            plan,
+            peak_device_bytes: self.ctx.peak_device_bytes(),
             device: self.ctx.info().to_string(),
             memo: self.memo,
             memo_stats: solver.memo_stats(),

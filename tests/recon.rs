@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use common::ctx;
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+use lamino::plan::{Mode, PlanError};
 use lamino::recon::{Projections, ReconError, Reconstructor};
 use lamino::solver::AdmmParams;
 use num_complex::Complex32;
@@ -112,22 +113,28 @@ fn padding_is_cropped_and_bad_projections_are_refused() {
 }
 
 #[test]
-fn a_reconstruction_over_the_memory_budget_is_refused_before_allocating() {
+fn the_plan_holds_what_the_run_holds_and_a_budget_too_small_for_one_chunk_is_refused() {
     let p = projections(16);
     let params = AdmmParams::exactly(1);
-    let done = Reconstructor::new(ctx()).params(params).run(&p).unwrap();
-    let held = done.operator_device_bytes + done.solver_device_bytes;
-    let ratio = done.estimated_device_bytes as f64 / held as f64;
+    // A context of its own: the peak must not count other tests' arrays.
+    let own = common::new_context();
+    let done = Reconstructor::new(&own).params(params).run(&p).unwrap();
+    assert_eq!(done.plan.mode, Mode::InCore);
+    let ratio = done.plan.device_bytes as f64 / done.peak_device_bytes as f64;
     assert!(
-        (0.95..=1.05).contains(&ratio),
-        "estimate {} vs held {held}",
-        done.estimated_device_bytes
+        (0.9..=1.1).contains(&ratio),
+        "plan {} vs peak {}",
+        done.plan.device_bytes,
+        done.peak_device_bytes
     );
     let err = Reconstructor::new(ctx())
         .params(params)
-        .device_memory_budget(held / 2)
+        .device_memory_budget(64 << 10)
         .run(&p)
         .unwrap_err();
-    assert!(matches!(err, ReconError::OverBudget { .. }), "{err}");
+    assert!(
+        matches!(err, ReconError::Plan(PlanError::DeviceBudget { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("MiB"), "{err}");
 }

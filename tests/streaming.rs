@@ -9,9 +9,10 @@ use lamino::array::Residency;
 use lamino::input::projections_from_scan;
 use lamino::operator::OperatorOptions;
 use lamino::plan::{plan, Array, BudgetSource, Budgets, MemoryPlan, Mode, PlanError};
-use lamino::recon::Projections;
+use lamino::recon::{Projections, Reconstructor};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::{AdmmParams, AdmmSolver};
+use std::path::Path;
 
 fn projections(size: usize) -> Projections {
     let sim = simulated_scan(&ScanSpec {
@@ -38,19 +39,43 @@ fn budgets(device: u64, host: u64, scratch: Option<&std::path::Path>) -> Budgets
     }
 }
 
-/// Runs `iterations` outer iterations under `plan` on a fresh context whose device budget is
-/// the plan's; returns the volume and the peak device bytes.
-fn run(p: &Projections, params: AdmmParams, plan: &MemoryPlan) -> (Vec<f32>, u64) {
+/// Runs the solver under `plan` on a fresh context whose device budget is the plan's: from the
+/// checkpoint `resume` if given, writing the checkpoint `save` after `save.0` iterations if
+/// given. Returns the volume and the peak device bytes.
+fn run(
+    p: &Projections,
+    params: AdmmParams,
+    plan: &MemoryPlan,
+    resume: Option<&Path>,
+    save: Option<(usize, &Path)>,
+) -> (Vec<f32>, u64) {
     let ctx = common::new_context();
     ctx.set_device_budget(plan.budgets.device_bytes.min(u64::MAX / 2));
     ctx.reset_peak_device_bytes();
     let mut solver =
         AdmmSolver::with_plan(&ctx, p.geometry(), &p.operator_data(), params, plan).unwrap();
-    solver.run(&ctx, |_| {}).unwrap();
+    if let Some(path) = resume {
+        solver.resume(&ctx, path).unwrap();
+    }
+    while solver.stop_reason().is_none() {
+        solver.step(&ctx).unwrap();
+        if let Some((at, path)) = save {
+            if solver.iterations_done() == at {
+                solver.write_checkpoint(&ctx, path).unwrap();
+            }
+        }
+    }
     (solver.volume(&ctx).unwrap(), ctx.peak_device_bytes())
 }
 
-fn check_streaming_matches_in_core(size: usize, iterations: usize) {
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Streaming at 1/8 of the in-core device need, with scratch files, against in-core: the same
+/// bits, the peak within the budget; with `checkpoints`, a checkpoint of each mode resumed in
+/// the other ends on the same bits too.
+fn check_streaming_matches_in_core(size: usize, iterations: usize, checkpoints: bool) {
     let p = projections(size);
     let g = p.geometry();
     let params = AdmmParams::exactly(iterations);
@@ -93,8 +118,18 @@ fn check_streaming_matches_in_core(size: usize, iterations: usize) {
         "{:?}",
         streaming.arrays
     );
-    let (reference, in_core_peak) = run(&p, params, &in_core);
-    let (streamed, peak) = run(&p, params, &streaming);
+    let dir = tempfile::tempdir().unwrap();
+    let from_in_core = dir.path().join("in-core.ckpt");
+    let from_streaming = dir.path().join("streaming.ckpt");
+    let (save_in_core, save_streaming) = match checkpoints {
+        true => (
+            Some((1, from_in_core.as_path())),
+            Some((1, from_streaming.as_path())),
+        ),
+        false => (None, None),
+    };
+    let (reference, in_core_peak) = run(&p, params, &in_core, None, save_in_core);
+    let (streamed, peak) = run(&p, params, &streaming, None, save_streaming);
     eprintln!(
         "device peak: in-core {in_core_peak}, streaming {peak} (budget {})",
         need / 8
@@ -105,17 +140,70 @@ fn check_streaming_matches_in_core(size: usize, iterations: usize) {
         need / 8
     );
     assert!(
-        reference
-            .iter()
-            .zip(&streamed)
-            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        same_bits(&reference, &streamed),
         "streaming changed the volume"
     );
+    assert_eq!(
+        std::fs::read(&from_in_core).ok(),
+        std::fs::read(&from_streaming).ok(),
+        "the checkpoints of the two modes differ"
+    );
+    if checkpoints {
+        let (resumed, _) = run(&p, params, &streaming, Some(&from_in_core), None);
+        assert!(
+            same_bits(&reference, &resumed),
+            "in-core checkpoint resumed streaming"
+        );
+        let (resumed, _) = run(&p, params, &in_core, Some(&from_streaming), None);
+        assert!(
+            same_bits(&reference, &resumed),
+            "streaming checkpoint resumed in-core"
+        );
+    }
 }
 
 #[test]
-fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_at_32() {
-    check_streaming_matches_in_core(32, 3);
+fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_and_checkpoints_at_32() {
+    check_streaming_matches_in_core(32, 3, true);
+}
+
+#[test]
+fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_at_64() {
+    check_streaming_matches_in_core(64, 1, false);
+}
+
+/// The library's budgets: a reconstruction that does not fit streams (the report says so, with
+/// the peak within the budget) and gives the in-core volume; scratch files leave nothing behind.
+#[test]
+fn reconstructor_budgets_stream_and_report_the_plan() {
+    let p = projections(16);
+    let params = AdmmParams::exactly(2);
+    let in_core = Reconstructor::new(&common::new_context())
+        .params(params)
+        .run(&p)
+        .unwrap();
+    assert_eq!(in_core.plan.mode, Mode::InCore);
+    let budget = in_core.plan.device_bytes / 3;
+    let scratch = tempfile::tempdir().unwrap();
+    let streamed = Reconstructor::new(&common::new_context())
+        .params(params)
+        .device_memory_budget(budget)
+        .host_memory_budget(1 << 10)
+        .scratch_dir(scratch.path().into())
+        .run(&p)
+        .unwrap();
+    assert_eq!(streamed.plan.mode, Mode::Streaming);
+    assert!(streamed.plan.scratch_bytes > 0);
+    assert!(
+        streamed.peak_device_bytes <= budget,
+        "{} > {budget}",
+        streamed.peak_device_bytes
+    );
+    assert!(same_bits(&in_core.volume, &streamed.volume));
+    let report = serde_json::to_value(&streamed).unwrap();
+    assert_eq!(report["plan"]["mode"], "streaming");
+    assert!(report["peak_device_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
 }
 
 #[test]

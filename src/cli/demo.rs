@@ -10,7 +10,7 @@ use lamino::memo::MemoOptions;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::AdmmParams;
 
-use super::reconstruct::{report_loaded, run_reconstruction, RunOptions};
+use super::reconstruct::{report_loaded, run_reconstruction, MemoryBudgets, RunOptions};
 use super::{Cli, CliResult};
 
 #[derive(Args)]
@@ -55,7 +55,7 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
     let projections = report_loaded(projections_from_scan(&scan_path, scan, None)?, false);
     let options = RunOptions {
         memo: MemoOptions::default(),
-        budget_mib: None,
+        budgets: MemoryBudgets::default(),
         pad: false,
         checkpoint_every: None,
         resume: false,

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
-use lamino::input::{extension, load_projections, LoadedProjections, ProjectionInput, Shading};
+use lamino::input::{
+    extension, input_geometry, load_projections, LoadedProjections, ProjectionInput, Shading,
+};
 use lamino::memo::{MemoOptions, MemoPolicy};
 use lamino::recon::{write_outputs, Projections, Reconstruction, Reconstructor};
 use lamino::solver::{AdmmParams, InnerSolver};
@@ -81,9 +83,23 @@ pub struct ReconstructArgs {
     /// No progress bar or parameter echo.
     #[arg(long)]
     quiet: bool,
-    /// Refuse up front a reconstruction that needs more device memory than this (MiB).
+    /// Device memory the reconstruction may hold (MiB). Default: the device-local memory the
+    /// Vulkan driver reports, else 2048. Beyond it the arrays stream through the device in
+    /// chunks (same results, more transfers); too small for even one chunk is an error.
     #[arg(long)]
     max_device_memory: Option<u64>,
+    /// Host memory the arrays the device does not hold may take (MiB). Default: 70 % of the
+    /// machine's RAM. Beyond it they go to --scratch.
+    #[arg(long)]
+    max_host_memory: Option<u64>,
+    /// Directory for memory-mapped scratch files holding the arrays beyond --max-host-memory
+    /// (a fast local disk; the files have no name and vanish however the run ends).
+    #[arg(long)]
+    scratch: Option<PathBuf>,
+    /// Print the memory plan (in-core or streaming, chunk sizes, device / host / scratch bytes,
+    /// bytes moved per iteration) as JSON and stop: no projection is read, no GPU work is done.
+    #[arg(long)]
+    dry_run: bool,
     #[command(flatten)]
     memo: MemoArgs,
 }
@@ -243,24 +259,68 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
     params.validate()?;
-    let projections = report_loaded(load_projections(&args.projection_input()?)?, args.quiet);
-    let ctx = cli.context()?;
+    let input = args.projection_input()?;
     let options = RunOptions {
         memo: args.memo.options(),
-        budget_mib: args.max_device_memory,
+        budgets: MemoryBudgets {
+            device_mib: args.max_device_memory,
+            host_mib: args.max_host_memory,
+            scratch: args.scratch.clone(),
+        },
         pad: args.pad,
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,
         quiet: args.quiet,
     };
+    if args.dry_run {
+        let g = input_geometry(&input)?;
+        let ctx = cli.context()?;
+        let plan = options
+            .budgets
+            .apply(Reconstructor::new(&ctx))
+            .params(params)
+            .memo(options.memo)
+            .lateral_padding(if options.pad { g.detw / 4 } else { 0 })
+            .plan(&g)?;
+        if !args.quiet {
+            eprintln!("{plan}");
+        }
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(());
+    }
+    let projections = report_loaded(load_projections(&input)?, args.quiet);
+    let ctx = cli.context()?;
     run_reconstruction(&ctx, &projections, params, &args.out, &options)?;
     Ok(())
+}
+
+/// The memory budgets of the command line (MiB).
+#[derive(Default)]
+pub(super) struct MemoryBudgets {
+    pub device_mib: Option<u64>,
+    pub host_mib: Option<u64>,
+    pub scratch: Option<PathBuf>,
+}
+
+impl MemoryBudgets {
+    fn apply<'a>(&self, mut builder: Reconstructor<'a>) -> Reconstructor<'a> {
+        if let Some(mib) = self.device_mib {
+            builder = builder.device_memory_budget(mib << 20);
+        }
+        if let Some(mib) = self.host_mib {
+            builder = builder.host_memory_budget(mib << 20);
+        }
+        if let Some(dir) = &self.scratch {
+            builder = builder.scratch_dir(dir.clone());
+        }
+        builder
+    }
 }
 
 /// The run settings of the command line.
 pub(super) struct RunOptions {
     pub memo: MemoOptions,
-    pub budget_mib: Option<u64>,
+    pub budgets: MemoryBudgets,
     pub pad: bool,
     pub checkpoint_every: Option<usize>,
     pub resume: bool,
@@ -313,7 +373,9 @@ pub(super) fn run_reconstruction(
     let flag = cancel.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
     let progress = bar(params.outer_iterations as u64, "iterations", o.quiet);
-    let mut builder = Reconstructor::new(ctx)
+    let mut builder = o
+        .budgets
+        .apply(Reconstructor::new(ctx))
         .params(params)
         .memo(o.memo)
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
@@ -329,8 +391,9 @@ pub(super) fn run_reconstruction(
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
     }
-    if let Some(mib) = o.budget_mib {
-        builder = builder.device_memory_budget(mib << 20);
+    let plan = builder.plan(g)?;
+    if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
+        progress.suspend(|| eprintln!("{plan}"));
     }
     let result = builder.run(projections)?;
     progress.finish_and_clear();

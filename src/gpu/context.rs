@@ -633,8 +633,14 @@ impl GpuContext {
     }
 
     /// A readback buffer of at least `bytes` from the pool; waits for an earlier download when
-    /// the pool is full.
-    pub(crate) fn readback_buffer(&self, bytes: u64) -> Result<GpuBuffer, GpuError> {
+    /// the pool is full. With `may_defer`, `None` when the pool is full and no download is in
+    /// flight: unsubmitted downloads (the caller's own, usually) hold it, and submitting them
+    /// lets one land. Without, such a buffer is made beyond the pool's limit.
+    pub(crate) fn readback_buffer(
+        &self,
+        bytes: u64,
+        may_defer: bool,
+    ) -> Result<Option<GpuBuffer>, GpuError> {
         loop {
             {
                 let mut d = self.downloads.lock().expect("download pool poisoned");
@@ -646,19 +652,25 @@ impl GpuContext {
                     .min_by_key(|(_, b)| b.bytes)
                     .map(|(i, _)| i);
                 if let Some(i) = best {
-                    return Ok(d.free.swap_remove(i));
+                    return Ok(Some(d.free.swap_remove(i)));
                 }
                 let cap = d.cap.unwrap_or(READBACK_POOL_BYTES).max(bytes);
-                if d.pooled_bytes + bytes <= cap || d.in_flight.is_empty() {
+                let fits = d.pooled_bytes + bytes <= cap;
+                if may_defer && !fits && d.in_flight.is_empty() && d.free.is_empty() {
+                    return Ok(None);
+                }
+                if fits || d.in_flight.is_empty() {
                     // Free buffers too small to serve: give their memory back first.
                     let released: u64 = d.free.drain(..).map(|b| b.bytes).sum();
                     d.pooled_bytes = d.pooled_bytes - released + bytes;
                     drop(d);
-                    return self.create_raw(
-                        "readback",
-                        bytes,
-                        wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    );
+                    return self
+                        .create_raw(
+                            "readback",
+                            bytes,
+                            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        )
+                        .map(Some);
                 }
             }
             self.poll_downloads(true)?;

@@ -152,7 +152,16 @@ impl Recorder {
         done: Completion,
     ) -> Result<(), GpuError> {
         debug_assert!(self.timer.is_none(), "timed recordings hold no transfers");
-        let readback = ctx.readback_buffer(bytes)?;
+        let readback = match ctx.readback_buffer(bytes, true)? {
+            Some(buffer) => buffer,
+            None => {
+                // Unsubmitted downloads (this recording's) fill the pool: submit them, so
+                // that the pool can wait for the oldest to land and reuse its buffer.
+                self.flush(ctx)?;
+                ctx.readback_buffer(bytes, false)?
+                    .expect("made when it cannot wait")
+            }
+        };
         drop(self.pass.take());
         let encoder = self.encoder.as_mut().expect("recorder already finished");
         encoder.copy_buffer_to_buffer(&buffer.buffer, offset, &readback.buffer, 0, bytes);

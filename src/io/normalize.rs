@@ -105,28 +105,57 @@ fn mean_frame(s: &Stack) -> Vec<f64> {
 /// [`RATIO_FLOOR`] (or with `F - D <= 0`) are raised to it and counted.
 pub fn normalize(data: &Stack, flats: &Stack, darks: &Stack) -> Result<Normalized, NormalizeError> {
     check("data", data, None)?;
-    let frame = Some([data.shape[1], data.shape[2]]);
-    check("flats", flats, frame)?;
-    check("darks", darks, frame)?;
-    let (flat, dark) = (mean_frame(flats), mean_frame(darks));
-    let mut clamped = 0;
-    let values = data
-        .values
-        .chunks(data.frame_len())
-        .flat_map(|f| f.iter().zip(flat.iter().zip(&dark)))
-        .map(|(&i, (&f, &d))| {
-            let den = f - d;
-            let ratio = if den > 0.0 { (i as f64 - d) / den } else { 0.0 };
-            attenuation(ratio, &mut clamped)
-        })
-        .collect();
+    let mut normalized = Vec::new();
+    let clamped = FieldMeans::new(flats, darks, [data.shape[1], data.shape[2]])?
+        .append(data, &mut normalized)?;
     Ok(Normalized {
         projections: Stack {
             shape: data.shape,
-            values,
+            values: normalized,
         },
         clamped,
     })
+}
+
+/// The mean flat and dark frames of a scan, for normalising its projections a block at a time
+/// (a scan larger than memory is never held twice, raw and normalised).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldMeans {
+    frame: [usize; 2],
+    flat: Vec<f64>,
+    dark: Vec<f64>,
+}
+
+impl FieldMeans {
+    /// The means of `flats` and `darks`, whose frames must be `frame` = `(height, width)`.
+    pub fn new(flats: &Stack, darks: &Stack, frame: [usize; 2]) -> Result<Self, NormalizeError> {
+        check("flats", flats, Some(frame))?;
+        check("darks", darks, Some(frame))?;
+        Ok(Self {
+            frame,
+            flat: mean_frame(flats),
+            dark: mean_frame(darks),
+        })
+    }
+
+    /// Appends the line integrals of the projections `block` to `out`; returns how many ratios
+    /// were raised to [`RATIO_FLOOR`].
+    pub fn append(&self, block: &Stack, out: &mut Vec<f32>) -> Result<usize, NormalizeError> {
+        check("data", block, Some(self.frame))?;
+        let mut clamped = 0;
+        out.extend(
+            block
+                .values
+                .chunks(block.frame_len())
+                .flat_map(|f| f.iter().zip(self.flat.iter().zip(&self.dark)))
+                .map(|(&i, (&f, &d))| {
+                    let den = f - d;
+                    let ratio = if den > 0.0 { (i as f64 - d) / den } else { 0.0 };
+                    attenuation(ratio, &mut clamped)
+                }),
+        );
+        Ok(clamped)
+    }
 }
 
 #[cfg(test)]

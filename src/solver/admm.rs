@@ -5,6 +5,7 @@
 //! the penalty decision need them).
 
 use std::cell::RefCell;
+use std::path::Path;
 
 use bytemuck::{Pod, Zeroable};
 use serde::{Deserialize, Serialize};
@@ -516,31 +517,17 @@ impl AdmmSolver {
         &self.op
     }
 
-    /// Device memory of the solver's arrays (besides the operator's).
+    /// Device memory of the solver's device-resident arrays (besides the operator's).
     pub fn vector_device_bytes(&self) -> u64 {
-        Self::vector_bytes(self.op.geometry())
-    }
-
-    fn vector_bytes(g: &Geometry) -> u64 {
-        // u, u_prev, r, p, r_prev; psi, lambda, grad u, grad u previous, grad p; D, A u, A p;
-        // partial sums of the reductions (one per 256 words, at most 16 reductions).
-        let words = 5 * g.volume_len() + 5 * 3 * g.volume_len() + 3 * 2 * g.data_len();
-        (words + 16 * (3 * g.volume_len()).max(2 * g.data_len()) / 256) as u64 * 4
-    }
-
-    /// Device memory a reconstruction of `geometry` needs (operator and solver), computed before
-    /// anything is allocated.
-    pub fn estimate_device_bytes(
-        ctx: &GpuContext,
-        geometry: &Geometry,
-        options: &OperatorOptions,
-    ) -> Result<u64, SolverError> {
-        // The spatial projections live on the device during setup only, beside everything else.
-        Ok(
-            LaminoOperator::estimate_device_bytes(ctx, geometry, options)?
-                + Self::vector_bytes(geometry)
-                + geometry.data_len() as u64 * 4,
-        )
+        let f = &self.fields;
+        [
+            &f.u, &f.u_prev, &f.psi, &f.lambda, &f.grad_u, &f.h0, &f.r, &f.p, &f.grad_p, &f.r_prev,
+            &f.dhat, &f.au, &f.ap,
+        ]
+        .iter()
+        .filter_map(|field| field.device_buffer())
+        .map(|b| b.bytes())
+        .sum()
     }
 
     /// Outer iterations done so far.
@@ -732,61 +719,65 @@ impl AdmmSolver {
         })
     }
 
-    /// The complete solver state after the iterations done so far.
-    pub fn checkpoint(&self, ctx: &GpuContext) -> Result<Checkpoint, SolverError> {
+    /// The arrays a checkpoint holds, in [`checkpoint::ARRAYS`](super::checkpoint::ARRAYS) order.
+    fn checkpointed(&self) -> [&Field; 5] {
         let f = &self.fields;
-        Ok(Checkpoint {
+        [&f.u, &f.psi, &f.lambda, &f.grad_u, &f.au]
+    }
+
+    /// Writes the complete solver state after the iterations done so far to `path`
+    /// (atomically), streaming each array a block at a time wherever it lives.
+    pub fn write_checkpoint(&self, ctx: &GpuContext, path: &Path) -> Result<(), SolverError> {
+        let arrays = self.checkpointed();
+        let checkpoint = Checkpoint {
             iteration: self.iteration,
             rho: self.rho,
             geometry: self.op.geometry().clone(),
             params: self.params,
             data_hash: self.data_hash,
-            u: f.u.read(ctx)?,
-            psi: f.psi.read(ctx)?,
-            lambda: f.lambda.read(ctx)?,
-            grad_u: f.grad_u.read(ctx)?,
-            au: f.au.read(ctx)?,
             last_report: self.last,
+            lengths: arrays.map(|a| a.layout().words()),
+        };
+        checkpoint.write(path, |a, start, len| {
+            Ok::<_, SolverError>(arrays[a].read_words(ctx, start, len)?)
         })
     }
 
-    /// Continues from `checkpoint`: the same geometry, data and parameters (the number of outer
-    /// iterations may differ), so the final result equals an uninterrupted run bit for bit.
-    pub fn resume(&mut self, ctx: &GpuContext, checkpoint: &Checkpoint) -> Result<(), SolverError> {
+    /// Continues from the checkpoint at `path`: the same geometry, data and parameters (the
+    /// number of outer iterations may differ), so the final result equals an uninterrupted run
+    /// bit for bit, whether either run was in-core or streaming. On an error the solver's state
+    /// is undefined: build a new one.
+    pub fn resume(&mut self, ctx: &GpuContext, path: &Path) -> Result<Checkpoint, SolverError> {
         let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
-        // Bit-exact comparison: sizes, every angle, the tilt and the accuracy.
-        if checkpoint.geometry.fingerprint() != self.op.geometry().fingerprint() {
-            return mismatch("geometry");
-        }
-        if checkpoint.data_hash != self.data_hash {
-            return mismatch("data");
-        }
-        if checkpoint.params.iterates_shape() != self.params.iterates_shape() {
-            return mismatch("solver parameters");
-        }
-        let f = &self.fields;
-        let c = checkpoint;
-        let pairs = [
-            (&f.u, &c.u),
-            (&f.psi, &c.psi),
-            (&f.lambda, &c.lambda),
-            (&f.grad_u, &c.grad_u),
-            (&f.au, &c.au),
-        ];
-        if pairs
-            .iter()
-            .any(|(field, values)| field.layout().words() != values.len())
-        {
-            return mismatch("array sizes");
-        }
-        for (field, values) in pairs {
-            field.write(ctx, values)?;
-        }
+        let geometry = self.op.geometry().fingerprint();
+        let (data_hash, shape) = (self.data_hash, self.params.iterates_shape());
+        let arrays = self.checkpointed();
+        let lengths = arrays.map(|a| a.layout().words());
+        let checkpoint = Checkpoint::read_arrays(
+            path,
+            |c| {
+                // Bit-exact comparison: sizes, every angle, the tilt and the accuracy.
+                if c.geometry.fingerprint() != geometry {
+                    return mismatch("geometry");
+                }
+                if c.data_hash != data_hash {
+                    return mismatch("data");
+                }
+                if c.params.iterates_shape() != shape {
+                    return mismatch("solver parameters");
+                }
+                if c.lengths != lengths {
+                    return mismatch("array sizes");
+                }
+                Ok(())
+            },
+            |a, start, words| Ok(arrays[a].write_words(ctx, start, words)?),
+        )?;
         ctx.wait()?;
-        self.rho = c.rho;
-        self.iteration = c.iteration;
-        self.last = c.last_report;
-        Ok(())
+        self.rho = checkpoint.rho;
+        self.iteration = checkpoint.iteration;
+        self.last = checkpoint.last_report;
+        Ok(checkpoint)
     }
 
     /// The current volume `(n0, n1, n2)`.
