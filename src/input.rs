@@ -8,6 +8,10 @@
 //!   one per line) and either white/dark fields or the open-beam estimate.
 //!
 //! DXchange and TIFF scans give the reference's volume: `(deth, detw, detw)`.
+//!
+//! [`load_projections_with`] bins the detector on the way in ([`LoadOptions::binning`]):
+//! intensities, white and dark fields are summed over `b x b` blocks before the `-log`, and
+//! line integrals are averaged (see [`crate::preprocess::bin_frames`] for the units).
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +23,7 @@ use crate::io::{
     NormalizeError, Scan, Stack, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
+use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
 use crate::recon::{Projections, ReconError};
 
 /// Errors reading a scan; each names the file or the option at fault.
@@ -35,6 +40,8 @@ pub enum InputError {
     Flatfield(#[from] FlatfieldError),
     #[error(transparent)]
     Projections(#[from] ReconError),
+    #[error(transparent)]
+    Preprocess(#[from] PreprocessError),
     /// The file's extension names no format lamino reads for this purpose.
     #[error("{path}: unsupported {what} format {ext:?} (expected {expected})")]
     Format {
@@ -116,8 +123,31 @@ pub fn extension(path: &Path) -> String {
         .to_ascii_lowercase()
 }
 
+/// How to read the projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Detector binning factor (1: none): `b x b` pixels become one, the volume's voxels `b`
+    /// times larger.
+    pub binning: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { binning: 1 }
+    }
+}
+
 /// Reads the projections of `input` as line integrals with their geometry.
 pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, InputError> {
+    load_projections_with(input, &LoadOptions::default())
+}
+
+/// [`load_projections`] with binning.
+pub fn load_projections_with(
+    input: &ProjectionInput,
+    options: &LoadOptions,
+) -> Result<LoadedProjections, InputError> {
+    let b = options.binning;
     match input {
         ProjectionInput::LineIntegrals { path, geometry } => {
             let geometry = Geometry::read_json(geometry)?;
@@ -132,21 +162,35 @@ pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, In
             }
             let values = array.data.iter().map(|c| c.re).collect();
             Ok(LoadedProjections {
-                projections: Projections::new(geometry, values)?,
+                projections: bin_projections(&Projections::new(geometry, values)?, b)?,
                 notes: Vec::new(),
                 warnings: Vec::new(),
             })
         }
         ProjectionInput::DXchange { path, tilt_deg } => {
-            projections_from_scan(path, read_dxchange(path)?, *tilt_deg)
+            binned_scan_projections(path, read_dxchange(path)?, *tilt_deg, b)
         }
         ProjectionInput::TiffStack {
             path,
             angles,
             tilt_deg,
             shading,
-        } => projections_from_tiff(path, angles, *tilt_deg, shading),
+        } => projections_from_tiff(path, angles, *tilt_deg, shading, b),
     }
+}
+
+/// The reference's geometry for a detector of `deth x detw` pixels, binned by `b`.
+fn detector_geometry(
+    deth: usize,
+    detw: usize,
+    theta: Vec<f64>,
+    phi: f64,
+    b: usize,
+) -> Result<Geometry, InputError> {
+    Ok(bin_geometry(
+        &Geometry::for_detector(deth, detw, theta, phi),
+        b,
+    )?)
 }
 
 /// Projection angles from a text file of degrees separated by white space, in radians.
@@ -176,10 +220,13 @@ fn projections_from_tiff(
     angles: &Path,
     tilt_deg: f64,
     shading: &Shading,
+    b: usize,
 ) -> Result<LoadedProjections, InputError> {
     let theta = read_angle_list(angles)?;
-    let data = read_intensity_stack(path)?;
-    let [count, deth, detw] = data.shape;
+    let raw = read_intensity_stack(path)?;
+    let [count, raw_h, raw_w] = raw.shape;
+    let data = bin_frames(raw, b)?;
+    let [_, deth, detw] = data.shape;
     if theta.len() != count {
         return Err(InputError::Angles {
             path: angles.into(),
@@ -194,9 +241,9 @@ fn projections_from_tiff(
     let mut warnings = Vec::new();
     let (values, clamped) = match shading {
         Shading::Fields { flats, darks } => {
-            let flats = read_intensity_stack(flats)?;
+            let flats = bin_frames(read_intensity_stack(flats)?, b)?;
             let darks = match darks {
-                Some(d) => read_intensity_stack(d)?,
+                Some(d) => bin_frames(read_intensity_stack(d)?, b)?,
                 None => Stack {
                     shape: [1, deth, detw],
                     values: vec![0.0; deth * detw],
@@ -220,7 +267,7 @@ fn projections_from_tiff(
     if clamped > 0 {
         warnings.push(clamp_warning(clamped));
     }
-    let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt_deg).to_radians());
+    let geometry = detector_geometry(raw_h, raw_w, theta, (90.0 + tilt_deg).to_radians(), b)?;
     Ok(LoadedProjections {
         projections: Projections::new(geometry, values)?,
         notes,
@@ -242,6 +289,16 @@ pub fn projections_from_scan(
     scan: Scan,
     tilt_deg: Option<f64>,
 ) -> Result<LoadedProjections, InputError> {
+    binned_scan_projections(path, scan, tilt_deg, 1)
+}
+
+/// [`projections_from_scan`] with the detector binned by `b` (counts summed before the `-log`).
+fn binned_scan_projections(
+    path: &Path,
+    scan: Scan,
+    tilt_deg: Option<f64>,
+    b: usize,
+) -> Result<LoadedProjections, InputError> {
     let phi = match (tilt_deg, scan.phi) {
         (Some(t), _) => (90.0 + t).to_radians(),
         (None, Some(phi)) => phi,
@@ -252,13 +309,17 @@ pub fn projections_from_scan(
             )))
         }
     };
-    let normalized = normalize(&scan.data, &scan.flats, &scan.darks)?;
+    let [_, deth, detw] = scan.data.shape;
+    let normalized = normalize(
+        &bin_frames(scan.data, b)?,
+        &bin_frames(scan.flats, b)?,
+        &bin_frames(scan.darks, b)?,
+    )?;
     let mut warnings = Vec::new();
     if normalized.clamped > 0 {
         warnings.push(clamp_warning(normalized.clamped));
     }
-    let [_, deth, detw] = scan.data.shape;
-    let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
+    let geometry = detector_geometry(deth, detw, scan.theta, phi, b)?;
     Ok(LoadedProjections {
         projections: Projections::new(geometry, normalized.projections.values)?,
         notes: Vec::new(),
