@@ -37,6 +37,7 @@ fn inputs(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
         tilt_deg: 25.0,
         photons: Some(1e5),
         seed: 3,
+        rotation_axis: None,
     })
     .unwrap();
     let h5 = dir.join("scan.h5");

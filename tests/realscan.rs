@@ -140,7 +140,7 @@ fn reconstruct(p: &Projections) -> Vec<f32> {
 fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
     // The same blobs scanned with the axis on the centre column and 3.5 pixels to the right.
     // They stay inside both fields of view, so the two scans hold the same information and the
-    // phase ramp makes the reconstructions agree to f32 rounding (measured 1.7e-6). A chip wider
+    // phase ramp makes the reconstructions agree to f32 rounding (measured 1.3e-6). A chip wider
     // than the narrower half of the shifted field of view differs where one scan sees it and the
     // other does not (measured 0.205 with the axis given, 0.663 ignored, at 32^3).
     let (n, shift) = (32usize, 3.5);

@@ -424,45 +424,65 @@ fn fourier_wavelet(sino: &[f64], ntheta: usize, detw: usize, level: usize, sigma
     out
 }
 
+/// `rows x cols` row-major `a` transposed into `cols x rows`, in blocks that stay in cache.
+fn transpose(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    const BLOCK: usize = 32;
+    let mut out = vec![0.0; a.len()];
+    for i0 in (0..rows).step_by(BLOCK) {
+        for j0 in (0..cols).step_by(BLOCK) {
+            for i in i0..(i0 + BLOCK).min(rows) {
+                for j in j0..(j0 + BLOCK).min(cols) {
+                    out[j * rows + i] = a[i * cols + j];
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The sorting method on one sinogram `(ntheta, detw)` with an odd median window `size`.
+/// Columns are sorted in a transposed copy (contiguous), the median runs along each rank's row.
 fn sorting(sino: &[f64], ntheta: usize, detw: usize, size: usize) -> Vec<f64> {
-    // Rank-major: order[r * detw + w] is the angle holding the r-th smallest value of column w
-    // (ties by angle, so the order is deterministic), sorted[r * detw + w] that value.
+    let columns = transpose(sino, ntheta, detw);
+    // Per column w: order[w * ntheta + r] is the angle holding its r-th smallest value (ties by
+    // angle, so the order is deterministic), sorted[w * ntheta + r] that value.
     let mut order = vec![0u32; ntheta * detw];
     let mut sorted = vec![0.0f64; ntheta * detw];
-    let mut column = vec![0.0f64; ntheta];
-    let mut idx: Vec<u32> = Vec::with_capacity(ntheta);
     for w in 0..detw {
-        for (t, v) in column.iter_mut().enumerate() {
-            *v = sino[t * detw + w];
+        let column = &columns[w * ntheta..(w + 1) * ntheta];
+        let idx = &mut order[w * ntheta..(w + 1) * ntheta];
+        for (i, v) in idx.iter_mut().enumerate() {
+            *v = i as u32;
         }
-        idx.clear();
-        idx.extend(0..ntheta as u32);
         idx.sort_unstable_by(|&a, &b| {
             column[a as usize]
                 .total_cmp(&column[b as usize])
                 .then(a.cmp(&b))
         });
-        for (r, &t) in idx.iter().enumerate() {
-            order[r * detw + w] = t;
-            sorted[r * detw + w] = column[t as usize];
+        for (s, &t) in sorted[w * ntheta..(w + 1) * ntheta]
+            .iter_mut()
+            .zip(idx.iter())
+        {
+            *s = column[t as usize];
         }
     }
     // A median across columns of each rank, the window mirrored at the edges, kept sorted while
     // it slides (one removal and one insertion per step).
+    let ranks = transpose(&sorted, detw, ntheta);
     let half = size / 2;
-    let mut out = vec![0.0; ntheta * detw];
+    let mut smoothed = vec![0.0; ntheta * detw];
     let mut extended = vec![0.0; detw + 2 * half];
     let mut window: Vec<f64> = Vec::with_capacity(size);
     for r in 0..ntheta {
-        let row = &sorted[r * detw..(r + 1) * detw];
+        let row = &ranks[r * detw..(r + 1) * detw];
         for (i, v) in extended.iter_mut().enumerate() {
             *v = row[mirror(i as isize - half as isize, detw)];
         }
         window.clear();
         window.extend_from_slice(&extended[..size]);
         window.sort_unstable_by(f64::total_cmp);
-        for w in 0..detw {
+        let out = &mut smoothed[r * detw..(r + 1) * detw];
+        for (w, o) in out.iter_mut().enumerate() {
             if w > 0 {
                 let (gone, new) = (extended[w - 1], extended[w - 1 + size]);
                 let at = window.partition_point(|x| x.total_cmp(&gone).is_lt());
@@ -470,10 +490,20 @@ fn sorting(sino: &[f64], ntheta: usize, detw: usize, size: usize) -> Vec<f64> {
                 let at = window.partition_point(|x| x.total_cmp(&new).is_lt());
                 window.insert(at, new);
             }
-            out[order[r * detw + w] as usize * detw + w] = window[half];
+            *o = window[half];
         }
     }
-    out
+    // Back to each value's own angle, column by column, then to (angle, column).
+    let smoothed = transpose(&smoothed, ntheta, detw);
+    let mut unsorted = vec![0.0; ntheta * detw];
+    for w in 0..detw {
+        let column = &mut unsorted[w * ntheta..(w + 1) * ntheta];
+        let values = &smoothed[w * ntheta..(w + 1) * ntheta];
+        for (&t, &v) in order[w * ntheta..(w + 1) * ntheta].iter().zip(values) {
+            column[t as usize] = v;
+        }
+    }
+    transpose(&unsorted, detw, ntheta)
 }
 
 #[cfg(test)]
