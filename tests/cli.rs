@@ -839,6 +839,8 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
             "18.5",
             "--tilt-range",
             "29:31:1",
+            "--binning",
+            "2",
             "--out",
             &s(&p("tilt")),
         ],
@@ -846,6 +848,41 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(p("tilt/tilt_29.00.png").exists() && p("tilt/tilt_31.00.png").exists());
+    // Binned by 2: 16 x 16 previews, the axis still given in unbinned columns.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("tilt/try.json")).unwrap()).unwrap();
+    assert_eq!(report["preprocessing"]["binning"], 2, "{report}");
+    assert_eq!(
+        report["search"]["preview_shape"],
+        serde_json::json!([16, 16])
+    );
+
+    // --rotation-axis auto: searched, reported, recorded.
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(&scan),
+            "--rotation-axis",
+            "auto",
+            "--out",
+            &s(&p("auto")),
+            "--quiet",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("rotation axis searched over"),
+        "{}",
+        stderr(&o)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("auto/report.json")).unwrap()).unwrap();
+    let pre = &report["reconstruction"]["preprocessing"];
+    assert_eq!(pre["rotation_axis_source"], "searched", "{pre}");
+    let found = pre["rotation_axis"].as_f64().unwrap();
+    assert!((found - 18.5).abs() < 0.5, "{found}");
+    assert!(p("auto/axis_search.csv").exists());
 
     let o = lamino(
         &[

@@ -68,10 +68,11 @@ pub struct PreprocessArgs {
     /// Fourier-wavelet method (Munch et al. 2009), `sort` the sorting method (Vo et al. 2018).
     #[arg(long, value_enum)]
     remove_stripe: Option<StripeMethod>,
-    /// For `--remove-stripe fw`: wavelet levels (default ceil(log2(max(angles, width)))).
+    /// For `--remove-stripe fw`: wavelet levels (default log2(width) - 5, at least 1: stripes up
+    /// to width/32 pixels wide).
     #[arg(long)]
     fw_level: Option<usize>,
-    /// For `--remove-stripe fw`: damping width in angular frequency samples (default 2).
+    /// For `--remove-stripe fw`: damping width in angular frequency samples (default 1).
     #[arg(long)]
     fw_sigma: Option<f64>,
     /// For `--remove-stripe sort`: median window across columns (default 21 for detectors wider
@@ -162,7 +163,8 @@ impl PreprocessArgs {
         if self.binning > 1 && !quiet {
             let g = projections.geometry();
             eprintln!(
-                "binned {b} x {b}: {} x {} detector, voxels {b} times larger (values {b} times                  those of an unbinned reconstruction)",
+                "binned {b} x {b}: {} x {} detector, voxels {b} times larger (values {b} times \
+                 those of an unbinned reconstruction)",
                 g.deth,
                 g.detw,
                 b = self.binning

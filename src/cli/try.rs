@@ -141,7 +141,7 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
     )?;
     let json = serde_json::json!({
         "lamino_version": env!("CARGO_PKG_VERSION"),
-        "metric": "gradient energy: mean |grad_xy f|^2 of the slab over the disc seen at every angle",
+        "metric": "gradient energy: mean |grad_xy f|^2 of the slab over its inscribed disc (larger is sharper)",
         "slab": slab,
         "preprocessing": pre,
         "seconds": elapsed,

@@ -754,7 +754,7 @@ impl AdmmSolver {
     /// iterations may differ), so the final result equals an uninterrupted run bit for bit.
     pub fn resume(&mut self, ctx: &GpuContext, checkpoint: &Checkpoint) -> Result<(), SolverError> {
         let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
-        // Bit-exact comparison: sizes, every angle, the tilt and the accuracy.
+        // Bit-exact comparison: sizes, every angle, the tilt, the accuracy and the rotation axis.
         if checkpoint.geometry.fingerprint() != self.op.geometry().fingerprint() {
             return mismatch("geometry");
         }
