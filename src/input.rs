@@ -8,6 +8,10 @@
 //!   one per line) and either white/dark fields or the open-beam estimate.
 //!
 //! DXchange and TIFF scans give the reference's volume: `(deth, detw, detw)`.
+//!
+//! [`load_projections_with`] bins the detector on the way in ([`LoadOptions::binning`]):
+//! intensities, white and dark fields are summed over `b x b` blocks before the `-log`, and
+//! line integrals are averaged (see [`crate::preprocess::bin_frames`] for the units).
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +23,7 @@ use crate::io::{
     FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
+use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
 use crate::recon::{Projections, ReconError};
 
 /// Errors reading a scan; each names the file or the option at fault.
@@ -37,6 +42,8 @@ pub enum InputError {
     Projections(#[from] ReconError),
     #[error(transparent)]
     HostMemory(#[from] crate::memory::HostMemoryError),
+    #[error(transparent)]
+    Preprocess(#[from] PreprocessError),
     /// The file's extension names no format lamino reads for this purpose.
     #[error("{path}: unsupported {what} format {ext:?} (expected {expected})")]
     Format {
@@ -118,8 +125,31 @@ pub fn extension(path: &Path) -> String {
         .to_ascii_lowercase()
 }
 
+/// How to read the projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Detector binning factor (1: none): `b x b` pixels become one, the volume's voxels `b`
+    /// times larger.
+    pub binning: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { binning: 1 }
+    }
+}
+
 /// Reads the projections of `input` as line integrals with their geometry.
 pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, InputError> {
+    load_projections_with(input, &LoadOptions::default())
+}
+
+/// [`load_projections`] with binning.
+pub fn load_projections_with(
+    input: &ProjectionInput,
+    options: &LoadOptions,
+) -> Result<LoadedProjections, InputError> {
+    let b = options.binning;
     match input {
         ProjectionInput::LineIntegrals { path, geometry } => {
             let geometry = Geometry::read_json(geometry)?;
@@ -134,32 +164,54 @@ pub fn load_projections(input: &ProjectionInput) -> Result<LoadedProjections, In
             }
             let values = array.data.iter().map(|c| c.re).collect();
             Ok(LoadedProjections {
-                projections: Projections::new(geometry, values)?,
+                projections: bin_projections(&Projections::new(geometry, values)?, b)?,
                 notes: Vec::new(),
                 warnings: Vec::new(),
             })
         }
-        ProjectionInput::DXchange { path, tilt_deg } => projections_from_dxchange(path, *tilt_deg),
+        ProjectionInput::DXchange { path, tilt_deg } => {
+            projections_from_dxchange(path, *tilt_deg, b)
+        }
         ProjectionInput::TiffStack {
             path,
             angles,
             tilt_deg,
             shading,
-        } => projections_from_tiff(path, angles, *tilt_deg, shading),
+        } => projections_from_tiff(path, angles, *tilt_deg, shading, b),
     }
 }
 
-/// The geometry of `input`, from its headers, metadata and side files only (no projection is
-/// read): what a memory plan (`lamino reconstruct --dry-run`) needs.
-pub fn input_geometry(input: &ProjectionInput) -> Result<Geometry, InputError> {
+/// The reference's geometry for a detector of `deth x detw` pixels, binned by `b`.
+fn detector_geometry(
+    deth: usize,
+    detw: usize,
+    theta: Vec<f64>,
+    phi: f64,
+    b: usize,
+) -> Result<Geometry, InputError> {
+    Ok(bin_geometry(
+        &Geometry::for_detector(deth, detw, theta, phi),
+        b,
+    )?)
+}
+
+/// The geometry `input` gives with `options`, from its headers, metadata and side files only
+/// (no projection is read): what a memory plan (`lamino reconstruct --dry-run`) needs.
+pub fn input_geometry(
+    input: &ProjectionInput,
+    options: &LoadOptions,
+) -> Result<Geometry, InputError> {
+    let b = options.binning;
     match input {
-        ProjectionInput::LineIntegrals { geometry, .. } => Ok(Geometry::read_json(geometry)?),
+        ProjectionInput::LineIntegrals { geometry, .. } => {
+            Ok(bin_geometry(&Geometry::read_json(geometry)?, b)?)
+        }
         ProjectionInput::DXchange { path, tilt_deg } => {
             let reader = DxchangeReader::open(path)?;
             let info = reader.info();
             let phi = tilt_phi(path, *tilt_deg, info.phi)?;
             let [_, deth, detw] = info.projections.shape;
-            Ok(Geometry::for_detector(deth, detw, info.theta.clone(), phi))
+            detector_geometry(deth, detw, info.theta.clone(), phi, b)
         }
         ProjectionInput::TiffStack {
             path,
@@ -170,12 +222,8 @@ pub fn input_geometry(input: &ProjectionInput) -> Result<Geometry, InputError> {
             let theta = read_angle_list(angles)?;
             let stack = StackReader::open(path)?;
             check_angle_count(path, angles, theta.len(), stack.count())?;
-            Ok(Geometry::for_detector(
-                stack.height(),
-                stack.width(),
-                theta,
-                (90.0 + tilt_deg).to_radians(),
-            ))
+            let phi = (90.0 + tilt_deg).to_radians();
+            detector_geometry(stack.height(), stack.width(), theta, phi, b)
         }
     }
 }
@@ -213,35 +261,52 @@ fn check_angle_count(
 /// Bytes of raw projections read at a time when normalising block by block.
 const READ_BLOCK_BYTES: usize = 64 << 20;
 
-/// Line integrals of a DXchange scan, read and normalised a block of angles at a time, so the
-/// raw and the normalised projections are never both held whole.
+/// Room for the line integrals of `count` frames of `h x w`, after checking that host memory
+/// holds them.
+fn line_integral_buffer(
+    path: &Path,
+    count: usize,
+    h: usize,
+    w: usize,
+) -> Result<Vec<f32>, InputError> {
+    let len = count * h * w;
+    crate::memory::check_available(
+        &format!("the line integrals of {}", path.display()),
+        len as u64 * 4,
+        "reconstruct on a machine with more memory, or bin the scan (--binning)",
+    )?;
+    Ok(Vec::with_capacity(len))
+}
+
+/// Line integrals of a DXchange scan, read, binned and normalised a block of angles at a time,
+/// so the raw and the normalised projections are never both held whole.
 fn projections_from_dxchange(
     path: &Path,
     tilt_deg: Option<f64>,
+    b: usize,
 ) -> Result<LoadedProjections, InputError> {
     let reader = DxchangeReader::open(path)?;
     let info = reader.info().clone();
     let phi = tilt_phi(path, tilt_deg, info.phi)?;
     let [count, deth, detw] = info.projections.shape;
-    let means = FieldMeans::new(&reader.read_flats()?, &reader.read_darks()?, [deth, detw])?;
-    let per_block = (READ_BLOCK_BYTES / (4 * deth * detw).max(1)).max(1);
-    let len = count * deth * detw;
-    crate::memory::check_available(
-        &format!("the line integrals of {}", path.display()),
-        len as u64 * 4,
-        "reconstruct on a machine with more memory, or bin the scan",
+    let geometry = detector_geometry(deth, detw, info.theta, phi, b)?;
+    let frame = [geometry.deth, geometry.detw];
+    let means = FieldMeans::new(
+        &bin_frames(reader.read_flats()?, b)?,
+        &bin_frames(reader.read_darks()?, b)?,
+        frame,
     )?;
-    let mut values = Vec::with_capacity(len);
+    let per_block = (READ_BLOCK_BYTES / (4 * deth * detw).max(1)).max(1);
+    let mut values = line_integral_buffer(path, count, frame[0], frame[1])?;
     let mut clamped = 0;
     for start in (0..count).step_by(per_block) {
         let block = reader.read_projections(start..(start + per_block).min(count))?;
-        clamped += means.append(&block, &mut values)?;
+        clamped += means.append(&bin_frames(block, b)?, &mut values)?;
     }
     let mut warnings = Vec::new();
     if clamped > 0 {
         warnings.push(clamp_warning(clamped));
     }
-    let geometry = Geometry::for_detector(deth, detw, info.theta, phi);
     Ok(LoadedProjections {
         projections: Projections::new(geometry, values)?,
         notes: Vec::new(),
@@ -276,42 +341,44 @@ fn projections_from_tiff(
     angles: &Path,
     tilt_deg: f64,
     shading: &Shading,
+    b: usize,
 ) -> Result<LoadedProjections, InputError> {
     let theta = read_angle_list(angles)?;
+    let mut pages = StackReader::open(path)?;
+    let (count, raw_h, raw_w) = (pages.count(), pages.height(), pages.width());
+    check_angle_count(path, angles, theta.len(), count)?;
+    let geometry = detector_geometry(raw_h, raw_w, theta, (90.0 + tilt_deg).to_radians(), b)?;
+    let (deth, detw) = (geometry.deth, geometry.detw);
     let mut notes = Vec::new();
     let mut warnings = Vec::new();
-    let (values, clamped, [deth, detw]) = match shading {
+    let (values, clamped) = match shading {
         Shading::Fields { flats, darks } => {
-            // Page by page: the raw stack is never held whole beside the line integrals.
-            let mut pages = StackReader::open(path)?;
-            let (count, deth, detw) = (pages.count(), pages.height(), pages.width());
-            check_angle_count(path, angles, theta.len(), count)?;
-            let flats = read_intensity_stack(flats)?;
+            let flats = bin_frames(read_intensity_stack(flats)?, b)?;
             let darks = match darks {
-                Some(d) => read_intensity_stack(d)?,
+                Some(d) => bin_frames(read_intensity_stack(d)?, b)?,
                 None => Stack {
                     shape: [1, deth, detw],
                     values: vec![0.0; deth * detw],
                 },
             };
+            // Page by page: the raw stack is never held whole beside the line integrals.
             let means = FieldMeans::new(&flats, &darks, [deth, detw])?;
-            let mut values = Vec::new();
+            let mut values = line_integral_buffer(path, count, deth, detw)?;
             let mut clamped = 0;
             while let Some(page) = pages.next_image() {
                 let page = Stack {
-                    shape: [1, deth, detw],
+                    shape: [1, raw_h, raw_w],
                     values: page?,
                 }
                 .into_f32();
-                clamped += means.append(&page, &mut values)?;
+                clamped += means.append(&bin_frames(page, b)?, &mut values)?;
             }
-            (values, clamped, [deth, detw])
+            (values, clamped)
         }
         Shading::OpenBeamEnvelope => {
             // The estimate needs every projection at once.
-            let data = read_intensity_stack(path)?;
-            let [count, deth, detw] = data.shape;
-            check_angle_count(path, angles, theta.len(), count)?;
+            drop(pages);
+            let data = bin_frames(read_intensity_stack(path)?, b)?;
             let beam = estimate_open_beam(&data.values, count, deth, detw)?;
             notes.push(format!(
                 "open beam estimated from the projections: a smooth surface on {:.0} % of the \
@@ -320,14 +387,12 @@ fn projections_from_tiff(
                 beam.residual_std
             ));
             warnings.extend(beam.warnings.iter().cloned());
-            let (values, clamped) = beam.line_integrals(&data.values);
-            (values, clamped, [deth, detw])
+            beam.line_integrals(&data.values)
         }
     };
     if clamped > 0 {
         warnings.push(clamp_warning(clamped));
     }
-    let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt_deg).to_radians());
     Ok(LoadedProjections {
         projections: Projections::new(geometry, values)?,
         notes,
@@ -350,12 +415,12 @@ pub fn projections_from_scan(
     tilt_deg: Option<f64>,
 ) -> Result<LoadedProjections, InputError> {
     let phi = tilt_phi(path, tilt_deg, scan.phi)?;
+    let [_, deth, detw] = scan.data.shape;
     let normalized = normalize(&scan.data, &scan.flats, &scan.darks)?;
     let mut warnings = Vec::new();
     if normalized.clamped > 0 {
         warnings.push(clamp_warning(normalized.clamped));
     }
-    let [_, deth, detw] = scan.data.shape;
     let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
     Ok(LoadedProjections {
         projections: Projections::new(geometry, normalized.projections.values)?,

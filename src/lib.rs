@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod operator;
 pub mod plan;
 pub mod plot;
+pub mod preprocess;
 pub mod recon;
 pub mod reference;
 pub mod shaders;

@@ -115,6 +115,19 @@ impl Projections {
             .collect()
     }
 
+    /// The same line integrals with the rotation axis at detector column `center` (validated).
+    pub fn with_rotation_axis(self, center: f64) -> Result<Self, ReconError> {
+        let geometry = Geometry {
+            center: Some(center),
+            ..self.geometry
+        };
+        geometry.validate()?;
+        Ok(Self {
+            geometry,
+            values: self.values,
+        })
+    }
+
     /// Pads the detector and the volume laterally by `pad` columns on each side (edge values), as
     /// the reference does to keep objects wider than the field of view from wrapping around.
     fn padded(&self, pad: usize) -> Self {
@@ -135,12 +148,14 @@ impl Projections {
     }
 }
 
-/// The geometry of projections padded laterally by `pad` columns on each side.
+/// The geometry of projections padded laterally by `pad` columns on each side. An explicit
+/// rotation axis moves with the padding; the default (detw/2) follows it.
 fn padded_geometry(g: &Geometry, pad: usize) -> Geometry {
     Geometry {
         detw: g.detw + 2 * pad,
         n1: g.n1 + 2 * pad,
         n2: g.n2 + 2 * pad,
+        center: g.center.map(|c| c + pad as f64),
         ..g.clone()
     }
 }
@@ -164,6 +179,12 @@ pub struct Reconstruction {
     #[serde(skip)]
     pub volume: Vec<f32>,
     pub geometry: Geometry,
+    /// The detector column of the rotation axis the reconstruction used (pixels of the input).
+    pub rotation_axis: f64,
+    /// What was done to the projections before (binning, stripe removal, the axis search), when
+    /// the caller says so; `None` from [`Reconstructor::run`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preprocessing: Option<crate::preprocess::Preprocessing>,
     pub params: AdmmParams,
     pub reports: Vec<IterationReport>,
     /// False when cancelled before the last iteration (a checkpoint was written if configured).
@@ -395,6 +416,8 @@ impl<'a> Reconstructor<'a> {
         Ok(Reconstruction {
             volume,
             geometry: projections.geometry.clone(),
+            rotation_axis: projections.geometry.rotation_axis(),
+            preprocessing: None,
             params: self.params,
             reports,
             completed,

@@ -112,6 +112,24 @@ pub static FLATFIELD_TRANSFORM: Shader = Shader {
     parts: &[include_str!("../shaders/flatfield/transform.wgsl")],
 };
 
+/// Edge-padded complex rows from real detector rows (the slab backprojection's staging).
+pub static PREPROCESS_PAD_ROWS: Shader = Shader {
+    name: "preprocess/pad_rows",
+    parts: &[include_str!("../shaders/preprocess/pad_rows.wgsl")],
+};
+
+/// The ramp filter of the slab backprojection (`lamino try`, the rotation-axis and tilt search).
+pub static PREPROCESS_RAMP: Shader = Shader {
+    name: "preprocess/ramp",
+    parts: &[include_str!("../shaders/preprocess/ramp.wgsl")],
+};
+
+/// The slab backprojection of the rotation-axis and tilt search.
+pub static PREPROCESS_BACKPROJECT: Shader = Shader {
+    name: "preprocess/backproject",
+    parts: &[include_str!("../shaders/preprocess/backproject.wgsl")],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_STOCKHAM_PASS,
@@ -128,4 +146,7 @@ pub static ALL: &[&Shader] = &[
     &SOLVER_SCALARS,
     &FLATFIELD_BASIC,
     &FLATFIELD_TRANSFORM,
+    &PREPROCESS_PAD_ROWS,
+    &PREPROCESS_RAMP,
+    &PREPROCESS_BACKPROJECT,
 ];

@@ -773,3 +773,198 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
         stderr(&o)
     );
 }
+
+#[test]
+fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let scan = p("scan.h5");
+    let o = lamino(
+        &[
+            "simulate",
+            "--phantom",
+            "chip",
+            "--size",
+            "32",
+            "--angles",
+            "48",
+            "--tilt-deg",
+            "30",
+            "--photons",
+            "1e5",
+            "--rotation-axis",
+            "18.5",
+            "--out",
+            &s(&scan),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("rotation axis at column 18.5"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = lamino(
+        &[
+            "try",
+            &s(&scan),
+            "--rotation-axis-range",
+            "16:21:0.5",
+            "--out",
+            &s(&p("try")),
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("best: --rotation-axis 18.50"), "{stdout}");
+    for name in [
+        "axis_16.00.png",
+        "axis_18.50.png",
+        "axis_21.00.png",
+        "slices.tif",
+        "try.json",
+    ] {
+        assert!(p("try").join(name).exists(), "{name}");
+    }
+    let csv = std::fs::read_to_string(p("try/scores.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 12, "{csv}");
+    let o = lamino(
+        &[
+            "try",
+            &s(&scan),
+            "--rotation-axis",
+            "18.5",
+            "--tilt-range",
+            "29:31:1",
+            "--binning",
+            "2",
+            "--out",
+            &s(&p("tilt")),
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(p("tilt/tilt_29.00.png").exists() && p("tilt/tilt_31.00.png").exists());
+    // Binned by 2: 16 x 16 previews, the axis still given in unbinned columns.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("tilt/try.json")).unwrap()).unwrap();
+    assert_eq!(report["preprocessing"]["binning"], 2, "{report}");
+    assert_eq!(
+        report["search"]["preview_shape"],
+        serde_json::json!([16, 16])
+    );
+
+    // --rotation-axis auto: searched, reported, recorded.
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(&scan),
+            "--rotation-axis",
+            "auto",
+            "--out",
+            &s(&p("auto")),
+            "--quiet",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("rotation axis searched over"),
+        "{}",
+        stderr(&o)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("auto/report.json")).unwrap()).unwrap();
+    let pre = &report["reconstruction"]["preprocessing"];
+    assert_eq!(pre["rotation_axis_source"], "searched", "{pre}");
+    let found = pre["rotation_axis"].as_f64().unwrap();
+    assert!((found - 18.5).abs() < 0.5, "{found}");
+    assert!(p("auto/axis_search.csv").exists());
+
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(&scan),
+            "--rotation-axis",
+            "18.5",
+            "--binning",
+            "2",
+            "--remove-stripe",
+            "sort",
+            "--out",
+            &s(&p("rec")),
+            "--quiet",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("rec/report.json")).unwrap()).unwrap();
+    let rec = &report["reconstruction"];
+    assert_eq!(rec["geometry"]["n2"], 16, "{rec}");
+    // Unbinned column 18.5 is binned column (18.5 - 0.5) / 2 = 9.
+    assert_eq!(rec["rotation_axis"], 9.0, "{rec}");
+    let pre = &rec["preprocessing"];
+    assert_eq!(pre["binning"], 2, "{pre}");
+    assert_eq!(pre["rotation_axis"], 18.5, "{pre}");
+    assert_eq!(pre["rotation_axis_source"], "given", "{pre}");
+    assert_eq!(pre["stripe_removal"]["method"], "sorting", "{pre}");
+
+    for (args, needle) in [
+        (
+            vec!["try", &s(&scan), "--out", &s(&p("x"))],
+            "--rotation-axis-range",
+        ),
+        (
+            vec![
+                "reconstruct",
+                &s(&scan),
+                "--binning",
+                "3",
+                "--out",
+                &s(&p("x")),
+            ],
+            "expected 1, 2 or 4",
+        ),
+        (
+            vec![
+                "reconstruct",
+                &s(&scan),
+                "--fw-sigma",
+                "2",
+                "--out",
+                &s(&p("x")),
+            ],
+            "need --remove-stripe",
+        ),
+        (
+            vec![
+                "reconstruct",
+                &s(&scan),
+                "--rotation-axis",
+                "40",
+                "--out",
+                &s(&p("x")),
+            ],
+            "rotation axis at column 40",
+        ),
+        (
+            vec![
+                "try",
+                &s(&scan),
+                "--rotation-axis-range",
+                "20:10:1",
+                "--out",
+                &s(&p("x")),
+            ],
+            "A <= B",
+        ),
+    ] {
+        let o = lamino(&args, true);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -20,6 +20,7 @@ fn projections(phantom: PhantomKind) -> Projections {
         tilt_deg: 30.0,
         photons: Some(1e5),
         seed: 0,
+        rotation_axis: None,
     })
     .unwrap();
     projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)

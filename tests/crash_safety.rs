@@ -28,7 +28,8 @@ fn check(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// Writes one simulated scan three ways and returns the input arguments of each route.
+/// Writes one simulated scan three ways and returns the input arguments of each route (the
+/// DXchange route twice: with the default rotation axis and with `--rotation-axis`).
 fn inputs(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
     let sim = simulated_scan(&ScanSpec {
         phantom: PhantomKind::Chip,
@@ -37,6 +38,7 @@ fn inputs(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
         tilt_deg: 25.0,
         photons: Some(1e5),
         seed: 3,
+        rotation_axis: None,
     })
     .unwrap();
     let h5 = dir.join("scan.h5");
@@ -79,6 +81,11 @@ fn inputs(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
                 "--geometry".into(),
                 s(&dir.join("g.json")),
             ],
+        ),
+        // The rotation axis off centre: part of the geometry's fingerprint.
+        (
+            "dxchange-axis",
+            vec![s(&h5), "--rotation-axis".into(), "8.75".into()],
         ),
     ]
 }
@@ -126,6 +133,26 @@ fn a_checkpoint_resumes_from_every_input_route_to_the_uninterrupted_bits() {
             "{route}: the resumed run differs from the uninterrupted one"
         );
     }
+    // A checkpoint of the run with the axis at 8.75 does not resume with the axis elsewhere.
+    let (_, input) = inputs(dir.path()).remove(0);
+    let o = reconstruct(
+        &input,
+        &dir.path().join("dxchange-axis-split"),
+        &[
+            "--rotation-axis",
+            "8.5",
+            "--iterations",
+            ITERATIONS,
+            "--resume",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && stderr.contains("different geometry"),
+        "{stderr}"
+    );
 }
 
 /// Completes a run that was stopped: resumes from its checkpoint, or starts again when it was

@@ -22,6 +22,7 @@ fn projections(size: usize) -> Projections {
         tilt_deg: 30.0,
         photons: Some(1e5),
         seed: 2,
+        rotation_axis: None,
     })
     .unwrap();
     projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)

@@ -78,6 +78,41 @@ pub enum BenchWhat {
         #[arg(long, default_value_t = 5)]
         repeats: usize,
     },
+    /// The axis/tilt search (`lamino try`): one and several candidates on simulated chips of
+    /// each size, the time per candidate and the interpolation rate, and what that gives for a
+    /// 2048^2 x 1500-angle scan at binning 1, 2 and 4.
+    Search {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume sides (n^3 voxels, n x n detector, 3n/2 angles).
+        #[arg(long, value_delimiter = ',', default_values_t = [32usize, 64, 128])]
+        sizes: Vec<usize>,
+        /// Candidates per search.
+        #[arg(long, default_value_t = 9)]
+        candidates: usize,
+        /// Timed repeats (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    /// Stripe removal on the CPU cores: seconds per sinogram for each method.
+    Stripes {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Angles per sinogram.
+        #[arg(long, default_value_t = 1500)]
+        angles: usize,
+        /// Detector width.
+        #[arg(long, default_value_t = 2048)]
+        width: usize,
+        /// Sinograms (detector rows).
+        #[arg(long, default_value_t = 4)]
+        rows: usize,
+        /// Only this method (`fw` or `sort`; default both).
+        #[arg(long)]
+        method: Option<String>,
+    },
     /// BaSiC fit time (100 and 1000 images of 128x128, 100 of 2048x2048 resampled to the
     /// working grid) and transform throughput at 2048x2048, each against the f64 CPU oracle.
     Flatfield {
@@ -113,6 +148,19 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             json,
             no_slow_oracle,
         } => flatfield(cli, *json, *no_slow_oracle),
+        BenchWhat::Search {
+            json,
+            sizes,
+            candidates,
+            repeats,
+        } => search(cli, *json, sizes, *candidates, *repeats),
+        BenchWhat::Stripes {
+            json,
+            angles,
+            width,
+            rows,
+            method,
+        } => stripes(*json, *angles, *width, *rows, method.as_deref()),
         BenchWhat::Memo {
             json,
             size,
@@ -283,6 +331,80 @@ fn flatfield(cli: &Cli, json: bool, no_slow_oracle: bool) -> CliResult {
                     "{:.0} MiB",
                     b as f64 / (1 << 20) as f64
                 )),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn search(cli: &Cli, json: bool, sizes: &[usize], candidates: usize, repeats: usize) -> CliResult {
+    use lamino::preprocess::bench::bench_search;
+    let ctx = cli.context()?;
+    let mut rate = 0.0;
+    for &size in sizes {
+        let r = bench_search(&ctx, size, 3 * size / 2, candidates, repeats)?;
+        rate = r.interpolations_per_s;
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "n={} angles={} slab {}: 1 candidate {:.3} s, {} candidates {:.3} s, {:.4} s per \
+                 extra candidate ({:.3e} voxel-angle interpolations/s)",
+                r.size,
+                r.angles,
+                r.slices,
+                r.one_candidate_s,
+                r.candidates,
+                r.all_candidates_s,
+                r.per_candidate_s,
+                r.interpolations_per_s
+            );
+        }
+    }
+    if !json && rate > 0.0 {
+        for b in [1usize, 2, 4] {
+            let n = 2048 / b;
+            let work = (lamino::preprocess::DEFAULT_SLAB_SLICES * n * n * 1500) as f64;
+            println!(
+                "2048^2 x 1500 angles at binning {b}: {:.3e} interpolations per candidate, {:.2} s \
+                 per candidate at this device's rate",
+                work,
+                work / rate
+            );
+        }
+    }
+    Ok(())
+}
+
+fn stripes(
+    json: bool,
+    angles: usize,
+    width: usize,
+    rows: usize,
+    method: Option<&str>,
+) -> CliResult {
+    use lamino::preprocess::StripeRemoval;
+    let methods = match method {
+        None => vec![StripeRemoval::FOURIER_WAVELET, StripeRemoval::SORTING],
+        Some("fw") => vec![StripeRemoval::FOURIER_WAVELET],
+        Some("sort") => vec![StripeRemoval::SORTING],
+        Some(other) => return Err(format!("--method {other:?}: expected fw or sort").into()),
+    };
+    for r in lamino::preprocess::bench::bench_stripes(angles, width, rows, &methods)? {
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:?}: {} sinograms of {}x{} in {:.2} s on {} threads ({:.3} s per sinogram and \
+                 thread; 2048 rows on 16 threads: {:.1} s)",
+                r.method,
+                r.rows,
+                r.angles,
+                r.width,
+                r.seconds,
+                r.threads,
+                r.sinogram_thread_s,
+                r.sinogram_thread_s * 2048.0 / 16.0
             );
         }
     }

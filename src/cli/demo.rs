@@ -39,6 +39,7 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         tilt_deg: 30.0,
         photons: Some(1e5),
         seed: 0,
+        rotation_axis: None,
     })?;
     std::fs::create_dir_all(out)?;
     let scan_path = out.join("scan.h5");
@@ -61,7 +62,14 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         resume: false,
         quiet: false,
     };
-    let result = run_reconstruction(&ctx, &projections, AdmmParams::default(), out, &options)?;
+    let result = run_reconstruction(
+        &ctx,
+        &projections,
+        AdmmParams::default(),
+        out,
+        &options,
+        None,
+    )?;
     let score = lamino::metrics::score(&result.volume, &truth.values, truth.shape);
     println!(
         "{}",

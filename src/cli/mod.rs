@@ -12,6 +12,7 @@ mod reconstruct;
 mod score;
 mod selftest;
 mod simulate;
+mod r#try;
 
 use std::process::ExitCode;
 
@@ -74,6 +75,10 @@ enum Command {
     /// Simulate a scan of a preset phantom (exact analytic projections, optional Poisson noise)
     /// and write it as DXchange HDF5 with the ground truth in /truth/volume.
     Simulate(simulate::SimulateArgs),
+    /// Find the rotation axis and the tilt of a scan: reconstruct a thin slab for every
+    /// candidate (--rotation-axis-range A:B:STEP, --tilt-range A:B:STEP), write one preview per
+    /// candidate and the sharpness scores, print the best. Takes the inputs of `reconstruct`.
+    Try(r#try::TryArgs),
     /// BaSiC flat-field / dark-field estimation and correction.
     Flatfield {
         #[command(subcommand)]
@@ -105,6 +110,7 @@ fn run(cli: &Cli) -> CliResult {
         Command::Demo(args) => demo::run(cli, args),
         Command::Selftest => selftest::run(cli),
         Command::Simulate(args) => simulate::run(args),
+        Command::Try(args) => r#try::run(cli, args),
         Command::Flatfield { op } => flatfield::run(cli, op),
     }
 }

@@ -1,7 +1,9 @@
-//! `lamino reconstruct`: read a scan, reconstruct with ADMM-TV (progress bar, Ctrl-C stops after
-//! the current iteration and leaves a checkpoint), write the outputs.
+//! `lamino reconstruct`: read a scan, preprocess it (binning, stripe removal, the rotation axis),
+//! reconstruct with ADMM-TV (progress bar, Ctrl-C stops after the current iteration and leaves a
+//! checkpoint), write the outputs.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -9,17 +11,23 @@ use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
 use lamino::input::{
-    extension, input_geometry, load_projections, LoadedProjections, ProjectionInput, Shading,
+    extension, input_geometry, load_projections_with, LoadOptions, LoadedProjections,
+    ProjectionInput, Shading,
 };
 use lamino::memo::{MemoOptions, MemoPolicy};
+use lamino::preprocess::{
+    find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
+    AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
+};
 use lamino::recon::{write_outputs, Projections, Reconstruction, Reconstructor};
 use lamino::solver::{AdmmParams, InnerSolver};
 
 use super::progress::bar;
 use super::{Cli, CliResult};
 
+/// Where the projections come from: the input routes shared by `reconstruct` and `try`.
 #[derive(Args)]
-pub struct ReconstructArgs {
+pub struct InputArgs {
     /// Projections: a DXchange `.h5` scan, a multi-page TIFF of intensities (with --angles,
     /// --tilt-deg and --flats or --flatfield), or `.npy` line integrals -ln(I/I0) in voxel units,
     /// shape (ntheta, deth, detw), with --geometry.
@@ -43,13 +51,180 @@ pub struct ReconstructArgs {
     /// frames); pixel-to-pixel gain is not estimated.
     #[arg(long, value_enum, conflicts_with = "flats")]
     flatfield: Option<OpenBeamMethod>,
+    /// Geometry JSON (sizes, angles in radians, phi, optional center), needed for `.npy` input.
+    #[arg(long)]
+    geometry: Option<PathBuf>,
+}
+
+/// Preprocessing shared by `reconstruct` and `try`.
+#[derive(Args)]
+pub struct PreprocessArgs {
+    /// Bin the detector by 1, 2 or 4: counts (and white and dark fields) are summed over b x b
+    /// pixels before the -log (line integrals are averaged), and the volume's voxels are b times
+    /// larger, so its values (attenuation per voxel) are b times those of an unbinned
+    /// reconstruction. --rotation-axis stays in unbinned detector columns.
+    #[arg(long, default_value_t = 1, value_parser = parse_binning)]
+    binning: usize,
+    /// Remove stripes from the sinograms (rings in the volume), after the -log: `fw` the
+    /// Fourier-wavelet method (Munch et al. 2009), `sort` the sorting method (Vo et al. 2018).
+    #[arg(long, value_enum)]
+    remove_stripe: Option<StripeMethod>,
+    /// For `--remove-stripe fw`: wavelet levels (default log2(width) - 5, at least 1: stripes up
+    /// to width/32 pixels wide).
+    #[arg(long)]
+    fw_level: Option<usize>,
+    /// For `--remove-stripe fw`: damping width in angular frequency samples (default 1).
+    #[arg(long)]
+    fw_sigma: Option<f64>,
+    /// For `--remove-stripe sort`: median window across columns (default 21 for detectors wider
+    /// than 2000 pixels, else 1 % of the width, at least 5).
+    #[arg(long)]
+    sort_size: Option<usize>,
+}
+
+fn parse_binning(s: &str) -> Result<usize, String> {
+    match s {
+        "1" => Ok(1),
+        "2" => Ok(2),
+        "4" => Ok(4),
+        _ => Err(format!("binning {s:?}: expected 1, 2 or 4")),
+    }
+}
+
+/// The stripe-removal methods of the command line.
+#[derive(Clone, Copy, ValueEnum)]
+enum StripeMethod {
+    /// The Fourier-wavelet method (Munch et al. 2009).
+    Fw,
+    /// The sorting method (Vo et al. 2018, algorithm 3).
+    Sort,
+}
+
+impl PreprocessArgs {
+    /// The stripe removal the options ask for, or why they contradict each other.
+    fn stripe_removal(&self) -> Result<Option<StripeRemoval>, String> {
+        let fw_options = self.fw_level.is_some() || self.fw_sigma.is_some();
+        match self.remove_stripe {
+            None if fw_options || self.sort_size.is_some() => {
+                Err("--fw-level, --fw-sigma and --sort-size need --remove-stripe".into())
+            }
+            None => Ok(None),
+            Some(StripeMethod::Fw) if self.sort_size.is_some() => {
+                Err("--sort-size applies to --remove-stripe sort".into())
+            }
+            Some(StripeMethod::Fw) => Ok(Some(StripeRemoval::FourierWavelet {
+                level: self.fw_level,
+                sigma: self.fw_sigma.unwrap_or(FW_SIGMA),
+            })),
+            Some(StripeMethod::Sort) if fw_options => {
+                Err("--fw-level and --fw-sigma apply to --remove-stripe fw".into())
+            }
+            Some(StripeMethod::Sort) => Ok(Some(StripeRemoval::Sorting {
+                size: self.sort_size,
+            })),
+        }
+    }
+
+    /// Reads the projections binned and with stripes removed; prints what it did unless `quiet`.
+    pub fn load(
+        &self,
+        input: &InputArgs,
+        quiet: bool,
+    ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
+        let stripes = self.stripe_removal()?;
+        let loaded = load_projections_with(
+            &input.projection_input()?,
+            &LoadOptions {
+                binning: self.binning,
+            },
+        )?;
+        let mut projections = report_loaded(loaded, quiet);
+        let g = projections.geometry().clone();
+        let mut pre = Preprocessing {
+            binning: self.binning,
+            stripe_removal: None,
+            rotation_axis_source: AxisSource::Geometry,
+            rotation_axis: unbinned_column(g.rotation_axis(), self.binning),
+        };
+        if let Some(method) = stripes {
+            let start = std::time::Instant::now();
+            let method = method.resolved(g.detw);
+            projections = remove_stripes(&projections, method)?;
+            if !quiet {
+                eprintln!(
+                    "stripes removed ({method:?}) from {} sinograms of {} x {} in {:.2} s",
+                    g.deth,
+                    g.ntheta(),
+                    g.detw,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            pre.stripe_removal = Some(method);
+        }
+        if self.binning > 1 && !quiet {
+            let g = projections.geometry();
+            eprintln!(
+                "binned {b} x {b}: {} x {} detector, voxels {b} times larger (values {b} times \
+                 those of an unbinned reconstruction)",
+                g.deth,
+                g.detw,
+                b = self.binning
+            );
+        }
+        Ok((projections, pre))
+    }
+}
+
+/// A column of the binned detector in unbinned columns (binned pixel j is centred on unbinned
+/// coordinate b j + (b - 1)/2).
+pub fn unbinned_column(c: f64, b: usize) -> f64 {
+    c * b as f64 + (b as f64 - 1.0) / 2.0
+}
+
+/// An unbinned detector column on the detector binned by `b`.
+pub fn binned_column(c: f64, b: usize) -> f64 {
+    (c - (b as f64 - 1.0) / 2.0) / b as f64
+}
+
+/// `--rotation-axis`: a detector column or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AxisChoice {
+    Column(f64),
+    Auto,
+}
+
+impl FromStr for AxisChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Self::Column(v)),
+            _ => Err(format!(
+                "{s:?}: expected a detector column (pixels, e.g. 1023.5) or `auto`"
+            )),
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct ReconstructArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    preprocess: PreprocessArgs,
+    /// The detector column the rotation axis projects onto, in unbinned pixels (sub-pixel; pixel
+    /// w is centred at w; default: the detector's centre column, width/2, or the geometry file's
+    /// `center`). `auto` searches it (see `lamino try`): over the default axis plus or minus an
+    /// eighth of the detector width, coarse to fine, at the scan's tilt.
+    #[arg(long)]
+    rotation_axis: Option<AxisChoice>,
 
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
-    /// Geometry JSON (sizes, angles in radians, phi), needed for `.npy` input.
-    #[arg(long)]
-    geometry: Option<PathBuf>,
     /// Run exactly N outer ADMM iterations (benchmarks, comparisons) instead of stopping on the
     /// convergence test (the default).
     #[arg(long, conflicts_with = "max_iterations")]
@@ -173,7 +348,9 @@ impl ReconstructArgs {
         }
         p
     }
+}
 
+impl InputArgs {
     /// The input route the arguments describe, or why they describe none.
     fn projection_input(&self) -> Result<ProjectionInput, Box<dyn std::error::Error>> {
         let path = self.input.clone();
@@ -259,7 +436,6 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
     params.validate()?;
-    let input = args.projection_input()?;
     let options = RunOptions {
         memo: args.memo.options(),
         budgets: MemoryBudgets {
@@ -273,7 +449,12 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
         quiet: args.quiet,
     };
     if args.dry_run {
-        let g = input_geometry(&input)?;
+        let g = input_geometry(
+            &args.input.projection_input()?,
+            &LoadOptions {
+                binning: args.preprocess.binning,
+            },
+        )?;
         let ctx = cli.context()?;
         let plan = options
             .budgets
@@ -288,9 +469,41 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
-    let projections = report_loaded(load_projections(&input)?, args.quiet);
+    let (projections, mut pre) = args.preprocess.load(&args.input, args.quiet)?;
     let ctx = cli.context()?;
-    run_reconstruction(&ctx, &projections, params, &args.out, &options)?;
+    let b = pre.binning;
+    let projections = match args.rotation_axis {
+        None => projections,
+        Some(AxisChoice::Column(c)) => {
+            pre.rotation_axis_source = AxisSource::Given;
+            pre.rotation_axis = c;
+            projections.with_rotation_axis(binned_column(c, b))?
+        }
+        Some(AxisChoice::Auto) => {
+            let g = projections.geometry();
+            let tilt = g.phi.to_degrees() - 90.0;
+            let start = std::time::Instant::now();
+            let search = find_rotation_axis(&ctx, &projections, b, tilt, &Slab::default())?;
+            std::fs::create_dir_all(&args.out)?;
+            let csv = args.out.join("axis_search.csv");
+            super::r#try::write_scores(&csv, search.passes.iter().flat_map(|p| &p.scored))?;
+            eprintln!(
+                "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \
+                 {} passes, {:.1} s): {:.2}; scores in {}",
+                search.range[0],
+                search.range[1],
+                AUTO_AXIS_RANGE_FRACTION,
+                search.passes.len(),
+                start.elapsed().as_secs_f64(),
+                search.rotation_axis,
+                csv.display()
+            );
+            pre.rotation_axis_source = AxisSource::Searched;
+            pre.rotation_axis = search.rotation_axis;
+            projections.with_rotation_axis(binned_column(search.rotation_axis, b))?
+        }
+    };
+    run_reconstruction(&ctx, &projections, params, &args.out, &options, Some(pre))?;
     Ok(())
 }
 
@@ -334,11 +547,13 @@ pub(super) fn run_reconstruction(
     params: AdmmParams,
     out: &Path,
     o: &RunOptions,
+    preprocessing: Option<Preprocessing>,
 ) -> Result<Reconstruction, Box<dyn std::error::Error>> {
     let g = projections.geometry();
     if !o.quiet {
         eprintln!(
-            "reconstructing {}x{}x{} from {} projections of {}x{} (tilt {:.2} deg) on {}",
+            "reconstructing {}x{}x{} from {} projections of {}x{} (tilt {:.2} deg, rotation axis \
+             at column {:.2}) on {}",
             g.n0,
             g.n1,
             g.n2,
@@ -346,6 +561,7 @@ pub(super) fn run_reconstruction(
             g.deth,
             g.detw,
             (g.phi - std::f64::consts::FRAC_PI_2).to_degrees().abs(),
+            g.rotation_axis(),
             ctx.info()
         );
         let defaults = AdmmParams::default();
@@ -395,7 +611,8 @@ pub(super) fn run_reconstruction(
     if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
         progress.suspend(|| eprintln!("{plan}"));
     }
-    let result = builder.run(projections)?;
+    let mut result = builder.run(projections)?;
+    result.preprocessing = preprocessing;
     progress.finish_and_clear();
     if !result.completed {
         eprintln!(

@@ -30,6 +30,10 @@ pub struct SimulateArgs {
     /// Seed of the Poisson noise.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The detector column the rotation axis projects onto (pixels, sub-pixel; default size/2).
+    /// DXchange records no axis: reconstruct with the same --rotation-axis (or `auto`).
+    #[arg(long)]
+    rotation_axis: Option<f64>,
     /// DXchange HDF5 output.
     #[arg(long)]
     out: PathBuf,
@@ -43,6 +47,7 @@ pub fn run(args: &SimulateArgs) -> CliResult {
         tilt_deg: args.tilt_deg,
         photons: args.photons,
         seed: args.seed,
+        rotation_axis: args.rotation_axis,
     };
     let simulated = simulated_scan(&spec)?;
     write_dxchange(&args.out, &simulated.scan)?;
@@ -52,13 +57,14 @@ pub fn run(args: &SimulateArgs) -> CliResult {
         .copied()
         .fold(f32::NEG_INFINITY, f32::max);
     println!(
-        "wrote {}: {} phantom, {}^3 voxels, {} angles, tilt {} deg (phi {} deg), max line integral {max_p:.3}{}",
+        "wrote {}: {} phantom, {}^3 voxels, {} angles, tilt {} deg (phi {} deg), rotation axis at column {}, max line integral {max_p:.3}{}",
         args.out.display(),
         args.phantom,
         args.size,
         args.angles,
         args.tilt_deg,
         90.0 + args.tilt_deg,
+        simulated.geometry.rotation_axis(),
         match args.photons {
             Some(i0) => format!(", Poisson noise with {i0} photons (seed {})", args.seed),
             None => ", noiseless".into(),

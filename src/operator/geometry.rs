@@ -38,13 +38,19 @@ pub enum GeometryError {
     /// A size product overflows.
     #[error("the geometry's array sizes overflow 64 bits")]
     Overflow,
+    /// The rotation axis does not project onto the detector.
+    #[error(
+        "rotation axis at column {center}: must be finite and within the detector [0, {detw}]"
+    )]
+    BadCenter { center: f64, detw: usize },
     /// The JSON file could not be read or written.
     #[error("geometry file {path}: {reason}")]
     File { path: String, reason: String },
 }
 
 /// Volume `(n0, n1, n2) = (z, y, x)` with z the rotation axis, detector `(deth, detw)`, angles
-/// `theta` (radians, any list), tilt `phi` (radians; pi/2 is plain tomography) and gridding accuracy.
+/// `theta` (radians, any list), tilt `phi` (radians; pi/2 is plain tomography), the column the
+/// rotation axis projects onto and the gridding accuracy.
 ///
 /// Public array layouts (row-major): volume `(n0, n1, n2)`, data `(ntheta, deth, detw)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +64,12 @@ pub struct Geometry {
     pub phi: f64,
     #[serde(default = "default_eps")]
     pub eps: f64,
+    /// The detector column (pixels, sub-pixel; pixel `w` is centred at `w`) the rotation axis
+    /// projects onto. `None` is the detector's centre column `detw / 2`, the operator's origin:
+    /// it follows `detw` when a geometry is padded or rebuilt with another width, whereas an
+    /// explicit value stays where it is. Files without `center` read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub center: Option<f64>,
 }
 
 impl Geometry {
@@ -75,6 +87,7 @@ impl Geometry {
                 .collect(),
             phi,
             eps: DEFAULT_EPS,
+            center: None,
         }
     }
 
@@ -90,7 +103,39 @@ impl Geometry {
             theta,
             phi,
             eps: DEFAULT_EPS,
+            center: None,
         }
+    }
+
+    /// The detector column the rotation axis projects onto: `center`, or `detw / 2` without it.
+    pub fn rotation_axis(&self) -> f64 {
+        self.center.unwrap_or((self.detw / 2) as f64)
+    }
+
+    /// How far (pixels) the rotation axis lies right of the operator's origin column `detw / 2`:
+    /// a projection of this geometry is the centred projection moved by this many columns,
+    /// `d(w) = d_centred(w - shift)`.
+    pub fn axis_shift(&self) -> f64 {
+        self.rotation_axis() - (self.detw / 2) as f64
+    }
+
+    /// Per detector-frequency column `b`, the phase `exp(-2 pi i (b - detw/2) shift / detw)` that
+    /// moves a centred projection's spectrum to this geometry's axis (the Fourier shift theorem),
+    /// in f64 with the product reduced modulo `detw` before the angle is formed, then rounded once
+    /// to f32: `[cos, sin]` pairs. Unitary, so applying its conjugate is its adjoint and inverse.
+    pub fn axis_phase(&self) -> Vec<[f32; 2]> {
+        let (shift, detw) = (self.axis_shift(), self.detw as f64);
+        (0..self.detw)
+            .map(|b| {
+                let k = b as f64 - (self.detw / 2) as f64;
+                // Integer and fractional parts of the shift are reduced separately so that large
+                // shifts lose no digits: exp(-2 pi i k s / detw) with k s mod detw.
+                let (whole, frac) = (shift.trunc(), shift.fract());
+                let turns = ((k * whole).rem_euclid(detw) + k * frac) / detw;
+                let angle = -2.0 * PI * turns;
+                [angle.cos() as f32, angle.sin() as f32]
+            })
+            .collect()
     }
 
     /// Number of projection angles.
@@ -151,8 +196,9 @@ impl Geometry {
             theta,
             phi,
             eps,
+            center,
         } = self;
-        let mut bytes = Vec::with_capacity(8 * (theta.len() + 8));
+        let mut bytes = Vec::with_capacity(8 * (theta.len() + 10));
         for size in [n0, n1, n2, deth, detw] {
             bytes.extend_from_slice(&(*size as u64).to_le_bytes());
         }
@@ -160,10 +206,19 @@ impl Geometry {
         for value in theta.iter().chain([phi, eps]) {
             bytes.extend_from_slice(&value.to_bits().to_le_bytes());
         }
+        // The axis: absent (the centre column, whatever detw is) adds nothing, so a centred
+        // geometry keeps the fingerprint it had before the axis existed (its checkpoints still
+        // resume); an explicit axis adds a marker and its exact bits (the layout before it is
+        // fixed by theta's length, so the two cannot collide).
+        if let Some(c) = center {
+            bytes.push(1);
+            bytes.extend_from_slice(&c.to_bits().to_le_bytes());
+        }
         crate::hash::fnv1a(&bytes)
     }
 
-    /// Checks sizes, angles, tilt and accuracy.
+    /// Checks sizes, angles, tilt, accuracy and the rotation axis (finite, within the detector's
+    /// columns `[0, detw]`: outside it the axis would not project onto the detector).
     pub fn validate(&self) -> Result<(), GeometryError> {
         for (name, value) in [
             ("n0", self.n0),
@@ -188,6 +243,14 @@ impl Geometry {
         if !(MIN_EPS..=0.1).contains(&self.eps) {
             return Err(GeometryError::BadEps { eps: self.eps });
         }
+        if let Some(center) = self.center {
+            if !(center.is_finite() && (0.0..=self.detw as f64).contains(&center)) {
+                return Err(GeometryError::BadCenter {
+                    center,
+                    detw: self.detw,
+                });
+            }
+        }
         // Bytes of the oversampled complex volume and of the complex data; every product is
         // checked, since the sizes may come from a file (2^40 per axis must be an error, not an
         // overflow panic).
@@ -202,7 +265,8 @@ impl Geometry {
         Ok(())
     }
 
-    /// Reads a geometry JSON file (`n0, n1, n2, deth, detw, theta, phi`, optional `eps`).
+    /// Reads a geometry JSON file (`n0, n1, n2, deth, detw, theta, phi`, optional `eps` and
+    /// `center`).
     pub fn read_json(path: &Path) -> Result<Self, GeometryError> {
         let err = |reason: String| GeometryError::File {
             path: path.display().to_string(),
@@ -331,6 +395,45 @@ mod tests {
         let mut g = good.clone();
         g.eps = 1e-9;
         assert!(matches!(g.validate(), Err(GeometryError::BadEps { .. })));
+        for center in [-0.5, 32.5, f64::NAN] {
+            let g = Geometry {
+                center: Some(center),
+                ..good.clone()
+            };
+            assert!(
+                matches!(g.validate(), Err(GeometryError::BadCenter { .. })),
+                "{center}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_axis_phase_is_the_fourier_shift_in_f64() {
+        let g = Geometry {
+            center: Some(15.37),
+            ..Geometry::for_detector(8, 26, vec![0.0], 1.9)
+        };
+        assert_eq!(g.rotation_axis(), 15.37);
+        assert!((g.axis_shift() - 2.37).abs() < 1e-12);
+        for (b, p) in g.axis_phase().iter().enumerate() {
+            let angle = -2.0 * PI * (b as f64 - 13.0) * 2.37 / 26.0;
+            assert!((p[0] as f64 - angle.cos()).abs() < 1e-7, "{b}");
+            assert!((p[1] as f64 - angle.sin()).abs() < 1e-7, "{b}");
+        }
+        // The default axis: no phase at all.
+        let centred = Geometry::cube(16, 2, 1.9);
+        assert!(centred.axis_phase().iter().all(|&p| p == [1.0, 0.0]));
+        // A large shift keeps its digits (reduced modulo detw before the angle).
+        let far = Geometry {
+            center: Some(1000.25),
+            ..Geometry::for_detector(8, 2048, vec![0.0], 1.9)
+        };
+        let b = 2047;
+        let turns = ((b as f64 - 1024.0) * (1000.25 - 1024.0) / 2048.0).rem_euclid(1.0);
+        let p = far.axis_phase()[b];
+        let expect = -2.0 * PI * turns;
+        assert!((p[0] as f64 - expect.cos()).abs() < 1e-7);
+        assert!((p[1] as f64 - expect.sin()).abs() < 1e-7);
     }
 
     #[test]
@@ -345,6 +448,12 @@ mod tests {
         let mut h = g.clone();
         h.n2 += 2;
         assert_ne!(g.fingerprint(), h.fingerprint());
+        let mut h = g.clone();
+        h.center = Some(g.rotation_axis());
+        assert_ne!(g.fingerprint(), h.fingerprint());
+        let mut k = h.clone();
+        k.center = Some(f64::from_bits(g.rotation_axis().to_bits() + 1));
+        assert_ne!(h.fingerprint(), k.fingerprint());
         // Angles with long decimal expansions come back from JSON with the same bits.
         let mut g = g;
         g.theta = (0..50)
@@ -367,7 +476,18 @@ mod tests {
             r#"{"n0":4,"n1":4,"n2":4,"deth":4,"detw":4,"theta":[0.0,1.0],"phi":1.0}"#,
         )
         .unwrap();
-        assert_eq!(Geometry::read_json(&path).unwrap().eps, DEFAULT_EPS);
+        let old = Geometry::read_json(&path).unwrap();
+        assert_eq!(old.eps, DEFAULT_EPS);
+        assert_eq!((old.center, old.rotation_axis()), (None, 2.0));
+        let shifted = Geometry {
+            center: Some(9.75),
+            ..g.clone()
+        };
+        shifted.write_json(&path).unwrap();
+        assert!(std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"center\": 9.75"));
+        assert_eq!(Geometry::read_json(&path).unwrap(), shifted);
         std::fs::write(&path, r#"{"n0":5}"#).unwrap();
         assert!(matches!(
             Geometry::read_json(&path),

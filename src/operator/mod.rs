@@ -527,6 +527,8 @@ impl LaminoOperator {
             + 4 * deth * (2 * n1 + 1);
         let f = 8 * ca * deth * detw;
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
+        // The rotation axis's phase, its conjugate and ones (F stage).
+        let phases = 3 * 8 * detw;
         // Forward and inverse plans of every FFT: along 2 n0 (U1), the 2 n1 x 2 n2 grids (U2)
         // and each projection (F).
         let scratch = |n: u64, batch: u64| {
@@ -537,7 +539,7 @@ impl LaminoOperator {
             + scratch(2 * n1, ck * 2 * n2)
             + scratch(detw, ca * deth)
             + scratch(deth, ca * detw);
-        Ok(spectrum + u1 + u2 + f + twiddles + ffts)
+        Ok(spectrum + u1 + u2 + f + twiddles + phases + ffts)
     }
 
     /// Validates the geometry and builds everything: the spectrum, chunk buffers, host tables,
@@ -865,18 +867,30 @@ impl LaminoOperator {
             -1.0
         };
         let scale = (sign / (g.deth as f64 * g.detw as f64)) as f32;
+        // The rotation axis: F_adj moves the centred projection to the axis with the phase R
+        // before its inverse FFT (L = R-shifted projector); F_fwd undoes it with conj(R) after its
+        // forward FFT. R is diagonal and unitary, so the pair stays exactly adjoint, and the
+        // solver (which applies F once to the data) needs nothing else.
+        let phase = g.axis_phase();
+        let conjugate: Vec<[f32; 2]> = phase.iter().map(|&[c, s]| [c, -s]).collect();
+        let ones = vec![[1.0f32, 0.0]; g.detw];
+        let [phase, conjugate, ones] = [
+            ("axis phase", &phase),
+            ("conjugate axis phase", &conjugate),
+            ("unit phase", &ones),
+        ]
+        .map(|(label, values)| ctx.upload(label, values));
+        let (phase, conjugate, ones) = (phase?, conjugate?, ones?);
         let mut keep = Vec::new();
         let shape = [ca, deth, detw];
-        let pre = modulate(ctx, &local, [ca * deth * detw, deth, detw], 1.0, &mut keep)?;
-        let post = modulate(
-            ctx,
-            &local,
-            [ca * deth * detw, deth, detw],
-            scale,
-            &mut keep,
-        )?;
         let mut programs = Vec::new();
-        for direction in [Direction::Inverse, Direction::Forward] {
+        for (direction, pre_phase, post_phase) in [
+            (Direction::Inverse, &phase, &ones),
+            (Direction::Forward, &ones, &conjugate),
+        ] {
+            let chunk = [ca * deth * detw, deth, detw];
+            let pre = modulate(ctx, &local, chunk, 1.0, pre_phase, &mut keep)?;
+            let post = modulate(ctx, &local, chunk, scale, post_phase, &mut keep)?;
             let first = self.ffts.len();
             let plan = FftPlan::new(
                 ctx,
@@ -924,6 +938,7 @@ impl LaminoOperator {
         }
         self.buffers.extend(keep);
         self.buffers.push(local);
+        self.buffers.extend([phase, conjugate, ones]);
         Ok(())
     }
 

@@ -462,18 +462,24 @@ struct ModulateParams {
 }
 
 /// A bound dispatch multiplying the whole chunk buffer `data` of `count` elements of
-/// (height, width) projections by `scale * (-1)^(v + w)`.
+/// (height, width) projections by `scale * (-1)^(v + w) * phase[w]` (`phase`: one complex value
+/// per column).
 pub(crate) fn modulate(
     ctx: &GpuContext,
     data: &GpuBuffer,
     [count, height, width]: [u64; 3],
     scale: f32,
+    phase: &GpuBuffer,
     keep: &mut Vec<GpuBuffer>,
 ) -> Result<(Bound, u32), OperatorError> {
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::MODULATE,
         entry: "modulate",
-        bindings: &[BindingKind::StorageReadWrite, BindingKind::Uniform],
+        bindings: &[
+            BindingKind::StorageReadWrite,
+            BindingKind::StorageRead,
+            BindingKind::Uniform,
+        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })?;
     let params = ctx.uniform(
@@ -488,7 +494,7 @@ pub(crate) fn modulate(
             pad: [0; 2],
         },
     )?;
-    let bound = kernel.bind(ctx, &[data.into(), (&params).into()])?;
+    let bound = kernel.bind(ctx, &[data.into(), phase.into(), (&params).into()])?;
     keep.push(params);
     Ok((bound, groups(count)))
 }

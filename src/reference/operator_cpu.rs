@@ -263,7 +263,23 @@ impl CpuOperator {
                 *v *= if (row + col) % 2 == 1 { -s } else { s };
             }
         };
+        // The rotation axis's phase: before the inverse transform (F_adj), conjugated after the
+        // forward one (its adjoint).
+        let phase: Vec<Complex32> = g
+            .axis_phase()
+            .iter()
+            .map(|&[c, s]| Complex32::new(c, s))
+            .collect();
+        let shift = |data: &mut [Complex32], conjugate: bool| {
+            for (i, v) in data.iter_mut().enumerate() {
+                let p = phase[i % g.detw];
+                *v *= if conjugate { p.conj() } else { p };
+            }
+        };
         modulate(data, 1.0);
+        if direction == Direction::Inverse {
+            shift(data, false);
+        }
         fft_last_axes(
             data,
             &[g.ntheta(), g.deth, g.detw],
@@ -272,5 +288,8 @@ impl CpuOperator {
             self.threads,
         );
         modulate(data, scale);
+        if direction == Direction::Forward {
+            shift(data, true);
+        }
     }
 }

@@ -190,9 +190,13 @@ impl Primitive {
 
 /// Index range `[lo, hi)` of samples at `i - n/2` (i = 0..n) that lie within `[c - r, c + r]`.
 fn index_range(c: f64, r: f64, n: usize) -> std::ops::Range<usize> {
-    let half = (n / 2) as f64;
-    let lo = (c - r + half).ceil().max(0.0);
-    let hi = (c + r + half).floor() + 1.0;
+    index_range_from(c, r, n, (n / 2) as f64)
+}
+
+/// Index range `[lo, hi)` of samples at `i - origin` (i = 0..n) that lie within `[c - r, c + r]`.
+fn index_range_from(c: f64, r: f64, n: usize, origin: f64) -> std::ops::Range<usize> {
+    let lo = (c - r + origin).ceil().max(0.0);
+    let hi = (c + r + origin).floor() + 1.0;
     let clamp = |v: f64| v.clamp(0.0, n as f64) as usize;
     clamp(lo)..clamp(hi)
 }
@@ -256,7 +260,8 @@ pub fn detector_frame(theta: f64, phi: f64) -> ([f64; 3], [f64; 3], [f64; 3]) {
 }
 
 /// Exact line integrals `P_theta u(s_u, s_v) = integral of u(s_u e1 + s_v e2 + t ray) dt`, data
-/// layout `(ntheta, deth, detw)`, pixel `(v, w)` at `s_u = w - detw/2`, `s_v = v - deth/2`.
+/// layout `(ntheta, deth, detw)`, pixel `(v, w)` at `s_u = w - c`, `s_v = v - deth/2`, with `c`
+/// the rotation axis's column ([`Geometry::rotation_axis`], `detw/2` by default).
 ///
 /// The operator approximates `P / sqrt(n2 * ntheta)`; rays run through all of space, so parts
 /// of the phantom outside the volume are projected too.
@@ -267,6 +272,7 @@ pub fn project(phantom: &Phantom, g: &Geometry) -> Vec<f32> {
         return data;
     }
     let angles_per_block = block_size(g.ntheta());
+    let axis = g.rotation_axis();
     std::thread::scope(|scope| {
         for (block, out) in data.chunks_mut(angles_per_block * per_angle).enumerate() {
             scope.spawn(move || {
@@ -280,8 +286,8 @@ pub fn project(phantom: &Phantom, g: &Geometry) -> Vec<f32> {
                         let (c, r) = p.bounding_sphere();
                         for v in index_range(dot(e2, c), r, g.deth) {
                             let sv = v as f64 - (g.deth / 2) as f64;
-                            for w in index_range(dot(e1, c), r, g.detw) {
-                                let su = w as f64 - (g.detw / 2) as f64;
+                            for w in index_range_from(dot(e1, c), r, g.detw, axis) {
+                                let su = w as f64 - axis;
                                 let origin = [
                                     su * e1[0] + sv * e2[0],
                                     su * e1[1] + sv * e2[1],

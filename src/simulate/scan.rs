@@ -21,6 +21,9 @@ pub struct ScanSpec {
     pub photons: Option<f64>,
     /// Seed of the Poisson noise.
     pub seed: u64,
+    /// The detector column the rotation axis projects onto (pixels, sub-pixel); `None`: the
+    /// centre column `size / 2`.
+    pub rotation_axis: Option<f64>,
 }
 
 /// A simulated scan and the exact line integrals it was measured from.
@@ -35,7 +38,10 @@ pub struct SimulatedScan {
 /// Simulates the scan `spec` describes.
 pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
     let phi = (90.0 + spec.tilt_deg).to_radians();
-    let g = Geometry::cube(spec.size, spec.angles, phi);
+    let g = Geometry {
+        center: spec.rotation_axis,
+        ..Geometry::cube(spec.size, spec.angles, phi)
+    };
     g.validate()?;
     // The ground truth, the line integrals and the intensities, in f32.
     let volume = (g.volume_len() as u64).saturating_mul(4);

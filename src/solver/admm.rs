@@ -756,7 +756,7 @@ impl AdmmSolver {
         let checkpoint = Checkpoint::read_arrays(
             path,
             |c| {
-                // Bit-exact comparison: sizes, every angle, the tilt and the accuracy.
+                // Bit-exact comparison: sizes, every angle, the tilt, the accuracy and the rotation axis.
                 if c.geometry.fingerprint() != geometry {
                     return mismatch("geometry");
                 }

@@ -1,0 +1,181 @@
+//! `lamino try`: reconstruct a thin slab for every candidate rotation axis and tilt, write a
+//! preview per candidate and the scores, print the sharpest (tomocupy's `try` / `try_lamino`).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Args;
+
+use lamino::io::{write_atomically, write_png_preview, write_tiff_volume, Stack};
+use lamino::preprocess::{
+    candidate_range, grid, score_candidates, Scored, Slab, DEFAULT_SLAB_SLICES,
+};
+
+use super::reconstruct::{unbinned_column, InputArgs, PreprocessArgs};
+use super::{Cli, CliResult};
+
+#[derive(Args)]
+pub struct TryArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    preprocess: PreprocessArgs,
+    /// Candidate rotation axes A:B:STEP (unbinned detector columns, B included).
+    #[arg(long, value_parser = parse_range, allow_hyphen_values = true)]
+    rotation_axis_range: Option<[f64; 3]>,
+    /// Candidate tilts A:B:STEP (degrees, phi = 90 + T, B included).
+    #[arg(long, value_parser = parse_range, allow_hyphen_values = true)]
+    tilt_range: Option<[f64; 3]>,
+    /// The rotation axis used while only the tilt is searched (unbinned columns; default: the
+    /// detector's centre column or the geometry file's `center`).
+    #[arg(long)]
+    rotation_axis: Option<f64>,
+    /// Slices of the reconstructed slab (voxels of the binned volume).
+    #[arg(long, default_value_t = DEFAULT_SLAB_SLICES)]
+    slab_slices: usize,
+    /// The slab's centre, in voxels of the binned volume from the volume's centre along z.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    slab_z: f64,
+    /// Output directory: one PNG per candidate (its name carries the value), scores.csv,
+    /// slices.tif (every candidate's central slice, in the order of scores.csv) and try.json.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn parse_range(s: &str) -> Result<[f64; 3], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let parsed: Vec<f64> = parts.iter().filter_map(|p| p.parse::<f64>().ok()).collect();
+    match parsed.as_slice() {
+        [a, b, step] if parts.len() == 3 && parsed.iter().all(|v| v.is_finite()) => {
+            if *step > 0.0 && b >= a {
+                Ok([*a, *b, *step])
+            } else {
+                Err(format!("{s:?}: needs A <= B and a positive STEP"))
+            }
+        }
+        _ => Err(format!("{s:?}: expected A:B:STEP (three numbers)")),
+    }
+}
+
+/// Writes `rotation_axis,tilt_deg,score` rows (atomically).
+pub fn write_scores<'a>(
+    path: &Path,
+    rows: impl IntoIterator<Item = &'a Scored>,
+) -> Result<(), lamino::io::IoError> {
+    let mut text = String::from("rotation_axis,tilt_deg,score\n");
+    for s in rows {
+        text.push_str(&format!(
+            "{},{},{:e}\n",
+            s.candidate.rotation_axis, s.candidate.tilt_deg, s.score
+        ));
+    }
+    write_atomically(path, |tmp| {
+        std::fs::write(tmp, text).map_err(|e| e.to_string())
+    })
+}
+
+pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
+    if args.rotation_axis_range.is_none() && args.tilt_range.is_none() {
+        return Err("give --rotation-axis-range A:B:STEP and/or --tilt-range A:B:STEP".into());
+    }
+    if args.rotation_axis.is_some() && args.rotation_axis_range.is_some() {
+        return Err(
+            "--rotation-axis fixes the axis; it cannot go with --rotation-axis-range".into(),
+        );
+    }
+    let (projections, pre) = args.preprocess.load(&args.input, false)?;
+    let b = pre.binning;
+    let g = projections.geometry();
+    let axes = match args.rotation_axis_range {
+        Some([a, z, step]) => candidate_range(a, z, step)?,
+        None => vec![args
+            .rotation_axis
+            .unwrap_or_else(|| unbinned_column(g.rotation_axis(), b))],
+    };
+    let tilts = match args.tilt_range {
+        Some([a, z, step]) => candidate_range(a, z, step)?,
+        None => vec![g.phi.to_degrees() - 90.0],
+    };
+    let candidates = grid(&axes, &tilts);
+    let slab = Slab {
+        slices: args.slab_slices,
+        z_offset: args.slab_z,
+    };
+    let ctx = cli.context()?;
+    eprintln!(
+        "scoring {} candidates ({} axes x {} tilts) on a slab of {} slices of {}x{} from {} \
+         projections of {}x{}",
+        candidates.len(),
+        axes.len(),
+        tilts.len(),
+        slab.slices,
+        g.n1,
+        g.n2,
+        g.ntheta(),
+        g.deth,
+        g.detw
+    );
+    let start = Instant::now();
+    let result = score_candidates(&ctx, &projections, b, &candidates, &slab)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    std::fs::create_dir_all(&args.out)?;
+    let [n1, n2] = result.preview_shape;
+    let name = |s: &Scored| match (args.rotation_axis_range, args.tilt_range) {
+        (Some(_), Some(_)) => format!(
+            "axis_{:.2}_tilt_{:.2}.png",
+            s.candidate.rotation_axis, s.candidate.tilt_deg
+        ),
+        (Some(_), None) => format!("axis_{:.2}.png", s.candidate.rotation_axis),
+        _ => format!("tilt_{:.2}.png", s.candidate.tilt_deg),
+    };
+    for (s, preview) in result.scored.iter().zip(&result.previews) {
+        write_png_preview(&args.out.join(name(s)), preview, n1, n2)?;
+    }
+    write_scores(&args.out.join("scores.csv"), &result.scored)?;
+    write_tiff_volume(
+        &args.out.join("slices.tif"),
+        &Stack {
+            shape: [result.previews.len(), n1, n2],
+            values: result.previews.concat(),
+        },
+    )?;
+    let json = serde_json::json!({
+        "lamino_version": env!("CARGO_PKG_VERSION"),
+        "metric": "gradient energy: mean |grad_xy f|^2 of the slab over its inscribed disc (larger is sharper)",
+        "slab": slab,
+        "preprocessing": pre,
+        "seconds": elapsed,
+        "search": result,
+    });
+    write_atomically(&args.out.join("try.json"), |tmp| {
+        std::fs::write(
+            tmp,
+            serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())
+    })?;
+    for s in &result.scored {
+        println!(
+            "axis {:9.3}  tilt {:8.3} deg  score {:.6e}",
+            s.candidate.rotation_axis, s.candidate.tilt_deg, s.score
+        );
+    }
+    let (best, refined) = (result.best, result.refined);
+    println!(
+        "best: --rotation-axis {:.2} --tilt-deg {:.2} (refined between candidates: axis {:.2}, \
+         tilt {:.3} deg; {:.2} s, previews in {})",
+        best.rotation_axis,
+        best.tilt_deg,
+        refined.rotation_axis,
+        refined.tilt_deg,
+        elapsed,
+        args.out.display()
+    );
+    let edge = |values: &[f64], v: f64| {
+        values.len() > 1 && (v == values[0] || v == values[values.len() - 1])
+    };
+    if edge(&axes, best.rotation_axis) || edge(&tilts, best.tilt_deg) {
+        eprintln!("warning: the best candidate is at the edge of its range: widen the range");
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! Preprocessing for scans from real instruments: detector binning ([`bin_projections`],
+//! [`bin_frames`]), stripe (ring) removal ([`remove_stripes`]) and the search for the rotation
+//! axis and the tilt ([`score_candidates`], [`find_rotation_axis`]).
+//!
+//! The rotation axis itself is part of the geometry ([`crate::operator::Geometry::center`]); the
+//! operator applies it exactly, so these tools only find it.
+
+pub mod bench;
+mod binning;
+mod search;
+mod stripe;
+
+pub use binning::{bin_frames, bin_geometry, bin_projections};
+pub use search::{
+    candidate_range, find_rotation_axis, grid, score_candidates, slab_reference, AxisSearch,
+    Candidate, Scored, SearchResult, Slab, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION,
+    DEFAULT_SLAB_SLICES,
+};
+pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGMA};
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::error::GpuError;
+use crate::fft::FftError;
+use crate::operator::GeometryError;
+use crate::recon::ReconError;
+
+/// Errors of preprocessing; each names the parameter or the input at fault.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum PreprocessError {
+    /// A binning factor that the data cannot take.
+    #[error("binning by {factor}: {reason}")]
+    BadBinning { factor: usize, reason: String },
+    /// A stripe-removal parameter out of range.
+    #[error("stripe removal: {0}")]
+    BadStripeParameter(String),
+    /// Values that do not fill the stated shape.
+    #[error("{got} projection values do not fill the shape {shape:?}")]
+    Shape { got: usize, shape: Vec<usize> },
+    /// A search that cannot run (empty or unusable ranges, a slab off the detector).
+    #[error("axis/tilt search: {0}")]
+    BadSearch(String),
+    #[error(transparent)]
+    Projections(#[from] ReconError),
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+    #[error(transparent)]
+    Fft(#[from] FftError),
+}
+
+/// What was done to the projections before the reconstruction, for the report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Preprocessing {
+    /// Detector binning factor (1: none).
+    pub binning: usize,
+    /// Stripe removal with its resolved parameters, if any.
+    pub stripe_removal: Option<StripeRemoval>,
+    /// How the rotation axis was chosen.
+    pub rotation_axis_source: AxisSource,
+    /// The rotation axis in unbinned detector columns.
+    pub rotation_axis: f64,
+}
+
+/// Where the rotation axis of a reconstruction came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AxisSource {
+    /// Not given: the detector's centre column (`detw / 2`) or the geometry file's `center`.
+    #[default]
+    Geometry,
+    /// `--rotation-axis X`.
+    Given,
+    /// `--rotation-axis auto` ([`find_rotation_axis`]).
+    Searched,
+}
