@@ -1,5 +1,7 @@
-//! How a desktop application embeds lamino: pick a GPU by index (from a device menu), run the
-//! reconstruction on a worker thread, show progress, and cancel from the UI thread.
+//! How a desktop application embeds lamino: pick a GPU by index (from a device menu), give the
+//! reconstruction memory budgets (what the application leaves it on the device and in RAM, and
+//! a scratch directory for the rest), run it on a worker thread, show progress, and cancel from
+//! the UI thread.
 //!
 //! ```sh
 //! cargo run --release --example embed                  # hardware GPU
@@ -23,6 +25,15 @@ enum Event {
         data_term: f64,
     },
     Done(Result<usize, String>),
+}
+
+/// The application keeps most of the GPU for its own rendering: 64 MiB for lamino, 256 MiB of
+/// RAM, and the system's temporary directory for what does not fit. A volume too large for the
+/// device streams through it (the same bits as in-core, more transfers); the plan says so.
+fn with_budgets(r: Reconstructor<'_>) -> Reconstructor<'_> {
+    r.device_memory_budget(64 << 20)
+        .host_memory_budget(256 << 20)
+        .scratch_dir(std::env::temp_dir())
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,6 +62,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let projections = Projections::new(geometry, data.iter().map(|c| c.re * scale).collect())?;
     drop(op);
 
+    let plan = with_budgets(Reconstructor::new(&ctx)).plan(projections.geometry())?;
+    println!("{plan}");
+
     let cancel = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
@@ -59,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let projections = &projections;
         s.spawn(move || {
             let progress_tx = tx.clone();
-            let result = Reconstructor::new(ctx)
+            let result = with_budgets(Reconstructor::new(ctx))
                 .params(AdmmParams::exactly(10))
                 .cancel_flag(worker_cancel)
                 .on_progress(move |p| {

@@ -437,3 +437,229 @@ pub fn bench_admm(
         device: ctx.info().name.clone(),
     })
 }
+
+/// One line of `lamino bench scale --json`: a run (`kind` "ratio" or "large") or a plan only
+/// (`kind` "plan").
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleBenchRecord {
+    pub kind: &'static str,
+    pub size: usize,
+    pub angles: usize,
+    pub plan: crate::plan::MemoryPlan,
+    /// Median wall time of a timed outer iteration under `plan`, ms (runs only).
+    pub ms_per_iteration: Option<f64>,
+    /// The same for every array on the device, in the same process (the "ratio" run).
+    pub in_core_ms_per_iteration: Option<f64>,
+    /// `ms_per_iteration / in_core_ms_per_iteration`.
+    pub streaming_over_in_core: Option<f64>,
+    /// Host <-> device bytes per timed iteration, counted by the context (runs only).
+    pub bytes_moved_per_iteration: Option<u64>,
+    /// Those bytes over the iteration's extra time against in-core, GB/s.
+    pub achieved_gbps: Option<f64>,
+    /// A plain upload and download of the staging size through the same context, GB/s.
+    pub copy_gbps: Option<f64>,
+    /// The most device memory held at once, bytes (runs only).
+    pub peak_device_bytes: Option<u64>,
+    pub device: String,
+}
+
+/// The tilt of the scale benchmark's scans (30 degrees).
+const SCALE_PHI: f64 = std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6;
+
+/// Times `iterations` outer iterations (after one untimed) under `plan` on a fresh context
+/// whose budget is the plan's; returns (median ms, bytes moved per timed iteration, peak).
+fn timed_iterations(
+    options: &crate::gpu::DeviceOptions,
+    g: &crate::operator::Geometry,
+    data: &[f32],
+    plan: &crate::plan::MemoryPlan,
+    iterations: usize,
+) -> Result<(f64, u64, u64), ScaleBenchError> {
+    use crate::solver::{AdmmParams, AdmmSolver};
+    let ctx = GpuContext::new(options)?;
+    ctx.set_device_budget(plan.budgets.device_bytes);
+    let params = AdmmParams::exactly(iterations + 1);
+    let mut solver = AdmmSolver::with_plan(&ctx, g, data, params, plan)?;
+    solver.step(&ctx)?; // pays shader compilation
+    let before = ctx.traffic();
+    let mut times = Vec::new();
+    for _ in 0..iterations {
+        let start = Instant::now();
+        solver.step(&ctx)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let after = ctx.traffic();
+    let moved = (after.bytes_uploaded + after.bytes_downloaded)
+        - (before.bytes_uploaded + before.bytes_downloaded);
+    Ok((
+        median(times),
+        moved / iterations as u64,
+        ctx.peak_device_bytes(),
+    ))
+}
+
+/// Errors of the scale benchmark.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScaleBenchError {
+    #[error(transparent)]
+    Gpu(#[from] crate::error::GpuError),
+    #[error(transparent)]
+    Solver(#[from] crate::solver::SolverError),
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
+}
+
+/// Random data in the operator's range of values for an `n`^3 volume seen at `angles`.
+fn scale_scan(n: usize, angles: usize) -> (crate::operator::Geometry, Vec<f32>) {
+    let g = crate::operator::Geometry::cube(n, angles, SCALE_PHI);
+    let mut rng = SplitMix64::new(5);
+    let data = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
+    (g, data)
+}
+
+/// `lamino bench scale`, the streaming case: per-iteration time at 1/8 of the in-core device
+/// need against in-core, in the same process, with the bytes moved and a plain copy's rate.
+pub fn bench_scale_ratio(
+    options: &crate::gpu::DeviceOptions,
+    n: usize,
+    angles: usize,
+    iterations: usize,
+) -> Result<ScaleBenchRecord, ScaleBenchError> {
+    use crate::operator::OperatorOptions;
+    use crate::plan::{plan, BudgetSource, Budgets, MemoryPlan};
+    use crate::solver::AdmmParams;
+    let iterations = iterations.max(1);
+    let (g, data) = scale_scan(n, angles);
+    let params = AdmmParams::exactly(iterations + 1);
+    let ctx = GpuContext::new(options)?;
+    let in_core = MemoryPlan::in_core(&ctx, &g, &params, &OperatorOptions::default())?;
+    let budgets = Budgets {
+        device_bytes: in_core.device_bytes / 8,
+        device_source: BudgetSource::Given,
+        host_bytes: u64::MAX,
+        host_source: BudgetSource::Given,
+        scratch: None,
+    };
+    let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
+    let copy = copy_round_trip_gbps(&ctx, streaming.staging_words.max(1 << 20))?;
+    let device = ctx.info().name.clone();
+    drop(ctx);
+    let (in_core_ms, _, _) = timed_iterations(options, &g, &data, &in_core, iterations)?;
+    let (ms, moved, peak) = timed_iterations(options, &g, &data, &streaming, iterations)?;
+    let extra_s = (ms - in_core_ms).max(f64::MIN_POSITIVE) / 1e3;
+    Ok(ScaleBenchRecord {
+        kind: "ratio",
+        size: n,
+        angles,
+        plan: streaming,
+        ms_per_iteration: Some(ms),
+        in_core_ms_per_iteration: Some(in_core_ms),
+        streaming_over_in_core: Some(ms / in_core_ms),
+        bytes_moved_per_iteration: Some(moved),
+        achieved_gbps: Some(moved as f64 / extra_s / 1e9),
+        copy_gbps: Some(copy),
+        peak_device_bytes: Some(peak),
+        device: device.clone(),
+    })
+}
+
+/// `lamino bench scale`, the large case: one timed outer iteration of an `n`^3 volume within
+/// `device_bytes` on the device and `host_bytes` in host memory, the rest in `scratch`.
+pub fn bench_scale_large(
+    options: &crate::gpu::DeviceOptions,
+    n: usize,
+    angles: usize,
+    device_bytes: u64,
+    host_bytes: u64,
+    scratch: &std::path::Path,
+) -> Result<ScaleBenchRecord, ScaleBenchError> {
+    use crate::operator::OperatorOptions;
+    use crate::plan::{plan, BudgetSource, Budgets};
+    use crate::solver::AdmmParams;
+    let (g, data) = scale_scan(n, angles);
+    let params = AdmmParams::exactly(2);
+    let ctx = GpuContext::new(options)?;
+    let budgets = Budgets {
+        device_bytes,
+        device_source: BudgetSource::Given,
+        host_bytes,
+        host_source: BudgetSource::Given,
+        scratch: Some(scratch.into()),
+    };
+    let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
+    let device = ctx.info().name.clone();
+    drop(ctx);
+    let (ms, moved, peak) = timed_iterations(options, &g, &data, &streaming, 1)?;
+    Ok(ScaleBenchRecord {
+        kind: "large",
+        size: n,
+        angles,
+        plan: streaming,
+        ms_per_iteration: Some(ms),
+        in_core_ms_per_iteration: None,
+        streaming_over_in_core: None,
+        bytes_moved_per_iteration: Some(moved),
+        achieved_gbps: None,
+        copy_gbps: None,
+        peak_device_bytes: Some(peak),
+        device: device.clone(),
+    })
+}
+
+/// `lamino bench scale`, plans only: an `n`^3 volume seen at `n` angles within the budgets, on
+/// this device's limits (nothing is allocated).
+pub fn bench_scale_plan(
+    ctx: &GpuContext,
+    n: usize,
+    device_bytes: u64,
+    host_bytes: u64,
+) -> Result<ScaleBenchRecord, ScaleBenchError> {
+    use crate::operator::{Geometry, OperatorOptions};
+    use crate::plan::{plan, BudgetSource, Budgets};
+    let g = Geometry::cube(n, n, SCALE_PHI);
+    let budgets = Budgets {
+        device_bytes,
+        device_source: BudgetSource::Given,
+        host_bytes,
+        host_source: BudgetSource::Given,
+        scratch: None,
+    };
+    let p = plan(
+        ctx,
+        &g,
+        &crate::solver::AdmmParams::default(),
+        &OperatorOptions::default(),
+        &budgets,
+    )?;
+    Ok(ScaleBenchRecord {
+        kind: "plan",
+        size: n,
+        angles: n,
+        plan: p,
+        ms_per_iteration: None,
+        in_core_ms_per_iteration: None,
+        streaming_over_in_core: None,
+        bytes_moved_per_iteration: None,
+        achieved_gbps: None,
+        copy_gbps: None,
+        peak_device_bytes: None,
+        device: ctx.info().name.clone(),
+    })
+}
+
+/// Host -> device -> host through the context's own write and read paths: `words` f32 each
+/// way, the median of five, GB/s counting both directions.
+fn copy_round_trip_gbps(ctx: &GpuContext, words: usize) -> Result<f64, ScaleBenchError> {
+    let buffer = ctx.storage_buffer("copy probe", words as u64 * 4)?;
+    let host = vec![1.0f32; words];
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        ctx.write(&buffer, 0, &host);
+        let back: Vec<f32> = ctx.read(&buffer, 0, words)?;
+        times.push(start.elapsed().as_secs_f64());
+        debug_assert_eq!(back.len(), words);
+    }
+    Ok(2.0 * words as f64 * 4.0 / median(times) / 1e9)
+}

@@ -123,6 +123,39 @@ pub enum BenchWhat {
         #[arg(long)]
         no_slow_oracle: bool,
     },
+    /// Volumes larger than the device: streaming at 1/8 of the in-core device need against
+    /// in-core (same process), one iteration of a large volume within a device budget with
+    /// scratch files, and the memory plans of 512^3-2048^3 at several device budgets.
+    Scale {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side of the streaming-vs-in-core run (n^3 voxels, n angles).
+        #[arg(long, default_value_t = 128)]
+        size: usize,
+        /// Timed outer iterations of that run (the median is reported).
+        #[arg(long, default_value_t = 2)]
+        iterations: usize,
+        /// Volume side of the large run (0: skip it).
+        #[arg(long, default_value_t = 256)]
+        large: usize,
+        /// Device budget of the large run, MiB.
+        #[arg(long, default_value_t = 256)]
+        large_device_mib: u64,
+        /// Scratch directory of the large run (its host budget is a third of its arrays, so
+        /// the rest goes there).
+        #[arg(long, default_value = ".")]
+        scratch: PathBuf,
+        /// Volume sides to plan (no run).
+        #[arg(long, value_delimiter = ',', default_values_t = [512usize, 1024, 2048])]
+        plan_sizes: Vec<usize>,
+        /// Device budgets to plan them for, GiB.
+        #[arg(long, value_delimiter = ',', default_values_t = [8u64, 24, 80])]
+        plan_device_gib: Vec<u64>,
+        /// The host budget of those plans, GiB (a GPU node's memory).
+        #[arg(long, default_value_t = 1024)]
+        plan_host_gib: u64,
+    },
 }
 
 pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
@@ -161,6 +194,23 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             rows,
             method,
         } => stripes(*json, *angles, *width, *rows, method.as_deref()),
+        BenchWhat::Scale {
+            json,
+            size,
+            iterations,
+            large,
+            large_device_mib,
+            scratch,
+            plan_sizes,
+            plan_device_gib,
+            plan_host_gib,
+        } => scale(
+            cli,
+            *json,
+            (*size, *iterations),
+            (*large, *large_device_mib, scratch),
+            (plan_sizes, plan_device_gib, *plan_host_gib),
+        ),
         BenchWhat::Memo {
             json,
             size,
@@ -406,6 +456,84 @@ fn stripes(
                 r.sinogram_thread_s,
                 r.sinogram_thread_s * 2048.0 / 16.0
             );
+        }
+    }
+    Ok(())
+}
+
+fn scale(
+    cli: &Cli,
+    json: bool,
+    (size, iterations): (usize, usize),
+    (large, large_device_mib, scratch): (usize, u64, &Path),
+    (plan_sizes, plan_device_gib, plan_host_gib): (&[usize], &[u64], u64),
+) -> CliResult {
+    use lamino::bench::{bench_scale_large, bench_scale_plan, bench_scale_ratio, ScaleBenchRecord};
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let print = |r: &ScaleBenchRecord| -> CliResult {
+        if json {
+            println!("{}", serde_json::to_string(r)?);
+            return Ok(());
+        }
+        let p = &r.plan;
+        print!(
+            "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays on the device; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
+            r.kind,
+            r.size,
+            r.angles,
+            p.mode,
+            p.chunks,
+            p.resident_arrays(),
+            p.arrays.len(),
+            gib(p.device_bytes),
+            gib(p.host_bytes),
+            gib(p.scratch_bytes),
+            gib(p.bytes_moved_per_iteration)
+        );
+        if let Some(ms) = r.ms_per_iteration {
+            print!("; {ms:.0} ms per iteration");
+        }
+        if let (Some(ratio), Some(base)) = (r.streaming_over_in_core, r.in_core_ms_per_iteration) {
+            print!(" = {ratio:.2} x in-core ({base:.0} ms)");
+        }
+        if let Some(moved) = r.bytes_moved_per_iteration {
+            print!(", {:.2} GiB moved", gib(moved));
+        }
+        if let (Some(a), Some(c)) = (r.achieved_gbps, r.copy_gbps) {
+            print!(" at {a:.2} GB/s beyond in-core (plain copy {c:.2} GB/s)");
+        }
+        if let Some(peak) = r.peak_device_bytes {
+            print!(", device peak {:.3} GiB", gib(peak));
+        }
+        println!();
+        Ok(())
+    };
+    let options = cli.device_options();
+    if size > 0 {
+        print(&bench_scale_ratio(&options, size, size, iterations)?)?;
+    }
+    if large > 0 {
+        // A host budget of a third of the large run's arrays forces the rest to scratch.
+        let third = (large * large * large) as u64 * 4 * 13 / 3;
+        let dir = tempfile::tempdir_in(scratch)?;
+        print(&bench_scale_large(
+            &options,
+            large,
+            large,
+            large_device_mib << 20,
+            third,
+            dir.path(),
+        )?)?;
+    }
+    let ctx = cli.context()?;
+    for &n in plan_sizes {
+        for &budget in plan_device_gib {
+            print(&bench_scale_plan(
+                &ctx,
+                n,
+                budget << 30,
+                plan_host_gib << 30,
+            )?)?;
         }
     }
     Ok(())

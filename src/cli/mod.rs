@@ -87,9 +87,14 @@ enum Command {
 }
 
 impl Cli {
+    /// The device options of the global flags.
+    fn device_options(&self) -> DeviceOptions {
+        DeviceOptions::new(self.device, self.allow_software_gpu)
+    }
+
     /// A device by the global options, saying so when it is a software adapter.
     fn context(&self) -> Result<GpuContext, lamino::GpuError> {
-        let ctx = GpuContext::new(&DeviceOptions::new(self.device, self.allow_software_gpu))?;
+        let ctx = GpuContext::new(&self.device_options())?;
         let info = ctx.info();
         if info.software {
             eprintln!(
