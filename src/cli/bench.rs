@@ -468,7 +468,9 @@ fn scale(
     (large, large_device_mib, scratch): (usize, u64, &Path),
     (plan_sizes, plan_device_gib, plan_host_gib): (&[usize], &[u64], u64),
 ) -> CliResult {
-    use lamino::bench::{bench_scale_large, bench_scale_plan, bench_scale_ratio, ScaleBenchRecord};
+    use lamino::bench::{
+        bench_scale_large, bench_scale_plan, bench_scale_ratio, ScaleBenchError, ScaleBenchRecord,
+    };
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     let print = |r: &ScaleBenchRecord| -> CliResult {
         if json {
@@ -528,12 +530,19 @@ fn scale(
     let ctx = cli.context()?;
     for &n in plan_sizes {
         for &budget in plan_device_gib {
-            print(&bench_scale_plan(
-                &ctx,
-                n,
-                budget << 30,
-                plan_host_gib << 30,
-            )?)?;
+            match bench_scale_plan(&ctx, n, budget << 30, plan_host_gib << 30) {
+                Ok(r) => print(&r)?,
+                // A refusal is a figure too: where the planner's limit lies.
+                Err(ScaleBenchError::Plan(e)) if json => println!(
+                    "{}",
+                    serde_json::json!({ "kind": "plan", "size": n, "angles": n,
+                        "device_budget_bytes": budget << 30, "refused": e.to_string() })
+                ),
+                Err(ScaleBenchError::Plan(e)) => {
+                    println!("plan  {n}^3 x {n} angles at {budget} GiB: refused: {e}")
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(())
