@@ -179,3 +179,92 @@ fn kintsugi_compat_on_s1_stays_within_its_regression_bounds() {
         vec!["sort_intensity = true (default false)".to_string()]
     );
 }
+
+/// `(max |ΔS|, max |ΔD|)` between two fits' full-size fields.
+fn field_distance(a: &lamino::flatfield::Fit, b: &lamino::flatfield::Fit) -> (f64, f64) {
+    let max = |x: &[f32], y: &[f32]| {
+        x.iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs() as f64)
+            .fold(0.0, f64::max)
+    };
+    (
+        max(&a.fields.flatfield, &b.fields.flatfield),
+        max(&a.fields.darkfield, &b.fields.darkfield),
+    )
+}
+
+#[test]
+fn reweighting_stops_within_a_bound_of_the_converged_fields() {
+    // Issue 15: the stop measures the dark-field change relative to the signal and adds the
+    // change still expected at the observed contraction rate. Reference: the same fit run to
+    // reweighting_tolerance 1e-6 (the fields where the loop would settle). Measured on these
+    // stacks (S1 and S2 of spec §9.2, seed 1): rounds 4 and 3 (5 and 8 with the criterion
+    // relative to the dark-field itself); S1 max |ΔS| 2.1e-4, max |ΔD| 0.54 counts; S2 1.25e-3 and
+    // 1.8 counts (0.25 % of the ~700-count mean intensity). Bounds: 1.5x those.
+    for (spec, rounds, flat_bound, dark_bound) in [
+        (Synthetic::s1(1), 4, 3.2e-4, 0.8),
+        (
+            Synthetic {
+                darkfield: false,
+                ..Synthetic::s1(1)
+            },
+            3,
+            1.9e-3,
+            2.7,
+        ),
+    ] {
+        let data = generate(&spec);
+        let fit = fit_oracle(&data.stack, &BasicParams::default()).unwrap();
+        let tight = fit_oracle(
+            &data.stack,
+            &BasicParams {
+                reweighting_tolerance: 1e-6,
+                ..BasicParams::default()
+            },
+        )
+        .unwrap();
+        let (flat, dark) = field_distance(&fit, &tight);
+        eprintln!(
+            "dark-field {}: {} rounds (to 1e-6: {}), max |ΔS| {flat:.2e}, max |ΔD| {dark:.2} counts",
+            spec.darkfield,
+            fit.report.reweighting_rounds,
+            tight.report.reweighting_rounds
+        );
+        assert!(fit.report.converged);
+        assert_eq!(fit.report.reweighting_rounds, fit.report.solves.len());
+        assert!(fit.report.reweighting_rounds <= rounds);
+        assert!(flat <= flat_bound, "{flat}");
+        assert!(dark <= dark_bound, "{dark}");
+    }
+}
+
+/// Pearson correlation of the fitted baseline with the true background levels.
+fn baseline_correlation(fit: &lamino::flatfield::Fit, truth: &[f64]) -> f64 {
+    let n = truth.len() as f64;
+    let x: Vec<f64> = fit.fields.baseline.iter().map(|&v| v as f64).collect();
+    let (mx, my) = (x.iter().sum::<f64>() / n, truth.iter().sum::<f64>() / n);
+    let sxy: f64 = x.iter().zip(truth).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sxx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+    let syy: f64 = truth.iter().map(|b| (b - my).powi(2)).sum();
+    sxy / (sxx * syy).sqrt()
+}
+
+#[test]
+fn the_baseline_follows_the_true_brightness_in_both_presets() {
+    // Issue 15: with sorting on, rows are order statistics; the baseline is re-fitted on the
+    // images in their order once the fields are fixed (both presets). Measured on S1 (seed 1):
+    // correlation 0.99997 without sorting, 0.99986 with (the sorted rows gave 0.01-0.10).
+    let data = generate(&Synthetic::s1(1));
+    for params in [BasicParams::default(), BasicParams::kintsugi_compat()] {
+        let fit = fit_oracle(&data.stack, &params).unwrap();
+        let r = baseline_correlation(&fit, &data.background);
+        eprintln!(
+            "sorting {}: baseline correlation {r:.6}, {} baseline rounds",
+            params.sort_intensity,
+            fit.report.baseline_solves.len()
+        );
+        assert!(r >= 0.999, "{r}");
+        assert!(fit.report.baseline_solves.iter().all(|s| s.converged));
+    }
+}

@@ -17,6 +17,9 @@ use crate::gpu::GpuContext;
 pub struct FlatfieldBenchRecord {
     /// `fit` or `transform`.
     pub what: &'static str,
+    /// The synthetic stack: `S1` (spec §9.2: vignette, dark-field, sparse objects) or `S2` (S1
+    /// without a dark-field).
+    pub stack: &'static str,
     pub images: usize,
     pub height: usize,
     pub width: usize,
@@ -30,9 +33,12 @@ pub struct FlatfieldBenchRecord {
     /// Transform only: images per second on the GPU and on the CPU.
     pub gpu_images_per_s: Option<f64>,
     pub cpu_images_per_s: Option<f64>,
-    /// Fit only: ALM iterations over all solves, and solves.
+    /// Fit only: ALM iterations over all solves, and solves (reweighting rounds).
     pub iterations: Option<usize>,
     pub solves: Option<usize>,
+    /// Fit only: ALM iterations and rounds of the baseline re-fit (element passes only).
+    pub baseline_iterations: Option<usize>,
+    pub baseline_rounds: Option<usize>,
     /// Device memory the plan allocated, in bytes.
     pub device_bytes: u64,
     /// Peak resident host memory of the process so far (VmHWM), in bytes, when the OS reports it.
@@ -55,12 +61,24 @@ pub fn fit_device_bytes(n: usize, size: usize) -> u64 {
     (4 * n * m * 4 + (2 * n + 6 * m + 24 + 4 * n) * 4 + 2 * m * 4) as u64
 }
 
-/// Fit benchmark: `count` synthetic images of `side`² resampled to the working grid, fitted on
-/// the GPU and, when `with_cpu`, by the oracle.
+/// Fit benchmark on S1: `count` synthetic images of `side`² resampled to the working grid,
+/// fitted on the GPU and, when `with_cpu`, by the oracle.
 pub fn bench_fit(
     ctx: &GpuContext,
     count: usize,
     side: usize,
+    with_cpu: bool,
+) -> Result<FlatfieldBenchRecord, FlatfieldError> {
+    bench_fit_stack(ctx, count, side, true, with_cpu)
+}
+
+/// [`bench_fit`] on S1 (`darkfield`) or S2 (S1 without a dark-field, where the reweighting
+/// stop of issue 15 saves the most rounds).
+pub fn bench_fit_stack(
+    ctx: &GpuContext,
+    count: usize,
+    side: usize,
+    darkfield: bool,
     with_cpu: bool,
 ) -> Result<FlatfieldBenchRecord, FlatfieldError> {
     let params = BasicParams::default();
@@ -69,6 +87,7 @@ pub fn bench_fit(
         height: side,
         width: side,
         blobs: (40 * side * side).div_ceil(256 * 256),
+        darkfield,
         ..Synthetic::s1(17)
     };
     // Rendering the images is not timed; resampling them is part of the fit.
@@ -94,6 +113,7 @@ pub fn bench_fit(
     };
     Ok(FlatfieldBenchRecord {
         what: "fit",
+        stack: if darkfield { "S1" } else { "S2" },
         images: count,
         height: side,
         width: side,
@@ -103,7 +123,15 @@ pub fn bench_fit(
         gpu_images_per_s: None,
         cpu_images_per_s: None,
         iterations: Some(gpu.report.solves.iter().map(|s| s.iterations).sum()),
-        solves: Some(gpu.report.solves.len()),
+        solves: Some(gpu.report.reweighting_rounds),
+        baseline_iterations: Some(
+            gpu.report
+                .baseline_solves
+                .iter()
+                .map(|s| s.iterations)
+                .sum(),
+        ),
+        baseline_rounds: Some(gpu.report.baseline_solves.len()),
         device_bytes: fit_device_bytes(count, params.working_size),
         host_peak_bytes: host_peak_bytes(),
         device: ctx.info().to_string(),
@@ -161,6 +189,7 @@ pub fn bench_transform(
     let cpu_s = t.elapsed().as_secs_f64();
     Ok(FlatfieldBenchRecord {
         what: "transform",
+        stack: "S1",
         images: count,
         height: side,
         width: side,
@@ -171,6 +200,8 @@ pub fn bench_transform(
         cpu_images_per_s: Some(count as f64 / cpu_s),
         iterations: None,
         solves: None,
+        baseline_iterations: None,
+        baseline_rounds: None,
         device_bytes: (plan.batch() * px * 4 + 2 * px * 4) as u64,
         host_peak_bytes: host_peak_bytes(),
         device: ctx.info().to_string(),

@@ -17,7 +17,8 @@ use bytemuck::{Pod, Zeroable};
 use super::dct::dct_matrix;
 use super::params::BasicParams;
 use super::solver::{
-    brightness_step, FieldStats, ImageSums, Prepared, SolveBackend, SolveOutput, ENT2, MU_GROWTH,
+    baseline_step, brightness_step, BaselineSolve, FieldStats, ImageSums, Prepared,
+    SmoothnessWeights, SolveBackend, SolveOutput, ENT2, MU_CAP, MU_COEF, MU_GROWTH,
 };
 use super::FlatfieldError;
 use crate::gpu::{BindingKind, Bound, GpuBuffer, GpuContext, KernelSpec};
@@ -148,8 +149,8 @@ pub struct GpuSolver<'a> {
     prepared: &'a Prepared,
     dims: Dims,
     vecs: GpuBuffer,
-    /// Images per block (the last block may hold fewer).
-    block_images: Vec<usize>,
+    /// The image blocks (the last block may hold fewer images).
+    blocks: Vec<Block>,
     passes: Passes,
     /// `N·M / Σ Ω_raw` of the current weights (1 before the first reweighting).
     omega_scale: f64,
@@ -324,18 +325,14 @@ impl<'a> GpuSolver<'a> {
             )?,
             reweight,
         };
-        let block_images = blocks.iter().map(|b| b.count).collect();
         let mut buffers = vec![cmat, dims_buf];
-        for b in blocks {
-            buffers.extend([b.d, b.e, b.y, b.omega]);
-        }
         buffers.extend(uniforms);
         Ok(Self {
             ctx,
             prepared,
             dims,
             vecs,
-            block_images,
+            blocks,
             passes,
             omega_scale: 1.0,
             _buffers: buffers,
@@ -373,8 +370,8 @@ impl<'a> GpuSolver<'a> {
         bound: &[Bound],
         groups: impl Fn(usize) -> u32,
     ) {
-        for (b, &count) in bound.iter().zip(&self.block_images) {
-            rec.dispatch(b, groups(count));
+        for (b, block) in bound.iter().zip(&self.blocks) {
+            rec.dispatch(b, groups(block.count));
         }
     }
 
@@ -389,6 +386,29 @@ impl<'a> GpuSolver<'a> {
         rec.dispatch(&p.dark_inv_rows, t);
         rec.dispatch(&p.dark_inv_cols, t);
     }
+
+    /// `E = 0`, `Y = 0` for every image (spec §4.2).
+    fn reset_state(&self) -> Result<(), FlatfieldError> {
+        let m = self.dims.m as usize;
+        let mut rec = self.ctx.recorder("basic reset");
+        self.dispatch_blocks(&mut rec, &self.passes.reset, |count| {
+            (count * m).div_ceil(WORKGROUP as usize) as u32
+        });
+        self.ctx.submit(rec)?;
+        Ok(())
+    }
+}
+
+/// The per-image sums block (`Σ R`, `Σ_In R`, `Σ_Out R`, `Σ Z²` per image) as read back.
+fn image_sums(raw: &[f64]) -> Vec<ImageSums> {
+    raw.chunks_exact(4)
+        .map(|s| ImageSums {
+            r: s[0],
+            r_in: s[1],
+            r_out: s[2],
+            z2: s[3],
+        })
+        .collect()
 }
 
 fn transpose(c: &[f64], n: usize) -> Vec<f64> {
@@ -396,7 +416,11 @@ fn transpose(c: &[f64], n: usize) -> Vec<f64> {
 }
 
 impl SolveBackend for GpuSolver<'_> {
-    fn solve(&mut self, params: &BasicParams) -> Result<SolveOutput, FlatfieldError> {
+    fn solve(
+        &mut self,
+        params: &BasicParams,
+        lambda: SmoothnessWeights,
+    ) -> Result<SolveOutput, FlatfieldError> {
         let c = self.prepared.constants;
         let (n, m) = (self.dims.n as usize, self.dims.m as usize);
         let dims = self.dims;
@@ -405,11 +429,7 @@ impl SolveBackend for GpuSolver<'_> {
         self.write_vec(dims.off_a, &a);
         self.write_vec(dims.off_valid, &vec![0.0; n]);
         self.write_vec(dims.off_w, &vec![0.0; 4 * m]); // w, Ŵ, o, o_next are adjacent
-        let mut rec = self.ctx.recorder("basic reset");
-        self.dispatch_blocks(&mut rec, &self.passes.reset, |count| {
-            (count * m).div_ceil(WORKGROUP as usize) as u32
-        });
-        self.ctx.submit_and_wait(rec)?;
+        self.reset_state()?;
         let mut scalars = ScalarBlock {
             mu: c.mu0,
             epsilon: params.epsilon,
@@ -418,7 +438,7 @@ impl SolveBackend for GpuSolver<'_> {
         let mut pending_dark = false;
         let mut k = 0;
         loop {
-            scalars.thr_flat = c.lambda_flatfield / scalars.mu;
+            scalars.thr_flat = lambda.flatfield / scalars.mu;
             scalars.omega_over_mu = self.omega_scale / scalars.mu;
             self.ctx
                 .write(&self.vecs, dims.off_scalars as u64, &scalars.to_f32());
@@ -447,15 +467,7 @@ impl SolveBackend for GpuSolver<'_> {
                 n_out: raw[4] as usize,
                 o_mean: raw[5] / m as f64,
             };
-            let sums: Vec<ImageSums> = raw[STATS..]
-                .chunks_exact(4)
-                .map(|s| ImageSums {
-                    r: s[0],
-                    r_in: s[1],
-                    r_out: s[2],
-                    z2: s[3],
-                })
-                .collect();
+            let sums = image_sums(&raw[STATS..]);
             let a_old = a.clone();
             let step = brightness_step(&sums, &stats, &a, m, params.get_darkfield, &c);
             a = step.a;
@@ -467,7 +479,7 @@ impl SolveBackend for GpuSolver<'_> {
                     scalars.beta = dark.beta;
                     scalars.a_mean_valid = dark.a_mean_valid;
                     scalars.inv_count_valid = 1.0 / dark.count_valid as f64;
-                    scalars.thr_dark = c.lambda_darkfield / (ENT2 * scalars.mu);
+                    scalars.thr_dark = lambda.darkfield / (ENT2 * scalars.mu);
                     true
                 }
                 None => false,
@@ -517,5 +529,70 @@ impl SolveBackend for GpuSolver<'_> {
         let total: f64 = sums.chunks_exact(4).map(|s| s[0]).sum();
         self.omega_scale = (n * self.dims.m as usize) as f64 / total;
         Ok(())
+    }
+
+    fn reset_weights(&mut self, epsilon: f64) -> Result<(), FlatfieldError> {
+        // With E = 0 the reweighting pass sets every raw weight to 1/ε and the scale to their
+        // mean's inverse: Ω = 1.
+        self.reset_state()?;
+        self.reweight(&vec![0.0; self.dims.n as usize], epsilon)
+    }
+
+    fn start_baseline(&mut self, epsilon: f64) -> Result<(), FlatfieldError> {
+        let m = self.dims.m as usize;
+        if let Some(original) = &self.prepared.original {
+            for b in &self.blocks {
+                self.ctx
+                    .write(&b.d, 0, &original[b.first * m..(b.first + b.count) * m]);
+            }
+        }
+        self.reset_weights(epsilon)
+    }
+
+    fn solve_baseline(
+        &mut self,
+        s: &[f64],
+        d: &[f64],
+        start: &[f64],
+        params: &BasicParams,
+    ) -> Result<BaselineSolve, FlatfieldError> {
+        let c = self.prepared.constants;
+        let (n, m) = (self.dims.n as usize, self.dims.m as usize);
+        let dims = self.dims;
+        let d_mean = d.iter().sum::<f64>() / m as f64;
+        // The element pass computes L = a w + o: here a = b, w = s, o = d.
+        self.write_vec(dims.off_w, s);
+        self.write_vec(dims.off_o, d);
+        let mut b = start.to_vec();
+        self.write_vec(dims.off_a, &b);
+        self.reset_state()?;
+        let mu0 = MU_COEF / c.sigma1_original;
+        let mut scalars = ScalarBlock {
+            mu: mu0,
+            epsilon: params.epsilon,
+            ..ScalarBlock::default()
+        };
+        let mut k = 0;
+        loop {
+            scalars.omega_over_mu = self.omega_scale / scalars.mu;
+            self.ctx
+                .write(&self.vecs, dims.off_scalars as u64, &scalars.to_f32());
+            let mut rec = self.ctx.recorder("basic baseline iteration");
+            self.dispatch_blocks(&mut rec, &self.passes.element, |count| count as u32);
+            self.ctx.submit(rec)?;
+            let sums = image_sums(&self.read_vec(dims.off_sums, 4 * n)?);
+            b = baseline_step(&sums, m, d_mean);
+            self.write_vec(dims.off_a, &b);
+            let residual = sums.iter().map(|s| s.z2).sum::<f64>().sqrt() / c.d_norm;
+            scalars.mu = (scalars.mu * MU_GROWTH).min(MU_CAP * mu0);
+            k += 1;
+            if residual < params.optimization_tolerance || k >= params.max_iterations {
+                return Ok(BaselineSolve {
+                    baseline: b,
+                    iterations: k,
+                    residual,
+                });
+            }
+        }
     }
 }

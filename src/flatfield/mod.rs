@@ -23,6 +23,7 @@ mod open_beam;
 mod oracle;
 mod params;
 mod resample;
+mod smoothness;
 mod solver;
 pub mod synthetic;
 
@@ -33,13 +34,14 @@ pub use correct::{clamped_fraction, transform, transform_cpu, transform_stream, 
 pub use dct::{dct_matrix, Dct2};
 pub use gpu::GpuSolver;
 pub use open_beam::{estimate_open_beam, OpenBeam};
-pub use params::{BasicParams, TransformParams};
+pub use params::{BasicParams, Smoothness, TransformParams};
 pub use resample::Resampler;
-pub use solver::{Prepared, Preprocessor};
+pub use smoothness::SmoothnessChoice;
+pub use solver::{Prepared, Preprocessor, SmoothnessWeights};
 
 use crate::gpu::GpuContext;
 use oracle::OracleBackend;
-use solver::{reweighting_loop, WorkingFit};
+use solver::{normalised_shading, refit_baseline, reweighting_loop, SolveBackend, WorkingFit};
 
 /// Errors of the flat-field estimation and correction; each names the offending size, index or
 /// parameter.
@@ -175,8 +177,10 @@ pub struct Fields {
     pub flatfield: Vec<f32>,
     /// `D` in intensity units; zeros when dark-field estimation is off.
     pub darkfield: Vec<f32>,
-    /// Per-image baseline `a_i · w̄` in intensity units (meaningless with sorting on: rows are
-    /// then order statistics, not images).
+    /// Per-image baseline `b_i` in intensity units, in the stack's image order: `I_i ≈ b_i·S + D`
+    /// plus sparse objects, re-fitted on the images in their original order once `S` and `D` are
+    /// fixed (with sorting on or off), so that `(I_i − D)/S − b_i` removes each image's
+    /// background (BaSiC's time-lapse baseline).
     pub baseline: Vec<f32>,
 }
 
@@ -188,19 +192,29 @@ pub struct SolveSummary {
     pub residual: f64,
     /// The residual reached `optimization_tolerance`.
     pub converged: bool,
-    /// `max(mad_f, mad_d)` after this solve (spec §4.5).
+    /// `max(mad_f, mad_d)` after this solve (spec §4.5; `mad_d` relative to the mean image).
     pub change: f64,
+    /// The change still expected after this solve at the observed contraction rate.
+    pub remaining: f64,
 }
 
 /// Everything a user needs to judge a fit (spec §4.6 result record).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct FitReport {
+    /// The λ_F and λ_D the fit used.
     pub lambda_flatfield: f64,
     pub lambda_darkfield: f64,
+    /// With `Smoothness::AutoData`: the candidates, their held-out scores and the choice.
+    pub smoothness: Option<SmoothnessChoice>,
     pub sigma1: f64,
     pub solves: Vec<SolveSummary>,
+    /// Reweighting rounds (solves) the fit used, `solves.len()`.
+    pub reweighting_rounds: usize,
     /// The reweighting loop stopped on `reweighting_tolerance` (not on the solve cap).
     pub converged: bool,
+    /// The solves of the baseline re-fit (fields fixed); `change` is the relative L1 change of
+    /// the baseline.
+    pub baseline_solves: Vec<SolveSummary>,
     pub final_change: f64,
     /// The flat-field was unusable (non-positive mean, negative or non-finite values) and was
     /// replaced by all ones.
@@ -254,9 +268,118 @@ pub fn fit_prepared(
     params: &BasicParams,
     progress: impl FnMut(&SolveSummary),
 ) -> Result<Fit, FlatfieldError> {
+    let choice = if auto_data(prepared, params) {
+        Some(choose_smoothness(ctx, prepared, params)?)
+    } else {
+        None
+    };
     let mut backend = GpuSolver::new(ctx, prepared)?;
-    let working = reweighting_loop(&mut backend, params, progress)?;
-    Ok(finish(working, prepared, height, width, params))
+    fit_with(
+        &mut backend,
+        prepared,
+        choice,
+        height,
+        width,
+        params,
+        progress,
+    )
+}
+
+/// Whether λ_F is chosen from the data: asked for, not given explicitly, and enough images.
+fn auto_data(prepared: &Prepared, params: &BasicParams) -> bool {
+    params.smoothness == Smoothness::AutoData
+        && params.lambda_flatfield.is_none()
+        && prepared.count >= smoothness::MIN_IMAGES
+}
+
+/// The data-driven λ_F (`Smoothness::AutoData`) by cross-validation on the GPU. Every
+/// evaluation of a fold fits a plan of its training images and re-fits the baselines in a plan
+/// of its held-out images; one fold's plans (and stacks) are alive at a time, the memory of one
+/// fit.
+pub fn choose_smoothness(
+    ctx: &GpuContext,
+    prepared: &Prepared,
+    params: &BasicParams,
+) -> Result<SmoothnessChoice, FlatfieldError> {
+    let standard = prepared.constants.weights();
+    smoothness::search(standard.flatfield, |c| {
+        let mut cost = 0.0;
+        let mut pixels = 0;
+        for k in 0..smoothness::FOLDS {
+            let (train, held) = fold_stacks(prepared, k, params)?;
+            let (fold_cost, fold_pixels) = smoothness::fold_cost(
+                &mut GpuSolver::new(ctx, &train)?,
+                &mut GpuSolver::new(ctx, &held)?,
+                &held,
+                params,
+                smoothness::scaled(standard, c, params),
+            )?;
+            cost += fold_cost;
+            pixels += fold_pixels;
+        }
+        Ok(cost / pixels as f64)
+    })
+}
+
+/// [`choose_smoothness`] with the f64 oracle.
+pub fn choose_smoothness_oracle(
+    prepared: &Prepared,
+    params: &BasicParams,
+) -> Result<SmoothnessChoice, FlatfieldError> {
+    let standard = prepared.constants.weights();
+    smoothness::search(standard.flatfield, |c| {
+        let mut cost = 0.0;
+        let mut pixels = 0;
+        for k in 0..smoothness::FOLDS {
+            let (train, held) = fold_stacks(prepared, k, params)?;
+            let (fold_cost, fold_pixels) = smoothness::fold_cost(
+                &mut OracleBackend::new(&train),
+                &mut OracleBackend::new(&held),
+                &held,
+                params,
+                smoothness::scaled(standard, c, params),
+            )?;
+            cost += fold_cost;
+            pixels += fold_pixels;
+        }
+        Ok(cost / pixels as f64)
+    })
+}
+
+/// The training and held-out stacks of fold `k`, built when needed so that the host holds one
+/// fold's copy of the working stack at a time.
+fn fold_stacks(
+    prepared: &Prepared,
+    k: usize,
+    params: &BasicParams,
+) -> Result<(Prepared, Prepared), FlatfieldError> {
+    let (train, held) = smoothness::fold(prepared.count, k);
+    Ok((
+        prepared.subset(&train, params)?,
+        prepared.subset(&held, params)?,
+    ))
+}
+
+/// The fit on any backend: the reweighting loop (with the weights `choice` picked, or the
+/// prepared ones), the baseline re-fit, the full-size fields.
+fn fit_with(
+    backend: &mut dyn SolveBackend,
+    prepared: &Prepared,
+    choice: Option<SmoothnessChoice>,
+    height: usize,
+    width: usize,
+    params: &BasicParams,
+    progress: impl FnMut(&SolveSummary),
+) -> Result<Fit, FlatfieldError> {
+    let standard = prepared.constants.weights();
+    let weights = choice
+        .as_ref()
+        .map_or(standard, |c| c.weights(standard, params));
+    let working = reweighting_loop(backend, params, weights, progress)?;
+    let baseline = refit_baseline(backend, prepared, &working, params)?;
+    Ok(finish(
+        working, baseline, weights, choice, prepared, height, width, params,
+    ))
 }
 
 /// Fits with the f64 CPU oracle (the reference of the tests; not a silent fallback).
@@ -272,9 +395,21 @@ pub fn fit_prepared_oracle(
     width: usize,
     params: &BasicParams,
 ) -> Result<Fit, FlatfieldError> {
+    let choice = if auto_data(prepared, params) {
+        Some(choose_smoothness_oracle(prepared, params)?)
+    } else {
+        None
+    };
     let mut backend = OracleBackend::new(prepared);
-    let working = reweighting_loop(&mut backend, params, |_| {})?;
-    Ok(finish(working, prepared, height, width, params))
+    fit_with(
+        &mut backend,
+        prepared,
+        choice,
+        height,
+        width,
+        params,
+        |_| {},
+    )
 }
 
 /// Fits, then corrects the same stack: `(I − D) / max(S, flat_min)`.
@@ -315,7 +450,13 @@ pub fn prepare_stream(
 /// (brightness U(600, 800)) gives 0.25 and a dark-field 36 % too low; S1 (U(200, 1200)) gives 1.3.
 const LOW_BRIGHTNESS_SPREAD: f64 = 0.5;
 
-fn warnings(working: &WorkingFit, usable: bool, count: usize, params: &BasicParams) -> Vec<String> {
+fn warnings(
+    working: &WorkingFit,
+    baseline_solves: &[SolveSummary],
+    usable: bool,
+    count: usize,
+    params: &BasicParams,
+) -> Vec<String> {
     let mut out = Vec::new();
     if !usable {
         out.push("the fitted flat-field had a non-positive mean, negative or non-finite values and was replaced by all ones".to_string());
@@ -330,8 +471,24 @@ fn warnings(working: &WorkingFit, usable: bool, count: usize, params: &BasicPara
     if !working.converged {
         out.push(format!("the reweighting stopped at max_reweight_iterations = {} with a field change of {:.1e} (tolerance {:.1e})", params.max_reweight_iterations, working.final_change, params.reweighting_tolerance));
     }
+    let unconverged = baseline_solves.iter().filter(|s| !s.converged).count();
+    if unconverged > 0 {
+        out.push(format!("{unconverged} of {} baseline solves stopped at max_iterations = {} before reaching optimization_tolerance", baseline_solves.len(), params.max_iterations));
+    }
+    if let Some(last) = baseline_solves.last() {
+        if last.change.max(last.remaining) > params.reweighting_tolerance {
+            out.push(format!("the baseline re-fit stopped at max_reweight_iterations = {} with a baseline change of {:.1e} (tolerance {:.1e})", params.max_reweight_iterations, last.change, params.reweighting_tolerance));
+        }
+    }
     if params.get_darkfield && count >= 2 && working.brightness_spread < LOW_BRIGHTNESS_SPREAD {
         out.push(format!("image brightness varies little (spread {:.2}): the dark-field is poorly identifiable and likely underestimated", working.brightness_spread));
+    }
+    if params.smoothness == Smoothness::AutoData {
+        if params.lambda_flatfield.is_some() {
+            out.push("smoothness auto-data was asked for with an explicit lambda_flatfield, which was used".to_string());
+        } else if count < smoothness::MIN_IMAGES {
+            out.push(format!("smoothness auto-data needs at least {} images (cross-validation over {} folds); the standard rule was used", smoothness::MIN_IMAGES, smoothness::FOLDS));
+        }
     }
     if params.optimization_tolerance < 1e-7 {
         out.push(format!("optimization_tolerance {:.1e} is below the f32 floor (~1e-7) of the GPU fit: solves run to max_iterations", params.optimization_tolerance));
@@ -340,8 +497,12 @@ fn warnings(working: &WorkingFit, usable: bool, count: usize, params: &BasicPara
 }
 
 /// §4.6: upsample, normalise, fallback, and the report.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     working: WorkingFit,
+    (baseline, baseline_solves): (Vec<f64>, Vec<SolveSummary>),
+    weights: SmoothnessWeights,
+    smoothness: Option<SmoothnessChoice>,
     prepared: &Prepared,
     height: usize,
     width: usize,
@@ -352,7 +513,10 @@ fn finish(
     let mut flat = vec![0.0; height * width];
     up.apply(&working.shading, &mut flat);
     let mean = flat.iter().sum::<f64>() / flat.len() as f64;
-    let usable = mean > 0.0 && flat.iter().all(|v| v.is_finite() && *v >= 0.0);
+    // Bilinear upsampling keeps values finite and non-negative and the mean positive, so the
+    // working-size test (which the baseline re-fit used) decides for the full size as well.
+    let working_flat = normalised_shading(&working.shading);
+    let usable = working_flat.is_some();
     let flatfield: Vec<f32> = if usable {
         flat.iter().map(|v| (v / mean) as f32).collect()
     } else {
@@ -362,34 +526,35 @@ fn finish(
     if params.get_darkfield {
         up.apply(&working.darkfield, &mut dark);
     }
-    let w_mean = working.shading.iter().sum::<f64>() / working.shading.len() as f64;
     let c = &prepared.constants;
-    let warnings = warnings(&working, usable, prepared.count, params);
+    let warnings = warnings(&working, &baseline_solves, usable, prepared.count, params);
     Fit {
         fields: Fields {
             height,
             width,
             flatfield,
             darkfield: dark.iter().map(|&v| v as f32).collect(),
-            baseline: working.baseline.iter().map(|&v| v as f32).collect(),
+            baseline: baseline.iter().map(|&v| v as f32).collect(),
         },
         report: FitReport {
-            lambda_flatfield: c.lambda_flatfield,
-            lambda_darkfield: c.lambda_darkfield,
+            lambda_flatfield: weights.flatfield,
+            lambda_darkfield: weights.darkfield,
+            smoothness,
             sigma1: c.sigma1,
+            reweighting_rounds: working.solves.len(),
             solves: working.solves,
             converged: working.converged,
+            baseline_solves,
             final_change: working.final_change,
             fallback: !usable,
             brightness_spread: working.brightness_spread,
             warnings,
             changed_parameters: params.changes_from_default(),
             working_size: size,
-            working_flatfield: working
-                .shading
-                .iter()
-                .map(|v| if usable { (v / w_mean) as f32 } else { 1.0 })
-                .collect(),
+            working_flatfield: working_flat.map_or_else(
+                || vec![1.0; size * size],
+                |f| f.iter().map(|&v| v as f32).collect(),
+            ),
             working_darkfield: working.darkfield.iter().map(|&v| v as f32).collect(),
         },
     }

@@ -4,8 +4,8 @@
 use super::dct::Dct2;
 use super::params::BasicParams;
 use super::solver::{
-    brightness_step, shrink, FieldStats, ImageSums, Prepared, SolveBackend, SolveOutput, ENT2,
-    MASK_TOLERANCE, MU_GROWTH,
+    baseline_step, brightness_step, shrink, BaselineSolve, FieldStats, ImageSums, Prepared,
+    SmoothnessWeights, SolveBackend, SolveOutput, ENT2, MASK_TOLERANCE, MU_CAP, MU_COEF, MU_GROWTH,
 };
 use super::FlatfieldError;
 
@@ -35,7 +35,11 @@ impl<'a> OracleBackend<'a> {
 }
 
 impl SolveBackend for OracleBackend<'_> {
-    fn solve(&mut self, params: &BasicParams) -> Result<SolveOutput, FlatfieldError> {
+    fn solve(
+        &mut self,
+        params: &BasicParams,
+        lambda: SmoothnessWeights,
+    ) -> Result<SolveOutput, FlatfieldError> {
         let c = &self.prepared.constants;
         let (n, m) = (self.prepared.count, self.prepared.size * self.prepared.size);
         let mut w_hat = vec![0.0; m];
@@ -63,7 +67,7 @@ impl SolveBackend for OracleBackend<'_> {
             t.iter_mut().for_each(|v| *v /= n as f64);
             // Steps 4-5.
             self.dct.forward(&t, &mut coef);
-            let thr = c.lambda_flatfield / mu;
+            let thr = lambda.flatfield / mu;
             for (wh, cf) in w_hat.iter_mut().zip(&coef) {
                 *wh = shrink(*wh + cf, thr);
             }
@@ -123,7 +127,7 @@ impl SolveBackend for OracleBackend<'_> {
                 let u_mean = u.iter().sum::<f64>() / m as f64;
                 let z: Vec<f64> = w.iter().map(|wj| beta * (w_mean - wj)).collect();
                 let o1: Vec<f64> = u.iter().zip(&z).map(|(uj, zj)| uj - u_mean - zj).collect();
-                let thr = c.lambda_darkfield / (ENT2 * mu);
+                let thr = lambda.darkfield / (ENT2 * mu);
                 self.dct.forward(&o1, &mut coef);
                 coef.iter_mut().for_each(|v| *v = shrink(*v, thr));
                 let mut o2 = vec![0.0; m];
@@ -163,5 +167,62 @@ impl SolveBackend for OracleBackend<'_> {
         let scale = self.omega.len() as f64 / total;
         self.omega.iter_mut().for_each(|v| *v *= scale);
         Ok(())
+    }
+
+    fn reset_weights(&mut self, _epsilon: f64) -> Result<(), FlatfieldError> {
+        self.omega.fill(1.0);
+        Ok(())
+    }
+
+    fn start_baseline(&mut self, epsilon: f64) -> Result<(), FlatfieldError> {
+        if let Some(original) = &self.prepared.original {
+            self.d = original.iter().map(|&v| v as f64).collect();
+        }
+        self.reset_weights(epsilon)
+    }
+
+    fn solve_baseline(
+        &mut self,
+        s: &[f64],
+        d: &[f64],
+        start: &[f64],
+        params: &BasicParams,
+    ) -> Result<BaselineSolve, FlatfieldError> {
+        let c = &self.prepared.constants;
+        let m = s.len();
+        let d_mean = d.iter().sum::<f64>() / m as f64;
+        let mu0 = MU_COEF / c.sigma1_original;
+        let mut mu = mu0;
+        let mut b = start.to_vec();
+        self.e.fill(0.0);
+        self.y.fill(0.0);
+        let mut sums = vec![ImageSums::default(); b.len()];
+        let mut k = 0;
+        loop {
+            for (i, sum) in sums.iter_mut().enumerate() {
+                *sum = ImageSums::default();
+                for p in 0..m {
+                    let j = i * m + p;
+                    let l = b[i] * s[p] + d[p];
+                    let e = shrink(self.d[j] - l + self.y[j] / mu, self.omega[j] / mu);
+                    let z = self.d[j] - l - e;
+                    self.e[j] = e;
+                    self.y[j] += mu * z;
+                    sum.r += self.d[j] - e;
+                    sum.z2 += z * z;
+                }
+            }
+            b = baseline_step(&sums, m, d_mean);
+            let residual = sums.iter().map(|s| s.z2).sum::<f64>().sqrt() / c.d_norm;
+            mu = (mu * MU_GROWTH).min(MU_CAP * mu0);
+            k += 1;
+            if residual < params.optimization_tolerance || k >= params.max_iterations {
+                return Ok(BaselineSolve {
+                    baseline: b,
+                    iterations: k,
+                    residual,
+                });
+            }
+        }
     }
 }

@@ -7,6 +7,26 @@
 
 use super::FlatfieldError;
 
+/// How the flat-field smoothness weight λ_F is chosen when none is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Smoothness {
+    /// `Σ |DCT2(mean image)| / 800`, the rule of BaSiC, BaSiCPy and MATLAB.
+    Standard,
+    /// Cross-validation over images: the multiple of the standard λ_F whose fields best
+    /// explain held-out images (see `smoothness.rs`); falls back to the standard rule below
+    /// 8 images.
+    AutoData,
+}
+
+impl std::fmt::Display for Smoothness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Standard => "standard",
+            Self::AutoData => "auto-data",
+        })
+    }
+}
+
 /// Parameters of the BaSiC fit (§3 of the specification).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BasicParams {
@@ -24,8 +44,10 @@ pub struct BasicParams {
     pub working_size: usize,
     /// ε of the reweighting `Ω = 1 / (|E / ℓ| + ε)`.
     pub epsilon: f64,
-    /// λ_F; `None`: `Σ |DCT2(mean image)| / 800` (automatic, scale free).
+    /// λ_F; `None`: chosen by `smoothness`.
     pub lambda_flatfield: Option<f64>,
+    /// How λ_F (and λ_D with it) is chosen when `lambda_flatfield` is `None`.
+    pub smoothness: Smoothness,
     /// λ_D / λ_F; used when `lambda_darkfield` is `None`.
     pub darkfield_ratio: f64,
     /// λ_D; `None`: `darkfield_ratio · λ_F`.
@@ -54,6 +76,7 @@ impl Default for BasicParams {
             epsilon: 0.1,
             // Automatic: Σ|DCT2(m̄)|/800 makes the fit independent of the intensity scale.
             lambda_flatfield: None,
+            smoothness: Smoothness::Standard,
             // KINTSUGI's ratio, the measured middle ground between sparse foreground (0.1 better)
             // and dense texture (0.4 better), spec §11 item 2.
             darkfield_ratio: 0.2,
@@ -165,6 +188,11 @@ impl BasicParams {
             opt(d.lambda_flatfield),
         );
         note(
+            "smoothness",
+            self.smoothness.to_string(),
+            d.smoothness.to_string(),
+        );
+        note(
             "darkfield_ratio",
             self.darkfield_ratio.to_string(),
             d.darkfield_ratio.to_string(),
@@ -219,6 +247,7 @@ mod tests {
         assert_eq!(p.working_size, 128);
         assert_eq!(p.epsilon, 0.1);
         assert_eq!(p.lambda_flatfield, None);
+        assert_eq!(p.smoothness, Smoothness::Standard);
         assert_eq!(p.darkfield_ratio, 0.2);
         assert_eq!(p.lambda_darkfield, None);
         assert!(!p.sort_intensity);

@@ -13,7 +13,11 @@ use super::{FlatfieldError, SolveSummary};
 pub struct Prepared {
     pub count: usize,
     pub size: usize,
+    /// The stack the fields are fitted to (per-pixel sorted when `sort_intensity` is on).
     pub data: Vec<f32>,
+    /// With sorting on, the stack in its original image order, which the baseline re-fit needs
+    /// (rows of `data` are then order statistics, not images); `None` when `data` is unsorted.
+    pub original: Option<Vec<f32>>,
     pub constants: Constants,
 }
 
@@ -23,6 +27,9 @@ pub struct Constants {
     pub lambda_flatfield: f64,
     pub lambda_darkfield: f64,
     pub sigma1: f64,
+    /// σ₁ of the stack in its original order (equal to `sigma1` without sorting): sets μ₀ of
+    /// the baseline re-fit.
+    pub sigma1_original: f64,
     pub mu0: f64,
     pub mu_bar: f64,
     pub d_norm: f64,
@@ -95,11 +102,28 @@ impl Preprocessor {
     /// Computes λ, sorts if asked, and the solver constants.
     pub fn finish(self, params: &BasicParams) -> Result<Prepared, FlatfieldError> {
         params.validate()?;
-        let (n, m, size) = (self.count, self.size * self.size, self.size);
+        Prepared::assemble(self.data, self.count, self.size, params)
+    }
+}
+
+impl Prepared {
+    /// The stack in its original image order.
+    pub fn images(&self) -> &[f32] {
+        self.original.as_deref().unwrap_or(&self.data)
+    }
+
+    /// The prepared stack of working-grid images `data` (N × size², original order): λ, sorting
+    /// if asked, and the solver constants.
+    fn assemble(
+        mut data: Vec<f32>,
+        n: usize,
+        size: usize,
+        params: &BasicParams,
+    ) -> Result<Self, FlatfieldError> {
+        let m = size * size;
         if n == 0 {
             return Err(FlatfieldError::NoImages);
         }
-        let mut data = self.data;
         let max_abs = data
             .iter()
             .fold(0.0f64, |acc, &v| acc.max((v as f64).abs()));
@@ -126,10 +150,15 @@ impl Preprocessor {
         let lambda_darkfield = params
             .lambda_darkfield
             .unwrap_or(params.darkfield_ratio * lambda_flatfield);
+        let original = params.sort_intensity.then(|| data.clone());
         if params.sort_intensity {
             sort_columns(&mut data, n, m);
         }
         let sigma1 = spectral_norm(&data, n, m);
+        let sigma1_original = match &original {
+            Some(o) => spectral_norm(o, n, m),
+            None => sigma1,
+        };
         let mu0 = MU_COEF / sigma1;
         let d_norm = data
             .iter()
@@ -141,10 +170,12 @@ impl Preprocessor {
             count: n,
             size,
             data,
+            original,
             constants: Constants {
                 lambda_flatfield,
                 lambda_darkfield,
                 sigma1,
+                sigma1_original,
                 mu0,
                 mu_bar: MU_CAP * mu0,
                 d_norm,
@@ -152,6 +183,17 @@ impl Preprocessor {
                 max_abs,
             },
         })
+    }
+
+    /// The images `indices` (original order) as a stack of their own, with its own constants.
+    pub fn subset(&self, indices: &[usize], params: &BasicParams) -> Result<Self, FlatfieldError> {
+        let m = self.size * self.size;
+        let images = self.images();
+        let data = indices
+            .iter()
+            .flat_map(|&i| images[i * m..(i + 1) * m].iter().copied())
+            .collect();
+        Self::assemble(data, indices.len(), self.size, params)
     }
 }
 
@@ -351,12 +393,66 @@ pub struct SolveOutput {
     pub residual: f64,
 }
 
+/// The outputs of one baseline solve (fields fixed).
+#[derive(Debug, Clone)]
+pub struct BaselineSolve {
+    /// `b` after the last iteration's update.
+    pub baseline: Vec<f64>,
+    pub iterations: usize,
+    pub residual: f64,
+}
+
+/// The smoothness weights λ_F and λ_D of a fit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SmoothnessWeights {
+    pub flatfield: f64,
+    pub darkfield: f64,
+}
+
+impl Constants {
+    /// The weights computed by the preprocessing (the standard rule or the user's values).
+    pub fn weights(&self) -> SmoothnessWeights {
+        SmoothnessWeights {
+            flatfield: self.lambda_flatfield,
+            darkfield: self.lambda_darkfield,
+        }
+    }
+}
+
 /// A backend holds `D`, `E`, `Y` and `Ω` and runs the N×M passes.
 pub trait SolveBackend {
-    /// One ALM solve from the initial state of §4.2 with the current weights.
-    fn solve(&mut self, params: &BasicParams) -> Result<SolveOutput, FlatfieldError>;
+    /// One ALM solve from the initial state of §4.2 with the current weights `Ω` and the
+    /// smoothness weights `lambda`.
+    fn solve(
+        &mut self,
+        params: &BasicParams,
+        lambda: SmoothnessWeights,
+    ) -> Result<SolveOutput, FlatfieldError>;
+    /// `Ω = 1`, the weights of a fit's first solve.
+    fn reset_weights(&mut self, epsilon: f64) -> Result<(), FlatfieldError>;
     /// `Ω ← 1 / (|E_ij / (ℓ_i + 1e-6)| + ε)`, normalised to mean 1 (§4.5 item 2).
     fn reweight(&mut self, ell: &[f64], epsilon: f64) -> Result<(), FlatfieldError>;
+    /// Switches to the baseline re-fit: `D` in the original image order, `Ω = 1`.
+    fn start_baseline(&mut self, epsilon: f64) -> Result<(), FlatfieldError>;
+    /// One ALM solve of `D = b sᵀ + 1 dᵀ + E` for `b` with the flat-field `s` (mean 1) and the
+    /// dark-field `d` fixed, from `b = start`, `E = Y = 0`, with the current weights: per iteration
+    /// `E ← S_{Ω/μ}(D − L + Y/μ)`, `Y ← Y + μ(D − L − E)` and [`baseline_step`].
+    fn solve_baseline(
+        &mut self,
+        s: &[f64],
+        d: &[f64],
+        start: &[f64],
+        params: &BasicParams,
+    ) -> Result<BaselineSolve, FlatfieldError>;
+}
+
+/// The baseline update with the fields fixed: `b_i = max(0, mean_j (D − E)_ij − mean(d))`, the
+/// image's mean without its sparse part, less the dark level (`mean(s) = 1`). This is BaSiC's
+/// `basefluor` update (MATLAB) and BaSiCPy's `fit_baseline` in approximate mode.
+pub fn baseline_step(sums: &[ImageSums], m: usize, d_mean: f64) -> Vec<f64> {
+    sums.iter()
+        .map(|s| (s.r / m as f64 - d_mean).max(0.0))
+        .collect()
 }
 
 /// The working-size result of the reweighting loop.
@@ -366,8 +462,6 @@ pub struct WorkingFit {
     pub shading: Vec<f64>,
     /// `d = o + β w`.
     pub darkfield: Vec<f64>,
-    /// `a_old_i · w̄`.
-    pub baseline: Vec<f64>,
     pub solves: Vec<SolveSummary>,
     pub final_change: f64,
     pub converged: bool,
@@ -376,17 +470,22 @@ pub struct WorkingFit {
     pub brightness_spread: f64,
 }
 
-/// The reweighting loop of §4.5 around a backend's solves.
+/// The reweighting loop of §4.5 around a backend's solves, with the stop changed (issue 15):
+/// the dark-field change is measured relative to the shading, and the loop stops when both the
+/// change and the change still expected at the observed contraction rate
+/// ([`remaining_change`]) are within `reweighting_tolerance`.
 pub fn reweighting_loop(
     backend: &mut dyn SolveBackend,
     params: &BasicParams,
+    lambda: SmoothnessWeights,
     mut progress: impl FnMut(&SolveSummary),
 ) -> Result<WorkingFit, FlatfieldError> {
     let mut f_prev: Option<Vec<f64>> = None;
-    let mut g_prev: Option<Vec<f64>> = None;
+    // The previous dark-field and Σ|shading| of the previous solve.
+    let mut g_prev: Option<(Vec<f64>, f64)> = None;
     let mut solves = Vec::new();
     loop {
-        let out = backend.solve(params)?;
+        let out = backend.solve(params, lambda)?;
         let m = out.w.len();
         let w_mean = out.w.iter().sum::<f64>() / m as f64;
         let a_mean = out.a_old.iter().sum::<f64>() / out.a_old.len() as f64;
@@ -421,16 +520,22 @@ pub fn reweighting_loop(
                     / p.iter().map(|v| v.abs()).sum::<f64>()
             }
         };
+        // The dark-field's change relative to the signal it offsets (Σ|shading|, intensity
+        // units), not to its own size as in MATLAB/KINTSUGI (Σ|d_prev|): both terms then measure
+        // how much the corrected images `(I − D)/S` move. Relative to itself, a dark-field near
+        // zero (a stack without one: |d| ≈ 0.1 % of the signal) kept the loop going for 5-20
+        // more solves after the flat-field had settled, on relative changes of a field that
+        // does not matter, and in f32 its rounding alone reached the tolerance (issue 15).
         let mad_d = match &g_prev {
-            None => f64::INFINITY,
-            Some(p) => {
+            Some((p, signal)) => {
                 let delta: f64 = d.iter().zip(p).map(|(a, b)| (a - b).abs()).sum();
-                if delta < 1e-7 {
+                if delta == 0.0 {
                     0.0
                 } else {
-                    delta / p.iter().map(|v| v.abs()).sum::<f64>().max(1e-6)
+                    delta / signal
                 }
             }
+            None => f64::INFINITY,
         };
         // Without dark-field estimation d stays 0 and only the flat-field change counts.
         let change = if params.get_darkfield {
@@ -438,20 +543,23 @@ pub fn reweighting_loop(
         } else {
             mad_f
         };
+        // Slowly contracting reweighting (dense texture: 0.8 per solve) moves the fields by
+        // several times the last change after it: the stop also needs the estimated rest.
+        let remaining = remaining_change(change, solves.last().map(|s: &SolveSummary| s.change));
         let summary = SolveSummary {
             iterations: out.iterations,
             residual: out.residual,
             converged: out.residual < params.optimization_tolerance,
             change,
+            remaining,
         };
         progress(&summary);
         solves.push(summary);
-        let converged = change <= params.reweighting_tolerance;
+        let converged = change.max(remaining) <= params.reweighting_tolerance;
         if converged || solves.len() >= params.max_reweight_iterations {
             let a_max = out.a_old.iter().cloned().fold(f64::MIN, f64::max);
             let a_min = out.a_old.iter().cloned().fold(f64::MAX, f64::min);
             return Ok(WorkingFit {
-                baseline: out.a_old.iter().map(|a| a * w_mean).collect(),
                 shading,
                 darkfield: d,
                 solves,
@@ -467,9 +575,96 @@ pub fn reweighting_loop(
         let o_mean = out.o_old.iter().sum::<f64>() / m as f64;
         let ell: Vec<f64> = out.a_old.iter().map(|a| a * w_mean + o_mean).collect();
         backend.reweight(&ell, params.epsilon)?;
+        g_prev = Some((d, shading.iter().map(|v| v.abs()).sum()));
         f_prev = Some(f);
-        g_prev = Some(d);
     }
+}
+
+/// The flat-field `s` (mean 1) the baseline re-fit divides by: the working shading, or ones when
+/// it is unusable (the fallback of spec §4.6 item 3, which the fitted fields then carry too).
+pub fn normalised_shading(shading: &[f64]) -> Option<Vec<f64>> {
+    let mean = shading.iter().sum::<f64>() / shading.len() as f64;
+    let usable = mean > 0.0 && shading.iter().all(|v| v.is_finite() && *v >= 0.0);
+    usable.then(|| shading.iter().map(|v| v / mean).collect())
+}
+
+/// The per-image baseline `b` of `I_i ≈ b_i S + D` (intensity units, image order), re-fitted
+/// once the fields are fixed: reweighted ALM solves of [`SolveBackend::solve_baseline`] on the
+/// images in their original order, with the fit's reweighting rule and stop criterion on the
+/// relative L1 change of `b`. With sorting on this is the only meaningful baseline; without, it
+/// replaces the fit's `a_i`, which mixes the dark level into the brightness.
+pub fn refit_baseline(
+    backend: &mut dyn SolveBackend,
+    prepared: &Prepared,
+    working: &WorkingFit,
+    params: &BasicParams,
+) -> Result<(Vec<f64>, Vec<SolveSummary>), FlatfieldError> {
+    let m = working.shading.len();
+    let s = normalised_shading(&working.shading).unwrap_or_else(|| vec![1.0; m]);
+    let d_mean = working.darkfield.iter().sum::<f64>() / m as f64;
+    let start: Vec<f64> = prepared
+        .images()
+        .chunks_exact(m)
+        .map(|row| (row.iter().map(|&v| v as f64).sum::<f64>() / m as f64 - d_mean).max(0.0))
+        .collect();
+    backend.start_baseline(params.epsilon)?;
+    let mut solves: Vec<SolveSummary> = Vec::new();
+    let mut previous: Option<Vec<f64>> = None;
+    loop {
+        let out = backend.solve_baseline(&s, &working.darkfield, &start, params)?;
+        if !out.baseline.iter().all(|v| v.is_finite()) {
+            return Err(FlatfieldError::NonFiniteFit {
+                solve: working.solves.len() + solves.len() + 1,
+            });
+        }
+        let change = match &previous {
+            None => f64::INFINITY,
+            Some(p) => {
+                let delta: f64 = out.baseline.iter().zip(p).map(|(a, b)| (a - b).abs()).sum();
+                let scale: f64 = p.iter().map(|v| v.abs()).sum();
+                if delta == 0.0 {
+                    0.0
+                } else if scale > 0.0 {
+                    delta / scale
+                } else {
+                    f64::INFINITY
+                }
+            }
+        };
+        let remaining = remaining_change(change, solves.last().map(|s| s.change));
+        solves.push(SolveSummary {
+            iterations: out.iterations,
+            residual: out.residual,
+            converged: out.residual < params.optimization_tolerance,
+            change,
+            remaining,
+        });
+        if change.max(remaining) <= params.reweighting_tolerance
+            || solves.len() >= params.max_reweight_iterations
+        {
+            return Ok((out.baseline, solves));
+        }
+        // ℓ_i = mean_j (b_i s_j + d_j) = b_i + mean(d).
+        let ell: Vec<f64> = out.baseline.iter().map(|b| b + d_mean).collect();
+        backend.reweight(&ell, params.epsilon)?;
+        previous = Some(out.baseline);
+    }
+}
+
+/// The largest contraction rate the stop assumes: the change of a solve over the previous one's,
+/// clamped so that a first estimate (no previous change), a stall or a rise still lets the loop
+/// stop once the change is below `tolerance · (1 − MAX_RATE) / MAX_RATE`.
+pub const MAX_RATE: f64 = 0.9;
+
+/// The estimated change still to come after a solve whose change is `change`, if the reweighting
+/// keeps contracting at the rate of the last two solves: `change · q / (1 − q)`,
+/// `q = min(change / previous, MAX_RATE)` (`q = MAX_RATE` without a finite previous change).
+pub fn remaining_change(change: f64, previous: Option<f64>) -> f64 {
+    let rate = match previous {
+        Some(p) if p.is_finite() && p > 0.0 => (change / p).min(MAX_RATE),
+        _ => MAX_RATE,
+    };
+    change * rate / (1.0 - rate)
 }
 
 /// `S_t(v) = sign(v) max(|v| − t, 0)`.
@@ -513,6 +708,21 @@ mod tests {
     }
 
     #[test]
+    fn the_remaining_change_follows_the_contraction_rate() {
+        // Rate 0.25: the rest of a geometric series is change · 0.25 / 0.75.
+        assert!((remaining_change(1e-3, Some(4e-3)) - 1e-3 / 3.0).abs() < 1e-15);
+        // No previous change (first solve, or after an infinite one), a stall or a rise: the
+        // rate is taken as MAX_RATE.
+        let slowest = 1e-3 * MAX_RATE / (1.0 - MAX_RATE);
+        for previous in [None, Some(f64::INFINITY), Some(1e-3), Some(5e-4), Some(0.0)] {
+            let rest = remaining_change(1e-3, previous);
+            assert!((rest - slowest).abs() < 1e-15, "{previous:?}: {rest}");
+        }
+        assert_eq!(remaining_change(0.0, Some(1e-3)), 0.0);
+        assert!(remaining_change(f64::NAN, Some(1e-3)).is_nan());
+    }
+
+    #[test]
     fn shrink_handles_signs_and_zero_threshold() {
         assert_eq!(shrink(3.0, 1.0), 2.0);
         assert_eq!(shrink(-3.0, 1.0), -2.0);
@@ -526,6 +736,7 @@ mod tests {
             lambda_flatfield: 0.2,
             lambda_darkfield: 0.04,
             sigma1: 1.0,
+            sigma1_original: 1.0,
             mu0: 12.5,
             mu_bar: 1.25e8,
             d_norm: 1.0,

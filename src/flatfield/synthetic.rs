@@ -12,8 +12,12 @@ pub struct Synthetic {
     pub width: usize,
     /// Gaussian vignette on (S1) or a flat field of ones.
     pub vignette: bool,
-    /// Dark-field `100 + 30 x/(W−1) + 15 y/(H−1)` on, or zero.
+    /// The vignette's σ as a fraction of the larger side (S1: 0.6; smaller is stronger).
+    pub vignette_width: f64,
+    /// Dark-field `k · (100 + 30 x/(W−1) + 15 y/(H−1))` on, or zero.
     pub darkfield: bool,
+    /// `k` of the dark-field (S1: 1).
+    pub dark_scale: f64,
     /// Per-image background level `b_i ~ U(lo, hi)`.
     pub background: (f64, f64),
     /// Gaussian blobs per image (σ ~ U(2, 10) px, amplitude U(0.5, 3)·b_i).
@@ -32,7 +36,9 @@ impl Synthetic {
             height: 256,
             width: 256,
             vignette: true,
+            vignette_width: 0.6,
             darkfield: true,
+            dark_scale: 1.0,
             background: (200.0, 1200.0),
             blobs: 40,
             texture_sigma: None,
@@ -60,6 +66,8 @@ pub struct SyntheticData {
     pub stack: Stack,
     pub flatfield: Vec<f64>,
     pub darkfield: Vec<f64>,
+    /// The per-image background level `b_i` (the true baseline).
+    pub background: Vec<f64>,
 }
 
 /// A standard normal variate (Box–Muller).
@@ -76,7 +84,7 @@ pub fn truth(spec: &Synthetic) -> (Vec<f64>, Vec<f64>) {
         (h as f64 - 1.0) / 2.0 + 0.1 * h as f64,
         (w as f64 - 1.0) / 2.0 - 0.05 * w as f64,
     );
-    let sigma = 0.6 * h.max(w) as f64;
+    let sigma = spec.vignette_width * h.max(w) as f64;
     let mut flat: Vec<f64> = (0..h * w)
         .map(|p| {
             if !spec.vignette {
@@ -94,7 +102,10 @@ pub fn truth(spec: &Synthetic) -> (Vec<f64>, Vec<f64>) {
                 return 0.0;
             }
             let (y, x) = ((p / w) as f64, (p % w) as f64);
-            100.0 + 30.0 * x / (w as f64 - 1.0).max(1.0) + 15.0 * y / (h as f64 - 1.0).max(1.0)
+            spec.dark_scale
+                * (100.0
+                    + 30.0 * x / (w as f64 - 1.0).max(1.0)
+                    + 15.0 * y / (h as f64 - 1.0).max(1.0))
         })
         .collect();
     (flat, dark)
@@ -111,6 +122,8 @@ pub struct Images {
     rng: SplitMix64,
     foreground: Vec<f64>,
     done: usize,
+    /// The background levels `b_i` of the images rendered so far.
+    levels: Vec<f64>,
 }
 
 impl Images {
@@ -123,6 +136,7 @@ impl Images {
             rng: SplitMix64::new(spec.seed),
             foreground: vec![0.0; spec.height * spec.width],
             done: 0,
+            levels: Vec::with_capacity(spec.count),
         }
     }
 }
@@ -139,6 +153,7 @@ impl Iterator for Images {
         let (lo, hi) = self.spec.background;
         let rng = &mut self.rng;
         let b = lo + (hi - lo) * rng.next_f64();
+        self.levels.push(b);
         let fg = &mut self.foreground;
         fg.fill(0.0);
         if let Some(sigma) = self.spec.texture_sigma {
@@ -221,14 +236,15 @@ fn texture(rng: &mut SplitMix64, h: usize, w: usize, sigma: f64) -> Vec<f64> {
 
 /// Renders the whole stack in memory.
 pub fn generate(spec: &Synthetic) -> SyntheticData {
-    let images = Images::new(spec);
+    let mut images = Images::new(spec);
     let (flatfield, darkfield) = (images.flat.clone(), images.dark.clone());
-    let pixels: Vec<f32> = images.flatten().collect();
+    let pixels: Vec<f32> = images.by_ref().flatten().collect();
     SyntheticData {
         stack: Stack::new(spec.count, spec.height, spec.width, Pixels::F32(pixels))
             .expect("the generator's buffer matches its shape"),
         flatfield,
         darkfield,
+        background: images.levels,
     }
 }
 
