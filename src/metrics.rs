@@ -57,6 +57,21 @@ fn relative(diff2: f64, norm2: f64) -> f64 {
     (diff2 / norm2.max(f64::MIN_POSITIVE)).sqrt()
 }
 
+/// The larger of `a` and `b`, NaN when either is: a maximum folded with it is NaN as soon as
+/// one value is, so that `max <= bound` fails, where `fold(0.0, f64::max)` skips the NaN.
+pub fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+/// The smaller of `a` and `b`, NaN when either is (see [`nan_max`]).
+pub fn nan_min(a: f64, b: f64) -> f64 {
+    -nan_max(-a, -b)
+}
+
 /// `|rec - truth| / |truth|`, accumulated in f64.
 pub fn rel_l2(rec: &[f32], truth: &[f32]) -> f64 {
     let (diff2, norm2) = error_sums(rec, truth);

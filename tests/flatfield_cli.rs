@@ -10,6 +10,7 @@ use std::process::{Command, Output};
 use lamino::flatfield::io::{read_fields, read_stack, StackReader};
 use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{transform_cpu, Pixels, Stack, TransformParams};
+use lamino::metrics::nan_max;
 use ndarray::Array3;
 use ndarray_npy::WriteNpyExt;
 use tiff::encoder::{colortype, TiffEncoder};
@@ -110,8 +111,8 @@ fn fit_and_apply_a_tiff_stack() {
     let worst = got
         .iter()
         .zip(&want)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(1.0))
-        .fold(0.0f32, f32::max);
+        .map(|(a, b)| ((a - b).abs() / b.abs().max(1.0)) as f64)
+        .fold(0.0, nan_max);
     assert!(worst < 1e-6, "{worst}");
 }
 
@@ -145,6 +146,11 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
     );
     let report = std::fs::read_to_string(fields_dir.join("report.json")).unwrap();
     assert!(report.contains("epsilon = 0.2 (default 0.1)"), "{report}");
+    // The rounds of the fit and of the baseline re-fit are in the report.
+    let json: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let rounds = json["reweighting_rounds"].as_u64().unwrap();
+    assert!(rounds >= 1 && rounds as usize == json["solves"].as_array().unwrap().len());
+    assert!(!json["baseline_solves"].as_array().unwrap().is_empty());
 
     // An RGB TIFF is refused with the page and type named.
     let rgb = dir.path().join("rgb.tif");
@@ -176,6 +182,66 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
     ]);
     assert!(!out.status.success());
     assert!(text(&out).contains("working_size"), "{}", text(&out));
+    // Every option is checked up front, naming its bound; nothing is written.
+    let refused = dir.path().join("refused");
+    let fit_with = |flag: &str, value: &str| {
+        lamino(&[
+            "flatfield",
+            "fit",
+            npy.to_str().unwrap(),
+            "--out",
+            refused.to_str().unwrap(),
+            &format!("{flag}={value}"),
+        ])
+    };
+    for (flag, value, needle) in [
+        (
+            "--max-reweight-iterations",
+            "0",
+            "max_reweight_iterations = 0: needs at least 1",
+        ),
+        (
+            "--epsilon",
+            "NaN",
+            "epsilon = NaN: needs a finite value above 0",
+        ),
+        (
+            "--lambda-darkfield",
+            "-1",
+            "lambda_darkfield = -1: needs a finite value of at least 0",
+        ),
+        ("--smoothness", "sharp", "standard or auto-data"),
+    ] {
+        let out = fit_with(flag, value);
+        assert!(!out.status.success(), "{flag} {value}");
+        assert!(
+            text(&out).contains(needle),
+            "{flag} {value}: {}",
+            text(&out)
+        );
+    }
+    let out = lamino(&[
+        "flatfield",
+        "apply",
+        npy.to_str().unwrap(),
+        "--fields",
+        fields_dir.to_str().unwrap(),
+        "--out",
+        refused.to_str().unwrap(),
+        "--flat-min",
+        "0",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("flat_min = 0: needs a finite value above 0"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !refused.exists(),
+        "a refused command wrote {}",
+        refused.display()
+    );
 }
 
 #[test]

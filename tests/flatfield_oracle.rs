@@ -2,6 +2,7 @@
 
 use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{fit_oracle, BasicParams};
+use lamino::metrics::nan_max;
 
 /// `(flat_rmse, flat_max_rel, dark_mean_err, dark_rmse)` against the truth (spec §9.2 metrics).
 fn metrics(flat: &[f32], dark: &[f32], true_flat: &[f64], true_dark: &[f64]) -> [f64; 4] {
@@ -17,7 +18,7 @@ fn metrics(flat: &[f32], dark: &[f32], true_flat: &[f64], true_dark: &[f64]) -> 
         .iter()
         .zip(true_flat)
         .map(|(a, b)| (*a as f64 / b - 1.0).abs())
-        .fold(0.0, f64::max);
+        .fold(0.0, nan_max);
     let dark_mean_err =
         (dark.iter().map(|&v| v as f64).sum::<f64>() - true_dark.iter().sum::<f64>()) / n;
     let dark_rmse = (dark
@@ -84,7 +85,7 @@ fn s2_without_a_dark_field_hallucinates_none() {
         .fields
         .darkfield
         .iter()
-        .fold(0.0f32, |m, v| m.max(v.abs()));
+        .fold(0.0, |m, v| nan_max(m, v.abs() as f64));
     let diffs: Vec<f64> = with_dark
         .fields
         .flatfield
@@ -92,7 +93,7 @@ fn s2_without_a_dark_field_hallucinates_none() {
         .zip(&flat_only.fields.flatfield)
         .map(|(a, b)| (a - b).abs() as f64)
         .collect();
-    let delta_max = diffs.iter().cloned().fold(0.0, f64::max);
+    let delta_max = diffs.iter().cloned().fold(0.0, nan_max);
     let delta_rms = (diffs.iter().map(|d| d * d).sum::<f64>() / diffs.len() as f64).sqrt();
     let mean_dark = with_dark
         .fields
@@ -186,7 +187,7 @@ fn field_distance(a: &lamino::flatfield::Fit, b: &lamino::flatfield::Fit) -> (f6
         x.iter()
             .zip(y)
             .map(|(p, q)| (p - q).abs() as f64)
-            .fold(0.0, f64::max)
+            .fold(0.0, nan_max)
     };
     (
         max(&a.fields.flatfield, &b.fields.flatfield),

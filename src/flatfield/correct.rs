@@ -46,6 +46,7 @@ impl<'a> TransformPlan<'a> {
         fields: &Fields,
         params: &TransformParams,
     ) -> Result<Self, FlatfieldError> {
+        params.validate()?;
         let pixels = fields.height * fields.width;
         let limit = (ctx.max_binding_bytes().min(ctx.max_buffer_bytes()) as usize).min(BATCH_BYTES);
         let batch = (limit / (pixels * 4)).max(1);

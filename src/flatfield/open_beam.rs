@@ -23,6 +23,7 @@
 //! the detector it rests on.
 
 use super::FlatfieldError;
+use crate::metrics::nan_max;
 
 /// The upper envelope is this quantile over angles: high enough to pick projections where the
 /// sample is out of the ray when it is out at 10 % of the angles or more, low enough that
@@ -87,7 +88,7 @@ pub fn estimate_open_beam(
             x: q % width,
         });
     }
-    let max = intensities.iter().fold(0.0f32, |m, &v| m.max(v)) as f64;
+    let max = intensities.iter().fold(0.0, |m, &v| nan_max(m, v as f64));
     if max <= 0.0 {
         return Err(FlatfieldError::AllZero { count });
     }
@@ -242,7 +243,7 @@ impl Basis {
 /// pixels to determine them) get a zero coefficient instead of a division by zero.
 fn solve_spd(mut a: Vec<f64>, mut b: Vec<f64>) -> Vec<f64> {
     let k = b.len();
-    let scale = (0..k).map(|i| a[i * k + i].abs()).fold(0.0, f64::max);
+    let scale = (0..k).map(|i| a[i * k + i].abs()).fold(0.0, nan_max);
     let tiny = 1e-12 * scale.max(f64::MIN_POSITIVE);
     let mut x = vec![0.0; k];
     let mut pivots = vec![usize::MAX; k];
@@ -311,7 +312,7 @@ mod tests {
                 let x = 2.0 * (p % w) as f64 / (w - 1) as f64 - 1.0;
                 (est.log_open_beam[p] - level(y, x)).abs()
             })
-            .fold(0.0, f64::max);
+            .fold(0.0, nan_max);
         assert!(worst < 1e-3, "{worst}");
         assert!(est.support_fraction > 0.8 && est.support_fraction < 0.95);
         let (p, clamped) = est.line_integrals(&data[..h * w]);

@@ -8,6 +8,7 @@ use super::solver::{
     SmoothnessWeights, SolveBackend, SolveOutput, ENT2, MASK_TOLERANCE, MU_CAP, MU_COEF, MU_GROWTH,
 };
 use super::FlatfieldError;
+use crate::metrics::{nan_max, nan_min};
 
 /// The f64 backend: every N×M array in host memory.
 #[derive(Debug)]
@@ -75,8 +76,8 @@ impl SolveBackend for OracleBackend<'_> {
             let w_mean = w.iter().sum::<f64>() / m as f64;
             let stats = FieldStats {
                 w_mean,
-                w_min: w.iter().cloned().fold(f64::INFINITY, f64::min),
-                w_max: w.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                w_min: w.iter().cloned().fold(f64::INFINITY, nan_min),
+                w_max: w.iter().cloned().fold(f64::NEG_INFINITY, nan_max),
                 n_in: w
                     .iter()
                     .filter(|&&v| v > w_mean * (1.0 - MASK_TOLERANCE))

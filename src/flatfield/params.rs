@@ -27,6 +27,26 @@ impl std::fmt::Display for Smoothness {
     }
 }
 
+impl std::str::FromStr for Smoothness {
+    type Err = FlatfieldError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "standard" => Ok(Self::Standard),
+            "auto-data" => Ok(Self::AutoData),
+            _ => Err(FlatfieldError::BadParameter {
+                name: "smoothness",
+                value: s.to_string(),
+                need: "standard or auto-data",
+            }),
+        }
+    }
+}
+
+/// The largest working grid: every implementation fits on 128²; 1024² already holds 4 MiB per
+/// image and array (16 MiB of solver state per image), and a larger value is a typo, not a fit.
+pub const MAX_WORKING_SIZE: usize = 1024;
+
 /// Parameters of the BaSiC fit (§3 of the specification).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BasicParams {
@@ -108,11 +128,11 @@ impl BasicParams {
         if self.max_reweight_iterations == 0 {
             return bad("max_reweight_iterations", "0".into(), "at least 1");
         }
-        if self.working_size < 2 {
+        if !(2..=MAX_WORKING_SIZE).contains(&self.working_size) {
             return bad(
                 "working_size",
                 self.working_size.to_string(),
-                "at least 2 pixels",
+                "2 to 1024 pixels",
             );
         }
         let positive = [
@@ -220,6 +240,20 @@ pub struct TransformParams {
     pub clip_negative: bool,
 }
 
+impl TransformParams {
+    /// Rejects a divisor clamp the correction cannot use; the message names the bound.
+    pub fn validate(&self) -> Result<(), FlatfieldError> {
+        if !(self.flat_min.is_finite() && self.flat_min > 0.0) {
+            return Err(FlatfieldError::BadParameter {
+                name: "flat_min",
+                value: self.flat_min.to_string(),
+                need: "a finite value above 0 (the smallest flat-field divisor)",
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Default for TransformParams {
     fn default() -> Self {
         Self {
@@ -266,21 +300,162 @@ mod tests {
     }
 
     #[test]
-    fn invalid_values_are_named() {
-        let p = BasicParams {
-            epsilon: f64::NAN,
-            ..BasicParams::default()
-        };
-        let msg = p.validate().unwrap_err().to_string();
-        assert!(msg.contains("epsilon"), "{msg}");
-        let p = BasicParams {
-            max_iterations: 0,
-            ..BasicParams::default()
-        };
-        assert!(p
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("max_iterations"));
+    fn every_bound_is_checked_and_named() {
+        let d = BasicParams::default;
+        let cases: Vec<(BasicParams, &str, &str)> = vec![
+            (
+                BasicParams {
+                    max_iterations: 0,
+                    ..d()
+                },
+                "max_iterations",
+                "at least 1",
+            ),
+            (
+                BasicParams {
+                    max_reweight_iterations: 0,
+                    ..d()
+                },
+                "max_reweight_iterations",
+                "at least 1",
+            ),
+            (
+                BasicParams {
+                    working_size: 1,
+                    ..d()
+                },
+                "working_size",
+                "2 to 1024",
+            ),
+            (
+                BasicParams {
+                    working_size: 1025,
+                    ..d()
+                },
+                "working_size",
+                "2 to 1024",
+            ),
+            (
+                BasicParams {
+                    optimization_tolerance: 0.0,
+                    ..d()
+                },
+                "optimization_tolerance",
+                "above 0",
+            ),
+            (
+                BasicParams {
+                    optimization_tolerance: f64::NAN,
+                    ..d()
+                },
+                "optimization_tolerance",
+                "above 0",
+            ),
+            (
+                BasicParams {
+                    reweighting_tolerance: -1e-3,
+                    ..d()
+                },
+                "reweighting_tolerance",
+                "above 0",
+            ),
+            (
+                BasicParams {
+                    reweighting_tolerance: f64::INFINITY,
+                    ..d()
+                },
+                "reweighting_tolerance",
+                "above 0",
+            ),
+            (
+                BasicParams {
+                    epsilon: f64::NAN,
+                    ..d()
+                },
+                "epsilon",
+                "above 0",
+            ),
+            (
+                BasicParams {
+                    epsilon: 0.0,
+                    ..d()
+                },
+                "epsilon",
+                "above 0",
+            ),
+            (
+                BasicParams {
+                    darkfield_ratio: -0.2,
+                    ..d()
+                },
+                "darkfield_ratio",
+                "at least 0",
+            ),
+            (
+                BasicParams {
+                    darkfield_ratio: f64::NAN,
+                    ..d()
+                },
+                "darkfield_ratio",
+                "at least 0",
+            ),
+            (
+                BasicParams {
+                    lambda_flatfield: Some(-1.0),
+                    ..d()
+                },
+                "lambda_flatfield",
+                "at least 0",
+            ),
+            (
+                BasicParams {
+                    lambda_flatfield: Some(f64::NAN),
+                    ..d()
+                },
+                "lambda_flatfield",
+                "at least 0",
+            ),
+            (
+                BasicParams {
+                    lambda_darkfield: Some(f64::NEG_INFINITY),
+                    ..d()
+                },
+                "lambda_darkfield",
+                "at least 0",
+            ),
+        ];
+        for (p, name, bound) in cases {
+            let msg = p.validate().unwrap_err().to_string();
+            assert!(msg.contains(name) && msg.contains(bound), "{msg}");
+        }
+        assert!(BasicParams {
+            working_size: 1024,
+            ..d()
+        }
+        .validate()
+        .is_ok());
+        assert!(BasicParams {
+            lambda_flatfield: Some(0.0),
+            ..d()
+        }
+        .validate()
+        .is_ok());
+        for flat_min in [0.0, -0.1, f32::NAN, f32::INFINITY] {
+            let t = TransformParams {
+                flat_min,
+                ..TransformParams::default()
+            };
+            let msg = t.validate().unwrap_err().to_string();
+            assert!(msg.contains("flat_min") && msg.contains("above 0"), "{msg}");
+        }
+        assert!(TransformParams::default().validate().is_ok());
+        let msg = "sharp".parse::<Smoothness>().unwrap_err().to_string();
+        assert!(
+            msg.contains("smoothness") && msg.contains("standard or auto-data"),
+            "{msg}"
+        );
+        for s in [Smoothness::Standard, Smoothness::AutoData] {
+            assert_eq!(s.to_string().parse::<Smoothness>().unwrap(), s);
+        }
     }
 }

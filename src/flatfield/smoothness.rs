@@ -205,7 +205,8 @@ pub fn search(
 /// `(1, hi)` (`mid` the smallest): within half a rung of the best one.
 fn parabola_vertex(lo: f64, mid: f64, hi: f64) -> f64 {
     let curvature = lo - 2.0 * mid + hi;
-    if !(curvature > 0.0) {
+    // No bowl (flat, concave or NaN scores): keep the best rung.
+    if curvature.is_nan() || curvature <= 0.0 {
         return 0.0;
     }
     (0.5 * (lo - hi) / curvature).clamp(-0.5, 0.5)

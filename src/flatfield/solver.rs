@@ -7,6 +7,7 @@ use super::dct::Dct2;
 use super::params::BasicParams;
 use super::resample::Resampler;
 use super::{FlatfieldError, SolveSummary};
+use crate::metrics::{nan_max, nan_min};
 
 /// The resampled stack `D` (N × M, image-major, f32 as the GPU holds it) and its constants.
 #[derive(Debug, Clone)]
@@ -126,7 +127,7 @@ impl Prepared {
         }
         let max_abs = data
             .iter()
-            .fold(0.0f64, |acc, &v| acc.max((v as f64).abs()));
+            .fold(0.0, |acc, &v| nan_max(acc, (v as f64).abs()));
         if max_abs == 0.0 {
             return Err(FlatfieldError::AllZero { count: n });
         }
@@ -165,7 +166,9 @@ impl Prepared {
             .map(|&v| (v as f64) * (v as f64))
             .sum::<f64>()
             .sqrt();
-        let beta_max = data.iter().fold(f64::INFINITY, |acc, &v| acc.min(v as f64));
+        let beta_max = data
+            .iter()
+            .fold(f64::INFINITY, |acc, &v| nan_min(acc, v as f64));
         Ok(Prepared {
             count: n,
             size,
@@ -555,10 +558,10 @@ pub fn reweighting_loop(
         };
         progress(&summary);
         solves.push(summary);
-        let converged = change.max(remaining) <= params.reweighting_tolerance;
+        let converged = nan_max(change, remaining) <= params.reweighting_tolerance;
         if converged || solves.len() >= params.max_reweight_iterations {
-            let a_max = out.a_old.iter().cloned().fold(f64::MIN, f64::max);
-            let a_min = out.a_old.iter().cloned().fold(f64::MAX, f64::min);
+            let a_max = out.a_old.iter().cloned().fold(f64::MIN, nan_max);
+            let a_min = out.a_old.iter().cloned().fold(f64::MAX, nan_min);
             return Ok(WorkingFit {
                 shading,
                 darkfield: d,
@@ -639,7 +642,7 @@ pub fn refit_baseline(
             change,
             remaining,
         });
-        if change.max(remaining) <= params.reweighting_tolerance
+        if nan_max(change, remaining) <= params.reweighting_tolerance
             || solves.len() >= params.max_reweight_iterations
         {
             return Ok((out.baseline, solves));
