@@ -350,10 +350,12 @@ fn memo(
 }
 
 fn flatfield(cli: &Cli, json: bool, no_slow_oracle: bool) -> CliResult {
-    use lamino::flatfield::bench::{bench_fit, bench_transform};
+    use lamino::flatfield::bench::{bench_fit, bench_fit_stack, bench_transform};
     let ctx = cli.context()?;
     let runs: Vec<Box<dyn Fn() -> Result<_, lamino::flatfield::FlatfieldError>>> = vec![
         Box::new(|| bench_fit(&ctx, 100, 128, true)),
+        // S2 (no dark-field): where the reweighting stop of issue 15 saves the most rounds.
+        Box::new(|| bench_fit_stack(&ctx, 100, 128, false, true)),
         Box::new(|| bench_fit(&ctx, 1000, 128, !no_slow_oracle)),
         Box::new(|| bench_fit(&ctx, 100, 2048, true)),
         Box::new(|| bench_transform(&ctx, 100, 2048)),
@@ -364,8 +366,9 @@ fn flatfield(cli: &Cli, json: bool, no_slow_oracle: bool) -> CliResult {
             println!("{}", serde_json::to_string(&r)?);
         } else {
             println!(
-                "{:>9} {:>5} x {}x{}: GPU {:.2} s, CPU oracle {}{}  device {:.1} MiB, host peak {}",
+                "{:>9} {} {:>5} x {}x{}: GPU {:.2} s, CPU oracle {}{}{}  device {:.1} MiB, host peak {}",
                 r.what,
+                r.stack,
                 r.images,
                 r.height,
                 r.width,
@@ -375,6 +378,12 @@ fn flatfield(cli: &Cli, json: bool, no_slow_oracle: bool) -> CliResult {
                 r.gpu_images_per_s.map_or(String::new(), |g| format!(
                     ", {g:.1} vs {:.1} images/s",
                     r.cpu_images_per_s.unwrap_or(0.0)
+                )),
+                r.solves.map_or(String::new(), |s| format!(
+                    ", {s} reweighting rounds ({} iterations), baseline {} rounds ({} iterations)",
+                    r.iterations.unwrap_or(0),
+                    r.baseline_rounds.unwrap_or(0),
+                    r.baseline_iterations.unwrap_or(0)
                 )),
                 r.device_bytes as f64 / (1 << 20) as f64,
                 r.host_peak_bytes.map_or("-".into(), |b| format!(

@@ -40,6 +40,7 @@ pub use smoothness::SmoothnessChoice;
 pub use solver::{Prepared, Preprocessor, SmoothnessWeights};
 
 use crate::gpu::GpuContext;
+use crate::metrics::nan_max;
 use oracle::OracleBackend;
 use solver::{normalised_shading, refit_baseline, reweighting_loop, SolveBackend, WorkingFit};
 
@@ -268,6 +269,7 @@ pub fn fit_prepared(
     params: &BasicParams,
     progress: impl FnMut(&SolveSummary),
 ) -> Result<Fit, FlatfieldError> {
+    params.validate()?;
     let choice = if auto_data(prepared, params) {
         Some(choose_smoothness(ctx, prepared, params)?)
     } else {
@@ -395,6 +397,7 @@ pub fn fit_prepared_oracle(
     width: usize,
     params: &BasicParams,
 ) -> Result<Fit, FlatfieldError> {
+    params.validate()?;
     let choice = if auto_data(prepared, params) {
         Some(choose_smoothness_oracle(prepared, params)?)
     } else {
@@ -476,7 +479,7 @@ fn warnings(
         out.push(format!("{unconverged} of {} baseline solves stopped at max_iterations = {} before reaching optimization_tolerance", baseline_solves.len(), params.max_iterations));
     }
     if let Some(last) = baseline_solves.last() {
-        if last.change.max(last.remaining) > params.reweighting_tolerance {
+        if nan_max(last.change, last.remaining) > params.reweighting_tolerance {
             out.push(format!("the baseline re-fit stopped at max_reweight_iterations = {} with a baseline change of {:.1e} (tolerance {:.1e})", params.max_reweight_iterations, last.change, params.reweighting_tolerance));
         }
     }
