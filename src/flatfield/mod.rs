@@ -303,6 +303,7 @@ pub fn choose_smoothness(
     prepared: &Prepared,
     params: &BasicParams,
 ) -> Result<SmoothnessChoice, FlatfieldError> {
+    params.validate()?;
     let standard = prepared.constants.weights();
     smoothness::search(standard.flatfield, |c| {
         let mut cost = 0.0;
@@ -328,6 +329,7 @@ pub fn choose_smoothness_oracle(
     prepared: &Prepared,
     params: &BasicParams,
 ) -> Result<SmoothnessChoice, FlatfieldError> {
+    params.validate()?;
     let standard = prepared.constants.weights();
     smoothness::search(standard.flatfield, |c| {
         let mut cost = 0.0;
