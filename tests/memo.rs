@@ -294,20 +294,25 @@ fn certified_reuse_happens_iff_the_residual_is_below_tol_and_stays_within_its_bo
 fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
     let g = geometry();
     let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
-    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage: two
-    // device slots and three entries on the host.
+    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage: twelve
+    // slots' worth of device memory, which is a wave of one chunk (its staging slot, the
+    // promotion reserve of four and one more: six slots, the rest outbox for demotions), so two
+    // entries stay on the device; three entries on the host.
     let slot = 2 * 16 * 4 * 16 * 8;
     let mut memo = Memo::new(
         ctx(),
         &op,
         MemoOptions {
-            device_bytes: 4 * 2 * slot,
+            device_bytes: 4 * 12 * slot,
             host_bytes: 4 * 3 * slot,
             audit: true,
             ..options(MemoPolicy::Certified { tol: 0.05 })
         },
     )
     .unwrap();
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft1d);
+    assert_eq!((s.wave, s.slots), (1, 6), "{s:?}");
     let inputs: Vec<Vec<Complex32>> = (0..6).map(|i| random(g.volume_len(), 40 + i)).collect();
     for x in &inputs {
         u1(&mut memo, &op, x);
@@ -321,7 +326,7 @@ fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
     }
     let stats = memo.stats();
     let s = stage(&stats, Stage::Usfft1d);
-    // 24 chunks stored, 5 kept: 19 demoted from the device, 16 of them dropped from the host.
+    // 24 chunks stored, 5 kept: 22 demoted from the device, 19 of them dropped from the host.
     assert_eq!((s.misses, s.hits, s.demoted, s.dropped), (24, 0, 22, 19));
     // The last input's first two chunks now live on the host: reusing them promotes them.
     let alpha = Complex32::new(0.8, 0.3);
