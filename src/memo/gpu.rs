@@ -56,6 +56,9 @@ struct BatchParams {
 /// A complex coefficient as (re, im).
 pub type Coefficient = [f32; 2];
 
+/// Stored chunks (entry ids, or slab offsets once placed) with their coefficients.
+pub type Combination = Vec<(u64, Coefficient)>;
+
 fn gpu_view(v: &View) -> [u32; 4] {
     [v.offset, v.strides[0], v.strides[1], v.strides[2]].map(|x| x as u32)
 }
@@ -630,7 +633,7 @@ impl StageDevice {
             .enumerate()
             .map(|(j, (block, slot, candidates))| {
                 let at = contiguous(self.slot_offsets(*slot).0, block.extents);
-                let sources: Vec<(u64, Coefficient)> =
+                let sources: Combination =
                     candidates.iter().map(|&c| (c, [0.0; 2])).collect();
                 let mut job = Job::block(at, at, block).with_sources(&sources);
                 (job.out_offset, job.result) = self.sums_job(j, values);
@@ -688,7 +691,7 @@ impl StageDevice {
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
-        jobs: &[(&Block, usize, Vec<(u64, Coefficient)>)],
+        jobs: &[(&Block, usize, Combination)],
     ) {
         let table: Vec<Job> = jobs
             .iter()

@@ -58,7 +58,7 @@ use crate::error::GpuError;
 use crate::gpu::GpuContext;
 use crate::operator::{Application, Apply, Block, LaminoOperator, OperatorError, Stage};
 use crate::reference::SplitMix64;
-use gpu::{Coefficient, Plan, Shape, StageDevice, MAX_CANDIDATES};
+use gpu::{Combination, Plan, Shape, StageDevice, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
 use norm_cache::Lookup;
 use store::{Store, Tier};
@@ -95,7 +95,7 @@ const HISTORY: usize = 3;
 #[derive(Debug, Clone)]
 struct Reuse {
     /// Entries and their coefficients.
-    combination: Vec<(u64, Coefficient)>,
+    combination: Combination,
     /// `|x - sum alpha_i c_i| / |x|` and the bound on the output error (certified policies).
     certificate: Option<(f64, f64)>,
 }
@@ -650,7 +650,7 @@ impl StageState {
         for c in &mut wave {
             match &c.outcome {
                 Outcome::Reuse(reuse) => {
-                    let combination: Vec<(u64, Coefficient)> = reuse
+                    let combination: Combination = reuse
                         .combination
                         .iter()
                         .map(|&(id, alpha)| {
@@ -888,7 +888,8 @@ impl StageState {
         // The least-squares combinations; those whose estimate is within reach of TOL are
         // measured. The normal equations lose about 1e-6 of |x|^2 to f32 sums and cancellation:
         // measure whenever the estimate is within that margin of TOL.
-        let mut measured: Vec<(usize, Vec<(u64, Coefficient)>, f64, f64)> = Vec::new();
+        // (chunk, combination, |x|^2, rounding scale) of every combination to be measured.
+        let mut measured: Vec<(usize, Combination, f64, f64)> = Vec::new();
         for (&j, d) in compared.iter().zip(&dots) {
             let fit = least_squares(d)
                 .filter(|(_, estimate)| tol > 0.0 && *estimate <= 4.0 * tol * tol + 1e-5);
@@ -896,7 +897,7 @@ impl StageState {
                 wave[j].outcome = Outcome::Compute { recorded: false };
                 continue;
             };
-            let used: Vec<(u64, Coefficient)> = on_device[j]
+            let used: Combination = on_device[j]
                 .iter()
                 .zip(&alphas)
                 .filter(|(_, a)| a.norm() > 0.0)
@@ -917,7 +918,7 @@ impl StageState {
         // Round trip 3: the residuals of the accepted combinations, measured elementwise; the
         // chunks the estimate rejected are computed meanwhile.
         let mut rec = ctx.recorder("memo: residuals");
-        let jobs: Vec<(&Block, usize, Vec<(u64, Coefficient)>)> = measured
+        let jobs: Vec<(&Block, usize, Combination)> = measured
             .iter()
             .map(|(j, used, _, _)| {
                 let sources = used
