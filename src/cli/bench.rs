@@ -304,6 +304,22 @@ fn admm(cli: &Cli, json: bool, size: usize, angles: Option<usize>, iterations: u
             r.ms_vector_and_sync,
             r.device_bytes as f64 / (1 << 20) as f64
         );
+        let idle = r
+            .device_idle_share
+            .map_or("n/a (no timestamp queries)".into(), |s| {
+                format!(
+                    "{:.1}% over {} passes",
+                    100.0 * s,
+                    r.passes_per_iteration.unwrap_or(0)
+                )
+            });
+        println!(
+            "per outer iteration: {} submissions, {} waits, {} bytes read back, {} bytes uploaded; device idle {idle}",
+            r.submissions_per_iteration,
+            r.waits_per_iteration,
+            r.bytes_read_back_per_iteration,
+            r.bytes_uploaded_per_iteration
+        );
     }
     Ok(())
 }

@@ -633,8 +633,7 @@ impl StageDevice {
             .enumerate()
             .map(|(j, (block, slot, candidates))| {
                 let at = contiguous(self.slot_offsets(*slot).0, block.extents);
-                let sources: Combination =
-                    candidates.iter().map(|&c| (c, [0.0; 2])).collect();
+                let sources: Combination = candidates.iter().map(|&c| (c, [0.0; 2])).collect();
                 let mut job = Job::block(at, at, block).with_sources(&sources);
                 (job.out_offset, job.result) = self.sums_job(j, values);
                 job
