@@ -383,9 +383,10 @@ pub struct AdmmBenchRecord {
     pub waits_per_iteration: u64,
     pub bytes_read_back_per_iteration: u64,
     pub bytes_uploaded_per_iteration: u64,
-    /// Median share of an outer iteration's device time span in which no compute pass ran,
-    /// from GPU timestamps around every pass (separate iterations with the timeline on; `None`
-    /// without timestamp queries).
+    /// Share of the device time span of consecutive outer iterations (from the first pass's
+    /// start to the last pass's end) in which no compute pass ran: gaps between submissions,
+    /// host waits, transfers. From GPU timestamps around every pass, in further iterations run
+    /// with the timeline on; `None` without timestamp queries.
     pub device_idle_share: Option<f64>,
     /// Compute passes per outer iteration in those iterations.
     pub passes_per_iteration: Option<usize>,
@@ -424,19 +425,17 @@ pub fn bench_admm(
         traffic.bytes_downloaded = traffic.bytes_downloaded.max(t.bytes_downloaded);
         traffic.bytes_uploaded = traffic.bytes_uploaded.max(t.bytes_uploaded);
     }
-    let mut idle = Vec::new();
-    let mut passes = None;
-    for _ in 0..iterations {
-        if !ctx.start_timeline() {
-            break;
+    // One timeline over consecutive iterations, so that the gaps between them (the host reading
+    // the iteration's scalars and recording the next) count as idle.
+    let busy = match ctx.start_timeline() {
+        true => {
+            for _ in 0..iterations {
+                solver.step(ctx)?;
+            }
+            ctx.stop_timeline()?
         }
-        solver.step(ctx)?;
-        if let Some(busy) = ctx.stop_timeline()? {
-            idle.push(busy.idle_share());
-            passes = Some(busy.passes);
-        }
-    }
-    let device_idle_share = (!idle.is_empty()).then(|| median(idle));
+        false => None,
+    };
     let op = solver.operator();
     let arrays = OperatorArrays::new(ctx, &g)?;
     let time_op = |what| -> Result<f64, crate::solver::SolverError> {
@@ -473,8 +472,8 @@ pub fn bench_admm(
         waits_per_iteration: traffic.waits,
         bytes_read_back_per_iteration: traffic.bytes_downloaded,
         bytes_uploaded_per_iteration: traffic.bytes_uploaded,
-        device_idle_share,
-        passes_per_iteration: passes,
+        device_idle_share: busy.map(|b| b.idle_share()),
+        passes_per_iteration: busy.map(|b| b.passes / iterations),
         device: ctx.info().name.clone(),
     })
 }

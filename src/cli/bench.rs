@@ -59,6 +59,9 @@ pub enum BenchWhat {
         /// Rows per memoized chunk.
         #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
         chunk: usize,
+        /// Timed runs per frontier setting (the fastest counts).
+        #[arg(long, default_value_t = 2)]
+        repeats: usize,
         /// Use the reference's inner solver (Dai-Yuan, fixed step, gradient recomputed from u)
         /// with this step in the frontier, instead of exact-step CG.
         #[arg(long)]
@@ -357,6 +360,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
         size,
         iterations,
         chunk,
+        repeats,
         dai_yuan_step,
         out,
         only,
@@ -395,6 +399,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
             params,
             memo,
             policies: swept_policies(),
+            repeats: *repeats,
         };
         eprintln!(
             "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, on {}",
