@@ -52,6 +52,26 @@ pub fn fft_bench_shapes() -> Vec<Vec<usize>> {
     ]
 }
 
+/// CPU seconds this process has used, all threads (`None` where the platform does not say).
+/// On a software adapter the device's work runs on the process's threads, so this is the work a
+/// run did, less sensitive than wall time to other processes sharing the cores.
+pub fn process_cpu_seconds() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // Safety: clock_gettime writes the timespec it is given and nothing else.
+        let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } == 0;
+        ok.then_some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

@@ -411,12 +411,14 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
                 println!("{}", json_line("frontier", p));
             } else {
                 println!(
-                    "{:<14} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s)  hits {:.1}%  round trips {:.2}/application  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
+                    "{:<14} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s, CPU time {})  hits {:.1}%  round trips {:.2}/application  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
                     p.policy,
                     p.param.map_or(String::from("-"), |v| v.to_string()),
                     p.accuracy,
                     p.normalized_time,
                     p.time_s,
+                    p.normalized_cpu_time
+                        .map_or("n/a".into(), |c| format!("{c:.3} of exact")),
                     100.0 * p.hit_rate,
                     p.round_trips_per_application,
                     p.lookup_ms_median,

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{MemoOptions, MemoPolicy};
+use crate::bench::process_cpu_seconds;
 use crate::gpu::GpuContext;
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions};
@@ -67,6 +68,10 @@ pub struct CompareRecord {
     pub time_s: f64,
     /// `time_s` over the CG run's on the same phantom.
     pub normalized_time: f64,
+    /// Process CPU seconds to the target, and over the CG run's (on a software adapter the
+    /// device's work is the process's: less disturbed by other load than wall time).
+    pub cpu_s: Option<f64>,
+    pub normalized_cpu_time: Option<f64>,
     /// Relative L2 distance to the converged result at the stop (0 for the reference).
     pub distance: f64,
     /// Relative change of the last iteration.
@@ -80,10 +85,14 @@ pub struct CompareRecord {
     pub error: Option<String>,
 }
 
+/// Wall time and process CPU seconds so far (timed parts only).
+type Elapsed = (Duration, Option<f64>);
+
 struct Run {
     reached: bool,
     iterations: usize,
     time: Duration,
+    cpu: Option<f64>,
     distance: f64,
     last_change: f64,
     hit_rate: f64,
@@ -91,7 +100,7 @@ struct Run {
     error: Option<String>,
 }
 
-/// Builds a solver for `params` and `memo` and steps it, calling `check(solver, change, time
+/// Builds a solver for `params` and `memo` and steps it, calling `check(solver, change, times
 /// so far)` (untimed) after every outer iteration until it returns true or `max` iterations ran.
 /// One untimed iteration of a separate solver warms the pipelines first.
 fn timed_run(
@@ -100,7 +109,7 @@ fn timed_run(
     params: AdmmParams,
     memo: MemoOptions,
     max: usize,
-    mut check: impl FnMut(&AdmmSolver, f64, Duration) -> Result<bool, SolverError>,
+    mut check: impl FnMut(&AdmmSolver, f64, Elapsed) -> Result<bool, SolverError>,
 ) -> Result<Run, ReconError> {
     let chunking = if memo.policy.is_active() {
         let rows = Some(memo.chunk_rows.max(1));
@@ -120,12 +129,15 @@ fn timed_run(
     };
     build()?.step(ctx)?;
     let start = Instant::now();
+    let cpu_start = process_cpu_seconds();
     let mut untimed = Duration::ZERO;
+    let mut cpu_untimed = 0.0;
     let mut solver = build()?;
     let mut run = Run {
         reached: false,
         iterations: 0,
         time: Duration::ZERO,
+        cpu: None,
         distance: f64::NAN,
         last_change: f64::NAN,
         hit_rate: 0.0,
@@ -144,9 +156,14 @@ fn timed_run(
         }
         run.iterations += 1;
         run.time = start.elapsed() - untimed;
+        let cpu_now = process_cpu_seconds();
+        run.cpu = cpu_start.zip(cpu_now).map(|(a, b)| b - a - cpu_untimed);
         let t = Instant::now();
-        let done = check(&solver, run.last_change, run.time)?;
+        let done = check(&solver, run.last_change, (run.time, run.cpu))?;
         untimed += t.elapsed();
+        if let Some((a, b)) = cpu_now.zip(process_cpu_seconds()) {
+            cpu_untimed += b - a;
+        }
         if done {
             run.reached = true;
             break;
@@ -185,6 +202,8 @@ pub fn run_comparison(
             iterations: run.iterations,
             time_s: run.time.as_secs_f64(),
             normalized_time: f64::NAN,
+            cpu_s: run.cpu,
+            normalized_cpu_time: None,
             distance: run.distance,
             last_change: run.last_change,
             hit_rate: run.hit_rate,
@@ -196,7 +215,7 @@ pub fn run_comparison(
         };
         // The converged result, keeping the trajectory (volume and time after each iteration).
         let cg = AdmmParams::exactly(config.reference_iterations);
-        let mut trajectory: Vec<(Vec<f32>, Duration)> = Vec::new();
+        let mut trajectory: Vec<(Vec<f32>, Elapsed)> = Vec::new();
         let mut streak = 0;
         let mut reference = timed_run(
             ctx,
@@ -230,14 +249,15 @@ pub fn run_comparison(
         let cg_run = Run {
             reached: hit.is_some(),
             iterations: k + 1,
-            time: trajectory[k].1,
+            time: trajectory[k].1 .0,
+            cpu: trajectory[k].1 .1,
             distance: rel_l2(&trajectory[k].0, &converged),
             last_change: f64::NAN,
             hit_rate: 0.0,
             round_trips: 0.0,
             error: None,
         };
-        let cg_time = cg_run.time.as_secs_f64();
+        let (cg_time, cg_cpu) = (cg_run.time.as_secs_f64(), cg_run.cpu);
         phantom_records.push(record("run", "cg", MemoPolicy::Off, &cg_run));
         drop(trajectory);
         let dy = AdmmParams {
@@ -269,6 +289,7 @@ pub fn run_comparison(
         }
         for r in &mut phantom_records {
             r.normalized_time = r.time_s / cg_time;
+            r.normalized_cpu_time = r.cpu_s.zip(cg_cpu).map(|(c, g)| c / g);
         }
         let best = phantom_records
             .iter()
