@@ -1,6 +1,6 @@
 //! `lamino bench`: the user-facing figures (FFT, operator, ADMM, memo frontier, BaSiC).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Subcommand, ValueEnum};
 

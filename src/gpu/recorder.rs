@@ -229,7 +229,11 @@ impl Recorder {
             usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        let readback = ctx.readback_buffer(bytes)?;
+        // Called while submitting, so it cannot defer: made beyond the pool's limit if need be
+        // (a few bytes, and only while a benchmark keeps the timeline).
+        let readback = ctx
+            .readback_buffer(bytes, false)?
+            .expect("made when it cannot wait");
         let encoder = self.encoder.as_mut().expect("recorder already finished");
         for (i, q) in self.pass_timers.drain(..).enumerate() {
             encoder.resolve_query_set(&q, 0..2, &resolve, 16 * i as u64);
