@@ -52,6 +52,26 @@ pub fn fft_bench_shapes() -> Vec<Vec<usize>> {
     ]
 }
 
+/// CPU seconds this process has used, all threads (`None` where the platform does not say).
+/// On a software adapter the device's work runs on the process's threads, so this is the work a
+/// run did, less sensitive than wall time to other processes sharing the cores.
+pub fn process_cpu_seconds() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // Safety: clock_gettime writes the timespec it is given and nothing else.
+        let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } == 0;
+        ok.then_some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -377,6 +397,19 @@ pub struct AdmmBenchRecord {
     pub ms_vector_and_sync: f64,
     /// Device memory of the operator plus the solver's vectors.
     pub device_bytes: u64,
+    /// Per outer iteration (the most over the timed iterations): command submissions, host
+    /// waits for the device, bytes read back and bytes uploaded.
+    pub submissions_per_iteration: u64,
+    pub waits_per_iteration: u64,
+    pub bytes_read_back_per_iteration: u64,
+    pub bytes_uploaded_per_iteration: u64,
+    /// Share of the device time span of consecutive outer iterations (from the first pass's
+    /// start to the last pass's end) in which no compute pass ran: gaps between submissions,
+    /// host waits, transfers. From GPU timestamps around every pass, in further iterations run
+    /// with the timeline on; `None` without timestamp queries.
+    pub device_idle_share: Option<f64>,
+    /// Compute passes per outer iteration in those iterations.
+    pub passes_per_iteration: Option<usize>,
     pub device: String,
 }
 
@@ -392,16 +425,37 @@ pub fn bench_admm(
     let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
     let mut rng = SplitMix64::new(3);
     let data: Vec<f32> = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
-    // Timed iterations of the default solver (the convergence test does not stop a benchmark).
-    let params = AdmmParams::exactly(iterations.max(1) + 1);
+    // Timed iterations of the default solver (the convergence test does not stop a benchmark),
+    // then as many with every pass timestamped (which costs host time: not in the wall times).
+    let iterations = iterations.max(1);
+    let params = AdmmParams::exactly(2 * iterations + 1);
     let mut solver = AdmmSolver::new(ctx, &g, &data, params, &OperatorOptions::default())?;
     solver.step(ctx)?; // warm-up: pays shader compilation
+    ctx.complete_downloads()?;
     let mut times = Vec::new();
-    for _ in 0..iterations.max(1) {
+    let mut traffic = crate::gpu::Traffic::default();
+    for _ in 0..iterations {
+        let before = ctx.traffic();
         let start = Instant::now();
         solver.step(ctx)?;
         times.push(start.elapsed().as_secs_f64() * 1e3);
+        let t = ctx.traffic() - before;
+        traffic.submissions = traffic.submissions.max(t.submissions);
+        traffic.waits = traffic.waits.max(t.waits);
+        traffic.bytes_downloaded = traffic.bytes_downloaded.max(t.bytes_downloaded);
+        traffic.bytes_uploaded = traffic.bytes_uploaded.max(t.bytes_uploaded);
     }
+    // One timeline over consecutive iterations, so that the gaps between them (the host reading
+    // the iteration's scalars and recording the next) count as idle.
+    let busy = match ctx.start_timeline() {
+        true => {
+            for _ in 0..iterations {
+                solver.step(ctx)?;
+            }
+            ctx.stop_timeline()?
+        }
+        false => None,
+    };
     let op = solver.operator();
     let arrays = OperatorArrays::new(ctx, &g)?;
     let time_op = |what| -> Result<f64, crate::solver::SolverError> {
@@ -434,6 +488,12 @@ pub fn bench_admm(
         ms_operator,
         ms_vector_and_sync: ms_per_iteration - ms_operator,
         device_bytes: op.device_bytes() + solver.vector_device_bytes(),
+        submissions_per_iteration: traffic.submissions,
+        waits_per_iteration: traffic.waits,
+        bytes_read_back_per_iteration: traffic.bytes_downloaded,
+        bytes_uploaded_per_iteration: traffic.bytes_uploaded,
+        device_idle_share: busy.map(|b| b.idle_share()),
+        passes_per_iteration: busy.map(|b| b.passes / iterations),
         device: ctx.info().name.clone(),
     })
 }

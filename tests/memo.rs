@@ -8,6 +8,7 @@ use std::f64::consts::PI;
 
 use common::ctx;
 use lamino::array::{Field, Scalars};
+use lamino::gpu::{GpuContext, Traffic};
 use lamino::memo::{Memo, MemoOptions, MemoPolicy, MemoStats};
 use lamino::operator::{
     Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source, Space, Stage,
@@ -294,20 +295,25 @@ fn certified_reuse_happens_iff_the_residual_is_below_tol_and_stays_within_its_bo
 fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
     let g = geometry();
     let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
-    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage: two
-    // device slots and three entries on the host.
+    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage: twelve
+    // slots' worth of device memory, which is a wave of one chunk (its staging slot, the
+    // promotion reserve of four and one more: six slots, the rest outbox for demotions), so two
+    // entries stay on the device; three entries on the host.
     let slot = 2 * 16 * 4 * 16 * 8;
     let mut memo = Memo::new(
         ctx(),
         &op,
         MemoOptions {
-            device_bytes: 4 * 2 * slot,
+            device_bytes: 4 * 12 * slot,
             host_bytes: 4 * 3 * slot,
             audit: true,
             ..options(MemoPolicy::Certified { tol: 0.05 })
         },
     )
     .unwrap();
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft1d);
+    assert_eq!((s.wave, s.slots), (1, 6), "{s:?}");
     let inputs: Vec<Vec<Complex32>> = (0..6).map(|i| random(g.volume_len(), 40 + i)).collect();
     for x in &inputs {
         u1(&mut memo, &op, x);
@@ -321,7 +327,7 @@ fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
     }
     let stats = memo.stats();
     let s = stage(&stats, Stage::Usfft1d);
-    // 24 chunks stored, 5 kept: 19 demoted from the device, 16 of them dropped from the host.
+    // 24 chunks stored, 5 kept: 22 demoted from the device, 19 of them dropped from the host.
     assert_eq!((s.misses, s.hits, s.demoted, s.dropped), (24, 0, 22, 19));
     // The last input's first two chunks now live on the host: reusing them promotes them.
     let alpha = Complex32::new(0.8, 0.3);
@@ -391,4 +397,81 @@ fn the_reconstruction_report_includes_the_memo_statistics() {
     );
     assert_eq!(memo["stages"].as_array().unwrap().len(), 4);
     assert_eq!(report["reconstruction"]["memo"]["chunk_rows"], ROWS);
+}
+
+/// Waits, submissions and bytes read back by one memoized U1 application on a context of its
+/// own (the shared one counts the other tests' traffic too).
+fn counted_u1(
+    ctx: &GpuContext,
+    memo: &mut Memo,
+    op: &LaminoOperator,
+    volume: &[Complex32],
+) -> Traffic {
+    let g = geometry();
+    let field = |space: Space| Field::zeros(ctx, "test array", space.layout(&g, 2)).unwrap();
+    let (source, sink) = (field(Space::Volume), field(Space::Spectrum));
+    ctx.write(source.buffer(), 0, volume);
+    let scalars = Scalars::new(ctx, 1, 1).unwrap();
+    let application = op
+        .application(
+            ctx,
+            &scalars,
+            None,
+            Apply::Usfft1d,
+            Source::Complex(&source),
+            Sink::Complex(&sink),
+        )
+        .unwrap();
+    ctx.wait().unwrap();
+    let before = ctx.traffic();
+    memo.apply(ctx, op, &application).unwrap();
+    let traffic = ctx.traffic() - before;
+    ctx.wait().unwrap();
+    traffic
+}
+
+#[test]
+fn a_stage_application_takes_at_most_three_round_trips_whatever_the_number_of_chunks() {
+    let ctx = common::new_context();
+    let g = geometry();
+    let x = random(g.volume_len(), 7);
+    let noise = random(g.volume_len(), 8);
+    // Close to a multiple of x: every chunk has a candidate, its combination is measured and
+    // reused, so all three round trips happen.
+    let near: Vec<Complex32> = x
+        .iter()
+        .zip(&noise)
+        .map(|(&x, &n)| x * Complex32::new(0.8, 0.3) + n * 1e-4)
+        .collect();
+    let mut waits = Vec::new();
+    for rows in [ROWS, 1] {
+        let chunking = OperatorOptions {
+            max_chunk_y: Some(rows),
+            max_chunk_rows: Some(rows),
+            ..OperatorOptions::default()
+        };
+        let op = LaminoOperator::new(&ctx, &g, &chunking).unwrap();
+        let chunks = op.chunk_count(Stage::Usfft1d);
+        assert_eq!(chunks, N / rows);
+        let mut memo = Memo::new(&ctx, &op, options(MemoPolicy::Certified { tol: 0.01 })).unwrap();
+        let first = counted_u1(&ctx, &mut memo, &op, &x);
+        let second = counted_u1(&ctx, &mut memo, &op, &near);
+        let stats = memo.stats();
+        let s = stage(&stats, Stage::Usfft1d);
+        assert_eq!(s.wave, chunks, "one wave holds every chunk: {s:?}");
+        assert_eq!((s.misses, s.hits), (chunks as u64, chunks as u64), "{s:?}");
+        // Nothing to compare against the first time: the keys only.
+        assert_eq!(first.waits, 1, "{chunks} chunks: {first:?}");
+        assert_eq!(second.waits, 3, "{chunks} chunks: {second:?}");
+        assert_eq!((s.round_trips, s.max_round_trips), (4, 3), "{s:?}");
+        assert!(second.submissions <= 4, "{chunks} chunks: {second:?}");
+        // Keys, then normal equations and residuals: a few hundred bytes per chunk beyond the
+        // keys, no chunk data (a chunk here is at least 2 KiB).
+        assert!(
+            second.bytes_downloaded <= first.bytes_downloaded + 256 * chunks as u64,
+            "{chunks} chunks: {first:?} then {second:?}"
+        );
+        waits.push((first.waits, second.waits));
+    }
+    assert_eq!(waits[0], waits[1]);
 }

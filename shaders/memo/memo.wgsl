@@ -1,9 +1,13 @@
-// Kernels of the memo layer (src/memo): pooled keys of a chunk's input block, the inner products
-// and residual norms that certify a reuse, and scaled block copies into and out of the cache slab.
+// Kernels of the memo layer (src/memo): pooled keys of staged chunk inputs, the inner products and
+// residual norms that certify a reuse (finished on the GPU in a fixed double-word order), and block
+// copies and combinations between the operator's chunk buffers, the cache slab and the outbox.
 //
-// A block is a 3D array of complex values (e0, e1, e2) at a strided view of a buffer; cache slots
-// hold blocks contiguously. Every reduction writes per-invocation partial sums over a fixed set of
-// elements (summed in f64 on the host in a fixed order), so the same input gives the same bits.
+// Every kernel runs a batch of jobs in one dispatch: job `first + j` owns workgroups
+// [j * groups_per_job, (j + 1) * groups_per_job). A stage's chunks are one batch (keys, certification
+// sums), or one job each when a copy must sit between the operator's own steps for that chunk.
+// A block is a 3D array of complex values (e0, e1, e2) at a strided view of a buffer (complex
+// elements, stored as f32 pairs); cache slots hold blocks contiguously. Every sum is formed in a
+// fixed order that depends only on the block's size, so the same input gives the same bits.
 
 struct View {
     offset: u32,
@@ -12,30 +16,45 @@ struct View {
     s2: u32,
 }
 
-struct MemoParams {
-    // The block read from x (pool_key, dots, residual) and its strides for combine.
+struct Job {
+    // The block read from x (pool_key, dots, residual, copy) and, for combine, the strides of its
+    // sources.
     vx: View,
-    // The block written by combine (a strided view of out).
+    // The block written to out (copy, combine).
     vo: View,
     e0: u32,
     e1: u32,
     e2: u32,
     channel_axis: u32,
-    // Offsets of up to four source blocks: candidates in y (dots, residual, contiguous) or
-    // sources in x (combine, with the strides of vx).
+    // Offsets of up to four blocks: candidates in y (dots, residual) or sources in x (combine).
     candidates: vec4<u32>,
     count: u32,
+    // Where the job's results start in out, in f32 words: keys, or per-workgroup partial sums.
+    out_offset: u32,
+    // finish: where the job's finished double words go in out, in f32 words.
+    result: u32,
     pad0: u32,
-    pad1: u32,
-    pad2: u32,
     // Complex coefficients alpha_c = (alphas[c / 2].xy or .zw).
     alphas: array<vec4<f32>, 2>,
 }
 
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> y: array<vec2<f32>>;
+struct Batch {
+    jobs: u32,
+    groups_per_job: u32,
+    // finish: values per job, and partial sums per value.
+    values: u32,
+    partials: u32,
+    first: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> y: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<uniform> p: MemoParams;
+@group(0) @binding(3) var<storage, read> jobs: array<Job>;
+@group(0) @binding(4) var<uniform> batch: Batch;
 
 const WORKGROUP: u32 = 64u;
 
@@ -43,29 +62,31 @@ const MAX_CANDIDATES: u32 = 4u;
 // |x|^2; <c_i, x> (2 each); |c_i|^2 (1 each); <c_i, c_j> for i < j (2 each).
 const DOT_VALUES: u32 = 25u;
 
-fn block_len() -> u32 {
-    return p.e0 * p.e1 * p.e2;
+fn xc(i: u32) -> vec2<f32> {
+    return vec2<f32>(x[2u * i], x[2u * i + 1u]);
 }
 
-fn index3(i: u32) -> vec3<u32> {
-    return vec3<u32>(i / (p.e2 * p.e1), (i / p.e2) % p.e1, i % p.e2);
+fn yc(i: u32) -> vec2<f32> {
+    return vec2<f32>(y[2u * i], y[2u * i + 1u]);
 }
 
-fn at(v: View, i: u32) -> u32 {
-    let j = index3(i);
-    return v.offset + j.x * v.s0 + j.y * v.s1 + j.z * v.s2;
+fn block_len(job: Job) -> u32 {
+    return job.e0 * job.e1 * job.e2;
 }
 
-fn alpha(c: u32) -> vec2<f32> {
-    let a = p.alphas[c / 2u];
+fn rel(job: Job, v: View, i: u32) -> u32 {
+    let j0 = i / (job.e2 * job.e1);
+    let j1 = (i / job.e2) % job.e1;
+    let j2 = i % job.e2;
+    return j0 * v.s0 + j1 * v.s1 + j2 * v.s2;
+}
+
+fn alpha(job: Job, c: u32) -> vec2<f32> {
+    let a = job.alphas[c / 2u];
     if (c % 2u == 0u) {
         return a.xy;
     }
     return a.zw;
-}
-
-fn cmul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
-    return vec2<f32>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
 
 // conj(a) b
@@ -73,14 +94,23 @@ fn cdot(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(a.x * b.x + a.y * b.y, a.x * b.y - a.y * b.x);
 }
 
-fn extent(axis: u32) -> u32 {
+fn cmul(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    return vec2<f32>(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+fn extent(job: Job, axis: u32) -> u32 {
     if (axis == 0u) {
-        return p.e0;
+        return job.e0;
     }
     if (axis == 1u) {
-        return p.e1;
+        return job.e1;
     }
-    return p.e2;
+    return job.e2;
+}
+
+// The workgroup's linear index, from a dispatch the host may have laid out in two dimensions.
+fn group_index(wid: vec3<u32>, groups: vec3<u32>) -> u32 {
+    return wid.x + wid.y * groups.x;
 }
 
 // PyTorch AdaptiveAvgPool bin i of 3 over n: [floor(i n / 3), ceil((i + 1) n / 3)).
@@ -92,12 +122,23 @@ fn bin_end(i: u32, n: u32) -> u32 {
     return ((i + 1u) * n + 2u) / 3u;
 }
 
-// Key value k = ((2 channel + part) 3 + bi) 3 + bj: a 3x3 adaptive average pool of the real
-// (part 0) and imaginary (part 1) plane of every channel over the block's two other axes.
+// Key value k = ((2 channel + part) 3 + bi) 3 + bj of each job's block: a 3x3 adaptive average pool
+// of the real (part 0) and imaginary (part 1) plane of every channel over the block's two other
+// axes, written at out[out_offset + k].
 @compute @workgroup_size(WORKGROUP)
-fn pool_key(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let k = gid.x;
-    let channels = extent(p.channel_axis);
+fn pool_key(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = group_index(wid, groups);
+    let j = g / batch.groups_per_job;
+    if (j >= batch.jobs) {
+        return;
+    }
+    let job = jobs[batch.first + j];
+    let k = (g % batch.groups_per_job) * WORKGROUP + lid;
+    let channels = extent(job, job.channel_axis);
     if (k >= 18u * channels) {
         return;
     }
@@ -107,50 +148,61 @@ fn pool_key(@builtin(global_invocation_id) gid: vec3<u32>) {
     let bj = k % 3u;
     var axis_a = 0u;
     var axis_b = 2u;
-    if (p.channel_axis == 0u) {
+    if (job.channel_axis == 0u) {
         axis_a = 1u;
-    } else if (p.channel_axis == 2u) {
+    } else if (job.channel_axis == 2u) {
         axis_b = 1u;
     }
-    let na = extent(axis_a);
-    let nb = extent(axis_b);
-    var strides = array<u32, 3>(p.vx.s0, p.vx.s1, p.vx.s2);
-    let base = p.vx.offset + channel * strides[p.channel_axis];
+    let na = extent(job, axis_a);
+    let nb = extent(job, axis_b);
+    var strides = array<u32, 3>(job.vx.s0, job.vx.s1, job.vx.s2);
+    let base = job.vx.offset + channel * strides[job.channel_axis];
     var sum = 0.0;
     for (var a = bin_start(bi, na); a < bin_end(bi, na); a++) {
         for (var b = bin_start(bj, nb); b < bin_end(bj, nb); b++) {
-            sum += x[base + a * strides[axis_a] + b * strides[axis_b]][part];
+            sum += x[2u * (base + a * strides[axis_a] + b * strides[axis_b]) + part];
         }
     }
     let cells = (bin_end(bi, na) - bin_start(bi, na)) * (bin_end(bj, nb) - bin_start(bj, nb));
-    out[k] = sum / f32(cells);
+    out[job.out_offset + k] = sum / f32(cells);
 }
 
-// Partial sums (per invocation, DOT_VALUES each, no workgroup reduction: barriers cost more than
-// the host's summing a few thousand values) of |x|^2 and, for the candidates c_i in y
-// (contiguous blocks), <c_i, x>, |c_i|^2 and <c_i, c_j> (i < j): the normal equations of the
-// least-squares combination.
+var<workgroup> shared_dots: array<f32, 1600>;
+
+// Per-workgroup sums (a fixed tree over the workgroup's invocations) of |x|^2 and, for the
+// candidates c_i in y (contiguous blocks), <c_i, x>, |c_i|^2 and <c_i, c_j> (i < j): the normal
+// equations of the least-squares combination. Workgroup g of a job writes its DOT_VALUES sums at
+// out[out_offset + g DOT_VALUES].
 @compute @workgroup_size(WORKGROUP)
 fn dots(
-    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
 ) {
+    let g = group_index(wid, groups);
+    let j = g / batch.groups_per_job;
+    // Uniform across the workgroup, so every invocation reaches the barriers below or none does.
+    if (j >= batch.jobs) {
+        return;
+    }
+    let job = jobs[batch.first + j];
+    let local_group = g % batch.groups_per_job;
     var acc: array<f32, 25>;
     for (var v = 0u; v < DOT_VALUES; v++) {
         acc[v] = 0.0;
     }
-    let n = block_len();
-    let k = min(p.count, MAX_CANDIDATES);
-    let stride = groups.x * WORKGROUP;
-    for (var i = gid.x; i < n; i += stride) {
-        let xv = x[at(p.vx, i)];
+    let n = block_len(job);
+    let k = min(job.count, MAX_CANDIDATES);
+    let stride = batch.groups_per_job * WORKGROUP;
+    for (var i = local_group * WORKGROUP + lid; i < n; i += stride) {
+        let xv = xc(job.vx.offset + rel(job, job.vx, i));
         acc[0] += dot(xv, xv);
         // Constant trip counts (guarded by k) let the compiler unroll the loops and keep the
         // accumulators in registers.
         var c: array<vec2<f32>, 4>;
         for (var a = 0u; a < MAX_CANDIDATES; a++) {
             if (a < k) {
-                c[a] = y[p.candidates[a] + i];
+                c[a] = yc(job.candidates[a] + i);
                 let b = cdot(c[a], xv);
                 acc[1u + 2u * a] += b.x;
                 acc[2u + 2u * a] += b.y;
@@ -161,64 +213,180 @@ fn dots(
         for (var a = 0u; a < MAX_CANDIDATES; a++) {
             for (var b = a + 1u; b < MAX_CANDIDATES; b++) {
                 if (b < k) {
-                    let g = cdot(c[a], c[b]);
-                    acc[13u + 2u * pair] += g.x;
-                    acc[14u + 2u * pair] += g.y;
+                    let gab = cdot(c[a], c[b]);
+                    acc[13u + 2u * pair] += gab.x;
+                    acc[14u + 2u * pair] += gab.y;
                 }
                 pair++;
             }
         }
     }
     for (var v = 0u; v < DOT_VALUES; v++) {
-        out[gid.x * DOT_VALUES + v] = acc[v];
+        shared_dots[lid * DOT_VALUES + v] = acc[v];
+    }
+    workgroupBarrier();
+    for (var s = WORKGROUP / 2u; s > 0u; s /= 2u) {
+        if (lid < s) {
+            for (var v = 0u; v < DOT_VALUES; v++) {
+                shared_dots[lid * DOT_VALUES + v] += shared_dots[(lid + s) * DOT_VALUES + v];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid < DOT_VALUES) {
+        out[job.out_offset + local_group * DOT_VALUES + lid] = shared_dots[lid];
     }
 }
 
-// Partial sums (per invocation) of |x - sum_c alpha_c y_c|^2, y_c the contiguous candidate
-// blocks: the residual of a combination computed elementwise, free of the cancellation of the
-// normal equations.
+var<workgroup> shared_sum: array<f32, 64>;
+
+// Per-workgroup sums of |x - sum_c alpha_c y_c|^2, y_c the contiguous candidate blocks: the
+// residual of a combination computed elementwise, free of the cancellation of the normal
+// equations. Workgroup g of a job writes its sum at out[out_offset + g].
 @compute @workgroup_size(WORKGROUP)
 fn residual(
-    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
 ) {
+    let g = group_index(wid, groups);
+    let j = g / batch.groups_per_job;
+    if (j >= batch.jobs) {
+        return;
+    }
+    let job = jobs[batch.first + j];
+    let local_group = g % batch.groups_per_job;
     var acc = 0.0;
-    let n = block_len();
-    let k = min(p.count, MAX_CANDIDATES);
-    let stride = groups.x * WORKGROUP;
-    for (var i = gid.x; i < n; i += stride) {
-        var d = x[at(p.vx, i)];
+    let n = block_len(job);
+    let k = min(job.count, MAX_CANDIDATES);
+    let stride = batch.groups_per_job * WORKGROUP;
+    for (var i = local_group * WORKGROUP + lid; i < n; i += stride) {
+        var d = xc(job.vx.offset + rel(job, job.vx, i));
         for (var c = 0u; c < MAX_CANDIDATES; c++) {
             if (c < k) {
-                d -= cmul(alpha(c), y[p.candidates[c] + i]);
+                d -= cmul(alpha(job, c), yc(job.candidates[c] + i));
             }
         }
         acc += dot(d, d);
     }
-    out[gid.x] = acc;
+    shared_sum[lid] = acc;
+    workgroupBarrier();
+    for (var s = WORKGROUP / 2u; s > 0u; s /= 2u) {
+        if (lid < s) {
+            shared_sum[lid] += shared_sum[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[job.out_offset + local_group] = shared_sum[0];
+    }
 }
 
-// out[vo] = sum_c alpha_c x[source c] for every element of the block, source c laid out with
-// the strides of vx from offset candidates[c] (out holds complex values as f32 pairs).
+// Double-word (hi + lo) arithmetic, as in the solver's reductions: error-free transformations keep
+// the finished sums as accurate as f64 sums of the partial sums.
+fn two_sum(a: f32, b: f32) -> vec2<f32> {
+    let s = a + b;
+    let bb = s - a;
+    return vec2<f32>(s, (a - (s - bb)) + (b - bb));
+}
+
+fn dw_add(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
+    let s = two_sum(a.x, b.x);
+    let e = s.y + a.y + b.y;
+    let hi = s.x + e;
+    return vec2<f32>(hi, e - (hi - s.x));
+}
+
+var<workgroup> shared_dw: array<vec2<f32>, 64>;
+
+// One workgroup per (job, value): adds the job's `partials` per-workgroup sums of that value (at
+// x[out_offset + p values + value]) in a fixed order into a double word, written to
+// out[result + 2 value] (hi) and out[result + 2 value + 1] (lo).
+@compute @workgroup_size(WORKGROUP)
+fn finish_sums(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = group_index(wid, groups);
+    let j = g / batch.values;
+    if (j >= batch.jobs) {
+        return;
+    }
+    let job = jobs[batch.first + j];
+    let value = g % batch.values;
+    var acc = vec2<f32>(0.0, 0.0);
+    for (var p = lid; p < batch.partials; p += WORKGROUP) {
+        acc = dw_add(acc, vec2<f32>(x[job.out_offset + p * batch.values + value], 0.0));
+    }
+    shared_dw[lid] = acc;
+    workgroupBarrier();
+    for (var s = WORKGROUP / 2u; s > 0u; s /= 2u) {
+        if (lid < s) {
+            shared_dw[lid] = dw_add(shared_dw[lid], shared_dw[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[job.result + 2u * value] = shared_dw[0].x;
+        out[job.result + 2u * value + 1u] = shared_dw[0].y;
+    }
+}
+
+// The element of its job's block that an invocation of a copy or combination writes.
+fn element(g: u32, lid: u32) -> u32 {
+    return (g % batch.groups_per_job) * WORKGROUP + lid;
+}
+
+// out[vo] = x[vx] for every element of each job's block, bit for bit.
+@compute @workgroup_size(WORKGROUP)
+fn copy_block(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) groups: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = group_index(wid, groups);
+    let j = g / batch.groups_per_job;
+    if (j >= batch.jobs) {
+        return;
+    }
+    let job = jobs[batch.first + j];
+    let i = element(g, lid);
+    if (i >= block_len(job)) {
+        return;
+    }
+    let s = job.vx.offset + rel(job, job.vx, i);
+    let d = job.vo.offset + rel(job, job.vo, i);
+    out[2u * d] = x[2u * s];
+    out[2u * d + 1u] = x[2u * s + 1u];
+}
+
+// out[vo] = sum_c alpha_c x[source c] for every element of each job's block, source c laid out
+// with the strides of vx from offset candidates[c].
 @compute @workgroup_size(WORKGROUP)
 fn combine(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) groups: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = (wid.x + wid.y * groups.x) * WORKGROUP + lid;
-    if (i >= block_len()) {
+    let g = group_index(wid, groups);
+    let j = g / batch.groups_per_job;
+    if (j >= batch.jobs) {
         return;
     }
-    let j = index3(i);
-    let rel = j.x * p.vx.s0 + j.y * p.vx.s1 + j.z * p.vx.s2;
+    let job = jobs[batch.first + j];
+    let i = element(g, lid);
+    if (i >= block_len(job)) {
+        return;
+    }
+    let r = rel(job, job.vx, i);
     var v = vec2<f32>(0.0, 0.0);
     for (var c = 0u; c < MAX_CANDIDATES; c++) {
-        if (c < p.count) {
-            v += cmul(alpha(c), x[p.candidates[c] + rel]);
+        if (c < job.count) {
+            v += cmul(alpha(job, c), xc(job.candidates[c] + r));
         }
     }
-    let d = at(p.vo, i);
+    let d = job.vo.offset + rel(job, job.vo, i);
     out[2u * d] = v.x;
     out[2u * d + 1u] = v.y;
 }

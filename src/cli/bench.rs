@@ -2,9 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 
-use lamino::memo::MemoOptions;
+use lamino::memo::{MemoOptions, MemoPolicy, AUTO_FLOOR, AUTO_SCALE};
+use lamino::simulate::PhantomKind;
 use lamino::solver::{AdmmParams, InnerSolver};
 
 use super::{Cli, CliResult};
@@ -40,28 +41,55 @@ pub enum BenchWhat {
         iterations: usize,
     },
     /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
-    /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU and certified:TOL
-    /// for six TOL; one line per run, and a CSV and a PNG plot (with the paper's points) in OUT.
+    /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU, certified:TOL for six
+    /// TOL and certified:auto for three scales; one line per run, and a CSV and a PNG plot (with
+    /// the paper's points) in OUT. Then the comparison that decides the default: wall time to
+    /// within TARGET (relative L2) of the converged result for exact-step CG, Dai-Yuan, and
+    /// Dai-Yuan with each certified setting, on each phantom.
     Memo {
-        /// One JSON object per line.
+        /// One JSON object per line (`section`: `frontier` or `comparison`).
         #[arg(long)]
         json: bool,
         /// Volume side n (n^3 voxels, n x n detector, n angles).
         #[arg(long, default_value_t = 64)]
         size: usize,
-        /// Outer ADMM iterations of every run.
+        /// Outer ADMM iterations of every frontier run.
         #[arg(long, default_value_t = 12)]
         iterations: usize,
         /// Rows per memoized chunk.
         #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
         chunk: usize,
+        /// Timed runs per frontier setting (the fastest counts).
+        #[arg(long, default_value_t = 2)]
+        repeats: usize,
         /// Use the reference's inner solver (Dai-Yuan, fixed step, gradient recomputed from u)
-        /// with this step, instead of exact-step CG.
+        /// with this step in the frontier, instead of exact-step CG.
         #[arg(long)]
         dai_yuan_step: Option<f64>,
         /// Where the CSV and PNG go.
         #[arg(long, default_value = "lamino-bench-memo")]
         out: PathBuf,
+        /// Run only the frontier, or only the comparison.
+        #[arg(long, value_enum, default_value_t = MemoParts::Both)]
+        only: MemoParts,
+        /// Phantoms of the comparison.
+        #[arg(long, value_delimiter = ',', default_values_t = [PhantomKind::Chip, PhantomKind::Shepp])]
+        phantoms: Vec<PhantomKind>,
+        /// Relative L2 distance to the converged result that counts as reached.
+        #[arg(long, default_value_t = 1e-3)]
+        target: f64,
+        /// Most outer iterations of the converged (reference) run.
+        #[arg(long, default_value_t = 300)]
+        reference_iterations: usize,
+        /// Most outer iterations of every other comparison run.
+        #[arg(long, default_value_t = 150)]
+        max_iterations: usize,
+        /// Dai-Yuan's step in the comparison.
+        #[arg(long, default_value_t = 1.0)]
+        compare_step: f64,
+        /// Memo settings tried with Dai-Yuan in the comparison.
+        #[arg(long, value_delimiter = ',', default_values_t = default_compared())]
+        compare_memo: Vec<MemoPolicy>,
     },
     /// L and L* per stage, against the f32 CPU implementation on all cores.
     Operator {
@@ -211,20 +239,7 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             (*large, *large_device_mib, scratch),
             (plan_sizes, plan_device_gib, *plan_host_gib),
         ),
-        BenchWhat::Memo {
-            json,
-            size,
-            iterations,
-            chunk,
-            dai_yuan_step,
-            out,
-        } => memo(
-            cli,
-            *json,
-            (*size, *iterations, *chunk),
-            *dai_yuan_step,
-            out,
-        ),
+        BenchWhat::Memo { .. } => memo(cli, what),
     }
 }
 
@@ -292,59 +307,169 @@ fn admm(cli: &Cli, json: bool, size: usize, angles: Option<usize>, iterations: u
             r.ms_vector_and_sync,
             r.device_bytes as f64 / (1 << 20) as f64
         );
+        let idle = r
+            .device_idle_share
+            .map_or("n/a (no timestamp queries)".into(), |s| {
+                format!(
+                    "{:.1}% over {} passes",
+                    100.0 * s,
+                    r.passes_per_iteration.unwrap_or(0)
+                )
+            });
+        println!(
+            "per outer iteration: {} submissions, {} waits, {} bytes read back, {} bytes uploaded; device idle {idle}",
+            r.submissions_per_iteration,
+            r.waits_per_iteration,
+            r.bytes_read_back_per_iteration,
+            r.bytes_uploaded_per_iteration
+        );
     }
     Ok(())
 }
 
-fn memo(
-    cli: &Cli,
-    json: bool,
-    (size, iterations, chunk): (usize, usize, usize),
-    dai_yuan_step: Option<f64>,
-    out: &Path,
-) -> CliResult {
-    use lamino::memo::frontier::{run_frontier, write_frontier, FrontierConfig};
-    if iterations < 10 {
+/// Which parts of `bench memo` run.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MemoParts {
+    Both,
+    Frontier,
+    Comparison,
+}
+
+fn default_compared() -> Vec<MemoPolicy> {
+    vec![
+        MemoPolicy::CertifiedAuto {
+            scale: AUTO_SCALE,
+            floor: AUTO_FLOOR,
+        },
+        MemoPolicy::Certified { tol: 0.01 },
+        MemoPolicy::Certified { tol: 0.003 },
+    ]
+}
+
+fn json_line(section: &str, value: &impl serde::Serialize) -> String {
+    let mut v = serde_json::to_value(value).expect("serialisable");
+    v["section"] = section.into();
+    v.to_string()
+}
+
+fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
+    use lamino::memo::compare::{run_comparison, CompareConfig};
+    use lamino::memo::frontier::{run_frontier, swept_policies, write_frontier, FrontierConfig};
+    let BenchWhat::Memo {
+        json,
+        size,
+        iterations,
+        chunk,
+        repeats,
+        dai_yuan_step,
+        out,
+        only,
+        phantoms,
+        target,
+        reference_iterations,
+        max_iterations,
+        compare_step,
+        compare_memo,
+    } = what
+    else {
+        unreachable!("called for bench memo")
+    };
+    let (json, size, chunk) = (*json, *size, *chunk);
+    if *iterations < 10 {
         return Err("the frontier needs at least 10 outer iterations per run".into());
     }
-    let ctx = cli.context()?;
-    let mut params = AdmmParams::exactly(iterations);
-    if let Some(step) = dai_yuan_step {
-        params.inner = InnerSolver::DaiYuan { step };
+    if !(*target > 0.0 && *target < 1.0) || *reference_iterations == 0 || *max_iterations == 0 {
+        return Err(
+            "--target must be in (0, 1), --reference-iterations and --max-iterations at least 1"
+                .into(),
+        );
     }
-    let config = FrontierConfig {
-        size,
-        params,
-        memo: MemoOptions {
-            chunk_rows: chunk,
-            ..MemoOptions::default()
-        },
+    let ctx = cli.context()?;
+    let memo = MemoOptions {
+        chunk_rows: chunk,
+        ..MemoOptions::default()
     };
-    eprintln!(
-        "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, on {}",
-        params.inner,
-        ctx.info()
-    );
-    let points = run_frontier(&ctx, &config, |p| {
-        if json {
-            println!("{}", serde_json::to_string(p).expect("serialisable"));
-        } else {
-            println!(
-                "{:<9} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s)  hits {:.1}%  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
-                p.policy,
-                p.param.map_or(String::from("-"), |v| v.to_string()),
-                p.accuracy,
-                p.normalized_time,
-                p.time_s,
-                100.0 * p.hit_rate,
-                p.lookup_ms_median,
-                p.lookup_ms_p99,
-                p.cache_bytes as f64 / (1 << 20) as f64
-            );
+    if *only != MemoParts::Comparison {
+        let mut params = AdmmParams::exactly(*iterations);
+        if let Some(step) = dai_yuan_step {
+            params.inner = InnerSolver::DaiYuan { step: *step };
         }
-    })?;
-    for path in write_frontier(out, &points)? {
-        eprintln!("wrote {}", path.display());
+        let config = FrontierConfig {
+            size,
+            params,
+            memo,
+            policies: swept_policies(),
+            repeats: *repeats,
+        };
+        eprintln!(
+            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, on {}",
+            params.inner,
+            ctx.info()
+        );
+        let points = run_frontier(&ctx, &config, |p| {
+            if json {
+                println!("{}", json_line("frontier", p));
+            } else {
+                println!(
+                    "{:<14} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s, CPU time {})  hits {:.1}%  round trips {:.2}/application  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
+                    p.policy,
+                    p.param.map_or(String::from("-"), |v| v.to_string()),
+                    p.accuracy,
+                    p.normalized_time,
+                    p.time_s,
+                    p.normalized_cpu_time
+                        .map_or("n/a".into(), |c| format!("{c:.3} of exact")),
+                    100.0 * p.hit_rate,
+                    p.round_trips_per_application,
+                    p.lookup_ms_median,
+                    p.lookup_ms_p99,
+                    p.cache_bytes as f64 / (1 << 20) as f64
+                );
+            }
+        })?;
+        for path in write_frontier(out, &points)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if *only != MemoParts::Frontier {
+        let config = CompareConfig {
+            size,
+            phantoms: phantoms.clone(),
+            target: *target,
+            reference_iterations: *reference_iterations,
+            max_iterations: *max_iterations,
+            dai_yuan_step: *compare_step,
+            certified: compare_memo.clone(),
+            memo,
+        };
+        eprintln!(
+            "time to within {target} of the converged result: {size}^3, exact-step CG, Dai-Yuan (step {compare_step}) without and with {}",
+            compare_memo
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        run_comparison(&ctx, &config, |r| {
+            if json {
+                println!("{}", json_line("comparison", r));
+            } else {
+                println!(
+                    "{:<6} {:<9} {:<9} {:<24} {} after {:>3} iterations, {:.1} s ({:.3} of CG), distance {:.2e}, hits {:.1}%{}",
+                    r.phantom,
+                    r.kind,
+                    r.solver,
+                    r.memo,
+                    if r.reached { "reached" } else { "NOT reached" },
+                    r.iterations,
+                    r.time_s,
+                    r.normalized_time,
+                    r.distance,
+                    100.0 * r.hit_rate,
+                    if r.best_memo { "  [best memo setting]" } else { "" }
+                );
+            }
+        })?;
     }
     Ok(())
 }

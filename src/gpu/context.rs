@@ -278,7 +278,53 @@ pub struct GpuContext {
     staging: Mutex<Option<GpuBuffer>>,
     downloads: Mutex<Downloads>,
     counters: Counters,
+    /// GPU time spans (ns) of every pass recorded while the timeline is on.
+    timeline: Mutex<Option<Timeline>>,
     device_local: Option<u64>,
+}
+
+/// Pass spans in device nanoseconds, filled by downloads as they land.
+type Timeline = Arc<Mutex<Vec<(f64, f64)>>>;
+
+/// How busy the device was over a stretch of work, from the timestamps of its passes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeviceBusy {
+    /// Passes timed.
+    pub passes: usize,
+    /// From the first pass's start to the last pass's end, ms.
+    pub span_ms: f64,
+    /// Time within the span during which at least one pass ran, ms.
+    pub busy_ms: f64,
+}
+
+impl DeviceBusy {
+    /// The share of the span in which no pass ran (transfers, submission gaps, host waits).
+    pub fn idle_share(&self) -> f64 {
+        if self.span_ms > 0.0 {
+            1.0 - self.busy_ms / self.span_ms
+        } else {
+            0.0
+        }
+    }
+
+    fn of(mut spans: Vec<(f64, f64)>) -> Self {
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (mut busy, mut cursor) = (0.0, f64::NEG_INFINITY);
+        for &(start, end) in &spans {
+            let start = start.max(cursor);
+            if end > start {
+                busy += end - start;
+                cursor = end;
+            }
+        }
+        let first = spans.first().map_or(0.0, |s| s.0);
+        let last = spans.iter().map(|s| s.1).fold(first, f64::max);
+        Self {
+            passes: spans.len(),
+            span_ms: (last - first) / 1e6,
+            busy_ms: busy / 1e6,
+        }
+    }
 }
 
 /// The largest device-local memory heap the Vulkan driver reports for `adapter` (`None` on
@@ -423,6 +469,7 @@ impl GpuContext {
             staging: Mutex::default(),
             downloads: Mutex::default(),
             counters: Counters::default(),
+            timeline: Mutex::default(),
             device_local,
         })
     }
@@ -621,6 +668,40 @@ impl GpuContext {
         self.counters.submissions.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Starts timing every compute pass recorded from now on with GPU timestamps (for
+    /// benchmarks: one query set per pass). False, and nothing started, without timestamps.
+    pub fn start_timeline(&self) -> bool {
+        if !self.timestamps {
+            return false;
+        }
+        *self.timeline.lock().expect("timeline poisoned") = Some(Timeline::default());
+        true
+    }
+
+    /// Stops the timeline once every pass's timestamps have landed and says how busy the
+    /// device was; `None` if it was not started.
+    pub fn stop_timeline(&self) -> Result<Option<DeviceBusy>, GpuError> {
+        self.complete_downloads()?;
+        let timeline = self.timeline.lock().expect("timeline poisoned").take();
+        Ok(timeline.map(|t| {
+            let spans = std::mem::take(&mut *t.lock().expect("timeline poisoned"));
+            DeviceBusy::of(spans)
+        }))
+    }
+
+    pub(crate) fn timeline_on(&self) -> bool {
+        self.timeline.lock().expect("timeline poisoned").is_some()
+    }
+
+    /// Where the timeline's spans go (a recorder is made only while it is on).
+    pub(crate) fn timeline_spans(&self) -> Timeline {
+        self.timeline
+            .lock()
+            .expect("timeline poisoned")
+            .clone()
+            .unwrap_or_default()
+    }
+
     /// Submissions, waits and bytes moved since the context was created.
     pub fn traffic(&self) -> Traffic {
         let c = &self.counters;
@@ -694,9 +775,11 @@ impl GpuContext {
                 }
             },
         );
-        self.counters
-            .bytes_downloaded
-            .fetch_add(download.bytes, Ordering::Relaxed);
+        if download.counted {
+            self.counters
+                .bytes_downloaded
+                .fetch_add(download.bytes, Ordering::Relaxed);
+        }
         self.downloads
             .lock()
             .expect("download pool poisoned")
@@ -729,6 +812,7 @@ impl GpuContext {
                 readback,
                 bytes,
                 done,
+                ..
             } = f.download;
             match result {
                 Some(Ok(())) => {
@@ -813,6 +897,9 @@ impl GpuContext {
             )?);
         }
         let staging = slot.as_ref().expect("just ensured");
+        self.counters
+            .bytes_downloaded
+            .fetch_add(bytes, Ordering::Relaxed);
         let mut out: Vec<T> = Vec::with_capacity(count);
         let mut done = 0u64;
         while done < bytes {
@@ -925,6 +1012,21 @@ pub(crate) fn convert_error(e: wgpu::Error, context: &str) -> GpuError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_busy_merges_overlapping_passes_and_counts_gaps_as_idle() {
+        // Passes (ns): [0, 2] ms and [1, 3] ms overlap, then a gap of 1 ms, then [4, 5] ms.
+        let ms = 1e6;
+        let b = DeviceBusy::of(vec![(4.0 * ms, 5.0 * ms), (0.0, 2.0 * ms), (ms, 3.0 * ms)]);
+        assert_eq!(b.passes, 3);
+        assert!(
+            (b.span_ms - 5.0).abs() < 1e-9 && (b.busy_ms - 4.0).abs() < 1e-9,
+            "{b:?}"
+        );
+        assert!((b.idle_share() - 0.2).abs() < 1e-9, "{b:?}");
+        let none = DeviceBusy::of(Vec::new());
+        assert_eq!((none.passes, none.idle_share()), (0, 0.0));
+    }
 
     fn adapter(index: usize, name: &str, device_type: &str) -> AdapterSummary {
         AdapterSummary {

@@ -9,8 +9,8 @@ mod kernel;
 mod recorder;
 
 pub use context::{
-    list_adapters, software_opt_in_from_env, AdapterSummary, DeviceOptions, DeviceSelection,
-    GpuBuffer, GpuContext, Traffic, SOFTWARE_OPT_IN_ENV,
+    list_adapters, software_opt_in_from_env, AdapterSummary, DeviceBusy, DeviceOptions,
+    DeviceSelection, GpuBuffer, GpuContext, Traffic, SOFTWARE_OPT_IN_ENV,
 };
 pub use kernel::{BindingKind, Bound, BufferSlice, Kernel, KernelSpec};
 pub use recorder::{Completion, Recorder};

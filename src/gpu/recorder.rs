@@ -23,6 +23,8 @@ pub(crate) struct Download {
     pub readback: GpuBuffer,
     pub bytes: u64,
     pub done: Completion,
+    /// Whether the bytes count as traffic (the timeline's timestamps do not).
+    pub counted: bool,
 }
 
 /// Records dispatches and transfers; see the module documentation.
@@ -31,6 +33,10 @@ pub struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     timer: Option<wgpu::QuerySet>,
+    /// With the context's timeline on: the device, to bracket every pass with timestamps, and
+    /// the query sets of the current segment's passes.
+    timeline: Option<wgpu::Device>,
+    pass_timers: Vec<wgpu::QuerySet>,
     max_groups: u32,
     uploads: Vec<(wgpu::Buffer, u64, Vec<u8>)>,
     downloads: Vec<Download>,
@@ -51,6 +57,8 @@ impl Recorder {
             label: label.to_string(),
             encoder: Some(Self::encoder(ctx, label)),
             pass: None,
+            timeline: (!timed && ctx.timeline_on()).then(|| ctx.device.clone()),
+            pass_timers: Vec::new(),
             timer,
             max_groups: ctx.max_workgroups_per_dimension(),
             uploads: Vec::new(),
@@ -67,15 +75,23 @@ impl Recorder {
     fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
         if self.pass.is_none() {
             let encoder = self.encoder.as_mut().expect("recorder already finished");
-            // A timed recorder holds one pass: the timestamps bracket it.
-            let timestamp_writes = self
-                .timer
-                .as_ref()
-                .map(|q| wgpu::ComputePassTimestampWrites {
+            // A timed recorder holds one pass: the timestamps bracket it. With the timeline on,
+            // every pass gets its own pair.
+            if let Some(device) = &self.timeline {
+                self.pass_timers
+                    .push(device.create_query_set(&wgpu::QuerySetDescriptor {
+                        label: Some("lamino timeline"),
+                        ty: wgpu::QueryType::Timestamp,
+                        count: 2,
+                    }));
+            }
+            let timestamp_writes = self.timer.as_ref().or(self.pass_timers.last()).map(|q| {
+                wgpu::ComputePassTimestampWrites {
                     query_set: q,
                     beginning_of_pass_write_index: Some(0),
                     end_of_pass_write_index: Some(1),
-                });
+                }
+            });
             let pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(&self.label),
@@ -169,6 +185,7 @@ impl Recorder {
             readback,
             bytes,
             done,
+            counted: true,
         });
         self.commands = true;
         Ok(())
@@ -183,6 +200,7 @@ impl Recorder {
 
     fn submit_segment(&mut self, ctx: &GpuContext, last: bool) -> Result<(), GpuError> {
         drop(self.pass.take());
+        self.record_timeline(ctx)?;
         let encoder = self.encoder.take().expect("recorder already finished");
         for (buffer, at, bytes) in self.uploads.drain(..) {
             ctx.queue.write_buffer(&buffer, at, &bytes);
@@ -196,6 +214,49 @@ impl Recorder {
         }
         self.commands = false;
         ctx.check()
+    }
+
+    /// Resolves the timestamps of the current segment's passes and downloads them into the
+    /// context's timeline (not counted as traffic).
+    fn record_timeline(&mut self, ctx: &GpuContext) -> Result<(), GpuError> {
+        if self.pass_timers.is_empty() {
+            return Ok(());
+        }
+        let bytes = 16 * self.pass_timers.len() as u64;
+        let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("timeline timestamps"),
+            size: bytes,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        // Called while submitting, so it cannot defer: made beyond the pool's limit if need be
+        // (a few bytes, and only while a benchmark keeps the timeline).
+        let readback = ctx
+            .readback_buffer(bytes, false)?
+            .expect("made when it cannot wait");
+        let encoder = self.encoder.as_mut().expect("recorder already finished");
+        for (i, q) in self.pass_timers.drain(..).enumerate() {
+            encoder.resolve_query_set(&q, 0..2, &resolve, 16 * i as u64);
+        }
+        encoder.copy_buffer_to_buffer(&resolve, 0, &readback.buffer, 0, bytes);
+        let period = ctx.queue.get_timestamp_period() as f64;
+        let spans = ctx.timeline_spans();
+        self.downloads.push(Download {
+            readback,
+            bytes,
+            done: Box::new(move |b: &[u8]| {
+                let t: &[u64] = bytemuck::cast_slice(b);
+                if let Ok(mut spans) = spans.lock() {
+                    spans.extend(
+                        t.chunks_exact(2)
+                            .map(|p| (p[0] as f64 * period, p[1] as f64 * period)),
+                    );
+                }
+            }),
+            counted: false,
+        });
+        self.commands = true;
+        Ok(())
     }
 
     /// Submits without waiting (timestamps, if recorded, are not read).

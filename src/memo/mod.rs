@@ -1,8 +1,20 @@
 //! Memoization of the gridding stages across solver iterations (spec section 7, done as the
 //! paper intends and with a certified alternative).
 //!
-//! Each stage (U1, U1*, U2, U2*) runs chunk by chunk. For every chunk the input is staged, its
-//! 3x3-pooled key is computed on the GPU and read back, and the policy decides:
+//! Each stage (U1, U1*, U2, U2*) runs chunk by chunk. The memo layer handles a stage's chunks
+//! together, in waves (all chunks when the device budget allows), with at most three round trips
+//! to the host per wave:
+//! 1. one submission stages every chunk's input into a slot of the stage's slab and computes its
+//!    3x3-pooled key; one readback brings all keys (and the entries demoted to the host tier to
+//!    make room);
+//! 2. the host decides for every chunk at once (index searches in parallel); under `certified`,
+//!    one submission forms the normal equations of every chunk's candidates (sums finished on the
+//!    GPU) and computes the chunks without candidates; one readback;
+//! 3. one submission measures the residual of every accepted combination and computes the chunks
+//!    the estimate rejected; one readback;
+//!
+//! and one last submission, which nothing waits for, forms the reused outputs and computes the
+//! chunks whose residual failed. The policies:
 //! - `mlr:TAU` (the reference's intended policy): keyed by chunk position, reuse the stored output
 //!   iff the cosine similarity of the keys is at least TAU, else compute and replace the entry.
 //! - `certified:TOL`: the candidates are the chunk's last few computed entries (its recent
@@ -11,36 +23,45 @@
 //!   combination `x ~ sum_i alpha_i c_i` (near-dependent candidates are dropped), then measures
 //!   the residual `r = |x - sum alpha_i c_i| / |x|` elementwise; `sum alpha_i F(c_i)` is used iff
 //!   `r < TOL`. The stages are linear, so the output error is at most
-//!   `|F| (r |x| + rounding)`, with `|F|` estimated once per plan by power iteration; that bound
-//!   is recorded for every reuse.
+//!   `|F| (r |x| + rounding)`, with `|F|` estimated once per geometry by power iteration and
+//!   remembered ([`norm_cache`]); that bound is recorded for every reuse.
+//! - `certified:auto`: `certified` with a tolerance that follows the solver's primal residual
+//!   ([`MemoPolicy::CertifiedAuto`]).
 //!
 //! Entries hold the input and the output chunk, in a device tier (slots of a slab) and a host
-//! tier, each within a byte budget, evicted least recently used first. Only computed outputs are
-//! stored, never reused ones, so errors do not compound through the cache.
+//! tier, each within a byte budget, evicted least recently used first. A chunk's input is staged
+//! straight into the slot its entry will keep if it is computed, so storing it copies only the
+//! output. Only computed outputs are stored, never reused ones, so errors do not compound through
+//! the cache.
 
+pub mod compare;
 pub mod frontier;
 mod gpu;
 pub mod index;
+pub mod norm_cache;
 mod policy;
 mod stats;
 pub mod store;
 
-pub use policy::{MemoOptions, MemoPolicy, PolicyParseError};
+pub use norm_cache::{NormCache, NormSource, OperatorNorms, CACHE_DIR_ENV};
+pub use policy::{MemoOptions, MemoPolicy, PolicyParseError, AUTO_CAP, AUTO_FLOOR, AUTO_SCALE};
 pub use stats::{MemoStats, StageStats};
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use num_complex::Complex32;
+use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::error::GpuError;
 use crate::gpu::GpuContext;
 use crate::operator::{Application, Apply, Block, LaminoOperator, OperatorError, Stage};
 use crate::reference::SplitMix64;
-use gpu::{Coefficient, StageKernels, MAX_CANDIDATES};
+use gpu::{Combination, Plan, Shape, StageDevice, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
-use store::{Evictions, Store, Tier};
+use norm_cache::Lookup;
+use store::{Store, Tier};
 
 /// Errors of the memo layer.
 #[derive(Debug, Error)]
@@ -67,21 +88,48 @@ const F32_ROUNDING: f64 = 2e-6;
 /// similarity of their keys.
 const PROMOTE_COSINE: f64 = 0.9;
 
-/// A reuse the policy accepted.
-struct Reuse {
-    /// Entries and their coefficients.
-    combination: Vec<(u64, Coefficient)>,
-    /// `|x - sum alpha_i c_i| / |x|` and the bound on the output error (certified policy only).
-    certificate: Option<(f64, f64)>,
-}
-
 /// Computed entries remembered per chunk position as reuse candidates.
 const HISTORY: usize = 3;
 
-/// One stage's cache, index and statistics.
-struct StageMemo {
+/// A reuse the policy accepted.
+#[derive(Debug, Clone)]
+struct Reuse {
+    /// Entries and their coefficients.
+    combination: Combination,
+    /// `|x - sum alpha_i c_i| / |x|` and the bound on the output error (certified policies).
+    certificate: Option<(f64, f64)>,
+}
+
+/// What happens to a chunk of a wave.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// Not decided yet.
+    Open,
+    /// Computed (and stored when it has a key): `recorded` once its computation is recorded.
+    Compute { recorded: bool },
+    /// Formed from stored outputs.
+    Reuse(Reuse),
+}
+
+/// A chunk of the wave being handled.
+struct WaveChunk {
+    /// Position in the wave (the chunk kernels' table entry).
+    j: usize,
     stage: Stage,
-    kernels: Option<StageKernels>,
+    chunk: usize,
+    /// The slot its input is staged in (its entry's slot if it is computed).
+    slot: usize,
+    input: Block,
+    output: Block,
+    class: usize,
+    key: Option<UnitKey>,
+    outcome: Outcome,
+}
+
+/// One stage's cache, index and statistics (everything but its device side).
+struct StageState {
+    stage: Stage,
+    plan: Option<Plan>,
     store: Store,
     /// One index per map: all full-size chunks of U1 share one, every U2 chunk has its own.
     indexes: HashMap<usize, KeyIndex>,
@@ -91,10 +139,19 @@ struct StageMemo {
     stats: StageStats,
 }
 
+struct StageMemo {
+    device: Option<StageDevice>,
+    state: StageState,
+}
+
 /// The memo layer of one operator.
 pub struct Memo {
     options: MemoOptions,
     stages: Vec<StageMemo>,
+    /// The last relative primal residual the solver reported (for `certified:auto`).
+    primal: Option<f64>,
+    norms: Option<NormSource>,
+    warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Memo {
@@ -140,6 +197,37 @@ fn operator_norm(
         }
     }
     Ok(lambda.sqrt() * NORM_SAFETY)
+}
+
+/// `|U1|` and `|U2|` of `op`'s geometry: from `cache` when it has them, else estimated and
+/// stored. Also returns where they came from and the warnings of an unusable cache.
+fn operator_norms(
+    ctx: &GpuContext,
+    op: &LaminoOperator,
+    cache: &NormCache,
+) -> Result<(OperatorNorms, NormSource, Vec<String>), MemoError> {
+    let g = op.geometry();
+    let mut warnings = Vec::new();
+    match cache.get(g) {
+        Lookup::Hit(norms) => {
+            let path = cache.path(g).expect("a hit has a file");
+            return Ok((norms, NormSource::Cache(path), warnings));
+        }
+        Lookup::Unusable(why) => warnings.push(format!(
+            "ignored the operator-norm cache file {why}; estimating the norms again"
+        )),
+        Lookup::Miss => {}
+    }
+    let norms = OperatorNorms {
+        u1: operator_norm(ctx, op, Apply::Usfft1d, Apply::Usfft1dAdjoint)?,
+        u2: operator_norm(ctx, op, Apply::Usfft2d, Apply::Usfft2dAdjoint)?,
+    };
+    if let Err(why) = cache.put(g, norms) {
+        warnings.push(format!(
+            "could not store the operator norms ({why}): the next run estimates them again; set {CACHE_DIR_ENV} to a writable directory to keep them"
+        ));
+    }
+    Ok((norms, NormSource::Estimated, warnings))
 }
 
 /// The least-squares combination of the candidates from the normal equations: candidates
@@ -201,73 +289,95 @@ fn least_squares(dots: &gpu::Dots) -> Option<(Vec<num_complex::Complex64>, f64)>
 
 impl Memo {
     /// Sets up the cache of every stage of `op` (whose chunking fixes the reuse granularity) and,
-    /// for the certified policy, estimates `|U1|` and `|U2|`. Uses the operator's buffers as
+    /// for the certified policies, gets `|U1|` and `|U2|` from the norm cache named by the
+    /// environment ([`NormCache::from_env`]) or estimates them. Uses the operator's buffers as
     /// scratch.
     pub fn new(
         ctx: &GpuContext,
         op: &LaminoOperator,
         options: MemoOptions,
     ) -> Result<Self, MemoError> {
-        let (norm_u1, norm_u2) = match options.policy {
-            MemoPolicy::Certified { .. } => (
-                operator_norm(ctx, op, Apply::Usfft1d, Apply::Usfft1dAdjoint)?,
-                operator_norm(ctx, op, Apply::Usfft2d, Apply::Usfft2dAdjoint)?,
-            ),
-            _ => (f64::NAN, f64::NAN),
+        Self::with_norm_cache(ctx, op, options, &NormCache::from_env())
+    }
+
+    /// [`Memo::new`] with the norms remembered in `cache`.
+    pub fn with_norm_cache(
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: MemoOptions,
+        cache: &NormCache,
+    ) -> Result<Self, MemoError> {
+        let (norms, source, warnings) = if options.policy.is_certified() {
+            let (n, source, warnings) = operator_norms(ctx, op, cache)?;
+            (n, Some(source), warnings)
+        } else {
+            let nan = OperatorNorms {
+                u1: f64::NAN,
+                u2: f64::NAN,
+            };
+            (nan, None, Vec::new())
         };
+        let host_budget = options.host_bytes / 4;
+        let max_binding = ctx.max_binding_bytes().min(ctx.max_buffer_bytes());
         let mut stages = Vec::new();
         for stage in Stage::ALL {
             let chunks = op.chunk_count(stage);
             let ios: Vec<(&Block, &Block)> = (0..chunks).map(|j| op.chunk_io(stage, j)).collect();
-            let in_max = ios.iter().map(|(i, _)| i.len()).max().unwrap_or(0);
-            let out_max = ios.iter().map(|(_, o)| o.len()).max().unwrap_or(0);
-            let key_max = ios
-                .iter()
-                .map(|(i, _)| 18 * i.extents[i.channel_axis])
-                .max()
-                .unwrap_or(0);
-            let slot_elems = in_max + out_max;
-            let room = (options.device_bytes / 4)
-                .min(ctx.max_binding_bytes())
-                .min(ctx.max_buffer_bytes());
-            let slots = (room / (slot_elems * 8).max(1)) as usize;
-            let mut stats = StageStats::new(stage);
-            let kernels = if slots == 0 || !options.policy.is_active() {
-                if options.policy.is_active() {
-                    stats.disabled = Some(format!(
-                        "one cached chunk needs {} bytes, more than this stage's device budget of {room} bytes",
-                        slot_elems * 8
-                    ));
-                }
-                None
-            } else {
-                let (input, output) = ios[0];
-                Some(StageKernels::new(
-                    ctx,
-                    &input.buffer,
-                    &output.buffer,
-                    slots as u64 * slot_elems,
-                    key_max,
-                    out_max,
-                )?)
+            let shape = Shape {
+                chunks,
+                in_max: ios.iter().map(|(i, _)| i.len()).max().unwrap_or(0),
+                out_max: ios.iter().map(|(_, o)| o.len()).max().unwrap_or(0),
+                key_max: ios
+                    .iter()
+                    .map(|(i, _)| 18 * i.extents[i.channel_axis])
+                    .max()
+                    .unwrap_or(0),
+                host_tier: host_budget > 0,
+                audit: options.audit,
             };
-            stats.slots = slots;
+            let mut stats = StageStats::new(stage);
+            let (device, plan) = match options.policy.is_active() {
+                false => (None, None),
+                true => match gpu::plan(&shape, options.device_bytes / 4, max_binding) {
+                    Ok(plan) => {
+                        let (input, output) = ios[0];
+                        let buffers = (&input.buffer, &output.buffer);
+                        let device = StageDevice::new(ctx, buffers, &shape, &plan)?;
+                        (Some(device), Some(plan))
+                    }
+                    Err(why) => {
+                        stats.disabled = Some(why);
+                        (None, None)
+                    }
+                },
+            };
+            stats.slots = plan.map_or(0, |p| p.slots);
+            stats.wave = plan.map_or(0, |p| p.wave);
             let norm = if stage.chunks_share_map() {
-                norm_u1
+                norms.u1
             } else {
-                norm_u2
+                norms.u2
             };
             stages.push(StageMemo {
-                stage,
-                kernels,
-                store: Store::new(slots, slot_elems, in_max, options.host_bytes / 4),
-                indexes: HashMap::new(),
-                history: vec![VecDeque::new(); chunks],
-                norm,
-                stats,
+                device,
+                state: StageState {
+                    stage,
+                    plan,
+                    store: Store::new(plan.map_or(0, |p| p.slots), host_budget),
+                    indexes: HashMap::new(),
+                    history: vec![VecDeque::new(); chunks],
+                    norm,
+                    stats,
+                },
             });
         }
-        Ok(Self { options, stages })
+        Ok(Self {
+            options,
+            stages,
+            primal: None,
+            norms: source,
+            warnings,
+        })
     }
 
     /// The options in use.
@@ -279,43 +389,60 @@ impl Memo {
     pub fn device_bytes(&self) -> u64 {
         self.stages
             .iter()
-            .filter_map(|s| s.kernels.as_ref())
-            .map(StageKernels::device_bytes)
+            .filter_map(|s| s.device.as_ref())
+            .map(StageDevice::device_bytes)
             .sum()
+    }
+
+    /// The certified tolerance the next stage application uses (`None` for the other policies).
+    pub fn tolerance(&self) -> Option<f64> {
+        self.options.policy.tolerance(self.primal)
+    }
+
+    /// Called by the solver after every outer iteration with its relative primal residual
+    /// `|grad u - psi| / max(|grad u|, |psi|)`: `certified:auto` takes its tolerance from it.
+    pub fn observe_primal_residual(&mut self, primal_relative: f64) {
+        self.primal = Some(primal_relative);
     }
 
     /// Statistics so far.
     pub fn stats(&self) -> MemoStats {
-        MemoStats::summarise(
+        let mut stats = MemoStats::summarise(
             self.options.policy,
-            self.stages.iter().map(|s| s.stats.clone()).collect(),
-        )
+            self.stages.iter().map(|s| s.state.stats.clone()).collect(),
+        );
+        stats.tolerance = self.tolerance();
+        stats.norms = self.norms.clone();
+        stats.warnings = self.warnings.clone();
+        stats
     }
 
-    /// Runs `application` as [`LaminoOperator::record`] would, memoizing its gridding stages;
-    /// waits for it.
+    /// Records and submits `application` as [`LaminoOperator::record`] would, memoizing its
+    /// gridding stages. Waits only for the readbacks the decisions need (at most three per wave
+    /// of chunks); the last submission of each stage is left running.
     pub fn apply(
         &mut self,
         ctx: &GpuContext,
         op: &LaminoOperator,
         application: &Application,
     ) -> Result<(), MemoError> {
+        let tol = self.tolerance();
         for (position, stage) in application.gridding_stages() {
             let active = stage.and_then(|stage| {
                 self.stages
                     .iter_mut()
-                    .find(|s| s.stage == stage && s.kernels.is_some())
+                    .find(|s| s.state.stage == stage && s.device.is_some())
             });
             match active {
                 Some(s) => {
-                    for chunk in 0..op.chunk_count(s.stage) {
-                        s.run_chunk(ctx, op, &self.options, (application, position), chunk)?;
-                    }
+                    let device = s.device.as_ref().expect("active stages have a device side");
+                    s.state
+                        .apply(ctx, op, device, (application, position), &self.options, tol)?;
                 }
                 None => {
                     let mut rec = ctx.recorder("memo: plain stage");
                     op.record_stage(ctx, &mut rec, application, position)?;
-                    ctx.submit_and_wait(rec)?;
+                    ctx.submit(rec)?;
                 }
             }
         }
@@ -323,293 +450,108 @@ impl Memo {
     }
 }
 
-impl StageMemo {
-    fn kernels(&self) -> &StageKernels {
-        self.kernels.as_ref().expect("active stages have kernels")
+/// What a wave needs besides the state: the operator, the application, the device side.
+struct WaveContext<'a> {
+    ctx: &'a GpuContext,
+    op: &'a LaminoOperator,
+    device: &'a StageDevice,
+    application: &'a Application,
+    position: usize,
+    options: &'a MemoOptions,
+}
+
+impl WaveContext<'_> {
+    /// Records chunk `c`'s computation from its staged input, the copy of its output into its
+    /// slot (when it will be stored) and its stage out.
+    fn record_compute(
+        &self,
+        rec: &mut crate::gpu::Recorder,
+        c: &WaveChunk,
+    ) -> Result<(), GpuError> {
+        let d = self.device;
+        d.record_restore(self.ctx, rec, c.j, &c.input, c.slot);
+        self.op
+            .record_chunk_compute(self.ctx, rec, c.stage, c.chunk)?;
+        if c.key.is_some() {
+            d.record_store(self.ctx, rec, c.j, &c.output, c.slot);
+        }
+        self.op
+            .record_chunk_out(self.ctx, rec, self.application, self.position, c.chunk)
     }
 
+    /// Records every chunk decided `Compute` and not yet recorded.
+    fn record_decided_computes(
+        &self,
+        rec: &mut crate::gpu::Recorder,
+        wave: &mut [WaveChunk],
+    ) -> Result<(), GpuError> {
+        for c in wave.iter_mut() {
+            if let Outcome::Compute { recorded: false } = c.outcome {
+                self.record_compute(rec, c)?;
+                c.outcome = Outcome::Compute { recorded: true };
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StageState {
     /// The map class of a chunk: chunks of U1 with the same extents share one map.
-    fn class(&self, io: &(Block, Block), chunk: usize) -> usize {
+    fn class(&self, input: &Block, chunk: usize) -> usize {
         if self.stage.chunks_share_map() {
-            io.0.extents[io.0.channel_axis] as usize
+            input.extents[input.channel_axis] as usize
         } else {
             chunk
         }
     }
 
-    fn run_chunk(
+    fn apply(
         &mut self,
         ctx: &GpuContext,
         op: &LaminoOperator,
-        options: &MemoOptions,
+        device: &StageDevice,
         (application, position): (&Application, usize),
-        chunk: usize,
+        options: &MemoOptions,
+        tol: Option<f64>,
     ) -> Result<(), MemoError> {
         let start = Instant::now();
-        let (input, output) = op.chunk_io(self.stage, chunk);
-        let io = (input.clone(), output.clone());
-        let (input, output) = (&io.0, &io.1);
-        let mut rec = ctx.recorder("memo: stage in, key");
-        op.record_chunk_in(ctx, &mut rec, application, position, chunk)?;
-        self.kernels().record_key(ctx, &mut rec, input);
-        ctx.submit_and_wait(rec)?;
-        let key = UnitKey::new(&self.kernels().read_key(ctx, input)?);
-        let class = self.class(&io, chunk);
-        let (reuse, input_norm2) = match (options.policy, &key) {
-            (MemoPolicy::Mlr { tau }, Some(key)) => (self.mlr_decide(ctx, key, chunk, tau)?, 0.0),
-            (MemoPolicy::Certified { tol }, Some(key)) => {
-                self.certified_decide(ctx, options, key, &io, chunk, class, tol)?
-            }
-            _ => (None, 0.0),
+        let wave = self.plan.expect("active stages have a plan").wave;
+        let chunks: Vec<usize> = (0..op.chunk_count(self.stage)).collect();
+        let w = WaveContext {
+            ctx,
+            op,
+            device,
+            application,
+            position,
+            options,
         };
-        let decided = start.elapsed().as_secs_f64() * 1e3;
-        self.stats.chunks += 1;
-        match reuse {
-            Some(reuse) => {
-                let combination: Vec<(u64, Coefficient)> = reuse
-                    .combination
-                    .iter()
-                    .map(|&(id, alpha)| (self.slot_offsets(id).1, alpha))
-                    .collect();
-                let mut rec = ctx.recorder("memo: reuse");
-                if options.audit {
-                    op.record_chunk_compute(ctx, &mut rec, self.stage, chunk)?;
-                    self.kernels().record_audit_save(ctx, &mut rec, output);
-                }
-                self.kernels()
-                    .record_reuse(ctx, &mut rec, output, &combination);
-                if options.audit {
-                    self.kernels().record_audit_diff(ctx, &mut rec, output);
-                }
-                op.record_chunk_out(ctx, &mut rec, application, position, chunk)?;
-                // Submission waits for the work, so the chunk's time is complete here.
-                ctx.submit_and_wait(rec)?;
-                if options.audit {
-                    let error = self.kernels().read_residual(ctx, output)?.sqrt();
-                    self.stats
-                        .record_audit(error, reuse.certificate.map(|c| c.1));
-                }
-                for &(id, _) in &reuse.combination {
-                    self.store.touch(id);
-                }
-                self.stats.hits += 1;
-                self.stats.reuse_ms += start.elapsed().as_secs_f64() * 1e3;
-                if let Some((r, bound)) = reuse.certificate {
-                    self.stats.record_bound(r, bound);
-                }
-            }
-            None => {
-                self.stats.overhead_ms += decided;
-                let t = Instant::now();
-                // Keyed by position: the chunk's old entry makes way for the new one.
-                if let MemoPolicy::Mlr { .. } = options.policy {
-                    for old in std::mem::take(&mut self.history[chunk]) {
-                        self.store.remove(old);
-                    }
-                }
-                let stored = match &key {
-                    Some(key) => self.claim_slot(ctx, &[])?.map(|slot| (slot, key.clone())),
-                    None => None,
-                };
-                let mut rec = ctx.recorder("memo: compute");
-                op.record_chunk_compute(ctx, &mut rec, self.stage, chunk)?;
-                if let Some((slot, _)) = &stored {
-                    let offsets = self.store.slot_offsets(*slot);
-                    self.kernels()
-                        .record_store(ctx, &mut rec, (input, output), offsets);
-                }
-                op.record_chunk_out(ctx, &mut rec, application, position, chunk)?;
-                ctx.submit_and_wait(rec)?;
-                self.stats.misses += 1;
-                self.stats.compute_ms += t.elapsed().as_secs_f64() * 1e3;
-                if let Some((slot, key)) = stored {
-                    let lens = (input.len(), output.len());
-                    let id = self
-                        .store
-                        .insert(chunk, class, key.clone(), input_norm2, lens, slot);
-                    if let MemoPolicy::Certified { .. } = options.policy {
-                        self.indexes.entry(class).or_default().insert(id, key);
-                    }
-                    let history = &mut self.history[chunk];
-                    history.push_front(id);
-                    history.truncate(HISTORY);
-                }
-            }
+        let mut trips = 0;
+        for part in chunks.chunks(wave) {
+            trips += self.run_wave(&w, part, tol)?;
         }
-        let (device, host) = self.store.bytes();
-        self.stats.record_bytes(device, host);
+        self.stats.record_application(trips);
+        self.stats.wall_ms += start.elapsed().as_secs_f64() * 1e3;
+        let (device_bytes, host_bytes) = self.store.bytes();
+        self.stats.record_bytes(device_bytes, host_bytes);
         Ok(())
     }
 
-    fn slot_offsets(&self, id: u64) -> (u64, u64) {
-        match self.store.get(id).map(|e| &e.tier) {
-            Some(Tier::Device { slot }) => self.store.slot_offsets(*slot),
-            _ => unreachable!("reused entries are on the device"),
-        }
-    }
-
-    /// The reference's intended policy: the chunk's stored key only.
-    fn mlr_decide(
+    /// Waits for `read` and counts it.
+    fn wait<T>(
         &mut self,
-        ctx: &GpuContext,
-        key: &UnitKey,
-        chunk: usize,
-        tau: f64,
-    ) -> Result<Option<Reuse>, MemoError> {
-        let last = self.history[chunk].front().copied();
-        let Some(id) = last.filter(|id| self.store.get(*id).is_some()) else {
-            return Ok(None);
-        };
+        trips: &mut u64,
+        read: impl FnOnce() -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
         let t = Instant::now();
-        let cosine = key.cosine(&self.store.get(id).expect("live").key);
-        self.stats.lookup_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        if cosine < tau || !self.ensure_on_device(ctx, id, &[id])? {
-            return Ok(None);
-        }
-        Ok(Some(Reuse {
-            combination: vec![(id, [1.0, 0.0])],
-            certificate: None,
-        }))
+        let r = read();
+        self.stats.wait_ms += t.elapsed().as_secs_f64() * 1e3;
+        *trips += 1;
+        r
     }
 
-    /// The certified policy; also returns `|x|^2`.
-    #[allow(clippy::too_many_arguments)]
-    fn certified_decide(
-        &mut self,
-        ctx: &GpuContext,
-        options: &MemoOptions,
-        key: &UnitKey,
-        io: &(Block, Block),
-        chunk: usize,
-        class: usize,
-        tol: f64,
-    ) -> Result<(Option<Reuse>, f64), MemoError> {
-        let input = &io.0;
-        let mut candidates: Vec<(u64, f64)> = self.history[chunk]
-            .iter()
-            .filter_map(|&id| {
-                let e = self.store.get(id).filter(|e| e.class == class)?;
-                Some((id, key.cosine(&e.key)))
-            })
-            .collect();
-        let index = self.indexes.entry(class).or_default();
-        let known: Vec<u64> = candidates.iter().map(|c| c.0).collect();
-        let nearest = index.nearest(key, options.neighbours, |id| !known.contains(&id));
-        if let Some(&ms) = index.lookup_ms().last() {
-            self.stats.lookup_ms.push(ms);
-        }
-        candidates.extend(nearest);
-        candidates.truncate(MAX_CANDIDATES);
-        // Candidates come in priority order (the chunk's history first): a promotion may evict
-        // any entry except those already lined up for comparison.
-        let mut on_device = Vec::new();
-        for &(id, cosine) in &candidates {
-            // Bringing a host entry back costs an upload and usually a demotion: only for keys
-            // that point the same way (a small residual needs nearly proportional keys).
-            let on_host = matches!(self.store.get(id).map(|e| &e.tier), Some(Tier::Host { .. }));
-            if on_host && cosine < PROMOTE_COSINE {
-                continue;
-            }
-            if self.ensure_on_device(ctx, id, &on_device)? {
-                on_device.push(id);
-            }
-        }
-        let offsets: Vec<u64> = on_device
-            .iter()
-            .map(|&id| self.slot_offsets(id).0)
-            .collect();
-        let mut rec = ctx.recorder("memo: certify");
-        self.kernels().record_dots(ctx, &mut rec, input, &offsets);
-        ctx.submit_and_wait(rec)?;
-        let dots = self.kernels().read_dots(ctx, input, offsets.len())?;
-        let xx = dots.xx;
-        let Some((alphas, estimate)) = least_squares(&dots) else {
-            return Ok((None, xx));
-        };
-        // The normal equations lose about 1e-6 of |x|^2 to f32 sums and cancellation: measure
-        // the residual whenever the estimate is within that margin of TOL.
-        if tol <= 0.0 || estimate > 4.0 * tol * tol + 1e-5 {
-            return Ok((None, xx));
-        }
-        let used: Vec<(u64, Coefficient)> = on_device
-            .iter()
-            .zip(&alphas)
-            .filter(|(_, a)| a.norm() > 0.0)
-            .map(|(&id, a)| (id, [a.re as f32, a.im as f32]))
-            .collect();
-        let inputs: Vec<(u64, Coefficient)> = used
-            .iter()
-            .map(|&(id, a)| (self.slot_offsets(id).0, a))
-            .collect();
-        let mut rec = ctx.recorder("memo: residual");
-        self.kernels()
-            .record_residual(ctx, &mut rec, input, &inputs);
-        ctx.submit_and_wait(rec)?;
-        let residual = self.kernels().read_residual(ctx, input)?.sqrt();
-        let r = residual / xx.sqrt();
-        // Each stored output carries f32 rounding of about F32_ROUNDING |F| |c_i|, scaled by
-        // |alpha_i| in the combination.
-        let rounding: f64 = used
-            .iter()
-            .map(|&(id, a)| {
-                let c = self.store.get(id).map_or(0.0, |e| e.input_norm2.sqrt());
-                (a[0] as f64).hypot(a[1] as f64) * c
-            })
-            .sum::<f64>()
-            + xx.sqrt();
-        let reuse = (r < tol).then_some(Reuse {
-            combination: used,
-            certificate: Some((r, self.norm * (residual + F32_ROUNDING * rounding))),
-        });
-        Ok((reuse, xx))
-    }
-
-    /// Makes sure entry `id` is in a device slot, promoting it from the host tier if needed
-    /// (never evicting an entry in `keep`). False if no slot can be had.
-    fn ensure_on_device(
-        &mut self,
-        ctx: &GpuContext,
-        id: u64,
-        keep: &[u64],
-    ) -> Result<bool, MemoError> {
-        match self.store.get(id).map(|e| &e.tier) {
-            Some(Tier::Device { .. }) => return Ok(true),
-            // Dropped while room was made for an earlier candidate.
-            None => return Ok(false),
-            Some(Tier::Host { .. }) => {}
-        }
-        // The entry itself is on the host and must survive the room being made for it.
-        let keep: Vec<u64> = keep.iter().copied().chain([id]).collect();
-        let Some(slot) = self.claim_slot(ctx, &keep)? else {
-            return Ok(false);
-        };
-        let (input, output) = self.store.promote(id, slot).expect("a host entry");
-        let (input_at, output_at) = self.store.slot_offsets(slot);
-        let slab = self.kernels().slab();
-        ctx.write(slab, input_at, &input);
-        ctx.write(slab, output_at, &output);
-        self.stats.promotions += 1;
-        Ok(true)
-    }
-
-    /// A free device slot, evicting (and demoting) as needed; updates the indexes and statistics.
-    fn claim_slot(&mut self, ctx: &GpuContext, keep: &[u64]) -> Result<Option<usize>, MemoError> {
-        let mut evictions = Evictions::default();
-        let kernels = self.kernels.as_ref().expect("active stages have kernels");
-        let store = &mut self.store;
-        let demote = |e: &store::Entry, (input_at, output_at): (u64, u64)| -> Result<_, GpuError> {
-            Ok((
-                ctx.read(kernels.slab(), input_at, e.lens.0 as usize)?,
-                ctx.read(kernels.slab(), output_at, e.lens.1 as usize)?,
-            ))
-        };
-        let claimed = store.claim_slot(keep, demote, &mut evictions)?;
-        self.stats.demoted += evictions.demoted as u64;
-        self.stats.dropped += evictions.dropped as u64;
-        let Some((slot, dropped)) = claimed else {
-            return Ok(None);
-        };
-        for id in dropped {
+    /// Forgets dropped entries in the indexes and histories.
+    fn forget(&mut self, dropped: &[u64]) {
+        for &id in dropped {
             for index in self.indexes.values_mut() {
                 index.remove(id);
             }
@@ -617,7 +559,396 @@ impl StageMemo {
                 history.retain(|&e| e != id);
             }
         }
-        Ok(Some(slot))
+    }
+
+    /// Handles the chunks `chunks` together; returns the round trips taken.
+    fn run_wave(
+        &mut self,
+        w: &WaveContext<'_>,
+        chunks: &[usize],
+        tol: Option<f64>,
+    ) -> Result<u64, MemoError> {
+        let (ctx, dev) = (w.ctx, w.device);
+        let plan = self.plan.expect("active stages have a plan");
+        let mut trips = 0;
+        // Slots for the staged inputs and the promotion reserve, demoting or dropping the least
+        // recently used entries; demoted chunks are copied out before staging overwrites them.
+        let claim = self
+            .store
+            .claim(chunks.len() + plan.reserve)
+            .expect("the plan leaves room for a wave and the reserve");
+        self.forget(&claim.dropped);
+        self.stats.dropped += claim.dropped.len() as u64;
+        self.stats.demoted += claim.demoted.len() as u64;
+        let (staging, reserve) = claim.slots.split_at(chunks.len());
+        let mut reserve = reserve.to_vec();
+        let mut wave: Vec<WaveChunk> = chunks
+            .iter()
+            .zip(staging)
+            .enumerate()
+            .map(|(j, (&chunk, &slot))| {
+                let (input, output) = w.op.chunk_io(self.stage, chunk);
+                WaveChunk {
+                    j,
+                    chunk,
+                    slot,
+                    class: self.class(input, chunk),
+                    input: input.clone(),
+                    output: output.clone(),
+                    key: None,
+                    outcome: Outcome::Open,
+                    stage: self.stage,
+                }
+            })
+            .collect();
+
+        // Round trip 1: demotions out, inputs in, keys.
+        let mut rec = ctx.recorder("memo: stage in, keys");
+        let demoted_slots: Vec<usize> = claim.demoted.iter().map(|&(_, slot)| slot).collect();
+        dev.record_demotions(ctx, &mut rec, &demoted_slots);
+        for c in &wave {
+            w.op.record_chunk_in(ctx, &mut rec, w.application, w.position, c.chunk)?;
+            dev.record_copy_in(ctx, &mut rec, c.j, &c.input, c.slot);
+        }
+        let inputs: Vec<(&Block, usize)> = wave.iter().map(|c| (&c.input, c.slot)).collect();
+        dev.record_keys(ctx, &mut rec, &inputs);
+        ctx.submit(rec)?;
+        let key_lens: Vec<u64> = wave
+            .iter()
+            .map(|c| 18 * c.input.extents[c.input.channel_axis])
+            .collect();
+        let (keys, demoted) = self.wait(&mut trips, || {
+            dev.read_keys(ctx, &key_lens, demoted_slots.len())
+        })?;
+        let in_slot = dev.slot_offsets(0).1 as usize;
+        for (&(id, _), data) in claim.demoted.iter().zip(demoted) {
+            if let Some((li, lo)) = self.store.get(id).map(|e| e.lens) {
+                let input = data[..li as usize].to_vec();
+                let output = data[in_slot..in_slot + lo as usize].to_vec();
+                self.store.fill_host(id, input, output);
+            }
+        }
+        for (c, key) in wave.iter_mut().zip(&keys) {
+            c.key = UnitKey::new(key);
+            if c.key.is_none() {
+                // A zero input has no direction to compare: computed, not stored.
+                c.outcome = Outcome::Compute { recorded: false };
+            }
+        }
+
+        match (w.options.policy, tol) {
+            (MemoPolicy::Mlr { tau }, _) => self.mlr_decide(w, &mut wave, tau, &mut reserve),
+            (_, Some(tol)) => {
+                trips += self.certified_decide(w, &mut wave, tol, &mut reserve)?;
+            }
+            _ => unreachable!("active policies are mlr or certified"),
+        }
+
+        // The last submission: reused outputs formed, the remaining chunks computed.
+        let mut rec = ctx.recorder("memo: reuse, compute");
+        let mut audited = Vec::new();
+        for c in &mut wave {
+            match &c.outcome {
+                Outcome::Reuse(reuse) => {
+                    let combination: Combination = reuse
+                        .combination
+                        .iter()
+                        .map(|&(id, alpha)| {
+                            let slot = self
+                                .store
+                                .slot(id)
+                                .expect("reused entries are on the device");
+                            (dev.slot_offsets(slot).1, alpha)
+                        })
+                        .collect();
+                    if w.options.audit {
+                        dev.record_restore(ctx, &mut rec, c.j, &c.input, c.slot);
+                        w.op.record_chunk_compute(ctx, &mut rec, self.stage, c.chunk)?;
+                        dev.record_audit_save(ctx, &mut rec, c.j, &c.output);
+                    }
+                    dev.record_reuse(ctx, &mut rec, c.j, &c.output, &combination);
+                    if w.options.audit {
+                        dev.record_audit_diff(ctx, &mut rec, c.j, &c.output);
+                        audited.push((c.j, reuse.certificate.map(|(_, bound)| bound)));
+                    }
+                    w.op.record_chunk_out(ctx, &mut rec, w.application, w.position, c.chunk)?;
+                }
+                Outcome::Open => c.outcome = Outcome::Compute { recorded: false },
+                Outcome::Compute { .. } => {}
+            }
+        }
+        w.record_decided_computes(&mut rec, &mut wave)?;
+        if audited.is_empty() {
+            ctx.submit(rec)?;
+        } else {
+            let positions: Vec<usize> = audited.iter().map(|a| a.0).collect();
+            dev.record_audit_finish(ctx, &mut rec, &positions);
+            ctx.submit(rec)?;
+            let errors = self.wait(&mut trips, || dev.read_residuals(ctx, audited.len()))?;
+            for (error2, (_, bound)) in errors.iter().zip(&audited) {
+                self.stats.record_audit(error2.max(0.0).sqrt(), *bound);
+            }
+        }
+
+        // Bookkeeping: computed chunks become entries in their slots, reused ones free theirs.
+        for c in wave {
+            self.stats.chunks += 1;
+            match c.outcome {
+                Outcome::Reuse(reuse) => {
+                    self.store.release(c.slot);
+                    for &(id, _) in &reuse.combination {
+                        self.store.touch(id);
+                    }
+                    self.stats.hits += 1;
+                    if let Some((r, bound)) = reuse.certificate {
+                        self.stats.record_bound(r, bound);
+                    }
+                }
+                _ => {
+                    self.stats.misses += 1;
+                    let Some(key) = c.key else {
+                        self.store.release(c.slot);
+                        continue;
+                    };
+                    // Keyed by position: the chunk's old entry makes way for the new one.
+                    if let MemoPolicy::Mlr { .. } = w.options.policy {
+                        for old in std::mem::take(&mut self.history[c.chunk]) {
+                            self.store.remove(old);
+                        }
+                    }
+                    let lens = (c.input.len(), c.output.len());
+                    let id = self
+                        .store
+                        .insert(c.chunk, c.class, key.clone(), lens, c.slot);
+                    if w.options.policy.is_certified() {
+                        self.indexes.entry(c.class).or_default().insert(id, key);
+                    }
+                    let history = &mut self.history[c.chunk];
+                    history.push_front(id);
+                    history.truncate(HISTORY);
+                }
+            }
+        }
+        for slot in reserve {
+            self.store.release(slot);
+        }
+        Ok(trips)
+    }
+
+    /// Makes sure entry `id` is in a device slot, promoting it from the host tier into a reserve
+    /// slot if needed (the upload lands before the next submission). False if it cannot be had.
+    fn ensure_on_device(
+        &mut self,
+        dev: &StageDevice,
+        ctx: &GpuContext,
+        id: u64,
+        reserve: &mut Vec<usize>,
+    ) -> bool {
+        match self.store.get(id).map(|e| &e.tier) {
+            Some(Tier::Device { .. }) => return true,
+            None => return false,
+            Some(Tier::Host { .. }) => {}
+        }
+        let Some(&slot) = reserve.last() else {
+            return false;
+        };
+        let Some((input, output)) = self.store.promote(id, slot) else {
+            return false;
+        };
+        reserve.pop();
+        let (input_at, output_at) = dev.slot_offsets(slot);
+        ctx.write(dev.slab(), input_at, &input);
+        ctx.write(dev.slab(), output_at, &output);
+        self.stats.promotions += 1;
+        true
+    }
+
+    /// The reference's intended policy: each chunk against its own stored key only.
+    fn mlr_decide(
+        &mut self,
+        w: &WaveContext<'_>,
+        wave: &mut [WaveChunk],
+        tau: f64,
+        reserve: &mut Vec<usize>,
+    ) {
+        for c in wave.iter_mut() {
+            let Some(key) = &c.key else { continue };
+            let last = self.history[c.chunk].front().copied();
+            let Some(id) = last.filter(|&id| self.store.get(id).is_some()) else {
+                c.outcome = Outcome::Compute { recorded: false };
+                continue;
+            };
+            let t = Instant::now();
+            let cosine = key.cosine(&self.store.get(id).expect("live").key);
+            self.stats.lookup_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            c.outcome = if cosine >= tau && self.ensure_on_device(w.device, w.ctx, id, reserve) {
+                Outcome::Reuse(Reuse {
+                    combination: vec![(id, [1.0, 0.0])],
+                    certificate: None,
+                })
+            } else {
+                Outcome::Compute { recorded: false }
+            };
+        }
+    }
+
+    /// The certified policies: candidates, normal equations, residuals; returns the round trips
+    /// taken (at most two).
+    fn certified_decide(
+        &mut self,
+        w: &WaveContext<'_>,
+        wave: &mut [WaveChunk],
+        tol: f64,
+        reserve: &mut Vec<usize>,
+    ) -> Result<u64, MemoError> {
+        let (ctx, dev) = (w.ctx, w.device);
+        let mut trips = 0;
+        // Candidates: the chunk's recent history, then the nearest keys of its map; the searches
+        // only read the indexes, so they run in parallel, each answer deterministic.
+        let neighbours = w.options.neighbours;
+        let searched: Vec<(Vec<(u64, f64)>, f64)> = wave
+            .par_iter()
+            .map(|c| {
+                let Some(key) = &c.key else {
+                    return (Vec::new(), 0.0);
+                };
+                let mut candidates: Vec<(u64, f64)> = self.history[c.chunk]
+                    .iter()
+                    .filter_map(|&id| {
+                        let e = self.store.get(id).filter(|e| e.class == c.class)?;
+                        Some((id, key.cosine(&e.key)))
+                    })
+                    .collect();
+                let t = Instant::now();
+                if let Some(index) = self.indexes.get(&c.class) {
+                    let known: Vec<u64> = candidates.iter().map(|c| c.0).collect();
+                    candidates.extend(index.nearest(key, neighbours, |id| !known.contains(&id)));
+                }
+                candidates.truncate(MAX_CANDIDATES);
+                (candidates, t.elapsed().as_secs_f64() * 1e3)
+            })
+            .collect();
+        let mut on_device: Vec<Vec<u64>> = Vec::with_capacity(wave.len());
+        for (candidates, ms) in searched {
+            if ms > 0.0 {
+                self.stats.lookup_ms.push(ms);
+            }
+            // In priority order (the chunk's history first). Bringing a host entry back costs an
+            // upload: only for keys that point the same way (a small residual needs nearly
+            // proportional keys).
+            let mut kept = Vec::new();
+            for (id, cosine) in candidates {
+                let on_host =
+                    matches!(self.store.get(id).map(|e| &e.tier), Some(Tier::Host { .. }));
+                if on_host && cosine < PROMOTE_COSINE {
+                    continue;
+                }
+                if self.ensure_on_device(dev, ctx, id, reserve) {
+                    kept.push(id);
+                }
+            }
+            on_device.push(kept);
+        }
+        for (c, kept) in wave.iter_mut().zip(&on_device) {
+            if c.key.is_some() && kept.is_empty() {
+                c.outcome = Outcome::Compute { recorded: false };
+            }
+        }
+
+        // Round trip 2: the normal equations of every chunk with candidates; the chunks without
+        // are computed meanwhile.
+        let compared: Vec<usize> = (0..wave.len())
+            .filter(|&j| matches!(wave[j].outcome, Outcome::Open))
+            .collect();
+        let mut rec = ctx.recorder("memo: normal equations");
+        let slot_in = |store: &Store, id: u64| -> u64 {
+            dev.slot_offsets(store.slot(id).expect("candidates are on the device"))
+                .0
+        };
+        let jobs: Vec<(&Block, usize, Vec<u64>)> = compared
+            .iter()
+            .map(|&j| {
+                let offsets = on_device[j]
+                    .iter()
+                    .map(|&id| slot_in(&self.store, id))
+                    .collect();
+                (&wave[j].input, wave[j].slot, offsets)
+            })
+            .collect();
+        dev.record_dots(ctx, &mut rec, &jobs);
+        drop(jobs);
+        w.record_decided_computes(&mut rec, wave)?;
+        ctx.submit(rec)?;
+        if compared.is_empty() {
+            return Ok(trips);
+        }
+        let counts: Vec<usize> = compared.iter().map(|&j| on_device[j].len()).collect();
+        let dots = self.wait(&mut trips, || dev.read_dots(ctx, &counts))?;
+
+        // The least-squares combinations; those whose estimate is within reach of TOL are
+        // measured. The normal equations lose about 1e-6 of |x|^2 to f32 sums and cancellation:
+        // measure whenever the estimate is within that margin of TOL.
+        // (chunk, combination, |x|^2, rounding scale) of every combination to be measured.
+        let mut measured: Vec<(usize, Combination, f64, f64)> = Vec::new();
+        for (&j, d) in compared.iter().zip(&dots) {
+            let fit = least_squares(d)
+                .filter(|(_, estimate)| tol > 0.0 && *estimate <= 4.0 * tol * tol + 1e-5);
+            let Some((alphas, _)) = fit else {
+                wave[j].outcome = Outcome::Compute { recorded: false };
+                continue;
+            };
+            let used: Combination = on_device[j]
+                .iter()
+                .zip(&alphas)
+                .filter(|(_, a)| a.norm() > 0.0)
+                .map(|(&id, a)| (id, [a.re as f32, a.im as f32]))
+                .collect();
+            // Each stored output carries f32 rounding of about F32_ROUNDING |F| |c_i|, scaled by
+            // |alpha_i| in the combination.
+            let rounding: f64 = on_device[j]
+                .iter()
+                .zip(&alphas)
+                .enumerate()
+                .map(|(i, (_, a))| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
+                .sum::<f64>()
+                + d.xx.sqrt();
+            measured.push((j, used, d.xx, rounding));
+        }
+
+        // Round trip 3: the residuals of the accepted combinations, measured elementwise; the
+        // chunks the estimate rejected are computed meanwhile.
+        let mut rec = ctx.recorder("memo: residuals");
+        let jobs: Vec<(&Block, usize, Combination)> = measured
+            .iter()
+            .map(|(j, used, _, _)| {
+                let sources = used
+                    .iter()
+                    .map(|&(id, a)| (slot_in(&self.store, id), a))
+                    .collect();
+                (&wave[*j].input, wave[*j].slot, sources)
+            })
+            .collect();
+        dev.record_residuals(ctx, &mut rec, &jobs);
+        drop(jobs);
+        w.record_decided_computes(&mut rec, wave)?;
+        ctx.submit(rec)?;
+        if measured.is_empty() {
+            return Ok(trips);
+        }
+        let residuals = self.wait(&mut trips, || dev.read_residuals(ctx, measured.len()))?;
+        for ((j, used, xx, rounding), residual2) in measured.into_iter().zip(residuals) {
+            let residual = residual2.max(0.0).sqrt();
+            let r = residual / xx.sqrt();
+            wave[j].outcome = if r < tol {
+                Outcome::Reuse(Reuse {
+                    combination: used,
+                    certificate: Some((r, self.norm * (residual + F32_ROUNDING * rounding))),
+                })
+            } else {
+                Outcome::Compute { recorded: false }
+            };
+        }
+        Ok(trips)
     }
 }
 
@@ -679,7 +1010,7 @@ mod tests {
     }
 
     #[test]
-    fn gpu_keys_are_the_reference_pooling_for_every_stage() {
+    fn a_wave_stages_every_chunk_and_its_keys_are_the_reference_pooling() {
         let ctx = ctx();
         // 20 and 14 are not multiples of 3, so PyTorch's bins overlap.
         let mut g = Geometry::cube(20, 7, 2.0);
@@ -690,18 +1021,6 @@ mod tests {
             ..OperatorOptions::default()
         };
         let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
-        let k = |stage: Stage| {
-            let (input, output) = op.chunk_io(stage, 0);
-            StageKernels::new(
-                &ctx,
-                &input.buffer,
-                &output.buffer,
-                16,
-                18 * 8,
-                output.len(),
-            )
-            .unwrap()
-        };
         let mut rng = SplitMix64::new(1);
         let scalars = crate::array::Scalars::new(&ctx, 1, 1).unwrap();
         let arrays = [Space::Volume, Space::Spectrum, Space::Data].map(|space| {
@@ -715,7 +1034,20 @@ mod tests {
         });
         let field = |space| &arrays.iter().find(|(s, _)| *s == space).unwrap().1;
         for stage in Stage::ALL {
-            let kernels = k(stage);
+            let chunks = op.chunk_count(stage);
+            let ios: Vec<(&Block, &Block)> = (0..chunks).map(|j| op.chunk_io(stage, j)).collect();
+            let shape = Shape {
+                chunks,
+                in_max: ios[0].0.len(),
+                out_max: ios[0].1.len(),
+                key_max: 18 * ios[0].0.extents[ios[0].0.channel_axis],
+                host_tier: true,
+                audit: false,
+            };
+            let plan = gpu::plan(&shape, 1 << 30, ctx.max_binding_bytes()).unwrap();
+            assert_eq!(plan.wave, chunks, "{stage:?}");
+            let buffers = (&ios[0].0.buffer, &ios[0].1.buffer);
+            let dev = StageDevice::new(&ctx, buffers, &shape, &plan).unwrap();
             let (from, to) = stage.apply().spaces();
             let application = op
                 .application(
@@ -727,32 +1059,98 @@ mod tests {
                     crate::operator::Sink::Complex(field(to)),
                 )
                 .unwrap();
-            // The last chunk is the short one.
-            let chunk = op.chunk_count(stage) - 1;
-            let (input, _) = op.chunk_io(stage, chunk);
+            // Slots in reverse, so that slot and chunk differ.
+            let slot = |j: usize| chunks - 1 - j;
             let mut rec = ctx.recorder("test");
-            op.record_chunk_in(&ctx, &mut rec, &application, 0, chunk)
-                .unwrap();
-            kernels.record_key(&ctx, &mut rec, input);
-            ctx.submit_and_wait(rec).unwrap();
-            let key = kernels.read_key(&ctx, input).unwrap();
-            let local: Vec<Complex32> = ctx
-                .read(&input.buffer, 0, (input.buffer.bytes() / 8) as usize)
-                .unwrap();
-            let want = crate::reference::pooled_key(
-                &local,
-                input.view.offset as usize,
-                input.view.strides.map(|s| s as usize),
-                input.extents.map(|e| e as usize),
-                input.channel_axis,
-            );
-            assert_eq!(key.len(), want.len(), "{stage:?}");
-            for (i, (&got, &w)) in key.iter().zip(&want).enumerate() {
-                assert!(
-                    (got as f64 - w).abs() <= 1e-6 * (1.0 + w.abs()),
-                    "{stage:?} key[{i}]: {got} vs {w}"
+            for (j, (input, _)) in ios.iter().enumerate() {
+                op.record_chunk_in(&ctx, &mut rec, &application, 0, j)
+                    .unwrap();
+                dev.record_copy_in(&ctx, &mut rec, j, input, slot(j));
+            }
+            let inputs: Vec<(&Block, usize)> = ios
+                .iter()
+                .enumerate()
+                .map(|(j, io)| (io.0, slot(j)))
+                .collect();
+            dev.record_keys(&ctx, &mut rec, &inputs);
+            ctx.submit(rec).unwrap();
+            let lens: Vec<u64> = ios
+                .iter()
+                .map(|(i, _)| 18 * i.extents[i.channel_axis])
+                .collect();
+            let (keys, demoted) = dev.read_keys(&ctx, &lens, 0).unwrap();
+            assert!(demoted.is_empty());
+            for (j, (input, _)) in ios.iter().enumerate() {
+                let e = input.extents.map(|e| e as usize);
+                let staged: Vec<Complex32> = ctx
+                    .read(dev.slab(), dev.slot_offsets(slot(j)).0, e.iter().product())
+                    .unwrap();
+                let want = crate::reference::pooled_key(
+                    &staged,
+                    0,
+                    [e[1] * e[2], e[2], 1],
+                    e,
+                    input.channel_axis,
                 );
+                assert_eq!(keys[j].len(), want.len(), "{stage:?}");
+                for (i, (&got, &w)) in keys[j].iter().zip(&want).enumerate() {
+                    assert!(
+                        (got as f64 - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                        "{stage:?} chunk {j} key[{i}]: {got} vs {w}"
+                    );
+                }
+                // The operator's input block still holds the last chunk: its staged copy is the
+                // same bits (the last chunk is the short one).
+                if j + 1 == chunks {
+                    let local: Vec<Complex32> = ctx
+                        .read(&input.buffer, 0, (input.buffer.bytes() / 8) as usize)
+                        .unwrap();
+                    let v = input.view;
+                    for (k, value) in staged.iter().enumerate() {
+                        let (a, b, c) = (k / (e[1] * e[2]), (k / e[2]) % e[1], k % e[2]);
+                        let at = v.offset as usize
+                            + a * v.strides[0] as usize
+                            + b * v.strides[1] as usize
+                            + c * v.strides[2] as usize;
+                        assert_eq!(value.re.to_bits(), local[at].re.to_bits());
+                        assert_eq!(value.im.to_bits(), local[at].im.to_bits());
+                    }
+                }
             }
         }
+    }
+
+    #[test]
+    fn the_plan_fits_the_budget_and_shrinks_the_wave_before_giving_up() {
+        let shape = Shape {
+            chunks: 8,
+            in_max: 1000,
+            out_max: 1000,
+            key_max: 144,
+            host_tier: true,
+            audit: false,
+        };
+        let slot = 16_000;
+        let plan = gpu::plan(&shape, 1 << 30, 1 << 30).unwrap();
+        assert_eq!(plan.wave, 8);
+        assert_eq!(plan.demote_slots, 8 + gpu::RESERVE);
+        // 30 slots' worth cannot hold a wave of 8 (its staging, the reserve, one more wave and
+        // the outbox for the demotions): the wave shrinks.
+        let small = gpu::plan(&shape, 30 * slot, 1 << 30).unwrap();
+        assert!(small.wave < 8 && small.wave >= 1, "{small:?}");
+        assert!(small.slots >= 2 * small.wave + small.reserve, "{small:?}");
+        let none = gpu::plan(&shape, 5 * slot, 1 << 30).unwrap_err();
+        assert!(none.contains("device budget"), "{none}");
+        // Without a host tier the outbox needs no room for demotions.
+        let plan = gpu::plan(
+            &Shape {
+                host_tier: false,
+                ..shape
+            },
+            1 << 30,
+            1 << 30,
+        )
+        .unwrap();
+        assert_eq!(plan.demote_slots, 0);
     }
 }

@@ -18,7 +18,19 @@ pub enum MemoPolicy {
     /// `|x - alpha x_c| / |x|` (least-squares `alpha`, measured on the GPU) is below `tol`, so the
     /// output error is at most `|F| tol |x|`. `tol = 0` never reuses.
     Certified { tol: f64 },
+    /// `Certified` with a tolerance that follows the solver: in outer iteration `k`,
+    /// `TOL_k = clamp(scale * primal_k-1, floor, AUTO_CAP)`, `primal_k-1` the relative primal
+    /// residual `|grad u - psi| / max(|grad u|, |psi|)` of the previous outer iteration (`AUTO_CAP`
+    /// before the first). Reuse is loose while the iterates are far from the solution and tightens
+    /// as the split converges, down to `floor`.
+    CertifiedAuto { scale: f64, floor: f64 },
 }
+
+/// The tolerance of `certified:auto` before the solver has reported a residual, and its largest.
+pub const AUTO_CAP: f64 = 0.1;
+/// `certified:auto`'s default `scale` and `floor`.
+pub const AUTO_SCALE: f64 = 0.3;
+pub const AUTO_FLOOR: f64 = 1e-3;
 
 impl MemoPolicy {
     /// The default: `off`. `lamino bench memo` measured no certified setting that saves time at
@@ -34,6 +46,26 @@ impl MemoPolicy {
     pub fn trades_accuracy(self) -> bool {
         matches!(self, Self::Mlr { .. })
     }
+
+    /// Whether reuse is certified by a residual (and needs `|F|`).
+    pub fn is_certified(self) -> bool {
+        matches!(self, Self::Certified { .. } | Self::CertifiedAuto { .. })
+    }
+
+    /// The certified tolerance to use after an outer iteration whose relative primal residual was
+    /// `primal` (`None` before the first); `None` for the other policies.
+    pub fn tolerance(self, primal: Option<f64>) -> Option<f64> {
+        match self {
+            Self::Certified { tol } => Some(tol),
+            Self::CertifiedAuto { scale, floor } => Some(match primal {
+                // NaN residuals (a diverging run) take the floor.
+                Some(p) if p.is_finite() => (scale * p).clamp(floor, AUTO_CAP.max(floor)),
+                Some(_) => floor,
+                None => AUTO_CAP.max(floor),
+            }),
+            Self::Off | Self::Mlr { .. } => None,
+        }
+    }
 }
 
 impl Default for MemoPolicy {
@@ -48,11 +80,19 @@ impl fmt::Display for MemoPolicy {
             Self::Off => write!(f, "off"),
             Self::Mlr { tau } => write!(f, "mlr:{tau}"),
             Self::Certified { tol } => write!(f, "certified:{tol}"),
+            Self::CertifiedAuto { scale, floor } => {
+                if (*scale, *floor) == (AUTO_SCALE, AUTO_FLOOR) {
+                    write!(f, "certified:auto")
+                } else {
+                    write!(f, "certified:auto:{scale}:{floor}")
+                }
+            }
         }
     }
 }
 
-/// Serialised as its command-line spelling (`off`, `mlr:0.9`, `certified:0.001`).
+/// Serialised as its command-line spelling (`off`, `mlr:0.9`, `certified:0.001`,
+/// `certified:auto`).
 impl Serialize for MemoPolicy {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
@@ -61,7 +101,7 @@ impl Serialize for MemoPolicy {
 
 /// Why a policy string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad memo policy {given:?}: {why} (expected off, mlr:TAU with 0 < TAU <= 1, or certified:TOL with 0 <= TOL < 1)")]
+#[error("bad memo policy {given:?}: {why} (expected off, mlr:TAU with 0 < TAU <= 1, certified:TOL with 0 <= TOL < 1, or certified:auto[:SCALE[:FLOOR]] with SCALE > 0 and 0 < FLOOR < 1)")]
 pub struct PolicyParseError {
     given: String,
     why: &'static str,
@@ -77,6 +117,25 @@ impl FromStr for MemoPolicy {
         };
         if s == "off" {
             return Ok(Self::Off);
+        }
+        if let Some(rest) = s.strip_prefix("certified:auto") {
+            let mut parts = rest.split(':').skip(1);
+            let mut next = |default: f64| -> Result<f64, PolicyParseError> {
+                parts.next().map_or(Ok(default), |v| {
+                    v.parse().map_err(|_| err("the parameter is not a number"))
+                })
+            };
+            let (scale, floor) = (next(AUTO_SCALE)?, next(AUTO_FLOOR)?);
+            if !(rest.is_empty() || rest.starts_with(':')) || parts.next().is_some() {
+                return Err(err("certified:auto takes at most SCALE and FLOOR"));
+            }
+            if !(scale.is_finite() && scale > 0.0) {
+                return Err(err("scale out of range"));
+            }
+            if !(floor > 0.0 && floor < 1.0) {
+                return Err(err("floor out of range"));
+            }
+            return Ok(Self::CertifiedAuto { scale, floor });
         }
         let (name, value) = s.split_once(':').ok_or_else(|| err("no parameter"))?;
         let value: f64 = value
@@ -133,6 +192,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_schedule_follows_the_primal_residual_between_floor_and_cap() {
+        let auto = MemoPolicy::CertifiedAuto {
+            scale: 0.5,
+            floor: 1e-3,
+        };
+        assert_eq!(auto.tolerance(None), Some(AUTO_CAP));
+        assert_eq!(auto.tolerance(Some(1.0)), Some(AUTO_CAP));
+        assert_eq!(auto.tolerance(Some(0.01)), Some(0.005));
+        assert_eq!(auto.tolerance(Some(1e-5)), Some(1e-3));
+        assert_eq!(auto.tolerance(Some(f64::NAN)), Some(1e-3));
+        assert_eq!(
+            MemoPolicy::Certified { tol: 0.02 }.tolerance(Some(0.5)),
+            Some(0.02)
+        );
+        assert_eq!(MemoPolicy::Mlr { tau: 0.9 }.tolerance(Some(0.5)), None);
+        assert!(auto.is_certified() && !auto.trades_accuracy() && auto.is_active());
+    }
+
+    #[test]
     fn defaults_are_guarded() {
         assert_eq!(MemoPolicy::default(), MemoPolicy::Off);
         let o = MemoOptions::default();
@@ -144,13 +222,36 @@ mod tests {
 
     #[test]
     fn parses_and_prints() {
-        for s in ["off", "mlr:0.9", "certified:0.001", "certified:0", "mlr:1"] {
+        for s in [
+            "off",
+            "mlr:0.9",
+            "certified:0.001",
+            "certified:0",
+            "mlr:1",
+            "certified:auto",
+            "certified:auto:0.5",
+            "certified:auto:0.5:0.002",
+        ] {
             let p: MemoPolicy = s.parse().unwrap();
             assert_eq!(p.to_string().parse::<MemoPolicy>().unwrap(), p, "{s}");
         }
         assert_eq!(
             "mlr:0.9".parse::<MemoPolicy>().unwrap(),
             MemoPolicy::Mlr { tau: 0.9 }
+        );
+        assert_eq!(
+            "certified:auto".parse::<MemoPolicy>().unwrap(),
+            MemoPolicy::CertifiedAuto {
+                scale: AUTO_SCALE,
+                floor: AUTO_FLOOR
+            }
+        );
+        assert_eq!(
+            "certified:auto:0.5".parse::<MemoPolicy>().unwrap(),
+            MemoPolicy::CertifiedAuto {
+                scale: 0.5,
+                floor: AUTO_FLOOR
+            }
         );
         for bad in [
             "on",
@@ -161,6 +262,10 @@ mod tests {
             "certified:1",
             "certified:-1",
             "lru:0.5",
+            "certified:auto:0",
+            "certified:auto:0.1:0",
+            "certified:auto:0.1:0.01:3",
+            "certified:autox",
         ] {
             let e = bad.parse::<MemoPolicy>().unwrap_err();
             assert!(e.to_string().contains(bad), "{e}");

@@ -3,13 +3,14 @@
 
 use serde::Serialize;
 
+use super::norm_cache::NormSource;
 use super::MemoPolicy;
 use crate::operator::Stage;
 
-/// Statistics of one stage. Times are wall-clock milliseconds of whole chunks (staging
-/// included): `compute_ms` of the chunks computed, `reuse_ms` of the chunks reused (key,
-/// lookup and certification included), `overhead_ms` the key, lookup and certification time
-/// spent on chunks that were computed after all.
+/// Statistics of one stage. Times are wall-clock milliseconds: `wall_ms` is everything the memo
+/// layer spent on the stage (recording, waiting, deciding; the GPU work of the chunks it computed
+/// included, since it waits for them with the certification), `wait_ms` the part spent blocked
+/// on readbacks.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageStats {
     pub stage: Stage,
@@ -17,12 +18,18 @@ pub struct StageStats {
     pub disabled: Option<String>,
     /// Device slots of the stage's slab.
     pub slots: usize,
+    /// Chunks handled together: at most three round trips per wave.
+    pub wave: usize,
     pub chunks: u64,
     pub hits: u64,
     pub misses: u64,
-    pub compute_ms: f64,
-    pub reuse_ms: f64,
-    pub overhead_ms: f64,
+    /// Applications of the stage, host round trips (waits for a readback) in all, and the most in
+    /// one application.
+    pub applications: u64,
+    pub round_trips: u64,
+    pub max_round_trips: u64,
+    pub wall_ms: f64,
+    pub wait_ms: f64,
     #[serde(skip)]
     pub lookup_ms: Vec<f64>,
     /// Entries moved from the device tier to the host tier, and dropped.
@@ -52,12 +59,15 @@ impl StageStats {
             stage,
             disabled: None,
             slots: 0,
+            wave: 0,
             chunks: 0,
             hits: 0,
             misses: 0,
-            compute_ms: 0.0,
-            reuse_ms: 0.0,
-            overhead_ms: 0.0,
+            applications: 0,
+            round_trips: 0,
+            max_round_trips: 0,
+            wall_ms: 0.0,
+            wait_ms: 0.0,
             lookup_ms: Vec::new(),
             demoted: 0,
             dropped: 0,
@@ -103,15 +113,11 @@ impl StageStats {
         }
     }
 
-    /// Estimated time saved: each hit would have cost the mean computed chunk, and cost its own
-    /// reuse time instead; the overhead on misses is subtracted. Negative when memoization costs
-    /// more than it saves.
-    pub fn time_saved_ms(&self) -> f64 {
-        if self.misses == 0 {
-            return -self.reuse_ms - self.overhead_ms;
-        }
-        let mean_compute = self.compute_ms / self.misses as f64;
-        self.hits as f64 * mean_compute - self.reuse_ms - self.overhead_ms
+    /// Counts one application that took `round_trips` waits.
+    pub(crate) fn record_application(&mut self, round_trips: u64) {
+        self.applications += 1;
+        self.round_trips += round_trips;
+        self.max_round_trips = self.max_round_trips.max(round_trips);
     }
 }
 
@@ -119,11 +125,23 @@ impl StageStats {
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoStats {
     pub policy: MemoPolicy,
+    /// The certified tolerance in use at the end (it follows the solver under `certified:auto`).
+    pub tolerance: Option<f64>,
+    /// Where `|U1|` and `|U2|` came from (certified policies).
+    pub norms: Option<NormSource>,
+    /// Problems that did not stop the run (an unusable or unwritable norm cache).
+    pub warnings: Vec<String>,
     pub chunks: u64,
     pub hits: u64,
     pub misses: u64,
     pub hit_rate: f64,
-    pub time_saved_ms: f64,
+    /// Stage applications through the memo layer, their round trips to the host, and the most
+    /// round trips of one stage application.
+    pub applications: u64,
+    pub round_trips: u64,
+    pub max_round_trips_per_application: u64,
+    pub wall_ms: f64,
+    pub wait_ms: f64,
     pub lookups: usize,
     pub lookup_ms_median: f64,
     pub lookup_ms_p99: f64,
@@ -132,6 +150,7 @@ pub struct MemoStats {
     pub peak_cache_bytes: u64,
     pub demoted: u64,
     pub dropped: u64,
+    pub promotions: u64,
     pub max_relative_residual: f64,
     pub error_bound_sum: f64,
     pub audited: u64,
@@ -161,6 +180,9 @@ impl MemoStats {
         let max = |f: fn(&StageStats) -> f64| stages.iter().map(f).fold(0.0, f64::max);
         Self {
             policy,
+            tolerance: None,
+            norms: None,
+            warnings: Vec::new(),
             chunks,
             hits,
             misses,
@@ -169,7 +191,15 @@ impl MemoStats {
             } else {
                 hits as f64 / chunks as f64
             },
-            time_saved_ms: stages.iter().map(StageStats::time_saved_ms).sum(),
+            applications: sum(|s| s.applications),
+            round_trips: sum(|s| s.round_trips),
+            max_round_trips_per_application: stages
+                .iter()
+                .map(|s| s.max_round_trips)
+                .max()
+                .unwrap_or(0),
+            wall_ms: stages.iter().map(|s| s.wall_ms).sum(),
+            wait_ms: stages.iter().map(|s| s.wait_ms).sum(),
             lookups: lookups.len(),
             lookup_ms_median: quantile(&lookups, 0.5),
             lookup_ms_p99: quantile(&lookups, 0.99),
@@ -177,6 +207,7 @@ impl MemoStats {
             peak_cache_bytes: sum(|s| s.peak_device_bytes + s.peak_host_bytes),
             demoted: sum(|s| s.demoted),
             dropped: sum(|s| s.dropped),
+            promotions: sum(|s| s.promotions),
             max_relative_residual: max(|s| s.max_relative_residual),
             error_bound_sum: stages.iter().map(|s| s.error_bound_sum).sum(),
             audited: sum(|s| s.audited),
@@ -194,19 +225,29 @@ mod tests {
     fn totals_add_up() {
         let mut a = StageStats::new(Stage::Usfft1d);
         (a.chunks, a.hits, a.misses) = (10, 4, 6);
-        (a.compute_ms, a.reuse_ms, a.overhead_ms) = (60.0, 8.0, 2.0);
+        a.record_application(3);
+        a.record_application(1);
+        (a.wall_ms, a.wait_ms) = (60.0, 8.0);
         a.lookup_ms = vec![1.0, 2.0, 3.0];
         a.record_bytes(100, 50);
         a.record_bytes(10, 5);
         let mut b = StageStats::new(Stage::Usfft2d);
         (b.chunks, b.hits, b.misses) = (5, 0, 5);
         b.lookup_ms = vec![4.0];
+        b.record_application(2);
         let s = MemoStats::summarise(MemoPolicy::Certified { tol: 0.01 }, vec![a, b]);
         assert_eq!((s.chunks, s.hits, s.misses), (15, 4, 11));
         assert_eq!(s.chunks, s.hits + s.misses);
         assert!((s.hit_rate - 4.0 / 15.0).abs() < 1e-12);
-        // 4 hits x 10 ms per computed chunk - 8 ms reusing - 2 ms overhead.
-        assert!((s.time_saved_ms - 30.0).abs() < 1e-9);
+        assert_eq!(
+            (
+                s.applications,
+                s.round_trips,
+                s.max_round_trips_per_application
+            ),
+            (3, 6, 3)
+        );
+        assert_eq!((s.wall_ms, s.wait_ms), (60.0, 8.0));
         assert_eq!((s.cache_bytes, s.peak_cache_bytes), (15, 150));
         assert_eq!(
             (s.lookups, s.lookup_ms_median, s.lookup_ms_p99),

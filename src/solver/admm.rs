@@ -615,6 +615,11 @@ impl AdmmSolver {
             primal_relative: relative(primal.sqrt(), norm_gu.max(norm_psi)),
             dual_relative: relative(dual.sqrt(), norm_lambda.max(rho * norm_gu)),
         };
+        // `certified:auto` takes the tolerance of the next iteration's reuses from the residual.
+        if let Some(memo) = &self.memo {
+            memo.borrow_mut()
+                .observe_primal_residual(report.primal_relative);
+        }
         // The adaptive penalty of the reference: lambda is not rescaled.
         if primal > 10.0 * dual {
             self.rho *= 2.0;
