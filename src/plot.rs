@@ -574,6 +574,13 @@ pub fn write_comparison_png(path: &Path, truth: &Stack, rec: &Stack) -> Result<(
                 let image = Image::new("comparison slice", values, *h, *w)?;
                 let x = LEFT + col * (cell_w + GAP);
                 image.draw(root, (x as i32, y as i32), scale, color)?;
+                // A frame, so that a difference that is white (zero) at the edges still shows
+                // where the slice ends.
+                let (x1, y1) = ((x + w * scale) as i32, (y + h * scale) as i32);
+                drawn(root.draw(&Rectangle::new(
+                    [(x as i32 - 1, y as i32 - 1), (x1, y1)],
+                    RGBColor(150, 150, 150).stroke_width(1),
+                )))?;
             }
             let mid = (y + row_heights[row] / 2) as i32;
             drawn(root.draw_text(names[row], &font(18), (8, mid - 18)))?;
