@@ -249,8 +249,9 @@ pub struct OperatorBenchRecord {
     pub device: String,
 }
 
-/// Complex volume, spectrum and data arrays to time operator applications on.
-struct OperatorArrays {
+/// Complex volume, spectrum and data arrays to time operator applications on (zeros until
+/// written: no kernel branches on values, so the cost does not depend on them).
+pub struct OperatorArrays {
     volume: crate::array::Field,
     spectrum: crate::array::Field,
     data: crate::array::Field,
@@ -258,7 +259,7 @@ struct OperatorArrays {
 }
 
 impl OperatorArrays {
-    fn new(
+    pub fn new(
         ctx: &GpuContext,
         g: &crate::operator::Geometry,
     ) -> Result<Self, crate::error::GpuError> {
@@ -274,7 +275,7 @@ impl OperatorArrays {
 
     /// `what` from the array of its input space to the array of its output space (the 2D FFT
     /// stage in place on the data).
-    fn application(
+    pub fn application(
         &self,
         ctx: &GpuContext,
         op: &crate::operator::LaminoOperator,

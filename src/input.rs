@@ -402,8 +402,9 @@ fn projections_from_tiff(
 
 fn clamp_warning(clamped: usize) -> String {
     format!(
-        "{clamped} pixels had intensity <= dark or >= flat and were clamped to ratio \
-         {RATIO_FLOOR:e} (dead pixels or wrong flats?)"
+        "{clamped} pixels had a transmission (I - D) / (F - D) below {RATIO_FLOOR:e} \
+         (intensity at or below the dark, or a flat at or below the dark) and were raised to it \
+         (dead pixels or wrong flats?)"
     )
 }
 

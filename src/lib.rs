@@ -1,9 +1,33 @@
 //! lamino: X-ray laminography reconstruction on any GPU through wgpu.
 //!
-//! Layers, bottom up: [`gpu`] (the only module that calls wgpu: device policy, buffers, kernels),
-//! [`fft`] (Stockham / Bluestein FFT plans), [`reference`] (f64 CPU references the GPU results are
-//! checked against), [`io`] (array files), [`simulate`] (phantoms and their exact projections) and
-//! the CLI in `src/main.rs`.
+//! A scan goes in through [`input`] (or [`io`]), is reconstructed by [`recon`] (ADMM-TV from
+//! [`solver`] over the operator of [`operator`]) and written with previews from [`plot`]; the CLI
+//! (`src/main.rs` over `src/cli/`, one module per command) is a thin layer over these.
+//!
+//! Modules, one line each:
+//! - [`array`](mod@array): the arrays of a reconstruction (device-, host- or scratch-resident fields) and the
+//!   scalars its kernels share.
+//! - [`bench`](mod@bench): benchmark drivers behind `lamino bench ...` that print figures.
+//! - [`error`]: typed errors of the GPU runtime ([`GpuError`]).
+//! - [`fft`]: complex FFT plans on the GPU (Stockham, mixed radix, Bluestein).
+//! - [`flatfield`]: BaSiC flat-field, dark-field and baseline estimation and correction.
+//! - [`gpu`]: the GPU runtime, the only module that calls wgpu (device policy, buffers, kernels,
+//!   recordings).
+//! - [`hash`]: the crate's one checksum (64-bit FNV-1a) for checkpoints and fingerprints.
+//! - [`input`]: reading a scan into line integrals with their geometry (the routes of
+//!   `lamino reconstruct`).
+//! - [`io`]: array files (`.npy`, TIFF stacks and volumes, DXchange HDF5) and atomic writes.
+//! - [`memo`]: memoization of the gridding stages across solver iterations.
+//! - [`memory`]: host memory figures and up-front refusals of work that would not fit.
+//! - [`metrics`]: image quality against a ground truth (relative L2, PSNR, SSIM).
+//! - [`operator`]: the laminography operator `L = F_adj . U2 . U1`, its adjoint and geometry.
+//! - [`plan`]: the memory planner (in-core or streaming, decided before anything is allocated).
+//! - [`plot`]: pictures (previews, comparison panels, convergence and flat-field plots).
+//! - [`recon`]: the reconstruction pipeline as a library (progress, cancellation, checkpoints).
+//! - [`reference`](mod@reference): f64 CPU references the GPU kernels are tested against.
+//! - [`shaders`]: the WGSL sources and the bindings each entry point declares.
+//! - [`simulate`]: simulated scans (phantoms, exact projections, Poisson noise).
+//! - [`solver`]: the ADMM-TV solver, its parameters, convergence test and checkpoints.
 
 pub mod array;
 pub mod bench;

@@ -1,13 +1,37 @@
-//! Accuracy-vs-time scatter plots as 800 x 600 RGB PNGs, drawn pixel by pixel with a built-in
-//! 5 x 7 bitmap font, so that reports need no plotting library or system fonts.
+//! Pictures written next to results: slice previews, truth | reconstruction | difference panels,
+//! the solver's convergence history, the fitted flat-field, dark-field and baseline, and
+//! accuracy-vs-time scatter plots.
+//!
+//! Everything is drawn with `plotters`' bitmap backend into an RGB buffer and written as PNG
+//! atomically (a temporary file renamed into place). Text is drawn with DejaVu Sans, embedded in
+//! the binary from `assets/fonts`, so no system font is needed or consulted.
+//!
+//! Grey levels: a slice is shown between its 0.5 and 99.5 percentiles (of its finite values), so
+//! a few hot or dead voxels do not wash the picture out; the window is written on the picture.
+//! Small slices are enlarged by an integer factor with nearest-neighbour sampling (each voxel a
+//! square block, no smoothing that could pass for structure) until the long side is at least
+//! [`PREVIEW_MIN_SIDE`] pixels.
 
 use std::io::Cursor;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::OnceLock;
 
-use image::{ImageFormat, Rgb, RgbImage};
+use image::{ImageFormat, RgbImage};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
 use thiserror::Error;
 
-use crate::io::{write_atomically, IoError};
+use crate::io::{central_slices, write_atomically, IoError, Stack};
+use crate::solver::{Convergence, IterationReport};
+
+/// The shortest long side, in pixels, of a slice preview.
+pub const PREVIEW_MIN_SIDE: usize = 512;
+/// The shortest long side, in pixels, of one cell of a comparison panel.
+pub const PANEL_CELL_MIN_SIDE: usize = 320;
+/// The grey window of previews and panels: these percentiles of the finite values.
+pub const GREY_WINDOW_PERCENTILES: (f64, f64) = (0.5, 99.5);
 
 /// One series of points drawn in one colour and marker.
 pub struct Series<'a> {
@@ -42,7 +66,7 @@ pub struct PlotSpec<'a> {
     pub series: &'a [Series<'a>],
 }
 
-/// Errors drawing or writing a plot.
+/// Errors drawing or writing a picture.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum PlotError {
@@ -53,6 +77,26 @@ pub enum PlotError {
         low: f64,
         high: f64,
     },
+    /// An image's pixel count does not match its stated size, or it has no pixels.
+    #[error("{what}: {len} values cannot be a {height} x {width} image")]
+    BadImage {
+        what: &'static str,
+        len: usize,
+        height: usize,
+        width: usize,
+    },
+    /// Two volumes to compare differ in shape.
+    #[error("the reconstruction has shape {rec:?} but the truth has {truth:?}")]
+    ShapeMismatch { rec: [usize; 3], truth: [usize; 3] },
+    /// There is nothing to plot (a convergence history without iterations).
+    #[error("nothing to plot: {0}")]
+    Empty(&'static str),
+    /// The picture would exceed what a PNG (or memory) can reasonably hold.
+    #[error("a {width} x {height} picture is too large")]
+    TooLarge { width: usize, height: usize },
+    /// plotters failed to draw (it reports its errors as text).
+    #[error("cannot draw the plot: {0}")]
+    Draw(String),
     /// The image could not be encoded as PNG.
     #[error("cannot encode the plot as PNG: {0}")]
     Encode(#[from] image::ImageError),
@@ -61,37 +105,73 @@ pub enum PlotError {
     Write(#[from] IoError),
 }
 
-const WIDTH: u32 = 800;
-const HEIGHT: u32 = 600;
-/// The plot area in pixels: the left margin holds the y tick labels and the rotated y label, the
-/// bottom margin the x tick labels and the x label, the top margin the title.
-const LEFT: i32 = 110;
-const RIGHT: i32 = WIDTH as i32 - 30;
-const TOP: i32 = 50;
-const BOTTOM: i32 = HEIGHT as i32 - 70;
-/// Half the width of a marker in pixels.
-const MARKER_RADIUS: i32 = 5;
-/// The scale of labels and legend text; the title is drawn one step larger.
-const TEXT_SCALE: i32 = 2;
-
-const WHITE: Rgb<u8> = Rgb([255, 255, 255]);
-const BLACK: Rgb<u8> = Rgb([0, 0, 0]);
-const GRID: Rgb<u8> = Rgb([225, 225, 225]);
-
-/// Draws `spec` and writes it to `path` as a PNG, atomically (a temporary file next to `path` is
-/// renamed into place), so a reader never sees a half-written plot.
-///
-/// Points outside the ranges are clamped to the border of the plot area and drawn hollow, so they
-/// stay visible but cannot be mistaken for values on the border. The legend sits in the lower right
-/// corner of the plot area, where rising accuracy-vs-time curves leave room.
-pub fn write_scatter_png(path: &Path, spec: &PlotSpec) -> Result<(), PlotError> {
-    for (axis, (low, high)) in [("x", spec.x_range), ("y", spec.y_range)] {
-        // `!(low < high)` is also true when either end is NaN.
-        if !low.is_finite() || !high.is_finite() || low >= high {
-            return Err(PlotError::BadRange { axis, low, high });
+impl PlotError {
+    /// As an [`IoError`] naming `path` (for callers that report file errors), keeping an
+    /// [`IoError`] from the write itself as it is.
+    pub fn into_io(self, path: &Path) -> IoError {
+        match self {
+            PlotError::Write(e) => e,
+            other => IoError::Write {
+                path: path.into(),
+                reason: other.to_string(),
+            },
         }
     }
-    let img = render(spec);
+}
+
+/// The family name under which the embedded font is registered: the name plotters' own defaults
+/// (axis labels, legends) ask for, so every piece of text finds it.
+const FONT_FAMILY: &str = "sans-serif";
+static FONT_BYTES: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+
+/// Registers the embedded font with plotters, once per process.
+fn register_embedded_font() -> Result<(), PlotError> {
+    static REGISTERED: OnceLock<bool> = OnceLock::new();
+    let ok = *REGISTERED
+        .get_or_init(|| register_font(FONT_FAMILY, FontStyle::Normal, FONT_BYTES).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(PlotError::Draw(
+            "the embedded font (assets/fonts/DejaVuSans.ttf) cannot be parsed".into(),
+        ))
+    }
+}
+
+fn font(size: u32) -> TextStyle<'static> {
+    (FONT_FAMILY, size).into_font().color(&BLACK)
+}
+
+/// Turns plotters' errors (generic over the backend) into [`PlotError::Draw`].
+fn drawn<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T, PlotError> {
+    result.map_err(|e| PlotError::Draw(e.to_string()))
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// The largest picture side drawn; beyond it a PNG is impractical to open anyway.
+const MAX_SIDE: usize = 1 << 15;
+
+/// Draws a `width x height` picture on a white background with `draw` and writes it to `path`.
+fn render_png(
+    path: &Path,
+    (width, height): (usize, usize),
+    draw: impl FnOnce(&Area) -> Result<(), PlotError>,
+) -> Result<(), PlotError> {
+    if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
+        return Err(PlotError::TooLarge { width, height });
+    }
+    register_embedded_font()?;
+    let mut buffer = vec![0u8; width * height * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut buffer, (width as u32, height as u32))
+            .into_drawing_area();
+        drawn(root.fill(&WHITE))?;
+        draw(&root)?;
+        drawn(root.present())?;
+    }
+    let img = RgbImage::from_raw(width as u32, height as u32, buffer)
+        .expect("the buffer holds width x height RGB pixels");
     let mut png = Vec::new();
     img.write_to(&mut Cursor::new(&mut png), ImageFormat::Png)?;
     write_atomically(path, |tmp| {
@@ -100,367 +180,712 @@ pub fn write_scatter_png(path: &Path, spec: &PlotSpec) -> Result<(), PlotError> 
     Ok(())
 }
 
-/// Maps a data point to canvas pixel coordinates for the given (valid) ranges, clamped to the plot
-/// area; the flag says whether the point lay inside the ranges.
-pub(crate) fn to_pixel(
-    x_range: (f64, f64),
-    y_range: (f64, f64),
-    (x, y): (f64, f64),
-) -> (i32, i32, bool) {
-    let fx = (x - x_range.0) / (x_range.1 - x_range.0);
-    let fy = (y - y_range.0) / (y_range.1 - y_range.0);
-    let inside = (0.0..=1.0).contains(&fx) && (0.0..=1.0).contains(&fy);
-    let px = LEFT as f64 + fx.clamp(0.0, 1.0) * (RIGHT - LEFT) as f64;
-    let py = BOTTOM as f64 - fy.clamp(0.0, 1.0) * (BOTTOM - TOP) as f64;
-    (px.round() as i32, py.round() as i32, inside)
+fn rgb([r, g, b]: [u8; 3]) -> RGBColor {
+    RGBColor(r, g, b)
 }
 
-fn render(spec: &PlotSpec) -> RgbImage {
-    let mut img = RgbImage::from_pixel(WIDTH, HEIGHT, WHITE);
-    let s = TEXT_SCALE;
-    let x_ticks = ticks(spec.x_range);
-    let y_ticks = ticks(spec.y_range);
-    // Grid first, so the frame, lines and markers are drawn over it.
-    for (v, _) in &x_ticks {
-        let (px, _, _) = to_pixel(spec.x_range, spec.y_range, (*v, spec.y_range.0));
-        fill_rect(&mut img, px, TOP, px, BOTTOM, GRID);
+fn check_range(axis: &'static str, (low, high): (f64, f64)) -> Result<(), PlotError> {
+    // `!(low < high)` is also true when either end is NaN.
+    if !low.is_finite() || !high.is_finite() || low >= high {
+        return Err(PlotError::BadRange { axis, low, high });
     }
-    for (v, _) in &y_ticks {
-        let (_, py, _) = to_pixel(spec.x_range, spec.y_range, (spec.x_range.0, *v));
-        fill_rect(&mut img, LEFT, py, RIGHT, py, GRID);
-    }
-    stroke_rect(&mut img, LEFT, TOP, RIGHT, BOTTOM, BLACK);
-    for (v, label) in &x_ticks {
-        let (px, _, _) = to_pixel(spec.x_range, spec.y_range, (*v, spec.y_range.0));
-        fill_rect(&mut img, px, BOTTOM, px, BOTTOM + 6, BLACK);
-        draw_text(
-            &mut img,
-            label,
-            px - text_width(label, s) / 2,
-            BOTTOM + 12,
-            s,
-            BLACK,
-        );
-    }
-    for (v, label) in &y_ticks {
-        let (_, py, _) = to_pixel(spec.x_range, spec.y_range, (spec.x_range.0, *v));
-        fill_rect(&mut img, LEFT - 6, py, LEFT, py, BLACK);
-        let x = LEFT - 10 - text_width(label, s);
-        draw_text(&mut img, label, x, py - GLYPH_HEIGHT * s / 2, s, BLACK);
-    }
-    let mid_x = (LEFT + RIGHT) / 2;
-    let title_x = mid_x - text_width(spec.title, s + 1) / 2;
-    draw_text(&mut img, spec.title, title_x, 15, s + 1, BLACK);
-    let x_label_x = mid_x - text_width(spec.x_label, s) / 2;
-    draw_text(&mut img, spec.x_label, x_label_x, BOTTOM + 40, s, BLACK);
-    let y_label_y = (TOP + BOTTOM) / 2 + text_width(spec.y_label, s) / 2;
-    draw_text_up(&mut img, spec.y_label, 12, y_label_y, s);
-
-    // All lines before any marker, so no line crosses over a marker of another series.
-    for series in spec.series.iter().filter(|series| series.connect) {
-        let color = Rgb(series.color);
-        for pair in series.points.windows(2) {
-            let finite = |(x, y): (f64, f64)| x.is_finite() && y.is_finite();
-            if finite(pair[0]) && finite(pair[1]) {
-                let (x0, y0, _) = to_pixel(spec.x_range, spec.y_range, pair[0]);
-                let (x1, y1, _) = to_pixel(spec.x_range, spec.y_range, pair[1]);
-                draw_line(&mut img, (x0, y0), (x1, y1), color);
-            }
-        }
-    }
-    for series in spec.series {
-        for &(x, y) in series.points {
-            if x.is_finite() && y.is_finite() {
-                let (px, py, inside) = to_pixel(spec.x_range, spec.y_range, (x, y));
-                draw_marker(&mut img, series.marker, px, py, Rgb(series.color), !inside);
-            }
-        }
-    }
-    draw_legend(&mut img, spec.series);
-    img
+    Ok(())
 }
 
-/// Round tick positions covering `range` and their labels: the smallest step of 1, 2 or 5 times a
-/// power of ten giving at most 7 ticks, with as many decimals as the step needs.
-fn ticks((low, high): (f64, f64)) -> Vec<(f64, String)> {
-    // The multiples of `step` inside the range; the slack keeps an end that is itself a multiple
-    // (0.3 / 0.1 = 2.9999999999999996) from being dropped.
-    let multiples = |step: f64| {
-        let first = (low / step - 1e-9).ceil() as i64;
-        let last = (high / step + 1e-9).floor() as i64;
-        first..=last
-    };
-    let mut exponent = ((high - low) / 7.0).log10().floor() as i32;
-    let step = loop {
-        let fits = [1.0, 2.0, 5.0]
-            .into_iter()
-            .map(|m| m * 10f64.powi(exponent))
-            .find(|&step| multiples(step).count() <= 7);
-        if let Some(step) = fits {
-            break step;
+/// Draws `spec` as an 800 x 600 scatter plot and writes it to `path` as a PNG.
+///
+/// Points outside the ranges are clamped to the border of the plot area and drawn hollow, so they
+/// stay visible but cannot be mistaken for values on the border. The legend sits in the lower right
+/// corner of the plot area, where rising accuracy-vs-time curves leave room.
+pub fn write_scatter_png(path: &Path, spec: &PlotSpec) -> Result<(), PlotError> {
+    check_range("x", spec.x_range)?;
+    check_range("y", spec.y_range)?;
+    render_png(path, (800, 600), |root| {
+        let (x0, x1) = spec.x_range;
+        let (y0, y1) = spec.y_range;
+        let mut chart = drawn(
+            ChartBuilder::on(root)
+                .caption(spec.title, font(24))
+                .margin(16)
+                .x_label_area_size(50)
+                .y_label_area_size(70)
+                .build_cartesian_2d(x0..x1, y0..y1),
+        )?;
+        drawn(
+            chart
+                .configure_mesh()
+                .x_desc(spec.x_label)
+                .y_desc(spec.y_label)
+                .label_style(font(15))
+                .axis_desc_style(font(17))
+                .light_line_style(WHITE)
+                .bold_line_style(RGBColor(225, 225, 225))
+                .draw(),
+        )?;
+        let clamp = |(x, y): (f64, f64)| {
+            let inside = (x0..=x1).contains(&x) && (y0..=y1).contains(&y);
+            ((x.clamp(x0, x1), y.clamp(y0, y1)), inside)
+        };
+        // All lines before any marker, so no line crosses over a marker of another series.
+        for series in spec.series.iter().filter(|s| s.connect) {
+            let color = rgb(series.color);
+            for run in finite_runs(series.points) {
+                let line = run.iter().map(|&p| clamp(p).0);
+                drawn(chart.draw_series(LineSeries::new(line, color.stroke_width(2))))?;
+            }
         }
-        exponent += 1;
-    };
-    let decimals = (-exponent).max(0) as usize;
-    // Integer multiples of the step, so no rounding error accumulates and zero is never "-0.0".
-    multiples(step)
-        .map(|k| {
-            let v = k as f64 * step;
-            (v, format!("{v:.decimals$}"))
+        for series in spec.series {
+            let color = rgb(series.color);
+            // Each marker shape is its own element type, hence one branch per shape.
+            const R: i32 = 5;
+            let placed = series
+                .points
+                .iter()
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .map(|&p| {
+                    let (at, inside) = clamp(p);
+                    let style = if inside {
+                        color.filled()
+                    } else {
+                        color.stroke_width(2)
+                    };
+                    (EmptyElement::at(at), style)
+                });
+            let segment = if series.connect {
+                vec![(-2 * R, 0), (2 * R, 0)]
+            } else {
+                vec![]
+            };
+            let line = move |(x, y): (i32, i32)| {
+                EmptyElement::at((x + 2 * R, y))
+                    + PathElement::new(segment.clone(), color.stroke_width(2))
+            };
+            let cross = color.stroke_width(3);
+            match series.marker {
+                Marker::Circle => drawn(
+                    chart.draw_series(placed.map(|(at, style)| at + Circle::new((0, 0), R, style))),
+                )?
+                .label(series.label)
+                .legend(move |at| line(at) + Circle::new((0, 0), R, color.filled())),
+                Marker::Square => drawn(chart.draw_series(
+                    placed.map(|(at, style)| at + Rectangle::new([(-R, -R), (R, R)], style)),
+                ))?
+                .label(series.label)
+                .legend(move |at| line(at) + Rectangle::new([(-R, -R), (R, R)], color.filled())),
+                // A cross has no inside to leave hollow; a clamped one is drawn thinner.
+                Marker::Cross => drawn(chart.draw_series(placed.map(|(at, style)| {
+                    let width = if style.filled { 3 } else { 1 };
+                    at + Cross::new((0, 0), R, color.stroke_width(width))
+                })))?
+                .label(series.label)
+                .legend(move |at| line(at) + Cross::new((0, 0), R, cross)),
+            };
+        }
+        if !spec.series.is_empty() {
+            drawn(
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::LowerRight)
+                    .label_font(font(15))
+                    .background_style(WHITE)
+                    .border_style(BLACK)
+                    .draw(),
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// The maximal runs of consecutive finite points: a non-finite point breaks a connecting line.
+fn finite_runs(points: &[(f64, f64)]) -> impl Iterator<Item = &[(f64, f64)]> {
+    points
+        .split(|(x, y)| !(x.is_finite() && y.is_finite()))
+        .filter(|run| run.len() > 1)
+}
+
+/// The value at percentile `p` (0 to 100) of `sorted`, by the nearest-rank-below rule.
+fn percentile(sorted: &[f32], p: f64) -> f32 {
+    let last = sorted.len().saturating_sub(1);
+    sorted
+        .get((last as f64 * p / 100.0) as usize)
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// The grey window of `values`: their [`GREY_WINDOW_PERCENTILES`], widened to a unit interval
+/// around a constant image so that it still maps to one grey level instead of dividing by zero.
+pub fn grey_window(values: &[f32]) -> (f32, f32) {
+    let mut sorted: Vec<f32> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f32::total_cmp);
+    let (lo, hi) = GREY_WINDOW_PERCENTILES;
+    let (lo, hi) = (percentile(&sorted, lo), percentile(&sorted, hi));
+    if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, lo + 0.5)
+    }
+}
+
+/// A colour for each value of an image.
+type ColorMap<'a> = &'a dyn Fn(f32) -> [u8; 3];
+
+/// Grey levels from black at `lo` to white at `hi`; non-finite values are drawn magenta, a colour
+/// no grey level resembles.
+fn grey((lo, hi): (f32, f32)) -> impl Fn(f32) -> [u8; 3] {
+    move |v| {
+        if !v.is_finite() {
+            return [255, 0, 255];
+        }
+        let g = ((v - lo) / (hi - lo) * 255.0).round().clamp(0.0, 255.0) as u8;
+        [g, g, g]
+    }
+}
+
+/// Blue (negative) through white (zero) to red (positive), saturated at `±limit`; non-finite
+/// values are drawn black.
+fn diverging(limit: f32) -> impl Fn(f32) -> [u8; 3] {
+    move |v| {
+        if !v.is_finite() {
+            return [0, 0, 0];
+        }
+        let t = (v / limit).clamp(-1.0, 1.0);
+        let fade = (255.0 * (1.0 - t.abs())).round() as u8;
+        if t >= 0.0 {
+            [255, fade, fade]
+        } else {
+            [fade, fade, 255]
+        }
+    }
+}
+
+/// A `height x width` image of values, row-major.
+struct Image<'a> {
+    values: &'a [f32],
+    height: usize,
+    width: usize,
+}
+
+impl<'a> Image<'a> {
+    fn new(
+        what: &'static str,
+        values: &'a [f32],
+        height: usize,
+        width: usize,
+    ) -> Result<Self, PlotError> {
+        if height == 0 || width == 0 || height.checked_mul(width) != Some(values.len()) {
+            return Err(PlotError::BadImage {
+                what,
+                len: values.len(),
+                height,
+                width,
+            });
+        }
+        Ok(Self {
+            values,
+            height,
+            width,
         })
+    }
+
+    /// The smallest integer enlargement that makes the long side at least `min_side` pixels.
+    fn scale_for(&self, min_side: usize) -> usize {
+        min_side.div_ceil(self.height.max(self.width)).max(1)
+    }
+
+    /// Draws the image enlarged `scale` times (nearest neighbour) with its top left corner at
+    /// `(x, y)` of `area`.
+    fn draw(
+        &self,
+        area: &Area,
+        (x, y): (i32, i32),
+        scale: usize,
+        color: ColorMap,
+    ) -> Result<(), PlotError> {
+        let (w, h) = (self.width * scale, self.height * scale);
+        let mut rgb = Vec::with_capacity(w * h * 3);
+        for row in 0..h {
+            let source = &self.values[(row / scale) * self.width..][..self.width];
+            for col in 0..w {
+                rgb.extend_from_slice(&color(source[col / scale]));
+            }
+        }
+        let element =
+            BitMapElement::<(i32, i32)>::with_owned_buffer((x, y), (w as u32, h as u32), rgb)
+                .expect("the buffer holds w x h RGB pixels");
+        drawn(area.draw(&element))
+    }
+}
+
+/// Formats a value for a caption with four significant digits.
+fn short(v: f32) -> String {
+    let a = v.abs();
+    if v == 0.0 {
+        "0".into()
+    } else if (1e-3..1e4).contains(&a) {
+        let decimals = (3 - a.log10().floor() as i32).clamp(0, 6) as usize;
+        format!("{v:.decimals$}")
+    } else {
+        format!("{v:.3e}")
+    }
+}
+
+/// The height of the caption strip under a preview.
+const CAPTION_HEIGHT: usize = 48;
+
+/// Writes an 8-bit grey preview of `data` (`height x width`, row-major) to `path`: enlarged by an
+/// integer factor (nearest neighbour) until the long side is at least [`PREVIEW_MIN_SIDE`] pixels,
+/// grey levels between the [`GREY_WINDOW_PERCENTILES`] of the finite values, and under it a
+/// caption strip with `title`, the enlargement and the grey window in data units.
+pub fn write_preview_png(
+    path: &Path,
+    data: &[f32],
+    height: usize,
+    width: usize,
+    title: &str,
+) -> Result<(), PlotError> {
+    let image = Image::new("preview", data, height, width)?;
+    let window = grey_window(data);
+    let scale = image.scale_for(PREVIEW_MIN_SIDE);
+    let (w, h) = (width * scale, height * scale);
+    // At least 512 wide, so the caption fits under a tall, narrow slice.
+    let canvas_w = w.max(PREVIEW_MIN_SIDE);
+    let (lo_p, hi_p) = GREY_WINDOW_PERCENTILES;
+    render_png(path, (canvas_w, h + CAPTION_HEIGHT), |root| {
+        image.draw(root, (((canvas_w - w) / 2) as i32, 0), scale, &grey(window))?;
+        let line1 =
+            format!("{title}: {height} x {width} voxels, each drawn as {scale} x {scale} px");
+        let line2 = format!(
+            "grey window {lo_p}-{hi_p} percentile: black = {}, white = {}",
+            short(window.0),
+            short(window.1)
+        );
+        drawn(root.draw_text(&line1, &font(15), (8, h as i32 + 6)))?;
+        drawn(root.draw_text(&line2, &font(15), (8, h as i32 + 26)))?;
+        Ok(())
+    })
+}
+
+/// Writes the previews `DIR/{prefix}_{xy,xz,yz}.png` of `volume`'s three central slices and
+/// returns their paths.
+pub fn write_volume_previews(
+    dir: &Path,
+    prefix: &str,
+    volume: &Stack,
+) -> Result<Vec<std::path::PathBuf>, PlotError> {
+    let [n0, n1, n2] = volume.shape;
+    let mut written = Vec::new();
+    for (name, pixels, h, w) in central_slices(volume) {
+        let at = match name {
+            "xy" => format!("z = {}", n0 / 2),
+            "xz" => format!("y = {}", n1 / 2),
+            _ => format!("x = {}", n2 / 2),
+        };
+        let path = dir.join(format!("{prefix}_{name}.png"));
+        write_preview_png(&path, &pixels, h, w, &format!("{name} slice at {at}"))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Writes a comparison panel to `path`: one row per central slice (xy, xz, yz) with the truth,
+/// the reconstruction and their difference (reconstruction - truth).
+///
+/// Truth and reconstruction share one grey window, the truth's robust percentiles, so equal grey
+/// means equal value. The difference is drawn blue (reconstruction too low) through white to red
+/// (too high), saturated at the 99.5th percentile of its magnitude over the three slices; the
+/// windows are written under the panel.
+pub fn write_comparison_png(path: &Path, truth: &Stack, rec: &Stack) -> Result<(), PlotError> {
+    if truth.shape != rec.shape {
+        return Err(PlotError::ShapeMismatch {
+            rec: rec.shape,
+            truth: truth.shape,
+        });
+    }
+    let [n0, n1, n2] = truth.shape;
+    if n0 * n1 * n2 == 0 || truth.values.len() != n0 * n1 * n2 || rec.values.len() != n0 * n1 * n2 {
+        return Err(PlotError::BadImage {
+            what: "comparison volume",
+            len: truth.values.len().min(rec.values.len()),
+            height: n0 * n1,
+            width: n2,
+        });
+    }
+    let truth_slices = central_slices(truth);
+    let rec_slices = central_slices(rec);
+    let diffs: Vec<Vec<f32>> = truth_slices
+        .iter()
+        .zip(&rec_slices)
+        .map(|(t, r)| r.1.iter().zip(&t.1).map(|(r, t)| r - t).collect())
+        .collect();
+    let truth_all: Vec<f32> = truth_slices.iter().flat_map(|s| s.1.clone()).collect();
+    let window = grey_window(&truth_all);
+    let magnitudes: Vec<f32> = diffs.iter().flatten().map(|d| d.abs()).collect();
+    let limit = match grey_window(&magnitudes).1 {
+        l if l > 0.0 => l,
+        _ => 1.0,
+    };
+
+    const GAP: usize = 12;
+    const LEFT: usize = 60;
+    const HEADER: usize = 40;
+    const FOOTER: usize = 56;
+    let scales: Vec<usize> = truth_slices
+        .iter()
+        .map(|(_, _, h, w)| PANEL_CELL_MIN_SIDE.div_ceil(*h.max(w)).max(1))
+        .collect();
+    let row_heights: Vec<usize> = truth_slices
+        .iter()
+        .zip(&scales)
+        .map(|((_, _, h, _), s)| h * s)
+        .collect();
+    let row_widths: Vec<usize> = truth_slices
+        .iter()
+        .zip(&scales)
+        .map(|((_, _, _, w), s)| w * s)
+        .collect();
+    let cell_w = *row_widths.iter().max().expect("three rows");
+    let width = LEFT + 3 * cell_w + 3 * GAP;
+    let height = HEADER + row_heights.iter().sum::<usize>() + 3 * GAP + FOOTER;
+    render_png(path, (width.max(720), height), |root| {
+        for (col, name) in ["truth", "reconstruction", "difference (rec - truth)"]
+            .iter()
+            .enumerate()
+        {
+            let x = LEFT + col * (cell_w + GAP);
+            drawn(root.draw_text(name, &font(18), (x as i32, 12)))?;
+        }
+        let mut y = HEADER;
+        let names = ["xy", "xz", "yz"];
+        let at = [
+            format!("z={}", n0 / 2),
+            format!("y={}", n1 / 2),
+            format!("x={}", n2 / 2),
+        ];
+        for row in 0..3 {
+            let (_, t, h, w) = &truth_slices[row];
+            let r = &rec_slices[row].1;
+            let scale = scales[row];
+            let cells: [(&[f32], ColorMap); 3] = [
+                (t, &grey(window)),
+                (r, &grey(window)),
+                (&diffs[row], &diverging(limit)),
+            ];
+            for (col, (values, color)) in cells.into_iter().enumerate() {
+                let image = Image::new("comparison slice", values, *h, *w)?;
+                let x = LEFT + col * (cell_w + GAP);
+                image.draw(root, (x as i32, y as i32), scale, color)?;
+                // A frame, so that a difference that is white (zero) at the edges still shows
+                // where the slice ends.
+                let (x1, y1) = ((x + w * scale) as i32, (y + h * scale) as i32);
+                drawn(root.draw(&Rectangle::new(
+                    [(x as i32 - 1, y as i32 - 1), (x1, y1)],
+                    RGBColor(150, 150, 150).stroke_width(1),
+                )))?;
+            }
+            let mid = (y + row_heights[row] / 2) as i32;
+            drawn(root.draw_text(names[row], &font(18), (8, mid - 18)))?;
+            drawn(root.draw_text(&at[row], &font(13), (8, mid + 4)))?;
+            y += row_heights[row] + GAP;
+        }
+        let (lo_p, hi_p) = GREY_WINDOW_PERCENTILES;
+        let line1 = format!(
+            "truth and reconstruction: grey window {lo_p}-{hi_p} percentile of the truth, black = {}, white = {}",
+            short(window.0),
+            short(window.1)
+        );
+        let line2 = format!(
+            "difference: blue = -{0} (too low), white = 0, red = +{0} (too high): {hi_p} percentile of |difference|",
+            short(limit)
+        );
+        drawn(root.draw_text(&line1, &font(14), (8, y as i32 + 4)))?;
+        drawn(root.draw_text(&line2, &font(14), (8, y as i32 + 26)))?;
+        Ok(())
+    })
+}
+
+/// Colours of the convergence curves, readable on white and distinct for colour-blind readers
+/// (Okabe-Ito).
+const BLUE: RGBColor = RGBColor(0, 114, 178);
+const ORANGE: RGBColor = RGBColor(230, 159, 0);
+const GREEN: RGBColor = RGBColor(0, 158, 115);
+const VERMILION: RGBColor = RGBColor(213, 94, 0);
+const PURPLE: RGBColor = RGBColor(204, 121, 167);
+
+/// The positive, finite values of `series` (what a log axis can show) as `(iteration, value)`
+/// runs: a value that is not shown breaks the line.
+fn log_runs(points: &[(f64, f64)]) -> Vec<Vec<(f64, f64)>> {
+    points
+        .split(|(_, v)| !(v.is_finite() && *v > 0.0))
+        .filter(|run| !run.is_empty())
+        .map(<[_]>::to_vec)
         .collect()
 }
 
-/// A box in the lower right of the plot area with one row per series: its marker (over a line
-/// segment when the series is connected) and its label.
-fn draw_legend(img: &mut RgbImage, series: &[Series]) {
-    if series.is_empty() {
-        return;
+/// A log axis range covering the positive, finite `values`, widened to whole decades.
+fn log_range(values: impl Iterator<Item = f64>) -> Range<f64> {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if hi > 0.0 {
+        let lo = 10f64.powf(lo.log10().floor());
+        let hi = 10f64.powf(hi.log10().ceil());
+        lo..if hi > lo { hi } else { lo * 10.0 }
+    } else {
+        0.1..10.0
     }
-    let s = TEXT_SCALE;
-    let row = GLYPH_HEIGHT * s + 8;
-    let sample = 30;
-    let widest = series
-        .iter()
-        .map(|se| text_width(se.label, s))
-        .max()
-        .unwrap_or(0);
-    let (x1, y1) = (RIGHT - 10, BOTTOM - 10);
-    let (x0, y0) = (
-        x1 - widest - sample - 24,
-        y1 - row * series.len() as i32 - 8,
+}
+
+/// A labelled, coloured curve of `(iteration, value)` points.
+type Curve<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
+/// One log-scale panel of per-iteration curves; `thresholds` are drawn as dashed lines in the
+/// colour of their curve.
+fn draw_log_panel(
+    area: &Area,
+    title: &str,
+    iterations: Range<f64>,
+    curves: &[Curve],
+    thresholds: &[(RGBColor, f64)],
+) -> Result<(), PlotError> {
+    let (_, height) = area.dim_in_pixel();
+    let (chart_area, legend_area) = area.split_vertically(height as i32 - 84);
+    let y = log_range(
+        curves
+            .iter()
+            .flat_map(|(_, _, points)| points.iter().map(|p| p.1))
+            .chain(thresholds.iter().map(|t| t.1)),
     );
-    fill_rect(img, x0, y0, x1, y1, WHITE);
-    stroke_rect(img, x0, y0, x1, y1, BLACK);
-    for (i, se) in series.iter().enumerate() {
-        let cy = y0 + 4 + row * i as i32 + row / 2;
-        let cx = x0 + 8 + sample / 2;
-        let color = Rgb(se.color);
-        if se.connect {
-            draw_line(img, (cx - sample / 2, cy), (cx + sample / 2, cy), color);
-        }
-        draw_marker(img, se.marker, cx, cy, color, false);
-        let tx = x0 + 16 + sample;
-        draw_text(img, se.label, tx, cy - GLYPH_HEIGHT * s / 2, s, BLACK);
+    let mut chart = drawn(
+        ChartBuilder::on(&chart_area)
+            .caption(title, font(19))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(72)
+            .build_cartesian_2d(iterations.clone(), y.log_scale()),
+    )?;
+    drawn(
+        chart
+            .configure_mesh()
+            .x_desc("iteration")
+            .label_style(font(14))
+            .axis_desc_style(font(16))
+            .y_label_formatter(&|v| format!("{v:.0e}"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .light_line_style(RGBColor(240, 240, 240))
+            .bold_line_style(RGBColor(215, 215, 215))
+            .draw(),
+    )?;
+    for &(color, level) in thresholds {
+        let line = [(iterations.start, level), (iterations.end, level)];
+        drawn(chart.draw_series(DashedLineSeries::new(line, 8, 6, color.stroke_width(2))))?;
     }
-}
-
-/// Sets one pixel; pixels off the canvas are dropped, so shapes near the edge are clipped.
-fn put(img: &mut RgbImage, x: i32, y: i32, color: Rgb<u8>) {
-    if (0..WIDTH as i32).contains(&x) && (0..HEIGHT as i32).contains(&y) {
-        img.put_pixel(x as u32, y as u32, color);
-    }
-}
-
-/// Fills the rectangle with corners `(x0, y0)` and `(x1, y1)`, both included.
-fn fill_rect(img: &mut RgbImage, x0: i32, y0: i32, x1: i32, y1: i32, color: Rgb<u8>) {
-    for y in y0..=y1 {
-        for x in x0..=x1 {
-            put(img, x, y, color);
+    for (_, color, points) in curves {
+        let color = *color;
+        let runs = log_runs(points);
+        for run in &runs {
+            drawn(chart.draw_series(LineSeries::new(run.iter().copied(), color.stroke_width(2))))?;
         }
+        // Markers make a single iteration, or an isolated value between gaps, visible.
+        let markers = runs
+            .iter()
+            .flatten()
+            .map(|&p| Circle::new(p, 3, color.filled()));
+        drawn(chart.draw_series(markers))?;
     }
-}
-
-fn stroke_rect(img: &mut RgbImage, x0: i32, y0: i32, x1: i32, y1: i32, color: Rgb<u8>) {
-    fill_rect(img, x0, y0, x1, y0, color);
-    fill_rect(img, x0, y1, x1, y1, color);
-    fill_rect(img, x0, y0, x0, y1, color);
-    fill_rect(img, x1, y0, x1, y1, color);
-}
-
-/// A 2-pixel-wide line (Bresenham, each step widened by the pixel below and to the right), which
-/// reads better than a 1-pixel one at this size.
-fn draw_line(img: &mut RgbImage, (x0, y0): (i32, i32), (x1, y1): (i32, i32), color: Rgb<u8>) {
-    let (dx, dy) = ((x1 - x0).abs(), -(y1 - y0).abs());
-    let (sx, sy) = ((x1 - x0).signum(), (y1 - y0).signum());
-    let (mut x, mut y, mut err) = (x0, y0, dx + dy);
-    loop {
-        fill_rect(img, x, y, x + 1, y + 1, color);
-        if (x, y) == (x1, y1) {
-            break;
-        }
-        let e2 = 2 * err;
-        if e2 >= dy {
-            err += dy;
-            x += sx;
-        }
-        if e2 <= dx {
-            err += dx;
-            y += sy;
-        }
+    // The legend goes under the chart, in two columns, where it can hide no curve.
+    let (width, _) = legend_area.dim_in_pixel();
+    let column = width as i32 / 2;
+    for (i, (label, color, _)) in curves.iter().enumerate() {
+        let x = 20 + column * (i % 2) as i32;
+        let y = 10 + 22 * (i / 2) as i32;
+        drawn(legend_area.draw(&PathElement::new(
+            vec![(x, y + 8), (x + 28, y + 8)],
+            color.stroke_width(3),
+        )))?;
+        drawn(legend_area.draw_text(label, &font(14), (x + 36, y)))?;
     }
+    Ok(())
 }
 
-/// Whether the pixel at offset `(dx, dy)` from a marker's centre belongs to the marker grown by
-/// `grow` pixels (negative shrinks it).
-fn in_marker(marker: Marker, dx: i32, dy: i32, grow: i32) -> bool {
-    let r = MARKER_RADIUS + grow;
-    match marker {
-        Marker::Circle => dx * dx + dy * dy <= r * r + r,
-        Marker::Square => dx.abs().max(dy.abs()) < r,
-        // Two diagonal bands, 5 pixels wide at `grow = 0`, 1 pixel wide at `grow = -2`.
-        Marker::Cross => (dx.abs() - dy.abs()).abs() <= 2 + grow && dx.abs().max(dy.abs()) <= r,
+/// Writes the convergence history of a reconstruction to `path` as two log-scale panels against
+/// the iteration: on the left the data term `|L u - d|^2`, the TV term, the primal and dual
+/// residuals and the penalty ρ; on the right the three relative measures of the stopping test
+/// with their thresholds dashed (when the run stops on `convergence`), so a reader sees at a
+/// glance whether, and on which measure, it converged. Values a log axis cannot show (zero,
+/// negative, NaN) break their curve.
+pub fn write_convergence_png(
+    path: &Path,
+    reports: &[IterationReport],
+    convergence: Option<&Convergence>,
+) -> Result<(), PlotError> {
+    if reports.is_empty() {
+        return Err(PlotError::Empty("the reconstruction ran no iteration"));
     }
+    let series = |f: fn(&IterationReport) -> f64| -> Vec<(f64, f64)> {
+        reports.iter().map(|r| (r.iteration as f64, f(r))).collect()
+    };
+    let first = reports.iter().map(|r| r.iteration).min().unwrap_or(0) as f64;
+    let last = reports.iter().map(|r| r.iteration).max().unwrap_or(0) as f64;
+    // Half an iteration of room on both sides keeps the first and last markers off the frame.
+    let iterations = first - 0.5..last + 0.5;
+    let terms = [
+        ("data term |Lu - d|²", BLUE, series(|r| r.data_term)),
+        ("TV term α Σ|ψ|", ORANGE, series(|r| r.tv_term)),
+        (
+            "primal residual |ψ - ∇u|²",
+            GREEN,
+            series(|r| r.primal_residual),
+        ),
+        (
+            "dual residual |ρ ∇(u - u_prev)|²",
+            VERMILION,
+            series(|r| r.dual_residual),
+        ),
+        ("penalty ρ", PURPLE, series(|r| r.rho)),
+    ];
+    let measures = [
+        ("volume change", BLUE, series(|r| r.change)),
+        ("primal (relative)", GREEN, series(|r| r.primal_relative)),
+        ("dual (relative)", VERMILION, series(|r| r.dual_relative)),
+    ];
+    let (thresholds, right_title) = match convergence {
+        Some(c) => (
+            vec![(BLUE, c.change), (GREEN, c.primal), (VERMILION, c.dual)],
+            "stopping test: converged when all three are under their dashed lines",
+        ),
+        None => (vec![], "stopping test measures (fixed iteration count)"),
+    };
+    render_png(path, (1400, 700), |root| {
+        let (left, right) = root.split_horizontally(700);
+        draw_log_panel(
+            &left,
+            "ADMM-TV: objective terms, residuals, penalty",
+            iterations.clone(),
+            &terms,
+            &[],
+        )?;
+        draw_log_panel(&right, right_title, iterations, &measures, &thresholds)
+    })
 }
 
-/// A marker centred on `(x, y)`; a hollow one is the same shape with its inside, 2 pixels in from
-/// the outline, left white.
-fn draw_marker(img: &mut RgbImage, marker: Marker, x: i32, y: i32, color: Rgb<u8>, hollow: bool) {
-    let r = MARKER_RADIUS + 1;
-    for dy in -r..=r {
-        for dx in -r..=r {
-            if hollow && in_marker(marker, dx, dy, -2) {
-                put(img, x + dx, y + dy, WHITE);
-            } else if in_marker(marker, dx, dy, 0) {
-                put(img, x + dx, y + dy, color);
-            }
+/// Writes the fitted flat-field and dark-field (`height x width`, row-major) as images with
+/// their value ranges, and the per-frame baseline as a curve, to `path`. An empty `baseline` (a
+/// fit without one) is said so on the plot.
+pub fn write_fields_png(
+    path: &Path,
+    flatfield: &[f32],
+    darkfield: &[f32],
+    (height, width): (usize, usize),
+    baseline: &[f32],
+) -> Result<(), PlotError> {
+    let flat = Image::new("flat-field", flatfield, height, width)?;
+    let dark = Image::new("dark-field", darkfield, height, width)?;
+    let scale = flat.scale_for(PREVIEW_MIN_SIDE);
+    // Large fields are shown at 1:1 or larger: no downsampling that could hide a defect.
+    let (w, h) = (width * scale, height * scale);
+    const PAD: usize = 24;
+    const TITLE: usize = 36;
+    const BAR: usize = 64;
+    const CURVE: usize = 340;
+    let canvas_w = (2 * w + 3 * PAD).max(1000);
+    let canvas_h = TITLE + h + BAR + CURVE;
+    render_png(path, (canvas_w, canvas_h), |root| {
+        let images = [("flat-field", &flat, 0usize), ("dark-field", &dark, 1)];
+        for (name, image, col) in images {
+            let x = PAD + col * (w + PAD);
+            let window = min_max(image.values);
+            drawn(root.draw_text(name, &font(20), (x as i32, 8)))?;
+            image.draw(root, (x as i32, TITLE as i32), scale, &grey(window))?;
+            // A grey bar from black to white under the image, with the values at its ends.
+            let bar_y = (TITLE + h + 8) as i32;
+            const BAR_ROWS: usize = 14;
+            let ramp: Vec<f32> = (0..BAR_ROWS * w)
+                .map(|i| (i % w) as f32 / (w.max(2) - 1) as f32)
+                .collect();
+            let bar = Image::new("colour bar", &ramp, BAR_ROWS, w)?;
+            bar.draw(root, (x as i32, bar_y), 1, &grey((0.0, 1.0)))?;
+            let labels = format!(
+                "{} (min)  …  {} (max), grey scale linear; {} x {} px, each drawn as {scale} x {scale}",
+                short(window.0),
+                short(window.1),
+                height,
+                width
+            );
+            drawn(root.draw_text(&labels, &font(13), (x as i32, bar_y + 20)))?;
         }
-    }
-}
-
-const GLYPH_WIDTH: i32 = 5;
-const GLYPH_HEIGHT: i32 = 7;
-
-/// Rows of each glyph, top to bottom; bit 4 is the leftmost column.
-#[rustfmt::skip]
-const FONT: &[(char, [u8; 7])] = &[
-    (' ', [0b00000, 0b00000, 0b00000, 0b00000, 0b00000, 0b00000, 0b00000]),
-    ('0', [0b01110, 0b10001, 0b10011, 0b10101, 0b11001, 0b10001, 0b01110]),
-    ('1', [0b00100, 0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110]),
-    ('2', [0b01110, 0b10001, 0b00001, 0b00010, 0b00100, 0b01000, 0b11111]),
-    ('3', [0b11111, 0b00010, 0b00100, 0b00010, 0b00001, 0b10001, 0b01110]),
-    ('4', [0b00010, 0b00110, 0b01010, 0b10010, 0b11111, 0b00010, 0b00010]),
-    ('5', [0b11111, 0b10000, 0b11110, 0b00001, 0b00001, 0b10001, 0b01110]),
-    ('6', [0b00110, 0b01000, 0b10000, 0b11110, 0b10001, 0b10001, 0b01110]),
-    ('7', [0b11111, 0b00001, 0b00010, 0b00100, 0b01000, 0b01000, 0b01000]),
-    ('8', [0b01110, 0b10001, 0b10001, 0b01110, 0b10001, 0b10001, 0b01110]),
-    ('9', [0b01110, 0b10001, 0b10001, 0b01111, 0b00001, 0b00010, 0b01100]),
-    ('A', [0b01110, 0b10001, 0b10001, 0b11111, 0b10001, 0b10001, 0b10001]),
-    ('B', [0b11110, 0b10001, 0b10001, 0b11110, 0b10001, 0b10001, 0b11110]),
-    ('C', [0b01110, 0b10001, 0b10000, 0b10000, 0b10000, 0b10001, 0b01110]),
-    ('D', [0b11100, 0b10010, 0b10001, 0b10001, 0b10001, 0b10010, 0b11100]),
-    ('E', [0b11111, 0b10000, 0b10000, 0b11110, 0b10000, 0b10000, 0b11111]),
-    ('F', [0b11111, 0b10000, 0b10000, 0b11110, 0b10000, 0b10000, 0b10000]),
-    ('G', [0b01110, 0b10001, 0b10000, 0b10111, 0b10001, 0b10001, 0b01111]),
-    ('H', [0b10001, 0b10001, 0b10001, 0b11111, 0b10001, 0b10001, 0b10001]),
-    ('I', [0b01110, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110]),
-    ('J', [0b00111, 0b00010, 0b00010, 0b00010, 0b00010, 0b10010, 0b01100]),
-    ('K', [0b10001, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010, 0b10001]),
-    ('L', [0b10000, 0b10000, 0b10000, 0b10000, 0b10000, 0b10000, 0b11111]),
-    ('M', [0b10001, 0b11011, 0b10101, 0b10101, 0b10001, 0b10001, 0b10001]),
-    ('N', [0b10001, 0b10001, 0b11001, 0b10101, 0b10011, 0b10001, 0b10001]),
-    ('O', [0b01110, 0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b01110]),
-    ('P', [0b11110, 0b10001, 0b10001, 0b11110, 0b10000, 0b10000, 0b10000]),
-    ('Q', [0b01110, 0b10001, 0b10001, 0b10001, 0b10101, 0b10010, 0b01101]),
-    ('R', [0b11110, 0b10001, 0b10001, 0b11110, 0b10100, 0b10010, 0b10001]),
-    ('S', [0b01111, 0b10000, 0b10000, 0b01110, 0b00001, 0b00001, 0b11110]),
-    ('T', [0b11111, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100]),
-    ('U', [0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b01110]),
-    ('V', [0b10001, 0b10001, 0b10001, 0b10001, 0b10001, 0b01010, 0b00100]),
-    ('W', [0b10001, 0b10001, 0b10001, 0b10101, 0b10101, 0b10101, 0b01010]),
-    ('X', [0b10001, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001, 0b10001]),
-    ('Y', [0b10001, 0b10001, 0b10001, 0b01010, 0b00100, 0b00100, 0b00100]),
-    ('Z', [0b11111, 0b00001, 0b00010, 0b00100, 0b01000, 0b10000, 0b11111]),
-    ('a', [0b00000, 0b00000, 0b01110, 0b00001, 0b01111, 0b10001, 0b01111]),
-    ('b', [0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b11110]),
-    ('c', [0b00000, 0b00000, 0b01110, 0b10000, 0b10000, 0b10001, 0b01110]),
-    ('d', [0b00001, 0b00001, 0b01101, 0b10011, 0b10001, 0b10001, 0b01111]),
-    ('e', [0b00000, 0b00000, 0b01110, 0b10001, 0b11111, 0b10000, 0b01110]),
-    ('f', [0b00110, 0b01001, 0b01000, 0b11100, 0b01000, 0b01000, 0b01000]),
-    ('g', [0b00000, 0b00000, 0b01111, 0b10001, 0b01111, 0b00001, 0b01110]),
-    ('h', [0b10000, 0b10000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001]),
-    ('i', [0b00100, 0b00000, 0b01100, 0b00100, 0b00100, 0b00100, 0b01110]),
-    ('j', [0b00010, 0b00000, 0b00110, 0b00010, 0b00010, 0b10010, 0b01100]),
-    ('k', [0b10000, 0b10000, 0b10010, 0b10100, 0b11000, 0b10100, 0b10010]),
-    ('l', [0b01100, 0b00100, 0b00100, 0b00100, 0b00100, 0b00100, 0b01110]),
-    ('m', [0b00000, 0b00000, 0b11010, 0b10101, 0b10101, 0b10001, 0b10001]),
-    ('n', [0b00000, 0b00000, 0b10110, 0b11001, 0b10001, 0b10001, 0b10001]),
-    ('o', [0b00000, 0b00000, 0b01110, 0b10001, 0b10001, 0b10001, 0b01110]),
-    ('p', [0b00000, 0b00000, 0b11110, 0b10001, 0b11110, 0b10000, 0b10000]),
-    ('q', [0b00000, 0b00000, 0b01101, 0b10011, 0b01111, 0b00001, 0b00001]),
-    ('r', [0b00000, 0b00000, 0b10110, 0b11001, 0b10000, 0b10000, 0b10000]),
-    ('s', [0b00000, 0b00000, 0b01110, 0b10000, 0b01110, 0b00001, 0b11110]),
-    ('t', [0b01000, 0b01000, 0b11100, 0b01000, 0b01000, 0b01001, 0b00110]),
-    ('u', [0b00000, 0b00000, 0b10001, 0b10001, 0b10001, 0b10011, 0b01101]),
-    ('v', [0b00000, 0b00000, 0b10001, 0b10001, 0b10001, 0b01010, 0b00100]),
-    ('w', [0b00000, 0b00000, 0b10001, 0b10001, 0b10101, 0b10101, 0b01010]),
-    ('x', [0b00000, 0b00000, 0b10001, 0b01010, 0b00100, 0b01010, 0b10001]),
-    ('y', [0b00000, 0b00000, 0b10001, 0b10001, 0b01111, 0b00001, 0b01110]),
-    ('z', [0b00000, 0b00000, 0b11111, 0b00010, 0b00100, 0b01000, 0b11111]),
-    ('.', [0b00000, 0b00000, 0b00000, 0b00000, 0b00000, 0b01100, 0b01100]),
-    (',', [0b00000, 0b00000, 0b00000, 0b00000, 0b01100, 0b00100, 0b01000]),
-    (':', [0b00000, 0b01100, 0b01100, 0b00000, 0b01100, 0b01100, 0b00000]),
-    ('(', [0b00010, 0b00100, 0b01000, 0b01000, 0b01000, 0b00100, 0b00010]),
-    (')', [0b01000, 0b00100, 0b00010, 0b00010, 0b00010, 0b00100, 0b01000]),
-    ('[', [0b01110, 0b01000, 0b01000, 0b01000, 0b01000, 0b01000, 0b01110]),
-    (']', [0b01110, 0b00010, 0b00010, 0b00010, 0b00010, 0b00010, 0b01110]),
-    ('-', [0b00000, 0b00000, 0b00000, 0b11111, 0b00000, 0b00000, 0b00000]),
-    ('+', [0b00000, 0b00100, 0b00100, 0b11111, 0b00100, 0b00100, 0b00000]),
-    ('=', [0b00000, 0b00000, 0b11111, 0b00000, 0b11111, 0b00000, 0b00000]),
-    ('_', [0b00000, 0b00000, 0b00000, 0b00000, 0b00000, 0b00000, 0b11111]),
-    ('/', [0b00000, 0b00001, 0b00010, 0b00100, 0b01000, 0b10000, 0b00000]),
-    ('%', [0b11000, 0b11001, 0b00010, 0b00100, 0b01000, 0b10011, 0b00011]),
-    ('<', [0b00010, 0b00100, 0b01000, 0b10000, 0b01000, 0b00100, 0b00010]),
-    ('>', [0b01000, 0b00100, 0b00010, 0b00001, 0b00010, 0b00100, 0b01000]),
-    ('\'', [0b00100, 0b00100, 0b01000, 0b00000, 0b00000, 0b00000, 0b00000]),
-];
-
-/// The rows of `c`'s glyph; characters the font lacks (`≥`, accents, ...) are drawn as a solid
-/// block, which no real glyph resembles, so a stray character shows up in the image instead of
-/// vanishing or panicking.
-fn glyph(c: char) -> [u8; 7] {
-    const MISSING: [u8; 7] = [0b11111; 7];
-    FONT.iter()
-        .find(|(g, _)| *g == c)
-        .map_or(MISSING, |(_, rows)| *rows)
-}
-
-/// Width in pixels of `text` at `scale`: glyphs are one column apart.
-fn text_width(text: &str, scale: i32) -> i32 {
-    let n = text.chars().count() as i32;
-    (n * (GLYPH_WIDTH + 1) - 1).max(0) * scale
-}
-
-/// Draws `text` left to right with its top left corner at `(x, y)`.
-fn draw_text(img: &mut RgbImage, text: &str, x: i32, y: i32, scale: i32, color: Rgb<u8>) {
-    draw_glyphs(text, scale, |gx, gy| {
-        fill_rect(
-            img,
-            x + gx,
-            y + gy,
-            x + gx + scale - 1,
-            y + gy + scale - 1,
-            color,
+        let curve_area = root.clone().shrink(
+            (0, (TITLE + h + BAR) as i32),
+            (canvas_w as i32, CURVE as i32),
         );
-    });
-}
-
-/// Draws black `text` rotated a quarter turn anticlockwise (reading bottom to top), starting at
-/// `(x, y)`, the bottom left corner of its first glyph.
-fn draw_text_up(img: &mut RgbImage, text: &str, x: i32, y: i32, scale: i32) {
-    draw_glyphs(text, scale, |gx, gy| {
-        fill_rect(
-            img,
-            x + gy,
-            y - gx - scale + 1,
-            x + gy + scale - 1,
-            y - gx,
-            BLACK,
-        );
-    });
-}
-
-/// Calls `dot` with the offset from the text's top left corner of every set, `scale`-sized dot.
-fn draw_glyphs(text: &str, scale: i32, mut dot: impl FnMut(i32, i32)) {
-    for (i, c) in text.chars().enumerate() {
-        for (row, bits) in glyph(c).into_iter().enumerate() {
-            for col in 0..GLYPH_WIDTH {
-                if bits & (1 << (GLYPH_WIDTH - 1 - col)) != 0 {
-                    let gx = (i as i32 * (GLYPH_WIDTH + 1) + col) * scale;
-                    dot(gx, row as i32 * scale);
-                }
-            }
+        if baseline.is_empty() {
+            drawn(curve_area.draw_text(
+                "baseline: none fitted (a fit without a per-frame baseline)",
+                &font(16),
+                (PAD as i32, 40),
+            ))?;
+            return Ok(());
         }
+        let points: Vec<(f64, f64)> = baseline
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (i as f64, b as f64))
+            .collect();
+        let (lo, hi) = min_max(baseline);
+        let span = f64::from(hi - lo)
+            .max(f64::from(hi.abs().max(lo.abs())) * 1e-3)
+            .max(1e-12);
+        let y = f64::from(lo) - 0.05 * span..f64::from(hi) + 0.05 * span;
+        let x = -0.5..(baseline.len() as f64 - 0.5).max(0.5);
+        let mut chart = drawn(
+            ChartBuilder::on(&curve_area)
+                .caption("baseline (per-frame offset)", font(18))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(80)
+                .build_cartesian_2d(x, y),
+        )?;
+        drawn(
+            chart
+                .configure_mesh()
+                .x_desc("frame")
+                .y_desc("baseline")
+                .x_label_formatter(&|v| format!("{v:.0}"))
+                .label_style(font(13))
+                .axis_desc_style(font(15))
+                .light_line_style(RGBColor(240, 240, 240))
+                .draw(),
+        )?;
+        for run in finite_runs(&points) {
+            drawn(chart.draw_series(LineSeries::new(run.iter().copied(), BLUE.stroke_width(2))))?;
+        }
+        if points.len() <= 200 {
+            let markers = points
+                .iter()
+                .filter(|p| p.1.is_finite())
+                .map(|&p| Circle::new(p, 2, BLUE.filled()));
+            drawn(chart.draw_series(markers))?;
+        }
+        Ok(())
+    })
+}
+
+/// The smallest and largest finite values, widened to a unit interval when they coincide (or
+/// there are none).
+fn min_max(values: &[f32]) -> (f32, f32) {
+    let (lo, hi) = values
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    if hi > lo {
+        (lo, hi)
+    } else if hi == lo {
+        (lo - 0.5, lo + 0.5)
+    } else {
+        (0.0, 1.0)
     }
 }
 
@@ -479,13 +904,28 @@ mod tests {
         }
     }
 
+    /// How many pixels of `img` have exactly `color`.
+    fn count(img: &RgbImage, color: [u8; 3]) -> usize {
+        img.pixels().filter(|p| p.0 == color).count()
+    }
+
+    /// How many pixels are neither white nor near-white: drawn content.
+    fn inked(img: &RgbImage) -> usize {
+        img.pixels()
+            .filter(|p| p.0.iter().any(|&c| c < 200))
+            .count()
+    }
+
     #[test]
-    fn markers_land_where_to_pixel_says() {
+    fn scatter_plots_draw_series_text_and_nothing_left_behind() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.png");
-        let inside = (0.3, 0.7);
-        let outside = (2.0, 0.55);
-        let points = [inside, (f64::NAN, 0.5), outside, (0.5, f64::INFINITY)];
+        let points = [
+            (0.3, 0.7),
+            (f64::NAN, 0.5),
+            (2.0, 0.55),
+            (0.5, f64::INFINITY),
+        ];
         let series = [Series {
             label: "run",
             color: [200, 30, 40],
@@ -493,21 +933,17 @@ mod tests {
             points: &points,
             connect: true,
         }];
-        let spec = spec(&series);
-        write_scatter_png(&path, &spec).unwrap();
+        write_scatter_png(&path, &spec(&series)).unwrap();
         let img = image::open(&path).unwrap().to_rgb8();
-        assert_eq!(img.dimensions(), (WIDTH, HEIGHT));
-        let at = |x: i32, y: i32| img.get_pixel(x as u32, y as u32).0;
-
-        let (x, y, within) = to_pixel(spec.x_range, spec.y_range, inside);
-        assert!(within);
-        assert_eq!(at(x, y), [200, 30, 40]);
-        // Clamped to the right border and hollow: white centre, coloured outline.
-        let (x, y, within) = to_pixel(spec.x_range, spec.y_range, outside);
-        assert!(!within);
-        assert_eq!(x, RIGHT);
-        assert_eq!(at(x, y), [255, 255, 255]);
-        assert_eq!(at(x - MARKER_RADIUS, y), [200, 30, 40]);
+        assert_eq!(img.dimensions(), (800, 600));
+        // The filled marker (inside) and the hollow one (clamped to the border) are drawn.
+        assert!(
+            count(&img, [200, 30, 40]) >= 60,
+            "{}",
+            count(&img, [200, 30, 40])
+        );
+        // Text, axes and grid: far more than the markers alone.
+        assert!(inked(&img) >= 2000, "{}", inked(&img));
         // No temporary file is left next to the plot.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
@@ -534,57 +970,135 @@ mod tests {
     }
 
     #[test]
-    fn ticks_are_round_and_few() {
-        let labels = |range| ticks(range).into_iter().map(|(_, l)| l).collect::<Vec<_>>();
+    fn the_embedded_font_draws_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.png");
+        render_png(&path, (300, 60), |root| {
+            drawn(root.draw_text("ρ ≥ 0.5 Å", &font(30), (5, 10)))
+        })
+        .unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        assert!(inked(&img) >= 200, "{}", inked(&img));
+    }
+
+    #[test]
+    fn previews_are_enlarged_blockwise_and_windowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.png");
+        let (h, w) = (40, 64);
+        // A ramp along x with one hot pixel that the percentile window must ignore.
+        let mut data: Vec<f32> = (0..h * w).map(|i| (i % w) as f32).collect();
+        data[5] = 1e9;
+        write_preview_png(&path, &data, h, w, "xy slice").unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        let scale = 512usize.div_ceil(64);
         assert_eq!(
-            labels((0.4, 1.0)),
-            ["0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
+            img.dimensions(),
+            ((w * scale) as u32, (h * scale + CAPTION_HEIGHT) as u32)
         );
-        assert_eq!(
-            labels((0.0, 1.0)),
-            ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]
-        );
-        assert_eq!(
-            labels((-0.3, 0.3)),
-            ["-0.3", "-0.2", "-0.1", "0.0", "0.1", "0.2", "0.3"]
-        );
-        assert_eq!(labels((0.0, 3600.0)), ["0", "1000", "2000", "3000"]);
-        for range in [(0.0, 1e-3), (-7.0, 1e6), (0.123, 0.124), (5.0, 5.5)] {
-            let t = ticks(range);
-            assert!((2..=7).contains(&t.len()), "{range:?}: {t:?}");
+        let at = |x: usize, y: usize| img.get_pixel(x as u32, y as u32).0;
+        // Nearest neighbour: every pixel of a voxel's block has the voxel's grey.
+        for (x, y) in [(10, 3), (33, 20), (63, 39)] {
+            let block = at(x * scale, y * scale);
+            assert_eq!(at(x * scale + scale - 1, y * scale + scale - 1), block);
+        }
+        // The window is the ramp's, not the hot pixel's: the ramp spans black to white.
+        assert_eq!(at(0, 100), [0, 0, 0]);
+        assert_eq!(at(63 * scale, 100), [255, 255, 255]);
+        assert!(at(32 * scale, 100)[0] > 100 && at(32 * scale, 100)[0] < 155);
+        // The caption strip holds text.
+        let caption = image::imageops::crop_imm(&img, 0, (h * scale) as u32, img.width(), 48);
+        assert!(inked(&caption.to_image()) >= 300);
+
+        let err = write_preview_png(&path, &data, h, w + 1, "bad").unwrap_err();
+        assert!(matches!(err, PlotError::BadImage { .. }), "{err}");
+    }
+
+    #[test]
+    fn comparison_panels_show_truth_reconstruction_and_difference() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.png");
+        let n = 16;
+        let truth: Stack = Stack {
+            shape: [n, n, n],
+            values: (0..n * n * n).map(|i| (i % n) as f32 / n as f32).collect(),
+        };
+        let mut rec = truth.clone();
+        for v in rec.values.iter_mut().step_by(7) {
+            *v += 0.3;
+        }
+        write_comparison_png(&path, &truth, &rec).unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        let scale = PANEL_CELL_MIN_SIDE.div_ceil(n);
+        assert!(img.width() as usize >= 3 * n * scale);
+        assert!(img.height() as usize >= 3 * n * scale);
+        // The difference column has saturated red where the reconstruction is too high.
+        assert!(count(&img, [255, 0, 0]) >= scale * scale);
+        let other = Stack {
+            shape: [n, n, n + 1],
+            values: vec![0.0; n * n * (n + 1)],
+        };
+        let err = write_comparison_png(&path, &truth, &other).unwrap_err();
+        assert!(matches!(err, PlotError::ShapeMismatch { .. }), "{err}");
+    }
+
+    fn report(iteration: usize, scale: f64) -> IterationReport {
+        IterationReport {
+            iteration,
+            data_term: 100.0 * scale,
+            tv_term: 10.0 * scale,
+            dual_term: 0.0,
+            penalty_term: 0.0,
+            lagrangian: 0.0,
+            primal_residual: scale * 1e-2,
+            dual_residual: scale * 1e-3,
+            rho: 0.5,
+            change: scale * 1e-2,
+            primal_relative: scale * 1e-2,
+            dual_relative: scale * 1e-1,
         }
     }
 
     #[test]
-    fn every_character_labels_use_has_a_glyph() {
-        let promised = ('0'..='9')
-            .chain('A'..='Z')
-            .chain('a'..='z')
-            .chain(" .,:()[]-+=_/%<>'".chars());
-        for c in promised {
-            assert!(FONT.iter().any(|(g, _)| *g == c), "no glyph for {c:?}");
+    fn convergence_plots_draw_every_curve_and_refuse_an_empty_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("convergence.png");
+        let mut reports: Vec<_> = (0..30).map(|i| report(i, 0.8f64.powi(i as i32))).collect();
+        // A NaN and a zero break their curves instead of failing the plot.
+        reports[4].data_term = f64::NAN;
+        reports[5].dual_residual = 0.0;
+        write_convergence_png(&path, &reports, Some(&Convergence::DEFAULT)).unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        assert_eq!(img.dimensions(), (1400, 700));
+        for color in [BLUE, ORANGE, GREEN, VERMILION, PURPLE] {
+            let n = count(&img, [color.0, color.1, color.2]);
+            assert!(n >= 100, "{color:?}: {n} pixels");
         }
-        let mut seen = std::collections::HashSet::new();
-        assert!(
-            FONT.iter().all(|(g, _)| seen.insert(*g)),
-            "a glyph is defined twice"
-        );
-        assert!(FONT
-            .iter()
-            .all(|(_, rows)| rows.iter().all(|r| *r < 1 << GLYPH_WIDTH)));
+        write_convergence_png(&path, &reports[..1], None).unwrap();
+        let err = write_convergence_png(&path, &[], None).unwrap_err();
+        assert!(matches!(err, PlotError::Empty(_)), "{err}");
     }
 
     #[test]
-    fn unknown_characters_draw_a_block() {
-        let mut img = RgbImage::from_pixel(WIDTH, HEIGHT, WHITE);
-        // Off-canvas text is clipped rather than panicking.
-        draw_text(&mut img, "≥é", -3, HEIGHT as i32 - 4, 1, BLACK);
-        draw_text(&mut img, "≥", 10, 10, 1, BLACK);
-        let black = |x: u32, y: u32| img.get_pixel(x, y).0 == [0, 0, 0];
-        assert!((10..15).all(|x| (10..17).all(|y| black(x, y))));
-        assert!(
-            !black(15, 10) && !black(10, 17),
-            "the block has the glyph's size"
-        );
+    fn field_plots_show_both_fields_and_the_baseline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fields.png");
+        let (h, w) = (24, 32);
+        let flat: Vec<f32> = (0..h * w)
+            .map(|i| 1.0 + 0.2 * ((i % w) as f32 / w as f32 - 0.5))
+            .collect();
+        let dark: Vec<f32> = (0..h * w).map(|i| (i / w) as f32).collect();
+        let baseline: Vec<f32> = (0..50).map(|i| (i as f32 * 0.2).sin()).collect();
+        write_fields_png(&path, &flat, &dark, (h, w), &baseline).unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        let scale = 512usize.div_ceil(w);
+        assert!(img.width() as usize >= 2 * w * scale);
+        assert!(count(&img, [BLUE.0, BLUE.1, BLUE.2]) >= 200);
+        // Both fields span black to white.
+        assert!(count(&img, [0, 0, 0]) >= scale * scale * h);
+        assert!(count(&img, [255, 255, 255]) >= scale * scale);
+        write_fields_png(&path, &flat, &dark, (h, w), &[]).unwrap();
+        let err = write_fields_png(&path, &flat, &dark[1..], (h, w), &[]).unwrap_err();
+        assert!(matches!(err, PlotError::BadImage { .. }), "{err}");
     }
 }

@@ -454,15 +454,15 @@ fn crop(volume: &[f32], g: &Geometry, pad: usize) -> Vec<f32> {
 }
 
 /// Writes `DIR/recon.tif` (float32, one page per z slice), `DIR/recon.h5` (`/volume`), `DIR/report.json` (geometry,
-/// parameters, device, per-iteration Lagrangian terms, times, memory) and `DIR/preview_{xy,xz,yz}.png`.
+/// parameters, device, per-iteration Lagrangian terms, times, memory), `DIR/preview_{xy,xz,yz}.png`
+/// and `DIR/convergence.png` (the per-iteration reports, see [`crate::plot::write_convergence_png`]).
 /// Each file appears only when complete. Returns the paths written.
 pub fn write_outputs(
     dir: &std::path::Path,
     rec: &Reconstruction,
 ) -> Result<Vec<PathBuf>, crate::io::IoError> {
-    use crate::io::{
-        central_slices, write_atomically, write_png_preview, write_tiff_volume, IoError, Stack,
-    };
+    use crate::io::{write_atomically, write_tiff_volume, IoError, Stack};
+    use crate::plot::{write_convergence_png, write_volume_previews};
     std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
         path: dir.into(),
         reason: e.to_string(),
@@ -490,9 +490,11 @@ pub fn write_outputs(
         .map_err(|e| e.to_string())
     })?;
     written.push(report);
-    for (name, pixels, h, w) in central_slices(&volume) {
-        let png = dir.join(format!("preview_{name}.png"));
-        write_png_preview(&png, &pixels, h, w)?;
+    written.extend(write_volume_previews(dir, "preview", &volume).map_err(|e| e.into_io(dir))?);
+    if !rec.reports.is_empty() {
+        let png = dir.join("convergence.png");
+        write_convergence_png(&png, &rec.reports, rec.params.convergence.as_ref())
+            .map_err(|e| e.into_io(&png))?;
         written.push(png);
     }
     Ok(written)

@@ -461,8 +461,23 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
         "preview_xy.png",
         "preview_xz.png",
         "preview_yz.png",
+        "convergence.png",
     ] {
         assert!(out.join(f).exists(), "{f} missing");
+    }
+    // Previews at a readable size (16^3 here, enlarged), the convergence plot with content.
+    for (f, min_side) in [("preview_xy.png", 512), ("convergence.png", 600)] {
+        let img = image::open(out.join(f)).unwrap().to_rgb8();
+        assert!(
+            img.width().max(img.height()) >= min_side,
+            "{f}: {:?}",
+            img.dimensions()
+        );
+        let inked = img
+            .pixels()
+            .filter(|p| p.0.iter().any(|&c| c < 200))
+            .count();
+        assert!(inked >= 2000, "{f}: only {inked} drawn pixels");
     }
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
@@ -487,6 +502,19 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
     assert!(
         s["rel_l2"].as_f64().unwrap() < 0.5 && s["ssim"].as_f64().unwrap() > 0.5,
         "{s}"
+    );
+    // The comparison panel, next to the reconstruction: three slices of 16 px, each enlarged.
+    let panel = image::open(out.join("comparison.png")).unwrap().to_rgb8();
+    assert!(
+        panel.width() >= 3 * 320 && panel.height() >= 3 * 320,
+        "{:?}",
+        panel.dimensions()
+    );
+    let grey_levels: std::collections::HashSet<u8> = panel.pixels().map(|p| p.0[0]).collect();
+    assert!(
+        grey_levels.len() >= 32,
+        "a near-blank panel: {} levels",
+        grey_levels.len()
     );
 
     // Bad input: nothing already written is damaged.

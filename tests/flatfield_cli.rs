@@ -80,10 +80,22 @@ fn fit_and_apply_a_tiff_stack() {
         "baseline.tif",
         "flatfield.png",
         "darkfield.png",
+        "fields.png",
         "report.json",
     ] {
         assert!(fields_dir.join(f).exists(), "{f} missing");
     }
+    // The fields plot: both 64 x 64 fields enlarged to 512 px side by side, and drawn content.
+    let plot = image::open(fields_dir.join("fields.png"))
+        .unwrap()
+        .to_rgb8();
+    assert!(plot.width() >= 2 * 512, "{:?}", plot.dimensions());
+    let grey_levels: std::collections::HashSet<u8> = plot.pixels().map(|p| p.0[0]).collect();
+    assert!(
+        grey_levels.len() >= 32,
+        "a near-blank plot: {} levels",
+        grey_levels.len()
+    );
     let fields = read_fields(&fields_dir).unwrap();
     assert_eq!((fields.height, fields.width), (64, 64));
     assert_eq!(fields.baseline.len(), 20);

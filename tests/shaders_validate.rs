@@ -1,25 +1,150 @@
-//! Every composed WGSL shader parses and validates with naga, without a GPU.
+//! Every composed WGSL shader parses and validates with naga, without a GPU, and its resource
+//! variables match the binding layout the Rust side declares for it (`Shader::layout`).
+
+use lamino::gpu::BindingKind;
+use lamino::shaders::{Shader, ALL};
+use naga::{AddressSpace, StorageAccess};
+
+fn parse_and_validate(shader: &Shader) -> Result<naga::Module, String> {
+    let source = shader.source();
+    let module = naga::front::wgsl::parse_str(&source)
+        .map_err(|e| format!("{}: {}", shader.name, e.emit_to_string(&source)))?;
+    let mut validator = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::empty(),
+    );
+    validator
+        .validate(&module)
+        .map_err(|e| format!("{}: {}", shader.name, e.emit_to_string(&source)))?;
+    Ok(module)
+}
 
 #[test]
 fn every_shader_parses_and_validates() {
-    let mut failures = Vec::new();
-    for shader in lamino::shaders::ALL {
-        let source = shader.source();
-        let module = match naga::front::wgsl::parse_str(&source) {
-            Ok(m) => m,
-            Err(e) => {
-                failures.push(format!("{}: {}", shader.name, e.emit_to_string(&source)));
-                continue;
-            }
+    let failures: Vec<String> = ALL
+        .iter()
+        .filter_map(|shader| parse_and_validate(shader).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(ALL.len() >= 4);
+}
+
+/// What a WGSL resource variable is, in the Rust side's terms; `None` for anything a buffer
+/// binding cannot be (textures, samplers, private variables).
+fn kind_of(space: AddressSpace) -> Option<BindingKind> {
+    match space {
+        AddressSpace::Storage { access } if access.contains(StorageAccess::STORE) => {
+            Some(BindingKind::StorageReadWrite)
+        }
+        AddressSpace::Storage { .. } => Some(BindingKind::StorageRead),
+        AddressSpace::Uniform => Some(BindingKind::Uniform),
+        _ => None,
+    }
+}
+
+/// The mismatches between `module`'s resource variables and `layout`: each declared binding must
+/// exist in group 0 with the declared kind, and every resource variable must be declared.
+fn layout_mismatches(module: &naga::Module, layout: &[BindingKind]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut found = vec![false; layout.len()];
+    for (_, var) in module.global_variables.iter() {
+        let Some(binding) = &var.binding else {
+            continue;
         };
-        let mut validator = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::empty(),
+        let name = var.name.as_deref().unwrap_or("?");
+        let at = format!(
+            "`{name}` (@group({}) @binding({}))",
+            binding.group, binding.binding
         );
-        if let Err(e) = validator.validate(&module) {
-            failures.push(format!("{}: {}", shader.name, e.emit_to_string(&source)));
+        let kind = kind_of(var.space);
+        if binding.group != 0 {
+            problems.push(format!("{at}: only group 0 is bound"));
+        } else if let Some(declared) = layout.get(binding.binding as usize) {
+            if found[binding.binding as usize] {
+                problems.push(format!("{at}: a second variable at this binding"));
+            }
+            found[binding.binding as usize] = true;
+            if kind != Some(*declared) {
+                problems.push(format!(
+                    "{at} is {:?} in WGSL but declared {declared:?}",
+                    var.space
+                ));
+            }
+        } else {
+            problems.push(format!(
+                "{at}: not in the declared layout of {} bindings",
+                layout.len()
+            ));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert!(lamino::shaders::ALL.len() >= 4);
+    for (i, declared) in layout.iter().enumerate() {
+        if !found[i] {
+            problems.push(format!(
+                "binding {i} ({declared:?}) is declared but not in the WGSL"
+            ));
+        }
+    }
+    problems
+}
+
+/// Shaders whose layout is declared are checked binding by binding; the others are named here,
+/// so a new shader cannot slip through undeclared.
+#[test]
+fn every_declared_layout_matches_its_shader() {
+    // The FFT shaders are being rewritten; they join the check by declaring `layout: Some(..)`
+    // and leaving this list.
+    const UNDECLARED: &[&str] = &["fft/stockham_pass", "fft/stockham_fused", "fft/bluestein"];
+    let mut failures = Vec::new();
+    for shader in ALL {
+        let Some(layout) = shader.layout else {
+            if !UNDECLARED.contains(&shader.name) {
+                failures.push(format!("{}: no declared layout", shader.name));
+            }
+            continue;
+        };
+        if UNDECLARED.contains(&shader.name) {
+            failures.push(format!(
+                "{}: now declared, remove it from UNDECLARED",
+                shader.name
+            ));
+        }
+        match parse_and_validate(shader) {
+            Ok(module) => failures.extend(
+                layout_mismatches(&module, layout)
+                    .into_iter()
+                    .map(|p| format!("{}: {p}", shader.name)),
+            ),
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The check itself catches each kind of mismatch.
+#[test]
+fn layout_mismatches_are_found() {
+    let module = naga::front::wgsl::parse_str(
+        "@group(0) @binding(0) var<storage, read> a: array<f32>;
+         @group(0) @binding(1) var<storage, read_write> b: array<f32>;
+         @group(0) @binding(2) var<uniform> c: vec4<u32>;
+         @compute @workgroup_size(1) fn main() { b[0] = a[0] + f32(c.x); }",
+    )
+    .unwrap();
+    use BindingKind::{StorageRead as R, StorageReadWrite as RW, Uniform as U};
+    assert!(layout_mismatches(&module, &[R, RW, U]).is_empty());
+    for (layout, needle) in [
+        (&[RW, RW, U][..], "declared StorageReadWrite"),
+        (
+            &[R, RW, U, U][..],
+            "binding 3 (Uniform) is declared but not in the WGSL",
+        ),
+        (&[R, RW][..], "not in the declared layout"),
+        (&[R, R, U][..], "declared StorageRead"),
+    ] {
+        let problems = layout_mismatches(&module, layout);
+        assert!(
+            problems.iter().any(|p| p.contains(needle)),
+            "{layout:?}: {problems:?}"
+        );
+    }
 }

@@ -71,6 +71,12 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         None,
     )?;
     let score = lamino::metrics::score(&result.volume, &truth.values, truth.shape);
+    let panel = out.join("comparison.png");
+    let rec = lamino::io::Stack {
+        shape: truth.shape,
+        values: result.volume.clone(),
+    };
+    lamino::plot::write_comparison_png(&panel, &truth, &rec).map_err(|e| e.into_io(&panel))?;
     println!(
         "{}",
         serde_json::json!({
@@ -80,6 +86,7 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
             "total_s": start.elapsed().as_secs_f64(),
             "device": result.device,
             "out": out.display().to_string(),
+            "comparison": panel.display().to_string(),
         })
     );
     Ok(())

@@ -62,12 +62,14 @@ enum Command {
     /// Reconstruct a volume with ADMM-TV. INPUT: a DXchange `.h5` scan (normalised with its
     /// flats and darks, -log), a multi-page TIFF of intensities with an angle list, or `.npy`
     /// line integrals (ntheta, deth, detw) with `--geometry`. Writes DIR/recon.tif, DIR/recon.h5,
-    /// DIR/report.json and DIR/preview_*.png.
+    /// DIR/report.json, DIR/preview_*.png and DIR/convergence.png.
     Reconstruct(reconstruct::ReconstructArgs),
-    /// Compare a volume with the truth: prints {"rel_l2", "psnr", "ssim"} as JSON.
+    /// Compare a volume with the truth: prints {"rel_l2", "psnr", "ssim"} as JSON and writes a
+    /// truth | reconstruction | difference panel of the central slices (`--panel`).
     Score(score::ScoreArgs),
     /// The built-in example: simulate a chip (a layered circuit slab) with Poisson noise,
-    /// reconstruct it with the default parameters, write previews, the report and the score.
+    /// reconstruct it with the default parameters, write previews, the report, the score and a
+    /// truth | reconstruction | difference panel (DIR/comparison.png).
     Demo(demo::DemoArgs),
     /// Check this device: GPU FFTs against an f64 CPU reference on fixed signals (1D smooth and
     /// prime lengths, 2D, 3D), with the errors against the accuracy bound.

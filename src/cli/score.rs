@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use lamino::input::{check_finite, read_volume};
+use lamino::plot::write_comparison_png;
 
 use super::CliResult;
 
@@ -14,6 +15,10 @@ pub struct ScoreArgs {
     rec: PathBuf,
     /// The ground truth (`.tif`, `.npy`, or a simulated `.h5` scan with /truth/volume).
     truth: PathBuf,
+    /// Where to write the truth | reconstruction | difference panel of the central slices
+    /// (default: `comparison.png` next to the reconstruction).
+    #[arg(long)]
+    panel: Option<PathBuf>,
 }
 
 pub fn run(args: &ScoreArgs) -> CliResult {
@@ -31,6 +36,13 @@ pub fn run(args: &ScoreArgs) -> CliResult {
         )
         .into());
     }
+    let panel = args.panel.clone().unwrap_or_else(|| {
+        rec.parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("comparison.png")
+    });
+    write_comparison_png(&panel, &t, &r).map_err(|e| e.into_io(&panel))?;
+    eprintln!("comparison panel: {}", panel.display());
     println!(
         "{}",
         serde_json::to_string(&lamino::metrics::score(&r.values, &t.values, r.shape))?

@@ -21,7 +21,9 @@ fn file_error(path: &Path, reason: impl ToString) -> FlatfieldError {
 }
 
 /// Writes `flatfield`, `darkfield`, `baseline` as float32 `.npy` and `.tif`, PNG previews of the
-/// two fields (min–max scaled to 8 bits), and `report.json` when a report is given.
+/// two fields ([`crate::plot::write_preview_png`]: enlarged, robust grey window), `fields.png`
+/// (both fields with their value ranges and the baseline per frame) and `report.json` when a report
+/// is given.
 pub fn write_fields(
     dir: &Path,
     fields: &Fields,
@@ -53,10 +55,19 @@ pub fn write_fields(
         }
         if rows > 1 {
             let png = dir.join(format!("{name}.png"));
-            crate::io::write_png_preview(&png, data, rows, cols)
+            crate::plot::write_preview_png(&png, data, rows, cols, name)
                 .map_err(|e| file_error(&png, e))?;
         }
     }
+    let plot = dir.join("fields.png");
+    crate::plot::write_fields_png(
+        &plot,
+        &fields.flatfield,
+        &fields.darkfield,
+        (h, w),
+        &fields.baseline,
+    )
+    .map_err(|e| file_error(&plot, e))?;
     if let Some(report) = report {
         let path = dir.join("report.json");
         let text = serde_json::to_string_pretty(report).map_err(|e| file_error(&path, e))?;

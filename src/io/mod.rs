@@ -23,9 +23,7 @@ pub use npy::{
     NpyReader,
 };
 pub use stack::{read_stack, Pixels, Stack, StackReader, StackWriter};
-pub use volume::{
-    central_slices, read_tiff_volume, write_atomically, write_png_preview, write_tiff_volume,
-};
+pub use volume::{central_slices, read_tiff_volume, write_atomically, write_tiff_volume};
 
 use std::path::PathBuf;
 use thiserror::Error;

@@ -1,6 +1,6 @@
-//! Volumes and previews on disk: float32 multi-page TIFF volumes (one page per z slice, what
-//! Fiji, napari and tifffile read), 8-bit PNG previews of the three central orthogonal slices, and
-//! atomic writes.
+//! Volumes on disk: float32 multi-page TIFF volumes (one page per z slice, what Fiji, napari and
+//! tifffile read), the three central orthogonal slices (what previews show, drawn by
+//! [`crate::plot`]), and atomic writes.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -89,41 +89,6 @@ pub fn read_tiff_volume(path: &Path) -> Result<Stack, IoError> {
     }
 }
 
-/// Writes an 8-bit grayscale PNG of `data` (`height x width`), contrast stretched between its 0.5
-/// and 99.5 percentiles so a few hot voxels do not wash the image out.
-pub fn write_png_preview(
-    path: &Path,
-    data: &[f32],
-    height: usize,
-    width: usize,
-) -> Result<(), IoError> {
-    let mut sorted: Vec<f32> = data.iter().copied().filter(|v| v.is_finite()).collect();
-    sorted.sort_by(f32::total_cmp);
-    let pick = |q: f64| {
-        sorted
-            .get(((sorted.len().saturating_sub(1)) as f64 * q) as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let (lo, hi) = (pick(0.005), pick(0.995));
-    let span = if hi > lo { hi - lo } else { 1.0 };
-    let bytes: Vec<u8> = data
-        .iter()
-        .map(|v| ((v - lo) / span * 255.0).round().clamp(0.0, 255.0) as u8)
-        .collect();
-    write_atomically(path, |tmp| {
-        image::save_buffer_with_format(
-            tmp,
-            &bytes,
-            width as u32,
-            height as u32,
-            image::ExtendedColorType::L8,
-            image::ImageFormat::Png,
-        )
-        .map_err(|e| e.to_string())
-    })
-}
-
 /// The three central orthogonal slices: `(name, pixels, height, width)` for the xy (z = n0/2),
 /// xz (y = n1/2) and yz (x = n2/2) planes.
 pub fn central_slices(volume: &Stack) -> [(&'static str, Vec<f32>, usize, usize); 3] {
@@ -140,7 +105,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tiff_volumes_round_trip_and_previews_are_written() {
+    fn tiff_volumes_round_trip_and_central_slices_are_the_middle_planes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v.tif");
         let v = Stack {
@@ -149,12 +114,14 @@ mod tests {
         };
         write_tiff_volume(&path, &v).unwrap();
         assert_eq!(read_tiff_volume(&path).unwrap(), v);
-        for (name, pixels, h, w) in central_slices(&v) {
-            let png = dir.path().join(format!("{name}.png"));
-            write_png_preview(&png, &pixels, h, w).unwrap();
-            let img = image::open(&png).unwrap();
-            assert_eq!((img.height() as usize, img.width() as usize), (h, w));
-        }
+        let at = |z: usize, y: usize, x: usize| v.values[(z * 4 + y) * 5 + x];
+        let [xy, xz, yz] = central_slices(&v);
+        assert_eq!((xy.0, xy.2, xy.3), ("xy", 4, 5));
+        assert_eq!(xy.1[2 * 5 + 3], at(1, 2, 3));
+        assert_eq!((xz.0, xz.2, xz.3), ("xz", 3, 5));
+        assert_eq!(xz.1[2 * 5 + 4], at(2, 2, 4));
+        assert_eq!((yz.0, yz.2, yz.3), ("yz", 3, 4));
+        assert_eq!(yz.1[4 + 3], at(1, 3, 2));
         std::fs::write(&path, b"not a tiff").unwrap();
         assert!(matches!(
             read_tiff_volume(&path),

@@ -373,7 +373,7 @@ struct U2Params {
 pub struct LaminoOperator {
     geometry: Geometry,
     spectrum: Field,
-    stages: [Vec<Chunk>; 6],
+    stages: StageChunks,
     ffts: Vec<FftPlan1d>,
     chunk_y: usize,
     chunk_rows: usize,
@@ -383,8 +383,39 @@ pub struct LaminoOperator {
     own_scalars: Scalars,
 }
 
-fn kind_index(kind: Kind) -> usize {
-    kind as usize
+/// The recorded chunks of each of the six stages, one named field per stage.
+#[derive(Default)]
+struct StageChunks {
+    u1_forward: Vec<Chunk>,
+    u1_adjoint: Vec<Chunk>,
+    u2_forward: Vec<Chunk>,
+    u2_adjoint: Vec<Chunk>,
+    fft2d_adjoint: Vec<Chunk>,
+    fft2d_forward: Vec<Chunk>,
+}
+
+impl StageChunks {
+    fn of(&self, kind: Kind) -> &Vec<Chunk> {
+        match kind {
+            Kind::U1Fwd => &self.u1_forward,
+            Kind::U1Adj => &self.u1_adjoint,
+            Kind::U2Fwd => &self.u2_forward,
+            Kind::U2Adj => &self.u2_adjoint,
+            Kind::FAdj => &self.fft2d_adjoint,
+            Kind::FFwd => &self.fft2d_forward,
+        }
+    }
+
+    fn of_mut(&mut self, kind: Kind) -> &mut Vec<Chunk> {
+        match kind {
+            Kind::U1Fwd => &mut self.u1_forward,
+            Kind::U1Adj => &mut self.u1_adjoint,
+            Kind::U2Fwd => &mut self.u2_forward,
+            Kind::U2Adj => &mut self.u2_adjoint,
+            Kind::FAdj => &mut self.fft2d_adjoint,
+            Kind::FFwd => &mut self.fft2d_forward,
+        }
+    }
 }
 
 impl std::fmt::Debug for LaminoOperator {
@@ -689,7 +720,7 @@ impl LaminoOperator {
                 extents: [len, c, n2],
                 channel_axis: 1,
             };
-            self.stages[kind_index(Kind::U1Fwd)].push(Chunk {
+            self.stages.of_mut(Kind::U1Fwd).push(Chunk {
                 input: block(&col, n0),
                 whole_in: whole,
                 compute: vec![
@@ -700,7 +731,7 @@ impl LaminoOperator {
                 output: block(&rows, deth),
                 whole_out: whole,
             });
-            self.stages[kind_index(Kind::U1Adj)].push(Chunk {
+            self.stages.of_mut(Kind::U1Adj).push(Chunk {
                 input: block(&rows, deth),
                 whole_in: whole,
                 compute: vec![
@@ -827,7 +858,7 @@ impl LaminoOperator {
             let mut compute_fwd = vec![Step::Dispatch(b_divker?, groups(c * gy * gx))];
             compute_fwd.extend(fwd_ffts.map(Step::Fft));
             compute_fwd.push(Step::Dispatch(b_gather?, groups(c * points)));
-            self.stages[kind_index(Kind::U2Fwd)].push(Chunk {
+            self.stages.of_mut(Kind::U2Fwd).push(Chunk {
                 input: plane_block.clone(),
                 whole_in: spectrum_view,
                 compute: compute_fwd,
@@ -837,7 +868,7 @@ impl LaminoOperator {
             let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(c * gy * gx))];
             compute_adj.extend(inv_ffts.map(Step::Fft));
             compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
-            self.stages[kind_index(Kind::U2Adj)].push(Chunk {
+            self.stages.of_mut(Kind::U2Adj).push(Chunk {
                 input: points_block,
                 whole_in: data_view,
                 compute: compute_adj,
@@ -927,7 +958,7 @@ impl LaminoOperator {
                         _ => unreachable!("computations hold no transfers"),
                     })
                     .collect();
-                self.stages[kind_index(kind)].push(Chunk {
+                self.stages.of_mut(kind).push(Chunk {
                     input: block.clone(),
                     whole_in: view(t0),
                     compute,
@@ -1017,7 +1048,7 @@ impl LaminoOperator {
             self.check(to, stage_sink.words(), stage_sink.field())?;
             let mut keep = Vec::new();
             let mut chunks = Vec::new();
-            for chunk in &self.stages[kind_index(kind)] {
+            for chunk in self.stages.of(kind) {
                 let input = &chunk.input;
                 let output = &chunk.output;
                 let steps_in = stage_in(
@@ -1113,12 +1144,12 @@ impl LaminoOperator {
 
     /// Number of chunks of `stage`.
     pub fn chunk_count(&self, stage: Stage) -> usize {
-        self.stages[kind_index(stage.kind())].len()
+        self.stages.of(stage.kind()).len()
     }
 
     /// The chunk-local (input, output) blocks of chunk `chunk` of `stage`.
     pub(crate) fn chunk_io(&self, stage: Stage, chunk: usize) -> (&Block, &Block) {
-        let c = &self.stages[kind_index(stage.kind())][chunk];
+        let c = &self.stages.of(stage.kind())[chunk];
         (&c.input, &c.output)
     }
 
@@ -1132,10 +1163,7 @@ impl LaminoOperator {
     ) -> Result<(), GpuError> {
         let stage = &application.stages[position];
         let staging = application.staging.as_deref();
-        for (chunk, (steps_in, steps_out)) in self.stages[kind_index(stage.kind)]
-            .iter()
-            .zip(&stage.chunks)
-        {
+        for (chunk, (steps_in, steps_out)) in self.stages.of(stage.kind).iter().zip(&stage.chunks) {
             self.record_steps(ctx, rec, steps_in, staging)?;
             self.record_steps(ctx, rec, &chunk.compute, staging)?;
             self.record_steps(ctx, rec, steps_out, staging)?;
@@ -1165,7 +1193,7 @@ impl LaminoOperator {
         stage: Stage,
         chunk: usize,
     ) -> Result<(), GpuError> {
-        let steps = &self.stages[kind_index(stage.kind())][chunk].compute;
+        let steps = &self.stages.of(stage.kind())[chunk].compute;
         self.record_steps(ctx, rec, steps, None)
     }
 
