@@ -18,33 +18,49 @@ impl Shader {
 }
 
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
-const RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
+const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
+const FFT_PASS: &str = include_str!("../shaders/fft/pass.wgsl");
+const FFT_EXCHANGE_SHARED: &str = include_str!("../shaders/fft/exchange_shared.wgsl");
+const FFT_EXCHANGE_PRIVATE: &str = include_str!("../shaders/fft/exchange_private.wgsl");
 
-/// One global-memory Stockham pass.
-pub static FFT_STOCKHAM_PASS: Shader = Shader {
-    name: "fft/stockham_pass",
-    parts: &[
-        COMPLEX,
-        RADIX,
-        include_str!("../shaders/fft/stockham_pass.wgsl"),
-    ],
+/// One FFT pass, exchanging between register stages through workgroup memory.
+pub static FFT_PASS_SHARED: Shader = Shader {
+    name: "fft/pass_shared",
+    // The exchange snippet after the radix file: naga's override processing needs the element
+    // type declared before the override-sized workgroup array.
+    parts: &[COMPLEX, FFT_RADIX, FFT_EXCHANGE_SHARED, FFT_PASS],
 };
 
-/// A whole FFT in workgroup memory.
-pub static FFT_STOCKHAM_FUSED: Shader = Shader {
-    name: "fft/stockham_fused",
-    parts: &[
-        COMPLEX,
-        RADIX,
-        include_str!("../shaders/fft/stockham_fused.wgsl"),
-    ],
-};
+macro_rules! fft_pass_private {
+    ($name:ident, $len:literal) => {
+        #[doc = concat!("One FFT pass of sub-length at most ", $len, ", one invocation per column.")]
+        pub static $name: Shader = Shader {
+            name: concat!("fft/pass_private_", $len),
+            parts: &[
+                COMPLEX,
+                concat!("const PRIVATE_LEN: u32 = ", $len, "u;"),
+                FFT_RADIX,
+                FFT_EXCHANGE_PRIVATE,
+                FFT_PASS,
+            ],
+        };
+    };
+}
 
-/// Bluestein chirp multiplications.
-pub static FFT_BLUESTEIN: Shader = Shader {
-    name: "fft/bluestein",
-    parts: &[COMPLEX, include_str!("../shaders/fft/bluestein.wgsl")],
-};
+fft_pass_private!(FFT_PASS_PRIVATE_16, 16);
+fft_pass_private!(FFT_PASS_PRIVATE_32, 32);
+fft_pass_private!(FFT_PASS_PRIVATE_64, 64);
+fft_pass_private!(FFT_PASS_PRIVATE_128, 128);
+fft_pass_private!(FFT_PASS_PRIVATE_256, 256);
+
+/// The private-exchange permutations by the largest sub-length they hold.
+pub static FFT_PASS_PRIVATE: [(usize, &Shader); 5] = [
+    (16, &FFT_PASS_PRIVATE_16),
+    (32, &FFT_PASS_PRIVATE_32),
+    (64, &FFT_PASS_PRIVATE_64),
+    (128, &FFT_PASS_PRIVATE_128),
+    (256, &FFT_PASS_PRIVATE_256),
+];
 
 /// The bandwidth yardstick.
 pub static COPY: Shader = Shader {
@@ -132,9 +148,12 @@ pub static PREPROCESS_BACKPROJECT: Shader = Shader {
 
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
-    &FFT_STOCKHAM_PASS,
-    &FFT_STOCKHAM_FUSED,
-    &FFT_BLUESTEIN,
+    &FFT_PASS_SHARED,
+    &FFT_PASS_PRIVATE_16,
+    &FFT_PASS_PRIVATE_32,
+    &FFT_PASS_PRIVATE_64,
+    &FFT_PASS_PRIVATE_128,
+    &FFT_PASS_PRIVATE_256,
     &COPY,
     &STAGE_IN,
     &STAGE_OUT,

@@ -529,16 +529,20 @@ impl LaminoOperator {
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
         // The rotation axis's phase, its conjugate and ones (F stage).
         let phases = 3 * 8 * detw;
-        // Forward and inverse plans of every FFT: along 2 n0 (U1), the 2 n1 x 2 n2 grids (U2)
-        // and each projection (F).
-        let scratch = |n: u64, batch: u64| {
-            2 * crate::fft::scratch_bytes(ctx, n as usize, batch, Strategy::Auto)
-        };
-        let ffts = scratch(2 * n0, cy * n2)
-            + scratch(2 * n2, ck * 2 * n1)
-            + scratch(2 * n1, ck * 2 * n2)
-            + scratch(detw, ca * deth)
-            + scratch(deth, ca * detw);
+        // Every FFT (along 2 n0 for U1, the 2 n1 x 2 n2 grids for U2, each projection for F)
+        // shares the context's workspace: the largest of them.
+        let scratch =
+            |n: u64, batch: u64| crate::fft::scratch_bytes(ctx, n as usize, batch, Strategy::Auto);
+        let ffts = [
+            scratch(2 * n0, cy * n2),
+            scratch(2 * n2, ck * 2 * n1),
+            scratch(2 * n1, ck * 2 * n2),
+            scratch(detw, ca * deth),
+            scratch(deth, ca * detw),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
         Ok(spectrum + u1 + u2 + f + twiddles + phases + ffts)
     }
 
@@ -959,7 +963,7 @@ impl LaminoOperator {
     }
 
     /// Bytes of device memory the operator holds (spectrum when on the device, chunk buffers,
-    /// tables, FFT plans).
+    /// tables, FFT plans and the FFT workspace they share).
     pub fn device_bytes(&self) -> u64 {
         let spectrum = match self.spectrum.residency() {
             Residency::Device => self.spectrum.layout().bytes(),
@@ -968,6 +972,12 @@ impl LaminoOperator {
         spectrum
             + self.buffers.iter().map(GpuBuffer::bytes).sum::<u64>()
             + self.ffts.iter().map(FftPlan1d::device_bytes).sum::<u64>()
+            + self
+                .ffts
+                .iter()
+                .map(FftPlan1d::workspace_bytes)
+                .max()
+                .unwrap_or(0)
     }
 
     /// Binds `what` to read `source` and write `sink` (their shapes are checked against the
