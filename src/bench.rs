@@ -256,6 +256,11 @@ pub struct OperatorBenchRecord {
     pub fft_share_u1: f64,
     pub fft_share_u2: f64,
     pub fft_share_f: f64,
+    /// Bytes of FFT workspace the operator's plans bind in the context's shared pool.
+    pub fft_workspace_bytes: u64,
+    /// Bytes the shared pool saves against workspace of each plan's own (the sum of the plans'
+    /// needs minus the pool).
+    pub fft_workspace_saved_bytes: u64,
     /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
     pub u2_points_per_s: f64,
     /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
@@ -349,6 +354,7 @@ pub fn bench_operator(
         Ok((median(times), how))
     };
     let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, op.chunks(), repeats)?;
+    let workspace = op.fft_workspace_bytes();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = CpuOperator::new(&g, threads);
     let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
@@ -398,6 +404,8 @@ pub fn bench_operator(
             fft_share_u1: fft_u1 / ms_u1,
             fft_share_u2: fft_u2 / ms_u2,
             fft_share_f: fft_f / ms_f,
+            fft_workspace_bytes: workspace.0,
+            fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
             u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
             array_bytes,
             device_bytes: op.device_bytes(),

@@ -22,8 +22,10 @@ mod twiddles;
 
 pub use kernel::{Exchange, Launch};
 pub use layout::{BatchDim, Layout};
-pub(crate) use plan::scratch_bytes;
-pub use plan::{FftDescriptor, FftPlan, FftPlan1d, PassInfo, Strategy};
+pub use plan::{
+    max_slots, reserve_workspace, workspace_slot_bytes, FftDescriptor, FftPlan, FftPlan1d,
+    PassInfo, Strategy,
+};
 pub use recipe::Algorithm;
 pub use tune::{tuning_cache_path, LaunchSource, FFT_CACHE_ENV, FFT_TUNE_ENV};
 

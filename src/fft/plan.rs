@@ -88,8 +88,9 @@ pub struct FftPlan1d {
     passes: Vec<PassInfo>,
     /// Tables and uniforms the bind groups refer to.
     buffers: Vec<GpuBuffer>,
-    /// Workspace from the context's shared pool.
-    workspace: Vec<GpuBuffer>,
+    /// Bytes of each shared workspace slot the plan needs (the buffers themselves belong to the
+    /// context's pool, shared with its other plans).
+    workspace: [u64; 2],
 }
 
 impl std::fmt::Debug for FftPlan1d {
@@ -111,23 +112,58 @@ fn pass_lengths(limits: &Limits, n: usize, strategy: Strategy) -> Result<Vec<usi
         .ok_or_else(|| FftError::IndexOverflow(format!("length {n} has no split into passes")))
 }
 
-/// Workspace bytes (from the context's shared pool) a plan of `batch` transforms of length `n`
-/// uses, without allocating anything.
-pub(crate) fn scratch_bytes(ctx: &GpuContext, n: usize, batch: u64, strategy: Strategy) -> u64 {
+/// Bytes of each shared workspace slot (ping, pong) a chain of `passes` passes over transforms of
+/// length `chain_len` binds: none for one in-place pass, the ping buffer for two passes, both for
+/// more; each holds as many transforms as one binding window does (at most the batch).
+fn slot_bytes(passes: usize, chain_len: usize, batch: u64, window: u64) -> [u64; 2] {
+    let transforms = batch
+        .min(window / chain_len as u64)
+        .min(u32::MAX as u64 / chain_len as u64)
+        .max(1);
+    let bytes = transforms * chain_len as u64 * 8;
+    match passes {
+        0 | 1 => [0, 0],
+        2 => [bytes, 0],
+        _ => [bytes, bytes],
+    }
+}
+
+/// Bytes of each slot of the context's shared workspace that a plan of `batch` transforms of length
+/// `n` binds, without allocating anything (the operator sizes the pool with it before planning).
+pub fn workspace_slot_bytes(
+    ctx: &GpuContext,
+    n: usize,
+    batch: u64,
+    strategy: Strategy,
+) -> [u64; 2] {
     let limits = Limits::of(ctx);
     let window = ctx.max_binding_bytes() / 8;
-    let chain = match design(n) {
-        Algorithm::Identity => return 0,
-        Algorithm::Stockham { .. } => n,
-        Algorithm::Bluestein { inner } => inner,
+    let (chain, chains) = match design(n) {
+        Algorithm::Identity => return [0, 0],
+        Algorithm::Stockham { .. } => (n, 1),
+        Algorithm::Bluestein { inner } => (inner, 2),
     };
     let passes = pass_lengths(&limits, chain, strategy).map_or(2, |p| p.len());
-    let buffers = match (chain == n, passes) {
-        (true, 1) => 0,
-        (true, 2) | (false, 1) => 1,
-        _ => 2,
-    };
-    buffers * batch.min(window / chain as u64).max(1) * chain as u64 * 8
+    slot_bytes(chains * passes, chain, batch, window)
+}
+
+/// Makes each slot of the context's shared FFT workspace at least `bytes[slot]` long, so that plans
+/// built afterwards all bind the same buffers (a plan binds the buffer a slot holds when it is
+/// built; a slot that grows later leaves earlier plans on the old buffer).
+pub fn reserve_workspace(ctx: &GpuContext, bytes: [u64; 2]) -> Result<(), FftError> {
+    for (slot, bytes) in WORKSPACE_SLOTS.into_iter().zip(bytes) {
+        if bytes > 0 {
+            ctx.shared_scratch(slot, bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// The per-slot maximum of workspace needs: what plans sharing the pool hold together.
+pub fn max_slots(needs: impl IntoIterator<Item = [u64; 2]>) -> [u64; 2] {
+    needs
+        .into_iter()
+        .fold([0, 0], |acc, n| [acc[0].max(n[0]), acc[1].max(n[1])])
 }
 
 /// A copy of `layout` with its batch cut (outermost dimensions first) to about `max_elems`
@@ -185,7 +221,7 @@ impl FftPlan1d {
             dispatches: vec![],
             passes: vec![],
             buffers: vec![],
-            workspace: vec![],
+            workspace: [0, 0],
         };
         let limits = Limits::of(ctx);
         let n = plan.desc.len;
@@ -242,9 +278,11 @@ impl FftPlan1d {
         self.buffers.iter().map(GpuBuffer::bytes).sum()
     }
 
-    /// Bytes of the context's shared workspace the plan binds (shared with every other plan).
-    pub fn workspace_bytes(&self) -> u64 {
-        self.workspace.iter().map(GpuBuffer::bytes).sum()
+    /// Bytes of workspace the plan needs between passes, per slot of the context's shared pool. A
+    /// plan with buffers of its own would hold their sum; plans of one context share the pool, so
+    /// together they hold the per-slot maximum ([`max_slots`]).
+    pub fn workspace_slot_bytes(&self) -> [u64; 2] {
+        self.workspace
     }
 
     fn scale(&self) -> f32 {
@@ -277,13 +315,12 @@ impl FftPlan1d {
                 limit: window * 8,
             });
         }
+        let workspace_bytes = slot_bytes(specs.len(), chain_len, batch, window);
         let cap = if in_place {
             u32::MAX as u64 / chain_len as u64
         } else {
-            batch.min(window / chain_len as u64)
-        }
-        .min(u32::MAX as u64 / chain_len as u64)
-        .max(1);
+            workspace_bytes[0] / (chain_len as u64 * 8)
+        };
         let chunks = layout.chunks(n, window, align, cap)?;
         let specialized = chain_len as u64 * batch >= SPECIALIZE_MIN_ELEMS;
         let chain = self.launches(ctx, &layout, chain_len, specs, strategy, specialized)?;
@@ -316,15 +353,11 @@ impl FftPlan1d {
             Some(ctx.upload("fft tables", &table)?)
         };
         let table_slice = BufferSlice::whole(table.as_ref().unwrap_or(&placeholder));
-        let workspace_count = match chain.specs.len() {
-            1 => 0,
-            2 => 1,
-            _ => 2,
-        };
-        let workspace_bytes = cap * chain_len as u64 * 8;
-        let workspace = WORKSPACE_SLOTS[..workspace_count]
-            .iter()
-            .map(|&slot| ctx.shared_scratch(slot, workspace_bytes))
+        let workspace = WORKSPACE_SLOTS
+            .into_iter()
+            .zip(workspace_bytes)
+            .filter(|&(_, bytes)| bytes > 0)
+            .map(|(slot, bytes)| ctx.shared_scratch(slot, bytes))
             .collect::<Result<Vec<_>, _>>()?;
 
         let last = chain.specs.len() - 1;
@@ -365,7 +398,7 @@ impl FftPlan1d {
             }
         }
         self.buffers.extend(table);
-        self.workspace = workspace;
+        self.workspace = workspace_bytes;
         self.passes = chain.launches;
         Ok(())
     }
@@ -638,19 +671,15 @@ impl FftPlan {
     }
 
     /// Bytes of device memory the plan holds itself besides the data (the shared workspace is
-    /// counted by [`workspace_bytes`](Self::workspace_bytes)).
+    /// counted by [`workspace_slot_bytes`](Self::workspace_slot_bytes)).
     pub fn device_bytes(&self) -> u64 {
         self.axes.iter().map(FftPlan1d::device_bytes).sum()
     }
 
-    /// Bytes of the context's shared workspace the plan binds: the largest of its axes (they
-    /// share it).
-    pub fn workspace_bytes(&self) -> u64 {
-        self.axes
-            .iter()
-            .map(FftPlan1d::workspace_bytes)
-            .max()
-            .unwrap_or(0)
+    /// Bytes of workspace the plan needs per slot of the context's shared pool: the largest of
+    /// its axes in each slot (they share it).
+    pub fn workspace_slot_bytes(&self) -> [u64; 2] {
+        max_slots(self.axes.iter().map(FftPlan1d::workspace_slot_bytes))
     }
 
     /// Records the transform into `rec`.
