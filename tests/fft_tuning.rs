@@ -1,6 +1,5 @@
-//! Plan-time tuning: a tuned plan is as exact as the default one and repeats its bits, one pass and
-//! several are both measured where both apply, the winners are written to the cache file, and the
-//! next plan of the same problem takes them from there.
+//! Plan-time tuning: a tuned plan is as exact as the default one and repeats its bits, the winner is
+//! written to the cache file, and the next plan of the same problem takes it from there.
 //!
 //! One test function: it points the cache at a temporary folder and asks for tuning of every plan
 //! before the first plan of the process (both settings are read from the environment).
@@ -76,11 +75,6 @@ fn tuned_plans_are_exact_cached_and_reused() {
         // same bits.
         let again = plan(Strategy::Auto);
         for (a, b) in tuned.axis_plans().iter().zip(again.axis_plans()) {
-            assert_eq!(
-                a.passes().len(),
-                b.passes().len(),
-                "the same chain of passes"
-            );
             for (x, y) in a.passes().iter().zip(b.passes()) {
                 assert_eq!(y.source, LaunchSource::Cache);
                 assert_eq!(x.launch, y.launch);
@@ -102,16 +96,6 @@ fn tuned_plans_are_exact_cached_and_reused() {
     let file: serde_json::Value = serde_json::from_str(&text).unwrap();
     let entries = file["entries"].as_object().unwrap();
     assert!(entries.len() >= 3, "{entries:?}");
-    // Length 128 fits one pass and splits into two: both chains were measured.
-    for in_place in ["true", "false"] {
-        assert!(
-            entries
-                .keys()
-                .any(|k| k.contains("len=128 ") && k.contains(&format!("in_place={in_place}"))),
-            "{:?}",
-            entries.keys().collect::<Vec<_>>()
-        );
-    }
     assert!(entries
         .keys()
         .all(|k| k.contains(&ctx.info().name) && k.contains("lamino ")));

@@ -29,9 +29,8 @@ type BluesteinTables = (Vec<[f32; 2]>, Vec<[f32; 2]>);
 /// Which passes a transform runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Strategy {
-    /// For large batches (see [`super::tune`]): one pass or several, whichever measures faster on
-    /// this device, each launched as measured fastest. Otherwise one pass where the length fits
-    /// workgroup memory, the fewest passes beyond, launched with the untuned default.
+    /// One pass where the length fits workgroup memory, the fewest passes otherwise, each launched
+    /// as measured fastest on this device (for large batches; see [`super::tune`]).
     #[default]
     Auto,
     /// One pass in workgroup memory, one read and one write per element (where the length fits;
@@ -74,12 +73,10 @@ pub struct PassInfo {
     pub specialized: bool,
 }
 
-/// The passes of a chain, how each is launched, and (for tuned chains) their summed time on the
-/// tuning sample in milliseconds.
+/// The passes of a chain and how each is launched.
 struct Chain {
     specs: Vec<PassSpec>,
     launches: Vec<PassInfo>,
-    sample_ms: f64,
 }
 
 /// A planned batch of 1D transforms, in place on one buffer.
@@ -231,26 +228,14 @@ impl FftPlan1d {
         match algorithm {
             Algorithm::Identity => {}
             Algorithm::Stockham { .. } => {
-                let (specialized, tuned) = (plan.specialized(n), plan.tuned(strategy, n));
-                let chain_for = |plan: &Self, strategy| -> Result<Chain, FftError> {
-                    let subs = pass_lengths(&limits, n, strategy)?;
-                    let specs = chain_specs(n, &subs, plan.desc.direction, plan.scale());
-                    plan.launches(ctx, n, specs, tuned, specialized)
-                };
-                let mut chain = chain_for(&plan, strategy)?;
-                if tuned {
-                    // The measured winner between one pass and several, where both apply.
-                    let multi = chain_for(&plan, Strategy::MultiPass)?;
-                    if multi.specs.len() != chain.specs.len() && multi.sample_ms < chain.sample_ms {
-                        chain = multi;
-                    }
-                }
-                plan.strategy = if chain.specs.len() == 1 {
+                let subs = pass_lengths(&limits, n, strategy)?;
+                plan.strategy = if subs.len() == 1 {
                     Strategy::Fused
                 } else {
                     Strategy::MultiPass
                 };
-                plan.build(ctx, data, n, chain, None)?;
+                let specs = chain_specs(n, &subs, plan.desc.direction, plan.scale());
+                plan.build(ctx, data, n, specs, strategy, None)?;
             }
             Algorithm::Bluestein { inner } => {
                 let subs = pass_lengths(&limits, inner, strategy)?;
@@ -261,9 +246,7 @@ impl FftPlan1d {
                 inverse.last_mut().expect("one pass at least").store_hook = 2;
                 specs.extend(inverse);
                 let (chirp, spectrum) = bluestein_tables(n, inner, plan.desc.direction);
-                let tuned = plan.tuned(strategy, inner);
-                let chain = plan.launches(ctx, inner, specs, tuned, plan.specialized(inner))?;
-                plan.build(ctx, data, inner, chain, Some((chirp, spectrum)))?;
+                plan.build(ctx, data, inner, specs, strategy, Some((chirp, spectrum)))?;
             }
         }
         Ok(plan)
@@ -309,42 +292,38 @@ impl FftPlan1d {
         }
     }
 
-    /// Whether the kernels of a chain over transforms of length `chain_len` are specialised to
-    /// the sizes (large batches; small ones share pipelines).
-    fn specialized(&self, chain_len: usize) -> bool {
-        chain_len as u64 * self.desc.layout.batch_count() >= SPECIALIZE_MIN_ELEMS
-    }
-
-    /// Whether a chain over transforms of length `chain_len` is tuned on the device.
-    fn tuned(&self, strategy: Strategy, chain_len: usize) -> bool {
-        strategy == Strategy::Auto
-            && self.specialized(chain_len)
-            && tune::wanted(chain_len as u64 * self.desc.layout.batch_count())
-    }
-
-    /// Builds the dispatches of `chain` (transforms of length `chain_len`) for every chunk of the
-    /// batch. `bluestein` holds the chirp and kernel-spectrum tables.
+    /// Builds the dispatches of the chain `specs` (transforms of length `chain_len`) for every
+    /// chunk of the batch. `bluestein` holds the chirp and kernel-spectrum tables.
     fn build(
         &mut self,
         ctx: &GpuContext,
         data: &GpuBuffer,
         chain_len: usize,
-        chain: Chain,
+        specs: Vec<PassSpec>,
+        strategy: Strategy,
         bluestein: Option<BluesteinTables>,
     ) -> Result<(), FftError> {
         let n = self.desc.len;
         let layout = self.desc.layout.clone();
         let batch = layout.batch_count();
+        let in_place = specs.len() == 1;
         let window = ctx.max_binding_bytes() / 8;
         let align = (ctx.binding_alignment() / 8).max(1);
-        let in_place = chain.specs.len() == 1;
-        let workspace_bytes = slot_bytes(chain.specs.len(), chain_len, batch, window);
+        if !in_place && chain_len as u64 > window {
+            return Err(FftError::TransformTooLarge {
+                bytes: chain_len as u64 * 8,
+                limit: window * 8,
+            });
+        }
+        let workspace_bytes = slot_bytes(specs.len(), chain_len, batch, window);
         let cap = if in_place {
             u32::MAX as u64 / chain_len as u64
         } else {
             workspace_bytes[0] / (chain_len as u64 * 8)
         };
         let chunks = layout.chunks(n, window, align, cap)?;
+        let specialized = chain_len as u64 * batch >= SPECIALIZE_MIN_ELEMS;
+        let chain = self.launches(ctx, &layout, chain_len, specs, strategy, specialized)?;
 
         // Tables: the Bluestein chirp and spectrum, then one root table per tabulated pass.
         let mut table: Vec<[f32; 2]> = Vec::new();
@@ -424,28 +403,19 @@ impl FftPlan1d {
         Ok(())
     }
 
-    /// Chooses how each pass of the chain is launched: tuned when `tuned` (from the cache when
-    /// measured before), the default otherwise.
+    /// Chooses how each pass of the chain is launched: tuned for `Auto` on large batches (from the
+    /// cache when measured before), the default otherwise.
     fn launches(
         &self,
         ctx: &GpuContext,
+        layout: &Layout,
         chain_len: usize,
         specs: Vec<PassSpec>,
-        tuned: bool,
+        strategy: Strategy,
         specialized: bool,
     ) -> Result<Chain, FftError> {
         let limits = Limits::of(ctx);
-        let window = ctx.max_binding_bytes() / 8;
-        if specs.len() > 1 && chain_len as u64 > window {
-            // Out-of-place passes hold whole transforms in one workspace binding.
-            return Err(FftError::TransformTooLarge {
-                bytes: chain_len as u64 * 8,
-                limit: window * 8,
-            });
-        }
-        let layout = &self.desc.layout;
         let batch = layout.batch_count();
-        let mut sample_ms = 0.0;
         let last = specs.len() - 1;
         let work = Layout::contiguous(chain_len, batch as usize);
         let mut launches = Vec::with_capacity(specs.len());
@@ -453,6 +423,8 @@ impl FftPlan1d {
             let src = if i == 0 { layout } else { &work };
             let dst = if i == last { layout } else { &work };
             let strided = src.stride != 1 || dst.stride != 1;
+            let tuned =
+                strategy == Strategy::Auto && specialized && tune::wanted(chain_len as u64 * batch);
             let (launch, source) = if tuned {
                 let problem = tune::Problem {
                     spec,
@@ -463,12 +435,9 @@ impl FftPlan1d {
                     batch,
                 };
                 let mut reference = None;
-                let (launch, source, ms) =
-                    tune::launch_for(ctx, &problem, |launch, sample_elems| {
-                        time_pass(ctx, &problem, launch, sample_elems, &mut reference)
-                    })?;
-                sample_ms += ms;
-                (launch, source)
+                tune::launch_for(ctx, &problem, |launch, sample_elems| {
+                    time_pass(ctx, &problem, launch, sample_elems, &mut reference)
+                })?
             } else {
                 (
                     Launch::default_for(&limits, spec.sub, specialized, strided),
@@ -482,11 +451,7 @@ impl FftPlan1d {
                 specialized,
             });
         }
-        Ok(Chain {
-            specs,
-            launches,
-            sample_ms,
-        })
+        Ok(Chain { specs, launches })
     }
 
     /// Records the transform into `rec`.

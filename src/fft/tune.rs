@@ -18,10 +18,6 @@
 //! `LAMINO_FFT_TUNE=off` disables tuning (every plan uses the default launch); `LAMINO_FFT_TUNE=all`
 //! tunes every specialised plan, however small (tests use it).
 //!
-//! A length that can run as one pass or as several (it fits workgroup memory and has two or more
-//! radix factors) is tuned both ways; the plan takes the chain of passes whose tuned launches add
-//! up to less time on the sample.
-//!
 //! Every launch measured is first checked against the default launch's output on the same sample
 //! (within twice the accuracy bound); one that disagrees is refused with a warning.
 
@@ -274,15 +270,15 @@ fn fingerprint(ctx: &GpuContext) -> String {
     )
 }
 
-/// The launch of `problem` and its time on the sample in milliseconds: from this process's memory or
-/// the cache when measured before, else measured now with `measure(launch, sample elements)` and
-/// remembered. `measure` returns the milliseconds of a launch, or `None` when its output disagrees
-/// with the first launch measured (the default), which is then never chosen.
+/// The launch of `problem`: from this process's memory or the cache when measured before, else
+/// measured now with `measure(launch, sample elements)` and remembered. `measure` returns the
+/// milliseconds of a launch, or `None` when its output disagrees with the first launch measured
+/// (the default), which is then never chosen.
 pub(crate) fn launch_for(
     ctx: &GpuContext,
     problem: &Problem<'_>,
     mut measure: impl FnMut(&Launch, u64) -> Result<Option<f64>, FftError>,
-) -> Result<(Launch, LaunchSource, f64), FftError> {
+) -> Result<(Launch, LaunchSource), FftError> {
     let key = format!("{} :: {}", fingerprint(ctx), problem.key());
     let limits = Limits::of(ctx);
     let sub = problem.spec.sub;
@@ -290,7 +286,7 @@ pub(crate) fn launch_for(
         let store = store().lock().expect("tuning store poisoned");
         if let Some(entry) = store.entries.get(&key) {
             if entry.launch.fits(&limits, sub, true) {
-                return Ok((entry.launch, LaunchSource::Cache, entry.ms));
+                return Ok((entry.launch, LaunchSource::Cache));
             }
         }
     }
@@ -347,7 +343,7 @@ pub(crate) fn launch_for(
             store.warn(message);
         }
     }
-    Ok((launch, LaunchSource::Measured, ms))
+    Ok((launch, LaunchSource::Measured))
 }
 
 #[cfg(test)]
