@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 use num_complex::Complex;
 use serde::Serialize;
 
-use crate::fft::{Direction, FftError, FftPlan, Normalization, Strategy};
+use crate::fft::{Direction, FftError, FftPlan, LaunchSource, Normalization, Strategy};
 use crate::gpu::{BindingKind, GpuContext, KernelSpec, Recorder};
 use crate::reference::{fft_last_axes, SplitMix64};
 use crate::shaders;
@@ -19,10 +19,20 @@ pub struct FftBenchRecord {
     pub shape: Vec<usize>,
     /// Number of transforms.
     pub batch: usize,
-    /// "fused" (one workgroup-memory kernel) or "multipass" (a dispatch per radix pass).
+    /// "auto" (the launches tuned on this device), "fused" (one pass per axis in workgroup memory)
+    /// or "multipass" (at least two passes through global memory per axis), the last two with the
+    /// untuned default launches.
     pub strategy: &'static str,
-    /// Whether `Strategy::Auto` picks this strategy on this device.
+    /// Whether `Strategy::Auto` runs the same passes as this strategy on this device.
     pub auto: bool,
+    /// Wall time of planning, milliseconds: kernel compilation, tables, bind groups, and for
+    /// "auto" the tuning measurements (or the cache lookup when measured before).
+    pub plan_ms: f64,
+    /// Where the launches came from: "measured" (tuned while planning), "cache" (tuned earlier),
+    /// "default" (untuned), or "mixed".
+    pub launches_from: &'static str,
+    /// Each axis's passes as "sub-length: launch", last axis first.
+    pub launches: Vec<String>,
     /// Median GPU time of one batched forward transform, milliseconds.
     pub ms: f64,
     /// (bytes read + bytes written, once each) / time, in GB/s.
@@ -162,21 +172,14 @@ pub fn bench_fft_shape(
         cpu_times.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let rustfft_ms = median(cpu_times);
-    let auto = FftPlan::new(
-        ctx,
-        &full,
-        shape.len(),
-        Direction::Forward,
-        Normalization::None,
-        &data,
-    )?;
-    let auto_strategies: Vec<Strategy> = auto.axis_plans().iter().map(|p| p.strategy()).collect();
-    drop(auto);
     let mut records = Vec::new();
+    let mut auto_passes: Vec<Vec<usize>> = Vec::new();
     for (strategy, name) in [
+        (Strategy::Auto, "auto"),
         (Strategy::Fused, "fused"),
         (Strategy::MultiPass, "multipass"),
     ] {
+        let start = Instant::now();
         let plan = FftPlan::with_strategy(
             ctx,
             &full,
@@ -186,10 +189,37 @@ pub fn bench_fft_shape(
             &data,
             strategy,
         )?;
-        let used: Vec<Strategy> = plan.axis_plans().iter().map(|p| p.strategy()).collect();
-        if used.iter().any(|&s| s != strategy) {
+        let plan_ms = start.elapsed().as_secs_f64() * 1e3;
+        let axes = plan.axis_plans();
+        let passes: Vec<Vec<usize>> = axes
+            .iter()
+            .map(|p| p.passes().iter().map(|x| x.sub).collect())
+            .collect();
+        if strategy == Strategy::Auto {
+            auto_passes = passes.clone();
+        } else if axes.iter().any(|p| p.strategy() != strategy) {
             continue; // this strategy does not apply to these lengths
         }
+        let sources: Vec<LaunchSource> = axes
+            .iter()
+            .flat_map(|p| p.passes().iter().map(|x| x.source))
+            .collect();
+        let launches_from = match sources.first() {
+            Some(first) if sources.iter().all(|s| s == first) => match first {
+                LaunchSource::Measured => "measured",
+                LaunchSource::Cache => "cache",
+                LaunchSource::Default => "default",
+            },
+            _ => "mixed",
+        };
+        let launches = axes
+            .iter()
+            .flat_map(|p| {
+                p.passes()
+                    .iter()
+                    .map(|x| format!("{}: {}", x.sub, x.launch))
+            })
+            .collect();
         let mut times = Vec::new();
         let mut timing = "wall";
         for i in 0..=repeats {
@@ -209,7 +239,10 @@ pub fn bench_fft_shape(
             shape: shape.to_vec(),
             batch,
             strategy: name,
-            auto: used == auto_strategies,
+            auto: passes == auto_passes,
+            plan_ms,
+            launches_from,
+            launches,
             ms,
             gbps: 2.0 * (total * 8) as f64 / (ms * 1e6),
             copy_gbps,
@@ -235,6 +268,19 @@ pub struct OperatorBenchRecord {
     pub ms_u1: f64,
     pub ms_u2: f64,
     pub ms_f: f64,
+    /// GPU time of the FFTs inside each stage (the operator's own sizes and layouts, once per
+    /// chunk as the stage runs them), milliseconds, and their share of the stage's time.
+    pub fft_ms_u1: f64,
+    pub fft_ms_u2: f64,
+    pub fft_ms_f: f64,
+    pub fft_share_u1: f64,
+    pub fft_share_u2: f64,
+    pub fft_share_f: f64,
+    /// Bytes of FFT workspace the operator's plans bind in the context's shared pool.
+    pub fft_workspace_bytes: u64,
+    /// Bytes the shared pool saves against workspace of each plan's own (the sum of the plans'
+    /// needs minus the pool).
+    pub fft_workspace_saved_bytes: u64,
     /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
     pub u2_points_per_s: f64,
     /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
@@ -328,6 +374,8 @@ pub fn bench_operator(
         }
         Ok((median(times), how))
     };
+    let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, op.chunks(), repeats)?;
+    let workspace = op.fft_workspace_bytes();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = CpuOperator::new(&g, threads);
     let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
@@ -371,6 +419,14 @@ pub fn bench_operator(
             ms_u1,
             ms_u2,
             ms_f,
+            fft_ms_u1: fft_u1,
+            fft_ms_u2: fft_u2,
+            fft_ms_f: fft_f,
+            fft_share_u1: fft_u1 / ms_u1,
+            fft_share_u2: fft_u2 / ms_u2,
+            fft_share_f: fft_f / ms_f,
+            fft_workspace_bytes: workspace.0,
+            fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
             u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
             array_bytes,
             device_bytes: op.device_bytes(),
@@ -381,6 +437,74 @@ pub fn bench_operator(
         });
     }
     Ok(records)
+}
+
+/// GPU time of the FFTs of the stages U1, U2 and F of one operator application: plans of the
+/// operator's sizes and layouts (U1 along the 2 n0 axis of a (2 n0, chunk_y n2) grid, U2 over the
+/// (chunk_rows, 2 n1, 2 n2) grids, F over the (chunk_angles, deth, detw) projections), each timed
+/// on its own and multiplied by the number of chunks the stage runs.
+fn operator_fft_ms(
+    ctx: &GpuContext,
+    g: &crate::operator::Geometry,
+    (chunk_y, chunk_rows, chunk_angles): (usize, usize, usize),
+    repeats: usize,
+) -> Result<[f64; 3], FftError> {
+    use crate::fft::{FftDescriptor, FftPlan1d, Layout};
+    let time = |record: &dyn Fn(&mut Recorder), data: &crate::gpu::GpuBuffer, len: usize| {
+        let zeros = vec![Complex::<f32>::new(0.0, 0.0); len];
+        let mut times = Vec::new();
+        for i in 0..=repeats {
+            ctx.write(data, 0, &zeros);
+            let (ms, _) = time_once(ctx, |rec| {
+                record(rec);
+                Ok(())
+            })?;
+            if i > 0 {
+                times.push(ms);
+            }
+        }
+        Ok::<f64, FftError>(median(times))
+    };
+    let columns = chunk_y * g.n2;
+    let u1_len = 2 * g.n0 * columns;
+    let u1_data = ctx.storage_buffer("bench u1 grid", u1_len as u64 * 8)?;
+    let u1 = FftPlan1d::new(
+        ctx,
+        FftDescriptor {
+            len: 2 * g.n0,
+            layout: Layout::axis_of(&[2 * g.n0, columns], 0),
+            direction: Direction::Forward,
+            normalization: Normalization::None,
+        },
+        &u1_data,
+    )?;
+    let u1_ms = time(&|rec| u1.record(rec), &u1_data, u1_len)? * g.n1.div_ceil(chunk_y) as f64;
+    let u2_shape = [chunk_rows, 2 * g.n1, 2 * g.n2];
+    let u2_len = u2_shape.iter().product();
+    let u2_data = ctx.storage_buffer("bench u2 grid", u2_len as u64 * 8)?;
+    let u2 = FftPlan::new(
+        ctx,
+        &u2_shape,
+        2,
+        Direction::Forward,
+        Normalization::None,
+        &u2_data,
+    )?;
+    let u2_ms = time(&|rec| u2.record(rec), &u2_data, u2_len)? * g.deth.div_ceil(chunk_rows) as f64;
+    let f_shape = [chunk_angles, g.deth, g.detw];
+    let f_len = f_shape.iter().product();
+    let f_data = ctx.storage_buffer("bench projections", f_len as u64 * 8)?;
+    let f = FftPlan::new(
+        ctx,
+        &f_shape,
+        2,
+        Direction::Forward,
+        Normalization::None,
+        &f_data,
+    )?;
+    let f_ms =
+        time(&|rec| f.record(rec), &f_data, f_len)? * g.ntheta().div_ceil(chunk_angles) as f64;
+    Ok([u1_ms, u2_ms, f_ms])
 }
 
 /// One line of `lamino bench admm --json`.

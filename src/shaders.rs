@@ -5,9 +5,7 @@
 //! declared here once. The test `shaders_validate` runs every composed shader through naga's
 //! parser and validator without a GPU and checks each `@group(0) @binding(i)` variable against
 //! the declaration (storage read, storage read_write or uniform); [`crate::gpu::Kernel`] refuses
-//! a kernel whose Rust-side bindings differ from it. Shaders whose layout is not declared yet
-//! (`layout: None`, the FFT shaders) are listed by that test and are checked as soon as they
-//! declare one.
+//! a kernel whose Rust-side bindings differ from it.
 
 use crate::gpu::BindingKind::{self, StorageRead as R, StorageReadWrite as RW, Uniform as U};
 
@@ -18,7 +16,7 @@ pub struct Shader {
     pub name: &'static str,
     parts: &'static [&'static str],
     /// The bindings of group 0 that every entry point of this shader is built with.
-    pub layout: Option<&'static [BindingKind]>,
+    pub layout: &'static [BindingKind],
 }
 
 impl Shader {
@@ -29,70 +27,88 @@ impl Shader {
 }
 
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
-const RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
+const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
+const FFT_PASS: &str = include_str!("../shaders/fft/pass.wgsl");
+const FFT_EXCHANGE_SHARED: &str = include_str!("../shaders/fft/exchange_shared.wgsl");
+const FFT_EXCHANGE_PRIVATE: &str = include_str!("../shaders/fft/exchange_private.wgsl");
 
-/// One global-memory Stockham pass.
-pub static FFT_STOCKHAM_PASS: Shader = Shader {
-    name: "fft/stockham_pass",
-    parts: &[
-        COMPLEX,
-        RADIX,
-        include_str!("../shaders/fft/stockham_pass.wgsl"),
-    ],
-    layout: None,
+/// Every FFT pass: source, destination, twiddle or chirp table, parameters.
+const FFT_PASS_LAYOUT: &[BindingKind] = &[R, RW, R, U];
+
+/// One FFT pass, exchanging between register stages through workgroup memory.
+pub static FFT_PASS_SHARED: Shader = Shader {
+    name: "fft/pass_shared",
+    // The exchange snippet after the radix file: naga's override processing needs the element
+    // type declared before the override-sized workgroup array.
+    parts: &[COMPLEX, FFT_RADIX, FFT_EXCHANGE_SHARED, FFT_PASS],
+    layout: FFT_PASS_LAYOUT,
 };
 
-/// A whole FFT in workgroup memory.
-pub static FFT_STOCKHAM_FUSED: Shader = Shader {
-    name: "fft/stockham_fused",
-    parts: &[
-        COMPLEX,
-        RADIX,
-        include_str!("../shaders/fft/stockham_fused.wgsl"),
-    ],
-    layout: None,
-};
+macro_rules! fft_pass_private {
+    ($name:ident, $len:literal) => {
+        #[doc = concat!("One FFT pass of sub-length at most ", $len, ", one invocation per column.")]
+        pub static $name: Shader = Shader {
+            name: concat!("fft/pass_private_", $len),
+            parts: &[
+                COMPLEX,
+                concat!("const PRIVATE_LEN: u32 = ", $len, "u;"),
+                FFT_RADIX,
+                FFT_EXCHANGE_PRIVATE,
+                FFT_PASS,
+            ],
+            layout: FFT_PASS_LAYOUT,
+        };
+    };
+}
 
-/// Bluestein chirp multiplications.
-pub static FFT_BLUESTEIN: Shader = Shader {
-    name: "fft/bluestein",
-    parts: &[COMPLEX, include_str!("../shaders/fft/bluestein.wgsl")],
-    layout: None,
-};
+fft_pass_private!(FFT_PASS_PRIVATE_16, 16);
+fft_pass_private!(FFT_PASS_PRIVATE_32, 32);
+fft_pass_private!(FFT_PASS_PRIVATE_64, 64);
+fft_pass_private!(FFT_PASS_PRIVATE_128, 128);
+fft_pass_private!(FFT_PASS_PRIVATE_256, 256);
+
+/// The private-exchange permutations by the largest sub-length they hold.
+pub static FFT_PASS_PRIVATE: [(usize, &Shader); 5] = [
+    (16, &FFT_PASS_PRIVATE_16),
+    (32, &FFT_PASS_PRIVATE_32),
+    (64, &FFT_PASS_PRIVATE_64),
+    (128, &FFT_PASS_PRIVATE_128),
+    (256, &FFT_PASS_PRIVATE_256),
+];
 
 /// The bandwidth yardstick.
 pub static COPY: Shader = Shader {
     name: "util/copy",
     parts: &[include_str!("../shaders/util/copy.wgsl")],
-    layout: Some(&[R, RW, U]),
+    layout: &[R, RW, U],
 };
 
 /// Pooled keys, certification sums and scaled block copies of the memo layer.
 pub static MEMO: Shader = Shader {
     name: "memo/memo",
     parts: &[include_str!("../shaders/memo/memo.wgsl")],
-    layout: Some(&[R, R, RW, U]),
+    layout: &[R, R, RW, U],
 };
 
 /// Stage in: whole arrays (complex, real, or a difference) into a stage's chunk-local buffer.
 pub static STAGE_IN: Shader = Shader {
     name: "operator/stage_in",
     parts: &[include_str!("../shaders/operator/stage_in.wgsl")],
-    layout: Some(&[R, R, RW, U]),
+    layout: &[R, R, RW, U],
 };
 
 /// Stage out: a stage's chunk-local result into a whole array (complex, or a scaled real part).
 pub static STAGE_OUT: Shader = Shader {
     name: "operator/stage_out",
     parts: &[include_str!("../shaders/operator/stage_out.wgsl")],
-    layout: Some(&[R, RW, R, U]),
+    layout: &[R, RW, R, U],
 };
 
 /// Centring signs and scale of the per-projection 2D FFT.
 pub static MODULATE: Shader = Shader {
     name: "util/modulate",
     parts: &[include_str!("../shaders/util/modulate.wgsl")],
-    layout: Some(&[RW, U]),
+    layout: &[RW, U],
 };
 
 /// Both gridding stages: three chunk-local arrays (read and written), four read-only tables, the
@@ -103,67 +119,73 @@ const GRIDDING: &[BindingKind] = &[RW, RW, RW, R, R, R, R, U];
 pub static USFFT1D: Shader = Shader {
     name: "operator/usfft1d",
     parts: &[include_str!("../shaders/operator/usfft1d.wgsl")],
-    layout: Some(GRIDDING),
+    layout: GRIDDING,
 };
 
 /// Stage U2 of the laminography operator.
 pub static USFFT2D: Shader = Shader {
     name: "operator/usfft2d",
     parts: &[include_str!("../shaders/operator/usfft2d.wgsl")],
-    layout: Some(GRIDDING),
+    layout: GRIDDING,
 };
 
 /// Vector kernels of the ADMM-TV solver (linear combinations, gradient, shrinkage, reductions).
 pub static SOLVER_VECTOR: Shader = Shader {
     name: "solver/vector",
     parts: &[include_str!("../shaders/solver/vector.wgsl")],
-    layout: Some(&[R, R, R, R, RW, R, U]),
+    layout: &[R, R, R, R, RW, R, U],
 };
 
 /// The solver's scalar steps (CG step length and direction coefficients) on the GPU.
 pub static SOLVER_SCALARS: Shader = Shader {
     name: "solver/scalars",
     parts: &[include_str!("../shaders/solver/scalars.wgsl")],
-    layout: Some(&[RW, RW, U]),
+    layout: &[RW, RW, U],
 };
 
 /// The BaSiC flat-field fit: every kernel of one ALM iteration (spec §8.2).
 pub static FLATFIELD_BASIC: Shader = Shader {
     name: "flatfield/basic",
     parts: &[include_str!("../shaders/flatfield/basic.wgsl")],
-    layout: Some(&[R, RW, RW, RW, RW, R, U, U]),
+    layout: &[R, RW, RW, RW, RW, R, U, U],
 };
 
 /// The BaSiC correction `(I − D) / max(S, flat_min)`.
 pub static FLATFIELD_TRANSFORM: Shader = Shader {
     name: "flatfield/transform",
     parts: &[include_str!("../shaders/flatfield/transform.wgsl")],
-    layout: Some(&[RW, R, R, U]),
+    layout: &[RW, R, R, U],
 };
 
 /// Edge-padded complex rows from real detector rows (the slab backprojection's staging).
 pub static PREPROCESS_PAD_ROWS: Shader = Shader {
     name: "preprocess/pad_rows",
     parts: &[include_str!("../shaders/preprocess/pad_rows.wgsl")],
+    layout: &[R, RW, U],
 };
 
 /// The ramp filter of the slab backprojection (`lamino try`, the rotation-axis and tilt search).
 pub static PREPROCESS_RAMP: Shader = Shader {
     name: "preprocess/ramp",
     parts: &[include_str!("../shaders/preprocess/ramp.wgsl")],
+    layout: &[RW, R, U],
 };
 
 /// The slab backprojection of the rotation-axis and tilt search.
 pub static PREPROCESS_BACKPROJECT: Shader = Shader {
     name: "preprocess/backproject",
     parts: &[include_str!("../shaders/preprocess/backproject.wgsl")],
+    layout: &[R, R, RW, U],
 };
 
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
-    &FFT_STOCKHAM_PASS,
-    &FFT_STOCKHAM_FUSED,
-    &FFT_BLUESTEIN,
+    &FFT_PASS_SHARED,
+    &FFT_PASS_PRIVATE_16,
+    &FFT_PASS_PRIVATE_32,
+    &FFT_PASS_PRIVATE_64,
+    &FFT_PASS_PRIVATE_128,
+    &FFT_PASS_PRIVATE_256,
     &COPY,
     &STAGE_IN,
     &STAGE_OUT,

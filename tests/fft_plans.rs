@@ -303,3 +303,51 @@ fn bad_plans_are_typed_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn plans_of_one_context_share_their_workspace() {
+    // A context of its own, so that the pool starts empty. Lengths beyond workgroup memory run two
+    // or three out-of-place passes through the pool; the second plan outgrows the first's
+    // workspace, the third fits in it.
+    let ctx = new_context();
+    let shapes: [&[usize]; 3] = [&[2, 1 << 14], &[4, 1 << 16], &[1, 1 << 15]];
+    let inputs: Vec<Vec<Complex<f32>>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SplitMix64::new(40 + i as u64).complex_uniform(s.iter().product()))
+        .collect();
+    let buffers: Vec<_> = inputs
+        .iter()
+        .map(|x| ctx.upload("shared workspace test", x).unwrap())
+        .collect();
+    let plans: Vec<FftPlan> = shapes
+        .iter()
+        .zip(&buffers)
+        .map(|(s, b)| FftPlan::new(&ctx, s, 1, Direction::Forward, Normalization::None, b).unwrap())
+        .collect();
+    let needs: Vec<[u64; 2]> = plans.iter().map(FftPlan::workspace_slot_bytes).collect();
+    assert!(needs.iter().all(|n| n[0] > 0), "{needs:?}");
+    let own: u64 = needs.iter().flatten().sum();
+    let shared: u64 = lamino::fft::max_slots(needs.iter().copied()).iter().sum();
+    // The pool holds the largest need per slot (plus a 16-byte placeholder binding), not the sum.
+    let pool = ctx.shared_scratch_bytes();
+    assert!(
+        pool <= shared + 16 && shared < own,
+        "pool {pool}, shared {shared}, own {own}"
+    );
+    // Plans run one after another through the same workspace, in any order, and stay exact.
+    for &i in &[2usize, 0, 1, 2] {
+        ctx.write(&buffers[i], 0, &inputs[i]);
+        plans[i].execute(&ctx).unwrap();
+        let got = ctx.read(&buffers[i], 0, inputs[i].len()).unwrap();
+        let mut expect = to_f64(&inputs[i]);
+        fft_last_axes(&mut expect, shapes[i], 1, Direction::Forward, 1);
+        let err = max_relative_error(&got, &expect);
+        let bound = lamino::fft::recipe::accuracy_bound(&shapes[i][1..]);
+        assert!(
+            err <= bound,
+            "{:?}: error {err:.2e} above {bound:.2e}",
+            shapes[i]
+        );
+    }
+}

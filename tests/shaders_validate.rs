@@ -87,30 +87,14 @@ fn layout_mismatches(module: &naga::Module, layout: &[BindingKind]) -> Vec<Strin
     problems
 }
 
-/// Shaders whose layout is declared are checked binding by binding; the others are named here,
-/// so a new shader cannot slip through undeclared.
+/// Every shader's bindings are checked against its declared layout.
 #[test]
 fn every_declared_layout_matches_its_shader() {
-    // The FFT shaders are being rewritten; they join the check by declaring `layout: Some(..)`
-    // and leaving this list.
-    const UNDECLARED: &[&str] = &["fft/stockham_pass", "fft/stockham_fused", "fft/bluestein"];
     let mut failures = Vec::new();
     for shader in ALL {
-        let Some(layout) = shader.layout else {
-            if !UNDECLARED.contains(&shader.name) {
-                failures.push(format!("{}: no declared layout", shader.name));
-            }
-            continue;
-        };
-        if UNDECLARED.contains(&shader.name) {
-            failures.push(format!(
-                "{}: now declared, remove it from UNDECLARED",
-                shader.name
-            ));
-        }
         match parse_and_validate(shader) {
             Ok(module) => failures.extend(
-                layout_mismatches(&module, layout)
+                layout_mismatches(&module, shader.layout)
                     .into_iter()
                     .map(|p| format!("{}: {p}", shader.name)),
             ),
@@ -120,7 +104,6 @@ fn every_declared_layout_matches_its_shader() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The check itself catches each kind of mismatch.
 #[test]
 fn layout_mismatches_are_found() {
     let module = naga::front::wgsl::parse_str(

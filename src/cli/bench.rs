@@ -13,7 +13,8 @@ use super::{Cli, CliResult};
 #[derive(Subcommand)]
 pub enum BenchWhat {
     /// Batched FFTs against a copy kernel (bandwidth bound) and rustfft on all CPU cores, with
-    /// each strategy that applies (`*` marks the one chosen automatically on this device).
+    /// each strategy that applies (`*` marks the one chosen automatically on this device) and the
+    /// planning time (tuning, or the tuning cache).
     Fft {
         /// One JSON object per line.
         #[arg(long)]
@@ -91,7 +92,8 @@ pub enum BenchWhat {
         #[arg(long, value_delimiter = ',', default_values_t = default_compared())]
         compare_memo: Vec<MemoPolicy>,
     },
-    /// L and L* per stage, against the f32 CPU implementation on all cores.
+    /// L and L* per stage (with the FFT share of each), against the f32 CPU implementation on
+    /// all cores.
     Operator {
         /// One JSON object per line.
         #[arg(long)]
@@ -252,7 +254,7 @@ fn fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "{:>16} x {:<6} {:<9}{} {:>9.3} ms {:>7.2} GB/s ({:.3} of copy {:.2} GB/s)  rustfft {:>9.3} ms  [{}]",
+                    "{:>16} x {:<6} {:<9}{} {:>9.3} ms {:>7.2} GB/s ({:.3} of copy {:.2} GB/s)  rustfft {:>9.3} ms  plan {:>8.1} ms ({})  [{}]",
                     format!("{:?}", r.shape),
                     r.batch,
                     r.strategy,
@@ -262,6 +264,8 @@ fn fft(cli: &Cli, json: bool, repeats: usize, bytes: u64) -> CliResult {
                     r.gbps / r.copy_gbps,
                     r.copy_gbps,
                     r.rustfft_ms,
+                    r.plan_ms,
+                    r.launches_from,
                     r.timing
                 );
             }
@@ -283,8 +287,23 @@ fn operator(
             println!("{}", serde_json::to_string(&r)?);
         } else {
             println!(
-                "{:<2} n={} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x) [{}]",
-                r.operator, r.size, r.angles, r.ms, r.ms_u1, r.ms_u2, r.ms_f, r.u2_points_per_s, r.cpu_ms, r.speedup_vs_cpu, r.timing
+                "{:<2} n={} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
+                r.operator,
+                r.size,
+                r.angles,
+                r.ms,
+                r.ms_u1,
+                r.ms_u2,
+                r.ms_f,
+                r.fft_share_u1,
+                r.fft_share_u2,
+                r.fft_share_f,
+                r.u2_points_per_s,
+                r.cpu_ms,
+                r.speedup_vs_cpu,
+                r.fft_workspace_bytes as f64 / (1 << 20) as f64,
+                r.fft_workspace_saved_bytes as f64 / (1 << 20) as f64,
+                r.timing
             );
         }
     }

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use clap::Args;
 
-use lamino::io::{write_atomically, write_png_preview, write_tiff_volume, Stack};
+use lamino::io::{write_atomically, write_tiff_volume, Stack};
+use lamino::plot::write_preview_png;
 use lamino::preprocess::{
     candidate_range, grid, score_candidates, Scored, Slab, DEFAULT_SLAB_SLICES,
 };
@@ -129,7 +130,9 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         _ => format!("tilt_{:.2}.png", s.candidate.tilt_deg),
     };
     for (s, preview) in result.scored.iter().zip(&result.previews) {
-        write_png_preview(&args.out.join(name(s)), preview, n1, n2)?;
+        let file = name(s);
+        let title = file.trim_end_matches(".png").replace('_', " ");
+        write_preview_png(&args.out.join(file), preview, n1, n2, &title)?;
     }
     write_scores(&args.out.join("scores.csv"), &result.scored)?;
     write_tiff_volume(

@@ -1,24 +1,33 @@
-//! Complex-to-complex FFTs on the GPU: Stockham autosort, mixed radix (2, 3, 4, 5, 7, 8, 11, 13),
-//! Bluestein for lengths with larger prime factors.
+//! Complex-to-complex FFTs on the GPU: mixed radix (2, 3, 4, 5, 7, 8, 11, 13, 16) in workgroup
+//! memory, four-step passes for lengths beyond it, Bluestein for lengths with larger prime
+//! factors; launches tuned on the device and cached ([`tune`]).
 //!
 //! Conventions (those of cuFFT and FFTW): [`Direction::Forward`] computes
 //! `X[k] = sum_n x[n] e^{-2 pi i nk/N}`, [`Direction::Inverse`] uses `e^{+2 pi i nk/N}`; neither is
 //! normalised unless [`Normalization::ByLength`] asks for the factor `1/N`. Data are interleaved
 //! complex64 (`[re, im]` as two f32). Arrays are row-major (C order): the last axis is contiguous.
 //!
-//! Planning happens in two steps: [`recipe`] decides the algorithm and radices from the length
-//! alone (pure, unit-tested), and [`FftPlan1d`] / [`FftPlan`] build the kernels, tables, scratch
-//! and bind groups once for a given buffer, so that executing a plan only records dispatches.
+//! Planning happens in two steps: [`recipe`] decides the algorithm, the passes and the register
+//! radices from the length alone (pure, unit-tested), and [`FftPlan1d`] / [`FftPlan`] choose each
+//! pass's launch (tuned or default) and build the kernels, tables and bind groups once for a given
+//! buffer, so that executing a plan only records dispatches. Workspace between passes comes from
+//! the context's shared pool ([`GpuContext::shared_scratch`](crate::gpu::GpuContext::shared_scratch)).
 
+mod kernel;
 mod layout;
 mod plan;
 pub mod recipe;
+pub mod tune;
 mod twiddles;
 
+pub use kernel::{Exchange, Launch};
 pub use layout::{BatchDim, Layout};
-pub(crate) use plan::scratch_bytes;
-pub use plan::{FftDescriptor, FftPlan, FftPlan1d, Strategy};
+pub use plan::{
+    max_slots, reserve_workspace, workspace_slot_bytes, FftDescriptor, FftPlan, FftPlan1d,
+    PassInfo, Strategy,
+};
 pub use recipe::Algorithm;
+pub use tune::{tuning_cache_path, LaunchSource, FFT_CACHE_ENV, FFT_TUNE_ENV};
 
 use thiserror::Error;
 

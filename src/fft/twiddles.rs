@@ -17,46 +17,10 @@ fn to_f32(c: Complex<f64>) -> [f32; 2] {
     [c.re as f32, c.im as f32]
 }
 
-/// The twiddle and root table of a Stockham plan, plus per-pass offsets into it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct StockhamTables {
-    /// Forward twiddles, then roots of unity of the radices that use the direct DFT.
-    pub values: Vec<[f32; 2]>,
-    /// Per pass: (radix, ns, twiddle offset, root offset).
-    pub passes: Vec<[u32; 4]>,
-}
-
-/// Pass `s` with radix R after sub-transforms of length Ns needs `w^(k r)` for k < Ns and
-/// 1 <= r < R, with `w = e^{-2 pi i/(Ns R)}`: Ns values (N-1 over all passes).
-pub(crate) fn stockham_tables(radices: &[u32]) -> StockhamTables {
-    let mut values = Vec::new();
-    let mut passes = Vec::new();
-    let mut ns = 1u64;
-    for &radix in radices {
-        let r = radix as u64;
-        let offset = values.len() as u32;
-        for k in 0..ns {
-            for j in 1..r {
-                values.push(to_f32(root(k * j, ns * r)));
-            }
-        }
-        passes.push([radix, ns as u32, offset, 0]);
-        ns *= r;
-    }
-    // Roots for the direct small DFTs, one set per distinct radix.
-    for pass in 0..passes.len() {
-        let radix = passes[pass][0];
-        if matches!(radix, 2 | 4 | 8) {
-            continue;
-        }
-        let existing = passes[..pass].iter().find(|p| p[0] == radix).map(|p| p[3]);
-        passes[pass][3] = existing.unwrap_or_else(|| {
-            let offset = values.len() as u32;
-            values.extend((0..radix as u64).map(|m| to_f32(root(m, radix as u64))));
-            offset
-        });
-    }
-    StockhamTables { values, passes }
+/// The forward roots `w_n^x = e^{-2 pi i x/n}` for x < n: the twiddle table of a sub-transform of
+/// length n (each stage's twiddle `w_m^a`, m dividing n, is entry `a n/m`).
+pub(crate) fn root_table(n: usize) -> Vec<[f32; 2]> {
+    (0..n as u64).map(|x| to_f32(root(x, n as u64))).collect()
 }
 
 /// Bluestein tables for length n through inner length m: the chirp `e^{-+ i pi k^2/n}` and the
@@ -96,20 +60,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tables_have_n_minus_one_twiddles_and_shared_roots() {
-        let t = stockham_tables(&[8, 3, 3, 5]);
-        let n = 8 * 3 * 3 * 5;
-        // N - 1 twiddles, then one root set for 3 and one for 5.
-        assert_eq!(t.values.len(), n - 1 + 3 + 5);
-        assert_eq!(t.passes[1][3], t.passes[2][3]);
-        assert_eq!(
-            t.passes.iter().map(|p| p[1]).collect::<Vec<_>>(),
-            vec![1, 8, 24, 72]
+    fn root_tables_hold_the_forward_roots() {
+        let t = root_table(12);
+        assert_eq!(t.len(), 12);
+        assert_eq!(t[0], [1.0, 0.0]);
+        assert!(t[3][0].abs() < 1e-7 && t[3][1] == -1.0);
+        let expect = root(5, 12);
+        assert!(
+            (t[5][0] as f64 - expect.re).abs() < 1e-7 && (t[5][1] as f64 - expect.im).abs() < 1e-7
         );
-        let last = t.passes[3];
-        // k = 1, r = 1 of the last pass: e^{-2 pi i / N}.
-        let w = t.values[(last[2] + 4) as usize];
-        let expect = root(1, n as u64);
-        assert!((w[0] as f64 - expect.re).abs() < 1e-7 && (w[1] as f64 - expect.im).abs() < 1e-7);
     }
 }

@@ -276,6 +276,7 @@ pub struct GpuContext {
     lost: Arc<Mutex<Option<String>>>,
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
     staging: Mutex<Option<GpuBuffer>>,
+    scratch: Mutex<Vec<Option<GpuBuffer>>>,
     downloads: Mutex<Downloads>,
     counters: Counters,
     /// GPU time spans (ns) of every pass recorded while the timeline is on.
@@ -467,6 +468,7 @@ impl GpuContext {
             lost,
             kernels: Mutex::default(),
             staging: Mutex::default(),
+            scratch: Mutex::default(),
             downloads: Mutex::default(),
             counters: Counters::default(),
             timeline: Mutex::default(),
@@ -928,6 +930,30 @@ impl GpuContext {
             done += n;
         }
         Ok(out)
+    }
+
+    /// A storage buffer of at least `bytes` bytes shared by every caller of workspace slot `slot`
+    /// (FFT plans use it for the data between passes). Work recorded into one queue runs in order,
+    /// so plans that never run at the same time can share their workspace. A request larger than
+    /// the slot's buffer replaces it with one of that size; plans keep the buffer they bound, so an
+    /// outgrown buffer lives until its last plan is dropped.
+    pub fn shared_scratch(&self, slot: usize, bytes: u64) -> Result<GpuBuffer, GpuError> {
+        let mut pool = self.scratch.lock().expect("scratch pool poisoned");
+        if pool.len() <= slot {
+            pool.resize(slot + 1, None);
+        }
+        if let Some(buffer) = pool[slot].as_ref().filter(|b| b.bytes >= bytes) {
+            return Ok(buffer.clone());
+        }
+        let buffer = self.storage_buffer(&format!("shared scratch {slot}"), bytes.max(16))?;
+        pool[slot] = Some(buffer.clone());
+        Ok(buffer)
+    }
+
+    /// Bytes of the current shared workspace buffers (see [`shared_scratch`](Self::shared_scratch)).
+    pub fn shared_scratch_bytes(&self) -> u64 {
+        let pool = self.scratch.lock().expect("scratch pool poisoned");
+        pool.iter().flatten().map(|b| b.bytes).sum()
     }
 
     /// Returns (and caches) the compiled pipeline for `spec`.

@@ -66,16 +66,15 @@ impl Kernel {
         let label = spec.label();
         // The shader's declared layout is the one tests/shaders_validate.rs checks against the
         // WGSL; a kernel built with other bindings would only fail later, inside the driver.
-        if let Some(declared) = spec.shader.layout {
-            if declared != spec.bindings {
-                return Err(GpuError::Validation {
-                    context: format!("building kernel {label}"),
-                    message: format!(
-                        "bound as {:?} but the shader declares {declared:?} (src/shaders.rs)",
-                        spec.bindings
-                    ),
-                });
-            }
+        let declared = spec.shader.layout;
+        if declared != spec.bindings {
+            return Err(GpuError::Validation {
+                context: format!("building kernel {label}"),
+                message: format!(
+                    "bound as {:?} but the shader declares {declared:?} (src/shaders.rs)",
+                    spec.bindings
+                ),
+            });
         }
         let entries: Vec<wgpu::BindGroupLayoutEntry> = spec
             .bindings

@@ -368,6 +368,24 @@ struct U2Params {
     ey: f32,
 }
 
+/// Bytes of each slot of the shared FFT workspace the operator's plans need (U1 along 2 n0, the
+/// 2 n1 x 2 n2 grids of U2, the projections of F; forward and inverse alike) for chunks of `cy` y
+/// rows, `ck` detector rows and `ca` angles.
+fn fft_workspace(ctx: &GpuContext, g: &Geometry, (cy, ck, ca): (u64, u64, u64)) -> [u64; 2] {
+    let (n0, n1, n2) = (g.n0 as u64, g.n1 as u64, g.n2 as u64);
+    let (deth, detw) = (g.deth as u64, g.detw as u64);
+    let slots = |n: u64, batch: u64| {
+        crate::fft::workspace_slot_bytes(ctx, n as usize, batch, Strategy::Auto)
+    };
+    crate::fft::max_slots([
+        slots(2 * n0, cy * n2),
+        slots(2 * n2, ck * 2 * n1),
+        slots(2 * n1, ck * 2 * n2),
+        slots(detw, ca * deth),
+        slots(deth, ca * detw),
+    ])
+}
+
 /// The laminography operator for one geometry, with its spectrum, chunk buffers, tables, kernels
 /// and FFT plans built once.
 pub struct LaminoOperator {
@@ -378,6 +396,8 @@ pub struct LaminoOperator {
     chunk_y: usize,
     chunk_rows: usize,
     chunk_angles: usize,
+    /// Bytes of each slot of the context's shared FFT workspace the plans need together.
+    fft_workspace: [u64; 2],
     buffers: Vec<GpuBuffer>,
     /// The coefficients of applications the operator runs for itself (no scaled sinks).
     own_scalars: Scalars,
@@ -560,16 +580,7 @@ impl LaminoOperator {
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
         // The rotation axis's phase, its conjugate and ones (F stage).
         let phases = 3 * 8 * detw;
-        // Forward and inverse plans of every FFT: along 2 n0 (U1), the 2 n1 x 2 n2 grids (U2)
-        // and each projection (F).
-        let scratch = |n: u64, batch: u64| {
-            2 * crate::fft::scratch_bytes(ctx, n as usize, batch, Strategy::Auto)
-        };
-        let ffts = scratch(2 * n0, cy * n2)
-            + scratch(2 * n2, ck * 2 * n1)
-            + scratch(2 * n1, ck * 2 * n2)
-            + scratch(detw, ca * deth)
-            + scratch(deth, ca * detw);
+        let ffts: u64 = fft_workspace(ctx, g, (cy, ck, ca)).iter().sum();
         Ok(spectrum + u1 + u2 + f + twiddles + phases + ffts)
     }
 
@@ -620,9 +631,19 @@ impl LaminoOperator {
             chunk_y: u1_chunk(ctx, g, options)?,
             chunk_rows: u2_chunk(ctx, g, options)?,
             chunk_angles: f_chunk(ctx, g, options)?,
+            fft_workspace: [0, 0],
             buffers: Vec::new(),
             own_scalars: Scalars::new(ctx, 1, 1)?,
         };
+        // Every FFT plan binds the same workspace buffers when the pool is sized for the largest
+        // before the first plan is built.
+        let chunks = (
+            op.chunk_y as u64,
+            op.chunk_rows as u64,
+            op.chunk_angles as u64,
+        );
+        op.fft_workspace = fft_workspace(ctx, g, chunks);
+        crate::fft::reserve_workspace(ctx, op.fft_workspace)?;
         op.build_u1(ctx)?;
         op.build_u2(ctx)?;
         op.build_f(ctx)?;
@@ -990,7 +1011,7 @@ impl LaminoOperator {
     }
 
     /// Bytes of device memory the operator holds (spectrum when on the device, chunk buffers,
-    /// tables, FFT plans).
+    /// tables, FFT plans and the FFT workspace they share).
     pub fn device_bytes(&self) -> u64 {
         let spectrum = match self.spectrum.residency() {
             Residency::Device => self.spectrum.layout().bytes(),
@@ -999,6 +1020,19 @@ impl LaminoOperator {
         spectrum
             + self.buffers.iter().map(GpuBuffer::bytes).sum::<u64>()
             + self.ffts.iter().map(FftPlan1d::device_bytes).sum::<u64>()
+            + self.fft_workspace.iter().sum::<u64>()
+    }
+
+    /// Bytes of FFT workspace: what the operator's plans bind of the context's shared pool, and
+    /// what they would hold with workspace of their own (the sum of their needs). The difference is
+    /// the memory the shared pool saves.
+    pub fn fft_workspace_bytes(&self) -> (u64, u64) {
+        let own = self
+            .ffts
+            .iter()
+            .flat_map(|p| p.workspace_slot_bytes())
+            .sum();
+        (self.fft_workspace.iter().sum(), own)
     }
 
     /// Binds `what` to read `source` and write `sink` (their shapes are checked against the
