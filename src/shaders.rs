@@ -87,7 +87,7 @@ pub static COPY: Shader = Shader {
 pub static MEMO: Shader = Shader {
     name: "memo/memo",
     parts: &[include_str!("../shaders/memo/memo.wgsl")],
-    layout: &[R, R, RW, U],
+    layout: &[R, R, RW, R, U],
 };
 
 /// Stage in: whole arrays (complex, real, or a difference) into a stage's chunk-local buffer.
@@ -108,7 +108,7 @@ pub static STAGE_OUT: Shader = Shader {
 pub static MODULATE: Shader = Shader {
     name: "util/modulate",
     parts: &[include_str!("../shaders/util/modulate.wgsl")],
-    layout: &[RW, U],
+    layout: &[RW, R, U],
 };
 
 /// Both gridding stages: three chunk-local arrays (read and written), four read-only tables, the
