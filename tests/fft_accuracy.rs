@@ -92,3 +92,25 @@ fn two_and_three_dimensional_shapes() {
         }
     }
 }
+
+#[test]
+fn specialised_kernels_of_every_strategy() {
+    // Batches of at least 2^16 elements get kernels specialised to their sizes, with other
+    // launches than the small batches above: odd sub-lengths in the multi-pass chain (768 = 32 x 24),
+    // strided axes and 3D.
+    let shapes: [(&[usize], usize); 4] = [
+        (&[128, 768], 1),
+        (&[96, 768], 1),
+        (&[2, 768, 768], 2),
+        (&[4, 64, 64, 64], 3),
+    ];
+    for (shape, axes) in shapes {
+        for strategy in [Strategy::Fused, Strategy::MultiPass] {
+            let ratio = fft_error_ratio_with(ctx(), shape, axes, Direction::Forward, 13, strategy);
+            assert!(
+                ratio <= 1.0,
+                "{shape:?} {strategy:?}: error/bound = {ratio:.3}"
+            );
+        }
+    }
+}

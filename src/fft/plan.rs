@@ -491,6 +491,17 @@ fn chain_specs(len: usize, subs: &[usize], direction: Direction, scale: f32) -> 
         .collect()
 }
 
+/// The tuning sample of a pass reading `src` and writing `dst`: both layouts cut to about
+/// `max_elems` elements, and the number of transforms to run. The layouts are cut along their own
+/// batch dimensions, so one may keep fewer transforms than the other (a strided destination keeps
+/// whole planes); the sample runs the transforms both hold, never writing beyond its buffers.
+fn sample_layouts(src: &Layout, dst: &Layout, len: usize, max_elems: u64) -> (Layout, Layout, u64) {
+    let src = sample_layout(src, len, max_elems);
+    let dst = sample_layout(dst, len, src.batch_count() * len as u64);
+    let transforms = src.batch_count().min(dst.batch_count());
+    (src, dst, transforms)
+}
+
 /// The output of a pass on the tuning sample, to check launches against each other.
 pub(crate) type SampleOutput = Vec<[f32; 2]>;
 
@@ -507,9 +518,7 @@ fn time_pass(
     reference: &mut Option<SampleOutput>,
 ) -> Result<Option<f64>, FftError> {
     let spec = problem.spec;
-    let src = sample_layout(problem.src, spec.len, sample_elems);
-    let transforms = src.batch_count();
-    let dst = sample_layout(problem.dst, spec.len, transforms * spec.len as u64);
+    let (src, dst, transforms) = sample_layouts(problem.src, problem.dst, spec.len, sample_elems);
     let elems = |layout: &Layout| -> Result<u64, FftError> { Ok(layout.max_index(spec.len)? + 1) };
     let input = SplitMix64::new(7).complex_uniform(elems(&src)? as usize);
     let dst_buffer = ctx.storage_buffer("fft tuning dst", elems(&dst)? * 8)?;
@@ -723,6 +732,21 @@ mod tests {
             sample_layout(&Layout::contiguous(1 << 20, 8), 1 << 20, 16).batch_count(),
             1
         );
+    }
+
+    #[test]
+    fn a_pass_sample_runs_only_transforms_both_layouts_hold() {
+        // The last pass of a strided axis: contiguous workspace in, the strided axis out (whose
+        // sample keeps fewer transforms than the workspace's).
+        let src = Layout::contiguous(768, 14 * 768);
+        let dst = Layout::axis_of(&[14, 768, 768], 1);
+        let (s, d, transforms) = sample_layouts(&src, &dst, 768, 1 << 20);
+        assert!(d.batch_count() < s.batch_count());
+        assert_eq!(transforms, d.batch_count());
+        for (a, b) in [(&src, &dst), (&dst, &src), (&src, &src)] {
+            let (s, d, t) = sample_layouts(a, b, 768, 1 << 20);
+            assert!(t >= 1 && t <= s.batch_count() && t <= d.batch_count());
+        }
     }
 
     #[test]

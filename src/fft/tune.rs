@@ -44,8 +44,9 @@ pub const FFT_TUNE_ENV: &str = "LAMINO_FFT_TUNE";
 const TUNE_MIN_ELEMS: u64 = 1 << 22;
 /// Elements of the sample a launch is timed on.
 const SAMPLE_ELEMS: u64 = 1 << 20;
-/// Version of the file layout.
-const FORMAT: u32 = 1;
+/// Version of the file layout and of the measurement: 2 since samples with a strided destination
+/// no longer run transforms beyond it (entries measured so by format 1 are dropped).
+const FORMAT: u32 = 2;
 
 /// Where the launch of a pass came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
