@@ -762,6 +762,10 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
             "10",
             "--chunk",
             "4",
+            "--only",
+            "frontier",
+            "--repeats",
+            "1",
             "--out",
             out.to_str().unwrap(),
         ],
@@ -773,8 +777,16 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    // exact, off at the memo chunking, six mlr and six certified settings.
-    assert_eq!(lines.len(), 14);
+    // exact, off at the memo chunking, six mlr, six certified and three certified:auto settings.
+    assert_eq!(lines.len(), 17);
+    assert!(lines.iter().all(|l| l["section"] == "frontier"));
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["policy"] == "certified_auto")
+            .count(),
+        3
+    );
     assert_eq!(lines[0]["policy"], "exact");
     assert_eq!(lines[0]["accuracy"], 1.0);
     for l in &lines {
@@ -800,6 +812,63 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn bench_memo_comparison_times_cg_dai_yuan_and_memo_against_the_converged_result() {
+    let o = lamino(
+        &[
+            "bench",
+            "memo",
+            "--json",
+            "--size",
+            "16",
+            "--only",
+            "comparison",
+            "--phantoms",
+            "chip",
+            "--reference-iterations",
+            "12",
+            "--max-iterations",
+            "4",
+            "--compare-memo",
+            "certified:0.01",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The reference, CG read off its trajectory, Dai-Yuan without and with memo.
+    let runs: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .map(|l| {
+            assert_eq!(l["section"], "comparison", "{l}");
+            (
+                l["kind"].as_str().unwrap(),
+                l["solver"].as_str().unwrap(),
+                l["memo"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("reference", "cg", "off"),
+            ("run", "cg", "off"),
+            ("run", "dai_yuan", "off"),
+            ("run", "dai_yuan", "certified:0.01")
+        ]
+    );
+    for l in &lines {
+        let t = l["time_s"].as_f64().unwrap();
+        assert!(t > 0.0, "{l}");
+        assert!(l["distance"].as_f64().unwrap() >= 0.0, "{l}");
+    }
+    assert_eq!(lines[1]["normalized_time"], 1.0);
 }
 
 #[test]
