@@ -8,6 +8,7 @@ use std::f64::consts::PI;
 
 use common::{ctx, new_context, to_f64};
 use lamino::gpu::GpuContext;
+use lamino::metrics::nan_max;
 use lamino::operator::{
     Apply, Geometry, GeometryError, LaminoOperator, OperatorError, OperatorOptions,
 };
@@ -209,8 +210,8 @@ fn projection_of_a_gaussian_blob_matches_the_analytic_line_integral() {
             }
             let got = &lu[t * per_angle..(t + 1) * per_angle];
             let err = rel_l2(got, &expect);
-            let imag = got.iter().map(|c| c.im.abs()).fold(0.0f32, f32::max) as f64;
-            let peak = expect.iter().map(|c| c.re).fold(0.0, f64::max);
+            let imag = got.iter().map(|c| c.im.abs() as f64).fold(0.0, nan_max);
+            let peak = expect.iter().map(|c| c.re).fold(0.0, nan_max);
             assert!(
                 err < 1e-3,
                 "deth {} phi {:.3} angle {t}: rel. error {err:.2e}",

@@ -9,6 +9,7 @@ use std::process::Command;
 
 use common::ctx;
 use lamino::io::{normalize, read_dxchange};
+use lamino::metrics::nan_max;
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
 use lamino::reference::SplitMix64;
 use lamino::simulate::{
@@ -110,7 +111,7 @@ fn ellipsoid_chords_match_numerical_integration() {
         let Primitive::Ellipsoid(ell) = e else {
             unreachable!()
         };
-        let big = axes.iter().cloned().fold(0.0, f64::max);
+        let big = axes.iter().cloned().fold(0.0, nan_max);
         // Rays through points of the ellipsoid's bounding box (in its own rotated frame): some
         // miss, some graze, most cross.
         let q = [0, 1, 2].map(|k| uniform(&mut rng, -1.1, 1.1) * axes[k]);
@@ -151,7 +152,7 @@ fn box_chords_match_numerical_integration_including_axis_parallel_rays() {
             value: uniform(&mut rng, 0.1, 2.0),
         };
         let p = Primitive::Cuboid(b);
-        let big = half_size.iter().cloned().fold(0.0, f64::max);
+        let big = half_size.iter().cloned().fold(0.0, nan_max);
         let origin: [f64; 3] = [0, 1, 2].map(|k| b.centre[k] + uniform(&mut rng, -1.2, 1.2) * big);
         // Every fourth ray runs along an axis, exercising the parallel-slab branch.
         let dir = if i % 4 == 0 {
@@ -365,7 +366,7 @@ fn lamino_simulate_writes_a_scan_that_normalises_back_to_the_projections() {
         .map(|(&a, &b)| (a as f64 - b as f64) * (1e5 * (-(b as f64)).exp()).sqrt())
         .collect();
     let rms = (z.iter().map(|v| v * v).sum::<f64>() / z.len() as f64).sqrt();
-    let worst = z.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let worst = z.iter().fold(0.0f64, |m, v| nan_max(m, v.abs()));
     eprintln!("simulate chip: standardised residual RMS {rms:.3}, max {worst:.2}");
     assert!(
         (0.93..1.07).contains(&rms) && worst < 5.5,
