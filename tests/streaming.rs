@@ -1,7 +1,7 @@
 //! Volumes larger than the device: the memory planner and the streaming mode. A reconstruction
-//! forced to stream (device budget 1/8 of the in-core need, host budget that pushes arrays to
-//! scratch files) gives the bits of the in-core run, and never holds more device memory than its
-//! budget.
+//! forced to stream (device budget 1/8 of the in-core need, 1/6 at 32^3, host budget that pushes
+//! arrays to scratch files) gives the bits of the in-core run with the same chunks, agrees with the
+//! default in-core chunking to f32 rounding, and never holds more device memory than its budget.
 
 mod common;
 
@@ -76,7 +76,12 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 /// Streaming at 1/8 of the in-core device need, with scratch files, against in-core: the same
 /// bits, the peak within the budget; with `checkpoints`, a checkpoint of each mode resumed in
 /// the other ends on the same bits too.
-fn check_streaming_matches_in_core(size: usize, iterations: usize, checkpoints: bool) {
+fn check_streaming_matches_in_core(
+    size: usize,
+    iterations: usize,
+    checkpoints: bool,
+    fraction: u64,
+) {
     let p = projections(size);
     let g = p.geometry();
     let params = AdmmParams::exactly(iterations);
@@ -93,7 +98,7 @@ fn check_streaming_matches_in_core(size: usize, iterations: usize, checkpoints: 
         g,
         &params,
         &OperatorOptions::default(),
-        &budgets(need / 8, host_arrays / 3, Some(scratch.path())),
+        &budgets(need / fraction, host_arrays / 3, Some(scratch.path())),
     )
     .unwrap();
     eprintln!(
@@ -129,20 +134,31 @@ fn check_streaming_matches_in_core(size: usize, iterations: usize, checkpoints: 
         ),
         false => (None, None),
     };
-    let (reference, in_core_peak) = run(&p, params, &in_core, None, save_in_core);
+    // The in-core plan with the streaming plan's chunks: the same work in the same order, so
+    // the same bits. The in-core default (whole arrays as chunks) rounds differently in the FFT
+    // batches, within f32 rounding (measured and bounded below).
+    let same_chunks = MemoryPlan::in_core(ctx, g, &params, &streaming.operator).unwrap();
+    let (reference, in_core_peak) = run(&p, params, &same_chunks, None, save_in_core);
     let (streamed, peak) = run(&p, params, &streaming, None, save_streaming);
+    let (whole, _) = run(&p, params, &in_core, None, None);
+    let chunking = lamino::metrics::rel_l2(&streamed, &whole);
     eprintln!(
-        "device peak: in-core {in_core_peak}, streaming {peak} (budget {})",
-        need / 8
+        "device peak: in-core {in_core_peak}, streaming {peak} (budget {}); streaming against \
+         the in-core default chunking: rel. L2 {chunking:.2e}",
+        need / fraction
     );
     assert!(
-        peak <= need / 8,
+        peak <= need / fraction,
         "peak {peak} above the budget {}",
-        need / 8
+        need / fraction
     );
     assert!(
         same_bits(&reference, &streamed),
         "streaming changed the volume"
+    );
+    assert!(
+        chunking <= 1e-5,
+        "chunking changed the volume by {chunking}"
     );
     assert_eq!(
         std::fs::read(&from_in_core).ok(),
@@ -155,7 +171,7 @@ fn check_streaming_matches_in_core(size: usize, iterations: usize, checkpoints: 
             same_bits(&reference, &resumed),
             "in-core checkpoint resumed streaming"
         );
-        let (resumed, _) = run(&p, params, &in_core, Some(&from_streaming), None);
+        let (resumed, _) = run(&p, params, &same_chunks, Some(&from_streaming), None);
         assert!(
             same_bits(&reference, &resumed),
             "streaming checkpoint resumed in-core"
@@ -165,12 +181,14 @@ fn check_streaming_matches_in_core(size: usize, iterations: usize, checkpoints: 
 
 #[test]
 fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_and_checkpoints_at_32() {
-    check_streaming_matches_in_core(32, 3, true);
+    // At 32^3 the operator's tables and reduction buffers alone exceed 1/8 of the in-core need
+    // (the shared FFT workspace made that small): 1/6.
+    check_streaming_matches_in_core(32, 3, true, 6);
 }
 
 #[test]
 fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_at_64() {
-    check_streaming_matches_in_core(64, 1, false);
+    check_streaming_matches_in_core(64, 1, false, 8);
 }
 
 /// The library's budgets: a reconstruction that does not fit streams (the report says so, with
@@ -220,7 +238,7 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
         err.to_string().contains("too small for even one chunk"),
         "{err}"
     );
-    let err = plan(ctx, g, &params, &o, &budgets(1_000_000, 1000, None)).unwrap_err();
+    let err = plan(ctx, g, &params, &o, &budgets(600_000, 1000, None)).unwrap_err();
     assert!(matches!(err, PlanError::HostBudget { .. }), "{err}");
     let file = tempfile::NamedTempFile::new().unwrap();
     let err = plan(
@@ -228,7 +246,7 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
         g,
         &params,
         &o,
-        &budgets(1_000_000, 1000, Some(file.path())),
+        &budgets(600_000, 1000, Some(file.path())),
     )
     .unwrap_err();
     assert!(err.to_string().contains("not a directory"), "{err}");

@@ -15,8 +15,10 @@
 //! version, driver or shader simply misses and measures again. An unreadable or corrupt file is
 //! ignored with a warning and replaced on the next write; writes go to a temporary file that is
 //! renamed over the cache (atomic), merging entries other processes wrote meanwhile.
-//! `LAMINO_FFT_TUNE=off` disables tuning (every plan uses the default launch); `LAMINO_FFT_TUNE=all`
-//! tunes every specialised plan, however small (tests use it).
+//! Tuning is opt-in: `LAMINO_FFT_TUNE=on` tunes plans of at least [`TUNE_MIN_ELEMS`] elements,
+//! `LAMINO_FFT_TUNE=all` every specialised plan, however small (tests use it). Unset or `off`,
+//! every plan uses the default launch: a tuned launch rounds differently, and a result must not
+//! depend on timing or on how a run is chunked.
 //!
 //! Every launch measured is first checked against the default launch's output on the same sample
 //! (within twice the accuracy bound); one that disagrees is refused with a warning.
@@ -35,12 +37,12 @@ use crate::shaders;
 
 /// Environment variable naming the tuning cache file (`off` or empty: no cache).
 pub const FFT_CACHE_ENV: &str = "LAMINO_FFT_CACHE";
-/// Environment variable that turns tuning off (`off`, `0`, `false` or `no`) or on for every plan
-/// with a specialised kernel (`all`).
+/// Environment variable that turns tuning on (`on`, `1`, `true` or `yes`: plans of at least
+/// `TUNE_MIN_ELEMS` elements) or on for every plan with a specialised kernel (`all`).
 pub const FFT_TUNE_ENV: &str = "LAMINO_FFT_TUNE";
 
-/// Plans with fewer elements than this use the default launch (unless `LAMINO_FFT_TUNE=all`):
-/// their run time is too small to repay a measurement.
+/// With `LAMINO_FFT_TUNE=on`, plans with fewer elements than this use the default launch: their
+/// run time is too small to repay a measurement.
 const TUNE_MIN_ELEMS: u64 = 1 << 22;
 /// Elements of the sample a launch is timed on.
 const SAMPLE_ELEMS: u64 = 1 << 20;
@@ -65,10 +67,13 @@ pub(crate) fn wanted(elems: u64) -> bool {
     let setting = std::env::var(FFT_TUNE_ENV)
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default();
+    // Opt-in: a tuned launch (another radix order, computed instead of tabulated twiddles)
+    // rounds differently, so results would depend on timing and on chunk sizes (streaming cuts
+    // plans below the threshold); the default launch gives the same bits every run.
     match setting.as_str() {
-        "off" | "0" | "false" | "no" => false,
+        "on" | "1" | "true" | "yes" => elems >= TUNE_MIN_ELEMS,
         "all" => true,
-        _ => elems >= TUNE_MIN_ELEMS,
+        _ => false,
     }
 }
 
