@@ -8,7 +8,7 @@ use num_complex::Complex;
 use serde::Serialize;
 
 use crate::fft::{Direction, FftError, FftPlan, LaunchSource, Normalization, Strategy};
-use crate::gpu::{BindingKind, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{GpuContext, KernelSpec, Recorder};
 use crate::reference::{fft_last_axes, SplitMix64};
 use crate::shaders;
 
@@ -121,11 +121,6 @@ pub fn copy_gbps(ctx: &GpuContext, bytes: u64, repeats: usize) -> Result<f64, Ff
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::COPY,
         entry: "copy_vec4",
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", 256.0)],
     })?;
     let bound = kernel.bind(ctx, &[(&src).into(), (&dst).into(), (&params).into()])?;

@@ -4,8 +4,8 @@
 //! Every entry point of a shader binds the same layout (group 0, bindings 0, 1, ... in order),
 //! declared here once. The test `shaders_validate` runs every composed shader through naga's
 //! parser and validator without a GPU and checks each `@group(0) @binding(i)` variable against
-//! the declaration (storage read, storage read_write or uniform); [`crate::gpu::Kernel`] refuses
-//! a kernel whose Rust-side bindings differ from it.
+//! the declaration (storage read, storage read_write or uniform); [`crate::gpu::Kernel`] builds
+//! its bind group layout from it, and refuses a bind call with another number of buffers.
 
 use crate::gpu::BindingKind::{self, StorageRead as R, StorageReadWrite as RW, Uniform as U};
 

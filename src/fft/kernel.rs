@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::layout::Layout;
 use super::recipe::stage_radices;
 use super::{Direction, FftError};
-use crate::gpu::{BindingKind, GpuContext, Kernel, KernelSpec};
+use crate::gpu::{GpuContext, Kernel, KernelSpec};
 use crate::shaders;
 
 /// Largest sub-length of one pass, whatever workgroup memory allows (eight register stages hold
@@ -414,12 +414,6 @@ pub(crate) fn pass_kernel(
     Ok(ctx.kernel(&KernelSpec {
         shader,
         entry: "fft_pass",
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageRead,
-            BindingKind::Uniform,
-        ],
         overrides,
     })?)
 }

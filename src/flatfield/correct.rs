@@ -7,7 +7,7 @@ use bytemuck::{Pod, Zeroable};
 use super::io::{StackReader, StackWriter};
 use super::params::TransformParams;
 use super::{Fields, FlatfieldError, Pixels, Stack};
-use crate::gpu::{BindingKind, Bound, GpuBuffer, GpuContext, KernelSpec};
+use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
 const WORKGROUP: u32 = 256;
@@ -65,12 +65,6 @@ impl<'a> TransformPlan<'a> {
         let kernel = ctx.kernel(&KernelSpec {
             shader: &shaders::FLATFIELD_TRANSFORM,
             entry: "correct",
-            bindings: &[
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageRead,
-                BindingKind::StorageRead,
-                BindingKind::Uniform,
-            ],
             overrides: vec![("WORKGROUP", WORKGROUP as f64)],
         })?;
         let bound = kernel.bind(

@@ -21,20 +21,10 @@ use super::solver::{
     SmoothnessWeights, SolveBackend, SolveOutput, ENT2, MU_CAP, MU_COEF, MU_GROWTH,
 };
 use super::FlatfieldError;
-use crate::gpu::{BindingKind, Bound, GpuBuffer, GpuContext, KernelSpec};
+use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
 const WORKGROUP: u32 = 256;
-const BINDINGS: &[BindingKind] = &[
-    BindingKind::StorageRead,
-    BindingKind::StorageReadWrite,
-    BindingKind::StorageReadWrite,
-    BindingKind::StorageReadWrite,
-    BindingKind::StorageReadWrite,
-    BindingKind::StorageRead,
-    BindingKind::Uniform,
-    BindingKind::Uniform,
-];
 
 /// Sizes and element offsets into the vector buffer; mirrors `Dims` in basic.wgsl.
 #[repr(C)]
@@ -235,7 +225,6 @@ impl<'a> GpuSolver<'a> {
             ctx.kernel(&KernelSpec {
                 shader: &shaders::FLATFIELD_BASIC,
                 entry,
-                bindings: BINDINGS,
                 overrides: vec![],
             })
         };

@@ -23,7 +23,6 @@ pub enum BindingKind {
 pub struct KernelSpec {
     pub shader: &'static Shader,
     pub entry: &'static str,
-    pub bindings: &'static [BindingKind],
     /// WGSL `override` constants (workgroup size, workgroup array lengths).
     pub overrides: Vec<(&'static str, f64)>,
 }
@@ -64,20 +63,10 @@ pub struct Kernel {
 impl Kernel {
     pub(crate) fn build(ctx: &GpuContext, spec: &KernelSpec) -> Result<Self, GpuError> {
         let label = spec.label();
-        // The shader's declared layout is the one tests/shaders_validate.rs checks against the
-        // WGSL; a kernel built with other bindings would only fail later, inside the driver.
-        let declared = spec.shader.layout;
-        if declared != spec.bindings {
-            return Err(GpuError::Validation {
-                context: format!("building kernel {label}"),
-                message: format!(
-                    "bound as {:?} but the shader declares {declared:?} (src/shaders.rs)",
-                    spec.bindings
-                ),
-            });
-        }
-        let entries: Vec<wgpu::BindGroupLayoutEntry> = spec
-            .bindings
+        // The layout is the shader's declaration, which tests/shaders_validate.rs checks against
+        // the WGSL: there is no second list at the call site to disagree with it.
+        let bindings = spec.shader.layout;
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = bindings
             .iter()
             .enumerate()
             .map(|(i, kind)| wgpu::BindGroupLayoutEntry {
@@ -132,7 +121,7 @@ impl Kernel {
         Ok(Self {
             pipeline,
             layout,
-            bindings: spec.bindings,
+            bindings,
             label,
         })
     }

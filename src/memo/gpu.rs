@@ -11,7 +11,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use crate::error::GpuError;
-use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::operator::{Block, View};
 use crate::shaders;
 
@@ -101,13 +101,6 @@ fn kernel_spec(entry: &'static str) -> KernelSpec {
     KernelSpec {
         shader: &shaders::MEMO,
         entry,
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageRead,
-            BindingKind::Uniform,
-        ],
         overrides: Vec::new(),
     }
 }

@@ -35,7 +35,7 @@ use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
 };
-use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;
 use staging::{groups, modulate, stage_in, stage_out, window, WORKGROUP};
@@ -489,16 +489,6 @@ fn gridding_kernel(shader: &'static shaders::Shader, entry: &'static str) -> Ker
     KernelSpec {
         shader,
         entry,
-        bindings: &[
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     }
 }

@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::{OperatorError, Step};
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging};
-use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};
+use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
 pub(crate) const WORKGROUP: u32 = 64;
@@ -214,12 +214,6 @@ pub(crate) fn stage_in(
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::STAGE_IN,
         entry: "stage_in",
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })?;
     let words = source.words();
@@ -345,12 +339,6 @@ pub(crate) fn stage_out(
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::STAGE_OUT,
         entry: "stage_out",
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageRead,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })?;
     let words = sink.words();
@@ -475,11 +463,6 @@ pub(crate) fn modulate(
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::MODULATE,
         entry: "modulate",
-        bindings: &[
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageRead,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })?;
     let params = ctx.uniform(

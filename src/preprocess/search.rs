@@ -43,7 +43,7 @@ use serde::Serialize;
 
 use super::{bin_projections, PreprocessError};
 use crate::fft::{Direction, FftPlan, Normalization};
-use crate::gpu::{BindingKind, GpuContext, KernelSpec};
+use crate::gpu::{GpuContext, KernelSpec};
 use crate::operator::Geometry;
 use crate::recon::Projections;
 use crate::shaders;
@@ -384,11 +384,6 @@ fn backproject_slabs(
         .kernel(&KernelSpec {
             shader: &shaders::PREPROCESS_PAD_ROWS,
             entry: "pad_rows",
-            bindings: &[
-                BindingKind::StorageRead,
-                BindingKind::StorageReadWrite,
-                BindingKind::Uniform,
-            ],
             overrides: vec![("WORKGROUP", WORKGROUP as f64)],
         })?
         .bind(ctx, &[(&raw).into(), (&data).into(), (&pad_params).into()])?;
@@ -404,11 +399,6 @@ fn backproject_slabs(
         .kernel(&KernelSpec {
             shader: &shaders::PREPROCESS_RAMP,
             entry: "ramp",
-            bindings: &[
-                BindingKind::StorageReadWrite,
-                BindingKind::StorageRead,
-                BindingKind::Uniform,
-            ],
             overrides: vec![("WORKGROUP", WORKGROUP as f64)],
         })?
         .bind(
@@ -418,12 +408,6 @@ fn backproject_slabs(
     let backproject = ctx.kernel(&KernelSpec {
         shader: &shaders::PREPROCESS_BACKPROJECT,
         entry: "backproject",
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })?;
     let trig = ctx.storage_buffer("search angles", chunk as u64 * 8)?;

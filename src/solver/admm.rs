@@ -20,7 +20,7 @@ use crate::array::{
     Coef, Field, PlaneLayout, Residency, Scalars, Slot, Staging, StorageError, SumSlot,
 };
 use crate::error::GpuError;
-use crate::gpu::{BindingKind, Bound, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::fnv1a;
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
 use crate::operator::{
@@ -278,11 +278,6 @@ impl ScalarSteps {
             ctx.kernel(&KernelSpec {
                 shader: &shaders::SOLVER_SCALARS,
                 entry,
-                bindings: &[
-                    BindingKind::StorageReadWrite,
-                    BindingKind::StorageReadWrite,
-                    BindingKind::Uniform,
-                ],
                 overrides: Vec::new(),
             })?
             .bind(

@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
 use crate::error::GpuError;
-use crate::gpu::{BindingKind, Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
 const WORKGROUP: u32 = 256;
@@ -159,15 +159,6 @@ fn vector_kernel(
     ctx.kernel(&KernelSpec {
         shader: &shaders::SOLVER_VECTOR,
         entry,
-        bindings: &[
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageRead,
-            BindingKind::StorageReadWrite,
-            BindingKind::StorageRead,
-            BindingKind::Uniform,
-        ],
         overrides: vec![("WORKGROUP", WORKGROUP as f64)],
     })
 }
