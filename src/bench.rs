@@ -707,20 +707,14 @@ pub fn bench_scale_ratio(
     iterations: usize,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::operator::OperatorOptions;
-    use crate::plan::{plan, BudgetSource, Budgets, MemoryPlan};
+    use crate::plan::{plan, Budgets, MemoryPlan};
     use crate::solver::AdmmParams;
     let iterations = iterations.max(1);
     let (g, data) = scale_scan(n, angles);
     let params = AdmmParams::exactly(iterations + 1);
     let ctx = GpuContext::new(options)?;
     let in_core = MemoryPlan::in_core(&ctx, &g, &params, &OperatorOptions::default())?;
-    let budgets = Budgets {
-        device_bytes: in_core.device_bytes / 8,
-        device_source: BudgetSource::Given,
-        host_bytes: u64::MAX,
-        host_source: BudgetSource::Given,
-        scratch: None,
-    };
+    let budgets = Budgets::given(in_core.device_bytes / 8, u64::MAX, None);
     let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
     let copy = copy_round_trip_gbps(&ctx, streaming.staging_words.max(1 << 20))?;
     let device = ctx.info().name.clone();
@@ -755,18 +749,12 @@ pub fn bench_scale_large(
     scratch: &std::path::Path,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::operator::OperatorOptions;
-    use crate::plan::{plan, BudgetSource, Budgets};
+    use crate::plan::{plan, Budgets};
     use crate::solver::AdmmParams;
     let (g, data) = scale_scan(n, angles);
     let params = AdmmParams::exactly(2);
     let ctx = GpuContext::new(options)?;
-    let budgets = Budgets {
-        device_bytes,
-        device_source: BudgetSource::Given,
-        host_bytes,
-        host_source: BudgetSource::Given,
-        scratch: Some(scratch.into()),
-    };
+    let budgets = Budgets::given(device_bytes, host_bytes, Some(scratch.into()));
     let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
     let device = ctx.info().name.clone();
     drop(ctx);
@@ -796,15 +784,9 @@ pub fn bench_scale_plan(
     host_bytes: u64,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::operator::{Geometry, OperatorOptions};
-    use crate::plan::{plan, BudgetSource, Budgets};
+    use crate::plan::{plan, Budgets};
     let g = Geometry::cube(n, n, SCALE_PHI);
-    let budgets = Budgets {
-        device_bytes,
-        device_source: BudgetSource::Given,
-        host_bytes,
-        host_source: BudgetSource::Given,
-        scratch: None,
-    };
+    let budgets = Budgets::given(device_bytes, host_bytes, None);
     let p = plan(
         ctx,
         &g,

@@ -91,6 +91,17 @@ pub struct Budgets {
 }
 
 impl Budgets {
+    /// Budgets stated by the caller.
+    pub fn given(device_bytes: u64, host_bytes: u64, scratch: Option<PathBuf>) -> Self {
+        Self {
+            device_bytes,
+            device_source: BudgetSource::Given,
+            host_bytes,
+            host_source: BudgetSource::Given,
+            scratch,
+        }
+    }
+
     /// The defaults on this machine and device, overridden by what the caller gives.
     pub fn new(
         ctx: &GpuContext,
@@ -276,13 +287,7 @@ impl MemoryPlan {
         params: &AdmmParams,
         options: &OperatorOptions,
     ) -> Result<Self, PlanError> {
-        let budgets = Budgets {
-            device_bytes: u64::MAX,
-            device_source: BudgetSource::Given,
-            host_bytes: u64::MAX,
-            host_source: BudgetSource::Given,
-            scratch: None,
-        };
+        let budgets = Budgets::given(u64::MAX, u64::MAX, None);
         let fixed = fixed_device_bytes(ctx, g, options, 0)?;
         assemble(
             ctx,

@@ -8,7 +8,7 @@ mod common;
 use lamino::array::Residency;
 use lamino::input::projections_from_scan;
 use lamino::operator::OperatorOptions;
-use lamino::plan::{plan, Array, BudgetSource, Budgets, MemoryPlan, Mode, PlanError};
+use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
 use lamino::recon::{Projections, Reconstructor};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::{AdmmParams, AdmmSolver};
@@ -31,13 +31,7 @@ fn projections(size: usize) -> Projections {
 }
 
 fn budgets(device: u64, host: u64, scratch: Option<&std::path::Path>) -> Budgets {
-    Budgets {
-        device_bytes: device,
-        device_source: BudgetSource::Given,
-        host_bytes: host,
-        host_source: BudgetSource::Given,
-        scratch: scratch.map(Into::into),
-    }
+    Budgets::given(device, host, scratch.map(Into::into))
 }
 
 /// Runs the solver under `plan` on a fresh context whose device budget is the plan's: from the
