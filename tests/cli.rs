@@ -815,6 +815,42 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
 }
 
 #[test]
+fn bench_convergence_reports_where_the_default_stops_against_a_longer_run() {
+    let o = lamino(
+        &[
+            "bench",
+            "convergence",
+            "--json",
+            "--size",
+            "16",
+            "--phantoms",
+            "shepp",
+            "--reference-iterations",
+            "100",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let r = &lines[0];
+    assert_eq!(r["phantom"], "shepp", "{r}");
+    assert_eq!(r["reference_iterations"], 100, "{r}");
+    let k = r["default_iterations"]
+        .as_u64()
+        .expect("stops within 100 at 16^3");
+    assert!((1..=100).contains(&k), "{r}");
+    let d = r["default_to_reference"].as_f64().unwrap();
+    assert!((0.0..=0.01).contains(&d), "{r}");
+    let truth = r["reference_to_truth"].as_f64().unwrap();
+    assert!(truth > 0.0 && truth < 1.0, "{r}");
+}
+
+#[test]
 fn bench_memo_comparison_times_cg_dai_yuan_and_memo_against_the_converged_result() {
     let o = lamino(
         &[

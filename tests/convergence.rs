@@ -5,12 +5,12 @@
 
 mod common;
 
+use lamino::bench::converge_then_continue;
 use lamino::input::projections_from_scan;
 use lamino::metrics::rel_l2;
-use lamino::operator::OperatorOptions;
 use lamino::recon::{Projections, Reconstructor};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
-use lamino::solver::{AdmmParams, AdmmSolver, Convergence, StopReason};
+use lamino::solver::StopReason;
 
 fn projections(phantom: PhantomKind) -> Projections {
     let sim = simulated_scan(&ScanSpec {
@@ -28,34 +28,13 @@ fn projections(phantom: PhantomKind) -> Projections {
         .projections
 }
 
-/// Runs 300 iterations; returns the iteration where the default test first passes, the volume
-/// there and the final volume.
-fn converge_then_continue(p: &Projections) -> (usize, Vec<f32>, Vec<f32>) {
-    let ctx = common::ctx();
-    let g = p.geometry();
-    let data = p.operator_data();
-    let mut solver = AdmmSolver::new(
-        ctx,
-        g,
-        &data,
-        AdmmParams::exactly(300),
-        &OperatorOptions::default(),
-    )
-    .unwrap();
-    let mut stopped = None;
-    while solver.stop_reason().is_none() {
-        let report = solver.step(ctx).unwrap();
-        if stopped.is_none() && report.converged(&Convergence::DEFAULT) {
-            stopped = Some((report.iteration + 1, solver.volume(ctx).unwrap()));
-        }
-    }
-    let (k, at_k) = stopped.expect("the default test never passed in 300 iterations");
-    (k, at_k, solver.volume(ctx).unwrap())
-}
-
 fn check(phantom: PhantomKind) -> (usize, Vec<f32>) {
     let p = projections(phantom);
-    let (k, at_k, at_300) = converge_then_continue(&p);
+    let run = converge_then_continue(common::ctx(), p.geometry(), &p.operator_data(), 300).unwrap();
+    let (k, at_k) = run
+        .at_stop
+        .expect("the default test never passed in 300 iterations");
+    let at_300 = run.at_end;
     let difference = rel_l2(&at_k, &at_300);
     eprintln!(
         "{phantom}: the default stops after {k} iterations, {:.3} % from the 300-iteration volume",

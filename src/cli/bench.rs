@@ -41,6 +41,32 @@ pub enum BenchWhat {
         #[arg(long, default_value_t = 3)]
         iterations: usize,
     },
+    /// The default stopping rule against a long run: for each phantom, a noisy simulated scan
+    /// (seed 0) reconstructed for REFERENCE_ITERATIONS outer iterations, noting where the default
+    /// convergence test first passes; prints how far that volume is from the long run's (the
+    /// default is chosen so that this stays within 1 %) and both distances from the phantom.
+    Convergence {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume side n (n^3 voxels, n x n detector).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Projection angles (default: the size).
+        #[arg(long)]
+        angles: Option<usize>,
+        /// Laminography tilt, degrees from the beam's normal.
+        #[arg(long, default_value_t = 30.0)]
+        tilt_deg: f64,
+        /// Incident photons per detector pixel (Poisson noise).
+        #[arg(long, default_value_t = 1e5)]
+        photons: f64,
+        #[arg(long, value_delimiter = ',', default_values_t = PhantomKind::ALL)]
+        phantoms: Vec<PhantomKind>,
+        /// Outer iterations of the long run the default is compared with.
+        #[arg(long, default_value_t = 300)]
+        reference_iterations: usize,
+    },
     /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
     /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU, certified:TOL for six
     /// TOL and certified:auto for three scales; one line per run, and a CSV and a PNG plot (with
@@ -241,6 +267,21 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             (*large, *large_device_mib, scratch),
             (plan_sizes, plan_device_gib, *plan_host_gib),
         ),
+        BenchWhat::Convergence {
+            json,
+            size,
+            angles,
+            tilt_deg,
+            photons,
+            phantoms,
+            reference_iterations,
+        } => convergence(
+            cli,
+            *json,
+            (*size, angles.unwrap_or(*size), *tilt_deg, *photons),
+            phantoms,
+            *reference_iterations,
+        ),
         BenchWhat::Memo { .. } => memo(cli, what),
     }
 }
@@ -304,6 +345,47 @@ fn operator(
                 r.fft_workspace_bytes as f64 / (1 << 20) as f64,
                 r.fft_workspace_saved_bytes as f64 / (1 << 20) as f64,
                 r.timing
+            );
+        }
+    }
+    Ok(())
+}
+
+fn convergence(
+    cli: &Cli,
+    json: bool,
+    (size, angles, tilt_deg, photons): (usize, usize, f64, f64),
+    phantoms: &[PhantomKind],
+    reference_iterations: usize,
+) -> CliResult {
+    let ctx = cli.context()?;
+    let percent = |x: Option<f64>| x.map_or("n/a".to_string(), |x| format!("{:.3} %", 100.0 * x));
+    for &phantom in phantoms {
+        let r = lamino::bench::bench_convergence(
+            &ctx,
+            phantom,
+            size,
+            (angles, tilt_deg, photons),
+            reference_iterations,
+        )?;
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{} n={} angles={} tilt={} deg photons={:e}: default stops after {} iterations, {} from the {}-iteration volume; from the phantom: default {}, {} iterations {} ({:.0} s)",
+                r.phantom,
+                r.size,
+                r.angles,
+                r.tilt_deg,
+                r.photons,
+                r.default_iterations
+                    .map_or("(never within the run)".to_string(), |k| k.to_string()),
+                percent(r.default_to_reference),
+                r.reference_iterations,
+                percent(r.default_to_truth),
+                r.reference_iterations,
+                percent(Some(r.reference_to_truth)),
+                r.seconds
             );
         }
     }
