@@ -111,6 +111,9 @@ struct CopyParams {
     pad: [u32; 3],
 }
 
+/// Invocations per workgroup of the copy kernel.
+const COPY_WORKGROUP: u32 = 256;
+
 /// Bandwidth of a plain copy of `bytes` bytes (read + write) in GB/s, median of `repeats`.
 pub fn copy_gbps(ctx: &GpuContext, bytes: u64, repeats: usize) -> Result<f64, FftError> {
     let bytes = bytes.min(ctx.max_binding_bytes()) / 16 * 16;
@@ -121,10 +124,10 @@ pub fn copy_gbps(ctx: &GpuContext, bytes: u64, repeats: usize) -> Result<f64, Ff
     let kernel = ctx.kernel(&KernelSpec {
         shader: &shaders::COPY,
         entry: "copy_vec4",
-        overrides: vec![("WORKGROUP", 256.0)],
+        overrides: vec![("WORKGROUP", COPY_WORKGROUP as f64)],
     })?;
     let bound = kernel.bind(ctx, &[(&src).into(), (&dst).into(), (&params).into()])?;
-    let groups = count.div_ceil(256);
+    let groups = count.div_ceil(COPY_WORKGROUP);
     time_once(ctx, |rec| {
         rec.dispatch(&bound, groups);
         Ok(())

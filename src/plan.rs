@@ -358,9 +358,10 @@ fn fixed_device_bytes(
     // The operator's estimate includes its spectrum, which the plan places like any array.
     let operator =
         LaminoOperator::estimate_device_bytes(ctx, g, options)? - Array::Spectrum.layout(g).bytes();
-    // Sixteen reductions, each with one partial sum per 256 words and two per plane.
+    // Sixteen reductions, each with one partial sum per workgroup and two per plane.
     let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
-    let reductions = 16 * (widest / 256 + 1 + 2 * g.n0.max(g.ntheta()) as u64) * 4;
+    let per_workgroup = widest / crate::solver::VECTOR_WORKGROUP as u64;
+    let reductions = 16 * (per_workgroup + 1 + 2 * g.n0.max(g.ntheta()) as u64) * 4;
     let scalars = 1024;
     // The staging buffers and a readback pool of two output blocks.
     let streaming = 7 * staging_words as u64 * 4;

@@ -26,6 +26,44 @@ impl Shader {
     }
 }
 
+/// Constants shared by Rust and a shader, written once: each is a Rust `pub const` of the module
+/// and a WGSL `const` line in the module's `WGSL`, composed ahead of the shader's file.
+macro_rules! shared_constants {
+    ($(#[$doc:meta])* $module:ident { $($(#[$cdoc:meta])* $name:ident = $value:literal;)* }) => {
+        $(#[$doc])*
+        pub mod $module {
+            $($(#[$cdoc])* pub const $name: u32 = $value;)*
+            /// The same constants as WGSL declarations.
+            pub(super) const WGSL: &str =
+                concat!($("const ", stringify!($name), ": u32 = ", $value, "u;\n"),*);
+        }
+    };
+}
+
+shared_constants!(
+    /// The memo kernels' constants (`shaders/memo/memo.wgsl`).
+    memo {
+        WORKGROUP = 64;
+        /// Candidates compared in one pass of the `dots` kernel.
+        MAX_CANDIDATES = 4;
+        /// `|x|^2`, `<c_i, x>` (2 each), `|c_i|^2` (1 each), `<c_i, c_j>` for i < j (2 each).
+        DOT_VALUES = 25;
+    }
+);
+const _: () = assert!(
+    memo::DOT_VALUES
+        == 1 + 3 * memo::MAX_CANDIDATES + memo::MAX_CANDIDATES * (memo::MAX_CANDIDATES - 1)
+);
+
+shared_constants!(
+    /// The BaSiC kernels' constants (`shaders/flatfield/basic.wgsl`).
+    basic {
+        WORKGROUP = 256;
+        /// Side of the output block one invocation of a DCT pass computes.
+        BLOCK = 4;
+    }
+);
+
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
 const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
 const FFT_PASS: &str = include_str!("../shaders/fft/pass.wgsl");
@@ -86,7 +124,7 @@ pub static COPY: Shader = Shader {
 /// Pooled keys, certification sums and scaled block copies of the memo layer.
 pub static MEMO: Shader = Shader {
     name: "memo/memo",
-    parts: &[include_str!("../shaders/memo/memo.wgsl")],
+    parts: &[memo::WGSL, include_str!("../shaders/memo/memo.wgsl")],
     layout: &[R, R, RW, R, U],
 };
 
@@ -146,7 +184,7 @@ pub static SOLVER_SCALARS: Shader = Shader {
 /// The BaSiC flat-field fit: every kernel of one ALM iteration (spec §8.2).
 pub static FLATFIELD_BASIC: Shader = Shader {
     name: "flatfield/basic",
-    parts: &[include_str!("../shaders/flatfield/basic.wgsl")],
+    parts: &[basic::WGSL, include_str!("../shaders/flatfield/basic.wgsl")],
     layout: &[R, RW, RW, RW, RW, R, U, U],
 };
 

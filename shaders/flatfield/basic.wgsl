@@ -77,11 +77,11 @@ const MASK_TOL: f32 = 1e-6;
 @group(0) @binding(6) var<uniform> dims: Dims;
 @group(0) @binding(7) var<uniform> dct: PassParams;
 
-const WORKGROUP: u32 = 256u;
+// WORKGROUP and BLOCK are composed ahead of this file from the Rust side (`shaders::basic`).
 // Images per partial sum of the column passes.
 const CHUNK: u32 = 64u;
 
-var<workgroup> red: array<vec4<f32>, 256>;
+var<workgroup> red: array<vec4<f32>, WORKGROUP>;
 
 fn linear(wid: vec3<u32>, groups: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * groups.x) * WORKGROUP + lid;
@@ -203,7 +203,7 @@ fn column_mean(
 // with M = C or Cᵀ (`cmat` holds C then Cᵀ). Each invocation computes a 4x4 block of OUT from
 // 4 + 4 loads per step of the inner dimension (register blocking: 0.5 loads per multiply-add,
 // which is what limits software rasterisers). Every output sums in plain ascending order.
-const BLOCK: u32 = 4u;
+// BLOCK is the block's side: 4, one vec4 per block row.
 
 struct Block {
     rows: array<vec4<f32>, 4>,

@@ -56,11 +56,9 @@ struct Batch {
 @group(0) @binding(3) var<storage, read> jobs: array<Job>;
 @group(0) @binding(4) var<uniform> batch: Batch;
 
-const WORKGROUP: u32 = 64u;
-
-const MAX_CANDIDATES: u32 = 4u;
-// |x|^2; <c_i, x> (2 each); |c_i|^2 (1 each); <c_i, c_j> for i < j (2 each).
-const DOT_VALUES: u32 = 25u;
+// WORKGROUP, MAX_CANDIDATES and DOT_VALUES (|x|^2; <c_i, x> (2 each); |c_i|^2 (1 each);
+// <c_i, c_j> for i < j (2 each)) are composed ahead of this file from the Rust side
+// (`shaders::memo`).
 
 fn xc(i: u32) -> vec2<f32> {
     return vec2<f32>(x[2u * i], x[2u * i + 1u]);
@@ -167,7 +165,7 @@ fn pool_key(
     out[job.out_offset + k] = sum / f32(cells);
 }
 
-var<workgroup> shared_dots: array<f32, 1600>;
+var<workgroup> shared_dots: array<f32, WORKGROUP * DOT_VALUES>;
 
 // Per-workgroup sums (a fixed tree over the workgroup's invocations) of |x|^2 and, for the
 // candidates c_i in y (contiguous blocks), <c_i, x>, |c_i|^2 and <c_i, c_j> (i < j): the normal

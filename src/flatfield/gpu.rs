@@ -24,7 +24,7 @@ use super::FlatfieldError;
 use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
-const WORKGROUP: u32 = 256;
+use shaders::basic::{BLOCK, WORKGROUP};
 
 /// Sizes and element offsets into the vector buffer; mirrors `Dims` in basic.wgsl.
 #[repr(C)]
@@ -332,9 +332,9 @@ impl<'a> GpuSolver<'a> {
         self.dims.m.div_ceil(WORKGROUP)
     }
 
-    /// Workgroups of a DCT pass: one invocation per 4x4 output block (BLOCK in basic.wgsl).
+    /// Workgroups of a DCT pass: one invocation per BLOCK x BLOCK output block.
     fn block_groups(&self) -> u32 {
-        self.dims.size.div_ceil(4).pow(2).div_ceil(WORKGROUP)
+        self.dims.size.div_ceil(BLOCK).pow(2).div_ceil(WORKGROUP)
     }
 
     fn write_vec(&self, offset: u32, values: &[f64]) {

@@ -15,14 +15,14 @@ use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder
 use crate::operator::{Block, View};
 use crate::shaders;
 
-const WORKGROUP: u64 = 64;
+const WORKGROUP: u64 = shaders::memo::WORKGROUP as u64;
 /// Workgroups of a reduction per job: about 64 elements per invocation, at most this many
 /// groups. The count is fixed per stage, so a chunk's summation order never changes.
 const REDUCE_GROUPS: u64 = 256;
 /// Candidates compared in one pass of the `dots` kernel.
-pub const MAX_CANDIDATES: usize = 4;
+pub const MAX_CANDIDATES: usize = shaders::memo::MAX_CANDIDATES as usize;
 /// `|x|^2`, `<c_i, x>`, `|c_i|^2`, `<c_i, c_j>` (i < j): see `dots` in memo.wgsl.
-pub const DOT_VALUES: usize = 25;
+pub const DOT_VALUES: usize = shaders::memo::DOT_VALUES as usize;
 
 /// One job of a kernel (see `Job` in memo.wgsl).
 #[repr(C)]

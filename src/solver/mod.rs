@@ -13,6 +13,8 @@ mod checkpoint;
 mod params;
 mod vector;
 
+pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
+
 pub use admm::{AdmmSolver, IterationReport, SolverError, StopReason};
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use params::{AdmmParams, Convergence, InnerSolver, InvalidParameter};

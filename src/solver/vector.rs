@@ -12,7 +12,9 @@ use crate::error::GpuError;
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
-const WORKGROUP: u32 = 256;
+/// Invocations per workgroup of the vector kernels; a reduction writes one partial sum per
+/// workgroup.
+pub(crate) const WORKGROUP: u32 = 256;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
