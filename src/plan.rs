@@ -279,6 +279,19 @@ impl MemoryPlan {
             .residency
     }
 
+    /// Where a streaming solver holds the spatial projections while it moves them to the Fourier
+    /// domain (only at setup, beside the planned arrays): in host memory while the host budget
+    /// has room for them, else in scratch when there is scratch space.
+    pub fn projections_residency(&self, g: &Geometry) -> Residency {
+        let bytes = 4 * g.data_len() as u64;
+        match &self.budgets.scratch {
+            Some(dir) if self.host_bytes.saturating_add(bytes) > self.budgets.host_bytes => {
+                Residency::Scratch(dir.clone())
+            }
+            _ => Residency::Host,
+        }
+    }
+
     /// Every array on the device with the chunking of `options`: the plan of callers that manage
     /// memory themselves (and of the tests of the kernels).
     pub fn in_core(

@@ -27,7 +27,9 @@ use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::plan::{plan, Budgets, MemoryPlan, Mode, PlanError};
-use crate::solver::{AdmmParams, AdmmSolver, IterationReport, SolverError, StopReason};
+use crate::solver::{
+    AdmmParams, AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason,
+};
 
 /// Errors of the reconstruction pipeline.
 #[derive(Debug, Error)]
@@ -107,12 +109,22 @@ impl Projections {
     /// The data in the operator's normalisation, what [`AdmmSolver::new`] takes: since
     /// `L u ~ P u / sqrt(n2 ntheta)`, the line integrals divided by `sqrt(n2 ntheta)`.
     pub fn operator_data(&self) -> Vec<f32> {
-        let g = &self.geometry;
-        let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
-        self.values
-            .iter()
-            .map(|&v| (v as f64 * scale) as f32)
-            .collect()
+        let mut data = vec![0.0; self.geometry.data_len()];
+        self.operator_blocks(0).fill(0, &mut data);
+        data
+    }
+
+    /// The data in the operator's normalisation, padded laterally by `pad` columns on each side
+    /// (edge values) as the reference does to keep objects wider than the field of view from
+    /// wrapping around: formed a block at a time as the solver reads them, never as a copy.
+    fn operator_blocks(&self, pad: usize) -> OperatorBlocks<'_> {
+        let g = padded_geometry(&self.geometry, pad);
+        OperatorBlocks {
+            values: &self.values,
+            detw: self.geometry.detw,
+            pad,
+            scale: 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt(),
+        }
     }
 
     /// The same line integrals with the rotation axis at detector column `center` (validated).
@@ -127,23 +139,33 @@ impl Projections {
             values: self.values,
         })
     }
+}
 
-    /// Pads the detector and the volume laterally by `pad` columns on each side (edge values), as
-    /// the reference does to keep objects wider than the field of view from wrapping around.
-    fn padded(&self, pad: usize) -> Self {
-        if pad == 0 {
-            return self.clone();
-        }
-        let g = &self.geometry;
-        let mut values = Vec::with_capacity(g.ntheta() * g.deth * (g.detw + 2 * pad));
-        for row in self.values.chunks(g.detw) {
-            values.extend(std::iter::repeat_n(row[0], pad));
-            values.extend_from_slice(row);
-            values.extend(std::iter::repeat_n(row[g.detw - 1], pad));
-        }
-        Self {
-            geometry: padded_geometry(g, pad),
-            values,
+/// Projections in the operator's normalisation with lateral padding, read by the solver a block
+/// of rows at a time (see [`Projections::operator_blocks`]).
+struct OperatorBlocks<'a> {
+    values: &'a [f32],
+    detw: usize,
+    pad: usize,
+    scale: f64,
+}
+
+impl ProjectionBlocks for OperatorBlocks<'_> {
+    fn fill(&self, start: usize, out: &mut [f32]) {
+        let (w, pad) = (self.detw, self.pad);
+        let scaled = |v: f32| (v as f64 * self.scale) as f32;
+        let first_row = start / (w + 2 * pad);
+        for (row, padded) in self.values[first_row * w..]
+            .chunks(w)
+            .zip(out.chunks_mut(w + 2 * pad))
+        {
+            let (left, rest) = padded.split_at_mut(pad);
+            let (middle, right) = rest.split_at_mut(w);
+            left.fill(scaled(row[0]));
+            for (o, &v) in middle.iter_mut().zip(row) {
+                *o = scaled(v);
+            }
+            right.fill(scaled(row[w - 1]));
         }
     }
 }
@@ -359,15 +381,12 @@ impl<'a> Reconstructor<'a> {
     pub fn run(mut self, projections: &Projections) -> Result<Reconstruction, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
         let start = Instant::now();
-        let padded = projections.padded(self.pad);
-        let g = padded.geometry.clone();
-        let data = padded.operator_data();
-        drop(padded);
+        let g = padded_geometry(&projections.geometry, self.pad);
         let plan = self.plan_for(&g)?;
         self.ctx.set_device_budget(plan.budgets.device_bytes);
         self.ctx.reset_peak_device_bytes();
-        let mut solver = AdmmSolver::with_plan(self.ctx, &g, &data, self.params, &plan)?;
-        drop(data);
+        let data = projections.operator_blocks(self.pad);
+        let mut solver = AdmmSolver::with_plan_from(self.ctx, &g, &data, self.params, &plan)?;
         solver.set_memo(self.ctx, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
@@ -498,4 +517,52 @@ pub fn write_outputs(
         written.push(png);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The padded, scaled data the solver reads block by block are the edge-padded projections
+    /// scaled by `1 / sqrt(n2 ntheta)` of the padded geometry, whatever the blocks.
+    #[test]
+    fn operator_blocks_pad_and_scale_any_block_of_projections() {
+        let g = Geometry::cube(6, 5, std::f64::consts::FRAC_PI_2 + 0.5);
+        let values: Vec<f32> = (0..g.data_len()).map(|i| (i as f32).sin() + 1.5).collect();
+        let p = Projections::new(g.clone(), values.clone()).unwrap();
+        for pad in [0, 1, 3] {
+            let padded = padded_geometry(&g, pad);
+            let scale = 1.0 / ((padded.n2 * padded.ntheta()) as f64).sqrt();
+            let expected: Vec<f32> = values
+                .chunks(g.detw)
+                .flat_map(|row| {
+                    let edge = |v: f32| std::iter::repeat_n(v, pad);
+                    edge(row[0])
+                        .chain(row.iter().copied())
+                        .chain(edge(row[g.detw - 1]))
+                        .map(|v| (v as f64 * scale) as f32)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let plane = padded.deth * padded.detw;
+            for planes_per_block in [1, 2, 5] {
+                let mut got = vec![f32::NAN; padded.data_len()];
+                for (k, out) in got.chunks_mut(planes_per_block * plane).enumerate() {
+                    p.operator_blocks(pad)
+                        .fill(k * planes_per_block * plane, out);
+                }
+                assert!(got == expected, "pad {pad}, {planes_per_block} per block");
+            }
+        }
+        assert!(p.operator_data() == expected_unpadded(&p));
+    }
+
+    fn expected_unpadded(p: &Projections) -> Vec<f32> {
+        let g = p.geometry();
+        let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
+        p.values()
+            .iter()
+            .map(|&v| (v as f64 * scale) as f32)
+            .collect()
+    }
 }

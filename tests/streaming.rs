@@ -244,6 +244,22 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("not a directory"), "{err}");
+    // The solver's transient copy of the projections follows the host budget too.
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = plan(
+        ctx,
+        g,
+        &params,
+        &o,
+        &budgets(600_000, 1000, Some(dir.path())),
+    )
+    .unwrap();
+    assert_eq!(
+        scratch.projections_residency(g),
+        Residency::Scratch(dir.path().into())
+    );
+    let roomy = plan(ctx, g, &params, &o, &budgets(600_000, u64::MAX, None)).unwrap();
+    assert_eq!(roomy.projections_residency(g), Residency::Host);
     let big = plan(ctx, g, &params, &o, &budgets(u64::MAX / 2, u64::MAX, None)).unwrap();
     assert_eq!(big.mode, Mode::InCore);
 }

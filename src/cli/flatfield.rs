@@ -14,7 +14,9 @@ pub enum FlatfieldOp {
     /// Estimate flat-field, dark-field and baseline from a stack (multi-page TIFF or .npy, u8,
     /// u16 or f32) and write them to a directory (.npy, .tif, PNG previews, report.json).
     Fit {
+        /// The images: a multi-page TIFF or a `.npy` array (images, height, width).
         stack: PathBuf,
+        /// Directory for the fields, previews and report (created if missing).
         #[arg(long)]
         out: PathBuf,
         #[command(flatten)]
@@ -23,9 +25,12 @@ pub enum FlatfieldOp {
     /// Correct a stack with fitted fields: (I - D) / max(S, flat_min), written as float32 to
     /// DIR/corrected.npy (or .tif for TIFF input), streamed in batches.
     Apply {
+        /// The images to correct: a multi-page TIFF or a `.npy` array.
         stack: PathBuf,
+        /// The directory `flatfield fit` wrote.
         #[arg(long)]
         fields: PathBuf,
+        /// Directory for the corrected stack (created if missing).
         #[arg(long)]
         out: PathBuf,
         /// Lower clamp of the flat-field divisor (default 0.1: at most 10x amplification).
@@ -47,16 +52,23 @@ pub struct FitArgs {
     /// Do not estimate the dark-field.
     #[arg(long)]
     no_darkfield: bool,
+    /// Upper bound on the inner iterations of one solve, a safety net (default 500).
     #[arg(long)]
     max_iterations: Option<usize>,
+    /// Inner stop: ‖Z‖_F / ‖D‖_F below this value (default 1e-6).
     #[arg(long)]
     optimization_tolerance: Option<f64>,
+    /// Upper bound on the reweighting solves, a safety net (default 25).
     #[arg(long)]
     max_reweight_iterations: Option<usize>,
+    /// Reweighting stop: relative change of the fields between solves (default 1e-3).
     #[arg(long)]
     reweighting_tolerance: Option<f64>,
+    /// Side of the square grid the images are resampled to for the fit (default 128, as every
+    /// BaSiC implementation); the fields are upsampled back to the image size.
     #[arg(long)]
     working_size: Option<usize>,
+    /// ε of the reweighting Ω = 1 / (|E / ℓ| + ε) (default 0.1).
     #[arg(long)]
     epsilon: Option<f64>,
     /// λ_F (default: chosen by --smoothness).
@@ -70,6 +82,7 @@ pub struct FitArgs {
     /// λ_D (default: darkfield_ratio · λ_F).
     #[arg(long)]
     lambda_darkfield: Option<f64>,
+    /// λ_D / λ_F when λ_D is not given (default 0.2).
     #[arg(long)]
     darkfield_ratio: Option<f64>,
     /// Sort each pixel's values along the image axis before fitting.

@@ -21,7 +21,7 @@ use crate::array::{
 };
 use crate::error::GpuError;
 use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
-use crate::hash::fnv1a;
+use crate::hash::{fnv1a_continue, FNV_OFFSET};
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
 use crate::operator::{
     Application, Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions, Sink, Source,
@@ -338,13 +338,27 @@ impl AdmmSolver {
         params: AdmmParams,
         plan: &MemoryPlan,
     ) -> Result<Self, SolverError> {
-        params.validate()?;
         if data.len() != geometry.data_len() {
             return Err(SolverError::DataShape {
                 expected: geometry.data_len(),
                 got: data.len(),
             });
         }
+        Self::with_plan_from(ctx, geometry, data, params, plan)
+    }
+
+    /// As [`with_plan`](Self::with_plan), with the projections handed over a block of angles
+    /// at a time, so that they are never held twice: the solver keeps its own copy only where
+    /// `plan` puts the spatial projections (see [`MemoryPlan::projections_residency`]), and only
+    /// until they are in the Fourier domain.
+    pub fn with_plan_from(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        data: &(impl ProjectionBlocks + ?Sized),
+        params: AdmmParams,
+        plan: &MemoryPlan,
+    ) -> Result<Self, SolverError> {
+        params.validate()?;
         let g = geometry;
         let op = LaminoOperator::with_spectrum(
             ctx,
@@ -417,19 +431,15 @@ impl AdmmSolver {
         // D = N F_fwd(d): the data in the Fourier domain, once. In streaming mode the spatial
         // projections stay on the host and pass through the device a chunk of angles at a time.
         let spatial_residency = match staging {
-            Some(_) => Residency::Host,
+            Some(_) => plan.projections_residency(g),
             None => Residency::Device,
         };
-        let spatial = Field::new(
-            ctx,
-            "projections",
-            PlaneLayout {
-                planes: g.ntheta(),
-                plane_words: g.deth * g.detw,
-            },
-            &spatial_residency,
-        )?;
-        spatial.write(ctx, data)?;
+        let layout = PlaneLayout {
+            planes: g.ntheta(),
+            plane_words: g.deth * g.detw,
+        };
+        let spatial = Field::new(ctx, "projections", layout, &spatial_residency)?;
+        let data_hash = fill_projections(ctx, &spatial, data)?;
         let to_fourier = app(Apply::Fft2d, Source::Real(&spatial), Sink::Complex(&f.dhat))?;
         let scale_dhat = VectorOp::new(
             ctx,
@@ -461,7 +471,7 @@ impl AdmmSolver {
             ops,
             apps,
             steps,
-            data_hash: fnv1a(bytemuck::cast_slice(data)),
+            data_hash,
             memo: None,
             last: None,
         })
@@ -784,6 +794,45 @@ impl AdmmSolver {
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
         Ok(self.fields.u.read(ctx)?)
     }
+}
+
+/// Spatial projections `(ntheta, deth, detw)` in the operator's normalisation, read a block of
+/// whole projections at a time.
+pub trait ProjectionBlocks {
+    /// Fills `out` with the projection words from word `start` on (`start` and `out.len()` are
+    /// whole projections).
+    fn fill(&self, start: usize, out: &mut [f32]);
+}
+
+impl ProjectionBlocks for [f32] {
+    fn fill(&self, start: usize, out: &mut [f32]) {
+        out.copy_from_slice(&self[start..start + out.len()]);
+    }
+}
+
+/// Bytes of projections moved to the solver's array at a time.
+const PROJECTION_BLOCK_BYTES: usize = 8 << 20;
+
+/// Copies `data` into `spatial` a block of projections at a time; returns the FNV-1a hash of
+/// all the words (the checkpoints' data fingerprint: the same as hashing them in one piece).
+fn fill_projections(
+    ctx: &GpuContext,
+    spatial: &Field,
+    data: &(impl ProjectionBlocks + ?Sized),
+) -> Result<u64, GpuError> {
+    let layout = spatial.layout();
+    let planes = (PROJECTION_BLOCK_BYTES / (4 * layout.plane_words)).clamp(1, layout.planes);
+    let mut block = vec![0f32; planes * layout.plane_words];
+    let mut hash = FNV_OFFSET;
+    for first in (0..layout.planes).step_by(planes) {
+        let count = planes.min(layout.planes - first);
+        let words = &mut block[..count * layout.plane_words];
+        let start = first * layout.plane_words;
+        data.fill(start, words);
+        hash = fnv1a_continue(hash, bytemuck::cast_slice(words));
+        spatial.write_words(ctx, start, words)?;
+    }
+    Ok(hash)
 }
 
 impl Ops {

@@ -15,6 +15,6 @@ mod vector;
 
 pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
 
-pub use admm::{AdmmSolver, IterationReport, SolverError, StopReason};
+pub use admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason};
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use params::{AdmmParams, Convergence, InnerSolver, InvalidParameter};
