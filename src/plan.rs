@@ -195,9 +195,12 @@ impl Array {
     /// counts two), from the order of operations in `solver::admm`.
     pub fn accesses(self, params: &AdmmParams) -> u64 {
         let k = params.inner_iterations as u64;
+        // The spectrum is written and read once by every application of A or A*.
+        let (forward, adjoint) = operator_applications(params);
+        let spectrum = 2 * (forward + adjoint);
         match params.inner {
             InnerSolver::ConjugateGradient => match self {
-                Self::Spectrum => 2 * (1 + 2 * k),
+                Self::Spectrum => spectrum,
                 Self::R => 4 + 6 * k,
                 Self::P => 5 * k,
                 Self::GradP => 4 * k,
@@ -212,7 +215,7 @@ impl Array {
             },
             // Per inner step: A u and the residual again, the direction, and fixed-step moves.
             InnerSolver::DaiYuan { .. } => match self {
-                Self::Spectrum => 2 * 2 * (k + 1),
+                Self::Spectrum => spectrum,
                 Self::R => 5 * k + 3,
                 Self::P => 6 * k,
                 Self::GradP => 2 * k,
@@ -227,6 +230,17 @@ impl Array {
                 Self::GradUPrev | Self::UPrev => 2,
             },
         }
+    }
+}
+
+/// Applications of `A` (forward) and `A*` (adjoint) in one outer iteration of `params`, from
+/// `solver::admm`: CG applies A* to the residual once, then A to p and A* to A p per inner step;
+/// Dai-Yuan forms the residual (A u, then A*) per inner step and A u once more at the end.
+pub fn operator_applications(params: &AdmmParams) -> (u64, u64) {
+    let k = params.inner_iterations as u64;
+    match params.inner {
+        InnerSolver::ConjugateGradient => (k, 1 + k),
+        InnerSolver::DaiYuan { .. } => (k, k),
     }
 }
 
@@ -251,11 +265,17 @@ pub struct MemoryPlan {
     /// Words of each of the five staging buffers (0 in-core).
     pub staging_words: usize,
     pub arrays: Vec<ArrayPlan>,
+    /// Where the operator's U2 tables live: on the device in-core; in streaming mode on the host
+    /// (or in scratch), each U2 chunk receiving its rows' slice before it computes.
+    pub u2_tables: Residency,
+    /// Bytes of the whole U2 tables.
+    pub u2_table_bytes: u64,
     /// Device memory the plan holds: operator, staging, readback pool, resident arrays.
     pub device_bytes: u64,
     pub host_bytes: u64,
     pub scratch_bytes: u64,
-    /// Bytes between host and device per outer iteration (the host arrays' accesses).
+    /// Bytes between host and device per outer iteration: the host arrays' accesses and, in
+    /// streaming mode, the U2 table slices.
     pub bytes_moved_per_iteration: u64,
     pub budgets: Budgets,
 }
@@ -343,6 +363,16 @@ impl std::fmt::Display for MemoryPlan {
             "  chunks: {} y rows (U1), {} detector rows (U2), {} projections (F); staging {} words",
             self.chunks.0, self.chunks.1, self.chunks.2, self.staging_words
         )?;
+        let tables = match &self.u2_tables {
+            Residency::Device => "on the device",
+            Residency::Host => "on the host, a chunk's slice uploaded per U2 chunk",
+            Residency::Scratch(_) => "in scratch, a chunk's slice uploaded per U2 chunk",
+        };
+        writeln!(
+            f,
+            "  U2 tables: {:.2} GiB, {tables}",
+            gib(self.u2_table_bytes)
+        )?;
         writeln!(
             f,
             "  arrays on the device: {} of {}; held: device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB",
@@ -368,9 +398,15 @@ fn fixed_device_bytes(
     options: &OperatorOptions,
     staging_words: usize,
 ) -> Result<u64, PlanError> {
-    // The operator's estimate includes its spectrum, which the plan places like any array.
-    let operator =
-        LaminoOperator::estimate_device_bytes(ctx, g, options)? - Array::Spectrum.layout(g).bytes();
+    // The operator's estimate includes its spectrum, which the plan places like any array; its
+    // U2 tables are resident in-core and streamed a chunk's slice at a time otherwise.
+    let tables = if staging_words == 0 {
+        Residency::Device
+    } else {
+        Residency::Host
+    };
+    let operator = LaminoOperator::estimate_device_bytes(ctx, g, options, &tables)?
+        - Array::Spectrum.layout(g).bytes();
     // Sixteen reductions, each with one partial sum per workgroup and two per plane.
     let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
     let per_workgroup = widest / crate::solver::VECTOR_WORKGROUP as u64;
@@ -459,8 +495,13 @@ pub fn plan(
     let mut words = minimum;
     let mut fixed = smallest_fixed;
     let mut options = smallest;
+    // Each staging buffer is bound whole: at most one storage binding (lavapipe: 128 MiB).
+    let binding_words = (ctx.max_binding_bytes() / 4) as usize;
     loop {
         let next = words * 2;
+        if next > binding_words {
+            break;
+        }
         let Some(o) = options_for(next) else { break };
         let f = fixed_device_bytes(ctx, g, &o, next)?;
         if f > share.max(smallest_fixed) || o == options {
@@ -531,31 +572,52 @@ fn assemble(
             accesses_per_iteration: array.accesses(params),
         })
         .collect();
+    // Streaming keeps the U2 tables on the host too; they are read at every application, more
+    // than any host array, so they are the last to go to scratch.
+    let u2_table_bytes = LaminoOperator::u2_table_bytes(g);
+    let mut u2_tables = match mode {
+        Mode::InCore => Residency::Device,
+        Mode::Streaming => Residency::Host,
+    };
+    let tables_on_host = if mode == Mode::Streaming {
+        u2_table_bytes
+    } else {
+        0
+    };
     // Host arrays beyond the host budget go to scratch, least accessed first.
-    let mut host: u64 = arrays
-        .iter()
-        .filter(|a| a.residency == Residency::Host)
-        .map(|a| a.bytes)
-        .sum();
+    let mut host: u64 = tables_on_host
+        + arrays
+            .iter()
+            .filter(|a| a.residency == Residency::Host)
+            .map(|a| a.bytes)
+            .sum::<u64>();
     let mut scratch = 0;
+    let over_budget = |needed: u64| PlanError::HostBudget {
+        needed,
+        needed_gib: needed as f64 / (1u64 << 30) as f64,
+        budget: budgets.host_bytes,
+        budget_gib: budgets.host_bytes as f64 / (1u64 << 30) as f64,
+    };
     for a in arrays.iter_mut().rev() {
         if host <= budgets.host_bytes {
             break;
         }
         if a.residency == Residency::Host {
             let Some(dir) = &budgets.scratch else {
-                let needed: u64 = host;
-                return Err(PlanError::HostBudget {
-                    needed,
-                    needed_gib: needed as f64 / (1u64 << 30) as f64,
-                    budget: budgets.host_bytes,
-                    budget_gib: budgets.host_bytes as f64 / (1u64 << 30) as f64,
-                });
+                return Err(over_budget(host));
             };
             a.residency = Residency::Scratch(dir.clone());
             host -= a.bytes;
             scratch += a.bytes;
         }
+    }
+    if host > budgets.host_bytes && tables_on_host > 0 {
+        let Some(dir) = &budgets.scratch else {
+            return Err(over_budget(host));
+        };
+        u2_tables = Residency::Scratch(dir.clone());
+        host -= tables_on_host;
+        scratch += tables_on_host;
     }
     if let (Some(dir), true) = (&budgets.scratch, scratch > 0) {
         let err = |reason: String| PlanError::Scratch {
@@ -577,11 +639,21 @@ fn assemble(
         .filter(|a| a.residency == Residency::Device)
         .map(|a| a.bytes)
         .sum();
-    let moved = arrays
-        .iter()
-        .filter(|a| a.residency != Residency::Device)
-        .map(|a| a.bytes * a.accesses_per_iteration)
-        .sum();
+    // A forward U2 chunk uploads its slice of the coordinates (half the tables, less the row
+    // starts), an adjoint chunk all three tables.
+    let tables_moved = if tables_on_host > 0 {
+        let (forward, adjoint) = operator_applications(params);
+        let coordinates = 8 * (g.deth * g.ntheta() * g.detw) as u64;
+        forward * coordinates + adjoint * u2_table_bytes
+    } else {
+        0
+    };
+    let moved = tables_moved
+        + arrays
+            .iter()
+            .filter(|a| a.residency != Residency::Device)
+            .map(|a| a.bytes * a.accesses_per_iteration)
+            .sum::<u64>();
     let chunks = {
         let probe = |cap: Option<usize>, full: usize| cap.unwrap_or(full).min(full).max(1);
         (
@@ -597,6 +669,8 @@ fn assemble(
         chunks,
         staging_words,
         arrays,
+        u2_tables,
+        u2_table_bytes,
         device_bytes: fixed + device_resident,
         host_bytes: host,
         scratch_bytes: scratch,

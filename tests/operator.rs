@@ -7,6 +7,7 @@ mod common;
 use std::f64::consts::PI;
 
 use common::{ctx, new_context, to_f64};
+use lamino::array::Residency;
 use lamino::gpu::GpuContext;
 use lamino::metrics::nan_max;
 use lamino::operator::{
@@ -378,6 +379,51 @@ fn results_do_not_depend_on_chunks_or_binding_size_and_repeat_bit_for_bit() {
     }
 }
 
+/// The U2 tables off the device (host memory, a scratch file), a chunk's slice uploaded before
+/// it computes: the same bits as resident tables with the same chunks, and exact adjoints.
+#[test]
+fn u2_tables_streamed_a_chunk_at_a_time_give_the_resident_bits() {
+    let scratch = tempfile::tempdir().unwrap();
+    for g in [small(), uneven_angles(Geometry::cube(32, 16, TILT))] {
+        // Non-dividing chunks of detector rows, so the last chunk's slice is short.
+        let options = OperatorOptions {
+            max_chunk_rows: Some(3),
+            ..OperatorOptions::default()
+        };
+        let resident = LaminoOperator::new(ctx(), &g, &options).unwrap();
+        let (v, s, d) = (g.volume_len(), g.spectrum_len(), g.data_len());
+        let cases = [
+            (Apply::Usfft2d, random(s, 11)),
+            (Apply::Usfft2dAdjoint, random(d, 12)),
+            (Apply::Forward, random(v, 13)),
+            (Apply::Adjoint, random(d, 14)),
+        ];
+        let expected: Vec<_> = cases
+            .iter()
+            .map(|(what, x)| run(ctx(), &resident, *what, x))
+            .collect();
+        for tables in [Residency::Host, Residency::Scratch(scratch.path().into())] {
+            let streamed =
+                LaminoOperator::with_residency(ctx(), &g, &options, &Residency::Device, &tables)
+                    .unwrap();
+            assert!(streamed.device_bytes() < resident.device_bytes());
+            for ((what, x), want) in cases.iter().zip(&expected) {
+                let got = run(ctx(), &streamed, *what, x);
+                assert!(
+                    got.len() == want.len()
+                        && got.iter().zip(want).all(|(a, b)| {
+                            a.re.to_bits() == b.re.to_bits() && a.im.to_bits() == b.im.to_bits()
+                        }),
+                    "{what:?} with {tables:?} tables on {}^3 differs from resident tables",
+                    g.n0
+                );
+            }
+            let mismatch = adjoint_mismatch(&streamed, Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d);
+            assert!(mismatch < 1e-5, "U2 adjoint mismatch {mismatch:.2e}");
+        }
+    }
+}
+
 #[test]
 fn bad_geometries_are_refused_with_the_reason() {
     let g = Geometry { n1: 13, ..small() };
@@ -456,15 +502,22 @@ fn the_memory_estimate_made_before_allocation_matches_what_the_operator_holds() 
             },
         ),
     ] {
-        let estimate = LaminoOperator::estimate_device_bytes(ctx(), &g, &options).unwrap();
-        let actual = LaminoOperator::new(ctx(), &g, &options)
-            .unwrap()
-            .device_bytes();
-        let ratio = estimate as f64 / actual as f64;
-        eprintln!("estimate {estimate} vs actual {actual} bytes: {ratio:.3}");
-        assert!(
-            (0.9..=1.1).contains(&ratio),
-            "estimate {estimate}, actual {actual}"
-        );
+        // Tables resident, and streamed a chunk's slice at a time.
+        for tables in [Residency::Device, Residency::Host] {
+            let estimate =
+                LaminoOperator::estimate_device_bytes(ctx(), &g, &options, &tables).unwrap();
+            let actual =
+                LaminoOperator::with_residency(ctx(), &g, &options, &Residency::Device, &tables)
+                    .unwrap()
+                    .device_bytes();
+            let ratio = estimate as f64 / actual as f64;
+            eprintln!(
+                "{tables:?} tables: estimate {estimate} vs actual {actual} bytes: {ratio:.3}"
+            );
+            assert!(
+                (0.9..=1.1).contains(&ratio),
+                "estimate {estimate}, actual {actual}"
+            );
+        }
     }
 }

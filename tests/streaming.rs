@@ -1,7 +1,8 @@
 //! Volumes larger than the device: the memory planner and the streaming mode. A reconstruction
-//! forced to stream (device budget 1/8 of the in-core need, 1/6 at 32^3, host budget that pushes
-//! arrays to scratch files) gives the bits of the in-core run with the same chunks, agrees with the
-//! default in-core chunking to f32 rounding, and never holds more device memory than its budget.
+//! forced to stream (device budget 1/8 of the in-core need, host budget that pushes arrays to
+//! scratch files) gives the bits of the in-core run with the same chunks (whose operator keeps its
+//! U2 tables resident, where streaming uploads a chunk's slice of them), agrees with the default
+//! in-core chunking to f32 rounding, and never holds more device memory than its budget.
 
 mod common;
 
@@ -106,6 +107,7 @@ fn check_streaming_matches_in_core(
         streaming.bytes_moved_per_iteration
     );
     assert_eq!(streaming.mode, Mode::Streaming);
+    assert_ne!(streaming.u2_tables, Residency::Device, "U2 tables stream");
     assert!(
         streaming.scratch_bytes > 0,
         "the host budget must force scratch"
@@ -175,9 +177,28 @@ fn check_streaming_matches_in_core(
 
 #[test]
 fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_and_checkpoints_at_32() {
-    // At 32^3 the operator's tables and reduction buffers alone exceed 1/8 of the in-core need
-    // (the shared FFT workspace made that small): 1/6.
-    check_streaming_matches_in_core(32, 3, true, 6);
+    check_streaming_matches_in_core(32, 3, true, 8);
+}
+
+/// The U2 tables (16 bytes per data point) no longer sit whole on the device: 256^3 at 256
+/// angles plans within 256 MiB, a budget below the tables alone.
+#[test]
+fn a_256_cube_plans_within_256_mib_with_streamed_tables() {
+    let g = lamino::operator::Geometry::cube(256, 256, std::f64::consts::FRAC_PI_2 + 0.5);
+    let budget = 256 << 20;
+    let p = plan(
+        common::ctx(),
+        &g,
+        &AdmmParams::default(),
+        &OperatorOptions::default(),
+        &budgets(budget, u64::MAX, None),
+    )
+    .unwrap();
+    eprintln!("{p}");
+    assert_eq!(p.mode, Mode::Streaming);
+    assert_eq!(p.u2_tables, Residency::Host);
+    assert!(p.u2_table_bytes > budget, "{}", p.u2_table_bytes);
+    assert!(p.device_bytes <= budget, "{} > {budget}", p.device_bytes);
 }
 
 #[test]

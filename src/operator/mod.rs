@@ -230,6 +230,13 @@ pub(crate) enum Step {
         role: Role,
         view: BlockView,
     },
+    /// A block of a host array into a device buffer of the operator's own (a chunk's slice of
+    /// the U2 tables).
+    Fill {
+        field: Field,
+        buffer: GpuBuffer,
+        view: BlockView,
+    },
     /// The output staging buffer into a block of a host array.
     Download {
         field: Field,
@@ -307,6 +314,9 @@ impl Block {
 /// One chunk of a stage: where its input block comes from in the whole input array, its
 /// computation, and where its output block goes in the whole output array.
 struct Chunk {
+    /// Uploads of the chunk's slice of host tables (U2 in streaming mode), recorded before its
+    /// input is staged so that they share its recording segment; empty when tables are resident.
+    tables: Vec<Step>,
     input: Block,
     whole_in: View,
     compute: Vec<Step>,
@@ -542,14 +552,47 @@ fn f_chunk(
     )
 }
 
+/// The U2 tables as arrays of one plane per detector row: (x, y) coordinates of every point,
+/// the row starts of the sorted lists, and the sorted (point, column) pairs.
+fn u2_table_layouts(g: &Geometry) -> [(&'static str, PlaneLayout); 3] {
+    let points = g.ntheta() * g.detw;
+    let grid_y = U2Tables::axes(g).1.grid;
+    let layout = |plane_words| PlaneLayout {
+        planes: g.deth,
+        plane_words,
+    };
+    [
+        ("u2 coordinates", layout(2 * points)),
+        ("u2 row starts", layout(grid_y + 1)),
+        ("u2 sorted points", layout(2 * points)),
+    ]
+}
+
+/// Bytes of the U2 tables of one detector row.
+fn u2_table_row_bytes(g: &Geometry) -> u64 {
+    u2_table_layouts(g)
+        .iter()
+        .map(|(_, l)| l.plane_words as u64 * 4)
+        .sum()
+}
+
 impl LaminoOperator {
+    /// Bytes of the whole U2 tables (about 16 per point of the data): what a streaming plan holds
+    /// on the host (or in scratch) and uploads a chunk's slice of at every U2 application.
+    pub fn u2_table_bytes(geometry: &Geometry) -> u64 {
+        geometry.deth as u64 * u2_table_row_bytes(geometry)
+    }
+
     /// Device memory the operator for `geometry` will hold, computed before anything is allocated:
     /// the spectrum, the chunk buffers, the gridding tables and the FFT plans' tables (FFTs of
     /// lengths beyond workgroup memory add scratch of about one chunk grid).
+    /// With the U2 tables off the device (`u2_tables` not [`Residency::Device`]), they count as
+    /// the slice buffers of one chunk's rows.
     pub fn estimate_device_bytes(
         ctx: &GpuContext,
         geometry: &Geometry,
         options: &OperatorOptions,
+        u2_tables: &Residency,
     ) -> Result<u64, OperatorError> {
         geometry.validate()?;
         let g = geometry;
@@ -563,9 +606,13 @@ impl LaminoOperator {
         let spectrum = 8 * deth * n1 * n2;
         let u1 = 8 * (n0 + 2 * n0 + deth) * cy * n2 + 8 * (2 * 9 * deth + 2 * n0) + 4 * n0;
         let points = nt * detw;
+        let table_rows = match u2_tables {
+            Residency::Device => deth,
+            _ => ck,
+        };
         let u2 = 8 * ck * (n1 * n2 + 4 * n1 * n2 + points)
-            + 16 * deth * points
-            + 4 * deth * (2 * n1 + 1);
+            + 4 * (n1 + n2)
+            + table_rows * u2_table_row_bytes(g);
         let f = 8 * ca * deth * detw;
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
         // The rotation axis's phase, its conjugate and ones (F stage).
@@ -581,16 +628,25 @@ impl LaminoOperator {
         geometry: &Geometry,
         options: &OperatorOptions,
     ) -> Result<Self, OperatorError> {
-        Self::with_spectrum(ctx, geometry, options, &Residency::Device)
+        Self::with_residency(
+            ctx,
+            geometry,
+            options,
+            &Residency::Device,
+            &Residency::Device,
+        )
     }
 
-    /// As [`new`](Self::new), with the spectrum where `residency` says (a memory plan's
-    /// streaming mode keeps it on the host).
-    pub fn with_spectrum(
+    /// As [`new`](Self::new), with the spectrum and the U2 tables where the residencies say (a
+    /// memory plan's streaming mode keeps the tables, and may keep the spectrum, on the host or
+    /// in scratch files; a chunk then receives its rows' slice of the tables before it computes,
+    /// so the kernels read the same values and give the same bits).
+    pub fn with_residency(
         ctx: &GpuContext,
         geometry: &Geometry,
         options: &OperatorOptions,
-        residency: &Residency,
+        spectrum: &Residency,
+        u2_tables: &Residency,
     ) -> Result<Self, OperatorError> {
         geometry.validate()?;
         let g = geometry;
@@ -611,7 +667,7 @@ impl LaminoOperator {
             ctx,
             "spectrum (deth, n1, n2)",
             Space::Spectrum.layout(g, 2),
-            residency,
+            spectrum,
         )?;
         let mut op = Self {
             geometry: g.clone(),
@@ -635,7 +691,7 @@ impl LaminoOperator {
         op.fft_workspace = fft_workspace(ctx, g, chunks);
         crate::fft::reserve_workspace(ctx, op.fft_workspace)?;
         op.build_u1(ctx)?;
-        op.build_u2(ctx)?;
+        op.build_u2(ctx, u2_tables)?;
         op.build_f(ctx)?;
         Ok(op)
     }
@@ -732,6 +788,7 @@ impl LaminoOperator {
                 channel_axis: 1,
             };
             self.stages.of_mut(Kind::U1Fwd).push(Chunk {
+                tables: Vec::new(),
                 input: block(&col, n0),
                 whole_in: whole,
                 compute: vec![
@@ -743,6 +800,7 @@ impl LaminoOperator {
                 whole_out: whole,
             });
             self.stages.of_mut(Kind::U1Adj).push(Chunk {
+                tables: Vec::new(),
                 input: block(&rows, deth),
                 whole_in: whole,
                 compute: vec![
@@ -759,28 +817,46 @@ impl LaminoOperator {
         Ok(())
     }
 
-    fn build_u2(&mut self, ctx: &GpuContext) -> Result<(), OperatorError> {
+    fn build_u2(&mut self, ctx: &GpuContext, tables: &Residency) -> Result<(), OperatorError> {
         let g = self.geometry.clone();
-        let t = U2Tables::new(&g);
+        let (ax, ay) = U2Tables::axes(&g);
         let (n1, n2, deth, detw) = (g.n1 as u64, g.n2 as u64, g.deth as u64, g.detw as u64);
-        let (gy, gx) = (t.axis_y.grid as u64, t.axis_x.grid as u64);
+        let (gy, gx) = (ay.grid as u64, ax.grid as u64);
         let points = g.ntheta() as u64 * detw;
         let ck = self.chunk_rows as u64;
         let plane_buf = complex_buffer(ctx, "u2 planes", (ck * n1 * n2) as usize)?;
         let grid = complex_buffer(ctx, "u2 grids", (ck * gy * gx) as usize)?;
         let out = complex_buffer(ctx, "u2 points", (ck * points) as usize)?;
-        let mut deconv = t.deconvolution_x.clone();
-        deconv.extend(&t.deconvolution_y);
+        let mut deconv = ax.deconvolution();
+        deconv.extend(ay.deconvolution());
         let deconv = ctx.upload("u2 deconvolution", &deconv)?;
-        let coords = ctx.upload("u2 coordinates", &t.coords)?;
-        let row_start = ctx.upload("u2 row starts", &t.row_start)?;
-        let sorted: Vec<[u32; 2]> = t
-            .sorted_point
-            .iter()
-            .zip(&t.sorted_column)
-            .map(|(&p, &c)| [p, c])
-            .collect();
-        let sorted = ctx.upload("u2 sorted points", &sorted)?;
+        // The tables, one plane per detector row ([k][...]), so that a chunk's rows are one
+        // contiguous block: on the device whole (each chunk binds its window), or on the host,
+        // a chunk's block uploaded into slice buffers of one chunk's rows before it computes.
+        let [coords, row_start, sorted] = u2_table_layouts(&g).map(|(label, layout)| {
+            Field::new(ctx, label, layout, tables).map_err(OperatorError::from)
+        });
+        let (coords, row_start, sorted) = (coords?, row_start?, sorted?);
+        for k in 0..g.deth {
+            let row = U2Tables::row(&g, &ax, &ay, k);
+            let at = |field: &Field| k * field.layout().plane_words;
+            coords.write_words(ctx, at(&coords), bytemuck::cast_slice(&row.coords))?;
+            row_start.write_words(ctx, at(&row_start), bytemuck::cast_slice(&row.row_start))?;
+            sorted.write_words(ctx, at(&sorted), bytemuck::cast_slice(&row.sorted))?;
+        }
+        let resident = *tables == Residency::Device;
+        let chunk_tables = if resident {
+            None
+        } else {
+            let slice = |field: &Field, label: &str| {
+                ctx.storage_buffer(label, ck * field.layout().plane_words as u64 * 4)
+            };
+            Some((
+                slice(&coords, "u2 coordinates (chunk)")?,
+                slice(&row_start, "u2 row starts (chunk)")?,
+                slice(&sorted, "u2 sorted points (chunk)")?,
+            ))
+        };
         let spec = |entry| gridding_kernel(&shaders::USFFT2D, entry);
         let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
             .map(|entry| ctx.kernel(&spec(entry)));
@@ -794,16 +870,41 @@ impl LaminoOperator {
             self.ffts.extend(plan.into_axis_plans());
         }
         let (fwd_ffts, inv_ffts) = ([first_fft, first_fft + 1], [first_fft + 2, first_fft + 3]);
-        let (ax, ay) = (t.axis_x, t.axis_y);
         let pi2 = std::f64::consts::PI * std::f64::consts::PI;
 
         let mut keep = Vec::new();
         for k0 in (0..deth).step_by(ck as usize) {
             let c = (deth - k0).min(ck);
-            let (coords_slice, coords_offset) = window(ctx, &coords, 8, k0 * points, c * points);
-            let (starts_slice, row_start_offset) =
-                window(ctx, &row_start, 4, k0 * (gy + 1), c * (gy + 1));
-            let (sorted_slice, sorted_offset) = window(ctx, &sorted, 8, k0 * points, c * points);
+            let (
+                coords_slice,
+                coords_offset,
+                starts_slice,
+                row_start_offset,
+                sorted_slice,
+                sorted_offset,
+            );
+            let mut fill = Vec::new();
+            match &chunk_tables {
+                None => {
+                    (coords_slice, coords_offset) =
+                        window(ctx, coords.buffer(), 8, k0 * points, c * points);
+                    (starts_slice, row_start_offset) =
+                        window(ctx, row_start.buffer(), 4, k0 * (gy + 1), c * (gy + 1));
+                    (sorted_slice, sorted_offset) =
+                        window(ctx, sorted.buffer(), 8, k0 * points, c * points);
+                }
+                Some((c_buf, r_buf, s_buf)) => {
+                    (coords_slice, coords_offset) = (c_buf.into(), 0);
+                    (starts_slice, row_start_offset) = (r_buf.into(), 0);
+                    (sorted_slice, sorted_offset) = (s_buf.into(), 0);
+                    for (field, buffer) in [(&coords, c_buf), (&row_start, r_buf), (&sorted, s_buf)]
+                    {
+                        let words = field.layout().plane_words;
+                        let view = BlockView::planes(k0 as usize, (k0 + c) as usize, words);
+                        fill.push((field.clone(), buffer.clone(), view));
+                    }
+                }
+            }
             let params = ctx.uniform(
                 "u2 params",
                 &U2Params {
@@ -869,7 +970,19 @@ impl LaminoOperator {
             let mut compute_fwd = vec![Step::Dispatch(b_divker?, groups(c * gy * gx))];
             compute_fwd.extend(fwd_ffts.map(Step::Fft));
             compute_fwd.push(Step::Dispatch(b_gather?, groups(c * points)));
+            // The forward pass reads the coordinates only; the adjoint all three tables.
+            let fills = |n: usize| -> Vec<Step> {
+                fill.iter()
+                    .take(n)
+                    .map(|(field, buffer, view)| Step::Fill {
+                        field: field.clone(),
+                        buffer: buffer.clone(),
+                        view: *view,
+                    })
+                    .collect()
+            };
             self.stages.of_mut(Kind::U2Fwd).push(Chunk {
+                tables: fills(1),
                 input: plane_block.clone(),
                 whole_in: spectrum_view,
                 compute: compute_fwd,
@@ -880,6 +993,7 @@ impl LaminoOperator {
             compute_adj.extend(inv_ffts.map(Step::Fft));
             compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
             self.stages.of_mut(Kind::U2Adj).push(Chunk {
+                tables: fills(3),
                 input: points_block,
                 whole_in: data_view,
                 compute: compute_adj,
@@ -889,8 +1003,13 @@ impl LaminoOperator {
             keep.push(params);
         }
         self.buffers.extend(keep);
-        self.buffers
-            .extend([plane_buf, grid, out, deconv, coords, row_start, sorted]);
+        self.buffers.extend([plane_buf, grid, out, deconv]);
+        match chunk_tables {
+            None => self
+                .buffers
+                .extend([coords, row_start, sorted].map(|field| field.buffer().clone())),
+            Some((c, r, s)) => self.buffers.extend([c, r, s]),
+        }
         Ok(())
     }
 
@@ -970,6 +1089,7 @@ impl LaminoOperator {
                     })
                     .collect();
                 self.stages.of_mut(kind).push(Chunk {
+                    tables: Vec::new(),
                     input: block.clone(),
                     whole_in: view(t0),
                     compute,
@@ -1137,6 +1257,11 @@ impl LaminoOperator {
                     let staging = staging.expect("host arrays have staging");
                     rec.upload_with(ctx, staging.buffer(*role), 0, || field.gather(ctx, view))?;
                 }
+                Step::Fill {
+                    field,
+                    buffer,
+                    view,
+                } => rec.upload_with(ctx, buffer, 0, || field.gather(ctx, view))?,
                 Step::Download { field, view } => {
                     let staging = staging.expect("host arrays have staging");
                     let bytes = view.len_words() as u64 * 4;
@@ -1188,6 +1313,7 @@ impl LaminoOperator {
         let stage = &application.stages[position];
         let staging = application.staging.as_deref();
         for (chunk, (steps_in, steps_out)) in self.stages.of(stage.kind).iter().zip(&stage.chunks) {
+            self.record_steps(ctx, rec, &chunk.tables, staging)?;
             self.record_steps(ctx, rec, steps_in, staging)?;
             self.record_steps(ctx, rec, &chunk.compute, staging)?;
             self.record_steps(ctx, rec, steps_out, staging)?;
@@ -1217,8 +1343,9 @@ impl LaminoOperator {
         stage: Stage,
         chunk: usize,
     ) -> Result<(), GpuError> {
-        let steps = &self.stages.of(stage.kind())[chunk].compute;
-        self.record_steps(ctx, rec, steps, None)
+        let chunk = &self.stages.of(stage.kind())[chunk];
+        self.record_steps(ctx, rec, &chunk.tables, None)?;
+        self.record_steps(ctx, rec, &chunk.compute, None)
     }
 
     /// Records the copy of the chunk's output block into the whole array, for stage number

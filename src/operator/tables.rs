@@ -61,8 +61,8 @@ impl U1Tables {
     }
 }
 
-/// Stage U2 (2D gridding per detector row): point coordinates and, per detector row, the points
-/// sorted by their base grid cell so that the adjoint can gather instead of scatter.
+/// Stage U2 (2D gridding per detector row): the gridding axes, deconvolution factors and the
+/// coordinates of every point; the per-row tables the kernels read come from [`U2Tables::row`].
 #[derive(Debug, Clone)]
 pub(crate) struct U2Tables {
     pub axis_x: GriddingAxis,
@@ -71,48 +71,65 @@ pub(crate) struct U2Tables {
     pub deconvolution_y: Vec<f32>,
     /// `(x, y)` frequency of every point, layout `[k][t][w]`.
     pub coords: Vec<[f32; 2]>,
-    /// Per detector row: for each grid row py (and one past the end), the first sorted point whose
-    /// base cell row is >= py. Layout `[k][py]`, `2 n1 + 1` entries per detector row.
+}
+
+/// The U2 tables of one detector row, as the kernels read them.
+pub(crate) struct U2Row {
+    /// `(x, y)` frequency of every point `t * detw + w`.
+    pub coords: Vec<[f32; 2]>,
+    /// For each grid row py (and one past the end), the first sorted point whose base cell row
+    /// is >= py: `grid_y + 1` entries.
     pub row_start: Vec<u32>,
-    /// Per detector row: point indices `t * detw + w` sorted by (base row, base column, index).
-    pub sorted_point: Vec<u32>,
-    /// Base column (mod 2 n2) of each sorted point, for binary search.
-    pub sorted_column: Vec<u32>,
+    /// (point index, base column mod grid_x), sorted by (base row, base column, index).
+    pub sorted: Vec<[u32; 2]>,
 }
 
 impl U2Tables {
-    pub fn new(g: &Geometry) -> Self {
-        let axis_x = GriddingAxis::new(g.n2, g.eps);
-        let axis_y = GriddingAxis::new(g.n1, g.eps);
+    /// The gridding axes of U2 for `g`: (x along n2, y along n1).
+    pub fn axes(g: &Geometry) -> (GriddingAxis, GriddingAxis) {
+        (
+            GriddingAxis::new(g.n2, g.eps),
+            GriddingAxis::new(g.n1, g.eps),
+        )
+    }
+
+    /// The tables of detector row `k` alone: what a streaming operator uploads for a chunk, and
+    /// what the whole tables are made of, so both hold the same values.
+    pub fn row(g: &Geometry, axis_x: &GriddingAxis, axis_y: &GriddingAxis, k: usize) -> U2Row {
         let (gx, gy) = (axis_x.grid as i64, axis_y.grid as i64);
         let points = g.ntheta() * g.detw;
-        let mut coords = Vec::with_capacity(g.deth * points);
-        let mut row_start = Vec::with_capacity(g.deth * (axis_y.grid + 1));
-        let mut sorted_point = Vec::with_capacity(g.deth * points);
-        let mut sorted_column = Vec::with_capacity(g.deth * points);
+        let mut coords = Vec::with_capacity(points);
         let mut keyed: Vec<(u32, u32, u32)> = Vec::with_capacity(points);
-        for k in 0..g.deth {
-            keyed.clear();
-            for t in 0..g.ntheta() {
-                for w in 0..g.detw {
-                    let xy = g.xy_frequency(t, k, w);
-                    coords.push(xy);
-                    let bx = axis_x.base_cell(xy[0]).rem_euclid(gx) as u32;
-                    let by = axis_y.base_cell(xy[1]).rem_euclid(gy) as u32;
-                    keyed.push((by, bx, (t * g.detw + w) as u32));
-                }
+        for t in 0..g.ntheta() {
+            for w in 0..g.detw {
+                let xy = g.xy_frequency(t, k, w);
+                coords.push(xy);
+                let bx = axis_x.base_cell(xy[0]).rem_euclid(gx) as u32;
+                let by = axis_y.base_cell(xy[1]).rem_euclid(gy) as u32;
+                keyed.push((by, bx, (t * g.detw + w) as u32));
             }
-            keyed.sort_unstable();
-            let mut next = 0usize;
-            for py in 0..=axis_y.grid as u32 {
-                while next < keyed.len() && keyed[next].0 < py {
-                    next += 1;
-                }
-                row_start.push(next as u32);
-            }
-            sorted_point.extend(keyed.iter().map(|e| e.2));
-            sorted_column.extend(keyed.iter().map(|e| e.1));
         }
+        keyed.sort_unstable();
+        let mut row_start = Vec::with_capacity(axis_y.grid + 1);
+        let mut next = 0usize;
+        for py in 0..=axis_y.grid as u32 {
+            while next < keyed.len() && keyed[next].0 < py {
+                next += 1;
+            }
+            row_start.push(next as u32);
+        }
+        U2Row {
+            coords,
+            row_start,
+            sorted: keyed.iter().map(|e| [e.2, e.1]).collect(),
+        }
+    }
+
+    pub fn new(g: &Geometry) -> Self {
+        let (axis_x, axis_y) = Self::axes(g);
+        let coords = (0..g.deth)
+            .flat_map(|k| Self::row(g, &axis_x, &axis_y, k).coords)
+            .collect();
         // 1/(grid_x grid_y) quadrature weight folded into the x deconvolution.
         let deconvolution_x = axis_x.deconvolution();
         let deconvolution_y: Vec<f32> = axis_y.deconvolution();
@@ -122,9 +139,6 @@ impl U2Tables {
             deconvolution_x,
             deconvolution_y,
             coords,
-            row_start,
-            sorted_point,
-            sorted_column,
         }
     }
 }
@@ -157,20 +171,22 @@ mod tests {
         let g = Geometry::cube(8, 6, 1.2);
         let t = U2Tables::new(&g);
         let points = g.ntheta() * g.detw;
-        let rows = t.axis_y.grid + 1;
         for k in 0..g.deth {
-            let sorted = &t.sorted_point[k * points..(k + 1) * points];
+            let row = U2Tables::row(&g, &t.axis_x, &t.axis_y, k);
+            assert_eq!(row.coords, t.coords[k * points..(k + 1) * points]);
             let mut seen = vec![false; points];
-            sorted.iter().for_each(|&p| seen[p as usize] = true);
+            row.sorted.iter().for_each(|e| seen[e[0] as usize] = true);
             assert!(seen.iter().all(|&s| s));
-            let starts = &t.row_start[k * rows..(k + 1) * rows];
+            let starts = &row.row_start;
+            assert_eq!(starts.len(), t.axis_y.grid + 1);
             assert_eq!(starts[t.axis_y.grid] as usize, points);
             for py in 0..t.axis_y.grid {
-                for &p in &sorted[starts[py] as usize..starts[py + 1] as usize] {
-                    let p = p as usize;
-                    let xy = t.coords[k * points + p];
+                for e in &row.sorted[starts[py] as usize..starts[py + 1] as usize] {
+                    let xy = row.coords[e[0] as usize];
                     let by = t.axis_y.base_cell(xy[1]).rem_euclid(t.axis_y.grid as i64) as usize;
+                    let bx = t.axis_x.base_cell(xy[0]).rem_euclid(t.axis_x.grid as i64) as u32;
                     assert_eq!(by, py);
+                    assert_eq!(bx, e[1]);
                 }
             }
         }

@@ -360,11 +360,12 @@ impl AdmmSolver {
     ) -> Result<Self, SolverError> {
         params.validate()?;
         let g = geometry;
-        let op = LaminoOperator::with_spectrum(
+        let op = LaminoOperator::with_residency(
             ctx,
             geometry,
             &plan.operator,
             plan.residency(Array::Spectrum),
+            &plan.u2_tables,
         )?;
         let scalars = Scalars::new(ctx, slot::COUNT, sum::COUNT)?;
         let staging = match plan.staging_words {
