@@ -216,14 +216,14 @@ impl Array {
             // Per inner step: A u and the residual again, the direction, and fixed-step moves.
             InnerSolver::DaiYuan { .. } => match self {
                 Self::Spectrum => spectrum,
-                Self::R => 5 * k + 3,
-                Self::P => 6 * k,
+                Self::R => 7 * k - 1,
+                Self::P => 6 * k - 2,
                 Self::GradP => 2 * k,
                 Self::U => 3 + 3 * k,
-                Self::GradU => 8 + 3 * k,
-                Self::Au => 2 + 2 * k,
-                Self::DHat => 2 + k,
-                Self::RPrev => 2 * k,
+                Self::GradU => 7 + 3 * k,
+                Self::Au => 1 + 2 * k,
+                Self::DHat => 1 + k,
+                Self::RPrev => 2 * k - 1,
                 Self::Psi => 6 + k,
                 Self::Lambda => 5 + k,
                 Self::Ap => 0,
@@ -242,6 +242,65 @@ pub fn operator_applications(params: &AdmmParams) -> (u64, u64) {
         InnerSolver::ConjugateGradient => (k, 1 + k),
         InnerSolver::DaiYuan { .. } => (k, k),
     }
+}
+
+/// The vector passes that read their inputs with a one-plane halo (the gradient reads the plane
+/// after its window, the divergence the plane before), as (inputs, output, runs per outer
+/// iteration), from `solver::admm`: the divergence of (psi, lambda, grad u) in every residual,
+/// the gradient of p and, with CG, the divergence of grad p in every inner step.
+fn halo_passes(params: &AdmmParams) -> Vec<(&'static [Array], Array, u64)> {
+    let k = params.inner_iterations as u64;
+    let state: &[Array] = &[Array::Psi, Array::Lambda, Array::GradU];
+    match params.inner {
+        InnerSolver::ConjugateGradient => vec![
+            (state, Array::R, 1),
+            (&[Array::P], Array::GradP, k),
+            (&[Array::GradP], Array::R, k),
+        ],
+        InnerSolver::DaiYuan { .. } => vec![(state, Array::R, k), (&[Array::P], Array::GradP, k)],
+    }
+}
+
+/// Bytes the halos of the vector passes add to the host arrays' traffic per outer iteration:
+/// a pass runs over windows of whole planes (as `solver::vector` sizes them: every binding, and
+/// every host array's block with room for the halo in a staging buffer), and each window after
+/// the first uploads one plane of each host input beyond the planes it computes.
+fn halo_bytes(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    staging_words: usize,
+    on_host: impl Fn(Array) -> bool,
+) -> u64 {
+    let binding_words =
+        (ctx.max_binding_bytes() / 4).saturating_sub((ctx.binding_alignment() / 4).max(1));
+    halo_passes(params)
+        .into_iter()
+        .map(|(inputs, output, runs)| {
+            let layout = |a: Array| a.layout(g);
+            let planes = layout(output).planes;
+            let mut per_window = planes;
+            // A binding holds an input's window with its halo, the output's without; a staging
+            // buffer keeps room for the halo whichever host array it carries.
+            let mut fit = |a: Array, binding_halo: usize| {
+                let words = layout(a).plane_words.max(1);
+                let bindable = (binding_words / words as u64) as usize;
+                per_window = per_window.min(bindable.saturating_sub(binding_halo));
+                if on_host(a) {
+                    per_window = per_window.min((staging_words / words).saturating_sub(1));
+                }
+            };
+            inputs.iter().for_each(|&a| fit(a, 1));
+            fit(output, 0);
+            let windows = planes.div_ceil(per_window.max(1)) as u64;
+            let host_plane_bytes: u64 = inputs
+                .iter()
+                .filter(|&&a| on_host(a))
+                .map(|&a| layout(a).plane_words as u64 * 4)
+                .sum();
+            runs * (windows - 1) * host_plane_bytes
+        })
+        .sum()
 }
 
 /// One array in the plan.
@@ -274,8 +333,10 @@ pub struct MemoryPlan {
     pub device_bytes: u64,
     pub host_bytes: u64,
     pub scratch_bytes: u64,
-    /// Bytes between host and device per outer iteration: the host arrays' accesses and, in
-    /// streaming mode, the U2 table slices.
+    /// Bytes between host and device per outer iteration: the host arrays' accesses (with the
+    /// halo planes of the gradient and divergence passes) and, in streaming mode, the U2 table
+    /// slices. What the context counts ([`GpuContext::traffic`]) over an iteration, less the
+    /// reductions' readback (tested).
     pub bytes_moved_per_iteration: u64,
     pub budgets: Budgets,
 }
@@ -648,7 +709,13 @@ fn assemble(
     } else {
         0
     };
+    let on_host = |array: Array| {
+        arrays
+            .iter()
+            .any(|a| a.array == array && a.residency != Residency::Device)
+    };
     let moved = tables_moved
+        + halo_bytes(ctx, g, params, staging_words, on_host)
         + arrays
             .iter()
             .filter(|a| a.residency != Residency::Device)
@@ -662,7 +729,6 @@ fn assemble(
             probe(operator.max_chunk_angles, g.ntheta()),
         )
     };
-    let _ = ctx;
     Ok(MemoryPlan {
         mode,
         operator,

@@ -284,3 +284,59 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
     let big = plan(ctx, g, &params, &o, &budgets(u64::MAX / 2, u64::MAX, None)).unwrap();
     assert_eq!(big.mode, Mode::InCore);
 }
+
+/// The plan's bytes moved per outer iteration are the bytes the context counts moving (uploads
+/// and downloads) over one streaming iteration at 32^3, for both inner solvers: every host
+/// array's accesses, the halo planes of the gradient passes and the U2 table slices. What the
+/// plan leaves out is the reductions' readback, a few hundred bytes.
+#[test]
+fn the_plan_predicts_the_bytes_moved_per_iteration() {
+    use lamino::solver::InnerSolver;
+    let p = projections(32);
+    let g = p.geometry();
+    // At 1/8 the two most used arrays stay on the device; at 1/12 none does.
+    for (inner, fraction) in [
+        (InnerSolver::ConjugateGradient, 8),
+        (InnerSolver::ConjugateGradient, 12),
+        (InnerSolver::DaiYuan { step: 1.0 }, 8),
+        (InnerSolver::DaiYuan { step: 1.0 }, 12),
+    ] {
+        let params = AdmmParams {
+            inner,
+            ..AdmmParams::exactly(2)
+        };
+        let ctx = common::new_context();
+        let in_core = MemoryPlan::in_core(&ctx, g, &params, &OperatorOptions::default()).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let host_arrays: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
+        let streaming = plan(
+            &ctx,
+            g,
+            &params,
+            &OperatorOptions::default(),
+            &budgets(
+                in_core.device_bytes / fraction,
+                host_arrays / 3,
+                Some(scratch.path()),
+            ),
+        )
+        .unwrap();
+        let mut solver =
+            AdmmSolver::with_plan(&ctx, g, &p.operator_data(), params, &streaming).unwrap();
+        solver.step(&ctx).unwrap();
+        let before = ctx.traffic();
+        solver.step(&ctx).unwrap();
+        let t = ctx.traffic() - before;
+        let measured = t.bytes_uploaded + t.bytes_downloaded;
+        let planned = streaming.bytes_moved_per_iteration;
+        eprintln!(
+            "{inner:?}, 1/{fraction} of the device, {} arrays resident: planned {planned} bytes, \
+             measured {measured} bytes per iteration",
+            streaming.resident_arrays()
+        );
+        assert!(
+            (measured as f64 - planned as f64).abs() <= 1e-3 * planned as f64,
+            "{inner:?}: planned {planned}, measured {measured}"
+        );
+    }
+}
