@@ -324,8 +324,9 @@ pub struct MemoryPlan {
     /// Words of each of the five staging buffers (0 in-core).
     pub staging_words: usize,
     pub arrays: Vec<ArrayPlan>,
-    /// Where the operator's U2 tables live: on the device in-core; in streaming mode on the host
-    /// (or in scratch), each U2 chunk receiving its rows' slice before it computes.
+    /// Where the operator's U2 tables live: on the device in-core, and in streaming mode when
+    /// they fit in their place in the traffic order (bytes moved per byte held); otherwise on the
+    /// host (or in scratch), each U2 chunk receiving its rows' slice before it computes.
     pub u2_tables: Residency,
     /// Bytes of the whole U2 tables.
     pub u2_table_bytes: u64,
@@ -382,15 +383,14 @@ impl MemoryPlan {
         options: &OperatorOptions,
     ) -> Result<Self, PlanError> {
         let budgets = Budgets::given(u64::MAX, u64::MAX, None);
-        let fixed = fixed_device_bytes(ctx, g, options, 0)?;
+        let fixed = fixed_device_bytes(ctx, g, options, 0, &Residency::Device)?;
         assemble(
             ctx,
             g,
             params,
             *options,
-            0,
-            fixed,
-            Array::BY_TRAFFIC.len(),
+            (0, fixed),
+            (Array::BY_TRAFFIC.len(), true),
             budgets,
         )
     }
@@ -451,22 +451,19 @@ impl std::fmt::Display for MemoryPlan {
     }
 }
 
-/// Device bytes that do not depend on residency: the operator with `options`, the solver's
-/// scalars and reduction buffers, and for streaming the staging buffers and readback pool.
+/// Device bytes that do not depend on the arrays' residency: the operator with `options` (its U2
+/// tables where `u2_tables` says), the solver's scalars and reduction buffers, and for streaming
+/// the staging buffers and readback pool.
 fn fixed_device_bytes(
     ctx: &GpuContext,
     g: &Geometry,
     options: &OperatorOptions,
     staging_words: usize,
+    u2_tables: &Residency,
 ) -> Result<u64, PlanError> {
     // The operator's estimate includes its spectrum, which the plan places like any array; its
-    // U2 tables are resident in-core and streamed a chunk's slice at a time otherwise.
-    let tables = if staging_words == 0 {
-        Residency::Device
-    } else {
-        Residency::Host
-    };
-    let operator = LaminoOperator::estimate_device_bytes(ctx, g, options, &tables)?
+    // U2 tables count whole when resident, as one chunk's slice buffers otherwise.
+    let operator = LaminoOperator::estimate_device_bytes(ctx, g, options, u2_tables)?
         - Array::Spectrum.layout(g).bytes();
     // Sixteen reductions, each with one partial sum per workgroup and two per plane.
     let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
@@ -513,16 +510,15 @@ pub fn plan(
         // The spatial projections during setup.
         + g.data_len() as u64 * 4;
     let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
-    let in_core_fixed = fixed_device_bytes(ctx, g, caps, 0)?;
+    let in_core_fixed = fixed_device_bytes(ctx, g, caps, 0, &Residency::Device)?;
     if in_core_fixed.saturating_add(everything) <= budget {
         return assemble(
             ctx,
             g,
             params,
             *caps,
-            0,
-            in_core_fixed,
-            Array::BY_TRAFFIC.len(),
+            (0, in_core_fixed),
+            (Array::BY_TRAFFIC.len(), true),
             budgets.clone(),
         );
     }
@@ -543,7 +539,7 @@ pub fn plan(
         u1.max(u2).max(f).max(3 * g.n1 * g.n2 * 2)
     };
     let smallest = options_for(minimum).expect("the minimum fits itself");
-    let smallest_fixed = fixed_device_bytes(ctx, g, &smallest, minimum)?;
+    let smallest_fixed = fixed_device_bytes(ctx, g, &smallest, minimum, &Residency::Host)?;
     if smallest_fixed > budget {
         return Err(PlanError::DeviceBudget {
             budget: budgets.device_bytes,
@@ -564,54 +560,83 @@ pub fn plan(
             break;
         }
         let Some(o) = options_for(next) else { break };
-        let f = fixed_device_bytes(ctx, g, &o, next)?;
+        let f = fixed_device_bytes(ctx, g, &o, next, &Residency::Host)?;
         if f > share.max(smallest_fixed) || o == options {
             break;
         }
         (words, fixed, options) = (next, f, o);
     }
-    // Residency: prefixes of the traffic order that fit.
+    // Residency: prefixes of the traffic order that fit, and the whole U2 tables in their place
+    // in that order (bytes moved per byte held) if they fit there or after the last array.
+    let tables_extra = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)? - fixed;
+    let tables_rate = u2_table_traffic(g, params) as f64 / LaminoOperator::u2_table_bytes(g) as f64;
+    let mut tables_resident = false;
+    let mut tables_considered = false;
     let mut resident = 0;
     let mut used = fixed;
     for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {
-        let bytes = a.layout(g).bytes();
-        // D and A u share residency: take D with A u.
-        let pair = if *a == Array::Au {
-            Array::DHat.layout(g).bytes()
-        } else {
-            0
-        };
         if *a == Array::DHat {
             continue;
         }
-        if used + bytes + pair > budget {
+        // D and A u share residency: take D with A u.
+        let group: &[Array] = if *a == Array::Au {
+            &[Array::Au, Array::DHat]
+        } else {
+            std::slice::from_ref(a)
+        };
+        let bytes: u64 = group.iter().map(|a| a.layout(g).bytes()).sum();
+        let traffic: u64 = group
+            .iter()
+            .map(|a| a.layout(g).bytes() * a.accesses(params))
+            .sum();
+        if !tables_considered && (traffic as f64) < tables_rate * bytes as f64 {
+            tables_considered = true;
+            if used + tables_extra <= budget {
+                used += tables_extra;
+                tables_resident = true;
+            }
+        }
+        if used + bytes > budget {
             break;
         }
-        used += bytes + pair;
-        resident = i + 1 + usize::from(pair > 0);
+        used += bytes;
+        resident = i + group.len();
     }
+    if !tables_considered && used + tables_extra <= budget {
+        used += tables_extra;
+        tables_resident = true;
+    }
+    debug_assert!(used <= budget);
+    let fixed = fixed + if tables_resident { tables_extra } else { 0 };
     // The spatial projections stay on the host in streaming mode: setup streams them.
     assemble(
         ctx,
         g,
         params,
         options,
-        words,
-        fixed,
-        resident,
+        (words, fixed),
+        (resident, tables_resident),
         budgets.clone(),
     )
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Bytes of U2 table slices uploaded per outer iteration when the tables are not resident: a
+/// forward U2 chunk uploads its slice of the coordinates, an adjoint chunk all three tables.
+fn u2_table_traffic(g: &Geometry, params: &AdmmParams) -> u64 {
+    let (forward, adjoint) = operator_applications(params);
+    let coordinates = 8 * (g.deth * g.ntheta() * g.detw) as u64;
+    forward * coordinates + adjoint * LaminoOperator::u2_table_bytes(g)
+}
+
+/// The plan with `staging_words` (0: in-core) and `fixed` device bytes, the first `resident`
+/// arrays of [`Array::BY_TRAFFIC`] on the device, and the U2 tables there if `tables_resident`.
 fn assemble(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
     operator: OperatorOptions,
-    staging_words: usize,
-    fixed: u64,
-    resident: usize,
+    (staging_words, fixed): (usize, u64),
+    (resident, tables_resident): (usize, bool),
     budgets: Budgets,
 ) -> Result<MemoryPlan, PlanError> {
     let mode = if staging_words == 0 {
@@ -633,18 +658,15 @@ fn assemble(
             accesses_per_iteration: array.accesses(params),
         })
         .collect();
-    // Streaming keeps the U2 tables on the host too; they are read at every application, more
-    // than any host array, so they are the last to go to scratch.
+    // U2 tables that are not resident are held on the host; read at every application, more
+    // than any host array per byte, they are the last to go to scratch.
     let u2_table_bytes = LaminoOperator::u2_table_bytes(g);
-    let mut u2_tables = match mode {
-        Mode::InCore => Residency::Device,
-        Mode::Streaming => Residency::Host,
-    };
-    let tables_on_host = if mode == Mode::Streaming {
-        u2_table_bytes
+    let mut u2_tables = if tables_resident {
+        Residency::Device
     } else {
-        0
+        Residency::Host
     };
+    let tables_on_host = if tables_resident { 0 } else { u2_table_bytes };
     // Host arrays beyond the host budget go to scratch, least accessed first.
     let mut host: u64 = tables_on_host
         + arrays
@@ -700,14 +722,10 @@ fn assemble(
         .filter(|a| a.residency == Residency::Device)
         .map(|a| a.bytes)
         .sum();
-    // A forward U2 chunk uploads its slice of the coordinates (half the tables, less the row
-    // starts), an adjoint chunk all three tables.
-    let tables_moved = if tables_on_host > 0 {
-        let (forward, adjoint) = operator_applications(params);
-        let coordinates = 8 * (g.deth * g.ntheta() * g.detw) as u64;
-        forward * coordinates + adjoint * u2_table_bytes
-    } else {
+    let tables_moved = if tables_resident {
         0
+    } else {
+        u2_table_traffic(g, params)
     };
     let on_host = |array: Array| {
         arrays

@@ -294,8 +294,10 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
     use lamino::solver::InnerSolver;
     let p = projections(32);
     let g = p.geometry();
-    // At 1/8 the two most used arrays stay on the device; at 1/12 none does.
+    // At 1/2 most arrays and the U2 tables stay on the device; at 1/8 the two most used arrays;
+    // at 1/12 none.
     for (inner, fraction) in [
+        (InnerSolver::ConjugateGradient, 2),
         (InnerSolver::ConjugateGradient, 8),
         (InnerSolver::ConjugateGradient, 12),
         (InnerSolver::DaiYuan { step: 1.0 }, 8),
@@ -321,6 +323,14 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
             ),
         )
         .unwrap();
+        assert_eq!(streaming.mode, Mode::Streaming);
+        assert_eq!(
+            streaming.u2_tables == Residency::Device,
+            fraction == 2,
+            "U2 tables {:?} at 1/{fraction}",
+            streaming.u2_tables
+        );
+        ctx.set_device_budget(streaming.budgets.device_bytes);
         let mut solver =
             AdmmSolver::with_plan(&ctx, g, &p.operator_data(), params, &streaming).unwrap();
         solver.step(&ctx).unwrap();
@@ -330,13 +340,15 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         let measured = t.bytes_uploaded + t.bytes_downloaded;
         let planned = streaming.bytes_moved_per_iteration;
         eprintln!(
-            "{inner:?}, 1/{fraction} of the device, {} arrays resident: planned {planned} bytes, \
-             measured {measured} bytes per iteration",
-            streaming.resident_arrays()
+            "{inner:?}, 1/{fraction} of the device, {} arrays resident, U2 tables {:?}: planned \
+             {planned} bytes, measured {measured} bytes per iteration",
+            streaming.resident_arrays(),
+            streaming.u2_tables
         );
         assert!(
             (measured as f64 - planned as f64).abs() <= 1e-3 * planned as f64,
             "{inner:?}: planned {planned}, measured {measured}"
         );
+        assert!(ctx.peak_device_bytes() <= streaming.budgets.device_bytes);
     }
 }

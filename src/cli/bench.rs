@@ -713,8 +713,13 @@ fn scale(
             return Ok(());
         }
         let p = &r.plan;
+        let tables = match p.u2_tables {
+            lamino::array::Residency::Device => "device",
+            lamino::array::Residency::Host => "host",
+            lamino::array::Residency::Scratch(_) => "scratch",
+        };
         print!(
-            "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays on the device; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
+            "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays and the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
             r.kind,
             r.size,
             r.angles,
@@ -722,6 +727,7 @@ fn scale(
             p.chunks,
             p.resident_arrays(),
             p.arrays.len(),
+            gib(p.u2_table_bytes),
             gib(p.device_bytes),
             gib(p.host_bytes),
             gib(p.scratch_bytes),
@@ -741,6 +747,9 @@ fn scale(
         }
         if let Some(peak) = r.peak_device_bytes {
             print!(", device peak {:.3} GiB", gib(peak));
+        }
+        if let Some(peak) = r.peak_host_bytes {
+            print!(", host peak resident {:.2} GiB", gib(peak));
         }
         println!();
         Ok(())
