@@ -256,7 +256,8 @@ impl Field {
         }
     }
 
-    /// Waits until every download into this (host) array has landed.
+    /// Waits until every download into this (host) array has landed, each wait for the oldest
+    /// download's submission only.
     fn settle(&self, ctx: &GpuContext) -> Result<(), GpuError> {
         if let Some(h) = self.host() {
             while h.pending.load(Ordering::SeqCst) > 0 {
@@ -266,7 +267,7 @@ impl Field {
                         self.label()
                     )));
                 }
-                ctx.poll_downloads(true)?;
+                ctx.wait_for_oldest_download()?;
             }
         }
         Ok(())

@@ -360,6 +360,9 @@ type MapState = Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>;
 struct InFlight {
     download: Download,
     mapped: MapState,
+    /// The submission that copies into the readback buffer: waiting for it (not for the whole
+    /// queue) is enough for the download to land.
+    submission: Option<wgpu::SubmissionIndex>,
 }
 
 /// Readback buffers may hold this much before a new download waits for an earlier one.
@@ -756,7 +759,7 @@ impl GpuContext {
                         .map(Some);
                 }
             }
-            self.poll_downloads(true)?;
+            self.wait_for_oldest_download()?;
         }
     }
 
@@ -766,7 +769,35 @@ impl GpuContext {
         self.downloads.lock().expect("download pool poisoned").cap = Some(bytes);
     }
 
-    pub(crate) fn register_download(&self, download: Download) {
+    /// Waits until the oldest download in flight has landed (only for the submission that
+    /// copies it: later work stays queued, so the device keeps computing), and hands every
+    /// download that has arrived to its completion.
+    pub(crate) fn wait_for_oldest_download(&self) -> Result<(), GpuError> {
+        let oldest = {
+            let d = self.downloads.lock().expect("download pool poisoned");
+            match d.in_flight.first() {
+                Some(f) => f.submission.clone(),
+                None => return Ok(()),
+            }
+        };
+        let Some(index) = oldest else {
+            return self.poll_downloads(true);
+        };
+        self.counters.waits.fetch_add(1, Ordering::Relaxed);
+        let polled = self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(index),
+            timeout: None,
+        });
+        self.check()?;
+        polled.map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+        self.poll_downloads(false)
+    }
+
+    pub(crate) fn register_download(
+        &self,
+        download: Download,
+        submission: Option<wgpu::SubmissionIndex>,
+    ) {
         let mapped: MapState = Arc::default();
         let state = mapped.clone();
         download.readback.buffer.slice(0..download.bytes).map_async(
@@ -786,7 +817,11 @@ impl GpuContext {
             .lock()
             .expect("download pool poisoned")
             .in_flight
-            .push(InFlight { download, mapped });
+            .push(InFlight {
+                download,
+                mapped,
+                submission,
+            });
     }
 
     /// Hands every download that has arrived to its completion; with `wait`, first waits for

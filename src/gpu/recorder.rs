@@ -7,7 +7,8 @@
 //! contents, those after it the new ones, whatever buffer the upload targets. A download copies
 //! into a readback buffer from the context's pool; after the submission the buffer is mapped
 //! asynchronously and its bytes are handed to the download's completion when the host next polls
-//! (a wait happens only where a readback buffer or the downloaded data is needed).
+//! (a wait happens only where a readback buffer or the downloaded data is needed, and then only
+//! for the submission that copies it: later work stays queued and the device keeps computing).
 
 use bytemuck::Pod;
 
@@ -206,12 +207,13 @@ impl Recorder {
             ctx.queue.write_buffer(&buffer, at, &bytes);
             ctx.count_upload(bytes.len() as u64);
         }
+        let mut submission = None;
         if self.commands || last {
-            ctx.queue.submit([encoder.finish()]);
+            submission = Some(ctx.queue.submit([encoder.finish()]));
             ctx.count_submission();
         }
         for download in self.downloads.drain(..) {
-            ctx.register_download(download);
+            ctx.register_download(download, submission.clone());
         }
         self.commands = false;
         ctx.check()
