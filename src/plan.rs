@@ -511,7 +511,13 @@ pub fn plan(
         + g.data_len() as u64 * 4;
     let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
     let in_core_fixed = fixed_device_bytes(ctx, g, caps, 0, &Residency::Device)?;
-    if in_core_fixed.saturating_add(everything) <= budget {
+    // A device array is one buffer: one beyond the device's largest buffer cannot be resident.
+    let fits_a_buffer = |bytes: u64| bytes <= ctx.max_buffer_bytes();
+    let all_fit_buffers = Array::BY_TRAFFIC
+        .iter()
+        .all(|a| fits_a_buffer(a.layout(g).bytes()))
+        && fits_a_buffer(u2_coordinates_bytes(g));
+    if all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget {
         return assemble(
             ctx,
             g,
@@ -571,7 +577,9 @@ pub fn plan(
     let tables_extra = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)? - fixed;
     let tables_rate = u2_table_traffic(g, params) as f64 / LaminoOperator::u2_table_bytes(g) as f64;
     let mut tables_resident = false;
-    let mut tables_considered = false;
+    // Resident tables are whole buffers, the coordinates the largest: beyond the device's
+    // largest buffer they stream however large the budget.
+    let mut tables_considered = !fits_a_buffer(u2_coordinates_bytes(g));
     let mut resident = 0;
     let mut used = fixed;
     for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {
@@ -596,7 +604,7 @@ pub fn plan(
                 tables_resident = true;
             }
         }
-        if used + bytes > budget {
+        if used + bytes > budget || !group.iter().all(|a| fits_a_buffer(a.layout(g).bytes())) {
             break;
         }
         used += bytes;
@@ -624,8 +632,12 @@ pub fn plan(
 /// forward U2 chunk uploads its slice of the coordinates, an adjoint chunk all three tables.
 fn u2_table_traffic(g: &Geometry, params: &AdmmParams) -> u64 {
     let (forward, adjoint) = operator_applications(params);
-    let coordinates = 8 * (g.deth * g.ntheta() * g.detw) as u64;
-    forward * coordinates + adjoint * LaminoOperator::u2_table_bytes(g)
+    forward * u2_coordinates_bytes(g) + adjoint * LaminoOperator::u2_table_bytes(g)
+}
+
+/// Bytes of the U2 coordinates (one (x, y) pair of f32 per data point), the largest table.
+fn u2_coordinates_bytes(g: &Geometry) -> u64 {
+    8 * (g.deth * g.ntheta() * g.detw) as u64
 }
 
 /// The plan with `staging_words` (0: in-core) and `fixed` device bytes, the first `resident`

@@ -719,7 +719,7 @@ fn scale(
             lamino::array::Residency::Scratch(_) => "scratch",
         };
         print!(
-            "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays and the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
+            "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays on the device, the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
             r.kind,
             r.size,
             r.angles,
