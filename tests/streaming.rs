@@ -5,8 +5,56 @@
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// Counts the heap bytes this thread holds, and their peak, to measure what writing a volume
+/// holds in host memory.
+struct CountingAllocator;
+
+thread_local! {
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+    static PEAK: Cell<i64> = const { Cell::new(0) };
+}
+
+fn count(delta: i64) {
+    // `try_with`: the counters may be gone while the thread ends.
+    let _ = LIVE.try_with(|live| {
+        live.set(live.get() + delta);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+    });
+}
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-(layout.size() as i64));
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size as i64 - layout.size() as i64);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Runs `f` and returns its result with the most heap bytes this thread held during it beyond
+/// what it held before.
+fn peak_heap_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(before));
+    let out = f();
+    (out, (PEAK.with(Cell::get) - before).max(0) as u64)
+}
+
 use lamino::array::Residency;
 use lamino::input::projections_from_scan;
+use lamino::io::{SlabVisitor, VolumeSlabs};
 use lamino::operator::OperatorOptions;
 use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
 use lamino::recon::{Projections, Reconstructor};
@@ -262,4 +310,121 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
     assert_eq!(roomy.projections_residency(g), Residency::Host);
     let big = plan(ctx, g, &params, &o, &budgets(u64::MAX / 2, u64::MAX, None)).unwrap();
     assert_eq!(big.mode, Mode::InCore);
+}
+
+/// The volume written from a streaming run (host budget forcing scratch files, lateral padding
+/// cropped slab by slab) is the in-core run's file, bit for bit, in every format; writing it
+/// holds a slab of host memory, not the volume (measured: the heap bytes this thread holds).
+#[test]
+fn a_streamed_volume_writes_the_in_core_files_holding_one_slab() {
+    use lamino::io::{read_f32_npy, read_tiff_volume, write_volume};
+    let p = projections(32);
+    let params = AdmmParams::exactly(1);
+    let pad = 2;
+    let scratch = tempfile::tempdir().unwrap();
+    let ctx = common::new_context();
+    let need = Reconstructor::new(&ctx)
+        .params(params)
+        .lateral_padding(pad)
+        .plan(p.geometry())
+        .unwrap()
+        .device_bytes;
+    let streaming = || {
+        Reconstructor::new(&ctx)
+            .params(params)
+            .lateral_padding(pad)
+            .device_memory_budget(need / 3)
+            .host_memory_budget(1 << 10)
+            .scratch_dir(scratch.path().into())
+    };
+    // In-core with the streaming plan's chunks: the same bits (see above).
+    let chunks = streaming().plan(p.geometry()).unwrap().operator;
+    let in_core = Reconstructor::new(&common::new_context())
+        .params(params)
+        .lateral_padding(pad)
+        .operator_options(chunks)
+        .run(&p)
+        .unwrap();
+    assert_eq!(in_core.plan.mode, Mode::InCore);
+    let streamed = streaming().solve(&p).unwrap().with_slab_planes(3);
+    assert_eq!(streamed.report.plan.mode, Mode::Streaming);
+    assert!(streamed.report.plan.scratch_bytes > 0);
+    assert_eq!(streamed.shape(), [32, 32, 32]);
+    let dir = tempfile::tempdir().unwrap();
+    let volume_bytes = 32 * 32 * 32 * 4;
+    // Three padded slices read, three cropped ones handed to the writer.
+    let slab_bytes = 3 * (32 + 2 * pad as u64).pow(2) * 4 + 3 * 32 * 32 * 4;
+    for ext in ["tif", "h5", "npy"] {
+        let whole = dir.path().join(format!("in-core.{ext}"));
+        let (written, whole_peak) = peak_heap_during(|| write_volume(&whole, &in_core));
+        written.unwrap();
+        let slabs = dir.path().join(format!("streamed.{ext}"));
+        let (written, peak) = peak_heap_during(|| write_volume(&slabs, &streamed));
+        written.unwrap();
+        eprintln!(
+            "{ext}: writing held at most {peak} heap bytes from the streaming run (slab \
+             {slab_bytes}, volume {volume_bytes}), {whole_peak} from the in-core volume"
+        );
+        assert!(
+            std::fs::read(&whole).unwrap() == std::fs::read(&slabs).unwrap(),
+            "{ext}: the streamed file differs from the in-core one"
+        );
+        // One slab, the writer's buffer (8 KiB) and one encoded slice (4 KiB, twice for TIFF).
+        assert!(
+            peak <= slab_bytes + 24 * 1024,
+            "{ext}: writing held {peak} bytes, more than a slab ({slab_bytes}) and the writer's buffers"
+        );
+        assert!(peak < volume_bytes / 2, "{ext}: {peak} bytes held");
+    }
+    let tif = read_tiff_volume(&dir.path().join("streamed.tif")).unwrap();
+    assert_eq!(tif.shape, [32, 32, 32]);
+    assert!(same_bits(&tif.values, &in_core.volume));
+    let npy = read_f32_npy(&dir.path().join("streamed.npy")).unwrap();
+    assert_eq!(npy.shape(), &[32, 32, 32]);
+    assert!(same_bits(npy.as_slice().unwrap(), &in_core.volume));
+    let whole = streamed.into_reconstruction().unwrap();
+    assert!(same_bits(&whole.volume, &in_core.volume));
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+}
+
+/// A volume source that fails after its first slab (a device lost, a scratch file unreadable).
+struct FailsAfterOneSlab;
+
+impl VolumeSlabs for FailsAfterOneSlab {
+    fn shape(&self) -> [usize; 3] {
+        [4, 3, 2]
+    }
+
+    fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
+        visit(0, &[1.5; 6])?;
+        Err("the device was lost".into())
+    }
+}
+
+/// A write that fails half way leaves no file under the final name, keeps an earlier file as it
+/// was, and leaves no temporary file behind, in every format.
+#[test]
+fn a_volume_write_failing_mid_way_damages_nothing() {
+    use lamino::io::write_volume;
+    let dir = tempfile::tempdir().unwrap();
+    for ext in ["tif", "h5", "npy"] {
+        let fresh = dir.path().join(format!("fresh.{ext}"));
+        let err = write_volume(&fresh, &FailsAfterOneSlab).unwrap_err();
+        assert!(err.to_string().contains("the device was lost"), "{err}");
+        assert!(err.to_string().contains(&format!("fresh.{ext}")), "{err}");
+        assert!(
+            !fresh.exists(),
+            "{ext}: a partial file under the final name"
+        );
+        let earlier = dir.path().join(format!("earlier.{ext}"));
+        std::fs::write(&earlier, b"an earlier result").unwrap();
+        write_volume(&earlier, &FailsAfterOneSlab).unwrap_err();
+        assert_eq!(std::fs::read(&earlier).unwrap(), b"an earlier result");
+    }
+    let mut left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["earlier.h5", "earlier.npy", "earlier.tif"]);
 }

@@ -794,6 +794,19 @@ impl AdmmSolver {
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
         Ok(self.fields.u.read(ctx)?)
     }
+
+    /// Z slices `planes` of the current volume, row-major.
+    pub fn volume_planes(
+        &self,
+        ctx: &GpuContext,
+        planes: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, SolverError> {
+        let words = self.fields.u.layout().plane_words;
+        Ok(self
+            .fields
+            .u
+            .read_words(ctx, planes.start * words, planes.len() * words)?)
+    }
 }
 
 /// Spatial projections `(ntheta, deth, detw)` in the operator's normalisation, read a block of
