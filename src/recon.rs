@@ -27,7 +27,7 @@ use crate::gpu::GpuContext;
 use crate::io::{SlabVisitor, VolumeSlabs};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::plan::{plan, Budgets, MemoryPlan, Mode, PlanError};
+use crate::plan::{plan, Budgets, MemoryPlan, PlanError};
 use crate::solver::{
     AdmmParams, AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason,
 };
@@ -52,16 +52,17 @@ pub enum ReconError {
     /// No memory plan fits the budgets.
     #[error(transparent)]
     Plan(#[from] PlanError),
-    /// Memoization keeps its cache beside device-resident arrays; a streaming plan has none.
+    /// The memo cache's reservation leaves too little of a budget for the reconstruction.
     #[error(
-        "--memo needs every array on the device, but this reconstruction streams (the device \
-         budget of {budget_mib:.0} MiB holds {resident} of {arrays} arrays); run without --memo \
-         or raise --max-device-memory"
+        "the memo cache takes {memo_mib:.0} MiB of the {budget_mib:.0} MiB {memory} budget, \
+         which leaves too little for the reconstruction ({source}); lower --memo-{memory}-mib or \
+         raise --max-{memory}-memory"
     )]
-    MemoNeedsInCore {
+    MemoBudget {
+        memory: &'static str,
+        memo_mib: f64,
         budget_mib: f64,
-        resident: usize,
-        arrays: usize,
+        source: PlanError,
     },
     /// The volume could not be read back from where the solver keeps it.
     #[error("cannot read the volume: {0}")]
@@ -354,7 +355,9 @@ impl<'a> Reconstructor<'a> {
         self.plan_for(&padded_geometry(geometry, self.pad))
     }
 
-    /// The plan for the (padded) geometry the solver runs on.
+    /// The plan for the (padded) geometry the solver runs on. An active memo layer's caches
+    /// (`device_bytes` on the device, `host_bytes` in host memory) are reserved out of the
+    /// budgets before the arrays are placed, and the plan's device bytes include them.
     fn plan_for(&self, g: &Geometry) -> Result<MemoryPlan, ReconError> {
         let mut options = self.options;
         let mut budgets = Budgets::new(
@@ -363,20 +366,37 @@ impl<'a> Reconstructor<'a> {
             self.host_budget,
             self.scratch.clone(),
         );
-        if self.memo.policy.is_active() {
+        let (device, host) = (budgets.device_bytes, budgets.host_bytes);
+        let memo = self.memo.policy.is_active();
+        if memo {
             let rows = Some(self.memo.chunk_rows.max(1));
             options.max_chunk_y = options.max_chunk_y.or(rows);
             options.max_chunk_rows = options.max_chunk_rows.or(rows);
-            // The memo cache comes out of the same device budget.
-            budgets.device_bytes = budgets.device_bytes.saturating_sub(self.memo.device_bytes);
+            budgets.device_bytes = device.saturating_sub(self.memo.device_bytes);
+            budgets.host_bytes = host.saturating_sub(self.memo.host_bytes);
         }
-        let plan = plan(self.ctx, g, &self.params, &options, &budgets)?;
-        if self.memo.policy.is_active() && plan.mode == Mode::Streaming {
-            return Err(ReconError::MemoNeedsInCore {
-                budget_mib: budgets.device_bytes as f64 / (1u64 << 20) as f64,
-                resident: plan.resident_arrays(),
-                arrays: plan.arrays.len(),
-            });
+        let mut plan = plan(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            match &source {
+                PlanError::DeviceBudget { .. } if memo => ReconError::MemoBudget {
+                    memory: "device",
+                    memo_mib: mib(self.memo.device_bytes),
+                    budget_mib: mib(device),
+                    source,
+                },
+                PlanError::HostBudget { .. } if memo => ReconError::MemoBudget {
+                    memory: "host",
+                    memo_mib: mib(self.memo.host_bytes),
+                    budget_mib: mib(host),
+                    source,
+                },
+                _ => ReconError::Plan(source),
+            }
+        })?;
+        if memo {
+            plan.device_bytes += self.memo.device_bytes;
+            plan.budgets.device_bytes = device;
+            plan.budgets.host_bytes = host;
         }
         Ok(plan)
     }

@@ -428,3 +428,79 @@ fn a_volume_write_failing_mid_way_damages_nothing() {
     left.sort();
     assert_eq!(left, ["earlier.h5", "earlier.npy", "earlier.tif"]);
 }
+
+/// Memoization in streaming mode: forced to stream (a third of the in-core device need, the
+/// arrays in scratch files) with the memo cache reserved out of the budgets, `mlr` and
+/// `certified` give the bits of in-core runs with the same chunks and the same memo options
+/// (the memo's decisions depend only on the chunks' values, which are the same bits), reuse
+/// chunks, and the device peak stays within the budget.
+#[test]
+fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
+    use lamino::memo::{MemoOptions, MemoPolicy};
+    let p = projections(32);
+    let params = AdmmParams::exactly(3);
+    for policy in ["mlr:0.5", "certified:0.5"] {
+        let memo = MemoOptions {
+            policy: policy.parse::<MemoPolicy>().unwrap(),
+            device_bytes: 8 << 20,
+            host_bytes: 1 << 20,
+            ..MemoOptions::DEFAULT
+        };
+        let ctx = common::new_context();
+        let in_core_need = Reconstructor::new(&ctx)
+            .params(params)
+            .memo(memo)
+            .plan(p.geometry())
+            .unwrap()
+            .device_bytes;
+        let budget = (in_core_need - memo.device_bytes) / 3 + memo.device_bytes;
+        let scratch = tempfile::tempdir().unwrap();
+        let streaming = || {
+            Reconstructor::new(&ctx)
+                .params(params)
+                .memo(memo)
+                .device_memory_budget(budget)
+                .host_memory_budget(memo.host_bytes + (1 << 10))
+                .scratch_dir(scratch.path().into())
+        };
+        let plan = streaming().plan(p.geometry()).unwrap();
+        assert_eq!(plan.mode, Mode::Streaming);
+        assert!(plan.scratch_bytes > 0);
+        assert!(plan.device_bytes <= budget);
+        let streamed = streaming().run(&p).unwrap();
+        let in_core = Reconstructor::new(&common::new_context())
+            .params(params)
+            .memo(memo)
+            .operator_options(plan.operator)
+            .run(&p)
+            .unwrap();
+        assert_eq!(in_core.plan.mode, Mode::InCore);
+        let (s, c) = (
+            streamed.memo_stats.clone().unwrap(),
+            in_core.memo_stats.clone().unwrap(),
+        );
+        eprintln!(
+            "{policy}: in-core need {in_core_need} bytes, streaming budget {budget} (memo \
+             {}), peak {}; hits {} of {} chunks streaming, {} of {} in-core",
+            memo.device_bytes, streamed.peak_device_bytes, s.hits, s.chunks, c.hits, c.chunks
+        );
+        for st in &s.stages {
+            eprintln!(
+                "  {:?}: {} hits of {} chunks, {} slots, waves of {}, disabled: {:?}",
+                st.stage, st.hits, st.chunks, st.slots, st.wave, st.disabled
+            );
+        }
+        assert!(s.hits > 0, "{policy}: nothing was reused");
+        assert_eq!((s.hits, s.chunks), (c.hits, c.chunks), "{policy}");
+        assert!(
+            same_bits(&streamed.volume, &in_core.volume),
+            "{policy}: streaming changed the volume"
+        );
+        assert!(
+            streamed.peak_device_bytes <= budget,
+            "{policy}: peak {} above the budget {budget}",
+            streamed.peak_device_bytes
+        );
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
+}

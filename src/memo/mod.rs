@@ -48,15 +48,19 @@ pub use policy::{MemoOptions, MemoPolicy, PolicyParseError, AUTO_CAP, AUTO_FLOOR
 pub use stats::{MemoStats, StageStats};
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use num_complex::Complex32;
 use rayon::prelude::*;
 use thiserror::Error;
 
+use crate::array::{Field, Residency, Scalars, Staging, StorageError};
 use crate::error::GpuError;
 use crate::gpu::GpuContext;
-use crate::operator::{Application, Apply, Block, LaminoOperator, OperatorError, Stage};
+use crate::operator::{
+    Application, Apply, Block, LaminoOperator, OperatorError, Sink, Source, Space, Stage,
+};
 use crate::reference::SplitMix64;
 use gpu::{Combination, Plan, Shape, StageDevice, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
@@ -71,6 +75,8 @@ pub enum MemoError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Operator(#[from] OperatorError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
 /// Power-iteration steps at most for `|F|`, and the relative change that ends it early.
@@ -163,16 +169,41 @@ impl std::fmt::Debug for Memo {
 }
 
 /// `|F|` of a stage pair by power iteration on `F* F` over whole arrays (each chunk's map is a
-/// restriction of it, so its norm bounds every chunk's).
+/// restriction of it, so its norm bounds every chunk's). With `staging` (an operator whose
+/// arrays live on the host), the iterates stay in host memory and pass through the staging
+/// buffers a chunk at a time, as the solver's do; otherwise they are on the device.
 fn operator_norm(
     ctx: &GpuContext,
     op: &LaminoOperator,
-    forward: Apply,
-    adjoint: Apply,
+    (forward, adjoint): (Apply, Apply),
+    staging: Option<&Arc<Staging>>,
 ) -> Result<f64, MemoError> {
-    let space = forward.spaces().0;
-    let shape = space.shape(op.geometry());
-    let len = shape.iter().product::<usize>();
+    let g = op.geometry();
+    let (from, to) = forward.spaces();
+    let residency = match staging {
+        Some(_) => Residency::Host,
+        None => Residency::Device,
+    };
+    let field = |label, space: Space| Field::new(ctx, label, space.layout(g, 2), &residency);
+    let (x, image) = (field("norm iterate", from)?, field("norm image", to)?);
+    let scalars = Scalars::new(ctx, 1, 1)?;
+    let forward = op.application(
+        ctx,
+        &scalars,
+        staging,
+        forward,
+        Source::Complex(&x),
+        Sink::Complex(&image),
+    )?;
+    let adjoint = op.application(
+        ctx,
+        &scalars,
+        staging,
+        adjoint,
+        Source::Complex(&image),
+        Sink::Complex(&x),
+    )?;
+    let len = from.shape(g).iter().product::<usize>();
     let mut rng = SplitMix64::new(0x6e6f_726d);
     let mut v: Vec<Complex32> = (0..len)
         .map(|_| Complex32::new(rng.next_f64() as f32 - 0.5, rng.next_f64() as f32 - 0.5))
@@ -182,13 +213,10 @@ fn operator_norm(
     for _ in 0..NORM_STEPS {
         let n = norm(&v);
         v.iter_mut().for_each(|c| *c /= n as f32);
-        let image = op.apply_host(ctx, forward, &shape, &v)?;
-        v = op.apply_host(
-            ctx,
-            adjoint,
-            &forward.spaces().1.shape(op.geometry()),
-            &image,
-        )?;
+        x.write(ctx, bytemuck::cast_slice(&v))?;
+        op.run(ctx, &forward)?;
+        op.run(ctx, &adjoint)?;
+        v = bytemuck::cast_slice(&x.read(ctx)?).to_vec();
         let next = norm(&v);
         let done = (next - lambda).abs() <= NORM_TOLERANCE * next;
         lambda = next;
@@ -205,6 +233,7 @@ fn operator_norms(
     ctx: &GpuContext,
     op: &LaminoOperator,
     cache: &NormCache,
+    staging: Option<&Arc<Staging>>,
 ) -> Result<(OperatorNorms, NormSource, Vec<String>), MemoError> {
     let g = op.geometry();
     let mut warnings = Vec::new();
@@ -219,8 +248,8 @@ fn operator_norms(
         Lookup::Miss => {}
     }
     let norms = OperatorNorms {
-        u1: operator_norm(ctx, op, Apply::Usfft1d, Apply::Usfft1dAdjoint)?,
-        u2: operator_norm(ctx, op, Apply::Usfft2d, Apply::Usfft2dAdjoint)?,
+        u1: operator_norm(ctx, op, (Apply::Usfft1d, Apply::Usfft1dAdjoint), staging)?,
+        u2: operator_norm(ctx, op, (Apply::Usfft2d, Apply::Usfft2dAdjoint), staging)?,
     };
     if let Err(why) = cache.put(g, norms) {
         warnings.push(format!(
@@ -297,7 +326,19 @@ impl Memo {
         op: &LaminoOperator,
         options: MemoOptions,
     ) -> Result<Self, MemoError> {
-        Self::with_norm_cache(ctx, op, options, &NormCache::from_env())
+        Self::build(ctx, op, options, &NormCache::from_env(), None)
+    }
+
+    /// [`Memo::new`] for an operator applied to host arrays through `staging` (a streaming
+    /// plan; `None`: device arrays): the norm estimate passes through it too, so the memo
+    /// layer holds no whole array on the device.
+    pub fn with_staging(
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: MemoOptions,
+        staging: Option<&Arc<Staging>>,
+    ) -> Result<Self, MemoError> {
+        Self::build(ctx, op, options, &NormCache::from_env(), staging)
     }
 
     /// [`Memo::new`] with the norms remembered in `cache`.
@@ -307,8 +348,18 @@ impl Memo {
         options: MemoOptions,
         cache: &NormCache,
     ) -> Result<Self, MemoError> {
+        Self::build(ctx, op, options, cache, None)
+    }
+
+    fn build(
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: MemoOptions,
+        cache: &NormCache,
+        staging: Option<&Arc<Staging>>,
+    ) -> Result<Self, MemoError> {
         let (norms, source, warnings) = if options.policy.is_certified() {
-            let (n, source, warnings) = operator_norms(ctx, op, cache)?;
+            let (n, source, warnings) = operator_norms(ctx, op, cache, staging)?;
             (n, Some(source), warnings)
         } else {
             let nan = OperatorNorms {
@@ -955,7 +1006,7 @@ impl StageState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::{Geometry, OperatorOptions, Space};
+    use crate::operator::{Geometry, OperatorOptions};
     use num_complex::Complex64;
 
     use crate::gpu::test_context as ctx;
@@ -1007,6 +1058,34 @@ mod tests {
         assert!((r2 - fit).abs() < 1e-12 && r2 > 0.5, "{r2} vs {fit}");
         assert!(least_squares(&dots_of(&y, &[])).is_none());
         assert!(least_squares(&dots_of(&vec![Complex64::default(); 50], &[c0])).is_none());
+    }
+
+    /// The norm estimate of a streaming operator (iterates in host memory, through staging
+    /// buffers) is the device estimate's, bit for bit.
+    #[test]
+    fn the_norm_estimate_through_host_arrays_is_the_device_estimate() {
+        let ctx = ctx();
+        let g = Geometry::cube(16, 8, 2.0);
+        let options = OperatorOptions {
+            max_chunk_y: Some(4),
+            max_chunk_rows: Some(4),
+            ..OperatorOptions::default()
+        };
+        let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
+        let staging = Arc::new(Staging::new(&ctx, Space::Data.layout(&g, 2).words()).unwrap());
+        for pair in [
+            (Apply::Usfft1d, Apply::Usfft1dAdjoint),
+            (Apply::Usfft2d, Apply::Usfft2dAdjoint),
+        ] {
+            let device = operator_norm(&ctx, &op, pair, None).unwrap();
+            let host = operator_norm(&ctx, &op, pair, Some(&staging)).unwrap();
+            assert!(device > 0.0, "{pair:?}: {device}");
+            assert_eq!(
+                device.to_bits(),
+                host.to_bits(),
+                "{pair:?}: {device} {host}"
+            );
+        }
     }
 
     #[test]

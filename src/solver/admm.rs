@@ -310,6 +310,8 @@ pub struct AdmmSolver {
     apps: Apps,
     steps: ScalarSteps,
     data_hash: u64,
+    /// The staging buffers host arrays pass through (streaming plans only).
+    staging: Option<Arc<Staging>>,
     memo: Option<RefCell<Memo>>,
     /// The report of the last iteration done (also restored from a checkpoint).
     last: Option<IterationReport>,
@@ -472,6 +474,7 @@ impl AdmmSolver {
             apps,
             steps,
             data_hash,
+            staging,
             memo: None,
             last: None,
         })
@@ -482,7 +485,12 @@ impl AdmmSolver {
     /// checkpoint, so a resumed run that reuses chunks differs from an uninterrupted one.
     pub fn set_memo(&mut self, ctx: &GpuContext, options: MemoOptions) -> Result<(), SolverError> {
         self.memo = if options.policy.is_active() {
-            Some(RefCell::new(Memo::new(ctx, &self.op, options)?))
+            Some(RefCell::new(Memo::with_staging(
+                ctx,
+                &self.op,
+                options,
+                self.staging.as_ref(),
+            )?))
         } else {
             None
         };
