@@ -204,6 +204,7 @@ impl Recorder {
         let encoder = self.encoder.take().expect("recorder already finished");
         for (buffer, at, bytes) in self.uploads.drain(..) {
             ctx.queue.write_buffer(&buffer, at, &bytes);
+            ctx.count_upload(bytes.len() as u64);
         }
         if self.commands || last {
             ctx.queue.submit([encoder.finish()]);
