@@ -23,11 +23,12 @@ use std::time::Instant;
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::array::Residency;
 use crate::gpu::GpuContext;
 use crate::io::{SlabVisitor, VolumeSlabs};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::plan::{plan, Budgets, MemoryPlan, PlanError};
+use crate::plan::{plan, Array, Budgets, MemoryPlan, PlanError};
 use crate::solver::{
     AdmmParams, AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason,
 };
@@ -484,10 +485,21 @@ impl<'a> Reconstructor<'a> {
             plan,
         };
         // A slab holds at most SLAB_BYTES, and no more than the host budget leaves beside the
-        // arrays the plan put in host memory; at least one slice.
+        // arrays the plan put in host memory; at least one slice. A volume on the device is read
+        // back through the context's readback buffer, which grows to the next power of two of a
+        // slab within the device budget: at most half of what the budget leaves.
         let plane_bytes = (g.n1 * g.n2 * 4) as u64;
-        let headroom = (report.plan.budgets.host_bytes).saturating_sub(report.plan.host_bytes);
-        let slab_planes = (SLAB_BYTES.min(headroom) / plane_bytes).clamp(1, g.n0 as u64) as usize;
+        let plan = &report.plan;
+        let mut slab_bytes =
+            SLAB_BYTES.min(plan.budgets.host_bytes.saturating_sub(plan.host_bytes));
+        if *plan.residency(Array::U) == Residency::Device {
+            let left = plan
+                .budgets
+                .device_bytes
+                .saturating_sub(self.ctx.device_bytes_held());
+            slab_bytes = slab_bytes.min(left / 2);
+        }
+        let slab_planes = (slab_bytes / plane_bytes).clamp(1, g.n0 as u64) as usize;
         Ok(Solved {
             ctx: self.ctx,
             solver,
