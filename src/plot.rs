@@ -23,7 +23,9 @@ use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use thiserror::Error;
 
-use crate::io::{central_slices, central_slices_of, write_atomically, IoError, Stack, VolumeSlabs};
+use crate::io::{
+    central_slices, central_slices_of, write_atomically, CentralSlice, IoError, Stack, VolumeSlabs,
+};
 use crate::solver::{Convergence, IterationReport};
 
 /// The shortest long side, in pixels, of a slice preview.
@@ -475,9 +477,20 @@ pub fn write_volume_previews(
     prefix: &str,
     volume: &dyn VolumeSlabs,
 ) -> Result<Vec<std::path::PathBuf>, PlotError> {
-    let [n0, n1, n2] = volume.shape();
+    let slices = central_slices_of(volume).map_err(PlotError::Volume)?;
+    write_slice_previews(dir, prefix, volume.shape(), slices)
+}
+
+/// Writes the previews `DIR/{prefix}_{xy,xz,yz}.png` of the central slices `slices` of a volume
+/// of `shape` ([`crate::io::central_slices`]) and returns their paths.
+pub fn write_slice_previews(
+    dir: &Path,
+    prefix: &str,
+    [n0, n1, n2]: [usize; 3],
+    slices: [CentralSlice; 3],
+) -> Result<Vec<std::path::PathBuf>, PlotError> {
     let mut written = Vec::new();
-    for (name, pixels, h, w) in central_slices_of(volume).map_err(PlotError::Volume)? {
+    for (name, pixels, h, w) in slices {
         let at = match name {
             "xy" => format!("z = {}", n0 / 2),
             "xz" => format!("y = {}", n1 / 2),

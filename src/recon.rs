@@ -633,21 +633,19 @@ fn write_outputs_from(
     rec: &Reconstruction,
     volume: &dyn VolumeSlabs,
 ) -> Result<Vec<PathBuf>, crate::io::IoError> {
-    use crate::io::{write_atomically, write_volume_as, IoError, StackFormat};
-    use crate::plot::{write_convergence_png, write_volume_previews};
+    use crate::io::{write_atomically, write_volume_files, IoError, StackFormat};
+    use crate::plot::{write_convergence_png, write_slice_previews};
     std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
         path: dir.into(),
         reason: e.to_string(),
     })?;
-    let mut written = Vec::new();
-    for (name, format) in [
-        ("recon.tif", StackFormat::Tiff),
-        ("recon.h5", StackFormat::Hdf5),
-    ] {
-        let path = dir.join(name);
-        write_volume_as(&path, format, volume)?;
-        written.push(path);
-    }
+    // One pass over the volume writes both files and gathers the previews' slices.
+    let (tif, h5) = (dir.join("recon.tif"), dir.join("recon.h5"));
+    let slices = write_volume_files(
+        &[(&tif, StackFormat::Tiff), (&h5, StackFormat::Hdf5)],
+        volume,
+    )?;
+    let mut written = vec![tif, h5];
     let report = dir.join("report.json");
     let json =
         serde_json::json!({ "lamino_version": env!("CARGO_PKG_VERSION"), "reconstruction": rec });
@@ -659,7 +657,9 @@ fn write_outputs_from(
         .map_err(|e| e.to_string())
     })?;
     written.push(report);
-    written.extend(write_volume_previews(dir, "preview", volume).map_err(|e| e.into_io(dir))?);
+    written.extend(
+        write_slice_previews(dir, "preview", volume.shape(), slices).map_err(|e| e.into_io(dir))?,
+    );
     if !rec.reports.is_empty() {
         let png = dir.join("convergence.png");
         write_convergence_png(&png, &rec.reports, rec.params.convergence.as_ref())

@@ -421,6 +421,14 @@ fn a_volume_write_failing_mid_way_damages_nothing() {
         write_volume(&earlier, &FailsAfterOneSlab).unwrap_err();
         assert_eq!(std::fs::read(&earlier).unwrap(), b"an earlier result");
     }
+    // Several files written in one pass: none of them appears.
+    let (tif, h5) = (dir.path().join("both.tif"), dir.path().join("both.h5"));
+    let files = [
+        (tif.as_path(), lamino::io::StackFormat::Tiff),
+        (h5.as_path(), lamino::io::StackFormat::Hdf5),
+    ];
+    let err = lamino::io::write_volume_files(&files, &FailsAfterOneSlab).unwrap_err();
+    assert!(err.to_string().contains("the device was lost"), "{err}");
     let mut left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -25,7 +25,7 @@ pub use npy::{
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use volume::{
     central_slices, central_slices_of, read_tiff_volume, write_atomically, write_tiff_volume,
-    write_volume, write_volume_as, CentralSlice, SlabVisitor, VolumeSlabs,
+    write_volume, write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
 };
 
 use std::path::PathBuf;

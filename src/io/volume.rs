@@ -85,18 +85,88 @@ pub fn write_volume_as(
     format: StackFormat,
     volume: &dyn VolumeSlabs,
 ) -> Result<(), IoError> {
+    write_files(&[(path, format)], volume, |_, _| {})
+}
+
+/// Writes `volume` to every `(path, format)` of `files` in one pass over its slabs (each file as
+/// [`write_volume_as`] writes it: complete and renamed into place, or not at all) and returns
+/// its central slices ([`central_slices`]), gathered on the way.
+pub fn write_volume_files(
+    files: &[(&Path, StackFormat)],
+    volume: &dyn VolumeSlabs,
+) -> Result<[CentralSlice; 3], IoError> {
+    let mut slices = CentralSlices::new(volume.shape());
+    write_files(files, volume, |z0, slab| slices.add(z0, slab))?;
+    Ok(slices.finish())
+}
+
+/// [`write_volume_files`], handing every slab to `on_slab` too.
+fn write_files(
+    files: &[(&Path, StackFormat)],
+    volume: &dyn VolumeSlabs,
+    mut on_slab: impl FnMut(usize, &[f32]),
+) -> Result<(), IoError> {
     let [n0, n1, n2] = volume.shape();
-    write_atomically(path, |tmp| {
-        let mut writer =
-            StackWriter::create_as(tmp, format, n0, n1, n2).map_err(|e| e.to_string())?;
-        volume.visit_slabs(&mut |_, slab| {
-            for image in slab.chunks(n1 * n2) {
-                writer.write_image(image).map_err(|e| e.to_string())?;
+    let error = |path: &Path, reason: String| IoError::Write {
+        path: path.into(),
+        reason,
+    };
+    if let Some((path, _)) = files.iter().find(|(p, _)| p.file_name().is_none()) {
+        return Err(error(path, "the path names no file".into()));
+    }
+    let temps: Vec<PathBuf> = files.iter().map(|(path, _)| temp_path(path)).collect();
+    let remove_temps = || {
+        for tmp in &temps {
+            // Best effort: a temporary file may not exist if creating it was what failed.
+            let _ = std::fs::remove_file(tmp);
+        }
+    };
+    let mut writers = Vec::with_capacity(files.len());
+    for ((path, format), tmp) in files.iter().zip(&temps) {
+        match StackWriter::create_as(tmp, *format, n0, n1, n2) {
+            Ok(w) => writers.push(w),
+            Err(e) => {
+                remove_temps();
+                return Err(error(path, e.to_string()));
             }
-            Ok(())
-        })?;
-        writer.finish().map_err(|e| e.to_string())
-    })
+        }
+    }
+    // The file a failure belongs to (the first when the volume could not be read).
+    let mut failed = 0;
+    let visited = volume.visit_slabs(&mut |z0, slab| {
+        on_slab(z0, slab);
+        for image in slab.chunks(n1 * n2) {
+            for (k, writer) in writers.iter_mut().enumerate() {
+                writer.write_image(image).map_err(|e| {
+                    failed = k;
+                    e.to_string()
+                })?;
+            }
+        }
+        Ok(())
+    });
+    let finished = visited.and_then(|()| {
+        for (k, writer) in writers.into_iter().enumerate() {
+            writer.finish().map_err(|e| {
+                failed = k;
+                e.to_string()
+            })?;
+        }
+        Ok(())
+    });
+    if let Err(reason) = finished {
+        remove_temps();
+        return Err(error(files[failed].0, reason));
+    }
+    for (k, ((path, _), tmp)) in files.iter().zip(&temps).enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            for tmp in &temps[k..] {
+                let _ = std::fs::remove_file(tmp);
+            }
+            return Err(error(path, e.to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// [`write_volume_as`] in the format `path`'s extension names (`.tif`, `.tiff`, `.h5`, `.hdf5`,
@@ -139,21 +209,53 @@ pub fn central_slices(volume: &Stack) -> [CentralSlice; 3] {
 
 /// [`central_slices`] of a volume read a slab at a time.
 pub fn central_slices_of(volume: &dyn VolumeSlabs) -> Result<[CentralSlice; 3], String> {
-    let [n0, n1, n2] = volume.shape();
-    let mut xy = Vec::with_capacity(n1 * n2);
-    let mut xz = Vec::with_capacity(n0 * n2);
-    let mut yz = Vec::with_capacity(n0 * n1);
+    let mut slices = CentralSlices::new(volume.shape());
     volume.visit_slabs(&mut |z0, slab| {
-        for (z, slice) in (z0..).zip(slab.chunks(n1 * n2)) {
-            if z == n0 / 2 {
-                xy.extend_from_slice(slice);
-            }
-            xz.extend_from_slice(&slice[n1 / 2 * n2..(n1 / 2 + 1) * n2]);
-            yz.extend(slice.iter().skip(n2 / 2).step_by(n2));
-        }
+        slices.add(z0, slab);
         Ok(())
     })?;
-    Ok([("xy", xy, n1, n2), ("xz", xz, n0, n2), ("yz", yz, n0, n1)])
+    Ok(slices.finish())
+}
+
+/// The three central slices of a volume, gathered from its slabs in order.
+struct CentralSlices {
+    shape: [usize; 3],
+    xy: Vec<f32>,
+    xz: Vec<f32>,
+    yz: Vec<f32>,
+}
+
+impl CentralSlices {
+    fn new(shape @ [n0, n1, n2]: [usize; 3]) -> Self {
+        Self {
+            shape,
+            xy: Vec::with_capacity(n1 * n2),
+            xz: Vec::with_capacity(n0 * n2),
+            yz: Vec::with_capacity(n0 * n1),
+        }
+    }
+
+    /// Slices `z0..` of the volume.
+    fn add(&mut self, z0: usize, slab: &[f32]) {
+        let [n0, n1, n2] = self.shape;
+        for (z, slice) in (z0..).zip(slab.chunks(n1 * n2)) {
+            if z == n0 / 2 {
+                self.xy.extend_from_slice(slice);
+            }
+            self.xz
+                .extend_from_slice(&slice[n1 / 2 * n2..(n1 / 2 + 1) * n2]);
+            self.yz.extend(slice.iter().skip(n2 / 2).step_by(n2));
+        }
+    }
+
+    fn finish(self) -> [CentralSlice; 3] {
+        let [n0, n1, n2] = self.shape;
+        [
+            ("xy", self.xy, n1, n2),
+            ("xz", self.xz, n0, n2),
+            ("yz", self.yz, n0, n1),
+        ]
+    }
 }
 
 #[cfg(test)]
