@@ -83,9 +83,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         data_term: p.report.data_term,
                     });
                 })
-                .run(projections)
-                .map(|r| r.reports.len())
-                .map_err(|e| e.to_string());
+                // `solve` leaves the volume where the solver keeps it; the application writes it
+                // a slab of z slices at a time (it never needs the whole volume in RAM).
+                .solve(projections)
+                .map_err(|e| e.to_string())
+                .and_then(|solved| {
+                    let path = std::env::temp_dir().join("lamino-embed.tif");
+                    lamino::io::write_volume(&path, &solved).map_err(|e| e.to_string())?;
+                    println!("wrote {}", path.display());
+                    Ok(solved.report.reports.len())
+                });
             let _ = tx.send(Event::Done(result));
         });
         // The UI thread: show progress; a "Cancel" button would call cancel.store(true, ..).

@@ -23,7 +23,9 @@ use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use thiserror::Error;
 
-use crate::io::{central_slices, write_atomically, IoError, Stack};
+use crate::io::{
+    central_slices, central_slices_of, write_atomically, CentralSlice, IoError, Stack, VolumeSlabs,
+};
 use crate::solver::{Convergence, IterationReport};
 
 /// The shortest long side, in pixels, of a slice preview.
@@ -94,6 +96,9 @@ pub enum PlotError {
     /// The picture would exceed what a PNG (or memory) can reasonably hold.
     #[error("a {width} x {height} picture is too large")]
     TooLarge { width: usize, height: usize },
+    /// The volume to preview could not be read (a slab of a reconstruction's result).
+    #[error("cannot read the volume: {0}")]
+    Volume(String),
     /// plotters failed to draw (it reports its errors as text).
     #[error("cannot draw the plot: {0}")]
     Draw(String),
@@ -465,16 +470,27 @@ pub fn write_preview_png(
     })
 }
 
-/// Writes the previews `DIR/{prefix}_{xy,xz,yz}.png` of `volume`'s three central slices and
-/// returns their paths.
+/// Writes the previews `DIR/{prefix}_{xy,xz,yz}.png` of `volume`'s three central slices (read a
+/// slab at a time) and returns their paths.
 pub fn write_volume_previews(
     dir: &Path,
     prefix: &str,
-    volume: &Stack,
+    volume: &dyn VolumeSlabs,
 ) -> Result<Vec<std::path::PathBuf>, PlotError> {
-    let [n0, n1, n2] = volume.shape;
+    let slices = central_slices_of(volume).map_err(PlotError::Volume)?;
+    write_slice_previews(dir, prefix, volume.shape(), slices)
+}
+
+/// Writes the previews `DIR/{prefix}_{xy,xz,yz}.png` of the central slices `slices` of a volume
+/// of `shape` ([`crate::io::central_slices`]) and returns their paths.
+pub fn write_slice_previews(
+    dir: &Path,
+    prefix: &str,
+    [n0, n1, n2]: [usize; 3],
+    slices: [CentralSlice; 3],
+) -> Result<Vec<std::path::PathBuf>, PlotError> {
     let mut written = Vec::new();
-    for (name, pixels, h, w) in central_slices(volume) {
+    for (name, pixels, h, w) in slices {
         let at = match name {
             "xy" => format!("z = {}", n0 / 2),
             "xz" => format!("y = {}", n1 / 2),

@@ -23,10 +23,12 @@ use std::time::Instant;
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::array::Residency;
 use crate::gpu::GpuContext;
+use crate::io::{SlabVisitor, VolumeSlabs};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::plan::{plan, Budgets, MemoryPlan, Mode, PlanError};
+use crate::plan::{plan, Array, Budgets, MemoryPlan, PlanError};
 use crate::solver::{
     AdmmParams, AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason,
 };
@@ -51,17 +53,21 @@ pub enum ReconError {
     /// No memory plan fits the budgets.
     #[error(transparent)]
     Plan(#[from] PlanError),
-    /// Memoization keeps its cache beside device-resident arrays; a streaming plan has none.
+    /// The memo cache's reservation leaves too little of a budget for the reconstruction.
     #[error(
-        "--memo needs every array on the device, but this reconstruction streams (the device \
-         budget of {budget_mib:.0} MiB holds {resident} of {arrays} arrays); run without --memo \
-         or raise --max-device-memory"
+        "the memo cache takes {memo_mib:.0} MiB of the {budget_mib:.0} MiB {memory} budget, \
+         which leaves too little for the reconstruction ({source}); lower --memo-{memory}-mib or \
+         raise --max-{memory}-memory"
     )]
-    MemoNeedsInCore {
+    MemoBudget {
+        memory: &'static str,
+        memo_mib: f64,
         budget_mib: f64,
-        resident: usize,
-        arrays: usize,
+        source: PlanError,
     },
+    /// The volume could not be read back from where the solver keeps it.
+    #[error("cannot read the volume: {0}")]
+    Read(String),
     /// The projections do not have the geometry's shape.
     #[error("{got} projection values for a geometry of {expected} (ntheta x deth x detw)")]
     Shape { expected: usize, got: usize },
@@ -350,7 +356,9 @@ impl<'a> Reconstructor<'a> {
         self.plan_for(&padded_geometry(geometry, self.pad))
     }
 
-    /// The plan for the (padded) geometry the solver runs on.
+    /// The plan for the (padded) geometry the solver runs on. An active memo layer's caches
+    /// (`device_bytes` on the device, `host_bytes` in host memory) are reserved out of the
+    /// budgets before the arrays are placed, and the plan's device bytes include them.
     fn plan_for(&self, g: &Geometry) -> Result<MemoryPlan, ReconError> {
         let mut options = self.options;
         let mut budgets = Budgets::new(
@@ -359,26 +367,51 @@ impl<'a> Reconstructor<'a> {
             self.host_budget,
             self.scratch.clone(),
         );
-        if self.memo.policy.is_active() {
+        let (device, host) = (budgets.device_bytes, budgets.host_bytes);
+        let memo = self.memo.policy.is_active();
+        if memo {
             let rows = Some(self.memo.chunk_rows.max(1));
             options.max_chunk_y = options.max_chunk_y.or(rows);
             options.max_chunk_rows = options.max_chunk_rows.or(rows);
-            // The memo cache comes out of the same device budget.
-            budgets.device_bytes = budgets.device_bytes.saturating_sub(self.memo.device_bytes);
+            budgets.device_bytes = device.saturating_sub(self.memo.device_bytes);
+            budgets.host_bytes = host.saturating_sub(self.memo.host_bytes);
         }
-        let plan = plan(self.ctx, g, &self.params, &options, &budgets)?;
-        if self.memo.policy.is_active() && plan.mode == Mode::Streaming {
-            return Err(ReconError::MemoNeedsInCore {
-                budget_mib: budgets.device_bytes as f64 / (1u64 << 20) as f64,
-                resident: plan.resident_arrays(),
-                arrays: plan.arrays.len(),
-            });
+        let mut plan = plan(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            match &source {
+                PlanError::DeviceBudget { .. } if memo => ReconError::MemoBudget {
+                    memory: "device",
+                    memo_mib: mib(self.memo.device_bytes),
+                    budget_mib: mib(device),
+                    source,
+                },
+                PlanError::HostBudget { .. } if memo => ReconError::MemoBudget {
+                    memory: "host",
+                    memo_mib: mib(self.memo.host_bytes),
+                    budget_mib: mib(host),
+                    source,
+                },
+                _ => ReconError::Plan(source),
+            }
+        })?;
+        if memo {
+            plan.device_bytes += self.memo.device_bytes;
+            plan.budgets.device_bytes = device;
+            plan.budgets.host_bytes = host;
         }
         Ok(plan)
     }
 
-    /// Reconstructs `projections`.
-    pub fn run(mut self, projections: &Projections) -> Result<Reconstruction, ReconError> {
+    /// Reconstructs `projections` and returns the volume in memory with the report: for volumes
+    /// that fit in host memory ([`solve`](Self::solve) writes larger ones a slab at a time).
+    pub fn run(self, projections: &Projections) -> Result<Reconstruction, ReconError> {
+        self.solve(projections)?.into_reconstruction()
+    }
+
+    /// Reconstructs `projections` and leaves the volume where the solver keeps it (on the
+    /// device, in host memory or in scratch files): [`Solved`] writes it, or hands it to the
+    /// caller, a slab of z slices at a time, so it never has to fit in host memory.
+    pub fn solve(mut self, projections: &Projections) -> Result<Solved<'a>, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
         let start = Instant::now();
         let g = padded_geometry(&projections.geometry, self.pad);
@@ -430,10 +463,8 @@ impl<'a> Reconstructor<'a> {
             }
         };
         let completed = stop != StopReason::Cancelled;
-        let full = solver.volume(self.ctx)?;
-        let volume = crop(&full, &g, self.pad);
-        Ok(Reconstruction {
-            volume,
+        let report = Reconstruction {
+            volume: Vec::new(),
             geometry: projections.geometry.clone(),
             rotation_axis: projections.geometry.rotation_axis(),
             preprocessing: None,
@@ -446,30 +477,143 @@ impl<'a> Reconstructor<'a> {
             iterations_s: loop_start.elapsed().as_secs_f64(),
             operator_device_bytes: solver.operator().device_bytes(),
             solver_device_bytes: solver.vector_device_bytes(),
-            plan,
             peak_device_bytes: self.ctx.peak_device_bytes(),
             device: self.ctx.info().to_string(),
             memo: self.memo,
             memo_stats: solver.memo_stats(),
             memo_device_bytes: solver.memo_device_bytes(),
+            plan,
+        };
+        // A slab holds at most SLAB_BYTES, and no more than the host budget leaves beside the
+        // arrays the plan put in host memory; at least one slice. A volume on the device is read
+        // back through the context's readback buffer, which grows to the next power of two of a
+        // slab within the device budget: at most half of what the budget leaves.
+        let plane_bytes = (g.n1 * g.n2 * 4) as u64;
+        let plan = &report.plan;
+        let mut slab_bytes =
+            SLAB_BYTES.min(plan.budgets.host_bytes.saturating_sub(plan.host_bytes));
+        if *plan.residency(Array::U) == Residency::Device {
+            let left = plan
+                .budgets
+                .device_bytes
+                .saturating_sub(self.ctx.device_bytes_held());
+            slab_bytes = slab_bytes.min(left / 2);
+        }
+        let slab_planes = (slab_bytes / plane_bytes).clamp(1, g.n0 as u64) as usize;
+        Ok(Solved {
+            ctx: self.ctx,
+            solver,
+            padded: g,
+            pad: self.pad,
+            slab_planes,
+            report,
         })
     }
 }
 
-/// Removes `pad` voxels from each lateral side (y and x) of a padded volume.
-fn crop(volume: &[f32], g: &Geometry, pad: usize) -> Vec<f32> {
-    if pad == 0 {
-        return volume.to_vec();
+/// The most volume one slab of [`Solved`] holds in host memory (unless the host budget leaves
+/// less beside the plan's host arrays; always at least one z slice).
+pub const SLAB_BYTES: u64 = 64 << 20;
+
+/// A finished reconstruction whose volume is still where the solver keeps it (on the device, in
+/// host memory or in a scratch file). It is read a slab of whole z slices at a time
+/// ([`VolumeSlabs`]): [`write_outputs`](Self::write_outputs) and
+/// [`crate::io::write_volume`] write it, in any format, holding one slab of host memory; a
+/// caller can visit the slabs itself, or take the whole volume with
+/// [`into_reconstruction`](Self::into_reconstruction).
+pub struct Solved<'a> {
+    ctx: &'a GpuContext,
+    solver: AdmmSolver,
+    /// The geometry the solver ran on (padded).
+    padded: Geometry,
+    pad: usize,
+    slab_planes: usize,
+    /// The run's report: a [`Reconstruction`] whose `volume` is empty (the volume is read
+    /// through this `Solved`).
+    pub report: Reconstruction,
+}
+
+impl Solved<'_> {
+    /// Z slices per slab.
+    pub fn slab_planes(&self) -> usize {
+        self.slab_planes
     }
-    let (n1, n2) = (g.n1 - 2 * pad, g.n2 - 2 * pad);
-    let mut out = Vec::with_capacity(g.n0 * n1 * n2);
-    for z in 0..g.n0 {
-        for y in pad..pad + n1 {
+
+    /// Reads `planes` z slices per slab (at least one, at most all).
+    pub fn with_slab_planes(mut self, planes: usize) -> Self {
+        self.slab_planes = planes.clamp(1, self.padded.n0);
+        self
+    }
+
+    /// The report with the whole volume in host memory.
+    pub fn into_reconstruction(self) -> Result<Reconstruction, ReconError> {
+        let [n0, n1, n2] = self.shape();
+        let mut volume = Vec::with_capacity(n0 * n1 * n2);
+        self.visit_slabs(&mut |_, slab| {
+            volume.extend_from_slice(slab);
+            Ok(())
+        })
+        .map_err(ReconError::Read)?;
+        Ok(Reconstruction {
+            volume,
+            ..self.report
+        })
+    }
+
+    /// Writes the outputs of [`write_outputs`] to `dir`, reading the volume a slab at a time.
+    pub fn write_outputs(&self, dir: &std::path::Path) -> Result<Vec<PathBuf>, crate::io::IoError> {
+        write_outputs_from(dir, &self.report, self)
+    }
+}
+
+impl VolumeSlabs for Solved<'_> {
+    fn shape(&self) -> [usize; 3] {
+        let g = &self.report.geometry;
+        [g.n0, g.n1, g.n2]
+    }
+
+    fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
+        let g = &self.padded;
+        let mut cropped = Vec::new();
+        for z0 in (0..g.n0).step_by(self.slab_planes) {
+            let z1 = (z0 + self.slab_planes).min(g.n0);
+            let slab = self
+                .solver
+                .volume_planes(self.ctx, z0..z1)
+                .map_err(|e| format!("reading slices {z0}..{z1} of the volume: {e}"))?;
+            if self.pad == 0 {
+                visit(z0, &slab)?;
+            } else {
+                cropped.clear();
+                crop_into(&slab, z1 - z0, g, self.pad, &mut cropped);
+                visit(z0, &cropped)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl VolumeSlabs for Reconstruction {
+    fn shape(&self) -> [usize; 3] {
+        let g = &self.geometry;
+        [g.n0, g.n1, g.n2]
+    }
+
+    fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
+        visit(0, &self.volume)
+    }
+}
+
+/// Appends `planes` z slices of a volume padded by `pad` voxels on each lateral side (y and x),
+/// with the padding removed, to `out`.
+fn crop_into(padded: &[f32], planes: usize, g: &Geometry, pad: usize, out: &mut Vec<f32>) {
+    let n2 = g.n2 - 2 * pad;
+    for z in 0..planes {
+        for y in pad..g.n1 - pad {
             let row = (z * g.n1 + y) * g.n2;
-            out.extend_from_slice(&volume[row + pad..row + pad + n2]);
+            out.extend_from_slice(&padded[row + pad..row + pad + n2]);
         }
     }
-    out
 }
 
 /// Writes `DIR/recon.tif` (float32, one page per z slice), `DIR/recon.h5` (`/volume`), `DIR/report.json` (geometry,
@@ -480,24 +624,28 @@ pub fn write_outputs(
     dir: &std::path::Path,
     rec: &Reconstruction,
 ) -> Result<Vec<PathBuf>, crate::io::IoError> {
-    use crate::io::{write_atomically, write_tiff_volume, IoError, Stack};
-    use crate::plot::{write_convergence_png, write_volume_previews};
+    write_outputs_from(dir, rec, rec)
+}
+
+/// [`write_outputs`] of the report `rec` and a volume read a slab at a time.
+fn write_outputs_from(
+    dir: &std::path::Path,
+    rec: &Reconstruction,
+    volume: &dyn VolumeSlabs,
+) -> Result<Vec<PathBuf>, crate::io::IoError> {
+    use crate::io::{write_atomically, write_volume_files, IoError, StackFormat};
+    use crate::plot::{write_convergence_png, write_slice_previews};
     std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
         path: dir.into(),
         reason: e.to_string(),
     })?;
-    let g = &rec.geometry;
-    let volume = Stack {
-        shape: [g.n0, g.n1, g.n2],
-        values: rec.volume.clone(),
-    };
-    let mut written = Vec::new();
-    let tif = dir.join("recon.tif");
-    write_tiff_volume(&tif, &volume)?;
-    written.push(tif);
-    let h5 = dir.join("recon.h5");
-    crate::io::write_volume_h5(&h5, &volume)?;
-    written.push(h5);
+    // One pass over the volume writes both files and gathers the previews' slices.
+    let (tif, h5) = (dir.join("recon.tif"), dir.join("recon.h5"));
+    let slices = write_volume_files(
+        &[(&tif, StackFormat::Tiff), (&h5, StackFormat::Hdf5)],
+        volume,
+    )?;
+    let mut written = vec![tif, h5];
     let report = dir.join("report.json");
     let json =
         serde_json::json!({ "lamino_version": env!("CARGO_PKG_VERSION"), "reconstruction": rec });
@@ -509,7 +657,9 @@ pub fn write_outputs(
         .map_err(|e| e.to_string())
     })?;
     written.push(report);
-    written.extend(write_volume_previews(dir, "preview", &volume).map_err(|e| e.into_io(dir))?);
+    written.extend(
+        write_slice_previews(dir, "preview", volume.shape(), slices).map_err(|e| e.into_io(dir))?,
+    );
     if !rec.reports.is_empty() {
         let png = dir.join("convergence.png");
         write_convergence_png(&png, &rec.reports, rec.params.convergence.as_ref())

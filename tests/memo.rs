@@ -295,16 +295,17 @@ fn certified_reuse_happens_iff_the_residual_is_below_tol_and_stays_within_its_bo
 fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
     let g = geometry();
     let op = LaminoOperator::new(ctx(), &g, &chunked()).unwrap();
-    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage: twelve
-    // slots' worth of device memory, which is a wave of one chunk (its staging slot, the
-    // promotion reserve of four and one more: six slots, the rest outbox for demotions), so two
-    // entries stay on the device; three entries on the host.
+    // A U1 slot holds a 16 x 4 x 16 input and a 16 x 4 x 16 output: 16 KiB. Per stage:
+    // seventeen slots' worth of device memory, which is a wave of one chunk (its staging slot,
+    // the promotion reserve of four and one more: six slots, the rest the outbox for demotions
+    // and the readback buffer it is read through), so two entries stay on the device; three
+    // entries on the host.
     let slot = 2 * 16 * 4 * 16 * 8;
     let mut memo = Memo::new(
         ctx(),
         &op,
         MemoOptions {
-            device_bytes: 4 * 12 * slot,
+            device_bytes: 4 * 17 * slot,
             host_bytes: 4 * 3 * slot,
             audit: true,
             ..options(MemoPolicy::Certified { tol: 0.05 })

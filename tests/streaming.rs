@@ -6,8 +6,56 @@
 
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// Counts the heap bytes this thread holds, and their peak, to measure what writing a volume
+/// holds in host memory.
+struct CountingAllocator;
+
+thread_local! {
+    static LIVE: Cell<i64> = const { Cell::new(0) };
+    static PEAK: Cell<i64> = const { Cell::new(0) };
+}
+
+fn count(delta: i64) {
+    // `try_with`: the counters may be gone while the thread ends.
+    let _ = LIVE.try_with(|live| {
+        live.set(live.get() + delta);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(live.get())));
+    });
+}
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count(layout.size() as i64);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        count(-(layout.size() as i64));
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count(new_size as i64 - layout.size() as i64);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Runs `f` and returns its result with the most heap bytes this thread held during it beyond
+/// what it held before.
+fn peak_heap_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
+    let before = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(before));
+    let out = f();
+    (out, (PEAK.with(Cell::get) - before).max(0) as u64)
+}
+
 use lamino::array::Residency;
 use lamino::input::projections_from_scan;
+use lamino::io::{SlabVisitor, VolumeSlabs};
 use lamino::operator::OperatorOptions;
 use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
 use lamino::recon::{Projections, Reconstructor};
@@ -350,5 +398,227 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
             "{inner:?}: planned {planned}, measured {measured}"
         );
         assert!(ctx.peak_device_bytes() <= streaming.budgets.device_bytes);
+    }
+}
+
+/// The volume written from a streaming run (host budget forcing scratch files, lateral padding
+/// cropped slab by slab) is the in-core run's file, bit for bit, in every format; writing it
+/// holds a slab of host memory, not the volume (measured: the heap bytes this thread holds).
+#[test]
+fn a_streamed_volume_writes_the_in_core_files_holding_one_slab() {
+    use lamino::io::{read_f32_npy, read_tiff_volume, write_volume};
+    let p = projections(32);
+    let params = AdmmParams::exactly(1);
+    let pad = 2;
+    let scratch = tempfile::tempdir().unwrap();
+    let ctx = common::new_context();
+    let need = Reconstructor::new(&ctx)
+        .params(params)
+        .lateral_padding(pad)
+        .plan(p.geometry())
+        .unwrap()
+        .device_bytes;
+    let streaming = || {
+        Reconstructor::new(&ctx)
+            .params(params)
+            .lateral_padding(pad)
+            .device_memory_budget(need / 3)
+            .host_memory_budget(1 << 10)
+            .scratch_dir(scratch.path().into())
+    };
+    // In-core with the streaming plan's chunks: the same bits (see above).
+    let chunks = streaming().plan(p.geometry()).unwrap().operator;
+    let in_core = Reconstructor::new(&common::new_context())
+        .params(params)
+        .lateral_padding(pad)
+        .operator_options(chunks)
+        .run(&p)
+        .unwrap();
+    assert_eq!(in_core.plan.mode, Mode::InCore);
+    let streamed = streaming().solve(&p).unwrap().with_slab_planes(3);
+    assert_eq!(streamed.report.plan.mode, Mode::Streaming);
+    assert!(streamed.report.plan.scratch_bytes > 0);
+    assert_eq!(streamed.shape(), [32, 32, 32]);
+    let dir = tempfile::tempdir().unwrap();
+    let volume_bytes = 32 * 32 * 32 * 4;
+    // Three padded slices read, three cropped ones handed to the writer.
+    let slab_bytes = 3 * (32 + 2 * pad as u64).pow(2) * 4 + 3 * 32 * 32 * 4;
+    for ext in ["tif", "h5", "npy"] {
+        let whole = dir.path().join(format!("in-core.{ext}"));
+        let (written, whole_peak) = peak_heap_during(|| write_volume(&whole, &in_core));
+        written.unwrap();
+        let slabs = dir.path().join(format!("streamed.{ext}"));
+        let (written, peak) = peak_heap_during(|| write_volume(&slabs, &streamed));
+        written.unwrap();
+        eprintln!(
+            "{ext}: writing held at most {peak} heap bytes from the streaming run (slab \
+             {slab_bytes}, volume {volume_bytes}), {whole_peak} from the in-core volume"
+        );
+        assert!(
+            std::fs::read(&whole).unwrap() == std::fs::read(&slabs).unwrap(),
+            "{ext}: the streamed file differs from the in-core one"
+        );
+        // One slab, the writer's buffer (8 KiB) and one encoded slice (4 KiB, twice for TIFF).
+        assert!(
+            peak <= slab_bytes + 24 * 1024,
+            "{ext}: writing held {peak} bytes, more than a slab ({slab_bytes}) and the writer's buffers"
+        );
+        assert!(peak < volume_bytes / 2, "{ext}: {peak} bytes held");
+    }
+    let tif = read_tiff_volume(&dir.path().join("streamed.tif")).unwrap();
+    assert_eq!(tif.shape, [32, 32, 32]);
+    assert!(same_bits(&tif.values, &in_core.volume));
+    let npy = read_f32_npy(&dir.path().join("streamed.npy")).unwrap();
+    assert_eq!(npy.shape(), &[32, 32, 32]);
+    assert!(same_bits(npy.as_slice().unwrap(), &in_core.volume));
+    let whole = streamed.into_reconstruction().unwrap();
+    assert!(same_bits(&whole.volume, &in_core.volume));
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+}
+
+/// A volume source that fails after its first slab (a device lost, a scratch file unreadable).
+struct FailsAfterOneSlab;
+
+impl VolumeSlabs for FailsAfterOneSlab {
+    fn shape(&self) -> [usize; 3] {
+        [4, 3, 2]
+    }
+
+    fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
+        visit(0, &[1.5; 6])?;
+        Err("the device was lost".into())
+    }
+}
+
+/// A write that fails half way leaves no file under the final name, keeps an earlier file as it
+/// was, and leaves no temporary file behind, in every format.
+#[test]
+fn a_volume_write_failing_mid_way_damages_nothing() {
+    use lamino::io::write_volume;
+    let dir = tempfile::tempdir().unwrap();
+    for ext in ["tif", "h5", "npy"] {
+        let fresh = dir.path().join(format!("fresh.{ext}"));
+        let err = write_volume(&fresh, &FailsAfterOneSlab).unwrap_err();
+        assert!(err.to_string().contains("the device was lost"), "{err}");
+        assert!(err.to_string().contains(&format!("fresh.{ext}")), "{err}");
+        assert!(
+            !fresh.exists(),
+            "{ext}: a partial file under the final name"
+        );
+        let earlier = dir.path().join(format!("earlier.{ext}"));
+        std::fs::write(&earlier, b"an earlier result").unwrap();
+        write_volume(&earlier, &FailsAfterOneSlab).unwrap_err();
+        assert_eq!(std::fs::read(&earlier).unwrap(), b"an earlier result");
+    }
+    // Several files written in one pass: none of them appears.
+    let (tif, h5) = (dir.path().join("both.tif"), dir.path().join("both.h5"));
+    let files = [
+        (tif.as_path(), lamino::io::StackFormat::Tiff),
+        (h5.as_path(), lamino::io::StackFormat::Hdf5),
+    ];
+    let err = lamino::io::write_volume_files(&files, &FailsAfterOneSlab).unwrap_err();
+    assert!(err.to_string().contains("the device was lost"), "{err}");
+    let mut left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["earlier.h5", "earlier.npy", "earlier.tif"]);
+}
+
+/// Memoization in streaming mode: forced to stream (a third of the in-core device need, the
+/// arrays in scratch files) with the memo cache reserved out of the budgets, `mlr` and
+/// `certified` give the bits of in-core runs with the same chunks and the same memo options
+/// (the memo's decisions depend only on the chunks' values, which are the same bits), reuse
+/// chunks, and the device peak stays within the budget; under `mlr` a reused chunk's input is not
+/// uploaded (keyed on the host), so the run uploads less than without the memo.
+#[test]
+fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
+    use lamino::memo::{MemoOptions, MemoPolicy};
+    let p = projections(32);
+    let params = AdmmParams::exactly(3);
+    for policy in ["mlr:0.5", "certified:0.5"] {
+        let memo = MemoOptions {
+            policy: policy.parse::<MemoPolicy>().unwrap(),
+            device_bytes: 8 << 20,
+            // No host tier: its promotions are uploads too, which would blur the count below.
+            host_bytes: 0,
+            ..MemoOptions::DEFAULT
+        };
+        let ctx = common::new_context();
+        let in_core_need = Reconstructor::new(&ctx)
+            .params(params)
+            .memo(memo)
+            .plan(p.geometry())
+            .unwrap()
+            .device_bytes;
+        let budget = (in_core_need - memo.device_bytes) / 3 + memo.device_bytes;
+        let scratch = tempfile::tempdir().unwrap();
+        let streaming = || {
+            Reconstructor::new(&ctx)
+                .params(params)
+                .memo(memo)
+                .device_memory_budget(budget)
+                .host_memory_budget(memo.host_bytes + (1 << 10))
+                .scratch_dir(scratch.path().into())
+        };
+        let plan = streaming().plan(p.geometry()).unwrap();
+        assert_eq!(plan.mode, Mode::Streaming);
+        assert!(plan.scratch_bytes > 0);
+        assert!(plan.device_bytes <= budget);
+        let before = ctx.traffic().bytes_uploaded;
+        let streamed = streaming().run(&p).unwrap();
+        let uploaded = ctx.traffic().bytes_uploaded - before;
+        let in_core = Reconstructor::new(&common::new_context())
+            .params(params)
+            .memo(memo)
+            .operator_options(plan.operator)
+            .run(&p)
+            .unwrap();
+        assert_eq!(in_core.plan.mode, Mode::InCore);
+        let (s, c) = (
+            streamed.memo_stats.clone().unwrap(),
+            in_core.memo_stats.clone().unwrap(),
+        );
+        eprintln!(
+            "{policy}: in-core need {in_core_need} bytes, streaming budget {budget} (memo \
+             {}), peak {}; hits {} of {} chunks streaming, {} of {} in-core",
+            memo.device_bytes, streamed.peak_device_bytes, s.hits, s.chunks, c.hits, c.chunks
+        );
+        for st in &s.stages {
+            eprintln!(
+                "  {:?}: {} hits of {} chunks, {} slots, waves of {}, disabled: {:?}",
+                st.stage, st.hits, st.chunks, st.slots, st.wave, st.disabled
+            );
+        }
+        assert!(s.hits > 0, "{policy}: nothing was reused");
+        // The same plan without the memo layer uploads every chunk's input; under mlr a chunk
+        // is keyed on the host and a reused one is not uploaded.
+        let plain_ctx = common::new_context();
+        let plain = Reconstructor::new(&plain_ctx)
+            .params(params)
+            .operator_options(plan.operator)
+            .device_memory_budget(budget - memo.device_bytes)
+            .host_memory_budget(1 << 10)
+            .scratch_dir(scratch.path().into())
+            .run(&p)
+            .unwrap();
+        assert_eq!(plain.plan.chunks, plan.chunks);
+        let plain_uploaded = plain_ctx.traffic().bytes_uploaded;
+        eprintln!("  bytes uploaded: {uploaded} with the memo, {plain_uploaded} without");
+        if policy.starts_with("mlr") {
+            assert!(uploaded < plain_uploaded, "{uploaded} >= {plain_uploaded}");
+        }
+        assert_eq!((s.hits, s.chunks), (c.hits, c.chunks), "{policy}");
+        assert!(
+            same_bits(&streamed.volume, &in_core.volume),
+            "{policy}: streaming changed the volume"
+        );
+        assert!(
+            streamed.peak_device_bytes <= budget,
+            "{policy}: peak {} above the budget {budget}",
+            streamed.peak_device_bytes
+        );
+        assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
     }
 }

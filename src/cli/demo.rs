@@ -69,7 +69,8 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         out,
         &options,
         None,
-    )?;
+    )?
+    .into_reconstruction()?;
     let score = lamino::metrics::score(&result.volume, &truth.values, truth.shape);
     let panel = out.join("comparison.png");
     let rec = lamino::io::Stack {

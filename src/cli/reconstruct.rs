@@ -19,7 +19,7 @@ use lamino::preprocess::{
     find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
     AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
 };
-use lamino::recon::{write_outputs, Projections, Reconstruction, Reconstructor};
+use lamino::recon::{Projections, Reconstructor, Solved};
 use lamino::solver::{AdmmParams, InnerSolver};
 
 use super::progress::bar;
@@ -541,14 +541,16 @@ pub(super) struct RunOptions {
 }
 
 /// Reconstructs with a progress bar and Ctrl-C handling, and writes the outputs to `out`.
-pub(super) fn run_reconstruction(
-    ctx: &GpuContext,
+/// The volume is written a slab at a time from where the solver keeps it, so it never has to fit
+/// in host memory; the returned [`Solved`] still holds it.
+pub(super) fn run_reconstruction<'a>(
+    ctx: &'a GpuContext,
     projections: &Projections,
     params: AdmmParams,
     out: &Path,
     o: &RunOptions,
     preprocessing: Option<Preprocessing>,
-) -> Result<Reconstruction, Box<dyn std::error::Error>> {
+) -> Result<Solved<'a>, Box<dyn std::error::Error>> {
     let g = projections.geometry();
     if !o.quiet {
         eprintln!(
@@ -597,12 +599,15 @@ pub(super) fn run_reconstruction(
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
         .checkpoint_every(checkpoint.clone(), o.checkpoint_every.unwrap_or(usize::MAX))
         .cancel_flag(cancel)
-        .on_progress(|p| {
-            progress.set_position(p.iteration as u64 + 1);
-            progress.set_message(format!(
-                "|Lu-d|^2 {:.4e}, rho {}, change {:.1e}",
-                p.report.data_term, p.report.rho, p.report.change
-            ));
+        .on_progress({
+            let progress = progress.clone();
+            move |p| {
+                progress.set_position(p.iteration as u64 + 1);
+                progress.set_message(format!(
+                    "|Lu-d|^2 {:.4e}, rho {}, change {:.1e}",
+                    p.report.data_term, p.report.rho, p.report.change
+                ));
+            }
         });
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
@@ -611,8 +616,9 @@ pub(super) fn run_reconstruction(
     if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
         progress.suspend(|| eprintln!("{plan}"));
     }
-    let mut result = builder.run(projections)?;
-    result.preprocessing = preprocessing;
+    let mut solved = builder.solve(projections)?;
+    solved.report.preprocessing = preprocessing;
+    let result = &solved.report;
     progress.finish_and_clear();
     if !result.completed {
         eprintln!(
@@ -629,10 +635,10 @@ pub(super) fn run_reconstruction(
             result.stop.describe()
         );
     }
-    for path in write_outputs(out, &result)? {
+    for path in solved.write_outputs(out)? {
         if !o.quiet {
             eprintln!("wrote {}", path.display());
         }
     }
-    Ok(result)
+    Ok(solved)
 }

@@ -133,11 +133,7 @@ pub fn write_dxchange(path: &Path, scan: &Scan) -> Result<(), IoError> {
 
 /// Writes a float32 volume `(n0, n1, n2)` as the dataset `/volume` of an HDF5 file, atomically.
 pub fn write_volume_h5(path: &Path, volume: &Stack) -> Result<(), IoError> {
-    write_atomically(path, |tmp| {
-        let mut file = H5Writer::default();
-        file.add("/volume", &volume.shape, &volume.values, &[])?;
-        file.write(tmp)
-    })
+    super::write_volume_as(path, super::StackFormat::Hdf5, volume)
 }
 
 /// Reads a DXchange file, checking that the required datasets exist, that shapes agree

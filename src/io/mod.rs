@@ -22,8 +22,11 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, ComplexArray, Dtype,
     NpyReader,
 };
-pub use stack::{read_stack, Pixels, Stack, StackReader, StackWriter};
-pub use volume::{central_slices, read_tiff_volume, write_atomically, write_tiff_volume};
+pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
+pub use volume::{
+    central_slices, central_slices_of, read_tiff_volume, write_atomically, write_tiff_volume,
+    write_volume, write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
+};
 
 use std::path::PathBuf;
 use thiserror::Error;

@@ -495,17 +495,48 @@ pub(super) fn read_stack_from(
     Ok(Stack { shape, values })
 }
 
-/// Writes a float32 stack image by image: `.npy` (count known up front) or multi-page TIFF.
+/// The file formats a float32 stack or volume is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackFormat {
+    /// NumPy `.npy`, `(count, height, width)` float32.
+    Npy,
+    /// Multi-page float32 TIFF, one page per image (`.tif`, `.tiff`).
+    Tiff,
+    /// HDF5 with the stack as the contiguous float32 dataset `/volume` (`.h5`, `.hdf5`).
+    Hdf5,
+}
+
+impl StackFormat {
+    /// The format a file name's extension names, if any.
+    pub fn of_path(path: &Path) -> Option<Self> {
+        match path.extension()?.to_str()? {
+            "npy" => Some(Self::Npy),
+            "tif" | "tiff" => Some(Self::Tiff),
+            "h5" | "hdf5" => Some(Self::Hdf5),
+            _ => None,
+        }
+    }
+}
+
+/// Writes a float32 stack image by image, in any [`StackFormat`]: nothing but the current
+/// image and a write buffer is held, so a stack never has to fit in memory. Writing more or
+/// fewer images than announced is an error.
 pub struct StackWriter {
     path: PathBuf,
     inner: WriterInner,
+    /// The file, to flush to disk at the end (TIFF writes through a handle of its own).
+    file: File,
+    count: usize,
+    written: usize,
     height: usize,
     width: usize,
 }
 
 enum WriterInner {
-    Npy(BufWriter<File>),
-    Tiff(Box<tiff::encoder::TiffEncoder<BufWriter<File>>>),
+    /// `.npy` and HDF5: a header, the values, and for HDF5 the padding to its end of file.
+    Raw { w: BufWriter<File>, suffix: u64 },
+    /// Unbuffered, so that every failed write is reported (a buffer's last flush on drop is not).
+    Tiff(Box<tiff::encoder::TiffEncoder<File>>),
 }
 
 impl std::fmt::Debug for StackWriter {
@@ -524,26 +555,55 @@ fn write_error(path: &Path, e: impl ToString) -> IoError {
 }
 
 impl StackWriter {
-    /// Creates `path` (`.npy`, or `.tif` / `.tiff`) for `count` images of `height × width`.
+    /// Creates `path` (`.tif` / `.tiff` / `.h5` / `.hdf5` by its extension, otherwise `.npy`) for
+    /// `count` images of `height × width`.
     pub fn create(path: &Path, count: usize, height: usize, width: usize) -> Result<Self, IoError> {
+        let format = StackFormat::of_path(path).unwrap_or(StackFormat::Npy);
+        Self::create_as(path, format, count, height, width)
+    }
+
+    /// Creates `path` in `format`, whatever its name, for `count` images of `height × width`.
+    pub fn create_as(
+        path: &Path,
+        format: StackFormat,
+        count: usize,
+        height: usize,
+        width: usize,
+    ) -> Result<Self, IoError> {
         let file = File::create(path).map_err(|e| write_error(path, e))?;
-        let mut w = BufWriter::new(file);
-        let tiff = matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("tif" | "tiff")
-        );
-        let inner = if tiff {
-            WriterInner::Tiff(Box::new(
-                tiff::encoder::TiffEncoder::new(w).map_err(|e| write_error(path, e))?,
-            ))
-        } else {
-            w.write_all(&f32_npy_header(&[count, height, width]))
-                .map_err(|e| write_error(path, e))?;
-            WriterInner::Npy(w)
+        let handle = file.try_clone().map_err(|e| write_error(path, e))?;
+        let inner = match format {
+            StackFormat::Tiff => {
+                if u32::try_from(width).is_err() || u32::try_from(height).is_err() {
+                    return Err(write_error(
+                        path,
+                        "TIFF pages are at most 2^32 - 1 pixels wide and high",
+                    ));
+                }
+                WriterInner::Tiff(Box::new(
+                    tiff::encoder::TiffEncoder::new(handle).map_err(|e| write_error(path, e))?,
+                ))
+            }
+            StackFormat::Npy | StackFormat::Hdf5 => {
+                let shape = [count, height, width];
+                let (header, suffix) = match format {
+                    StackFormat::Npy => (f32_npy_header(&shape), 0),
+                    _ => {
+                        let layout = super::h5::ContiguousF32::new("volume", &shape);
+                        (layout.prefix, layout.suffix)
+                    }
+                };
+                let mut w = BufWriter::new(handle);
+                w.write_all(&header).map_err(|e| write_error(path, e))?;
+                WriterInner::Raw { w, suffix }
+            }
         };
         Ok(Self {
             path: path.into(),
             inner,
+            file,
+            count,
+            written: 0,
             height,
             width,
         })
@@ -551,32 +611,60 @@ impl StackWriter {
 
     pub fn write_image(&mut self, image: &[f32]) -> Result<(), IoError> {
         let path = &self.path;
+        if image.len() != self.height * self.width {
+            return Err(write_error(
+                path,
+                format!(
+                    "an image of {} values for a stack of {} x {} images",
+                    image.len(),
+                    self.height,
+                    self.width
+                ),
+            ));
+        }
+        if self.written == self.count {
+            return Err(write_error(
+                path,
+                format!("more than the {} images announced", self.count),
+            ));
+        }
         match &mut self.inner {
-            WriterInner::Npy(w) => {
+            WriterInner::Raw { w, .. } => {
+                let mut bytes = Vec::with_capacity(image.len() * 4);
                 for v in image {
-                    w.write_all(&v.to_le_bytes())
-                        .map_err(|e| write_error(path, e))?;
+                    bytes.extend_from_slice(&v.to_le_bytes());
                 }
-                Ok(())
+                w.write_all(&bytes).map_err(|e| write_error(path, e))?;
             }
             WriterInner::Tiff(enc) => {
-                let (w, h) = (u32::try_from(self.width), u32::try_from(self.height));
-                let (Ok(w), Ok(h)) = (w, h) else {
-                    return Err(write_error(
-                        path,
-                        "TIFF pages are at most 2^32 - 1 pixels wide and high",
-                    ));
-                };
+                let (w, h) = (self.width as u32, self.height as u32);
                 enc.write_image::<tiff::encoder::colortype::Gray32Float>(w, h, image)
-                    .map_err(|e| write_error(path, e))
+                    .map_err(|e| write_error(path, e))?;
             }
         }
+        self.written += 1;
+        Ok(())
     }
 
+    /// Ends the file and flushes it to disk; an error if fewer images than announced came.
     pub fn finish(self) -> Result<(), IoError> {
-        match self.inner {
-            WriterInner::Npy(mut w) => w.flush().map_err(|e| write_error(&self.path, e)),
-            WriterInner::Tiff(_) => Ok(()),
+        let path = &self.path;
+        if self.written != self.count {
+            return Err(write_error(
+                path,
+                format!("{} of the {} images announced", self.written, self.count),
+            ));
         }
+        match self.inner {
+            WriterInner::Raw { mut w, suffix } => {
+                w.write_all(&vec![0; suffix as usize])
+                    .and_then(|()| w.flush())
+                    .map_err(|e| write_error(path, e))?;
+            }
+            WriterInner::Tiff(enc) => drop(enc),
+        }
+        self.file
+            .sync_all()
+            .map_err(|e| write_error(path, format!("flushing the file: {e}")))
     }
 }

@@ -2,14 +2,10 @@
 //! tifffile read), the three central orthogonal slices (what previews show, drawn by
 //! [`crate::plot`]), and atomic writes.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tiff::encoder::{colortype, TiffEncoder};
-
-use super::stack::{read_stack_from, Pixels, Stack, StackReader};
+use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
 use super::IoError;
 
 /// A temporary name next to `path`, unique per process and call, so concurrent writers never share
@@ -51,25 +47,141 @@ pub fn write_atomically(
     })
 }
 
-/// Writes a multi-page float32 TIFF, one page per slice of axis 0.
-pub fn write_tiff_volume(path: &Path, volume: &Stack) -> Result<(), IoError> {
-    let [n0, n1, n2] = volume.shape;
-    let (Ok(width), Ok(height)) = (u32::try_from(n2), u32::try_from(n1)) else {
-        return Err(IoError::Write {
-            path: path.into(),
-            reason: format!("slices of {n1} x {n2} exceed TIFF's 2^32 - 1 pixels per side"),
-        });
+/// What [`VolumeSlabs::visit_slabs`] calls with each slab: `(first z slice, values)`.
+pub type SlabVisitor<'v> = dyn FnMut(usize, &[f32]) -> Result<(), String> + 'v;
+
+/// One of [`central_slices`]: `(name, pixels, height, width)`.
+pub type CentralSlice = (&'static str, Vec<f32>, usize, usize);
+
+/// A volume `(n0, n1, n2)` that is read a slab of whole z slices at a time, in order: one in
+/// memory ([`Stack`]), or a reconstruction's result wherever the solver keeps it
+/// ([`crate::recon::Solved`]). The writers and the previews hold one slab at a time, never the
+/// volume.
+pub trait VolumeSlabs {
+    /// `(n0, n1, n2)`.
+    fn shape(&self) -> [usize; 3];
+
+    /// Calls `visit(z0, values)` for consecutive slabs from z = 0 to n0: `values` holds slices
+    /// `z0..z0 + values.len() / (n1 n2)`, row-major. Stops at the first error, the visitor's or
+    /// the source's.
+    fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String>;
+}
+
+impl VolumeSlabs for Stack {
+    fn shape(&self) -> [usize; 3] {
+        self.shape
+    }
+
+    fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
+        visit(0, &self.values)
+    }
+}
+
+/// Writes `volume` to `path` in `format` (float32, one image per z slice), a slab at a time,
+/// atomically: under a temporary name, renamed into place once complete and on disk, so an
+/// existing file is never left damaged and no half-written file ever has the final name.
+pub fn write_volume_as(
+    path: &Path,
+    format: StackFormat,
+    volume: &dyn VolumeSlabs,
+) -> Result<(), IoError> {
+    write_files(&[(path, format)], volume, |_, _| {})
+}
+
+/// Writes `volume` to every `(path, format)` of `files` in one pass over its slabs (each file as
+/// [`write_volume_as`] writes it: complete and renamed into place, or not at all) and returns
+/// its central slices ([`central_slices`]), gathered on the way.
+pub fn write_volume_files(
+    files: &[(&Path, StackFormat)],
+    volume: &dyn VolumeSlabs,
+) -> Result<[CentralSlice; 3], IoError> {
+    let mut slices = CentralSlices::new(volume.shape());
+    write_files(files, volume, |z0, slab| slices.add(z0, slab))?;
+    Ok(slices.finish())
+}
+
+/// [`write_volume_files`], handing every slab to `on_slab` too.
+fn write_files(
+    files: &[(&Path, StackFormat)],
+    volume: &dyn VolumeSlabs,
+    mut on_slab: impl FnMut(usize, &[f32]),
+) -> Result<(), IoError> {
+    let [n0, n1, n2] = volume.shape();
+    let error = |path: &Path, reason: String| IoError::Write {
+        path: path.into(),
+        reason,
     };
-    write_atomically(path, |tmp| {
-        let file = File::create(tmp).map_err(|e| e.to_string())?;
-        let mut enc = TiffEncoder::new(BufWriter::new(file)).map_err(|e| e.to_string())?;
-        for z in 0..n0 {
-            let page = &volume.values[z * n1 * n2..(z + 1) * n1 * n2];
-            enc.write_image::<colortype::Gray32Float>(width, height, page)
-                .map_err(|e| e.to_string())?;
+    if let Some((path, _)) = files.iter().find(|(p, _)| p.file_name().is_none()) {
+        return Err(error(path, "the path names no file".into()));
+    }
+    let temps: Vec<PathBuf> = files.iter().map(|(path, _)| temp_path(path)).collect();
+    let remove_temps = || {
+        for tmp in &temps {
+            // Best effort: a temporary file may not exist if creating it was what failed.
+            let _ = std::fs::remove_file(tmp);
+        }
+    };
+    let mut writers = Vec::with_capacity(files.len());
+    for ((path, format), tmp) in files.iter().zip(&temps) {
+        match StackWriter::create_as(tmp, *format, n0, n1, n2) {
+            Ok(w) => writers.push(w),
+            Err(e) => {
+                remove_temps();
+                return Err(error(path, e.to_string()));
+            }
+        }
+    }
+    // The file a failure belongs to (the first when the volume could not be read).
+    let mut failed = 0;
+    let visited = volume.visit_slabs(&mut |z0, slab| {
+        on_slab(z0, slab);
+        for image in slab.chunks(n1 * n2) {
+            for (k, writer) in writers.iter_mut().enumerate() {
+                writer.write_image(image).map_err(|e| {
+                    failed = k;
+                    e.to_string()
+                })?;
+            }
         }
         Ok(())
-    })
+    });
+    let finished = visited.and_then(|()| {
+        for (k, writer) in writers.into_iter().enumerate() {
+            writer.finish().map_err(|e| {
+                failed = k;
+                e.to_string()
+            })?;
+        }
+        Ok(())
+    });
+    if let Err(reason) = finished {
+        remove_temps();
+        return Err(error(files[failed].0, reason));
+    }
+    for (k, ((path, _), tmp)) in files.iter().zip(&temps).enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            for tmp in &temps[k..] {
+                let _ = std::fs::remove_file(tmp);
+            }
+            return Err(error(path, e.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// [`write_volume_as`] in the format `path`'s extension names (`.tif`, `.tiff`, `.h5`, `.hdf5`,
+/// `.npy`).
+pub fn write_volume(path: &Path, volume: &dyn VolumeSlabs) -> Result<(), IoError> {
+    let format = StackFormat::of_path(path).ok_or_else(|| IoError::Write {
+        path: path.into(),
+        reason: "the extension names no volume format (.tif, .tiff, .h5, .hdf5 or .npy)".into(),
+    })?;
+    write_volume_as(path, format, volume)
+}
+
+/// Writes a multi-page float32 TIFF, one page per slice of axis 0.
+pub fn write_tiff_volume(path: &Path, volume: &Stack) -> Result<(), IoError> {
+    write_volume_as(path, StackFormat::Tiff, volume)
 }
 
 /// Reads a multi-page float32 TIFF written by [`write_tiff_volume`] (or any tool writing
@@ -91,13 +203,59 @@ pub fn read_tiff_volume(path: &Path) -> Result<Stack, IoError> {
 
 /// The three central orthogonal slices: `(name, pixels, height, width)` for the xy (z = n0/2),
 /// xz (y = n1/2) and yz (x = n2/2) planes.
-pub fn central_slices(volume: &Stack) -> [(&'static str, Vec<f32>, usize, usize); 3] {
-    let [n0, n1, n2] = volume.shape;
-    let at = |z: usize, y: usize, x: usize| volume.values[(z * n1 + y) * n2 + x];
-    let xy = (0..n1 * n2).map(|i| at(n0 / 2, i / n2, i % n2)).collect();
-    let xz = (0..n0 * n2).map(|i| at(i / n2, n1 / 2, i % n2)).collect();
-    let yz = (0..n0 * n1).map(|i| at(i / n1, i % n1, n2 / 2)).collect();
-    [("xy", xy, n1, n2), ("xz", xz, n0, n2), ("yz", yz, n0, n1)]
+pub fn central_slices(volume: &Stack) -> [CentralSlice; 3] {
+    central_slices_of(volume).expect("a volume in memory reads without error")
+}
+
+/// [`central_slices`] of a volume read a slab at a time.
+pub fn central_slices_of(volume: &dyn VolumeSlabs) -> Result<[CentralSlice; 3], String> {
+    let mut slices = CentralSlices::new(volume.shape());
+    volume.visit_slabs(&mut |z0, slab| {
+        slices.add(z0, slab);
+        Ok(())
+    })?;
+    Ok(slices.finish())
+}
+
+/// The three central slices of a volume, gathered from its slabs in order.
+struct CentralSlices {
+    shape: [usize; 3],
+    xy: Vec<f32>,
+    xz: Vec<f32>,
+    yz: Vec<f32>,
+}
+
+impl CentralSlices {
+    fn new(shape @ [n0, n1, n2]: [usize; 3]) -> Self {
+        Self {
+            shape,
+            xy: Vec::with_capacity(n1 * n2),
+            xz: Vec::with_capacity(n0 * n2),
+            yz: Vec::with_capacity(n0 * n1),
+        }
+    }
+
+    /// Slices `z0..` of the volume.
+    fn add(&mut self, z0: usize, slab: &[f32]) {
+        let [n0, n1, n2] = self.shape;
+        for (z, slice) in (z0..).zip(slab.chunks(n1 * n2)) {
+            if z == n0 / 2 {
+                self.xy.extend_from_slice(slice);
+            }
+            self.xz
+                .extend_from_slice(&slice[n1 / 2 * n2..(n1 / 2 + 1) * n2]);
+            self.yz.extend(slice.iter().skip(n2 / 2).step_by(n2));
+        }
+    }
+
+    fn finish(self) -> [CentralSlice; 3] {
+        let [n0, n1, n2] = self.shape;
+        [
+            ("xy", self.xy, n1, n2),
+            ("xz", self.xz, n0, n2),
+            ("yz", self.yz, n0, n1),
+        ]
+    }
 }
 
 #[cfg(test)]

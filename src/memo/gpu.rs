@@ -311,7 +311,9 @@ impl Shape {
     /// Device bytes besides the slab for a wave of `wave` chunks.
     fn fixed_bytes(&self, wave: usize, demote_slots: usize) -> u64 {
         let w = wave as u64;
-        let outbox = self.outbox_words(wave, demote_slots) * 4;
+        // The outbox and the context's readback buffer it is read back through (which grows to
+        // the largest read).
+        let outbox = 2 * self.outbox_words(wave, demote_slots) * 4;
         let partials = w * self.partial_groups() * DOT_VALUES as u64 * 4;
         // Tables: seven chunk ops and five batch ops of at most `wave + RESERVE` jobs.
         let tables = 12 * (w + RESERVE as u64) * JOB_BYTES;

@@ -6,7 +6,9 @@
 //! to the host per wave:
 //! 1. one submission stages every chunk's input into a slot of the stage's slab and computes its
 //!    3x3-pooled key; one readback brings all keys (and the entries demoted to the host tier to
-//!    make room);
+//!    make room). Under `mlr`, chunks whose inputs live on the host (a streaming plan) are keyed
+//!    on the host instead, with the device's arithmetic, and only the computed ones are uploaded
+//!    (in the last submission): a reused chunk skips its upload;
 //! 2. the host decides for every chunk at once (index searches in parallel); under `certified`,
 //!    one submission forms the normal equations of every chunk's candidates (sums finished on the
 //!    GPU) and computes the chunks without candidates; one readback;
@@ -48,15 +50,19 @@ pub use policy::{MemoOptions, MemoPolicy, PolicyParseError, AUTO_CAP, AUTO_FLOOR
 pub use stats::{MemoStats, StageStats};
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use num_complex::Complex32;
 use rayon::prelude::*;
 use thiserror::Error;
 
+use crate::array::{Field, Residency, Scalars, Staging, StorageError};
 use crate::error::GpuError;
 use crate::gpu::GpuContext;
-use crate::operator::{Application, Apply, Block, LaminoOperator, OperatorError, Stage};
+use crate::operator::{
+    Application, Apply, Block, LaminoOperator, OperatorError, Sink, Source, Space, Stage,
+};
 use crate::reference::SplitMix64;
 use gpu::{Combination, Plan, Shape, StageDevice, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
@@ -71,6 +77,8 @@ pub enum MemoError {
     Gpu(#[from] GpuError),
     #[error(transparent)]
     Operator(#[from] OperatorError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
 /// Power-iteration steps at most for `|F|`, and the relative change that ends it early.
@@ -119,6 +127,8 @@ struct WaveChunk {
     chunk: usize,
     /// The slot its input is staged in (its entry's slot if it is computed).
     slot: usize,
+    /// Whether its input is in its slot already (it is not when it was keyed on the host).
+    staged: bool,
     input: Block,
     output: Block,
     class: usize,
@@ -163,16 +173,41 @@ impl std::fmt::Debug for Memo {
 }
 
 /// `|F|` of a stage pair by power iteration on `F* F` over whole arrays (each chunk's map is a
-/// restriction of it, so its norm bounds every chunk's).
+/// restriction of it, so its norm bounds every chunk's). With `staging` (an operator whose
+/// arrays live on the host), the iterates stay in host memory and pass through the staging
+/// buffers a chunk at a time, as the solver's do; otherwise they are on the device.
 fn operator_norm(
     ctx: &GpuContext,
     op: &LaminoOperator,
-    forward: Apply,
-    adjoint: Apply,
+    (forward, adjoint): (Apply, Apply),
+    staging: Option<&Arc<Staging>>,
 ) -> Result<f64, MemoError> {
-    let space = forward.spaces().0;
-    let shape = space.shape(op.geometry());
-    let len = shape.iter().product::<usize>();
+    let g = op.geometry();
+    let (from, to) = forward.spaces();
+    let residency = match staging {
+        Some(_) => Residency::Host,
+        None => Residency::Device,
+    };
+    let field = |label, space: Space| Field::new(ctx, label, space.layout(g, 2), &residency);
+    let (x, image) = (field("norm iterate", from)?, field("norm image", to)?);
+    let scalars = Scalars::new(ctx, 1, 1)?;
+    let forward = op.application(
+        ctx,
+        &scalars,
+        staging,
+        forward,
+        Source::Complex(&x),
+        Sink::Complex(&image),
+    )?;
+    let adjoint = op.application(
+        ctx,
+        &scalars,
+        staging,
+        adjoint,
+        Source::Complex(&image),
+        Sink::Complex(&x),
+    )?;
+    let len = from.shape(g).iter().product::<usize>();
     let mut rng = SplitMix64::new(0x6e6f_726d);
     let mut v: Vec<Complex32> = (0..len)
         .map(|_| Complex32::new(rng.next_f64() as f32 - 0.5, rng.next_f64() as f32 - 0.5))
@@ -182,13 +217,10 @@ fn operator_norm(
     for _ in 0..NORM_STEPS {
         let n = norm(&v);
         v.iter_mut().for_each(|c| *c /= n as f32);
-        let image = op.apply_host(ctx, forward, &shape, &v)?;
-        v = op.apply_host(
-            ctx,
-            adjoint,
-            &forward.spaces().1.shape(op.geometry()),
-            &image,
-        )?;
+        x.write(ctx, bytemuck::cast_slice(&v))?;
+        op.run(ctx, &forward)?;
+        op.run(ctx, &adjoint)?;
+        v = bytemuck::cast_slice(&x.read(ctx)?).to_vec();
         let next = norm(&v);
         let done = (next - lambda).abs() <= NORM_TOLERANCE * next;
         lambda = next;
@@ -205,6 +237,7 @@ fn operator_norms(
     ctx: &GpuContext,
     op: &LaminoOperator,
     cache: &NormCache,
+    staging: Option<&Arc<Staging>>,
 ) -> Result<(OperatorNorms, NormSource, Vec<String>), MemoError> {
     let g = op.geometry();
     let mut warnings = Vec::new();
@@ -219,8 +252,8 @@ fn operator_norms(
         Lookup::Miss => {}
     }
     let norms = OperatorNorms {
-        u1: operator_norm(ctx, op, Apply::Usfft1d, Apply::Usfft1dAdjoint)?,
-        u2: operator_norm(ctx, op, Apply::Usfft2d, Apply::Usfft2dAdjoint)?,
+        u1: operator_norm(ctx, op, (Apply::Usfft1d, Apply::Usfft1dAdjoint), staging)?,
+        u2: operator_norm(ctx, op, (Apply::Usfft2d, Apply::Usfft2dAdjoint), staging)?,
     };
     if let Err(why) = cache.put(g, norms) {
         warnings.push(format!(
@@ -228,6 +261,52 @@ fn operator_norms(
         ));
     }
     Ok((norms, NormSource::Estimated, warnings))
+}
+
+/// The key the device's `pool_key` computes for a chunk whose input block (complex, `input`'s
+/// extents, row-major) its stage-in forms from `blocks`: one real array (imaginary parts 0), one
+/// complex array, or the difference of two complex arrays. The same f32 operations in the same
+/// order (sums over the bins, then one division), so the same bits where the device rounds
+/// division exactly (as lavapipe does; WGSL allows 2.5 ulp).
+fn host_pooled_key(input: &Block, blocks: &[Vec<f32>]) -> Vec<f32> {
+    let len = input.len() as usize;
+    let value = |i: usize, part: usize| match blocks {
+        [x] if x.len() == len => [x[i], 0.0][part],
+        [x] => x[2 * i + part],
+        [x, y] => x[2 * i + part] - y[2 * i + part],
+        _ => unreachable!("a stage-in reads one or two arrays"),
+    };
+    let e = input.extents.map(|e| e as usize);
+    let channel_axis = input.channel_axis;
+    let (axis_a, axis_b) = match channel_axis {
+        0 => (1, 2),
+        2 => (0, 1),
+        _ => (0, 2),
+    };
+    let strides = [e[1] * e[2], e[2], 1];
+    let (na, nb) = (e[axis_a], e[axis_b]);
+    let bin = |i: usize, n: usize| i * n / 3..((i + 1) * n).div_ceil(3);
+    let mut key = Vec::with_capacity(18 * e[channel_axis]);
+    for channel in 0..e[channel_axis] {
+        for part in 0..2 {
+            for bi in 0..3 {
+                for bj in 0..3 {
+                    let mut sum = 0f32;
+                    for a in bin(bi, na) {
+                        for b in bin(bj, nb) {
+                            let i = channel * strides[channel_axis]
+                                + a * strides[axis_a]
+                                + b * strides[axis_b];
+                            sum += value(i, part);
+                        }
+                    }
+                    let cells = bin(bi, na).len() * bin(bj, nb).len();
+                    key.push(sum / cells as f32);
+                }
+            }
+        }
+    }
+    key
 }
 
 /// The least-squares combination of the candidates from the normal equations: candidates
@@ -297,7 +376,19 @@ impl Memo {
         op: &LaminoOperator,
         options: MemoOptions,
     ) -> Result<Self, MemoError> {
-        Self::with_norm_cache(ctx, op, options, &NormCache::from_env())
+        Self::build(ctx, op, options, &NormCache::from_env(), None)
+    }
+
+    /// [`Memo::new`] for an operator applied to host arrays through `staging` (a streaming
+    /// plan; `None`: device arrays): the norm estimate passes through it too, so the memo
+    /// layer holds no whole array on the device.
+    pub fn with_staging(
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: MemoOptions,
+        staging: Option<&Arc<Staging>>,
+    ) -> Result<Self, MemoError> {
+        Self::build(ctx, op, options, &NormCache::from_env(), staging)
     }
 
     /// [`Memo::new`] with the norms remembered in `cache`.
@@ -307,8 +398,18 @@ impl Memo {
         options: MemoOptions,
         cache: &NormCache,
     ) -> Result<Self, MemoError> {
+        Self::build(ctx, op, options, cache, None)
+    }
+
+    fn build(
+        ctx: &GpuContext,
+        op: &LaminoOperator,
+        options: MemoOptions,
+        cache: &NormCache,
+        staging: Option<&Arc<Staging>>,
+    ) -> Result<Self, MemoError> {
         let (norms, source, warnings) = if options.policy.is_certified() {
-            let (n, source, warnings) = operator_norms(ctx, op, cache)?;
+            let (n, source, warnings) = operator_norms(ctx, op, cache, staging)?;
             (n, Some(source), warnings)
         } else {
             let nan = OperatorNorms {
@@ -461,6 +562,42 @@ struct WaveContext<'a> {
 }
 
 impl WaveContext<'_> {
+    /// Records the stage-in of chunk `c`'s input and its copy into its slot, unless it is there.
+    fn record_stage_in(
+        &self,
+        rec: &mut crate::gpu::Recorder,
+        c: &WaveChunk,
+    ) -> Result<(), GpuError> {
+        if !c.staged {
+            self.op
+                .record_chunk_in(self.ctx, rec, self.application, self.position, c.chunk)?;
+            self.device
+                .record_copy_in(self.ctx, rec, c.j, &c.input, c.slot);
+        }
+        Ok(())
+    }
+
+    /// The keys of the chunks of `wave`, pooled on the host from the host arrays their
+    /// stage-ins read ([`host_pooled_key`]: the device key's bits), so that only the chunks
+    /// computed are uploaded; `None` if a chunk reads a device array.
+    fn host_keys(&self, wave: &[WaveChunk]) -> Result<Option<Vec<Vec<f32>>>, GpuError> {
+        let mut keys = Vec::with_capacity(wave.len());
+        for c in wave {
+            let uploads = self
+                .op
+                .chunk_uploads(self.application, self.position, c.chunk);
+            if uploads.is_empty() {
+                return Ok(None);
+            }
+            let blocks = uploads
+                .into_iter()
+                .map(|(field, view)| field.gather(self.ctx, view))
+                .collect::<Result<Vec<_>, _>>()?;
+            keys.push(host_pooled_key(&c.input, &blocks));
+        }
+        Ok(Some(keys))
+    }
+
     /// Records chunk `c`'s computation from its staged input, the copy of its output into its
     /// slot (when it will be stored) and its stage out.
     fn record_compute(
@@ -469,6 +606,7 @@ impl WaveContext<'_> {
         c: &WaveChunk,
     ) -> Result<(), GpuError> {
         let d = self.device;
+        self.record_stage_in(rec, c)?;
         d.record_restore(self.ctx, rec, c.j, &c.input, c.slot);
         self.op
             .record_chunk_compute(self.ctx, rec, c.stage, c.chunk)?;
@@ -592,6 +730,7 @@ impl StageState {
                     j,
                     chunk,
                     slot,
+                    staged: false,
                     class: self.class(input, chunk),
                     input: input.clone(),
                     output: output.clone(),
@@ -602,24 +741,41 @@ impl StageState {
             })
             .collect();
 
-        // Round trip 1: demotions out, inputs in, keys.
-        let mut rec = ctx.recorder("memo: stage in, keys");
+        // Round trip 1: demotions out, inputs in, keys. Under mlr, chunks whose inputs live on
+        // the host are keyed there: a reused one is never uploaded, and the round trip is left
+        // out when nothing is demoted.
         let demoted_slots: Vec<usize> = claim.demoted.iter().map(|&(_, slot)| slot).collect();
-        dev.record_demotions(ctx, &mut rec, &demoted_slots);
-        for c in &wave {
-            w.op.record_chunk_in(ctx, &mut rec, w.application, w.position, c.chunk)?;
-            dev.record_copy_in(ctx, &mut rec, c.j, &c.input, c.slot);
-        }
-        let inputs: Vec<(&Block, usize)> = wave.iter().map(|c| (&c.input, c.slot)).collect();
-        dev.record_keys(ctx, &mut rec, &inputs);
-        ctx.submit(rec)?;
-        let key_lens: Vec<u64> = wave
-            .iter()
-            .map(|c| 18 * c.input.extents[c.input.channel_axis])
-            .collect();
-        let (keys, demoted) = self.wait(&mut trips, || {
-            dev.read_keys(ctx, &key_lens, demoted_slots.len())
-        })?;
+        let host_keys = match w.options.policy {
+            MemoPolicy::Mlr { .. } => w.host_keys(&wave)?,
+            _ => None,
+        };
+        let key_lens: Vec<u64> = match host_keys {
+            Some(_) => Vec::new(),
+            None => wave
+                .iter()
+                .map(|c| 18 * c.input.extents[c.input.channel_axis])
+                .collect(),
+        };
+        let (device_keys, demoted) = if host_keys.is_none() || !demoted_slots.is_empty() {
+            let mut rec = ctx.recorder("memo: stage in, keys");
+            dev.record_demotions(ctx, &mut rec, &demoted_slots);
+            if host_keys.is_none() {
+                for c in &mut wave {
+                    w.record_stage_in(&mut rec, c)?;
+                    c.staged = true;
+                }
+                let inputs: Vec<(&Block, usize)> =
+                    wave.iter().map(|c| (&c.input, c.slot)).collect();
+                dev.record_keys(ctx, &mut rec, &inputs);
+            }
+            ctx.submit(rec)?;
+            self.wait(&mut trips, || {
+                dev.read_keys(ctx, &key_lens, demoted_slots.len())
+            })?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let keys = host_keys.unwrap_or(device_keys);
         let in_slot = dev.slot_offsets(0).1 as usize;
         for (&(id, _), data) in claim.demoted.iter().zip(demoted) {
             if let Some((li, lo)) = self.store.get(id).map(|e| e.lens) {
@@ -662,6 +818,7 @@ impl StageState {
                         })
                         .collect();
                     if w.options.audit {
+                        w.record_stage_in(&mut rec, c)?;
                         dev.record_restore(ctx, &mut rec, c.j, &c.input, c.slot);
                         w.op.record_chunk_compute(ctx, &mut rec, self.stage, c.chunk)?;
                         dev.record_audit_save(ctx, &mut rec, c.j, &c.output);
@@ -955,7 +1112,7 @@ impl StageState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::{Geometry, OperatorOptions, Space};
+    use crate::operator::{Geometry, OperatorOptions};
     use num_complex::Complex64;
 
     use crate::gpu::test_context as ctx;
@@ -1007,6 +1164,34 @@ mod tests {
         assert!((r2 - fit).abs() < 1e-12 && r2 > 0.5, "{r2} vs {fit}");
         assert!(least_squares(&dots_of(&y, &[])).is_none());
         assert!(least_squares(&dots_of(&vec![Complex64::default(); 50], &[c0])).is_none());
+    }
+
+    /// The norm estimate of a streaming operator (iterates in host memory, through staging
+    /// buffers) is the device estimate's, bit for bit.
+    #[test]
+    fn the_norm_estimate_through_host_arrays_is_the_device_estimate() {
+        let ctx = ctx();
+        let g = Geometry::cube(16, 8, 2.0);
+        let options = OperatorOptions {
+            max_chunk_y: Some(4),
+            max_chunk_rows: Some(4),
+            ..OperatorOptions::default()
+        };
+        let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
+        let staging = Arc::new(Staging::new(&ctx, Space::Data.layout(&g, 2).words()).unwrap());
+        for pair in [
+            (Apply::Usfft1d, Apply::Usfft1dAdjoint),
+            (Apply::Usfft2d, Apply::Usfft2dAdjoint),
+        ] {
+            let device = operator_norm(&ctx, &op, pair, None).unwrap();
+            let host = operator_norm(&ctx, &op, pair, Some(&staging)).unwrap();
+            assert!(device > 0.0, "{pair:?}: {device}");
+            assert_eq!(
+                device.to_bits(),
+                host.to_bits(),
+                "{pair:?}: {device} {host}"
+            );
+        }
     }
 
     #[test]
@@ -1093,6 +1278,26 @@ mod tests {
                     input.channel_axis,
                 );
                 assert_eq!(keys[j].len(), want.len(), "{stage:?}");
+                // The key pooled on the host from the same block (as a complex, a real and a
+                // difference source) has the device key's bits.
+                let words: Vec<f32> = bytemuck::cast_slice(&staged).to_vec();
+                let host = host_pooled_key(input, std::slice::from_ref(&words));
+                assert_eq!(host, keys[j], "{stage:?} chunk {j}: host key");
+                let re: Vec<f32> = staged.iter().map(|c| c.re).collect();
+                let real = host_pooled_key(input, std::slice::from_ref(&re));
+                let zero = vec![0.0; words.len()];
+                let difference = host_pooled_key(input, &[words.clone(), zero]);
+                assert_eq!(difference, keys[j], "{stage:?} chunk {j}: difference");
+                for (k, (r, h)) in real.iter().zip(&host).enumerate() {
+                    // Key value k pools the real part when (k / 9) is even, else the imaginary
+                    // part, which a real source has as zero.
+                    let want = if (k / 9) % 2 == 0 { *h } else { 0.0 };
+                    assert_eq!(
+                        r.to_bits(),
+                        want.to_bits(),
+                        "{stage:?} chunk {j} real key[{k}]"
+                    );
+                }
                 for (i, (&got, &w)) in keys[j].iter().zip(&want).enumerate() {
                     assert!(
                         (got as f64 - w).abs() <= 1e-6 * (1.0 + w.abs()),

@@ -1335,6 +1335,25 @@ impl LaminoOperator {
         self.record_steps(ctx, rec, steps, application.staging.as_deref())
     }
 
+    /// The host arrays and blocks the stage-in of chunk `chunk` uploads, for stage number
+    /// `position` of `application`, in binding order (x, then y of a difference); empty when it
+    /// reads device arrays. The memo layer pools a chunk's key from them without an upload.
+    pub(crate) fn chunk_uploads<'a>(
+        &self,
+        application: &'a Application,
+        position: usize,
+        chunk: usize,
+    ) -> Vec<(&'a Field, &'a BlockView)> {
+        application.stages[position].chunks[chunk]
+            .0
+            .iter()
+            .filter_map(|step| match step {
+                Step::Upload { field, view, .. } => Some((field, view)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Records the chunk's map from its input block to its output block.
     pub(crate) fn record_chunk_compute(
         &self,

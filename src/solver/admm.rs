@@ -310,6 +310,8 @@ pub struct AdmmSolver {
     apps: Apps,
     steps: ScalarSteps,
     data_hash: u64,
+    /// The staging buffers host arrays pass through (streaming plans only).
+    staging: Option<Arc<Staging>>,
     memo: Option<RefCell<Memo>>,
     /// The report of the last iteration done (also restored from a checkpoint).
     last: Option<IterationReport>,
@@ -473,6 +475,7 @@ impl AdmmSolver {
             apps,
             steps,
             data_hash,
+            staging,
             memo: None,
             last: None,
         })
@@ -483,7 +486,12 @@ impl AdmmSolver {
     /// checkpoint, so a resumed run that reuses chunks differs from an uninterrupted one.
     pub fn set_memo(&mut self, ctx: &GpuContext, options: MemoOptions) -> Result<(), SolverError> {
         self.memo = if options.policy.is_active() {
-            Some(RefCell::new(Memo::new(ctx, &self.op, options)?))
+            Some(RefCell::new(Memo::with_staging(
+                ctx,
+                &self.op,
+                options,
+                self.staging.as_ref(),
+            )?))
         } else {
             None
         };
@@ -794,6 +802,19 @@ impl AdmmSolver {
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
         Ok(self.fields.u.read(ctx)?)
+    }
+
+    /// Z slices `planes` of the current volume, row-major.
+    pub fn volume_planes(
+        &self,
+        ctx: &GpuContext,
+        planes: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, SolverError> {
+        let words = self.fields.u.layout().plane_words;
+        Ok(self
+            .fields
+            .u
+            .read_words(ctx, planes.start * words, planes.len() * words)?)
     }
 }
 
