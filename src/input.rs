@@ -19,7 +19,7 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    normalize, read_complex_npy, read_dxchange, read_stack, read_tiff_volume, DxchangeReader,
+    normalize, read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, DxchangeReader,
     FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
@@ -451,9 +451,7 @@ pub fn check_finite(path: &Path, volume: &Stack) -> Result<(), InputError> {
 pub fn read_volume(path: &Path) -> Result<Stack, InputError> {
     match extension(path).as_str() {
         "tif" | "tiff" => Ok(read_tiff_volume(path)?),
-        "h5" | "hdf5" => read_dxchange(path)?
-            .truth
-            .ok_or_else(|| InputError::Missing(format!("{} has no /truth/volume", path.display()))),
+        "h5" | "hdf5" => Ok(read_volume_h5(path)?),
         "npy" => {
             let a = read_complex_npy(path)?;
             let shape: [usize; 3] = a.shape.clone().try_into().map_err(|_| InputError::Shape {
@@ -470,7 +468,8 @@ pub fn read_volume(path: &Path) -> Result<Stack, InputError> {
             path: path.into(),
             what: "volume",
             ext: other.into(),
-            expected: ".tif, .npy or a simulated .h5 scan",
+            expected:
+                ".tif, .npy or .h5 (a reconstruction's /volume or a simulated scan's /truth/volume)",
         }),
     }
 }

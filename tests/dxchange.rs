@@ -7,6 +7,7 @@ use std::f64::consts::PI;
 use std::path::{Path, PathBuf};
 
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
+use lamino::input::read_volume;
 use lamino::io::{
     read_dxchange, write_dxchange, write_volume_h5, DxchangeReader, IoError, SampleType, Scan,
     Stack,
@@ -106,6 +107,25 @@ fn volumes_are_written_as_slash_volume() {
         d.read_array::<f32>().unwrap().into_raw_vec_and_offset().0,
         volume.values
     );
+}
+
+/// A volume read from `.h5` is a reconstruction's `/volume` or a simulated scan's phantom, so
+/// `lamino score` takes either; a file with neither names both.
+#[test]
+fn volumes_read_back_from_reconstructions_and_simulated_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let recon = dir.path().join("recon.h5");
+    let s = scan(true);
+    let truth = s.truth.clone().unwrap();
+    write_volume_h5(&recon, &truth).unwrap();
+    assert_eq!(read_volume(&recon).unwrap(), truth);
+    let simulated = dir.path().join("scan.h5");
+    write_dxchange(&simulated, &s).unwrap();
+    assert_eq!(read_volume(&simulated).unwrap(), truth);
+    let plain = dir.path().join("plain.h5");
+    write_dxchange(&plain, &scan(false)).unwrap();
+    let err = read_volume(&plain).unwrap_err().to_string();
+    assert!(err.contains("/volume or /truth/volume"), "{err}");
 }
 
 /// The closed forms make_fixtures.py writes (see assets/dxchange/README.md).

@@ -11,9 +11,9 @@ use super::CliResult;
 
 #[derive(Args)]
 pub struct ScoreArgs {
-    /// The reconstruction (`.tif` or `.npy`).
+    /// The reconstruction (`.tif`, `.npy`, or `.h5` with /volume as `reconstruct` writes it).
     rec: PathBuf,
-    /// The ground truth (`.tif`, `.npy`, or a simulated `.h5` scan with /truth/volume).
+    /// The ground truth (`.tif`, `.npy`, or `.h5`: a simulated scan's /truth/volume or a /volume).
     truth: PathBuf,
     /// Where to write the truth | reconstruction | difference panel of the central slices
     /// (default: `comparison.png` next to the reconstruction).

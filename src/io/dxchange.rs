@@ -151,6 +151,61 @@ pub fn read_dxchange(path: &Path) -> Result<Scan, IoError> {
     })
 }
 
+/// The dataset `name` of `file` if it exists, checked as a stack: three axes, none empty.
+fn volume_stack(
+    file: &H5File,
+    path: &Path,
+    name: &str,
+) -> Result<Option<(H5Dataset, StackInfo)>, IoError> {
+    let Some(d) = file.dataset(name)? else {
+        return Ok(None);
+    };
+    let shape: [usize; 3] = d
+        .shape
+        .as_slice()
+        .try_into()
+        .map_err(|_| IoError::BadShape {
+            path: path.to_path_buf(),
+            dataset: name.to_string(),
+            shape: d.shape.clone(),
+            expected: "three axes".into(),
+        })?;
+    if shape.contains(&0) {
+        return Err(IoError::ZeroSize {
+            path: path.to_path_buf(),
+            shape: shape.to_vec(),
+        });
+    }
+    let info = StackInfo {
+        shape,
+        sample: d.sample,
+    };
+    Ok(Some((d, info)))
+}
+
+/// Where a volume lives in an HDF5 file: lamino's reconstructions write `/volume`, simulated
+/// scans carry their phantom in `/truth/volume`.
+const VOLUME_DATASETS: [&str; 2] = [super::h5::VOLUME, TRUTH];
+
+/// Reads the volume of an HDF5 file: a reconstruction's `/volume`, else a simulated scan's
+/// `/truth/volume`, without reading anything else.
+pub fn read_volume_h5(path: &Path) -> Result<Stack, IoError> {
+    let file = H5File::open(path)?;
+    for name in VOLUME_DATASETS {
+        if let Some((d, info)) = volume_stack(&file, path, name)? {
+            let values = file.read_rows_f32(&d, 0..info.shape[0])?;
+            return Ok(Stack {
+                shape: info.shape,
+                values,
+            });
+        }
+    }
+    Err(IoError::MissingDataset {
+        path: path.to_path_buf(),
+        dataset: VOLUME_DATASETS.join(" or "),
+    })
+}
+
 /// Shape `(frames, rows, columns)` and stored element type of one stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StackInfo {
@@ -193,32 +248,7 @@ impl DxchangeReader {
     /// against the file's size and probed for decodability), the angles and the tilt.
     pub fn open(path: &Path) -> Result<Self, IoError> {
         let file = H5File::open(path)?;
-        let stack = |name: &str| -> Result<Option<(H5Dataset, StackInfo)>, IoError> {
-            let Some(d) = file.dataset(name)? else {
-                return Ok(None);
-            };
-            let shape: [usize; 3] =
-                d.shape
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| IoError::BadShape {
-                        path: path.to_path_buf(),
-                        dataset: name.to_string(),
-                        shape: d.shape.clone(),
-                        expected: "three axes".into(),
-                    })?;
-            if shape.contains(&0) {
-                return Err(IoError::ZeroSize {
-                    path: path.to_path_buf(),
-                    shape: shape.to_vec(),
-                });
-            }
-            let info = StackInfo {
-                shape,
-                sample: d.sample,
-            };
-            Ok(Some((d, info)))
-        };
+        let stack = |name: &str| volume_stack(&file, path, name);
         let required = |name: &str| {
             stack(name)?.ok_or_else(|| IoError::MissingDataset {
                 path: path.to_path_buf(),

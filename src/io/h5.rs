@@ -99,6 +99,9 @@ pub(super) struct H5File {
     system: std::sync::OnceLock<Result<hdf5::File, String>>,
 }
 
+/// The dataset a volume is written to (`write_volume` of `.h5`): `/volume`.
+pub(super) const VOLUME: &str = "/volume";
+
 /// A numeric dataset whose shape and type have been checked.
 pub(super) struct H5Dataset {
     pub name: String,

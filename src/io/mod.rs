@@ -13,7 +13,8 @@ mod stack;
 mod volume;
 
 pub use dxchange::{
-    read_dxchange, write_dxchange, write_volume_h5, DxchangeReader, Scan, ScanInfo, StackInfo,
+    read_dxchange, read_volume_h5, write_dxchange, write_volume_h5, DxchangeReader, Scan, ScanInfo,
+    StackInfo,
 };
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;

@@ -589,7 +589,7 @@ impl StackWriter {
                 let (header, suffix) = match format {
                     StackFormat::Npy => (f32_npy_header(&shape), 0),
                     _ => {
-                        let layout = super::h5::ContiguousF32::new("volume", &shape);
+                        let layout = super::h5::ContiguousF32::new(&super::h5::VOLUME[1..], &shape);
                         (layout.prefix, layout.suffix)
                     }
                 };
