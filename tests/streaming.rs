@@ -389,9 +389,11 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         let planned = streaming.bytes_moved_per_iteration;
         eprintln!(
             "{inner:?}, 1/{fraction} of the device, {} arrays resident, U2 tables {:?}: planned \
-             {planned} bytes, measured {measured} bytes per iteration",
+             {planned} bytes, measured {measured} bytes per iteration ({} submissions, {} waits)",
             streaming.resident_arrays(),
-            streaming.u2_tables
+            streaming.u2_tables,
+            t.submissions,
+            t.waits
         );
         assert!(
             (measured as f64 - planned as f64).abs() <= 1e-3 * planned as f64,
@@ -620,5 +622,109 @@ fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
             streamed.peak_device_bytes
         );
         assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
+}
+
+/// The host waits of streamed stage applications (host arrays in and out, 1 to 16 chunks a
+/// stage): only where a readback buffer is about to be reused whose download has not landed, or
+/// where a stage reads a block of what the previous stage is still writing (U2 reads every U1
+/// chunk's output, F every U2 chunk's), never once per chunk. With readback room for every
+/// chunk the count does not grow with the chunks; with two blocks' room (the planner's) it is
+/// at most the reuses. The results are the device-resident application's, bit for bit.
+#[test]
+fn streamed_stages_wait_only_to_reuse_a_buffer_or_read_unfinished_blocks() {
+    use lamino::array::{Field, Scalars, Staging};
+    use lamino::operator::{Apply, Geometry, LaminoOperator, Sink, Source, Stage};
+    use std::sync::Arc;
+    let g = Geometry::cube(16, 16, std::f64::consts::FRAC_PI_2 + 0.35);
+    for chunk in [16usize, 4, 1] {
+        // A fresh context: its readback pool holds only this chunking's buffers.
+        let ctx = common::new_context();
+        let scalars = Scalars::new(&ctx, 1, 1).unwrap();
+        let options = OperatorOptions {
+            max_chunk_y: Some(chunk),
+            max_chunk_rows: Some(chunk),
+            max_chunk_angles: Some(chunk),
+        };
+        let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
+        // Every block of every stage at this chunking: chunk planes of 16 x 16 complex values.
+        let block_words = chunk * 16 * 16 * 2;
+        let staging = Arc::new(Staging::new(&ctx, block_words).unwrap());
+        let chunks = |what: Apply| -> usize {
+            let (u1, u2) = (
+                op.chunk_count(Stage::Usfft1d),
+                op.chunk_count(Stage::Usfft2d),
+            );
+            match what {
+                Apply::Usfft1d => u1,
+                Apply::Usfft2d => u2,
+                _ => u1 + u2 + g.ntheta().div_ceil(chunk),
+            }
+        };
+        for (what, boundaries) in [
+            (Apply::Usfft1d, 0),
+            (Apply::Usfft2d, 0),
+            (Apply::Forward, 2),
+        ] {
+            let (from, to) = what.spaces();
+            let input: Vec<f32> = (0..from.layout(&g, 2).words())
+                .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+                .collect();
+            let expected = {
+                let x = Field::zeros(&ctx, "x", from.layout(&g, 2)).unwrap();
+                let y = Field::zeros(&ctx, "y", to.layout(&g, 2)).unwrap();
+                x.write(&ctx, &input).unwrap();
+                let app = op
+                    .application(
+                        &ctx,
+                        &scalars,
+                        None,
+                        what,
+                        Source::Complex(&x),
+                        Sink::Complex(&y),
+                    )
+                    .unwrap();
+                op.run(&ctx, &app).unwrap();
+                y.read(&ctx).unwrap()
+            };
+            // Readback room for every chunk, then for two blocks.
+            for (room, reuses) in [(chunks(what), 0), (2, chunks(what).saturating_sub(2))] {
+                ctx.set_readback_pool_bytes((room * block_words * 4) as u64);
+                let x = Field::new(&ctx, "x", from.layout(&g, 2), &Residency::Host).unwrap();
+                let y = Field::new(&ctx, "y", to.layout(&g, 2), &Residency::Host).unwrap();
+                x.write(&ctx, &input).unwrap();
+                let app = op
+                    .application(
+                        &ctx,
+                        &scalars,
+                        Some(&staging),
+                        what,
+                        Source::Complex(&x),
+                        Sink::Complex(&y),
+                    )
+                    .unwrap();
+                let before = ctx.traffic();
+                let mut rec = ctx.recorder("streamed stages");
+                op.record(&ctx, &mut rec, &app).unwrap();
+                ctx.submit(rec).unwrap();
+                let t = ctx.traffic() - before;
+                eprintln!(
+                    "{what:?}, {} chunks, readback room for {room}: {} waits, {} submissions",
+                    chunks(what),
+                    t.waits,
+                    t.submissions
+                );
+                assert!(
+                    t.waits <= (boundaries + reuses) as u64,
+                    "{what:?} in {} chunks, room for {room}: {} waits",
+                    chunks(what),
+                    t.waits
+                );
+                assert!(
+                    same_bits(&y.read(&ctx).unwrap(), &expected),
+                    "{what:?} in {chunk}s"
+                );
+            }
+        }
     }
 }

@@ -6,8 +6,8 @@
 //! downloaded from one), so the arithmetic, and the bits, are the same either way.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use thiserror::Error;
 
@@ -84,6 +84,51 @@ impl BlockView {
         })
     }
 
+    /// Whether the two blocks share a word: disjoint spans say no at once; otherwise their runs,
+    /// in order, are swept for an intersection.
+    fn overlaps(&self, other: &BlockView) -> bool {
+        let span = |b: &BlockView| {
+            let lo = b.runs().map(|(s, _)| s).min()?;
+            let hi = b.runs().map(|(s, l)| s + l).max()?;
+            Some((lo, hi))
+        };
+        let (Some((a0, a1)), Some((b0, b1))) = (span(self), span(other)) else {
+            return false;
+        };
+        if a1 <= b0 || b1 <= a0 {
+            return false;
+        }
+        let sorted = |b: &BlockView| {
+            let mut r: Vec<(usize, usize)> = b.runs().filter(|r| r.1 > 0).collect();
+            r.sort_unstable();
+            r
+        };
+        let (a, b) = (sorted(self), sorted(other));
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let (x, y) = (a[i], b[j]);
+            if x.0 < y.0 + y.1 && y.0 < x.0 + x.1 {
+                return true;
+            }
+            if x.0 + x.1 <= y.0 + y.1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        false
+    }
+
+    /// Words `[start, start + len)` of an array, as a block.
+    fn words_range(start: usize, len: usize) -> Self {
+        Self {
+            offset: start as u64,
+            strides: [0, 0, 1],
+            extents: [1, 1, len as u64],
+            words: 1,
+        }
+    }
+
     /// Words of the block.
     pub fn len_words(&self) -> usize {
         (self.extents.iter().product::<u64>() * self.words) as usize
@@ -123,8 +168,10 @@ impl HostWords {
 
 struct HostArray {
     words: RwLock<HostWords>,
-    /// Downloads into the array that have not landed yet.
-    pending: AtomicUsize,
+    /// Downloads into the array that have not landed yet: their blocks, by number.
+    pending: Mutex<Vec<(u64, BlockView)>>,
+    /// The number the next download gets.
+    next: AtomicU64,
 }
 
 enum Store {
@@ -190,7 +237,8 @@ impl Field {
         let host = |words| {
             Store::Host(HostArray {
                 words: RwLock::new(words),
-                pending: AtomicUsize::new(0),
+                pending: Mutex::default(),
+                next: AtomicU64::new(0),
             })
         };
         let store = match residency {
@@ -256,19 +304,32 @@ impl Field {
         }
     }
 
-    /// Waits until every download into this (host) array has landed, each wait for the oldest
-    /// download's submission only.
-    fn settle(&self, ctx: &GpuContext) -> Result<(), GpuError> {
-        if let Some(h) = self.host() {
-            while h.pending.load(Ordering::SeqCst) > 0 {
-                if !ctx.has_downloads_in_flight() {
-                    return Err(GpuError::Readback(format!(
-                        "a download into {:?} was recorded but never submitted",
-                        self.label()
-                    )));
-                }
-                ctx.wait_for_oldest_download()?;
+    /// Waits until the downloads into this (host) array that overlap `block` have landed (those
+    /// into other blocks stay in flight): first takes what has already arrived, then waits, each
+    /// time for the oldest download's submission only.
+    fn settle(&self, ctx: &GpuContext, block: &BlockView) -> Result<(), GpuError> {
+        let Some(h) = self.host() else {
+            return Ok(());
+        };
+        let overlapping = || {
+            h.pending
+                .lock()
+                .expect("pending downloads poisoned")
+                .iter()
+                .any(|(_, p)| p.overlaps(block))
+        };
+        if !overlapping() {
+            return Ok(());
+        }
+        ctx.poll_downloads(false)?;
+        while overlapping() {
+            if !ctx.has_downloads_in_flight() {
+                return Err(GpuError::Readback(format!(
+                    "a download into {:?} was recorded but never submitted",
+                    self.label()
+                )));
             }
+            ctx.wait_for_oldest_download()?;
         }
         Ok(())
     }
@@ -283,7 +344,7 @@ impl Field {
         match &self.0.store {
             Store::Device(b) => ctx.write(b, start as u64, words),
             Store::Host(h) => {
-                self.settle(ctx)?;
+                self.settle(ctx, &BlockView::words_range(start, words.len()))?;
                 let mut w = h.words.write().expect("host array poisoned");
                 w.words_mut()[start..start + words.len()].copy_from_slice(words);
             }
@@ -307,7 +368,7 @@ impl Field {
         match &self.0.store {
             Store::Device(b) => ctx.read(b, start as u64, len),
             Store::Host(h) => {
-                self.settle(ctx)?;
+                self.settle(ctx, &BlockView::words_range(start, len))?;
                 let w = h.words.read().expect("host array poisoned");
                 Ok(w.words()[start..start + len].to_vec())
             }
@@ -319,10 +380,11 @@ impl Field {
         self.read_words(ctx, 0, self.layout().words())
     }
 
-    /// The words of `block` of a host array, contiguous (after the downloads into it landed).
+    /// The words of `block` of a host array, contiguous (after the downloads into the block
+    /// landed).
     pub(crate) fn gather(&self, ctx: &GpuContext, block: &BlockView) -> Result<Vec<f32>, GpuError> {
         let h = self.host().expect("only host arrays are gathered");
-        self.settle(ctx)?;
+        self.settle(ctx, block)?;
         let w = h.words.read().expect("host array poisoned");
         let words = w.words();
         let mut out = Vec::with_capacity(block.len_words());
@@ -333,11 +395,16 @@ impl Field {
     }
 
     /// The completion of a download of `block` (contiguous) into this host array. Until it
-    /// runs (or is dropped unrun, with its recording), readers of the array wait for it.
+    /// runs (or is dropped unrun, with its recording), readers and writers of words of the
+    /// block wait for it.
     pub(crate) fn scatter(&self, block: BlockView) -> Completion {
         let h = self.host().expect("only host arrays are scattered into");
-        h.pending.fetch_add(1, Ordering::SeqCst);
-        let pending = Pending(self.clone());
+        let id = h.next.fetch_add(1, Ordering::Relaxed);
+        h.pending
+            .lock()
+            .expect("pending downloads poisoned")
+            .push((id, block));
+        let pending = Pending(self.clone(), id);
         Box::new(move |bytes: &[u8]| {
             let field = &pending.0;
             let h = field.host().expect("a host array");
@@ -359,13 +426,56 @@ impl Field {
     }
 }
 
-/// A download into a host array that has not landed: released when its completion ends.
-struct Pending(Field);
+/// A download (by number) into a host array that has not landed: released when its completion
+/// ends.
+struct Pending(Field, u64);
 
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(h) = self.0.host() {
-            h.pending.fetch_sub(1, Ordering::SeqCst);
+            if let Ok(mut p) = h.pending.lock() {
+                p.retain(|(id, _)| *id != self.1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BlockView;
+    use std::collections::HashSet;
+
+    fn words(b: &BlockView) -> HashSet<usize> {
+        b.runs().flat_map(|(s, l)| s..s + l).collect()
+    }
+
+    /// Two blocks overlap exactly when they share a word: strided blocks of one array (rows of
+    /// every plane, planes, single words) against each other, by brute force.
+    #[test]
+    fn blocks_overlap_exactly_when_they_share_a_word() {
+        // An array of 6 planes of 5 rows of 4 elements, 2 words each.
+        let block = |offset, strides, extents| BlockView {
+            offset,
+            strides,
+            extents,
+            words: 2,
+        };
+        let mut blocks = Vec::new();
+        for lo in 0..5u64 {
+            for len in 1..=5 - lo {
+                // Rows [lo, lo + len) of every plane (a U2 block), and planes (an F block).
+                blocks.push(block(lo * 4, [20, 4, 1], [6, len, 4]));
+                blocks.push(block(lo * 20, [20, 4, 1], [len, 5, 4]));
+            }
+        }
+        blocks.push(BlockView::words_range(37, 3));
+        blocks.push(BlockView::words_range(0, 240));
+        blocks.push(BlockView::words_range(239, 1));
+        for a in &blocks {
+            for b in &blocks {
+                let shared = !words(a).is_disjoint(&words(b));
+                assert_eq!(a.overlaps(b), shared, "{a:?} {b:?}");
+            }
         }
     }
 }

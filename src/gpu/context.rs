@@ -741,12 +741,14 @@ impl GpuContext {
                     return Ok(Some(d.free.swap_remove(i)));
                 }
                 let cap = d.cap.unwrap_or(READBACK_POOL_BYTES).max(bytes);
-                let fits = d.pooled_bytes + bytes <= cap;
-                if may_defer && !fits && d.in_flight.is_empty() && d.free.is_empty() {
+                // Free buffers (all too small to serve) give their memory back for a new one,
+                // so a change of block size does not wait for downloads in flight.
+                let free: u64 = d.free.iter().map(|b| b.bytes).sum();
+                let fits = d.pooled_bytes - free + bytes <= cap;
+                if may_defer && !fits && d.in_flight.is_empty() {
                     return Ok(None);
                 }
                 if fits || d.in_flight.is_empty() {
-                    // Free buffers too small to serve: give their memory back first.
                     let released: u64 = d.free.drain(..).map(|b| b.bytes).sum();
                     d.pooled_bytes = d.pooled_bytes - released + bytes;
                     drop(d);
@@ -759,7 +761,11 @@ impl GpuContext {
                         .map(Some);
                 }
             }
-            self.wait_for_oldest_download()?;
+            // The pool is full: a buffer whose download has landed is reused without a wait;
+            // only when none has does the host wait, for the oldest.
+            if self.take_arrived_downloads()? == 0 {
+                self.wait_for_oldest_download()?;
+            }
         }
     }
 
@@ -829,11 +835,24 @@ impl GpuContext {
     pub fn poll_downloads(&self, wait: bool) -> Result<(), GpuError> {
         if wait {
             self.wait()?;
+            self.hand_over_arrived().map(|_| ())
         } else {
-            self.device
-                .poll(wgpu::PollType::Poll)
-                .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+            self.take_arrived_downloads().map(|_| ())
         }
+    }
+
+    /// Hands the downloads that have arrived to their completions without waiting; returns how
+    /// many did.
+    fn take_arrived_downloads(&self) -> Result<usize, GpuError> {
+        self.device
+            .poll(wgpu::PollType::Poll)
+            .map_err(|e| GpuError::DeviceLost(e.to_string()))?;
+        self.hand_over_arrived()
+    }
+
+    /// Hands the downloads whose buffers are mapped to their completions and returns their
+    /// buffers to the pool; returns how many.
+    fn hand_over_arrived(&self) -> Result<usize, GpuError> {
         let arrived: Vec<InFlight> = {
             let mut d = self.downloads.lock().expect("download pool poisoned");
             let (ready, pending) = std::mem::take(&mut d.in_flight)
@@ -842,6 +861,7 @@ impl GpuContext {
             d.in_flight = pending;
             ready
         };
+        let count = arrived.len();
         let mut first_error = None;
         for f in arrived {
             let result = f.mapped.lock().ok().and_then(|mut m| m.take());
@@ -876,7 +896,7 @@ impl GpuContext {
                 .free
                 .push(readback);
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(count), Err)
     }
 
     /// Whether downloads were submitted that have not been handed to their completions.

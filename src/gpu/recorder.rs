@@ -4,11 +4,16 @@
 //! of the recording. An upload lands at the start of its segment's submission (wgpu's
 //! `write_buffer` semantics), so a recorder starts a new segment before an upload whenever the
 //! current one already holds commands: the commands recorded before the upload see the old
-//! contents, those after it the new ones, whatever buffer the upload targets. A download copies
-//! into a readback buffer from the context's pool; after the submission the buffer is mapped
-//! asynchronously and its bytes are handed to the download's completion when the host next polls
-//! (a wait happens only where a readback buffer or the downloaded data is needed, and then only
-//! for the submission that copies it: later work stays queued and the device keeps computing).
+//! contents, those after it the new ones, whatever buffer the upload targets. The upload's bytes
+//! go into a staging allocation of wgpu's own when its segment is submitted, so one device buffer
+//! per staging role serves every chunk: the next chunk's block is submitted while the commands of
+//! the previous chunk that read the buffer are still queued, without a wait (a second device
+//! buffer would not let its copy start earlier; it follows the queued compute either way). A
+//! download copies into a readback buffer from the context's pool; after the submission the buffer
+//! is mapped asynchronously and its bytes are handed to the download's completion when the host
+//! next polls (a wait happens only where a readback buffer about to be reused has not landed or a
+//! block a download writes is needed, and then only for the submission that copies it: later work
+//! stays queued and the device keeps computing).
 
 use bytemuck::Pod;
 
