@@ -910,18 +910,15 @@ pub enum ConvergenceBenchError {
     Solver(#[from] crate::solver::SolverError),
 }
 
-/// Simulates a noisy scan of `phantom` (seed 0) and measures how far the default stopping rule
-/// stops from a run of `reference_iterations` outer iterations.
-pub fn bench_convergence(
-    ctx: &GpuContext,
+/// The line integrals of a noisy simulated scan of `phantom` (Poisson noise, seed 0), as a
+/// reconstruction reads them: the scans the convergence defaults are measured and tested on.
+pub fn noisy_projections(
     phantom: crate::simulate::PhantomKind,
     size: usize,
     (angles, tilt_deg, photons): (usize, f64, f64),
-    reference_iterations: usize,
-) -> Result<ConvergenceBenchRecord, ConvergenceBenchError> {
+) -> Result<crate::recon::Projections, ConvergenceBenchError> {
     use crate::input::projections_from_scan;
-    use crate::metrics::rel_l2;
-    use crate::simulate::{rasterize, simulated_scan, ScanSpec};
+    use crate::simulate::{simulated_scan, ScanSpec};
     let sim = simulated_scan(&ScanSpec {
         phantom,
         size,
@@ -931,8 +928,22 @@ pub fn bench_convergence(
         seed: 0,
         rotation_axis: None,
     })?;
-    let truth = rasterize(&phantom.build(size), &sim.geometry);
-    let p = projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)?.projections;
+    Ok(projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)?.projections)
+}
+
+/// Simulates a noisy scan of `phantom` (seed 0) and measures how far the default stopping rule
+/// stops from a run of `reference_iterations` outer iterations.
+pub fn bench_convergence(
+    ctx: &GpuContext,
+    phantom: crate::simulate::PhantomKind,
+    size: usize,
+    (angles, tilt_deg, photons): (usize, f64, f64),
+    reference_iterations: usize,
+) -> Result<ConvergenceBenchRecord, ConvergenceBenchError> {
+    use crate::metrics::rel_l2;
+    use crate::simulate::rasterize;
+    let p = noisy_projections(phantom, size, (angles, tilt_deg, photons))?;
+    let truth = rasterize(&phantom.build(size), p.geometry());
     let start = Instant::now();
     let run = converge_then_continue(ctx, p.geometry(), &p.operator_data(), reference_iterations)?;
     let seconds = start.elapsed().as_secs_f64();

@@ -5,27 +5,14 @@
 
 mod common;
 
-use lamino::bench::converge_then_continue;
-use lamino::input::projections_from_scan;
+use lamino::bench::{converge_then_continue, noisy_projections};
 use lamino::metrics::rel_l2;
 use lamino::recon::{Projections, Reconstructor};
-use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+use lamino::simulate::PhantomKind;
 use lamino::solver::StopReason;
 
 fn projections(phantom: PhantomKind) -> Projections {
-    let sim = simulated_scan(&ScanSpec {
-        phantom,
-        size: 32,
-        angles: 32,
-        tilt_deg: 30.0,
-        photons: Some(1e5),
-        seed: 0,
-        rotation_axis: None,
-    })
-    .unwrap();
-    projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
-        .unwrap()
-        .projections
+    noisy_projections(phantom, 32, (32, 30.0, 1e5)).unwrap()
 }
 
 fn check(phantom: PhantomKind) -> (usize, Vec<f32>) {
