@@ -7,8 +7,9 @@ use serde::Serialize;
 pub struct Score {
     /// `|rec - truth| / |truth|`
     pub rel_l2: f64,
-    /// `10 log10(range^2 / MSE)` with range = max(truth) - min(truth)
-    pub psnr: f64,
+    /// `10 log10(range^2 / MSE)` with range = max(truth) - min(truth); `None` (JSON `null`) for
+    /// identical volumes, whose PSNR is unbounded.
+    pub psnr: Option<f64>,
     /// Mean structural similarity (Wang et al. 2004) with a 3D Gaussian window (sigma 1.5 voxels,
     /// radius 3), constants K1 = 0.01, K2 = 0.03 of the truth's range.
     pub ssim: f64,
@@ -112,7 +113,7 @@ pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
         / x.len() as f64;
     Score {
         rel_l2: relative(diff2, norm2),
-        psnr: 10.0 * (range * range / mse.max(f64::MIN_POSITIVE)).log10(),
+        psnr: (mse > 0.0).then(|| 10.0 * (range * range / mse).log10()),
         ssim,
     }
 }
@@ -127,19 +128,26 @@ mod tests {
         let truth: Vec<f32> = (0..336).map(|i| ((i % 7) as f32).sin()).collect();
         let s = score(&truth, &truth, shape);
         assert_eq!(s.rel_l2, 0.0);
-        assert!((s.ssim - 1.0).abs() < 1e-12 && s.psnr > 100.0);
+        assert!((s.ssim - 1.0).abs() < 1e-12 && s.psnr.is_none(), "{s:?}");
         let mut rng = crate::reference::SplitMix64::new(5);
         let noisy: Vec<f32> = truth
             .iter()
             .map(|&v| v + 0.6 * (rng.next_f64() as f32 - 0.5))
             .collect();
         let n = score(&noisy, &truth, shape);
-        assert!(n.rel_l2 > 0.0 && n.ssim < 0.99 && n.psnr < 40.0, "{n:?}");
+        assert!(
+            n.rel_l2 > 0.0 && n.ssim < 0.99 && n.psnr.is_some_and(|p| p < 40.0),
+            "{n:?}"
+        );
         // PSNR of a constant error e: 10 log10(range^2 / e^2).
         let shifted: Vec<f32> = truth.iter().map(|&v| v + 0.1).collect();
         let range = truth.iter().cloned().fold(f32::MIN, f32::max)
             - truth.iter().cloned().fold(f32::MAX, f32::min);
         let expect = 10.0 * ((range as f64).powi(2) / 0.01).log10();
-        assert!((score(&shifted, &truth, shape).psnr - expect).abs() < 1e-3);
+        let psnr = score(&shifted, &truth, shape).psnr;
+        assert!(
+            psnr.is_some_and(|p| (p - expect).abs() < 1e-3),
+            "{psnr:?} vs {expect}"
+        );
     }
 }

@@ -465,10 +465,13 @@ fn fixed_device_bytes(
     // U2 tables count whole when resident, as one chunk's slice buffers otherwise.
     let operator = LaminoOperator::estimate_device_bytes(ctx, g, options, u2_tables)?
         - Array::Spectrum.layout(g).bytes();
-    // Sixteen reductions, each with one partial sum per workgroup and two per plane.
+    // Sixteen reductions, each with one partial sum per workgroup of a window of planes (at most
+    // one binding; a workgroup's slack per plane) and two per plane.
     let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
-    let per_workgroup = widest / crate::solver::VECTOR_WORKGROUP as u64;
-    let reductions = 16 * (per_workgroup + 1 + 2 * g.n0.max(g.ntheta()) as u64) * 4;
+    let window = widest.min(ctx.max_binding_bytes() / 4);
+    let per_workgroup = window / crate::solver::VECTOR_WORKGROUP as u64;
+    let planes = g.n0.max(g.ntheta()) as u64;
+    let reductions = 16 * (per_workgroup + 1 + 3 * planes) * 4;
     let scalars = 1024;
     // The staging buffers and a readback pool of two output blocks.
     let streaming = 7 * staging_words as u64 * 4;
@@ -494,8 +497,38 @@ fn chunks_for(g: &Geometry, staging_words: usize) -> Option<(usize, usize, usize
 }
 
 /// The plan for `g` and `params` within `budgets`; `caps` bounds the chunk sizes (the memo
-/// layer's chunking).
+/// layer's chunking). Arrays planned into scratch files need the scratch directory to exist and
+/// have room for them.
 pub fn plan(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+) -> Result<MemoryPlan, PlanError> {
+    let p = plan_on_paper(ctx, g, params, caps, budgets)?;
+    if let (Some(dir), true) = (&budgets.scratch, p.scratch_bytes > 0) {
+        let err = |reason: String| PlanError::Scratch {
+            dir: dir.clone(),
+            reason,
+        };
+        if !dir.is_dir() {
+            return Err(err("not a directory".into()));
+        }
+        let available = fs4::available_space(dir).map_err(|e| err(e.to_string()))?;
+        if available < p.scratch_bytes {
+            return Err(err(format!(
+                "the plan puts {} bytes there, but only {available} bytes are free",
+                p.scratch_bytes
+            )));
+        }
+    }
+    Ok(p)
+}
+
+/// The plan as [`plan`] makes it, without looking at the scratch directory: the sizes for a
+/// machine other than this one (`lamino bench scale`'s plans of volumes up to 2048^3).
+pub fn plan_on_paper(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
@@ -713,21 +746,6 @@ fn assemble(
         u2_tables = Residency::Scratch(dir.clone());
         host -= tables_on_host;
         scratch += tables_on_host;
-    }
-    if let (Some(dir), true) = (&budgets.scratch, scratch > 0) {
-        let err = |reason: String| PlanError::Scratch {
-            dir: dir.clone(),
-            reason,
-        };
-        if !dir.is_dir() {
-            return Err(err("not a directory".into()));
-        }
-        let available = fs4::available_space(dir).map_err(|e| err(e.to_string()))?;
-        if available < scratch {
-            return Err(err(format!(
-                "the plan puts {scratch} bytes there, but only {available} bytes are free"
-            )));
-        }
     }
     let device_resident: u64 = arrays
         .iter()

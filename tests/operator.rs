@@ -344,6 +344,16 @@ fn results_do_not_depend_on_chunks_or_binding_size_and_repeat_bit_for_bit() {
     // Non-dividing chunks, and a binding cap far below every whole array (volume 30 KiB, data
     // 24 KiB, U2 grids 15 KiB per row), so every block copy and table is split into windows.
     let tiny = new_context().with_max_binding_bytes(16 << 10);
+    // A binding exactly one detector row's U2 grid (2 n1 x 2 n2 complex, bound whole): one row
+    // per chunk, as a 2048^2 row's 128 MiB grid on lavapipe (it used to be refused for want of
+    // room for an alignment the whole-bound grid does not need).
+    let row_grid = (4 * g.n1 * g.n2 * 8) as u64;
+    let exact = new_context().with_max_binding_bytes(row_grid);
+    assert_eq!(
+        exact.max_binding_bytes(),
+        row_grid,
+        "the grid is a multiple of the alignment"
+    );
     for (c, options) in [
         (
             ctx(),
@@ -354,8 +364,12 @@ fn results_do_not_depend_on_chunks_or_binding_size_and_repeat_bit_for_bit() {
             },
         ),
         (&tiny, OperatorOptions::default()),
+        (&exact, OperatorOptions::default()),
     ] {
         let op = LaminoOperator::new(c, &g, &options).unwrap();
+        if c.max_binding_bytes() == row_grid {
+            assert_eq!(op.chunks().1, 1, "one row's grid fills the binding");
+        }
         assert!(
             op.chunks().0 < g.n1 && op.chunks().1 < g.deth,
             "{:?}",

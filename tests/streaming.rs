@@ -249,6 +249,28 @@ fn a_256_cube_plans_within_256_mib_with_streamed_tables() {
     assert!(p.device_bytes <= budget, "{} > {budget}", p.device_bytes);
 }
 
+/// 2048^3 at 2048 angles plans on this device's limits (a U2 grid row of 128 MiB fills
+/// lavapipe's binding exactly) within 8 GiB: the reductions hold one window's partial sums, not
+/// 1/256 of the array per call site (6.4 GiB); what exceeds 1 TiB of host goes to scratch.
+#[test]
+fn a_2048_cube_plans_within_8_gib_on_paper() {
+    let g = lamino::operator::Geometry::cube(2048, 2048, std::f64::consts::FRAC_PI_2 + 0.5);
+    let budget = 8 << 30;
+    let p = lamino::plan::plan_on_paper(
+        common::ctx(),
+        &g,
+        &AdmmParams::default(),
+        &OperatorOptions::default(),
+        &budgets(budget, 1 << 40, Some(std::path::Path::new("nvme"))),
+    )
+    .unwrap();
+    eprintln!("{p}");
+    assert_eq!(p.mode, Mode::Streaming);
+    assert!(p.device_bytes <= budget, "{} > {budget}", p.device_bytes);
+    assert!(p.host_bytes <= 1 << 40, "{}", p.host_bytes);
+    assert!(p.scratch_bytes > 0, "a TiB of host cannot hold the state");
+}
+
 #[test]
 fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_at_64() {
     check_streaming_matches_in_core(64, 1, false, 8);

@@ -21,7 +21,6 @@ struct Params {
     n0: u32,
     n1: u32,
     n2: u32,
-    partial_offset: u32,
     ox: u32,
     oy: u32,
     ow: u32,
@@ -30,6 +29,7 @@ struct Params {
     sum_slot: u32,
     pad0: u32,
     pad1: u32,
+    pad2: u32,
     c: vec4<f32>,
     s: vec4<u32>,
 }
@@ -189,7 +189,7 @@ fn reduce_store(lid: u32, group: u32, value: f32) {
         workgroupBarrier();
     }
     if (lid == 0u && group < p.planes * p.groups_per_plane) {
-        z[p.partial_offset + group] = partial[0];
+        z[group] = partial[0];
     }
 }
 

@@ -208,7 +208,8 @@ pub enum BenchWhat {
         /// Device budgets to plan them for, GiB.
         #[arg(long, value_delimiter = ',', default_values_t = [8u64, 24, 80])]
         plan_device_gib: Vec<u64>,
-        /// The host budget of those plans, GiB (a GPU node's memory).
+        /// The host budget of those plans, GiB (a GPU node's memory); the rest is planned into
+        /// scratch files (node-local NVMe), without checking space here.
         #[arg(long, default_value_t = 1024)]
         plan_host_gib: u64,
     },

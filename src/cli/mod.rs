@@ -64,8 +64,9 @@ enum Command {
     /// line integrals (ntheta, deth, detw) with `--geometry`. Writes DIR/recon.tif, DIR/recon.h5,
     /// DIR/report.json, DIR/preview_*.png and DIR/convergence.png.
     Reconstruct(reconstruct::ReconstructArgs),
-    /// Compare a volume with the truth: prints {"rel_l2", "psnr", "ssim"} as JSON and writes a
-    /// truth | reconstruction | difference panel of the central slices (`--panel`).
+    /// Compare a volume with the truth: prints {"rel_l2", "psnr" (null when identical), "ssim"}
+    /// as JSON and writes a truth | reconstruction | difference panel of the central slices
+    /// (`--panel`).
     Score(score::ScoreArgs),
     /// The built-in example: simulate a chip (a layered circuit slab) with Poisson noise,
     /// reconstruct it with the default parameters, write previews, the report, the score and a

@@ -471,26 +471,38 @@ fn complex_buffer(ctx: &GpuContext, label: &str, elems: usize) -> Result<GpuBuff
     Ok(ctx.storage_buffer(label, bytes)?)
 }
 
-/// Largest chunk (at most `cap`) whose per-unit buffers of `unit_bytes` fit one binding with room
-/// for window alignment.
+/// Per-unit bytes of a stage's chunk: buffers bound whole (at offset 0, so they may fill a binding
+/// exactly) and tables bound as a window at an unaligned start (which needs room for the alignment).
+struct ChunkUnit {
+    whole: u64,
+    windowed: u64,
+}
+
+/// Largest chunk (at most `cap`) whose buffers fit one binding each.
 fn chunk_size(
     ctx: &GpuContext,
     what: &str,
-    unit_bytes: u64,
+    unit: ChunkUnit,
     cap: usize,
 ) -> Result<usize, OperatorError> {
-    let room = ctx
-        .max_binding_bytes()
-        .saturating_sub(ctx.binding_alignment());
-    let fit = (room / unit_bytes) as usize;
-    if fit == 0 {
+    let limit = ctx.max_binding_bytes();
+    let room = limit.saturating_sub(ctx.binding_alignment());
+    // A unit of 0 bytes (no such buffer) bounds nothing.
+    let fit = |bytes: u64, room: u64| room.checked_div(bytes).unwrap_or(u64::MAX);
+    let n = fit(unit.whole, limit).min(fit(unit.windowed, room));
+    if n == 0 {
+        let (bytes, limit) = if unit.whole > limit {
+            (unit.whole, limit)
+        } else {
+            (unit.windowed, room)
+        };
         return Err(OperatorError::TooLarge {
             what: format!("one {what} of the operator's chunk buffers"),
-            bytes: unit_bytes,
-            limit: room,
+            bytes,
+            limit,
         });
     }
-    Ok(fit.min(cap))
+    Ok(n.min(cap as u64) as usize)
 }
 
 /// The binding layout shared by both gridding stages' kernels: three chunk-local arrays (read and
@@ -509,7 +521,10 @@ fn u1_chunk(
     g: &Geometry,
     options: &OperatorOptions,
 ) -> Result<usize, OperatorError> {
-    let unit = (2 * g.n0).max(g.deth) as u64 * g.n2 as u64 * 8;
+    let unit = ChunkUnit {
+        whole: (2 * g.n0).max(g.deth) as u64 * g.n2 as u64 * 8,
+        windowed: 0,
+    };
     chunk_size(
         ctx,
         "y row",
@@ -518,13 +533,19 @@ fn u1_chunk(
     )
 }
 
-/// Detector rows per U2 chunk: the 2n1 x 2n2 grids and the points of one chunk each fit one binding.
+/// Detector rows per U2 chunk: the 2n1 x 2n2 grids and the points of one chunk each fit one binding
+/// (a 2048^2 row's grid is 128 MiB, lavapipe's whole binding), and so does the window of the
+/// chunk's rows of the device-resident tables.
 fn u2_chunk(
     ctx: &GpuContext,
     g: &Geometry,
     options: &OperatorOptions,
 ) -> Result<usize, OperatorError> {
-    let unit = (4 * g.n1 * g.n2).max(g.ntheta() * g.detw) as u64 * 8;
+    let points = (g.ntheta() * g.detw) as u64 * 8;
+    let unit = ChunkUnit {
+        whole: ((4 * g.n1 * g.n2) as u64 * 8).max(points),
+        windowed: points,
+    };
     chunk_size(
         ctx,
         "detector row",
@@ -539,7 +560,10 @@ fn f_chunk(
     g: &Geometry,
     options: &OperatorOptions,
 ) -> Result<usize, OperatorError> {
-    let unit = (g.deth * g.detw) as u64 * 8;
+    let unit = ChunkUnit {
+        whole: (g.deth * g.detw) as u64 * 8,
+        windowed: 0,
+    };
     chunk_size(
         ctx,
         "projection",

@@ -26,14 +26,13 @@ struct VectorParams {
     n0: u32,
     n1: u32,
     n2: u32,
-    partial_offset: u32,
     ox: u32,
     oy: u32,
     ow: u32,
     ov: u32,
     oz: u32,
     sum_slot: u32,
-    pad: [u32; 2],
+    pad: [u32; 3],
     c: [f32; 4],
     s: [u32; 4],
 }
@@ -246,10 +245,15 @@ impl VectorOp {
             }
         }
         let main = vector_kernel(ctx, kernel.entry())?;
-        let partials = match target {
-            Target::Sum(_) => {
-                Some(ctx.storage_buffer("partial sums", (planes * groups_per_plane) as u64 * 4)?)
-            }
+        // A reduction's partial sums hold one window's planes: each window's plane sums are
+        // formed right after it, so a streamed array's reduction holds 1/256 of a window, not of
+        // the array (at 2048^3, 0.4 GiB per call site).
+        let reduction = match target {
+            Target::Sum(_) => Some((
+                ctx.storage_buffer("partial sums", (per_window * groups_per_plane) as u64 * 4)?,
+                ctx.storage_buffer("plane sums", 8 * planes as u64)?,
+                vector_kernel(ctx, "plane_sums")?,
+            )),
             Target::Field(_) => None,
         };
         let dummy = scalars.coefficients();
@@ -317,7 +321,7 @@ impl VectorOp {
             }
             [params.ox, params.oy, params.ow, params.ov] = offsets;
             let mut download = None;
-            match (target, &partials) {
+            match (target, &reduction) {
                 (Target::Field(z), _) => match (z.device_buffer(), staging) {
                     (Some(buffer), _) => {
                         let (slice, offset) =
@@ -337,11 +341,7 @@ impl VectorOp {
                     }
                     (None, None) => unreachable!("checked above"),
                 },
-                (Target::Sum(_), Some(p)) => {
-                    let (slice, offset) = planes_window(p, groups_per_plane, [a, e, a], align);
-                    slices.push(slice);
-                    params.partial_offset = offset;
-                }
+                (Target::Sum(_), Some((partials, ..))) => slices.push(partials.into()),
                 (Target::Sum(_), None) => unreachable!("reductions have partial sums"),
             }
             slices.push(dummy.into());
@@ -354,68 +354,70 @@ impl VectorOp {
                 uploads,
                 download,
             });
+            if let Some((partials, plane_sums, per_plane)) = &reduction {
+                dispatches.push(Self::plane_sums(
+                    ctx,
+                    scalars,
+                    per_plane,
+                    (partials, plane_sums),
+                    [a, e, groups_per_plane],
+                )?);
+            }
             a = e;
         }
-        if let (Target::Sum(slot), Some(partials)) = (target, &partials) {
-            dispatches.extend(Self::finish(
-                ctx,
-                scalars,
-                partials,
-                [planes, groups_per_plane, per_window],
-                slot,
-                align,
-            )?);
+        if let (Target::Sum(slot), Some((_, plane_sums, _))) = (target, &reduction) {
+            dispatches.push(Self::total(ctx, scalars, plane_sums, planes, slot)?);
         }
-        debug_assert!(kernel.reduces() == partials.is_some());
+        debug_assert!(kernel.reduces() == reduction.is_some());
         Ok(Self {
             dispatches,
             staging: staging.cloned(),
         })
     }
 
-    /// The fixed-order finish of a reduction: per-plane double-word sums of the partial sums,
-    /// window by window, then their total into `slot`.
-    fn finish(
+    /// The fixed-order finish of a reduction, step 1: the double-word sums of planes `[a, e)`
+    /// from their partial sums (the window's, at the start of `partials`).
+    fn plane_sums(
         ctx: &GpuContext,
         scalars: &Scalars,
-        partials: &GpuBuffer,
-        [planes, groups_per_plane, per_window]: [usize; 3],
-        slot: SumSlot,
-        align: u64,
-    ) -> Result<Vec<Dispatch>, GpuError> {
-        let plane_sums = ctx.storage_buffer("plane sums", 8 * planes as u64)?;
+        per_plane: &Arc<crate::gpu::Kernel>,
+        (partials, plane_sums): (&GpuBuffer, &GpuBuffer),
+        [a, e, groups_per_plane]: [usize; 3],
+    ) -> Result<Dispatch, GpuError> {
         let dummy = scalars.coefficients();
-        let per_plane = vector_kernel(ctx, "plane_sums")?;
-        let mut out = Vec::new();
-        let mut a = 0;
-        while a < planes {
-            let e = planes.min(a + per_window);
-            let (slice, offset) = planes_window(partials, groups_per_plane, [a, e, a], align);
-            let uniform = ctx.uniform(
-                "plane sums params",
-                &VectorParams {
-                    planes: (e - a) as u32,
-                    first_plane: a as u32,
-                    groups_per_plane: groups_per_plane as u32,
-                    ox: offset,
-                    ..Default::default()
-                },
-            )?;
-            let bound = per_plane.bind(
-                ctx,
-                &[
-                    slice,
-                    dummy.into(),
-                    dummy.into(),
-                    dummy.into(),
-                    (&plane_sums).into(),
-                    dummy.into(),
-                    (&uniform).into(),
-                ],
-            )?;
-            out.push(Dispatch::device(bound, (e - a) as u32));
-            a = e;
-        }
+        let uniform = ctx.uniform(
+            "plane sums params",
+            &VectorParams {
+                planes: (e - a) as u32,
+                first_plane: a as u32,
+                groups_per_plane: groups_per_plane as u32,
+                ..Default::default()
+            },
+        )?;
+        let bound = per_plane.bind(
+            ctx,
+            &[
+                partials.into(),
+                dummy.into(),
+                dummy.into(),
+                dummy.into(),
+                plane_sums.into(),
+                dummy.into(),
+                (&uniform).into(),
+            ],
+        )?;
+        Ok(Dispatch::device(bound, (e - a) as u32))
+    }
+
+    /// The fixed-order finish of a reduction, step 2: the total of the plane sums into `slot`.
+    fn total(
+        ctx: &GpuContext,
+        scalars: &Scalars,
+        plane_sums: &GpuBuffer,
+        planes: usize,
+        slot: SumSlot,
+    ) -> Result<Dispatch, GpuError> {
+        let dummy = scalars.coefficients();
         let uniform = ctx.uniform(
             "total params",
             &VectorParams {
@@ -427,7 +429,7 @@ impl VectorOp {
         let bound = vector_kernel(ctx, "total")?.bind(
             ctx,
             &[
-                (&plane_sums).into(),
+                plane_sums.into(),
                 dummy.into(),
                 dummy.into(),
                 dummy.into(),
@@ -436,8 +438,7 @@ impl VectorOp {
                 (&uniform).into(),
             ],
         )?;
-        out.push(Dispatch::device(bound, 1));
-        Ok(out)
+        Ok(Dispatch::device(bound, 1))
     }
 
     /// Records the call site's dispatches (and a reduction's finish), with the transfers of the
