@@ -466,7 +466,8 @@ fn operator_fft_ms(
     let columns = chunk_y * g.n2;
     let u1_len = 2 * g.n0 * columns;
     let u1_data = ctx.storage_buffer("bench u1 grid", u1_len as u64 * 8)?;
-    let u1 = FftPlan1d::new(
+    // Specialised as the operator's own plans are.
+    let u1 = FftPlan1d::specialized(
         ctx,
         FftDescriptor {
             len: 2 * g.n0,
@@ -480,7 +481,7 @@ fn operator_fft_ms(
     let u2_shape = [chunk_rows, 2 * g.n1, 2 * g.n2];
     let u2_len = u2_shape.iter().product();
     let u2_data = ctx.storage_buffer("bench u2 grid", u2_len as u64 * 8)?;
-    let u2 = FftPlan::new(
+    let u2 = FftPlan::specialized(
         ctx,
         &u2_shape,
         2,
@@ -492,7 +493,7 @@ fn operator_fft_ms(
     let f_shape = [chunk_angles, g.deth, g.detw];
     let f_len = f_shape.iter().product();
     let f_data = ctx.storage_buffer("bench projections", f_len as u64 * 8)?;
-    let f = FftPlan::new(
+    let f = FftPlan::specialized(
         ctx,
         &f_shape,
         2,

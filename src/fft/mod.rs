@@ -24,7 +24,7 @@ pub use kernel::{Exchange, Launch};
 pub use layout::{BatchDim, Layout};
 pub use plan::{
     max_slots, reserve_workspace, workspace_slot_bytes, FftDescriptor, FftPlan, FftPlan1d,
-    PassInfo, Strategy,
+    PassInfo, Specialize, Strategy,
 };
 pub use recipe::Algorithm;
 pub use tune::{tuning_cache_path, LaunchSource, FFT_CACHE_ENV, FFT_TUNE_ENV};

@@ -41,6 +41,20 @@ pub enum Strategy {
     MultiPass,
 }
 
+/// Whether a plan's kernels are specialised to its sizes (lengths, radices and strides as
+/// pipeline constants, and on CPU rasterisers one column per lane without barriers), which runs
+/// faster but compiles a pipeline per problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Specialize {
+    /// Problems of at least 2^16 elements; smaller ones share one pipeline per size class
+    /// (a one-off small transform would spend more on compiling than on running).
+    #[default]
+    BySize,
+    /// Always: for plans built once and run many times (the operator's, whose chunks may be
+    /// small; at 32^3 a U1 chunk of 16 rows ran 4.5x slower with the shared pipelines).
+    Always,
+}
+
 /// A batched 1D transform: length, where its elements are, direction and scaling.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FftDescriptor {
@@ -69,7 +83,7 @@ pub struct PassInfo {
     pub sub: usize,
     pub launch: Launch,
     pub source: LaunchSource,
-    /// Whether the kernel is specialised to the sizes (large batches).
+    /// Whether the kernel is specialised to the sizes (large batches, or [`Specialize::Always`]).
     pub specialized: bool,
 }
 
@@ -204,6 +218,26 @@ impl FftPlan1d {
         data: &GpuBuffer,
         strategy: Strategy,
     ) -> Result<Self, FftError> {
+        Self::with_options(ctx, desc, data, strategy, Specialize::BySize)
+    }
+
+    /// Like [`new`](Self::new), with kernels specialised to the problem whatever its size: for
+    /// plans run many times.
+    pub fn specialized(
+        ctx: &GpuContext,
+        desc: FftDescriptor,
+        data: &GpuBuffer,
+    ) -> Result<Self, FftError> {
+        Self::with_options(ctx, desc, data, Strategy::Auto, Specialize::Always)
+    }
+
+    fn with_options(
+        ctx: &GpuContext,
+        desc: FftDescriptor,
+        data: &GpuBuffer,
+        strategy: Strategy,
+        specialize: Specialize,
+    ) -> Result<Self, FftError> {
         desc.layout.validate(desc.len)?;
         let needed = (desc.layout.max_index(desc.len)? + 1) * 8;
         if needed > data.bytes() {
@@ -235,7 +269,7 @@ impl FftPlan1d {
                     Strategy::MultiPass
                 };
                 let specs = chain_specs(n, &subs, plan.desc.direction, plan.scale());
-                plan.build(ctx, data, n, specs, strategy, None)?;
+                plan.build(ctx, data, n, specs, (strategy, specialize), None)?;
             }
             Algorithm::Bluestein { inner } => {
                 let subs = pass_lengths(&limits, inner, strategy)?;
@@ -246,7 +280,8 @@ impl FftPlan1d {
                 inverse.last_mut().expect("one pass at least").store_hook = 2;
                 specs.extend(inverse);
                 let (chirp, spectrum) = bluestein_tables(n, inner, plan.desc.direction);
-                plan.build(ctx, data, inner, specs, strategy, Some((chirp, spectrum)))?;
+                let tables = Some((chirp, spectrum));
+                plan.build(ctx, data, inner, specs, (strategy, specialize), tables)?;
             }
         }
         Ok(plan)
@@ -300,7 +335,7 @@ impl FftPlan1d {
         data: &GpuBuffer,
         chain_len: usize,
         specs: Vec<PassSpec>,
-        strategy: Strategy,
+        (strategy, specialize): (Strategy, Specialize),
         bluestein: Option<BluesteinTables>,
     ) -> Result<(), FftError> {
         let n = self.desc.len;
@@ -322,7 +357,10 @@ impl FftPlan1d {
             workspace_bytes[0] / (chain_len as u64 * 8)
         };
         let chunks = layout.chunks(n, window, align, cap)?;
-        let specialized = chain_len as u64 * batch >= SPECIALIZE_MIN_ELEMS;
+        let specialized = match specialize {
+            Specialize::BySize => chain_len as u64 * batch >= SPECIALIZE_MIN_ELEMS,
+            Specialize::Always => true,
+        };
         let chain = self.launches(ctx, &layout, chain_len, specs, strategy, specialized)?;
 
         // Tables: the Bluestein chirp and spectrum, then one root table per tabulated pass.
@@ -637,6 +675,39 @@ impl FftPlan {
         data: &GpuBuffer,
         strategy: Strategy,
     ) -> Result<Self, FftError> {
+        let transform = (axes, direction, normalization);
+        Self::with_options(ctx, shape, transform, data, strategy, Specialize::BySize)
+    }
+
+    /// Like [`new`](Self::new), with kernels specialised to the problem whatever its size: for
+    /// plans run many times.
+    pub fn specialized(
+        ctx: &GpuContext,
+        shape: &[usize],
+        axes: usize,
+        direction: Direction,
+        normalization: Normalization,
+        data: &GpuBuffer,
+    ) -> Result<Self, FftError> {
+        let transform = (axes, direction, normalization);
+        Self::with_options(
+            ctx,
+            shape,
+            transform,
+            data,
+            Strategy::Auto,
+            Specialize::Always,
+        )
+    }
+
+    fn with_options(
+        ctx: &GpuContext,
+        shape: &[usize],
+        (axes, direction, normalization): (usize, Direction, Normalization),
+        data: &GpuBuffer,
+        strategy: Strategy,
+        specialize: Specialize,
+    ) -> Result<Self, FftError> {
         if shape.is_empty() || shape.contains(&0) {
             return Err(FftError::ZeroLength);
         }
@@ -655,7 +726,7 @@ impl FftPlan {
                     direction,
                     normalization,
                 };
-                FftPlan1d::with_strategy(ctx, desc, data, strategy)
+                FftPlan1d::with_options(ctx, desc, data, strategy, specialize)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {

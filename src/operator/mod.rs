@@ -775,8 +775,10 @@ impl LaminoOperator {
         let (spread, divker_adj) = (bind("u1_spread")?, bind("u1_divker_adjoint")?);
         // FFT along the slow axis p of the (2 n0, columns) grid: the U1 plan of section 12.
         let fft_layout = Layout::axis_of(&[grid_len as usize, columns as usize], 0);
+        // The operator's plans run at every application: kernels specialised to their sizes,
+        // however small the chunks.
         let fft = |direction| {
-            FftPlan1d::new(
+            FftPlan1d::specialized(
                 ctx,
                 FftDescriptor {
                     len: grid_len as usize,
@@ -890,7 +892,7 @@ impl LaminoOperator {
         let shape = [ck as usize, gy as usize, gx as usize];
         let first_fft = self.ffts.len();
         for direction in [Direction::Forward, Direction::Inverse] {
-            let plan = FftPlan::new(ctx, &shape, 2, direction, Normalization::None, &grid)?;
+            let plan = FftPlan::specialized(ctx, &shape, 2, direction, Normalization::None, &grid)?;
             self.ffts.extend(plan.into_axis_plans());
         }
         let (fwd_ffts, inv_ffts) = ([first_fft, first_fft + 1], [first_fft + 2, first_fft + 3]);
@@ -1077,7 +1079,7 @@ impl LaminoOperator {
             let pre = modulate(ctx, &local, chunk, 1.0, pre_phase, &mut keep)?;
             let post = modulate(ctx, &local, chunk, scale, post_phase, &mut keep)?;
             let first = self.ffts.len();
-            let plan = FftPlan::new(
+            let plan = FftPlan::specialized(
                 ctx,
                 &shape.map(|s| s as usize),
                 2,
@@ -1444,5 +1446,34 @@ impl LaminoOperator {
         )?;
         self.run(ctx, &application)?;
         Ok(ctx.read(sink.buffer(), 0, sink.layout().words() / 2)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks far below the size at which a one-off FFT gets specialised kernels (2^16 elements)
+    /// still get them: the operator runs its plans at every application.
+    #[test]
+    fn every_fft_pass_of_a_chunked_operator_is_specialised() {
+        let ctx = crate::gpu::test_context();
+        let g = Geometry::cube(16, 8, 1.0);
+        let options = OperatorOptions {
+            max_chunk_y: Some(2),
+            max_chunk_rows: Some(2),
+            max_chunk_angles: Some(2),
+        };
+        let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
+        let passes: Vec<&crate::fft::PassInfo> = op.ffts.iter().flat_map(|p| p.passes()).collect();
+        assert!(!passes.is_empty());
+        assert!(
+            passes.iter().all(|p| p.specialized),
+            "{:?}",
+            passes
+                .iter()
+                .map(|p| (p.sub, p.specialized))
+                .collect::<Vec<_>>()
+        );
     }
 }
