@@ -104,14 +104,18 @@ fft_pass_private!(FFT_PASS_PRIVATE_32, 32);
 fft_pass_private!(FFT_PASS_PRIVATE_64, 64);
 fft_pass_private!(FFT_PASS_PRIVATE_128, 128);
 fft_pass_private!(FFT_PASS_PRIVATE_256, 256);
+fft_pass_private!(FFT_PASS_PRIVATE_512, 512);
+fft_pass_private!(FFT_PASS_PRIVATE_1024, 1024);
 
 /// The private-exchange permutations by the largest sub-length they hold.
-pub static FFT_PASS_PRIVATE: [(usize, &Shader); 5] = [
+pub static FFT_PASS_PRIVATE: [(usize, &Shader); 7] = [
     (16, &FFT_PASS_PRIVATE_16),
     (32, &FFT_PASS_PRIVATE_32),
     (64, &FFT_PASS_PRIVATE_64),
     (128, &FFT_PASS_PRIVATE_128),
     (256, &FFT_PASS_PRIVATE_256),
+    (512, &FFT_PASS_PRIVATE_512),
+    (1024, &FFT_PASS_PRIVATE_1024),
 ];
 
 /// The bandwidth yardstick.
@@ -224,6 +228,8 @@ pub static ALL: &[&Shader] = &[
     &FFT_PASS_PRIVATE_64,
     &FFT_PASS_PRIVATE_128,
     &FFT_PASS_PRIVATE_256,
+    &FFT_PASS_PRIVATE_512,
+    &FFT_PASS_PRIVATE_1024,
     &COPY,
     &STAGE_IN,
     &STAGE_OUT,
