@@ -469,8 +469,13 @@ mod tests {
             max_radix: 16,
             twiddle_table: false,
         };
-        assert!(private.fits(&lavapipe(), 256, true));
-        assert!(!private.fits(&lavapipe(), 512, true));
+        assert!(private.fits(&lavapipe(), MAX_PRIVATE_SUB, true));
+        assert!(!private.fits(&lavapipe(), MAX_PRIVATE_SUB + 1, true));
+        // Every private sub-length has a kernel whose array holds it.
+        assert_eq!(
+            shaders::FFT_PASS_PRIVATE.last().map(|(len, _)| *len),
+            Some(MAX_PRIVATE_SUB)
+        );
     }
 
     #[test]
