@@ -177,7 +177,8 @@ fn shrink(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups
     z[zi + 2u] = scale * vec.z;
 }
 
-// A fixed-order tree over the workgroup; the workgroup's sum goes to its global partial slot.
+// A fixed-order tree over the workgroup; the workgroup's sum goes to its slot among the window's
+// partial sums.
 // Surplus workgroups of a dispatch laid out in two dimensions write nothing.
 fn reduce_store(lid: u32, group: u32, value: f32) {
     partial[lid] = value;
@@ -244,16 +245,16 @@ fn reduce_dw(lid: u32, value: vec2<f32>) {
     }
 }
 
-// Finish, step 1: one workgroup per plane adds the plane's `groups_per_plane` partial sums (read
-// from x, the window's first plane's at ox) in a fixed order into a double word, written to z at
-// 2 (first_plane + plane).
+// Finish, step 1, right after each window: one workgroup per plane adds the plane's
+// `groups_per_plane` partial sums (the window's, from the start of x) in a fixed order into a
+// double word, written to z at 2 (first_plane + plane).
 @compute @workgroup_size(WORKGROUP)
 fn plane_sums(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let plane = wid.x + wid.y * groups.x;
     if (plane >= p.planes) {
         return;
     }
-    let base = p.ox + plane * p.groups_per_plane;
+    let base = plane * p.groups_per_plane;
     var acc = vec2<f32>(0.0, 0.0);
     for (var j = lid; j < p.groups_per_plane; j += WORKGROUP) {
         acc = dw_add(acc, vec2<f32>(x[base + j], 0.0));
