@@ -476,3 +476,88 @@ fn a_stage_application_takes_at_most_three_round_trips_whatever_the_number_of_ch
     }
     assert_eq!(waits[0], waits[1]);
 }
+
+/// In streaming mode (host arrays) a reused chunk moves no chunk data between host and device:
+/// its input is keyed and decided on the host, from the host array it would have been uploaded
+/// from, and its output is formed on the host from the entries' host copies (a host output
+/// array) or on the device from the entries' slots (a device output array). Every stage, with
+/// each placement of its arrays, under `mlr` and `certified`: applied twice to the same input,
+/// the second application reuses every chunk, moves less than one chunk's block (nothing between
+/// host arrays; the memo kernels' job tables and the keys of a device input), and gives the first one's bits
+/// (`mlr`) or its values within rounding (`certified`).
+#[test]
+fn a_reused_chunk_moves_no_chunk_data_between_host_and_device() {
+    use lamino::array::{Residency, Staging};
+    use std::sync::Arc;
+    let ctx = common::new_context();
+    let g = geometry();
+    let op = LaminoOperator::new(&ctx, &g, &chunked()).unwrap();
+    let staging = Arc::new(Staging::new(&ctx, 2 * ROWS * N * N * 2).unwrap());
+    let scalars = Scalars::new(&ctx, 1, 1).unwrap();
+    // The smallest chunk block of any stage here, in bytes: U2's output, 8 angles x ROWS detector
+    // rows x N columns.
+    let block_bytes = (8 * ROWS * N * 8) as u64;
+    let (host, device) = (Residency::Host, Residency::Device);
+    for (what, which, from, to) in [
+        (Apply::Usfft2d, Stage::Usfft2d, &host, &host),
+        (Apply::Usfft2dAdjoint, Stage::Usfft2dAdjoint, &host, &host),
+        (Apply::Usfft1d, Stage::Usfft1d, &device, &host),
+        (Apply::Usfft1dAdjoint, Stage::Usfft1dAdjoint, &host, &device),
+    ] {
+        for policy in ["mlr:0.5", "certified:0.01"] {
+            let policy: MemoPolicy = policy.parse().unwrap();
+            let (from_space, to_space) = what.spaces();
+            let source = Field::new(&ctx, "x", from_space.layout(&g, 2), from).unwrap();
+            let sink = Field::new(&ctx, "y", to_space.layout(&g, 2), to).unwrap();
+            let x = random(from_space.layout(&g, 2).words() / 2, 21);
+            source.write(&ctx, bytemuck::cast_slice(&x)).unwrap();
+            let app = op
+                .application(
+                    &ctx,
+                    &scalars,
+                    Some(&staging),
+                    what,
+                    Source::Complex(&source),
+                    Sink::Complex(&sink),
+                )
+                .unwrap();
+            let mut memo = Memo::with_staging(&ctx, &op, options(policy), Some(&staging)).unwrap();
+            let mut apply = || {
+                ctx.wait().unwrap();
+                ctx.complete_downloads().unwrap();
+                let before = ctx.traffic();
+                memo.apply(&ctx, &op, &app).unwrap();
+                let traffic = ctx.traffic() - before;
+                (traffic, sink.read(&ctx).unwrap())
+            };
+            let (first, computed) = apply();
+            let (second, reused) = apply();
+            let stats = memo.stats();
+            let s = stage(&stats, which);
+            let chunks = op.chunk_count(which) as u64;
+            let case = format!("{what:?} {from:?} -> {to:?}, {policy}");
+            eprintln!("{case}: first {first:?}, second {second:?}");
+            assert_eq!((s.misses, s.hits), (chunks, chunks), "{case}: {s:?}");
+            let on_host = if *to == Residency::Host { chunks } else { 0 };
+            assert_eq!(s.formed_on_host, on_host, "{case}");
+            assert_eq!(s.promotions, 0, "{case}");
+            assert!(first.bytes_uploaded + first.bytes_downloaded > chunks * block_bytes);
+            assert!(
+                second.bytes_uploaded < block_bytes && second.bytes_downloaded < block_bytes,
+                "{case}: {second:?}"
+            );
+            if policy.is_certified() {
+                let scale = computed.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let worst = computed
+                    .iter()
+                    .zip(&reused)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                // NaN fails this comparison.
+                assert!(worst <= 1e-5 * scale, "{case}: {worst} of {scale}");
+            } else {
+                assert_eq!(bits(&computed), bits(&reused), "{case}");
+            }
+        }
+    }
+}

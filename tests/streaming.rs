@@ -551,13 +551,15 @@ fn a_volume_write_failing_mid_way_damages_nothing() {
 }
 
 /// Memoization in streaming mode: forced to stream (a third of the in-core device need, the
-/// arrays in scratch files) with the memo cache reserved out of the budgets, `mlr` and
-/// `certified` give the bits of in-core runs with the same chunks and the same memo options
-/// (the memo's decisions depend only on the chunks' values, which are the same bits), reuse
-/// chunks, and the device peak stays within the budget; under `mlr` a reused chunk's input is not
-/// uploaded (keyed on the host), so the run uploads less than without the memo.
+/// arrays in scratch files) with the memo cache reserved out of the budgets, `mlr` gives the bits
+/// of an in-core run with the same chunks and the same cache contents (its decisions depend only
+/// on the chunks' keys, which are the same bits, and on which entries exist); `certified` decides on the host in f64 (in-core:
+/// on the device in f32), so the two agree to the certificate, not bit for bit. Both reuse
+/// chunks, keep the device peak within the budget, and a reused chunk crosses neither way (keyed
+/// and decided on the host, formed on the host from host copies or on the device from its
+/// slots), so the run uploads and downloads less than without the memo.
 #[test]
-fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
+fn memo_streams_to_the_in_core_result_within_the_device_budget() {
     use lamino::memo::{MemoOptions, MemoPolicy};
     let p = projections(32);
     let params = AdmmParams::exactly(3);
@@ -565,8 +567,7 @@ fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
         let memo = MemoOptions {
             policy: policy.parse::<MemoPolicy>().unwrap(),
             device_bytes: 8 << 20,
-            // No host tier: its promotions are uploads too, which would blur the count below.
-            host_bytes: 0,
+            host_bytes: 32 << 20,
             ..MemoOptions::DEFAULT
         };
         let ctx = common::new_context();
@@ -590,12 +591,20 @@ fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
         assert_eq!(plan.mode, Mode::Streaming);
         assert!(plan.scratch_bytes > 0);
         assert!(plan.device_bytes <= budget);
-        let before = ctx.traffic().bytes_uploaded;
+        let before = ctx.traffic();
         let streamed = streaming().run(&p).unwrap();
-        let uploaded = ctx.traffic().bytes_uploaded - before;
+        let moved = ctx.traffic() - before;
+        // In streaming mode an entry moves to the host tier only with both host copies (a
+        // readback would cost the transfers the streaming mode is short of); no stage here has
+        // both arrays on the host, so none does, and the cache holds what an in-core run without
+        // a host tier holds.
+        let no_host_tier = MemoOptions {
+            host_bytes: 0,
+            ..memo
+        };
         let in_core = Reconstructor::new(&common::new_context())
             .params(params)
-            .memo(memo)
+            .memo(no_host_tier)
             .operator_options(plan.operator)
             .run(&p)
             .unwrap();
@@ -606,18 +615,37 @@ fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
         );
         eprintln!(
             "{policy}: in-core need {in_core_need} bytes, streaming budget {budget} (memo \
-             {}), peak {}; hits {} of {} chunks streaming, {} of {} in-core",
-            memo.device_bytes, streamed.peak_device_bytes, s.hits, s.chunks, c.hits, c.chunks
+             {}), peak {}; hits {} of {} chunks streaming ({} formed on the host), {} of {} \
+             in-core",
+            memo.device_bytes,
+            streamed.peak_device_bytes,
+            s.hits,
+            s.chunks,
+            s.formed_on_host,
+            c.hits,
+            c.chunks
         );
-        for st in &s.stages {
+        for st in s.stages.iter().chain(&c.stages) {
             eprintln!(
-                "  {:?}: {} hits of {} chunks, {} slots, waves of {}, disabled: {:?}",
-                st.stage, st.hits, st.chunks, st.slots, st.wave, st.disabled
+                "  {:?}: {} hits of {} chunks, {} formed on the host, {} slots, waves of {}, \
+                 {} demoted, {} dropped, disabled: {:?}",
+                st.stage,
+                st.hits,
+                st.chunks,
+                st.formed_on_host,
+                st.slots,
+                st.wave,
+                st.demoted,
+                st.dropped,
+                st.disabled
             );
         }
         assert!(s.hits > 0, "{policy}: nothing was reused");
-        // The same plan without the memo layer uploads every chunk's input; under mlr a chunk
-        // is keyed on the host and a reused one is not uploaded.
+        assert!(
+            s.formed_on_host > 0,
+            "{policy}: nothing was formed on the host"
+        );
+        // The same plan without the memo layer moves every chunk's input and output.
         let plain_ctx = common::new_context();
         let plain = Reconstructor::new(&plain_ctx)
             .params(params)
@@ -628,16 +656,35 @@ fn memo_streams_to_the_in_core_bits_within_the_device_budget() {
             .run(&p)
             .unwrap();
         assert_eq!(plain.plan.chunks, plan.chunks);
-        let plain_uploaded = plain_ctx.traffic().bytes_uploaded;
-        eprintln!("  bytes uploaded: {uploaded} with the memo, {plain_uploaded} without");
-        if policy.starts_with("mlr") {
-            assert!(uploaded < plain_uploaded, "{uploaded} >= {plain_uploaded}");
-        }
-        assert_eq!((s.hits, s.chunks), (c.hits, c.chunks), "{policy}");
-        assert!(
-            same_bits(&streamed.volume, &in_core.volume),
-            "{policy}: streaming changed the volume"
+        let plain_moved = plain_ctx.traffic();
+        eprintln!(
+            "  bytes uploaded / downloaded: {} / {} with the memo, {} / {} without",
+            moved.bytes_uploaded,
+            moved.bytes_downloaded,
+            plain_moved.bytes_uploaded,
+            plain_moved.bytes_downloaded
         );
+        assert!(
+            moved.bytes_uploaded < plain_moved.bytes_uploaded,
+            "{policy}"
+        );
+        assert!(
+            moved.bytes_downloaded < plain_moved.bytes_downloaded,
+            "{policy}"
+        );
+        if policy.starts_with("mlr") {
+            assert_eq!((s.hits, s.chunks), (c.hits, c.chunks), "{policy}");
+            assert!(
+                same_bits(&streamed.volume, &in_core.volume),
+                "{policy}: streaming changed the volume"
+            );
+        } else {
+            let difference = lamino::metrics::rel_l2(&streamed.volume, &in_core.volume);
+            eprintln!("  relative L2 difference to the in-core run: {difference:.3e}");
+            // NaN fails this comparison.
+            // Measured: 7.6e-7 (the same reuses, coefficients from f64 instead of f32 sums).
+            assert!(difference <= 1e-4, "{policy}: {difference}");
+        }
         assert!(
             streamed.peak_device_bytes <= budget,
             "{policy}: peak {} above the budget {budget}",

@@ -394,6 +394,27 @@ impl Field {
         Ok(out)
     }
 
+    /// Writes `words` (contiguous) into `block` of a host array, after the downloads into the
+    /// block landed: the inverse of [`gather`](Self::gather).
+    pub(crate) fn put(
+        &self,
+        ctx: &GpuContext,
+        block: &BlockView,
+        words: &[f32],
+    ) -> Result<(), GpuError> {
+        let h = self.host().expect("only host arrays are put into");
+        debug_assert_eq!(words.len(), block.len_words());
+        self.settle(ctx, block)?;
+        let mut w = h.words.write().expect("host array poisoned");
+        let all = w.words_mut();
+        let mut at = 0;
+        for (start, len) in block.runs() {
+            all[start..start + len].copy_from_slice(&words[at..at + len]);
+            at += len;
+        }
+        Ok(())
+    }
+
     /// The completion of a download of `block` (contiguous) into this host array. Until it
     /// runs (or is dropped unrun, with its recording), readers and writers of words of the
     /// block wait for it.

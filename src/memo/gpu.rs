@@ -291,7 +291,7 @@ pub struct Shape {
     pub in_max: u64,
     pub out_max: u64,
     pub key_max: u64,
-    /// Whether evicted entries go to a host tier (they are then read back during staging).
+    /// Whether evicted entries go to a host tier by a readback of their slots (during staging).
     pub host_tier: bool,
     pub audit: bool,
 }

@@ -6,9 +6,9 @@
 //! to the host per wave:
 //! 1. one submission stages every chunk's input into a slot of the stage's slab and computes its
 //!    3x3-pooled key; one readback brings all keys (and the entries demoted to the host tier to
-//!    make room). Under `mlr`, chunks whose inputs live on the host (a streaming plan) are keyed
-//!    on the host instead, with the device's arithmetic, and only the computed ones are uploaded
-//!    (in the last submission): a reused chunk skips its upload;
+//!    make room). Chunks whose inputs live on the host (a streaming plan) are keyed on the host
+//!    instead, with the device's arithmetic, and decided there (below); only the computed ones
+//!    are uploaded (in the last submission): a reused chunk skips its upload;
 //! 2. the host decides for every chunk at once (index searches in parallel); under `certified`,
 //!    one submission forms the normal equations of every chunk's candidates (sums finished on the
 //!    GPU) and computes the chunks without candidates; one readback;
@@ -16,7 +16,11 @@
 //!    the estimate rejected; one readback;
 //!
 //! and one last submission, which nothing waits for, forms the reused outputs and computes the
-//! chunks whose residual failed. The policies:
+//! chunks whose residual failed. Where the stage writes its output unchanged into a host array,
+//! a computed chunk's output is kept as its download lands, and a reuse is formed on the host
+//! from those copies, straight into the host array: a reused chunk moves nothing between host
+//! and device. Chunks keyed on the host are decided there in f64 against the host copies of the
+//! candidates' inputs (steps 2 and 3 without round trips). The policies:
 //! - `mlr:TAU` (the reference's intended policy): keyed by chunk position, reuse the stored output
 //!   iff the cosine similarity of the keys is at least TAU, else compute and replace the entry.
 //! - `certified:TOL`: the candidates are the chunk's last few computed entries (its recent
@@ -31,7 +35,8 @@
 //!   ([`MemoPolicy::CertifiedAuto`]).
 //!
 //! Entries hold the input and the output chunk, in a device tier (slots of a slab) and a host
-//! tier, each within a byte budget, evicted least recently used first. A chunk's input is staged
+//! tier, each within a byte budget, evicted least recently used first; a device entry may also
+//! keep host copies ([`store`]). A chunk's input is staged
 //! straight into the slot its entry will keep if it is computed, so storing it copies only the
 //! output. Only computed outputs are stored, never reused ones, so errors do not compound through
 //! the cache.
@@ -67,7 +72,7 @@ use crate::reference::SplitMix64;
 use gpu::{Combination, Plan, Shape, StageDevice, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
 use norm_cache::Lookup;
-use store::{Store, Tier};
+use store::{HostCopies, Landing, Store, Tier};
 
 /// Errors of the memo layer.
 #[derive(Debug, Error)]
@@ -129,6 +134,13 @@ struct WaveChunk {
     slot: usize,
     /// Whether its input is in its slot already (it is not when it was keyed on the host).
     staged: bool,
+    /// Its input values, when its stage-in reads host arrays (keyed and decided on the host).
+    host_input: Option<Arc<Vec<Complex32>>>,
+    /// Whether its stage-out downloads the output block unchanged into a host array: a reuse
+    /// is then formed on the host, and a computed output kept there as it lands.
+    output_on_host: bool,
+    /// The computed output's host copy, set when its download lands.
+    landing: Option<Landing>,
     input: Block,
     output: Block,
     class: usize,
@@ -263,19 +275,28 @@ fn operator_norms(
     Ok((norms, NormSource::Estimated, warnings))
 }
 
-/// The key the device's `pool_key` computes for a chunk whose input block (complex, `input`'s
-/// extents, row-major) its stage-in forms from `blocks`: one real array (imaginary parts 0), one
-/// complex array, or the difference of two complex arrays. The same f32 operations in the same
-/// order (sums over the bins, then one division), so the same bits where the device rounds
-/// division exactly (as lavapipe does; WGSL allows 2.5 ulp).
-fn host_pooled_key(input: &Block, blocks: &[Vec<f32>]) -> Vec<f32> {
-    let len = input.len() as usize;
-    let value = |i: usize, part: usize| match blocks {
-        [x] if x.len() == len => [x[i], 0.0][part],
-        [x] => x[2 * i + part],
-        [x, y] => x[2 * i + part] - y[2 * i + part],
+/// The complex values a chunk's stage-in forms from `blocks` (the host blocks it uploads, in
+/// binding order): one real array (imaginary parts 0), one complex array, or the difference of
+/// two complex arrays, with the device's f32 arithmetic.
+fn chunk_values(len: usize, blocks: &[Vec<f32>]) -> Vec<Complex32> {
+    match blocks {
+        [x] if x.len() == len => x.iter().map(|&re| Complex32::new(re, 0.0)).collect(),
+        [x] => bytemuck::cast_slice(x).to_vec(),
+        [x, y] => x
+            .chunks_exact(2)
+            .zip(y.chunks_exact(2))
+            .map(|(a, b)| Complex32::new(a[0] - b[0], a[1] - b[1]))
+            .collect(),
         _ => unreachable!("a stage-in reads one or two arrays"),
-    };
+    }
+}
+
+/// The key the device's `pool_key` computes for a chunk whose input block is `x` (`input`'s
+/// extents, row-major). The same f32 operations in the same order (sums over the bins, then one
+/// division), so the same bits where the device rounds division exactly (as lavapipe does; WGSL
+/// allows 2.5 ulp).
+fn host_pooled_key(input: &Block, x: &[Complex32]) -> Vec<f32> {
+    let value = |i: usize, part: usize| [x[i].re, x[i].im][part];
     let e = input.extents.map(|e| e as usize);
     let channel_axis = input.channel_axis;
     let (axis_a, axis_b) = match channel_axis {
@@ -307,6 +328,71 @@ fn host_pooled_key(input: &Block, blocks: &[Vec<f32>]) -> Vec<f32> {
         }
     }
     key
+}
+
+/// The normal equations of `candidates` against `x` in f64 (what the device's `dots` pass forms
+/// in f32), for decisions on the host.
+fn host_dots(x: &[Complex32], candidates: &[&[Complex32]]) -> gpu::Dots {
+    use num_complex::Complex64;
+    let inner = |a: &[Complex32], b: &[Complex32]| -> Complex64 {
+        a.iter()
+            .zip(b)
+            .map(|(u, v)| {
+                let (u, v) = (Complex64::new(u.re as f64, u.im as f64), v);
+                u.conj() * Complex64::new(v.re as f64, v.im as f64)
+            })
+            .sum()
+    };
+    gpu::Dots {
+        xx: inner(x, x).re,
+        b: candidates.iter().map(|c| inner(c, x)).collect(),
+        gram: candidates
+            .iter()
+            .map(|a| candidates.iter().map(|b| inner(a, b)).collect())
+            .collect(),
+    }
+}
+
+/// `|x - sum_i alpha_i c_i|^2` in f64, elementwise (what the device's `residuals` pass measures).
+fn host_residual2(x: &[Complex32], combination: &[(&[Complex32], [f32; 2])]) -> f64 {
+    use num_complex::Complex64;
+    let c64 = |c: Complex32| Complex64::new(c.re as f64, c.im as f64);
+    (0..x.len())
+        .map(|k| {
+            let fit: Complex64 = combination
+                .iter()
+                .map(|(c, a)| Complex64::new(a[0] as f64, a[1] as f64) * c64(c[k]))
+                .sum();
+            (c64(x[k]) - fit).norm_sqr()
+        })
+        .sum()
+}
+
+/// `sum_i alpha_i o_i` in f32, term by term in order (what the device's `reuse` pass forms).
+fn host_combine(outputs: &[(&[Complex32], [f32; 2])]) -> Vec<Complex32> {
+    let ((first, a), rest) = outputs.split_first().expect("a combination has a term");
+    let a = Complex32::new(a[0], a[1]);
+    let mut out: Vec<Complex32> = first.iter().map(|&o| a * o).collect();
+    for (o, a) in rest {
+        let a = Complex32::new(a[0], a[1]);
+        out.iter_mut().zip(o.iter()).for_each(|(v, &o)| *v += a * o);
+    }
+    out
+}
+
+/// The output block of an entry once its download has landed: waits for the downloads in flight
+/// (oldest first) until it has.
+fn landed<'a>(ctx: &GpuContext, landing: &'a Landing) -> Result<&'a [Complex32], GpuError> {
+    ctx.poll_downloads(false)?;
+    while landing.get().is_none() {
+        if !ctx.has_downloads_in_flight() {
+            return Err(GpuError::Readback(
+                "a stored chunk output's download was recorded but never submitted".into(),
+            ));
+        }
+        ctx.wait_for_oldest_download()?;
+    }
+    Ok(landing.get().expect("landed"))
 }
 
 /// The least-squares combination of the candidates from the normal equations: candidates
@@ -433,7 +519,8 @@ impl Memo {
                     .map(|(i, _)| 18 * i.extents[i.channel_axis])
                     .max()
                     .unwrap_or(0),
-                host_tier: host_budget > 0,
+                // Streaming plans demote only entries with host copies, without a readback.
+                host_tier: host_budget > 0 && staging.is_none(),
                 audit: options.audit,
             };
             let mut stats = StageStats::new(stage);
@@ -464,7 +551,7 @@ impl Memo {
                 state: StageState {
                     stage,
                     plan,
-                    store: Store::new(plan.map_or(0, |p| p.slots), host_budget),
+                    store: Store::new(plan.map_or(0, |p| p.slots), host_budget, staging.is_none()),
                     indexes: HashMap::new(),
                     history: vec![VecDeque::new(); chunks],
                     norm,
@@ -577,11 +664,11 @@ impl WaveContext<'_> {
         Ok(())
     }
 
-    /// The keys of the chunks of `wave`, pooled on the host from the host arrays their
-    /// stage-ins read ([`host_pooled_key`]: the device key's bits), so that only the chunks
-    /// computed are uploaded; `None` if a chunk reads a device array.
-    fn host_keys(&self, wave: &[WaveChunk]) -> Result<Option<Vec<Vec<f32>>>, GpuError> {
-        let mut keys = Vec::with_capacity(wave.len());
+    /// The input values of the chunks of `wave`, from the host arrays their stage-ins read, so
+    /// that they are keyed and decided on the host and only the chunks computed are uploaded;
+    /// `None` if a chunk reads a device array.
+    fn host_inputs(&self, wave: &[WaveChunk]) -> Result<Option<Vec<Vec<Complex32>>>, GpuError> {
+        let mut inputs = Vec::with_capacity(wave.len());
         for c in wave {
             let uploads = self
                 .op
@@ -593,28 +680,40 @@ impl WaveContext<'_> {
                 .into_iter()
                 .map(|(field, view)| field.gather(self.ctx, view))
                 .collect::<Result<Vec<_>, _>>()?;
-            keys.push(host_pooled_key(&c.input, &blocks));
+            inputs.push(chunk_values(c.input.len() as usize, &blocks));
         }
-        Ok(Some(keys))
+        Ok(Some(inputs))
     }
 
     /// Records chunk `c`'s computation from its staged input, the copy of its output into its
     /// slot (when it will be stored) and its stage out.
+    /// A chunk that will be stored with its output on the host also keeps the output's
+    /// download as its host copy ([`WaveChunk::landing`]).
     fn record_compute(
         &self,
         rec: &mut crate::gpu::Recorder,
-        c: &WaveChunk,
+        c: &mut WaveChunk,
     ) -> Result<(), GpuError> {
         let d = self.device;
         self.record_stage_in(rec, c)?;
         d.record_restore(self.ctx, rec, c.j, &c.input, c.slot);
         self.op
             .record_chunk_compute(self.ctx, rec, c.stage, c.chunk)?;
+        let mut tap: Option<crate::gpu::Completion> = None;
         if c.key.is_some() {
             d.record_store(self.ctx, rec, c.j, &c.output, c.slot);
+            if c.output_on_host && self.options.host_bytes > 0 {
+                let landing = Landing::default();
+                let copy = landing.clone();
+                tap = Some(Box::new(move |bytes: &[u8]| {
+                    // Set once: the completion runs once.
+                    let _ = copy.set(bytemuck::pod_collect_to_vec(bytes));
+                }));
+                c.landing = Some(landing);
+            }
         }
         self.op
-            .record_chunk_out(self.ctx, rec, self.application, self.position, c.chunk)
+            .record_chunk_out(self.ctx, rec, self.application, self.position, c.chunk, tap)
     }
 
     /// Records every chunk decided `Compute` and not yet recorded.
@@ -731,6 +830,12 @@ impl StageState {
                     chunk,
                     slot,
                     staged: false,
+                    host_input: None,
+                    output_on_host: w
+                        .op
+                        .chunk_download(w.application, w.position, chunk)
+                        .is_some(),
+                    landing: None,
                     class: self.class(input, chunk),
                     input: input.clone(),
                     output: output.clone(),
@@ -741,25 +846,22 @@ impl StageState {
             })
             .collect();
 
-        // Round trip 1: demotions out, inputs in, keys. Under mlr, chunks whose inputs live on
-        // the host are keyed there: a reused one is never uploaded, and the round trip is left
-        // out when nothing is demoted.
+        // Round trip 1: demotions out, inputs in, keys. Chunks whose inputs live on the host (a
+        // streaming plan) are keyed and decided there: a reused one is never uploaded, and the
+        // round trip is left out when nothing is demoted.
         let demoted_slots: Vec<usize> = claim.demoted.iter().map(|&(_, slot)| slot).collect();
-        let host_keys = match w.options.policy {
-            MemoPolicy::Mlr { .. } => w.host_keys(&wave)?,
-            _ => None,
-        };
-        let key_lens: Vec<u64> = match host_keys {
+        let host_inputs = w.host_inputs(&wave)?;
+        let key_lens: Vec<u64> = match host_inputs {
             Some(_) => Vec::new(),
             None => wave
                 .iter()
                 .map(|c| 18 * c.input.extents[c.input.channel_axis])
                 .collect(),
         };
-        let (device_keys, demoted) = if host_keys.is_none() || !demoted_slots.is_empty() {
+        let (device_keys, demoted) = if host_inputs.is_none() || !demoted_slots.is_empty() {
             let mut rec = ctx.recorder("memo: stage in, keys");
             dev.record_demotions(ctx, &mut rec, &demoted_slots);
-            if host_keys.is_none() {
+            if host_inputs.is_none() {
                 for c in &mut wave {
                     w.record_stage_in(&mut rec, c)?;
                     c.staged = true;
@@ -775,7 +877,18 @@ impl StageState {
         } else {
             (Vec::new(), Vec::new())
         };
-        let keys = host_keys.unwrap_or(device_keys);
+        let keys = match &host_inputs {
+            Some(inputs) => wave
+                .iter()
+                .zip(inputs)
+                .map(|(c, x)| host_pooled_key(&c.input, x))
+                .collect(),
+            None => device_keys,
+        };
+        let decide_on_host = host_inputs.is_some();
+        for (c, x) in wave.iter_mut().zip(host_inputs.into_iter().flatten()) {
+            c.host_input = Some(Arc::new(x));
+        }
         let in_slot = dev.slot_offsets(0).1 as usize;
         for (&(id, _), data) in claim.demoted.iter().zip(demoted) {
             if let Some((li, lo)) = self.store.get(id).map(|e| e.lens) {
@@ -793,46 +906,62 @@ impl StageState {
         }
 
         match (w.options.policy, tol) {
-            (MemoPolicy::Mlr { tau }, _) => self.mlr_decide(w, &mut wave, tau, &mut reserve),
+            (MemoPolicy::Mlr { tau }, _) => self.mlr_decide(&mut wave, tau),
+            (_, Some(tol)) if decide_on_host => self.certified_decide_on_host(w, &mut wave, tol),
             (_, Some(tol)) => {
                 trips += self.certified_decide(w, &mut wave, tol, &mut reserve)?;
             }
             _ => unreachable!("active policies are mlr or certified"),
         }
 
-        // The last submission: reused outputs formed, the remaining chunks computed.
+        // The last submission: reused outputs formed on the device, the remaining chunks
+        // computed. A reuse whose output goes unchanged into a host array and whose entries all
+        // have host copies is formed on the host instead, after the submission: no transfer.
         let mut rec = ctx.recorder("memo: reuse, compute");
         let mut audited = Vec::new();
+        let mut formed_on_host = Vec::new();
         for c in &mut wave {
-            match &c.outcome {
-                Outcome::Reuse(reuse) => {
-                    let combination: Combination = reuse
-                        .combination
-                        .iter()
-                        .map(|&(id, alpha)| {
-                            let slot = self
-                                .store
-                                .slot(id)
-                                .expect("reused entries are on the device");
-                            (dev.slot_offsets(slot).1, alpha)
-                        })
-                        .collect();
-                    if w.options.audit {
-                        w.record_stage_in(&mut rec, c)?;
-                        dev.record_restore(ctx, &mut rec, c.j, &c.input, c.slot);
-                        w.op.record_chunk_compute(ctx, &mut rec, self.stage, c.chunk)?;
-                        dev.record_audit_save(ctx, &mut rec, c.j, &c.output);
-                    }
-                    dev.record_reuse(ctx, &mut rec, c.j, &c.output, &combination);
-                    if w.options.audit {
-                        dev.record_audit_diff(ctx, &mut rec, c.j, &c.output);
-                        audited.push((c.j, reuse.certificate.map(|(_, bound)| bound)));
-                    }
-                    w.op.record_chunk_out(ctx, &mut rec, w.application, w.position, c.chunk)?;
+            let Outcome::Reuse(reuse) = &c.outcome else {
+                if let Outcome::Open = c.outcome {
+                    c.outcome = Outcome::Compute { recorded: false };
                 }
-                Outcome::Open => c.outcome = Outcome::Compute { recorded: false },
-                Outcome::Compute { .. } => {}
+                continue;
+            };
+            let on_host = c.output_on_host
+                && !w.options.audit
+                && reuse
+                    .combination
+                    .iter()
+                    .all(|&(id, _)| self.store.get(id).is_some_and(|e| e.host.output.is_some()));
+            if on_host {
+                formed_on_host.push(c.j);
+                continue;
             }
+            let mut combination: Combination = Vec::new();
+            for &(id, alpha) in &reuse.combination {
+                if !self.ensure_on_device(dev, ctx, id, &mut reserve)? {
+                    break;
+                }
+                let slot = self.store.slot(id).expect("on the device");
+                combination.push((dev.slot_offsets(slot).1, alpha));
+            }
+            if combination.len() < reuse.combination.len() {
+                // An entry could not be brought back (no reserve slot left): computed.
+                c.outcome = Outcome::Compute { recorded: false };
+                continue;
+            }
+            if w.options.audit {
+                w.record_stage_in(&mut rec, c)?;
+                dev.record_restore(ctx, &mut rec, c.j, &c.input, c.slot);
+                w.op.record_chunk_compute(ctx, &mut rec, self.stage, c.chunk)?;
+                dev.record_audit_save(ctx, &mut rec, c.j, &c.output);
+            }
+            dev.record_reuse(ctx, &mut rec, c.j, &c.output, &combination);
+            if w.options.audit {
+                dev.record_audit_diff(ctx, &mut rec, c.j, &c.output);
+                audited.push((c.j, reuse.certificate.map(|(_, bound)| bound)));
+            }
+            w.op.record_chunk_out(ctx, &mut rec, w.application, w.position, c.chunk, None)?;
         }
         w.record_decided_computes(&mut rec, &mut wave)?;
         if audited.is_empty() {
@@ -845,6 +974,9 @@ impl StageState {
             for (error2, (_, bound)) in errors.iter().zip(&audited) {
                 self.stats.record_audit(error2.max(0.0).sqrt(), *bound);
             }
+        }
+        for j in formed_on_host {
+            self.form_on_host(w, &wave[j])?;
         }
 
         // Bookkeeping: computed chunks become entries in their slots, reused ones free theirs.
@@ -874,9 +1006,15 @@ impl StageState {
                         }
                     }
                     let lens = (c.input.len(), c.output.len());
-                    let id = self
-                        .store
-                        .insert(c.chunk, c.class, key.clone(), lens, c.slot);
+                    let copies = HostCopies {
+                        input: c.host_input,
+                        output: c.landing,
+                    };
+                    let (id, dropped) =
+                        self.store
+                            .insert(c.chunk, c.class, key.clone(), lens, c.slot, copies);
+                    self.forget(&dropped);
+                    self.stats.dropped += dropped.len() as u64;
                     if w.options.policy.is_certified() {
                         self.indexes.entry(c.class).or_default().insert(id, key);
                     }
@@ -892,6 +1030,27 @@ impl StageState {
         Ok(trips)
     }
 
+    /// Forms reused chunk `c`'s output on the host from its entries' host copies and writes it
+    /// into the host array its stage-out downloads into.
+    fn form_on_host(&mut self, w: &WaveContext<'_>, c: &WaveChunk) -> Result<(), MemoError> {
+        let Outcome::Reuse(reuse) = &c.outcome else {
+            unreachable!("only reuses are formed")
+        };
+        let mut terms = Vec::with_capacity(reuse.combination.len());
+        for &(id, alpha) in &reuse.combination {
+            let e = self.store.get(id).expect("a reused entry is live");
+            let landing = e.host.output.as_ref().expect("checked before");
+            terms.push((landed(w.ctx, landing)?, alpha));
+        }
+        let output = host_combine(&terms);
+        let (field, view) =
+            w.op.chunk_download(w.application, w.position, c.chunk)
+                .expect("checked before");
+        field.put(w.ctx, view, bytemuck::cast_slice(&output))?;
+        self.stats.formed_on_host += 1;
+        Ok(())
+    }
+
     /// Makes sure entry `id` is in a device slot, promoting it from the host tier into a reserve
     /// slot if needed (the upload lands before the next submission). False if it cannot be had.
     fn ensure_on_device(
@@ -900,34 +1059,32 @@ impl StageState {
         ctx: &GpuContext,
         id: u64,
         reserve: &mut Vec<usize>,
-    ) -> bool {
-        match self.store.get(id).map(|e| &e.tier) {
-            Some(Tier::Device { .. }) => return true,
-            None => return false,
-            Some(Tier::Host { .. }) => {}
+    ) -> Result<bool, GpuError> {
+        let Some(e) = self.store.get(id) else {
+            return Ok(false);
+        };
+        if let Tier::Device { .. } = e.tier {
+            return Ok(true);
         }
-        let Some(&slot) = reserve.last() else {
-            return false;
+        let (Some(input), Some(output), Some(&slot)) =
+            (e.host.input.clone(), e.host.output.clone(), reserve.last())
+        else {
+            return Ok(false);
         };
-        let Some((input, output)) = self.store.promote(id, slot) else {
-            return false;
-        };
+        let output = landed(ctx, &output)?;
+        if !self.store.promote(id, slot) {
+            return Ok(false);
+        }
         reserve.pop();
         let (input_at, output_at) = dev.slot_offsets(slot);
-        ctx.write(dev.slab(), input_at, &input);
-        ctx.write(dev.slab(), output_at, &output);
+        ctx.write(dev.slab(), input_at, &input[..]);
+        ctx.write(dev.slab(), output_at, output);
         self.stats.promotions += 1;
-        true
+        Ok(true)
     }
 
     /// The reference's intended policy: each chunk against its own stored key only.
-    fn mlr_decide(
-        &mut self,
-        w: &WaveContext<'_>,
-        wave: &mut [WaveChunk],
-        tau: f64,
-        reserve: &mut Vec<usize>,
-    ) {
+    fn mlr_decide(&mut self, wave: &mut [WaveChunk], tau: f64) {
         for c in wave.iter_mut() {
             let Some(key) = &c.key else { continue };
             let last = self.history[c.chunk].front().copied();
@@ -938,7 +1095,7 @@ impl StageState {
             let t = Instant::now();
             let cosine = key.cosine(&self.store.get(id).expect("live").key);
             self.stats.lookup_ms.push(t.elapsed().as_secs_f64() * 1e3);
-            c.outcome = if cosine >= tau && self.ensure_on_device(w.device, w.ctx, id, reserve) {
+            c.outcome = if cosine >= tau {
                 Outcome::Reuse(Reuse {
                     combination: vec![(id, [1.0, 0.0])],
                     certificate: None,
@@ -949,20 +1106,10 @@ impl StageState {
         }
     }
 
-    /// The certified policies: candidates, normal equations, residuals; returns the round trips
-    /// taken (at most two).
-    fn certified_decide(
-        &mut self,
-        w: &WaveContext<'_>,
-        wave: &mut [WaveChunk],
-        tol: f64,
-        reserve: &mut Vec<usize>,
-    ) -> Result<u64, MemoError> {
-        let (ctx, dev) = (w.ctx, w.device);
-        let mut trips = 0;
-        // Candidates: the chunk's recent history, then the nearest keys of its map; the searches
-        // only read the indexes, so they run in parallel, each answer deterministic.
-        let neighbours = w.options.neighbours;
+    /// The candidates of every chunk of `wave`: its recent history, then the nearest keys of its
+    /// map, with their key cosines, at most [`MAX_CANDIDATES`]. The searches only read the
+    /// indexes, so they run in parallel, each answer deterministic.
+    fn candidates(&mut self, wave: &[WaveChunk], neighbours: usize) -> Vec<Vec<(u64, f64)>> {
         let searched: Vec<(Vec<(u64, f64)>, f64)> = wave
             .par_iter()
             .map(|c| {
@@ -985,22 +1132,100 @@ impl StageState {
                 (candidates, t.elapsed().as_secs_f64() * 1e3)
             })
             .collect();
-        let mut on_device: Vec<Vec<u64>> = Vec::with_capacity(wave.len());
-        for (candidates, ms) in searched {
-            if ms > 0.0 {
-                self.stats.lookup_ms.push(ms);
+        searched
+            .into_iter()
+            .map(|(candidates, ms)| {
+                if ms > 0.0 {
+                    self.stats.lookup_ms.push(ms);
+                }
+                candidates
+            })
+            .collect()
+    }
+
+    /// The certified policies for chunks whose inputs are on the host: the normal equations and
+    /// the residual of every candidate combination in f64 against the entries' host input
+    /// copies (candidates without one are left out), no transfer and no round trip.
+    fn certified_decide_on_host(&mut self, w: &WaveContext<'_>, wave: &mut [WaveChunk], tol: f64) {
+        let candidates = self.candidates(wave, w.options.neighbours);
+        let store = &self.store;
+        let norm = self.norm;
+        let decided: Vec<Option<Reuse>> = wave
+            .par_iter()
+            .zip(&candidates)
+            .map(|(c, candidates)| {
+                let x = c.host_input.as_ref()?;
+                c.key.as_ref()?;
+                let kept: Vec<(u64, &[Complex32])> = candidates
+                    .iter()
+                    .filter_map(|&(id, _)| {
+                        let input = store.get(id)?.host.input.as_ref()?;
+                        Some((id, &input[..]))
+                    })
+                    .collect();
+                let inputs: Vec<&[Complex32]> = kept.iter().map(|k| k.1).collect();
+                let d = host_dots(x, &inputs);
+                let (alphas, _) = least_squares(&d).filter(|_| tol > 0.0)?;
+                let used: Vec<(u64, &[Complex32], [f32; 2])> = kept
+                    .iter()
+                    .zip(&alphas)
+                    .filter(|(_, a)| a.norm() > 0.0)
+                    .map(|(&(id, input), a)| (id, input, [a.re as f32, a.im as f32]))
+                    .collect();
+                if used.is_empty() {
+                    return None;
+                }
+                let fit: Vec<(&[Complex32], [f32; 2])> =
+                    used.iter().map(|&(_, input, a)| (input, a)).collect();
+                let residual = host_residual2(x, &fit).sqrt();
+                let r = residual / d.xx.sqrt();
+                // The same rounding allowance as the device path's (see `certified_decide`).
+                let rounding: f64 = alphas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
+                    .sum::<f64>()
+                    + d.xx.sqrt();
+                (r < tol).then(|| Reuse {
+                    combination: used.iter().map(|&(id, _, a)| (id, a)).collect(),
+                    certificate: Some((r, norm * (residual + F32_ROUNDING * rounding))),
+                })
+            })
+            .collect();
+        for (c, reuse) in wave.iter_mut().zip(decided) {
+            if c.key.is_some() {
+                c.outcome = match reuse {
+                    Some(reuse) => Outcome::Reuse(reuse),
+                    None => Outcome::Compute { recorded: false },
+                };
             }
+        }
+    }
+
+    /// The certified policies: candidates, normal equations, residuals; returns the round trips
+    /// taken (at most two).
+    fn certified_decide(
+        &mut self,
+        w: &WaveContext<'_>,
+        wave: &mut [WaveChunk],
+        tol: f64,
+        reserve: &mut Vec<usize>,
+    ) -> Result<u64, MemoError> {
+        let (ctx, dev) = (w.ctx, w.device);
+        let mut trips = 0;
+        let candidates = self.candidates(wave, w.options.neighbours);
+        let mut on_device: Vec<Vec<u64>> = Vec::with_capacity(wave.len());
+        for candidates in candidates {
             // In priority order (the chunk's history first). Bringing a host entry back costs an
             // upload: only for keys that point the same way (a small residual needs nearly
             // proportional keys).
             let mut kept = Vec::new();
             for (id, cosine) in candidates {
-                let on_host =
-                    matches!(self.store.get(id).map(|e| &e.tier), Some(Tier::Host { .. }));
+                let on_host = self.store.get(id).map(|e| e.tier) == Some(Tier::Host);
                 if on_host && cosine < PROMOTE_COSINE {
                     continue;
                 }
-                if self.ensure_on_device(dev, ctx, id, reserve) {
+                if self.ensure_on_device(dev, ctx, id, reserve)? {
                     kept.push(id);
                 }
             }
@@ -1281,12 +1506,14 @@ mod tests {
                 // The key pooled on the host from the same block (as a complex, a real and a
                 // difference source) has the device key's bits.
                 let words: Vec<f32> = bytemuck::cast_slice(&staged).to_vec();
-                let host = host_pooled_key(input, std::slice::from_ref(&words));
+                let n = staged.len();
+                let key_of = |blocks: &[Vec<f32>]| host_pooled_key(input, &chunk_values(n, blocks));
+                let host = key_of(std::slice::from_ref(&words));
                 assert_eq!(host, keys[j], "{stage:?} chunk {j}: host key");
                 let re: Vec<f32> = staged.iter().map(|c| c.re).collect();
-                let real = host_pooled_key(input, std::slice::from_ref(&re));
+                let real = key_of(std::slice::from_ref(&re));
                 let zero = vec![0.0; words.len()];
-                let difference = host_pooled_key(input, &[words.clone(), zero]);
+                let difference = key_of(&[words.clone(), zero]);
                 assert_eq!(difference, keys[j], "{stage:?} chunk {j}: difference");
                 for (k, (r, h)) in real.iter().zip(&host).enumerate() {
                     // Key value k pools the real part when (k / 9) is even, else the imaginary

@@ -37,6 +37,10 @@ pub struct StageStats {
     pub dropped: u64,
     /// Host entries brought back to the device to be compared or reused.
     pub promotions: u64,
+    /// Reuses formed on the host from the entries' host copies, straight into the host array
+    /// the stage writes (streaming mode): neither their input nor their output crossed to or
+    /// from the device.
+    pub formed_on_host: u64,
     pub device_bytes: u64,
     pub host_bytes: u64,
     pub peak_device_bytes: u64,
@@ -72,6 +76,7 @@ impl StageStats {
             demoted: 0,
             dropped: 0,
             promotions: 0,
+            formed_on_host: 0,
             device_bytes: 0,
             host_bytes: 0,
             peak_device_bytes: 0,
@@ -151,6 +156,8 @@ pub struct MemoStats {
     pub demoted: u64,
     pub dropped: u64,
     pub promotions: u64,
+    /// Reuses formed on the host without a transfer (see [`StageStats::formed_on_host`]).
+    pub formed_on_host: u64,
     pub max_relative_residual: f64,
     pub error_bound_sum: f64,
     pub audited: u64,
@@ -208,6 +215,7 @@ impl MemoStats {
             demoted: sum(|s| s.demoted),
             dropped: sum(|s| s.dropped),
             promotions: sum(|s| s.promotions),
+            formed_on_host: sum(|s| s.formed_on_host),
             max_relative_residual: max(|s| s.max_relative_residual),
             error_bound_sum: stages.iter().map(|s| s.error_bound_sum).sum(),
             audited: sum(|s| s.audited),

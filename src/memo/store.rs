@@ -4,24 +4,52 @@
 //!
 //! A wave of chunks claims its slots at once: the staged inputs go straight into them, and a chunk
 //! that is computed keeps its slot as its entry (nothing is copied to store it but the output).
+//!
+//! A device entry may also keep host copies of its chunks (the streaming mode's arrays live on the
+//! host: a chunk's input is gathered there and its output lands there): they count against the
+//! host budget, let a reuse be decided and formed on the host without a transfer, and make the
+//! entry's demotion free.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use num_complex::Complex32;
 
 use super::index::UnitKey;
 
+/// An output block that arrives with a download (a computed chunk's stage-out into a host array):
+/// set when the download lands.
+pub type Landing = Arc<OnceLock<Vec<Complex32>>>;
+
+/// Host copies of an entry's chunks (row-major blocks, the layout of its slot regions).
+#[derive(Debug, Default, Clone)]
+pub struct HostCopies {
+    pub input: Option<Arc<Vec<Complex32>>>,
+    pub output: Option<Landing>,
+}
+
+impl HostCopies {
+    /// Both chunks, from a readback of the slot.
+    pub fn filled(input: Vec<Complex32>, output: Vec<Complex32>) -> Self {
+        Self {
+            input: Some(Arc::new(input)),
+            output: Some(Arc::new(OnceLock::from(output))),
+        }
+    }
+
+    fn bytes(&self, lens: (u64, u64)) -> u64 {
+        8 * (self.input.as_ref().map_or(0, |_| lens.0) + self.output.as_ref().map_or(0, |_| lens.1))
+    }
+}
+
 /// Where an entry's chunks live.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
-    /// Slot `slot` of the slab.
+    /// Slot `slot` of the slab (and the host copies the entry has).
     Device { slot: usize },
-    /// Host copies (row-major blocks). Empty between the eviction that demoted the entry and
+    /// Only the host copies. Both are missing between the eviction that demoted the entry and
     /// [`Store::fill_host`], which follows in the same wave.
-    Host {
-        input: Vec<Complex32>,
-        output: Vec<Complex32>,
-    },
+    Host,
 }
 
 /// A stored chunk computation.
@@ -35,12 +63,17 @@ pub struct Entry {
     /// Complex values in the input and output blocks.
     pub lens: (u64, u64),
     pub tier: Tier,
+    pub host: HostCopies,
     last_used: u64,
 }
 
 impl Entry {
     fn bytes(&self) -> u64 {
         (self.lens.0 + self.lens.1) * 8
+    }
+
+    fn host_bytes(&self) -> u64 {
+        self.host.bytes(self.lens)
     }
 }
 
@@ -49,8 +82,9 @@ impl Entry {
 pub struct Claim {
     /// The slots, in the order claimed.
     pub slots: Vec<usize>,
-    /// Entries moved to the host tier, with the slot their chunks are still in: the caller copies
-    /// them out before the slot is overwritten and hands them to [`Store::fill_host`].
+    /// Entries moved to the host tier without both host copies, with the slot their chunks are
+    /// still in: the caller copies them out before the slot is overwritten and hands them to
+    /// [`Store::fill_host`].
     pub demoted: Vec<(u64, usize)>,
     /// Entries dropped from the cache (their keys must leave the index).
     pub dropped: Vec<u64>,
@@ -61,18 +95,25 @@ pub struct Store {
     entries: HashMap<u64, Entry>,
     free_slots: Vec<usize>,
     host_budget: u64,
+    /// Whether a device entry without both host copies may be demoted (its slot read back);
+    /// otherwise it is dropped.
+    demote_by_readback: bool,
+    /// Bytes of every entry's host copies.
     host_used: u64,
     next_id: u64,
     clock: u64,
 }
 
 impl Store {
-    /// `slots` device slots; `host_budget` bytes on the host.
-    pub fn new(slots: usize, host_budget: u64) -> Self {
+    /// `slots` device slots; `host_budget` bytes on the host; whether entries without host
+    /// copies are demoted by reading their slots back (in the streaming mode transfers are what
+    /// limits, so there only entries with both copies are demoted, which costs nothing).
+    pub fn new(slots: usize, host_budget: u64, demote_by_readback: bool) -> Self {
         Self {
             entries: HashMap::new(),
             free_slots: (0..slots).rev().collect(),
             host_budget,
+            demote_by_readback,
             host_used: 0,
             next_id: 0,
             clock: 0,
@@ -87,7 +128,7 @@ impl Store {
     pub fn slot(&self, id: u64) -> Option<usize> {
         match self.entries.get(&id)?.tier {
             Tier::Device { slot } => Some(slot),
-            Tier::Host { .. } => None,
+            Tier::Host => None,
         }
     }
 
@@ -107,7 +148,7 @@ impl Store {
         self.entries.is_empty()
     }
 
-    /// Bytes in (device slots in use by entries, host tier).
+    /// Bytes in (device slots in use by entries, host copies).
     pub fn bytes(&self) -> (u64, u64) {
         let device = self
             .entries
@@ -126,9 +167,23 @@ impl Store {
             .map(|(id, _)| *id)
     }
 
+    /// Drops host entries, least recently used first, until `extra` more bytes fit the budget or
+    /// none is left; returns whether they fit.
+    fn make_room(&mut self, extra: u64, dropped: &mut Vec<u64>) -> bool {
+        while self.host_used + extra > self.host_budget {
+            let Some(victim) = self.least_recent(false) else {
+                return false;
+            };
+            self.remove(victim);
+            dropped.push(victim);
+        }
+        true
+    }
+
     /// Takes `n` slots: free ones first, then those of the least recently used device entries,
     /// which move to the host tier when it has room for them (host entries beyond the budget are
-    /// dropped, least recently used first) and are dropped otherwise. `None` (and nothing
+    /// dropped, least recently used first) and they have host copies or may be read back, and
+    /// are dropped otherwise. `None` (and nothing
     /// changed) if the slab has fewer than `n` slots.
     pub fn claim(&mut self, n: usize) -> Option<Claim> {
         let device_entries = self
@@ -146,31 +201,28 @@ impl Store {
                 continue;
             }
             let victim = self.least_recent(true).expect("counted above");
-            let entry = self.entries.get_mut(&victim).expect("present");
+            let entry = &self.entries[&victim];
             let Tier::Device { slot } = entry.tier else {
                 unreachable!("least_recent(true) returns device entries")
             };
             claim.slots.push(slot);
-            let bytes = entry.bytes();
-            if bytes <= self.host_budget {
-                entry.tier = Tier::Host {
-                    input: Vec::new(),
-                    output: Vec::new(),
-                };
-                self.host_used += bytes;
-                claim.demoted.push((victim, slot));
+            let complete = entry.host.input.is_some() && entry.host.output.is_some();
+            let (bytes, extra) = (entry.bytes(), entry.bytes() - entry.host_bytes());
+            // The victim is still a device entry: making room never drops it.
+            let demote = complete || self.demote_by_readback;
+            if demote && bytes <= self.host_budget && self.make_room(extra, &mut claim.dropped) {
+                let entry = self.entries.get_mut(&victim).expect("present");
+                entry.tier = Tier::Host;
+                if !complete {
+                    entry.host = HostCopies::default();
+                    claim.demoted.push((victim, slot));
+                }
+                self.host_used += extra;
             } else {
-                self.entries.remove(&victim);
+                let entry = self.entries.remove(&victim).expect("present");
+                self.host_used -= entry.host_bytes();
                 claim.dropped.push(victim);
             }
-        }
-        while self.host_used > self.host_budget {
-            let victim = self
-                .least_recent(false)
-                .expect("host bytes are held by entries");
-            let entry = self.entries.remove(&victim).expect("present");
-            self.host_used -= entry.bytes();
-            claim.dropped.push(victim);
         }
         claim
             .demoted
@@ -182,13 +234,8 @@ impl Store {
     /// and output regions); ignored if it was dropped meanwhile.
     pub fn fill_host(&mut self, id: u64, input: Vec<Complex32>, output: Vec<Complex32>) {
         if let Some(e) = self.entries.get_mut(&id) {
-            if let Tier::Host {
-                input: i,
-                output: o,
-            } = &mut e.tier
-            {
-                *i = input;
-                *o = output;
+            if e.tier == Tier::Host {
+                e.host = HostCopies::filled(input, output);
             }
         }
     }
@@ -198,7 +245,9 @@ impl Store {
         self.free_slots.push(slot);
     }
 
-    /// Adds an entry whose chunks are in device slot `slot`; returns its id.
+    /// Adds an entry whose chunks are in device slot `slot`, keeping `host` copies of them if
+    /// the host budget has room (made by dropping host entries, least recently used first).
+    /// Returns its id and the entries dropped.
     pub fn insert(
         &mut self,
         chunk: usize,
@@ -206,7 +255,15 @@ impl Store {
         key: UnitKey,
         lens: (u64, u64),
         slot: usize,
-    ) -> u64 {
+        host: HostCopies,
+    ) -> (u64, Vec<u64>) {
+        let mut dropped = Vec::new();
+        let bytes = host.bytes(lens);
+        let host = match bytes <= self.host_budget && self.make_room(bytes, &mut dropped) {
+            true => host,
+            false => HostCopies::default(),
+        };
+        self.host_used += host.bytes(lens);
         let id = self.next_id;
         self.next_id += 1;
         self.clock += 1;
@@ -218,37 +275,33 @@ impl Store {
                 key,
                 lens,
                 tier: Tier::Device { slot },
+                host,
                 last_used: self.clock,
             },
         );
-        id
+        (id, dropped)
     }
 
     /// Removes an entry (its slot becomes free).
     pub fn remove(&mut self, id: u64) {
         if let Some(e) = self.entries.remove(&id) {
-            match e.tier {
-                Tier::Device { slot } => self.free_slots.push(slot),
-                Tier::Host { .. } => self.host_used -= e.bytes(),
+            self.host_used -= e.host_bytes();
+            if let Tier::Device { slot } = e.tier {
+                self.free_slots.push(slot);
             }
         }
     }
 
-    /// Moves a host entry into device slot `slot` (the caller uploads its chunks there) and hands
-    /// back its host copies; `None` for an entry that is not on the host.
-    pub fn promote(&mut self, id: u64, slot: usize) -> Option<(Vec<Complex32>, Vec<Complex32>)> {
-        let e = self.entries.get_mut(&id)?;
-        let bytes = e.bytes();
-        match &e.tier {
-            Tier::Host { input, .. } if !input.is_empty() => {}
-            _ => return None,
-        }
-        match std::mem::replace(&mut e.tier, Tier::Device { slot }) {
-            Tier::Host { input, output } => {
-                self.host_used -= bytes;
-                Some((input, output))
+    /// Moves a host entry with both copies into device slot `slot` (the caller uploads its
+    /// chunks there; the copies stay); `false` for an entry that is not on the host or not
+    /// filled yet.
+    pub fn promote(&mut self, id: u64, slot: usize) -> bool {
+        match self.entries.get_mut(&id) {
+            Some(e) if e.tier == Tier::Host && e.host.input.is_some() => {
+                e.tier = Tier::Device { slot };
+                true
             }
-            Tier::Device { .. } => unreachable!("matched above"),
+            _ => false,
         }
     }
 }
@@ -259,6 +312,17 @@ mod tests {
 
     fn key() -> UnitKey {
         UnitKey::new(&[1.0, 0.0]).unwrap()
+    }
+
+    fn no_copies() -> HostCopies {
+        HostCopies::default()
+    }
+
+    fn copies(input: usize, output: usize) -> HostCopies {
+        HostCopies::filled(
+            vec![Complex32::new(1.0, 0.0); input],
+            vec![Complex32::default(); output],
+        )
     }
 
     fn fill(store: &mut Store, claim: &Claim) {
@@ -272,7 +336,7 @@ mod tests {
     #[test]
     fn lru_eviction_keeps_both_tiers_within_budget() {
         // Two device slots; the host holds two entries of (10 + 6) * 8 = 128 bytes.
-        let mut store = Store::new(2, 256);
+        let mut store = Store::new(2, 256, true);
         let mut ids = Vec::new();
         let (mut demoted, mut dropped) = (0, 0);
         for chunk in 0..6 {
@@ -283,7 +347,9 @@ mod tests {
             }
             demoted += claim.demoted.len();
             dropped += claim.dropped.len();
-            ids.push(store.insert(chunk, 0, key(), (10, 6), claim.slots[0]));
+            let (id, none) = store.insert(chunk, 0, key(), (10, 6), claim.slots[0], no_copies());
+            assert!(none.is_empty());
+            ids.push(id);
             let (device, host) = store.bytes();
             assert!(device <= 2 * 16 * 8 && host <= 256, "{device} {host}");
         }
@@ -291,7 +357,7 @@ mod tests {
         assert_eq!((demoted, dropped), (4, 2));
         // The oldest two were dropped, the next two demoted, the newest two are on the device.
         assert!(store.get(ids[0]).is_none() && store.get(ids[1]).is_none());
-        assert!(matches!(store.get(ids[2]).unwrap().tier, Tier::Host { .. }));
+        assert_eq!(store.get(ids[2]).unwrap().tier, Tier::Host);
         assert!(matches!(
             store.get(ids[5]).unwrap().tier,
             Tier::Device { .. }
@@ -303,10 +369,14 @@ mod tests {
 
     #[test]
     fn touched_entries_survive_released_slots_are_reused_and_promotions_move_tiers() {
-        let mut store = Store::new(2, 0);
+        let mut store = Store::new(2, 0, true);
         let claim = store.claim(2).unwrap();
-        let a = store.insert(0, 0, key(), (10, 6), claim.slots[0]);
-        let b = store.insert(1, 0, key(), (10, 6), claim.slots[1]);
+        let a = store
+            .insert(0, 0, key(), (10, 6), claim.slots[0], no_copies())
+            .0;
+        let b = store
+            .insert(1, 0, key(), (10, 6), claim.slots[1], no_copies())
+            .0;
         store.touch(a);
         // No host tier: the least recently used entry is dropped, not demoted.
         let claim = store.claim(1).unwrap();
@@ -316,17 +386,62 @@ mod tests {
         assert_eq!(again.slots, claim.slots);
         assert!(again.dropped.is_empty());
         // With a host tier, a demoted entry comes back with its chunks.
-        let mut store = Store::new(1, 1 << 10);
+        let mut store = Store::new(1, 1 << 10, true);
         let claim = store.claim(1).unwrap();
-        let a = store.insert(0, 0, key(), (10, 6), claim.slots[0]);
+        let a = store
+            .insert(0, 0, key(), (10, 6), claim.slots[0], no_copies())
+            .0;
         let claim = store.claim(1).unwrap();
         assert_eq!(claim.demoted, vec![(a, 0)]);
         // Not yet filled: not promotable.
-        assert!(store.promote(a, claim.slots[0]).is_none());
+        assert!(!store.promote(a, claim.slots[0]));
         fill(&mut store, &claim);
-        let (input, output) = store.promote(a, claim.slots[0]).unwrap();
-        assert_eq!((input.len(), output.len()), (10, 6));
+        assert!(store.promote(a, claim.slots[0]));
+        let host = &store.get(a).unwrap().host;
+        assert_eq!(host.input.as_ref().unwrap().len(), 10);
+        assert_eq!(host.output.as_ref().unwrap().get().unwrap().len(), 6);
         assert_eq!(store.slot(a), Some(0));
-        assert_eq!(store.bytes(), (128, 0));
+        // The copies stay with the promoted entry.
+        assert_eq!(store.bytes(), (128, 128));
+    }
+
+    /// Host copies count against the host budget once: an entry with both demotes without a
+    /// readback, one without room keeps none, and making room drops host entries first.
+    #[test]
+    fn host_copies_make_demotion_free_and_stay_within_the_host_budget() {
+        // One slot; the host holds two entries of 128 bytes.
+        let mut store = Store::new(1, 256, false);
+        let claim = store.claim(1).unwrap();
+        let (a, _) = store.insert(0, 0, key(), (10, 6), claim.slots[0], copies(10, 6));
+        assert_eq!(store.bytes(), (128, 128));
+        let claim = store.claim(1).unwrap();
+        assert!(claim.demoted.is_empty() && claim.dropped.is_empty());
+        assert_eq!(store.get(a).unwrap().tier, Tier::Host);
+        assert_eq!(store.bytes(), (0, 128));
+        let (b, dropped) = store.insert(1, 0, key(), (10, 6), claim.slots[0], copies(10, 6));
+        assert!(dropped.is_empty());
+        assert_eq!(store.bytes(), (128, 256));
+        // Demoting b needs no more room; a third entry's copies drop the oldest host entry (a).
+        let claim = store.claim(1).unwrap();
+        assert!(claim.demoted.is_empty() && claim.dropped.is_empty());
+        let (c, dropped) = store.insert(2, 0, key(), (10, 6), claim.slots[0], copies(10, 6));
+        assert_eq!(dropped, vec![a]);
+        assert_eq!(store.bytes(), (128, 256));
+        // Copies larger than the budget are not kept; the entry still is.
+        let mut small = Store::new(1, 100, false);
+        let claim = small.claim(1).unwrap();
+        let (d, dropped) = small.insert(0, 0, key(), (10, 6), claim.slots[0], copies(10, 6));
+        assert!(dropped.is_empty() && small.get(d).unwrap().host.input.is_none());
+        assert_eq!(small.bytes(), (128, 0));
+        // Without readback demotions, an entry without both copies is dropped when its slot is
+        // taken, however much room the host has.
+        let mut roomy = Store::new(1, 1 << 10, false);
+        let claim = roomy.claim(1).unwrap();
+        let (f, _) = roomy.insert(0, 0, key(), (10, 6), claim.slots[0], no_copies());
+        let claim = roomy.claim(1).unwrap();
+        assert_eq!((claim.dropped, claim.demoted), (vec![f], vec![]));
+        store.remove(b);
+        store.remove(c);
+        assert_eq!(store.bytes(), (0, 0));
     }
 }

@@ -35,7 +35,7 @@ use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
 };
-use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
+use crate::gpu::{Bound, BufferSlice, Completion, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;
 use staging::{groups, modulate, stage_in, stage_out, window, WORKGROUP};
@@ -332,6 +332,9 @@ pub struct Application {
 
 struct BoundStage {
     kind: Kind,
+    /// Whether the stage-out copies complex values unchanged (its download, if any, brings the
+    /// chunk's output block itself).
+    complex_sink: bool,
     /// Per chunk: stage in, stage out.
     chunks: Vec<(Vec<Step>, Vec<Step>)>,
 }
@@ -1246,7 +1249,11 @@ impl LaminoOperator {
             }
             // The uniforms live as long as the bind groups that use them.
             drop(keep);
-            stages.push(BoundStage { kind, chunks });
+            stages.push(BoundStage {
+                kind,
+                complex_sink: matches!(stage_sink, Sink::Complex(_)),
+                chunks,
+            });
         }
         Ok(Application {
             stages,
@@ -1268,12 +1275,14 @@ impl LaminoOperator {
         Ok(())
     }
 
+    /// Records `steps`; `tap`, if any, also receives the bytes of their download.
     fn record_steps(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
         steps: &[Step],
         staging: Option<&Staging>,
+        mut tap: Option<Completion>,
     ) -> Result<(), GpuError> {
         for step in steps {
             match step {
@@ -1291,13 +1300,15 @@ impl LaminoOperator {
                 Step::Download { field, view } => {
                     let staging = staging.expect("host arrays have staging");
                     let bytes = view.len_words() as u64 * 4;
-                    rec.download(
-                        ctx,
-                        staging.buffer(Role::Out),
-                        0,
-                        bytes,
-                        field.scatter(*view),
-                    )?;
+                    let scatter = field.scatter(*view);
+                    let done: Completion = match tap.take() {
+                        Some(tap) => Box::new(move |bytes: &[u8]| {
+                            tap(bytes);
+                            scatter(bytes);
+                        }),
+                        None => scatter,
+                    };
+                    rec.download(ctx, staging.buffer(Role::Out), 0, bytes, done)?;
                 }
             }
         }
@@ -1339,10 +1350,10 @@ impl LaminoOperator {
         let stage = &application.stages[position];
         let staging = application.staging.as_deref();
         for (chunk, (steps_in, steps_out)) in self.stages.of(stage.kind).iter().zip(&stage.chunks) {
-            self.record_steps(ctx, rec, &chunk.tables, staging)?;
-            self.record_steps(ctx, rec, steps_in, staging)?;
-            self.record_steps(ctx, rec, &chunk.compute, staging)?;
-            self.record_steps(ctx, rec, steps_out, staging)?;
+            self.record_steps(ctx, rec, &chunk.tables, staging, None)?;
+            self.record_steps(ctx, rec, steps_in, staging, None)?;
+            self.record_steps(ctx, rec, &chunk.compute, staging, None)?;
+            self.record_steps(ctx, rec, steps_out, staging, None)?;
         }
         Ok(())
     }
@@ -1358,7 +1369,7 @@ impl LaminoOperator {
         chunk: usize,
     ) -> Result<(), GpuError> {
         let steps = &application.stages[position].chunks[chunk].0;
-        self.record_steps(ctx, rec, steps, application.staging.as_deref())
+        self.record_steps(ctx, rec, steps, application.staging.as_deref(), None)
     }
 
     /// The host arrays and blocks the stage-in of chunk `chunk` uploads, for stage number
@@ -1389,12 +1400,13 @@ impl LaminoOperator {
         chunk: usize,
     ) -> Result<(), GpuError> {
         let chunk = &self.stages.of(stage.kind())[chunk];
-        self.record_steps(ctx, rec, &chunk.tables, None)?;
-        self.record_steps(ctx, rec, &chunk.compute, None)
+        self.record_steps(ctx, rec, &chunk.tables, None, None)?;
+        self.record_steps(ctx, rec, &chunk.compute, None, None)
     }
 
     /// Records the copy of the chunk's output block into the whole array, for stage number
-    /// `position` of `application`.
+    /// `position` of `application`; `tap` also receives the bytes downloaded into a host array
+    /// (see [`chunk_download`](Self::chunk_download)).
     pub(crate) fn record_chunk_out(
         &self,
         ctx: &GpuContext,
@@ -1402,9 +1414,30 @@ impl LaminoOperator {
         application: &Application,
         position: usize,
         chunk: usize,
+        tap: Option<Completion>,
     ) -> Result<(), GpuError> {
         let steps = &application.stages[position].chunks[chunk].1;
-        self.record_steps(ctx, rec, steps, application.staging.as_deref())
+        self.record_steps(ctx, rec, steps, application.staging.as_deref(), tap)
+    }
+
+    /// The host array and block that the stage-out of chunk `chunk` downloads its output block
+    /// into unchanged (complex values, row-major), for stage number `position` of
+    /// `application`; `None` when it writes a device array or converts the values (a real
+    /// sink). The memo layer forms a reused output there without a transfer.
+    pub(crate) fn chunk_download<'a>(
+        &self,
+        application: &'a Application,
+        position: usize,
+        chunk: usize,
+    ) -> Option<(&'a Field, &'a BlockView)> {
+        let stage = &application.stages[position];
+        if !stage.complex_sink {
+            return None;
+        }
+        stage.chunks[chunk].1.iter().find_map(|step| match step {
+            Step::Download { field, view } => Some((field, view)),
+            _ => None,
+        })
     }
 
     /// Runs `application` and waits for it.
