@@ -415,6 +415,10 @@ impl<'a> Reconstructor<'a> {
         self.params.validate().map_err(SolverError::from)?;
         let start = Instant::now();
         let g = padded_geometry(&projections.geometry, self.pad);
+        // The plan counts every buffer the run holds, so nothing an earlier run left pooled on
+        // the context may stay: it is released before the plan is made (the plan's estimates of
+        // the readback pool and the FFT workspace are its own).
+        self.ctx.release_idle_pools();
         let plan = self.plan_for(&g)?;
         self.ctx.set_device_budget(plan.budgets.device_bytes);
         self.ctx.reset_peak_device_bytes();

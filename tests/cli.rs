@@ -747,6 +747,57 @@ fn tiff_intensity_stacks_with_flats_reconstruct_like_dxchange() {
     );
 }
 
+/// `--device-fraction` streams every frontier run (the exact one too) through a fraction of its
+/// in-core device need, and `--policies` picks the settings swept.
+#[test]
+fn bench_memo_streams_the_frontier_runs_through_a_device_fraction() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frontier");
+    let o = lamino(
+        &[
+            "bench",
+            "memo",
+            "--json",
+            "--size",
+            "32",
+            "--iterations",
+            "10",
+            "--chunk",
+            "4",
+            "--only",
+            "frontier",
+            "--repeats",
+            "1",
+            "--device-fraction",
+            "4",
+            "--policies",
+            "mlr:0.9,certified:0.01",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let settings: Vec<&str> = lines
+        .iter()
+        .map(|l| l["setting"].as_str().unwrap())
+        .collect();
+    assert_eq!(settings, ["off", "off", "mlr:0.9", "certified:0.01"]);
+    for l in &lines {
+        assert_eq!(l["mode"], "streaming", "{l}");
+        assert!(l["device_budget"].as_u64().unwrap() > 0, "{l}");
+        assert!(l["bytes_moved"].as_u64().unwrap() > 0, "{l}");
+    }
+    assert!(out.join("memo_frontier.csv").exists());
+    let o = lamino(&["bench", "memo", "--device-fraction", "0"], true);
+    assert!(!o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn bench_memo_prints_every_run_and_writes_the_frontier() {
     let dir = tempfile::tempdir().unwrap();
@@ -797,9 +848,12 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
             "lookup_ms_median",
             "lookup_ms_p99",
             "cache_bytes",
+            "bytes_moved",
         ] {
             assert!(l.get(field).is_some(), "{field} missing in {l}");
         }
+        assert_eq!(l["mode"], "in_core", "{l}");
+        assert!(l["device_budget"].is_null(), "{l}");
     }
     assert_eq!(
         lines.iter().filter(|l| l["policy"] == "certified").count(),

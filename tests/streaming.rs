@@ -797,3 +797,34 @@ fn streamed_stages_wait_only_to_reuse_a_buffer_or_read_unfinished_blocks() {
         }
     }
 }
+
+/// A context reused for a budgeted run after an in-core one: what the first run left pooled on
+/// the context (its FFT workspace, its readback buffers, the staging buffer its volume was read
+/// through) is let go, not counted against the second run's budget (before, the second run was
+/// refused at 52 KB over its 0.9 MB budget).
+#[test]
+fn a_budgeted_run_after_an_in_core_one_on_the_same_context_keeps_its_budget() {
+    let p = projections(32);
+    let params = AdmmParams::exactly(1);
+    let ctx = common::new_context();
+    let need = Reconstructor::new(&ctx)
+        .params(params)
+        .plan(p.geometry())
+        .unwrap()
+        .device_bytes;
+    let in_core = Reconstructor::new(&ctx).params(params).run(&p).unwrap();
+    assert_eq!(in_core.plan.mode, Mode::InCore);
+    let budget = need / 8;
+    let streamed = Reconstructor::new(&ctx)
+        .params(params)
+        .device_memory_budget(budget)
+        .run(&p)
+        .unwrap();
+    assert_eq!(streamed.plan.mode, Mode::Streaming);
+    assert!(
+        streamed.peak_device_bytes <= budget,
+        "peak {} above the budget {budget}",
+        streamed.peak_device_bytes
+    );
+    assert!(same_bits(&streamed.volume, &in_core.volume));
+}

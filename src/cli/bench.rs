@@ -93,6 +93,14 @@ pub enum BenchWhat {
         /// with this step in the frontier, instead of exact-step CG.
         #[arg(long)]
         dai_yuan_step: Option<f64>,
+        /// Stream every frontier run (the exact one included) through a device budget of 1/F of
+        /// its in-core need (the memo cache reserved whole on top), the other arrays on the host.
+        #[arg(long, value_name = "F", value_parser = clap::value_parser!(u64).range(1..))]
+        device_fraction: Option<u64>,
+        /// Memo settings of the frontier (default: the paper's six TAU for mlr, six TOL for
+        /// certified, three scales for certified:auto).
+        #[arg(long, value_delimiter = ',')]
+        policies: Vec<MemoPolicy>,
         /// Where the CSV and PNG go.
         #[arg(long, default_value = "lamino-bench-memo")]
         out: PathBuf,
@@ -464,6 +472,8 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
         chunk,
         repeats,
         dai_yuan_step,
+        device_fraction,
+        policies,
         out,
         only,
         phantoms,
@@ -500,12 +510,19 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
             size,
             params,
             memo,
-            policies: swept_policies(),
+            policies: match policies.is_empty() {
+                true => swept_policies(),
+                false => policies.clone(),
+            },
             repeats: *repeats,
+            device_fraction: *device_fraction,
         };
         eprintln!(
-            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, on {}",
+            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, {}, on {}",
             params.inner,
+            device_fraction.map_or("in core".to_string(), |f| format!(
+                "streamed through 1/{f} of the in-core device need"
+            )),
             ctx.info()
         );
         let points = run_frontier(&ctx, &config, |p| {
@@ -513,7 +530,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
                 println!("{}", json_line("frontier", p));
             } else {
                 println!(
-                    "{:<14} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s, CPU time {})  hits {:.1}%  round trips {:.2}/application  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB",
+                    "{:<14} {:>7} accuracy {:.4}  time {:.3} of exact ({:.1} s, CPU time {})  hits {:.1}%  round trips {:.2}/application  lookup median {:.4} ms p99 {:.4} ms  cache {:.1} MiB  moved {:.1} MB ({})",
                     p.policy,
                     p.param.map_or(String::from("-"), |v| v.to_string()),
                     p.accuracy,
@@ -525,7 +542,9 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
                     p.round_trips_per_application,
                     p.lookup_ms_median,
                     p.lookup_ms_p99,
-                    p.cache_bytes as f64 / (1 << 20) as f64
+                    p.cache_bytes as f64 / (1 << 20) as f64,
+                    p.bytes_moved as f64 / 1e6,
+                    p.mode
                 );
             }
         })?;

@@ -1005,6 +1005,20 @@ impl GpuContext {
         Ok(buffer)
     }
 
+    /// Lets go of what the context keeps between uses: the free readback buffers, the staging
+    /// buffer of [`read`](Self::read) (grown to the largest read so far) and the shared workspace
+    /// buffers (plans keep the ones they bound). A run that sets a device budget calls this
+    /// first, so that what an earlier run on the context left pooled does not count against it.
+    pub fn release_idle_pools(&self) {
+        {
+            let mut d = self.downloads.lock().expect("download pool poisoned");
+            let released: u64 = d.free.drain(..).map(|b| b.bytes).sum();
+            d.pooled_bytes -= released;
+        }
+        *self.staging.lock().expect("staging slot poisoned") = None;
+        self.scratch.lock().expect("scratch pool poisoned").clear();
+    }
+
     /// Bytes of the current shared workspace buffers (see [`shared_scratch`](Self::shared_scratch)).
     pub fn shared_scratch_bytes(&self) -> u64 {
         let pool = self.scratch.lock().expect("scratch pool poisoned");

@@ -12,6 +12,7 @@ use crate::gpu::GpuContext;
 use crate::io::{write_atomically, IoError};
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions};
+use crate::plan::Mode;
 use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};
 use crate::recon::{Projections, ReconError, Reconstruction, Reconstructor};
 use crate::simulate::{project, PhantomKind};
@@ -82,6 +83,11 @@ pub struct FrontierPoint {
     pub max_round_trips_per_application: u64,
     /// Peak bytes of the cache (device and host tiers).
     pub cache_bytes: u64,
+    /// `in_core` or `streaming` (the memory plan's mode), the device budget of a streamed run,
+    /// and the bytes moved between host and device (both ways, the memo's own included).
+    pub mode: String,
+    pub device_budget: Option<u64>,
+    pub bytes_moved: u64,
     /// `|u - truth| / |truth|` of the reconstruction.
     pub rel_l2_truth: f64,
     /// Why the run stopped early (a diverging iteration): accuracy 0, time up to the failure.
@@ -103,32 +109,67 @@ pub struct FrontierConfig {
     /// Timed runs per setting; the fastest counts (other work on the machine only slows runs
     /// down). The result of the last is used.
     pub repeats: usize,
+    /// Streams every run through a device budget of `1 / fraction` of its in-core need (the memo
+    /// cache reserved whole on top), the other arrays on the host; `None`: in core.
+    pub device_fraction: Option<u64>,
 }
 
-/// Wall and process CPU seconds of one run.
+/// A run's setting: solver parameters, memo options, chunk caps, and the device fraction.
+#[derive(Debug, Clone, Copy)]
+struct RunSetting {
+    params: AdmmParams,
+    memo: MemoOptions,
+    chunking: OperatorOptions,
+    device_fraction: Option<u64>,
+}
+
+/// Wall and process CPU seconds of one run, and the bytes it moved between host and device.
 #[derive(Debug, Clone, Copy)]
 struct Timing {
     wall: f64,
     cpu: Option<f64>,
+    bytes_moved: u64,
+}
+
+/// The reconstructor of `setting`, with its device budget when it streams.
+fn reconstructor<'a>(
+    ctx: &'a GpuContext,
+    g: &Geometry,
+    setting: RunSetting,
+) -> Result<Reconstructor<'a>, ReconError> {
+    let base = || {
+        Reconstructor::new(ctx)
+            .params(setting.params)
+            .operator_options(setting.chunking)
+            .memo(setting.memo)
+    };
+    let Some(fraction) = setting.device_fraction else {
+        return Ok(base());
+    };
+    let memo_bytes = match setting.memo.policy {
+        MemoPolicy::Off => 0,
+        _ => setting.memo.device_bytes,
+    };
+    let need = base().plan(g)?.device_bytes;
+    let budget = need.saturating_sub(memo_bytes) / fraction.max(1) + memo_bytes;
+    Ok(base().device_memory_budget(budget))
 }
 
 fn run(
     ctx: &GpuContext,
     projections: &Projections,
-    params: AdmmParams,
-    memo: MemoOptions,
-    chunking: OperatorOptions,
+    setting: RunSetting,
 ) -> Result<(Reconstruction, Timing), ReconError> {
+    let reconstructor = reconstructor(ctx, projections.geometry(), setting)?;
     let start = Instant::now();
     let cpu = process_cpu_seconds();
-    let r = Reconstructor::new(ctx)
-        .params(params)
-        .operator_options(chunking)
-        .memo(memo)
-        .run(projections)?;
+    let traffic = ctx.traffic();
+    let r = reconstructor.run(projections)?;
+    let moved = ctx.traffic() - traffic;
     let timing = Timing {
         wall: start.elapsed().as_secs_f64(),
         cpu: cpu.zip(process_cpu_seconds()).map(|(a, b)| b - a),
+        bytes_moved: moved.bytes_uploaded + moved.bytes_downloaded,
     };
     Ok((r, timing))
 }
@@ -145,6 +186,7 @@ fn best_of(
         t = Timing {
             wall: t.wall.min(time.wall),
             cpu: t.cpu.zip(time.cpu).map(|(a, b)| a.min(b)),
+            bytes_moved: time.bytes_moved,
         };
     }
     Ok((r, t))
@@ -180,13 +222,18 @@ pub fn run_frontier(
         convergence: None,
         ..params
     };
+    let setting = |params, memo, chunking| RunSetting {
+        params,
+        memo,
+        chunking,
+        device_fraction: config.device_fraction,
+    };
     for chunking in [OperatorOptions::default(), memo_chunks] {
-        run(ctx, &projections, warm, off, chunking)?;
+        run(ctx, &projections, setting(warm, off, chunking))?;
     }
     let repeats = config.repeats;
-    let (exact, t_exact) = best_of(repeats, || {
-        run(ctx, &projections, params, off, OperatorOptions::default())
-    })?;
+    let exact_setting = setting(params, off, OperatorOptions::default());
+    let (exact, t_exact) = best_of(repeats, || run(ctx, &projections, exact_setting))?;
     let point =
         |policy: MemoPolicy, is_exact: bool, r: Result<&Reconstruction, String>, t: Timing| {
             let stats = r.as_ref().ok().and_then(|r| r.memo_stats.as_ref());
@@ -216,6 +263,16 @@ pub fn run_frontier(
                 max_round_trips_per_application: stats
                     .map_or(0, |s| s.max_round_trips_per_application),
                 cache_bytes: stats.map_or(0, |s| s.peak_cache_bytes),
+                mode: r.as_ref().map_or(String::new(), |r| match r.plan.mode {
+                    Mode::InCore => "in_core".into(),
+                    Mode::Streaming => "streaming".into(),
+                }),
+                device_budget: r
+                    .as_ref()
+                    .ok()
+                    .filter(|r| r.plan.mode == Mode::Streaming)
+                    .map(|r| r.plan.budgets.device_bytes),
+                bytes_moved: t.bytes_moved,
                 rel_l2_truth: r.as_ref().map_or(f64::NAN, |r| rel_l2(&r.volume, &truth)),
                 size: n,
                 outer_iterations: params.outer_iterations,
@@ -229,7 +286,8 @@ pub fn run_frontier(
         points.push(p);
     };
     emit(point(MemoPolicy::Off, true, Ok(&exact), t_exact));
-    let (r, t) = best_of(repeats, || run(ctx, &projections, params, off, memo_chunks))?;
+    let off_setting = setting(params, off, memo_chunks);
+    let (r, t) = best_of(repeats, || run(ctx, &projections, off_setting))?;
     emit(point(MemoPolicy::Off, false, Ok(&r), t));
     for policy in config.policies.iter().copied() {
         let memo = MemoOptions {
@@ -237,16 +295,19 @@ pub fn run_frontier(
             ..config.memo
         };
         let (start, cpu) = (Instant::now(), process_cpu_seconds());
+        let traffic = ctx.traffic();
         match best_of(repeats, || {
-            run(ctx, &projections, params, memo, memo_chunks)
+            run(ctx, &projections, setting(params, memo, memo_chunks))
         }) {
             Ok((r, t)) => emit(point(policy, false, Ok(&r), t)),
             // A diverging run is a point at accuracy 0 (timed up to the failure), not the end
             // of the sweep.
             Err(ReconError::Solver(e @ SolverError::NonFinite { .. })) => {
+                let moved = ctx.traffic() - traffic;
                 let t = Timing {
                     wall: start.elapsed().as_secs_f64(),
                     cpu: cpu.zip(process_cpu_seconds()).map(|(a, b)| b - a),
+                    bytes_moved: moved.bytes_uploaded + moved.bytes_downloaded,
                 };
                 emit(point(policy, false, Err(e.to_string()), t));
             }
@@ -257,7 +318,7 @@ pub fn run_frontier(
 }
 
 /// Columns of the frontier table.
-const COLUMNS: usize = 15;
+const COLUMNS: usize = 17;
 
 /// The frontier table: one row per run, then the paper's points. Error messages are kept verbatim
 /// (quoted by the CSV writer where they hold commas).
@@ -277,6 +338,8 @@ fn frontier_csv(points: &[FrontierPoint]) -> Result<Vec<u8>, csv::Error> {
         "lookup_ms_p99",
         "round_trips_per_application",
         "cache_bytes",
+        "mode",
+        "bytes_moved",
         "rel_l2_truth",
         "error",
     ])?;
@@ -296,6 +359,8 @@ fn frontier_csv(points: &[FrontierPoint]) -> Result<Vec<u8>, csv::Error> {
             format!("{:.5}", p.lookup_ms_p99),
             format!("{:.3}", p.round_trips_per_application),
             p.cache_bytes.to_string(),
+            p.mode.clone(),
+            p.bytes_moved.to_string(),
             format!("{:.5}", p.rel_l2_truth),
             p.error.clone().unwrap_or_default(),
         ])?;
@@ -451,6 +516,9 @@ mod tests {
             round_trips_per_application: 2.5,
             max_round_trips_per_application: 3,
             cache_bytes: 1 << 20,
+            mode: "streaming".into(),
+            device_budget: Some(1 << 24),
+            bytes_moved: 1 << 22,
             rel_l2_truth: 0.5,
             size: 16,
             outer_iterations: 10,
