@@ -94,7 +94,7 @@ pub enum BenchWhat {
         #[arg(long)]
         dai_yuan_step: Option<f64>,
         /// Stream every frontier run (the exact one included) through a device budget of 1/F of
-        /// its in-core need (the memo cache reserved whole on top), the other arrays on the host.
+        /// its in-core need, the memo's device cache scaled alike, the other arrays on the host.
         #[arg(long, value_name = "F", value_parser = clap::value_parser!(u64).range(1..))]
         device_fraction: Option<u64>,
         /// Memo settings of the frontier (default: the paper's six TAU for mlr, six TOL for
@@ -518,7 +518,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
             device_fraction: *device_fraction,
         };
         eprintln!(
-            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of {chunk} rows, {}, on {}",
+            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of at most {chunk} rows, {}, on {}",
             params.inner,
             device_fraction.map_or("in core".to_string(), |f| format!(
                 "streamed through 1/{f} of the in-core device need"

@@ -109,8 +109,8 @@ pub struct FrontierConfig {
     /// Timed runs per setting; the fastest counts (other work on the machine only slows runs
     /// down). The result of the last is used.
     pub repeats: usize,
-    /// Streams every run through a device budget of `1 / fraction` of its in-core need (the memo
-    /// cache reserved whole on top), the other arrays on the host; `None`: in core.
+    /// Streams every run through a device budget of `1 / fraction` of its in-core need, the
+    /// memo's device cache scaled alike, the other arrays on the host; `None`: in core.
     pub device_fraction: Option<u64>,
 }
 
@@ -143,16 +143,22 @@ fn reconstructor<'a>(
             .operator_options(setting.chunking)
             .memo(setting.memo)
     };
-    let Some(fraction) = setting.device_fraction else {
+    let Some(fraction) = setting.device_fraction.map(|f| f.max(1)) else {
         return Ok(base());
     };
-    let memo_bytes = match setting.memo.policy {
-        MemoPolicy::Off => 0,
-        _ => setting.memo.device_bytes,
+    // The memo's device cache shrinks with the arrays' share: the whole run holds 1/F of what
+    // it holds in core.
+    let memo = MemoOptions {
+        device_bytes: setting.memo.device_bytes / fraction,
+        ..setting.memo
     };
-    let need = base().plan(g)?.device_bytes;
-    let budget = need.saturating_sub(memo_bytes) / fraction.max(1) + memo_bytes;
-    Ok(base().device_memory_budget(budget))
+    let memo_bytes = match memo.policy {
+        MemoPolicy::Off => 0,
+        _ => memo.device_bytes,
+    };
+    let need = base().memo(memo).plan(g)?.device_bytes;
+    let budget = need.saturating_sub(memo_bytes) / fraction + memo_bytes;
+    Ok(base().memo(memo).device_memory_budget(budget))
 }
 
 fn run(
