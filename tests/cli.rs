@@ -25,6 +25,15 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The objects of a `--json` output, one per line.
+fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8(stdout.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn apply_fft_matches_the_reference_on_the_last_axes() {
     let dir = tempfile::tempdir().unwrap();
@@ -778,11 +787,7 @@ fn bench_memo_streams_the_frontier_runs_through_a_device_fraction() {
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&o.stdout);
     let settings: Vec<&str> = lines
         .iter()
         .map(|l| l["setting"].as_str().unwrap())
@@ -823,11 +828,7 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&o.stdout);
     // exact, off at the memo chunking, six mlr, six certified and three certified:auto settings.
     assert_eq!(lines.len(), 17);
     assert!(lines.iter().all(|l| l["section"] == "frontier"));
@@ -927,11 +928,7 @@ fn bench_memo_comparison_times_cg_dai_yuan_and_memo_against_the_converged_result
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(&o.stdout);
     // The reference, CG read off its trajectory, Dai-Yuan without and with memo.
     let runs: Vec<(&str, &str, &str)> = lines
         .iter()
