@@ -483,8 +483,9 @@ fn a_stage_application_takes_at_most_three_round_trips_whatever_the_number_of_ch
 /// array) or on the device from the entries' slots (a device output array). Every stage, with
 /// each placement of its arrays, under `mlr` and `certified`: applied twice to the same input,
 /// the second application reuses every chunk, moves less than one chunk's block (nothing between
-/// host arrays; the memo kernels' job tables and the keys of a device input), and gives the first one's bits
-/// (`mlr`) or its values within rounding (`certified`).
+/// host arrays; the memo kernels' job tables and the keys of a device input), and gives the first
+/// one's bits (`mlr`) or its values within rounding (`certified`). Without host memory for the
+/// memo, `certified` compares on the device and uploads the inputs.
 #[test]
 fn a_reused_chunk_moves_no_chunk_data_between_host_and_device() {
     use lamino::array::{Residency, Staging};
@@ -560,4 +561,38 @@ fn a_reused_chunk_moves_no_chunk_data_between_host_and_device() {
             }
         }
     }
+    // Without host memory for the memo, `certified` compares on the device: the chunks are still
+    // reused, but their inputs are uploaded for the comparison.
+    let policy: MemoPolicy = "certified:0.01".parse().unwrap();
+    let no_host = MemoOptions {
+        host_bytes: 0,
+        ..options(policy)
+    };
+    let (from_space, to_space) = Apply::Usfft2d.spaces();
+    let source = Field::new(&ctx, "x", from_space.layout(&g, 2), &host).unwrap();
+    let sink = Field::new(&ctx, "y", to_space.layout(&g, 2), &host).unwrap();
+    let x = random(from_space.layout(&g, 2).words() / 2, 22);
+    source.write(&ctx, bytemuck::cast_slice(&x)).unwrap();
+    let app = op
+        .application(
+            &ctx,
+            &scalars,
+            Some(&staging),
+            Apply::Usfft2d,
+            Source::Complex(&source),
+            Sink::Complex(&sink),
+        )
+        .unwrap();
+    let mut memo = Memo::with_staging(&ctx, &op, no_host, Some(&staging)).unwrap();
+    memo.apply(&ctx, &op, &app).unwrap();
+    ctx.wait().unwrap();
+    ctx.complete_downloads().unwrap();
+    let before = ctx.traffic();
+    memo.apply(&ctx, &op, &app).unwrap();
+    let second = ctx.traffic() - before;
+    let stats = memo.stats();
+    let s = stage(&stats, Stage::Usfft2d);
+    let chunks = op.chunk_count(Stage::Usfft2d) as u64;
+    assert_eq!((s.hits, s.formed_on_host), (chunks, 0), "{s:?}");
+    assert!(second.bytes_uploaded >= chunks * block_bytes, "{second:?}");
 }

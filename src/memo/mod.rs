@@ -850,7 +850,13 @@ impl StageState {
         // streaming plan) are keyed and decided there: a reused one is never uploaded, and the
         // round trip is left out when nothing is demoted.
         let demoted_slots: Vec<usize> = claim.demoted.iter().map(|&(_, slot)| slot).collect();
-        let host_inputs = w.host_inputs(&wave)?;
+        let host_inputs = match w.options.policy {
+            MemoPolicy::Mlr { .. } => w.host_inputs(&wave)?,
+            // Certified decisions on the host compare with host copies of the candidates'
+            // inputs, which need host memory; without any they are made on the device.
+            _ if self.store.keeps_host_copies() => w.host_inputs(&wave)?,
+            _ => None,
+        };
         let key_lens: Vec<u64> = match host_inputs {
             Some(_) => Vec::new(),
             None => wave

@@ -120,6 +120,11 @@ impl Store {
         }
     }
 
+    /// Whether entries may keep host copies (a host budget).
+    pub fn keeps_host_copies(&self) -> bool {
+        self.host_budget > 0
+    }
+
     pub fn get(&self, id: u64) -> Option<&Entry> {
         self.entries.get(&id)
     }
