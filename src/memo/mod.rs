@@ -1016,9 +1016,22 @@ impl StageState {
                         input: c.host_input,
                         output: c.landing,
                     };
-                    let (id, dropped) =
+                    // With both chunks on the host (a stage whose arrays are all there), the
+                    // slot was only the chunk's workspace: the entry lives in host memory, so
+                    // the cache is bounded by the host budget, not by the device's slots.
+                    let host_only =
                         self.store
-                            .insert(c.chunk, c.class, key.clone(), lens, c.slot, copies);
+                            .insert_host(c.chunk, c.class, key.clone(), lens, copies.clone());
+                    let (id, dropped) = match host_only {
+                        Some(inserted) => {
+                            self.store.release(c.slot);
+                            inserted
+                        }
+                        None => {
+                            self.store
+                                .insert(c.chunk, c.class, key.clone(), lens, c.slot, copies)
+                        }
+                    };
                     self.forget(&dropped);
                     self.stats.dropped += dropped.len() as u64;
                     if w.options.policy.is_certified() {

@@ -287,6 +287,44 @@ impl Store {
         (id, dropped)
     }
 
+    /// Adds an entry held by its host copies alone (both chunks; a stage whose arrays are all on
+    /// the host needs no slot to compare or reuse it), making room by dropping host entries,
+    /// least recently used first. Returns its id and the entries dropped, or `None` (nothing
+    /// changed) if the copies are incomplete or larger than the host budget.
+    pub fn insert_host(
+        &mut self,
+        chunk: usize,
+        class: usize,
+        key: UnitKey,
+        lens: (u64, u64),
+        host: HostCopies,
+    ) -> Option<(u64, Vec<u64>)> {
+        let bytes = host.bytes(lens);
+        let complete = host.input.is_some() && host.output.is_some();
+        if !complete || bytes > self.host_budget {
+            return None;
+        }
+        let mut dropped = Vec::new();
+        self.make_room(bytes, &mut dropped);
+        self.host_used += bytes;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.clock += 1;
+        self.entries.insert(
+            id,
+            Entry {
+                chunk,
+                class,
+                key,
+                lens,
+                tier: Tier::Host,
+                host,
+                last_used: self.clock,
+            },
+        );
+        Some((id, dropped))
+    }
+
     /// Removes an entry (its slot becomes free).
     pub fn remove(&mut self, id: u64) {
         if let Some(e) = self.entries.remove(&id) {
@@ -448,5 +486,35 @@ mod tests {
         store.remove(b);
         store.remove(c);
         assert_eq!(store.bytes(), (0, 0));
+    }
+
+    /// An entry with both host copies can live without a slot; one without them, or larger than
+    /// the host budget, is refused and changes nothing.
+    #[test]
+    fn host_only_entries_take_no_slot_and_stay_within_the_host_budget() {
+        let mut store = Store::new(1, 256, false);
+        let (a, dropped) = store
+            .insert_host(0, 0, key(), (10, 6), copies(10, 6))
+            .unwrap();
+        assert!(dropped.is_empty());
+        assert_eq!(store.get(a).unwrap().tier, Tier::Host);
+        assert_eq!(store.bytes(), (0, 128));
+        // The slot is still free.
+        assert_eq!(store.claim(1).unwrap().slots, vec![0]);
+        let (b, _) = store
+            .insert_host(1, 0, key(), (10, 6), copies(10, 6))
+            .unwrap();
+        let (_, dropped) = store
+            .insert_host(2, 0, key(), (10, 6), copies(10, 6))
+            .unwrap();
+        assert_eq!(dropped, vec![a]);
+        assert!(store.get(b).is_some());
+        assert!(store
+            .insert_host(3, 0, key(), (10, 6), no_copies())
+            .is_none());
+        assert!(store
+            .insert_host(3, 0, key(), (40, 6), copies(40, 6))
+            .is_none());
+        assert_eq!((store.len(), store.bytes()), (2, (0, 256)));
     }
 }
