@@ -499,6 +499,25 @@ fn a_reused_chunk_moves_no_chunk_data_between_host_and_device() {
     // rows x N columns.
     let block_bytes = (8 * ROWS * N * 8) as u64;
     let (host, device) = (Residency::Host, Residency::Device);
+    // `what` bound to a random source array where `from` says and a sink where `to` says.
+    let bind = |what: Apply, from: &Residency, to: &Residency, seed: u64| {
+        let (from_space, to_space) = what.spaces();
+        let source = Field::new(&ctx, "x", from_space.layout(&g, 2), from).unwrap();
+        let sink = Field::new(&ctx, "y", to_space.layout(&g, 2), to).unwrap();
+        let x = random(from_space.layout(&g, 2).words() / 2, seed);
+        source.write(&ctx, bytemuck::cast_slice(&x)).unwrap();
+        let app = op
+            .application(
+                &ctx,
+                &scalars,
+                Some(&staging),
+                what,
+                Source::Complex(&source),
+                Sink::Complex(&sink),
+            )
+            .unwrap();
+        (app, sink)
+    };
     for (what, which, from, to) in [
         (Apply::Usfft2d, Stage::Usfft2d, &host, &host),
         (Apply::Usfft2dAdjoint, Stage::Usfft2dAdjoint, &host, &host),
@@ -507,21 +526,7 @@ fn a_reused_chunk_moves_no_chunk_data_between_host_and_device() {
     ] {
         for policy in ["mlr:0.5", "certified:0.01"] {
             let policy: MemoPolicy = policy.parse().unwrap();
-            let (from_space, to_space) = what.spaces();
-            let source = Field::new(&ctx, "x", from_space.layout(&g, 2), from).unwrap();
-            let sink = Field::new(&ctx, "y", to_space.layout(&g, 2), to).unwrap();
-            let x = random(from_space.layout(&g, 2).words() / 2, 21);
-            source.write(&ctx, bytemuck::cast_slice(&x)).unwrap();
-            let app = op
-                .application(
-                    &ctx,
-                    &scalars,
-                    Some(&staging),
-                    what,
-                    Source::Complex(&source),
-                    Sink::Complex(&sink),
-                )
-                .unwrap();
+            let (app, sink) = bind(what, from, to, 21);
             let mut memo = Memo::with_staging(&ctx, &op, options(policy), Some(&staging)).unwrap();
             let mut apply = || {
                 ctx.wait().unwrap();
@@ -568,21 +573,7 @@ fn a_reused_chunk_moves_no_chunk_data_between_host_and_device() {
         host_bytes: 0,
         ..options(policy)
     };
-    let (from_space, to_space) = Apply::Usfft2d.spaces();
-    let source = Field::new(&ctx, "x", from_space.layout(&g, 2), &host).unwrap();
-    let sink = Field::new(&ctx, "y", to_space.layout(&g, 2), &host).unwrap();
-    let x = random(from_space.layout(&g, 2).words() / 2, 22);
-    source.write(&ctx, bytemuck::cast_slice(&x)).unwrap();
-    let app = op
-        .application(
-            &ctx,
-            &scalars,
-            Some(&staging),
-            Apply::Usfft2d,
-            Source::Complex(&source),
-            Sink::Complex(&sink),
-        )
-        .unwrap();
+    let (app, _sink) = bind(Apply::Usfft2d, &host, &host, 22);
     let mut memo = Memo::with_staging(&ctx, &op, no_host, Some(&staging)).unwrap();
     memo.apply(&ctx, &op, &app).unwrap();
     ctx.wait().unwrap();

@@ -37,6 +37,11 @@ impl HostCopies {
         }
     }
 
+    /// Whether both chunks have a copy.
+    fn complete(&self) -> bool {
+        self.input.is_some() && self.output.is_some()
+    }
+
     fn bytes(&self, lens: (u64, u64)) -> u64 {
         8 * (self.input.as_ref().map_or(0, |_| lens.0) + self.output.as_ref().map_or(0, |_| lens.1))
     }
@@ -211,7 +216,7 @@ impl Store {
                 unreachable!("least_recent(true) returns device entries")
             };
             claim.slots.push(slot);
-            let complete = entry.host.input.is_some() && entry.host.output.is_some();
+            let complete = entry.host.complete();
             let (bytes, extra) = (entry.bytes(), entry.bytes() - entry.host_bytes());
             // The victim is still a device entry: making room never drops it.
             let demote = complete || self.demote_by_readback;
@@ -268,22 +273,7 @@ impl Store {
             true => host,
             false => HostCopies::default(),
         };
-        self.host_used += host.bytes(lens);
-        let id = self.next_id;
-        self.next_id += 1;
-        self.clock += 1;
-        self.entries.insert(
-            id,
-            Entry {
-                chunk,
-                class,
-                key,
-                lens,
-                tier: Tier::Device { slot },
-                host,
-                last_used: self.clock,
-            },
-        );
+        let id = self.add(chunk, class, key, lens, Tier::Device { slot }, host);
         (id, dropped)
     }
 
@@ -300,16 +290,30 @@ impl Store {
         host: HostCopies,
     ) -> Option<(u64, Vec<u64>)> {
         let bytes = host.bytes(lens);
-        let complete = host.input.is_some() && host.output.is_some();
-        if !complete || bytes > self.host_budget {
+        if !host.complete() || bytes > self.host_budget {
             return None;
         }
         let mut dropped = Vec::new();
         self.make_room(bytes, &mut dropped);
-        self.host_used += bytes;
+        let id = self.add(chunk, class, key, lens, Tier::Host, host);
+        Some((id, dropped))
+    }
+
+    /// Adds an entry (its host copies counted, the room for them made) and returns its id.
+    fn add(
+        &mut self,
+        chunk: usize,
+        class: usize,
+        key: UnitKey,
+        lens: (u64, u64),
+        tier: Tier,
+        host: HostCopies,
+    ) -> u64 {
+        self.host_used += host.bytes(lens);
         let id = self.next_id;
         self.next_id += 1;
         self.clock += 1;
+        let last_used = self.clock;
         self.entries.insert(
             id,
             Entry {
@@ -317,12 +321,12 @@ impl Store {
                 class,
                 key,
                 lens,
-                tier: Tier::Host,
+                tier,
                 host,
-                last_used: self.clock,
+                last_used,
             },
         );
-        Some((id, dropped))
+        id
     }
 
     /// Removes an entry (its slot becomes free).
