@@ -701,6 +701,8 @@ pub enum ScaleBenchError {
     Solver(#[from] crate::solver::SolverError),
     #[error(transparent)]
     Plan(#[from] crate::plan::PlanError),
+    #[error(transparent)]
+    Fft(#[from] FftError),
 }
 
 /// Random data in the operator's range of values for an `n`^3 volume seen at `angles`.
@@ -826,6 +828,79 @@ pub fn bench_scale_plan(
         peak_host_bytes: None,
         device: ctx.info().name.clone(),
     })
+}
+
+/// What `lamino bench scale --model` measured on this device: one in-core outer iteration of a
+/// small scan against a plain copy of the bytes its passes touch.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleModelMeasurement {
+    pub kind: &'static str,
+    pub size: usize,
+    pub angles: usize,
+    /// Median wall time of one in-core outer iteration, ms.
+    pub ms_per_iteration: f64,
+    /// Bytes its passes read and write (`plan::cluster::touched_bytes`).
+    pub touched_bytes: u64,
+    /// A plain copy on the device (bytes read + written per second), GB/s.
+    pub copy_gbps: f64,
+    /// `ms_per_iteration` over the time a copy of `touched_bytes` takes.
+    pub copy_equivalents: f64,
+    pub device: String,
+}
+
+/// `lamino bench scale --model`: measures the cost of an iteration on this device at side
+/// `measure_size`, then models every size of `sizes` on each of `ranks`, with the measured copy
+/// equivalents and copy bandwidth wherever `inputs` leaves them 0.
+pub fn bench_scale_model(
+    options: &crate::gpu::DeviceOptions,
+    measure_size: usize,
+    mut inputs: crate::plan::cluster::ClusterInputs,
+    sizes: &[usize],
+    ranks: &[usize],
+) -> Result<
+    (
+        ScaleModelMeasurement,
+        Vec<crate::plan::cluster::ClusterPoint>,
+    ),
+    ScaleBenchError,
+> {
+    use crate::operator::OperatorOptions;
+    use crate::plan::cluster::{model, touched_bytes};
+    use crate::plan::MemoryPlan;
+    use crate::solver::AdmmParams;
+    let (g, data) = scale_scan(measure_size, measure_size);
+    let params = AdmmParams::exactly(2);
+    let ctx = GpuContext::new(options)?;
+    let in_core = MemoryPlan::in_core(&ctx, &g, &params, &OperatorOptions::default())?;
+    let copy = copy_gbps(&ctx, 64 << 20, 5)?;
+    let device = ctx.info().name.clone();
+    let (ms, _, _) = timed_iterations(options, &g, &data, &in_core, 1, true)?;
+    let touched = touched_bytes(&g, &params);
+    let copy_equivalents = ms / 1e3 * copy * 1e9 / touched as f64;
+    if inputs.copy_equivalents <= 0.0 {
+        inputs.copy_equivalents = copy_equivalents;
+    }
+    if inputs.device_gbps <= 0.0 {
+        inputs.device_gbps = copy;
+    }
+    let mut points = Vec::new();
+    for &n in sizes {
+        let target = crate::operator::Geometry::cube(n, n, SCALE_PHI);
+        points.extend(model(&ctx, &target, &params, &inputs, ranks)?);
+    }
+    Ok((
+        ScaleModelMeasurement {
+            kind: "model-measurement",
+            size: measure_size,
+            angles: measure_size,
+            ms_per_iteration: ms,
+            touched_bytes: touched,
+            copy_gbps: copy,
+            copy_equivalents,
+            device,
+        },
+        points,
+    ))
 }
 
 /// Host -> device -> host through the context's own write and read paths: `words` f32 each

@@ -1230,3 +1230,51 @@ fn a_streaming_reconstruction_with_memo_writes_its_outputs_slab_by_slab() {
     );
     assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
 }
+
+#[test]
+fn bench_scale_model_measures_this_device_and_models_each_size_on_each_gpu_count() {
+    let o = lamino(
+        &[
+            "bench",
+            "scale",
+            "--model",
+            "--json",
+            "--model-measure-size",
+            "16",
+            "--model-sizes",
+            "64,128",
+            "--model-ranks",
+            "1,2,4",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o.stdout);
+    assert_eq!(lines.len(), 1 + 2 * 3);
+    let measured = &lines[0];
+    assert_eq!(measured["kind"], "model-measurement", "{measured}");
+    assert!(measured["ms_per_iteration"].as_f64().unwrap() > 0.0);
+    assert!(measured["copy_equivalents"].as_f64().unwrap() > 0.0);
+    let points = &lines[1..];
+    let key: Vec<(u64, u64)> = points
+        .iter()
+        .map(|p| (p["size"].as_u64().unwrap(), p["ranks"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        key,
+        [(64, 1), (64, 2), (64, 4), (128, 1), (128, 2), (128, 4)]
+    );
+    for p in points {
+        let f = |k: &str| p[k].as_f64().unwrap();
+        let parts = f("device_s").max(f("bus_s")) + f("network_s") + f("latency_s");
+        assert!((f("iteration_s") - parts).abs() <= 1e-9 * parts, "{p}");
+        assert!(
+            f("efficiency") > 0.0 && f("efficiency") <= 1.0 + 1e-9,
+            "{p}"
+        );
+        let single = p["ranks"] == 1;
+        assert_eq!(p["network_bytes_per_rank"] == 0, single, "{p}");
+    }
+    // The bigger volume costs more per iteration on the same GPUs.
+    assert!(points[3]["iteration_s"].as_f64() > points[0]["iteration_s"].as_f64());
+}

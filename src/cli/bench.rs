@@ -220,6 +220,44 @@ pub enum BenchWhat {
         /// scratch files (node-local NVMe), without checking space here.
         #[arg(long, default_value_t = 1024)]
         plan_host_gib: u64,
+        /// Instead of the runs and plans: the cost model of one outer iteration on K GPUs (one
+        /// rank each) from an iteration measured on this device, for every size and K given.
+        #[arg(long)]
+        model: bool,
+        /// Volume side of the iteration the model is measured on (n^3 voxels, n angles).
+        #[arg(long, default_value_t = 64)]
+        model_measure_size: usize,
+        /// Volume sides to model (n angles each).
+        #[arg(long, value_delimiter = ',', default_values_t = [1024usize, 2048])]
+        model_sizes: Vec<usize>,
+        /// Numbers of GPUs (ranks) to model.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 16, 32, 64])]
+        model_ranks: Vec<usize>,
+        /// Memory of one GPU, GiB (mLR's nodes: A100 40 GB).
+        #[arg(long, default_value_t = 40)]
+        model_device_gib: u64,
+        /// Host memory of one rank, GiB (beyond it, node-local scratch).
+        #[arg(long, default_value_t = 128)]
+        model_host_gib: u64,
+        /// Copy bandwidth of one GPU, GB/s (read + write); 0: this device's, measured.
+        #[arg(long, default_value_t = 0.0)]
+        model_device_gbps: f64,
+        /// Device time of an iteration in copies of the bytes it touches; 0: measured here (give
+        /// a figure measured on the GPU modelled, `model-measurement` in the JSON output).
+        #[arg(long, default_value_t = 0.0)]
+        model_copy_equivalents: f64,
+        /// Host <-> device bandwidth of one GPU, GB/s (PCIe 4.0 x16).
+        #[arg(long, default_value_t = 25.0)]
+        model_bus_gbps: f64,
+        /// Network bandwidth of one node, GB/s (mLR's Slingshot-11, 200 Gb/s).
+        #[arg(long, default_value_t = 25.0)]
+        model_network_gbps: f64,
+        /// GPUs (ranks) per node, sharing its network.
+        #[arg(long, default_value_t = 4)]
+        model_gpus_per_node: usize,
+        /// Latency of one message, microseconds.
+        #[arg(long, default_value_t = 5.0)]
+        model_latency_us: f64,
     },
 }
 
@@ -261,6 +299,37 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
         } => stripes(*json, *angles, *width, *rows, method.as_deref()),
         BenchWhat::Scale {
             json,
+            model: true,
+            model_measure_size,
+            model_sizes,
+            model_ranks,
+            model_device_gib,
+            model_host_gib,
+            model_device_gbps,
+            model_copy_equivalents,
+            model_bus_gbps,
+            model_network_gbps,
+            model_gpus_per_node,
+            model_latency_us,
+            ..
+        } => scale_model(
+            cli,
+            *json,
+            *model_measure_size,
+            lamino::plan::cluster::ClusterInputs {
+                device_bytes: model_device_gib << 30,
+                host_bytes: model_host_gib << 30,
+                device_gbps: *model_device_gbps,
+                bus_gbps: *model_bus_gbps,
+                network_gbps: *model_network_gbps,
+                gpus_per_node: *model_gpus_per_node,
+                latency_us: *model_latency_us,
+                copy_equivalents: *model_copy_equivalents,
+            },
+            (model_sizes, model_ranks),
+        ),
+        BenchWhat::Scale {
+            json,
             size,
             iterations,
             large,
@@ -269,6 +338,7 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             plan_sizes,
             plan_device_gib,
             plan_host_gib,
+            ..
         } => scale(
             cli,
             *json,
@@ -711,6 +781,106 @@ fn stripes(
                 r.sinogram_thread_s,
                 r.sinogram_thread_s * 2048.0 / 16.0
             );
+        }
+    }
+    Ok(())
+}
+
+fn scale_model(
+    cli: &Cli,
+    json: bool,
+    measure_size: usize,
+    inputs: lamino::plan::cluster::ClusterInputs,
+    (sizes, ranks): (&[usize], &[usize]),
+) -> CliResult {
+    use lamino::plan::cluster::communication_dominates_from;
+    let (measured, points) = lamino::bench::bench_scale_model(
+        &cli.device_options(),
+        measure_size,
+        inputs,
+        sizes,
+        ranks,
+    )?;
+    if json {
+        println!("{}", serde_json::to_string(&measured)?);
+        for p in &points {
+            println!("{}", serde_json::to_string(p)?);
+        }
+        return Ok(());
+    }
+    println!(
+        "measured on {}: one in-core outer iteration of {}^3 x {} angles in {:.0} ms, {:.2} GB touched, \
+         copy {:.2} GB/s: {:.1} copy-equivalents per byte",
+        measured.device,
+        measured.size,
+        measured.angles,
+        measured.ms_per_iteration,
+        measured.touched_bytes as f64 / 1e9,
+        measured.copy_gbps,
+        measured.copy_equivalents
+    );
+    let gbps = if inputs.device_gbps > 0.0 {
+        inputs.device_gbps
+    } else {
+        measured.copy_gbps
+    };
+    let equivalents = if inputs.copy_equivalents > 0.0 {
+        inputs.copy_equivalents
+    } else {
+        measured.copy_equivalents
+    };
+    println!(
+        "modelled GPU: {} GiB, copy {gbps:.1} GB/s, {equivalents:.1} copy-equivalents per byte, bus {} \
+         GB/s; node network {} GB/s shared by {} GPUs, {} us per message; host {} GiB per rank",
+        inputs.device_bytes >> 30,
+        inputs.bus_gbps,
+        inputs.network_gbps,
+        inputs.gpus_per_node,
+        inputs.latency_us,
+        inputs.host_bytes >> 30
+    );
+    println!(
+        "{:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>9} {:>9}",
+        "size",
+        "GPUs",
+        "mode",
+        "device s",
+        "bus s",
+        "net s",
+        "lat s",
+        "iter s",
+        "speedup",
+        "eff",
+        "comm",
+        "net GB",
+        "host GiB"
+    );
+    for p in &points {
+        println!(
+            "{:>5} {:>5} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.4} {:>10.3} {:>8.2} {:>6.2} {:>6.2} {:>9.2} {:>9.1}",
+            p.size,
+            p.ranks,
+            format!("{:?}", p.mode),
+            p.device_s,
+            p.bus_s,
+            p.network_s,
+            p.latency_s,
+            p.iteration_s,
+            p.speedup,
+            p.efficiency,
+            p.communication_share,
+            p.network_bytes_per_rank as f64 / 1e9,
+            (p.host_bytes_per_rank + p.scratch_bytes_per_rank) as f64 / (1u64 << 30) as f64
+        );
+    }
+    for &n in sizes {
+        let of_size: Vec<_> = points.iter().filter(|p| p.size == n).cloned().collect();
+        match communication_dominates_from(&of_size) {
+            Some(k) => println!("{n}^3: communication takes over half the iteration from {k} GPUs"),
+            None => println!(
+                "{n}^3: communication stays under half the iteration up to {} GPUs",
+                of_size.iter().map(|p| p.ranks).max().unwrap_or(1)
+            ),
         }
     }
     Ok(())

@@ -8,6 +8,8 @@
 //! block at a time. Both run the same kernels, so with the same chunks streaming and in-core give
 //! the same bits; other chunk sizes change only the FFT batches' rounding (tested).
 
+pub mod cluster;
+
 use std::path::PathBuf;
 
 use serde::Serialize;
