@@ -118,6 +118,27 @@ pub static FFT_PASS_PRIVATE: [(usize, &Shader); 7] = [
     (1024, &FFT_PASS_PRIVATE_1024),
 ];
 
+const FFT_TWO_LEVEL: &str = include_str!("../shaders/fft/two_level.wgsl");
+
+/// One FFT pass in two levels of private rows (`shaders/fft/two_level.wgsl`) with the row helpers
+/// `generated` for its split (`crate::fft::two_level`). Composed at run time, so the module lives
+/// for the rest of the process (each split once; `fft::two_level` keeps them).
+pub fn fft_pass_two_level(name: String, generated: String) -> &'static Shader {
+    let parts: Vec<&'static str> = vec![
+        COMPLEX,
+        FFT_RADIX,
+        FFT_EXCHANGE_SHARED,
+        FFT_PASS,
+        Box::leak(generated.into_boxed_str()),
+        FFT_TWO_LEVEL,
+    ];
+    Box::leak(Box::new(Shader {
+        name: Box::leak(name.into_boxed_str()),
+        parts: Box::leak(parts.into_boxed_slice()),
+        layout: FFT_PASS_LAYOUT,
+    }))
+}
+
 /// The bandwidth yardstick.
 pub static COPY: Shader = Shader {
     name: "util/copy",

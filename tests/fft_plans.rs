@@ -351,3 +351,36 @@ fn plans_of_one_context_share_their_workspace() {
         );
     }
 }
+
+/// Specialised passes longer than the private kernels run in two levels of rows in registers on
+/// CPU rasterisers; they meet the accuracy bound forward and inverse, along a strided axis, as
+/// Bluestein's inner transform and as the passes of a four-step chain.
+#[test]
+fn two_level_passes_meet_the_accuracy_bound() {
+    use lamino::fft::Exchange;
+    let ctx = ctx();
+    let cases: [(&[usize], usize, Direction); 6] = [
+        (&[16, 4096], 1, Direction::Forward),
+        (&[40, 2000], 1, Direction::Inverse),
+        (&[1152, 64], 2, Direction::Forward),
+        (&[32, 1021], 1, Direction::Forward),
+        (&[1 << 22], 1, Direction::Inverse),
+        (&[24, 3025], 1, Direction::Forward),
+    ];
+    for (shape, axes, direction) in cases {
+        let n: usize = shape.iter().product();
+        let data = ctx.storage_buffer("two-level", n as u64 * 8).unwrap();
+        let plan = FftPlan::new(ctx, shape, axes, direction, Normalization::None, &data).unwrap();
+        let two_level = plan
+            .axis_plans()
+            .iter()
+            .flat_map(|p| p.passes())
+            .filter(|p| p.launch.exchange == Exchange::TwoLevel)
+            .count();
+        if ctx.info().software {
+            assert!(two_level > 0, "{shape:?}: {:?}", plan.axis_plans());
+        }
+        let ratio = common::fft_error_ratio(ctx, shape, axes, direction, 41);
+        assert!(ratio <= 1.0, "{shape:?} {direction:?}: {ratio}");
+    }
+}

@@ -131,3 +131,34 @@ fn layout_mismatches_are_found() {
         );
     }
 }
+
+/// The two-level FFT passes are composed at run time from generated rows: every split of a
+/// sub-length up to 8192, with both largest radices, validates and binds the declared layout.
+#[test]
+fn every_two_level_pass_validates_and_binds_its_layout() {
+    use lamino::fft::two_level::{generated, split};
+    let mut failures = Vec::new();
+    let splits: Vec<(usize, usize)> = (2..=8192).filter_map(split).collect();
+    for &(a, b) in &splits {
+        for max_radix in [8, 16] {
+            let shader = lamino::shaders::fft_pass_two_level(
+                format!("fft/pass_two_level_{a}x{b}_r{max_radix}"),
+                generated(a, b, max_radix),
+            );
+            match parse_and_validate(shader) {
+                Ok(module) => failures.extend(
+                    layout_mismatches(&module, shader.layout)
+                        .into_iter()
+                        .map(|p| format!("{}: {p}", shader.name)),
+                ),
+                Err(e) => failures.push(e),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        splits.contains(&(64, 64)) && splits.len() > 100,
+        "{}",
+        splits.len()
+    );
+}

@@ -19,6 +19,7 @@ mod plan;
 pub mod recipe;
 pub mod tune;
 mod twiddles;
+pub mod two_level;
 
 pub use kernel::{Exchange, Launch};
 pub use layout::{BatchDim, Layout};

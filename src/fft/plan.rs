@@ -419,7 +419,15 @@ impl FftPlan1d {
                 } else {
                     (BufferSlice::whole(&workspace[i % 2]), work_layout)
                 };
-                let kernel = pass_kernel(ctx, spec, &info.launch, in_place, info.specialized)?;
+                let unit_strides = [i > 0 || layout.stride == 1, i < last || layout.stride == 1];
+                let kernel = pass_kernel(
+                    ctx,
+                    spec,
+                    &info.launch,
+                    in_place,
+                    info.specialized,
+                    unit_strides,
+                )?;
                 let params = PassParams::new(
                     spec,
                     &info.launch,
@@ -576,7 +584,8 @@ fn time_pass(
         table.extend(root_table(spec.sub));
     }
     let table = ctx.upload("fft tuning table", &table)?;
-    let kernel = pass_kernel(ctx, spec, launch, problem.in_place, true)?;
+    let unit_strides = [src.stride == 1, dst.stride == 1];
+    let kernel = pass_kernel(ctx, spec, launch, problem.in_place, true, unit_strides)?;
     let params = PassParams::new(
         spec,
         launch,

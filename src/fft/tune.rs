@@ -258,8 +258,12 @@ fn fingerprint(ctx: &GpuContext) -> String {
     let shaders = *SHADERS.get_or_init(|| {
         // FNV-1a over every FFT kernel source.
         let mut hash = 0xcbf2_9ce4_8422_2325u64;
+        // One two-level pass stands for the generator and its template.
         let sources = std::iter::once(shaders::FFT_PASS_SHARED.source())
-            .chain(shaders::FFT_PASS_PRIVATE.iter().map(|(_, s)| s.source()));
+            .chain(shaders::FFT_PASS_PRIVATE.iter().map(|(_, s)| s.source()))
+            .chain(std::iter::once(
+                super::two_level::shader(64, 64, 16).source(),
+            ));
         for byte in sources.flat_map(String::into_bytes) {
             hash = (hash ^ byte as u64).wrapping_mul(0x100_0000_01b3);
         }
