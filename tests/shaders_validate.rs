@@ -87,20 +87,22 @@ fn layout_mismatches(module: &naga::Module, layout: &[BindingKind]) -> Vec<Strin
     problems
 }
 
+/// What is wrong with `shader`: its validation error, or each binding that differs from its
+/// declared layout.
+fn layout_failures(shader: &Shader) -> Vec<String> {
+    match parse_and_validate(shader) {
+        Ok(module) => layout_mismatches(&module, shader.layout)
+            .into_iter()
+            .map(|p| format!("{}: {p}", shader.name))
+            .collect(),
+        Err(e) => vec![e],
+    }
+}
+
 /// Every shader's bindings are checked against its declared layout.
 #[test]
 fn every_declared_layout_matches_its_shader() {
-    let mut failures = Vec::new();
-    for shader in ALL {
-        match parse_and_validate(shader) {
-            Ok(module) => failures.extend(
-                layout_mismatches(&module, shader.layout)
-                    .into_iter()
-                    .map(|p| format!("{}: {p}", shader.name)),
-            ),
-            Err(e) => failures.push(e),
-        }
-    }
+    let failures: Vec<String> = ALL.iter().flat_map(|s| layout_failures(s)).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -145,14 +147,7 @@ fn every_two_level_pass_validates_and_binds_its_layout() {
                 format!("fft/pass_two_level_{a}x{b}_r{max_radix}"),
                 generated(a, b, max_radix),
             );
-            match parse_and_validate(shader) {
-                Ok(module) => failures.extend(
-                    layout_mismatches(&module, shader.layout)
-                        .into_iter()
-                        .map(|p| format!("{}: {p}", shader.name)),
-                ),
-                Err(e) => failures.push(e),
-            }
+            failures.extend(layout_failures(shader));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

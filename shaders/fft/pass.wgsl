@@ -378,6 +378,17 @@ fn stage(col: Column, first: bool, radix: u32, next: u32) {
     }
 }
 
+// Column `c` of the dispatch: whether it exists, its transform's first elements and its place in
+// the transform.
+fn place_column(col: ptr<function, Column>, c: u32) {
+    (*col).valid = c < p.columns;
+    let columns_per_transform = len_total() / len_sub();
+    let b = c / columns_per_transform;
+    (*col).j = c % columns_per_transform;
+    (*col).src_base = layout_index(p.src, b, 0u);
+    (*col).dst_base = layout_index(p.dst, b, 0u);
+}
+
 fn later_stage(col: Column, s: u32) {
     let radix = radix_at(s);
     if (radix > 1u) {
@@ -403,13 +414,7 @@ fn fft_pass(
         col.t = lid % THREADS;
         col.slot = lid / THREADS;
     }
-    let c = (wid.x + wid.y * groups.x) * COLUMNS + col.slot;
-    col.valid = c < p.columns;
-    let columns_per_transform = len_total() / len_sub();
-    let b = c / columns_per_transform;
-    col.j = c % columns_per_transform;
-    col.src_base = layout_index(p.src, b, 0u);
-    col.dst_base = layout_index(p.dst, b, 0u);
+    place_column(&col, (wid.x + wid.y * groups.x) * COLUMNS + col.slot);
     if (SPECIALIZED) {
         // Written out: every stage's radix and block length become constants.
         stage(col, true, radix_at(0u), next_at(0u));

@@ -24,13 +24,7 @@ fn fft_pass_two_level(
     var col: Column;
     col.t = lid;
     col.slot = 0u;
-    let c = wid.x + wid.y * groups.x;
-    col.valid = c < p.columns;
-    let columns_per_transform = len_total() / len_sub();
-    let b = c / columns_per_transform;
-    col.j = c % columns_per_transform;
-    col.src_base = layout_index(p.src, b, 0u);
-    col.dst_base = layout_index(p.dst, b, 0u);
+    place_column(&col, wid.x + wid.y * groups.x);
     var x: LevelArray;
     if (col.valid && lid < TL_B) {
         tl_load(col, lid, &x);
