@@ -123,7 +123,7 @@ const FFT_TWO_LEVEL: &str = include_str!("../shaders/fft/two_level.wgsl");
 /// One FFT pass in two levels of private rows (`shaders/fft/two_level.wgsl`) with the row helpers
 /// `generated` for its split (`crate::fft::two_level`). Composed at run time, so the module lives
 /// for the rest of the process (each split once; `fft::two_level` keeps them).
-pub fn fft_pass_two_level(name: String, generated: String) -> &'static Shader {
+pub(crate) fn fft_pass_two_level(name: String, generated: String) -> &'static Shader {
     let parts: Vec<&'static str> = vec![
         COMPLEX,
         FFT_RADIX,

@@ -138,16 +138,12 @@ fn layout_mismatches_are_found() {
 /// sub-length up to 8192, with both largest radices, validates and binds the declared layout.
 #[test]
 fn every_two_level_pass_validates_and_binds_its_layout() {
-    use lamino::fft::two_level::{generated, split};
+    use lamino::fft::two_level::{shader, split};
     let mut failures = Vec::new();
     let splits: Vec<(usize, usize)> = (2..=8192).filter_map(split).collect();
     for &(a, b) in &splits {
         for max_radix in [8, 16] {
-            let shader = lamino::shaders::fft_pass_two_level(
-                format!("fft/pass_two_level_{a}x{b}_r{max_radix}"),
-                generated(a, b, max_radix),
-            );
-            failures.extend(layout_failures(shader));
+            failures.extend(layout_failures(shader(a, b, max_radix)));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -189,7 +189,7 @@ impl Launch {
             // 1183 = 13 x 91 in 376 against 245 ms.
             if let Some(two_level) = Self::two_level(limits, sub) {
                 let long_odd_rows = two_level.threads > 64 && largest_prime_factor(sub as u64) > 7;
-                if sub > MAX_PRIVATE_SUB && !long_odd_rows {
+                if !long_odd_rows {
                     return two_level;
                 }
             }
@@ -210,8 +210,12 @@ impl Launch {
         shared(threads, (64 / threads).max(1), strided)
     }
 
-    /// The two-level launch of sub-length `sub`, if the device runs it.
+    /// The two-level launch of sub-length `sub`, where one row per invocation no longer fits (the
+    /// private kernels) and the device runs it.
     fn two_level(limits: &Limits, sub: usize) -> Option<Self> {
+        if sub <= MAX_PRIVATE_SUB {
+            return None;
+        }
         let (a, b) = split(sub)?;
         let launch = Self {
             exchange: Exchange::TwoLevel,
@@ -248,8 +252,7 @@ impl Launch {
                 threads *= 2;
             }
         }
-        // Two levels of rows where one row per invocation no longer fits.
-        if let Some(two_level) = Self::two_level(limits, sub).filter(|_| sub > MAX_PRIVATE_SUB) {
+        if let Some(two_level) = Self::two_level(limits, sub) {
             push(two_level);
         }
         for columns in [8, 16] {

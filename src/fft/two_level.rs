@@ -36,7 +36,7 @@ type Composed = HashMap<(usize, usize, u32), &'static Shader>;
 
 /// The pass shader for rows of `a` then `b` with register radices up to `max_radix`, composed once
 /// per process and kept (a few variants per run).
-pub(crate) fn shader(a: usize, b: usize, max_radix: u32) -> &'static Shader {
+pub fn shader(a: usize, b: usize, max_radix: u32) -> &'static Shader {
     static SHADERS: OnceLock<Mutex<Composed>> = OnceLock::new();
     let mut known = SHADERS
         .get_or_init(Default::default)
@@ -51,7 +51,7 @@ pub(crate) fn shader(a: usize, b: usize, max_radix: u32) -> &'static Shader {
 }
 
 /// The generated helpers of the template: the constants and the `tl_*` functions.
-pub fn generated(a: usize, b: usize, max_radix: u32) -> String {
+fn generated(a: usize, b: usize, max_radix: u32) -> String {
     let mut w = String::new();
     let max = a.max(b);
     let _ = writeln!(

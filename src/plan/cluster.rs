@@ -132,7 +132,7 @@ fn latency_s(params: &AdmmParams, ranks: usize, latency_us: f64) -> f64 {
 }
 
 /// The model of `g` under `params` on each of `ranks`, with the arrays planned on this device's
-/// limits (nothing is allocated).
+/// limits (nothing is allocated); speed-ups are against the modelled one-rank iteration.
 pub fn model(
     ctx: &GpuContext,
     g: &Geometry,
@@ -140,55 +140,59 @@ pub fn model(
     inputs: &ClusterInputs,
     ranks: &[usize],
 ) -> Result<Vec<ClusterPoint>, PlanError> {
+    let single_s = point(ctx, g, params, inputs, 1)?.iteration_s;
+    ranks
+        .iter()
+        .map(|&k| {
+            let mut p = point(ctx, g, params, inputs, k.max(1))?;
+            p.speedup = single_s / p.iteration_s;
+            p.efficiency = p.speedup / p.ranks as f64;
+            Ok(p)
+        })
+        .collect()
+}
+
+/// One point of the model, its speed-up and efficiency left at 1.
+fn point(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    inputs: &ClusterInputs,
+    k: usize,
+) -> Result<ClusterPoint, PlanError> {
+    let budgets = Budgets::given(
+        inputs.device_bytes.saturating_mul(k as u64),
+        inputs.host_bytes.saturating_mul(k as u64),
+        Some("scratch".into()),
+    );
+    let plan = plan_on_paper(ctx, g, params, &OperatorOptions::default(), &budgets)?;
     let touched = touched_bytes(g, params) as f64;
-    let mut points: Vec<ClusterPoint> = Vec::with_capacity(ranks.len());
-    let mut single_s = None;
-    for &k in ranks {
-        let k = k.max(1);
-        let kf = k as f64;
-        let budgets = Budgets::given(
-            inputs.device_bytes.saturating_mul(k as u64),
-            inputs.host_bytes.saturating_mul(k as u64),
-            Some("scratch".into()),
-        );
-        let plan = plan_on_paper(ctx, g, params, &OperatorOptions::default(), &budgets)?;
-        let device_s = inputs.copy_equivalents * touched / kf / (inputs.device_gbps * 1e9);
-        let bus_bytes = plan.bytes_moved_per_iteration / k as u64;
-        let bus_s = bus_bytes as f64 / (inputs.bus_gbps * 1e9);
-        let network_bytes = network_bytes_per_rank(g, params, k);
-        let per_rank_network = inputs.network_gbps / inputs.gpus_per_node.max(1) as f64;
-        let network_s = network_bytes as f64 / (per_rank_network * 1e9);
-        let latency_s = latency_s(params, k, inputs.latency_us);
-        let iteration_s = device_s.max(bus_s) + network_s + latency_s;
-        // The first point is the reference for the speed-up when it is one rank; otherwise the
-        // one-rank time is modelled on its own.
-        let single = match single_s {
-            Some(s) => s,
-            None if k == 1 => iteration_s,
-            None => model(ctx, g, params, inputs, &[1])?[0].iteration_s,
-        };
-        single_s = Some(single);
-        let speedup = single / iteration_s;
-        points.push(ClusterPoint {
-            size: g.n0,
-            angles: g.ntheta(),
-            ranks: k,
-            mode: plan.mode,
-            device_s,
-            bus_s,
-            network_s,
-            latency_s,
-            iteration_s,
-            speedup,
-            efficiency: speedup / kf,
-            communication_share: (network_s + latency_s) / iteration_s,
-            bus_bytes_per_rank: bus_bytes,
-            network_bytes_per_rank: network_bytes,
-            host_bytes_per_rank: plan.host_bytes / k as u64,
-            scratch_bytes_per_rank: plan.scratch_bytes / k as u64,
-        });
-    }
-    Ok(points)
+    let device_s = inputs.copy_equivalents * touched / k as f64 / (inputs.device_gbps * 1e9);
+    let bus_bytes = plan.bytes_moved_per_iteration / k as u64;
+    let bus_s = bus_bytes as f64 / (inputs.bus_gbps * 1e9);
+    let network_bytes = network_bytes_per_rank(g, params, k);
+    let per_rank_network = inputs.network_gbps / inputs.gpus_per_node.max(1) as f64;
+    let network_s = network_bytes as f64 / (per_rank_network * 1e9);
+    let latency_s = latency_s(params, k, inputs.latency_us);
+    let iteration_s = device_s.max(bus_s) + network_s + latency_s;
+    Ok(ClusterPoint {
+        size: g.n0,
+        angles: g.ntheta(),
+        ranks: k,
+        mode: plan.mode,
+        device_s,
+        bus_s,
+        network_s,
+        latency_s,
+        iteration_s,
+        speedup: 1.0,
+        efficiency: 1.0,
+        communication_share: (network_s + latency_s) / iteration_s,
+        bus_bytes_per_rank: bus_bytes,
+        network_bytes_per_rank: network_bytes,
+        host_bytes_per_rank: plan.host_bytes / k as u64,
+        scratch_bytes_per_rank: plan.scratch_bytes / k as u64,
+    })
 }
 
 /// The fewest ranks at which communication takes more than half of the iteration, if any.
@@ -287,7 +291,7 @@ mod tests {
             let sum = p.device_s.max(p.bus_s) + p.network_s + p.latency_s;
             assert!((p.iteration_s - sum).abs() <= 1e-12 * sum, "{p:?}");
         }
-        // A one-rank reference is modelled when the list does not start at one rank.
+        // The speed-up does not depend on which other points are modelled.
         let later = model(&ctx, &g, &params, &inputs, &[8]).unwrap();
         assert!((later[0].speedup - points[3].speedup).abs() < 1e-9);
         let from = communication_dominates_from(&points);
