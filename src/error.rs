@@ -28,7 +28,7 @@ pub enum GpuError {
     #[error("adapter {index} ({name}) is a software adapter; {DEVICE_HELP}")]
     SoftwareAdapterRefused { index: usize, name: String },
     /// A device selector string could not be parsed.
-    #[error("invalid device selector {0:?}: expected an adapter index (0, 1, ...) or \"best\"")]
+    #[error("invalid device selector {0:?}: expected an adapter index (0, 1, ...), \"best\", a list of indices (\"0,2\") or \"all\"")]
     BadSelector(String),
     /// The driver refused to create a device on the chosen adapter.
     #[error("could not create a device on adapter {adapter}: {reason}")]
@@ -68,4 +68,7 @@ pub enum GpuError {
         requested: u64,
         limit: u64,
     },
+    /// Another device of a multi-device run failed, so this one stopped too.
+    #[error("device {member} of the run stopped ({cause}), so every device stopped")]
+    TeamStopped { member: usize, cause: String },
 }

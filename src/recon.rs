@@ -28,9 +28,9 @@ use crate::gpu::GpuContext;
 use crate::io::{SlabVisitor, VolumeSlabs};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::plan::{plan, Array, Budgets, MemoryPlan, PlanError};
+use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::solver::{
-    AdmmParams, AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason,
+    AdmmParams, AdmmTeam, IterationReport, ProjectionBlocks, SolverError, StopReason,
 };
 
 /// Errors of the reconstruction pipeline.
@@ -244,6 +244,8 @@ type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
 /// Builder of a reconstruction run.
 pub struct Reconstructor<'a> {
     ctx: &'a GpuContext,
+    /// Every device of the run, `ctx` first.
+    devices: &'a [GpuContext],
     params: AdmmParams,
     options: OperatorOptions,
     pad: usize,
@@ -259,8 +261,17 @@ pub struct Reconstructor<'a> {
 
 impl<'a> Reconstructor<'a> {
     pub fn new(ctx: &'a GpuContext) -> Self {
+        Self::on_devices(std::slice::from_ref(ctx))
+    }
+
+    /// A run on every device of `devices` (at least one): each computes its share of every
+    /// stage's chunks, with the arrays in host memory shared by all (see
+    /// [`crate::solver::AdmmTeam`]); identical devices give the bits of one device. Budgets are
+    /// per device.
+    pub fn on_devices(devices: &'a [GpuContext]) -> Self {
         Self {
-            ctx,
+            ctx: devices.first().expect("a run needs a device"),
+            devices,
             params: AdmmParams::default(),
             options: OperatorOptions::default(),
             pad: 0,
@@ -376,7 +387,15 @@ impl<'a> Reconstructor<'a> {
             budgets.device_bytes = device.saturating_sub(self.memo.device_bytes);
             budgets.host_bytes = host.saturating_sub(self.memo.host_bytes);
         }
-        let mut plan = plan(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
+        if memo && self.devices.len() > 1 {
+            return Err(SolverError::TeamMemo.into());
+        }
+        let make = if self.devices.len() > 1 {
+            plan_shared
+        } else {
+            plan
+        };
+        let mut plan = make(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             match &source {
                 PlanError::DeviceBudget { .. } if memo => ReconError::MemoBudget {
@@ -418,27 +437,32 @@ impl<'a> Reconstructor<'a> {
         // The plan counts every buffer the run holds, so nothing an earlier run left pooled on
         // the context may stay: it is released before the plan is made (the plan's estimates of
         // the readback pool and the FFT workspace are its own).
-        self.ctx.release_idle_pools();
+        for ctx in self.devices {
+            ctx.release_idle_pools();
+        }
         let plan = self.plan_for(&g)?;
-        self.ctx.set_device_budget(plan.budgets.device_bytes);
-        self.ctx.reset_peak_device_bytes();
+        for ctx in self.devices {
+            ctx.set_device_budget(plan.budgets.device_bytes);
+            ctx.reset_peak_device_bytes();
+        }
         let data = projections.operator_blocks(self.pad);
-        let mut solver = AdmmSolver::with_plan_from(self.ctx, &g, &data, self.params, &plan)?;
-        solver.set_memo(self.ctx, self.memo)?;
+        let mut team = AdmmTeam::with_plan_from(self.devices, &g, &data, self.params, &plan)?;
+        team.set_memo(self.devices, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
-            resumed_from = Some(solver.resume(self.ctx, path)?.iteration);
+            resumed_from = Some(team.resume(self.devices, path)?.iteration);
         }
         let setup_s = start.elapsed().as_secs_f64();
         let loop_start = Instant::now();
-        let first = solver.iterations_done();
+        let first = team.solver().iterations_done();
         let mut reports = Vec::new();
         let total = self.params.outer_iterations;
         let stop = loop {
-            if let Some(reason) = solver.stop_reason() {
+            if let Some(reason) = team.solver().stop_reason() {
                 break reason;
             }
-            let report = solver.step(self.ctx)?;
+            let report = team.step(self.devices)?;
+            let solver = team.solver();
             reports.push(report);
             let done = solver.iterations_done();
             let cancelled = self
@@ -467,6 +491,7 @@ impl<'a> Reconstructor<'a> {
             }
         };
         let completed = stop != StopReason::Cancelled;
+        let solver = team.solver();
         let report = Reconstruction {
             volume: Vec::new(),
             geometry: projections.geometry.clone(),
@@ -481,8 +506,18 @@ impl<'a> Reconstructor<'a> {
             iterations_s: loop_start.elapsed().as_secs_f64(),
             operator_device_bytes: solver.operator().device_bytes(),
             solver_device_bytes: solver.vector_device_bytes(),
-            peak_device_bytes: self.ctx.peak_device_bytes(),
-            device: self.ctx.info().to_string(),
+            peak_device_bytes: self
+                .devices
+                .iter()
+                .map(|d| d.peak_device_bytes())
+                .max()
+                .unwrap_or(0),
+            device: self
+                .devices
+                .iter()
+                .map(|d| d.info().to_string())
+                .collect::<Vec<_>>()
+                .join(" + "),
             memo: self.memo,
             memo_stats: solver.memo_stats(),
             memo_device_bytes: solver.memo_device_bytes(),
@@ -506,7 +541,7 @@ impl<'a> Reconstructor<'a> {
         let slab_planes = (slab_bytes / plane_bytes).clamp(1, g.n0 as u64) as usize;
         Ok(Solved {
             ctx: self.ctx,
-            solver,
+            team,
             padded: g,
             pad: self.pad,
             slab_planes,
@@ -527,7 +562,7 @@ pub const SLAB_BYTES: u64 = 64 << 20;
 /// [`into_reconstruction`](Self::into_reconstruction).
 pub struct Solved<'a> {
     ctx: &'a GpuContext,
-    solver: AdmmSolver,
+    team: AdmmTeam,
     /// The geometry the solver ran on (padded).
     padded: Geometry,
     pad: usize,
@@ -582,7 +617,8 @@ impl VolumeSlabs for Solved<'_> {
         for z0 in (0..g.n0).step_by(self.slab_planes) {
             let z1 = (z0 + self.slab_planes).min(g.n0);
             let slab = self
-                .solver
+                .team
+                .solver()
                 .volume_planes(self.ctx, z0..z1)
                 .map_err(|e| format!("reading slices {z0}..{z1} of the volume: {e}"))?;
             if self.pad == 0 {

@@ -1278,3 +1278,66 @@ fn bench_scale_model_measures_this_device_and_models_each_size_on_each_gpu_count
     // The bigger volume costs more per iteration on the same GPUs.
     assert!(points[3]["iteration_s"].as_f64() > points[0]["iteration_s"].as_f64());
 }
+
+#[test]
+fn reconstruct_on_two_devices_writes_the_one_device_volume_and_other_commands_refuse_several() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = dir.path().join("scan.h5");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let o = lamino(
+        &[
+            "simulate",
+            "--phantom",
+            "chip",
+            "--size",
+            "16",
+            "--angles",
+            "16",
+            "--tilt-deg",
+            "30",
+            "--out",
+            &s(&scan),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut volumes = Vec::new();
+    for devices in ["0", "0,0"] {
+        let out = dir.path().join(format!("rec-{devices}"));
+        let o = lamino(
+            &[
+                "--device",
+                devices,
+                "reconstruct",
+                &s(&scan),
+                "--out",
+                &s(&out),
+                "--iterations",
+                "3",
+                "--quiet",
+            ],
+            true,
+        );
+        assert!(o.status.success(), "{devices}: {}", stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        let device = report["reconstruction"]["device"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            device.matches(" + ").count(),
+            devices.matches(',').count(),
+            "{device}"
+        );
+        volumes.push(std::fs::read(out.join("recon.tif")).unwrap());
+    }
+    assert!(volumes[0] == volumes[1], "two devices changed the volume");
+    // One-device commands say so instead of picking one of the devices.
+    let o = lamino(&["--device", "0,0", "selftest"], true);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("runs on one device"), "{}", stderr(&o));
+    let o = lamino(&["--device", "0,x", "devices"], true);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("\"0,2\""), "{}", stderr(&o));
+}

@@ -795,7 +795,7 @@ fn scale_model(
 ) -> CliResult {
     use lamino::plan::cluster::communication_dominates_from;
     let (measured, points) = lamino::bench::bench_scale_model(
-        &cli.device_options(),
+        &cli.device_options()?,
         measure_size,
         inputs,
         sizes,
@@ -944,7 +944,7 @@ fn scale(
         println!();
         Ok(())
     };
-    let options = cli.device_options();
+    let options = cli.device_options()?;
     if size > 0 {
         print(&bench_scale_ratio(&options, size, size, iterations)?)?;
     }

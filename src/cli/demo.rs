@@ -24,7 +24,8 @@ pub struct DemoArgs {
 }
 
 pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
-    let ctx = cli.context()?;
+    let devices = cli.contexts()?;
+    let ctx = &devices[0];
     // 128^3 on a GPU; a software adapter is one to two orders of magnitude slower, so the same
     // example at 64^3 keeps its run to minutes there. The parameters are the defaults either way.
     let n = args
@@ -63,7 +64,7 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         quiet: false,
     };
     let result = run_reconstruction(
-        &ctx,
+        &devices,
         &projections,
         AdmmParams::default(),
         out,

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use lamino::gpu::{DeviceOptions, DeviceSelection, GpuContext};
+use lamino::gpu::{DeviceOptions, DeviceSet, GpuContext};
 
 /// What every command returns: errors are printed once, by [`main`].
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -31,8 +31,10 @@ pub type CliResult = Result<(), Box<dyn std::error::Error>>;
 )]
 pub struct Cli {
     /// Adapter to run on: an index from `lamino devices`, or "best" (hardware GPUs first).
+    /// `reconstruct` and `demo` also take several: a list ("0,2") or "all" (every hardware GPU);
+    /// each device computes its share of every stage, with the same bits as one device.
     #[arg(long, global = true, default_value = "best")]
-    device: DeviceSelection,
+    device: DeviceSet,
     /// Accept a software adapter (lavapipe, WARP) when no hardware GPU exists. Also set by
     /// LAMINO_ALLOW_SOFTWARE_GPU=1. Meant for tests, CI and batch runs: it is slow.
     #[arg(long, global = true)]
@@ -90,21 +92,39 @@ enum Command {
 }
 
 impl Cli {
-    /// The device options of the global flags.
-    fn device_options(&self) -> DeviceOptions {
-        DeviceOptions::new(self.device, self.allow_software_gpu)
+    /// The device options of the global flags, for commands that run on one device.
+    fn device_options(&self) -> Result<DeviceOptions, String> {
+        match &self.device {
+            DeviceSet::One(selection) => {
+                Ok(DeviceOptions::new(*selection, self.allow_software_gpu))
+            }
+            several => Err(format!(
+                "--device {several}: this command runs on one device; several devices apply to \
+                 `reconstruct` and `demo`"
+            )),
+        }
     }
 
     /// A device by the global options, saying so when it is a software adapter.
-    fn context(&self) -> Result<GpuContext, lamino::GpuError> {
-        let ctx = GpuContext::new(&self.device_options())?;
-        let info = ctx.info();
-        if info.software {
-            eprintln!(
-                "note: running on the software adapter {info} (opted in); expect it to be slow"
-            );
-        }
+    fn context(&self) -> Result<GpuContext, Box<dyn std::error::Error>> {
+        let ctx = GpuContext::new(&self.device_options()?)?;
+        note_software(&ctx);
         Ok(ctx)
+    }
+
+    /// Every device the global options name (one unless `--device` lists several).
+    fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
+        let devices = self.device.open(self.allow_software_gpu)?;
+        devices.iter().for_each(note_software);
+        Ok(devices)
+    }
+}
+
+/// Says so when `ctx` is a software adapter.
+fn note_software(ctx: &GpuContext) {
+    let info = ctx.info();
+    if info.software {
+        eprintln!("note: running on the software adapter {info} (opted in); expect it to be slow");
     }
 }
 

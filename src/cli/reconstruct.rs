@@ -455,10 +455,10 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
                 binning: args.preprocess.binning,
             },
         )?;
-        let ctx = cli.context()?;
+        let devices = cli.contexts()?;
         let plan = options
             .budgets
-            .apply(Reconstructor::new(&ctx))
+            .apply(Reconstructor::on_devices(&devices))
             .params(params)
             .memo(options.memo)
             .lateral_padding(if options.pad { g.detw / 4 } else { 0 })
@@ -470,7 +470,8 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
         return Ok(());
     }
     let (projections, mut pre) = args.preprocess.load(&args.input, args.quiet)?;
-    let ctx = cli.context()?;
+    let devices = cli.contexts()?;
+    let ctx = &devices[0];
     let b = pre.binning;
     let projections = match args.rotation_axis {
         None => projections,
@@ -483,7 +484,7 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
-            let search = find_rotation_axis(&ctx, &projections, b, tilt, &Slab::default())?;
+            let search = find_rotation_axis(ctx, &projections, b, tilt, &Slab::default())?;
             std::fs::create_dir_all(&args.out)?;
             let csv = args.out.join("axis_search.csv");
             super::r#try::write_scores(&csv, search.passes.iter().flat_map(|p| &p.scored))?;
@@ -503,7 +504,14 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
             projections.with_rotation_axis(binned_column(search.rotation_axis, b))?
         }
     };
-    run_reconstruction(&ctx, &projections, params, &args.out, &options, Some(pre))?;
+    run_reconstruction(
+        &devices,
+        &projections,
+        params,
+        &args.out,
+        &options,
+        Some(pre),
+    )?;
     Ok(())
 }
 
@@ -544,7 +552,7 @@ pub(super) struct RunOptions {
 /// The volume is written a slab at a time from where the solver keeps it, so it never has to fit
 /// in host memory; the returned [`Solved`] still holds it.
 pub(super) fn run_reconstruction<'a>(
-    ctx: &'a GpuContext,
+    devices: &'a [GpuContext],
     projections: &Projections,
     params: AdmmParams,
     out: &Path,
@@ -564,7 +572,11 @@ pub(super) fn run_reconstruction<'a>(
             g.detw,
             (g.phi - std::f64::consts::FRAC_PI_2).to_degrees().abs(),
             g.rotation_axis(),
-            ctx.info()
+            devices
+                .iter()
+                .map(|d| d.info().to_string())
+                .collect::<Vec<_>>()
+                .join(" + ")
         );
         let defaults = AdmmParams::default();
         if params != defaults {
@@ -593,7 +605,7 @@ pub(super) fn run_reconstruction<'a>(
     let progress = bar(params.outer_iterations as u64, "iterations", o.quiet);
     let mut builder = o
         .budgets
-        .apply(Reconstructor::new(ctx))
+        .apply(Reconstructor::on_devices(devices))
         .params(params)
         .memo(o.memo)
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })

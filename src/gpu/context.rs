@@ -56,6 +56,105 @@ impl fmt::Display for DeviceSelection {
     }
 }
 
+/// The adapters of a run: one, a list (`0,2`; an index twice opens its adapter twice), or
+/// `all` (every hardware GPU; with software adapters allowed and no hardware GPU, the one
+/// [`DeviceSelection::Best`] picks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSet {
+    One(DeviceSelection),
+    List(Vec<usize>),
+    All,
+}
+
+impl Default for DeviceSet {
+    fn default() -> Self {
+        Self::One(DeviceSelection::Best)
+    }
+}
+
+impl FromStr for DeviceSet {
+    type Err = GpuError;
+    fn from_str(s: &str) -> Result<Self, GpuError> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("all") {
+            return Ok(Self::All);
+        }
+        if !s.contains(',') {
+            return s.parse().map(Self::One);
+        }
+        s.split(',')
+            .map(|i| i.trim().parse::<usize>())
+            .collect::<Result<Vec<_>, _>>()
+            .map(Self::List)
+            .map_err(|_| GpuError::BadSelector(s.to_string()))
+    }
+}
+
+impl fmt::Display for DeviceSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::One(s) => write!(f, "{s}"),
+            Self::List(l) => {
+                let l: Vec<String> = l.iter().map(|i| i.to_string()).collect();
+                write!(f, "{}", l.join(","))
+            }
+            Self::All => write!(f, "all"),
+        }
+    }
+}
+
+impl DeviceSet {
+    /// Whether the set may name more than one adapter.
+    pub fn is_several(&self) -> bool {
+        !matches!(self, Self::One(_))
+    }
+
+    /// The selection of each device of the set, by the device policy.
+    pub(crate) fn selections(
+        &self,
+        found: &[AdapterSummary],
+        allow_software: bool,
+    ) -> Result<Vec<DeviceSelection>, GpuError> {
+        match self {
+            Self::One(s) => Ok(vec![*s]),
+            Self::List(l) => Ok(l.iter().map(|&i| DeviceSelection::Index(i)).collect()),
+            Self::All => {
+                let hardware: Vec<DeviceSelection> = found
+                    .iter()
+                    .filter(|a| !a.software)
+                    .map(|a| DeviceSelection::Index(a.index))
+                    .collect();
+                match (hardware.is_empty(), found.is_empty(), allow_software) {
+                    (false, ..) => Ok(hardware),
+                    (true, true, _) => Err(GpuError::NoAdapter),
+                    (true, false, true) => Ok(vec![DeviceSelection::Best]),
+                    (true, false, false) => Err(GpuError::NoHardwareGpu {
+                        found: found
+                            .iter()
+                            .map(|a| a.to_string())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// A context on every device of the set (see [`GpuContext::new`] for the policy).
+    pub fn open(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
+        let options = DeviceOptions::new(DeviceSelection::Best, allow_software);
+        self.selections(&list_adapters(), options.allow_software)?
+            .into_iter()
+            .map(|selection| {
+                GpuContext::new(&DeviceOptions {
+                    selection,
+                    ..options
+                })
+            })
+            .collect()
+    }
+}
+
 /// How to choose the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DeviceOptions {
@@ -1207,6 +1306,48 @@ mod tests {
         assert!(matches!(
             err,
             GpuError::NoSuchAdapter { index: 5, count: 2 }
+        ));
+    }
+
+    #[test]
+    fn device_sets_parse_lists_and_all_takes_every_hardware_gpu() {
+        let parse = |s: &str| s.parse::<DeviceSet>();
+        assert_eq!(
+            parse("best").unwrap(),
+            DeviceSet::One(DeviceSelection::Best)
+        );
+        assert_eq!(
+            parse("1").unwrap(),
+            DeviceSet::One(DeviceSelection::Index(1))
+        );
+        assert_eq!(parse("0, 2").unwrap(), DeviceSet::List(vec![0, 2]));
+        assert_eq!(parse("ALL").unwrap(), DeviceSet::All);
+        assert_eq!(parse("0,2").unwrap().to_string(), "0,2");
+        for bad in ["0,", "a,b", "-1", "twice"] {
+            assert!(matches!(parse(bad), Err(GpuError::BadSelector(_))), "{bad}");
+        }
+        let found = [
+            adapter(0, "llvmpipe", "Cpu"),
+            adapter(1, "iGPU", "IntegratedGpu"),
+            adapter(2, "dGPU", "DiscreteGpu"),
+        ];
+        let index = DeviceSelection::Index;
+        assert_eq!(
+            DeviceSet::All.selections(&found, true).unwrap(),
+            vec![index(1), index(2)]
+        );
+        // No hardware GPU: all is the software adapter when allowed, an error otherwise.
+        assert_eq!(
+            DeviceSet::All.selections(&found[..1], true).unwrap(),
+            vec![DeviceSelection::Best]
+        );
+        assert!(matches!(
+            DeviceSet::All.selections(&found[..1], false),
+            Err(GpuError::NoHardwareGpu { .. })
+        ));
+        assert!(matches!(
+            DeviceSet::All.selections(&[], true),
+            Err(GpuError::NoAdapter)
         ));
     }
 

@@ -7,10 +7,11 @@
 mod context;
 mod kernel;
 mod recorder;
+pub(crate) mod team;
 
 pub use context::{
     list_adapters, software_opt_in_from_env, AdapterSummary, DeviceBusy, DeviceOptions,
-    DeviceSelection, GpuBuffer, GpuContext, Traffic, SOFTWARE_OPT_IN_ENV,
+    DeviceSelection, DeviceSet, GpuBuffer, GpuContext, Traffic, SOFTWARE_OPT_IN_ENV,
 };
 pub use kernel::{BindingKind, Bound, BufferSlice, Kernel, KernelSpec};
 pub use recorder::{Completion, Recorder};

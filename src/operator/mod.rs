@@ -35,6 +35,7 @@ use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
 };
+use crate::gpu::team::Share;
 use crate::gpu::{Bound, BufferSlice, Completion, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;
@@ -414,6 +415,8 @@ pub struct LaminoOperator {
     buffers: Vec<GpuBuffer>,
     /// The coefficients of applications the operator runs for itself (no scaled sinks).
     own_scalars: Scalars,
+    /// As a member of a multi-device team: which chunks of each stage it computes.
+    share: Option<Arc<Share>>,
 }
 
 /// The recorded chunks of each of the six stages, one named field per stage.
@@ -610,6 +613,20 @@ impl LaminoOperator {
         geometry.deth as u64 * u2_table_row_bytes(geometry)
     }
 
+    /// The chunk sizes an operator for `geometry` with `options` uses on this device (see
+    /// [`chunks`](Self::chunks)), computed before anything is allocated.
+    pub fn chunk_sizes(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+    ) -> Result<(usize, usize, usize), OperatorError> {
+        Ok((
+            u1_chunk(ctx, geometry, options)?,
+            u2_chunk(ctx, geometry, options)?,
+            f_chunk(ctx, geometry, options)?,
+        ))
+    }
+
     /// Device memory the operator for `geometry` will hold, computed before anything is allocated:
     /// the spectrum, the chunk buffers, the gridding tables and the FFT plans' tables (FFTs of
     /// lengths beyond workgroup memory add scratch of about one chunk grid).
@@ -707,6 +724,7 @@ impl LaminoOperator {
             fft_workspace: [0, 0],
             buffers: Vec::new(),
             own_scalars: Scalars::new(ctx, 1, 1)?,
+            share: None,
         };
         // Every FFT plan binds the same workspace buffers when the pool is sized for the largest
         // before the first plan is built.
@@ -1138,6 +1156,20 @@ impl LaminoOperator {
         &self.geometry
     }
 
+    /// The operator as member `share` of a multi-device team: its applications compute the
+    /// member's share of each stage's chunks, with the team's `spectrum` (a host array) between
+    /// the stages, and meet the other members before each stage and after the last.
+    pub(crate) fn into_member(mut self, spectrum: Field, share: Arc<Share>) -> Self {
+        assert_eq!(
+            spectrum.layout(),
+            self.spectrum.layout(),
+            "a spectrum of the geometry"
+        );
+        self.spectrum = spectrum;
+        self.share = Some(share);
+        self
+    }
+
     /// The spectrum after U1, `(deth, n1, n2)` complex64.
     pub fn spectrum(&self) -> &Field {
         &self.spectrum
@@ -1323,7 +1355,14 @@ impl LaminoOperator {
         application: &Application,
     ) -> Result<(), GpuError> {
         for position in 0..application.stages.len() {
+            // A stage's chunks cross the previous stage's (or the vector kernels') shares.
+            if let Some(share) = &self.share {
+                share.sync(ctx, rec)?;
+            }
             self.record_stage(ctx, rec, application, position)?;
+        }
+        if let Some(share) = &self.share {
+            share.sync(ctx, rec)?;
         }
         Ok(())
     }
@@ -1339,7 +1378,8 @@ impl LaminoOperator {
         (&c.input, &c.output)
     }
 
-    /// Records stage number `position` of `application` for every chunk.
+    /// Records stage number `position` of `application` for every chunk (a team member's share
+    /// of them).
     pub(crate) fn record_stage(
         &self,
         ctx: &GpuContext,
@@ -1349,7 +1389,12 @@ impl LaminoOperator {
     ) -> Result<(), GpuError> {
         let stage = &application.stages[position];
         let staging = application.staging.as_deref();
-        for (chunk, (steps_in, steps_out)) in self.stages.of(stage.kind).iter().zip(&stage.chunks) {
+        let chunks = self.stages.of(stage.kind);
+        let own = self
+            .share
+            .as_ref()
+            .map_or(0..chunks.len(), |s| s.range(chunks.len()));
+        for (chunk, (steps_in, steps_out)) in chunks[own.clone()].iter().zip(&stage.chunks[own]) {
             self.record_steps(ctx, rec, &chunk.tables, staging, None)?;
             self.record_steps(ctx, rec, steps_in, staging, None)?;
             self.record_steps(ctx, rec, &chunk.compute, staging, None)?;

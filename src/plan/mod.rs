@@ -480,14 +480,20 @@ fn fixed_device_bytes(
     Ok(operator + reductions + scalars + streaming)
 }
 
+/// Staging words per unit of each stage's chunk (a y row, a detector row, a projection) and the
+/// least a vector kernel's window needs (one plane of 3-vectors with its halo).
+fn staging_units(g: &Geometry) -> ([usize; 3], usize) {
+    let u1 = 2 * g.n0.max(g.deth) * g.n2;
+    let u2 = 2 * (g.n1 * g.n2).max(g.ntheta() * g.detw);
+    let f = 2 * g.deth * g.detw;
+    ([u1, u2, f], 3 * g.n1 * g.n2 * 2)
+}
+
 /// Chunk sizes whose blocks fit `staging_words`: (rows, detector rows, angles), or `None` when
 /// not even one row fits.
 fn chunks_for(g: &Geometry, staging_words: usize) -> Option<(usize, usize, usize)> {
     let w = staging_words;
-    let u1 = 2 * g.n0.max(g.deth) * g.n2;
-    let u2 = 2 * (g.n1 * g.n2).max(g.ntheta() * g.detw);
-    let f = 2 * g.deth * g.detw;
-    let vector = 3 * g.n1 * g.n2 * 2;
+    let ([u1, u2, f], vector) = staging_units(g);
     if w < u1.max(u2).max(f).max(vector) {
         return None;
     }
@@ -496,6 +502,12 @@ fn chunks_for(g: &Geometry, staging_words: usize) -> Option<(usize, usize, usize
         (w / u2).min(g.deth),
         (w / f).min(g.ntheta()),
     ))
+}
+
+/// The staging words that hold the blocks of chunks of `chunks` (rows, detector rows, angles).
+fn staging_words_for(g: &Geometry, (cy, ck, ca): (usize, usize, usize)) -> usize {
+    let ([u1, u2, f], vector) = staging_units(g);
+    (u1 * cy).max(u2 * ck).max(f * ca).max(vector)
 }
 
 /// The plan for `g` and `params` within `budgets`; `caps` bounds the chunk sizes (the memo
@@ -509,6 +521,12 @@ pub fn plan(
     budgets: &Budgets,
 ) -> Result<MemoryPlan, PlanError> {
     let p = plan_on_paper(ctx, g, params, caps, budgets)?;
+    check_scratch(budgets, &p)?;
+    Ok(p)
+}
+
+/// Checks that the scratch directory exists and has room for what `p` puts there.
+fn check_scratch(budgets: &Budgets, p: &MemoryPlan) -> Result<(), PlanError> {
     if let (Some(dir), true) = (&budgets.scratch, p.scratch_bytes > 0) {
         let err = |reason: String| PlanError::Scratch {
             dir: dir.clone(),
@@ -525,6 +543,21 @@ pub fn plan(
             )));
         }
     }
+    Ok(())
+}
+
+/// The plan of a run on several devices of `budgets.device_bytes` each: every array in host
+/// memory (or scratch), shared by the devices, each streaming its share of the chunks (see
+/// [`crate::solver::AdmmTeam`]); chunks and U2 tables as a streaming plan for one device.
+pub fn plan_shared(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+) -> Result<MemoryPlan, PlanError> {
+    let p = plan_streaming(ctx, g, params, caps, budgets, true)?;
+    check_scratch(budgets, &p)?;
     Ok(p)
 }
 
@@ -536,6 +569,19 @@ pub fn plan_on_paper(
     params: &AdmmParams,
     caps: &OperatorOptions,
     budgets: &Budgets,
+) -> Result<MemoryPlan, PlanError> {
+    plan_streaming(ctx, g, params, caps, budgets, false)
+}
+
+/// The in-core plan when everything fits (unless `shared`), else the streaming plan, with no
+/// array on the device when `shared`.
+fn plan_streaming(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+    shared: bool,
 ) -> Result<MemoryPlan, PlanError> {
     g.validate().map_err(OperatorError::from)?;
     let everything: u64 = Array::BY_TRAFFIC
@@ -553,15 +599,39 @@ pub fn plan_on_paper(
         .all(|a| fits_a_buffer(a.layout(g).bytes()))
         && fits_a_buffer(u2_coordinates_bytes(g));
     if all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget {
-        return assemble(
-            ctx,
-            g,
-            params,
-            *caps,
-            (0, in_core_fixed),
-            (Array::BY_TRAFFIC.len(), true),
-            budgets.clone(),
-        );
+        if !shared {
+            return assemble(
+                ctx,
+                g,
+                params,
+                *caps,
+                (0, in_core_fixed),
+                (Array::BY_TRAFFIC.len(), true),
+                budgets.clone(),
+            );
+        }
+        // Where one device could hold everything, the devices of a shared plan take the in-core
+        // plan's chunks (so their bits are one device's in-core bits) if their blocks fit the
+        // staging buffers.
+        let chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
+        let words = staging_words_for(g, chunks);
+        let options = OperatorOptions {
+            max_chunk_y: Some(chunks.0),
+            max_chunk_rows: Some(chunks.1),
+            max_chunk_angles: Some(chunks.2),
+        };
+        let fixed = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)?;
+        if words as u64 * 4 <= ctx.max_binding_bytes() && fixed <= budget {
+            return assemble(
+                ctx,
+                g,
+                params,
+                options,
+                (words, fixed),
+                (0, true),
+                budgets.clone(),
+            );
+        }
     }
     // Streaming: the largest staging buffers whose fixed cost stays within the chunk share of
     // the budget, then as many arrays on the device as fit, most accessed per byte first.
@@ -573,12 +643,7 @@ pub fn plan_on_paper(
             max_chunk_angles: Some(cap(caps.max_chunk_angles, ca)),
         })
     };
-    let minimum = {
-        let u1 = 2 * g.n0.max(g.deth) * g.n2;
-        let u2 = 2 * (g.n1 * g.n2).max(g.ntheta() * g.detw);
-        let f = 2 * g.deth * g.detw;
-        u1.max(u2).max(f).max(3 * g.n1 * g.n2 * 2)
-    };
+    let minimum = staging_words_for(g, (1, 1, 1));
     let smallest = options_for(minimum).expect("the minimum fits itself");
     let smallest_fixed = fixed_device_bytes(ctx, g, &smallest, minimum, &Residency::Host)?;
     if smallest_fixed > budget {
@@ -639,7 +704,10 @@ pub fn plan_on_paper(
                 tables_resident = true;
             }
         }
-        if used + bytes > budget || !group.iter().all(|a| fits_a_buffer(a.layout(g).bytes())) {
+        if shared
+            || used + bytes > budget
+            || !group.iter().all(|a| fits_a_buffer(a.layout(g).bytes()))
+        {
             break;
         }
         used += bytes;

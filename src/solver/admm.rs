@@ -20,6 +20,7 @@ use crate::array::{
     Coef, Field, PlaneLayout, Residency, Scalars, Slot, Staging, StorageError, SumSlot,
 };
 use crate::error::GpuError;
+use crate::gpu::team::Share;
 use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::{fnv1a_continue, FNV_OFFSET};
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
@@ -54,6 +55,24 @@ pub enum SolverError {
     /// A checkpoint file could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    /// A run on several devices was given none.
+    #[error("no device was given")]
+    NoDevices,
+    /// A run on several devices was given a plan that keeps arrays on one device.
+    #[error(
+        "a run on several devices needs a plan that keeps every array in host memory (plan_shared)"
+    )]
+    TeamPlan,
+    /// The devices of a multi-device run chunk the operator's stages differently.
+    #[error("device {device} chunks the stages as {chunks:?} (y rows, detector rows, angles), the first device as {first:?}: run these devices separately")]
+    TeamChunks {
+        device: String,
+        chunks: (usize, usize, usize),
+        first: (usize, usize, usize),
+    },
+    /// Memoization was asked for on several devices.
+    #[error("memoization runs on one device: drop --memo or run on one device")]
+    TeamMemo,
     /// A non-finite value appeared (bad input or a diverging iteration).
     #[error("{what} became non-finite at outer iteration {iteration}")]
     NonFinite {
@@ -178,7 +197,8 @@ mod sum {
 
 /// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u (a
 /// checkpoint holds them) and the data D; the rest is rebuilt every outer iteration.
-struct Fields {
+#[derive(Clone)]
+pub(crate) struct Fields {
     u: Field,
     u_prev: Field,
     psi: Field,
@@ -360,15 +380,33 @@ impl AdmmSolver {
         params: AdmmParams,
         plan: &MemoryPlan,
     ) -> Result<Self, SolverError> {
+        Self::build(ctx, geometry, Some(data), params, plan, None)
+    }
+
+    /// As [`with_plan_from`](Self::with_plan_from), alone or as a member of a multi-device team
+    /// (its arrays the team's, its work its share); a team's first member fills the projections
+    /// from `data`, the others take `None`.
+    pub(crate) fn build<D: ProjectionBlocks + ?Sized>(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        data: Option<&D>,
+        params: AdmmParams,
+        plan: &MemoryPlan,
+        member: Option<(&TeamArrays, &Arc<Share>)>,
+    ) -> Result<Self, SolverError> {
         params.validate()?;
         let g = geometry;
-        let op = LaminoOperator::with_residency(
+        let mut op = LaminoOperator::with_residency(
             ctx,
             geometry,
             &plan.operator,
             plan.residency(Array::Spectrum),
             &plan.u2_tables,
         )?;
+        if let Some((arrays, share)) = member {
+            op = op.into_member(arrays.spectrum.clone(), share.clone());
+        }
+        let share = member.map(|(_, share)| share);
         let scalars = Scalars::new(ctx, slot::COUNT, sum::COUNT)?;
         let staging = match plan.staging_words {
             0 => None,
@@ -377,27 +415,13 @@ impl AdmmSolver {
                 Some(Arc::new(Staging::new(ctx, words)?))
             }
         };
-        let array = |array: Array, label: &str| {
-            Field::new(ctx, label, array.layout(g), plan.residency(array))
-        };
-        let fields = Fields {
-            u: array(Array::U, "u")?,
-            u_prev: array(Array::UPrev, "u previous")?,
-            psi: array(Array::Psi, "psi")?,
-            lambda: array(Array::Lambda, "lambda")?,
-            grad_u: array(Array::GradU, "grad u")?,
-            h0: array(Array::GradUPrev, "grad u previous")?,
-            r: array(Array::R, "r")?,
-            p: array(Array::P, "p")?,
-            grad_p: array(Array::GradP, "grad p")?,
-            r_prev: array(Array::RPrev, "r previous")?,
-            dhat: array(Array::DHat, "D hat")?,
-            au: array(Array::Au, "A u")?,
-            ap: array(Array::Ap, "A p")?,
+        let fields = match member {
+            Some((arrays, _)) => arrays.fields.clone(),
+            None => Fields::new(ctx, g, plan)?,
         };
         let n_fourier = (g.deth * g.detw) as f64;
         let st = staging.as_ref();
-        let ops = Ops::new(ctx, &scalars, st, &fields, [g.n0, g.n1, g.n2])?;
+        let ops = Ops::new(ctx, &scalars, st, share, &fields, [g.n0, g.n1, g.n2])?;
         let f = &fields;
         let app = |what, source, sink| op.application(ctx, &scalars, st, what, source, sink);
         let apps = Apps {
@@ -437,17 +461,25 @@ impl AdmmSolver {
             Some(_) => plan.projections_residency(g),
             None => Residency::Device,
         };
-        let layout = PlaneLayout {
-            planes: g.ntheta(),
-            plane_words: g.deth * g.detw,
+        let spatial = match member {
+            Some((arrays, _)) => arrays.spatial.clone(),
+            None => Field::new(
+                ctx,
+                "projections",
+                projections_layout(g),
+                &spatial_residency,
+            )?,
         };
-        let spatial = Field::new(ctx, "projections", layout, &spatial_residency)?;
-        let data_hash = fill_projections(ctx, &spatial, data)?;
+        let data_hash = match data {
+            Some(data) => fill_projections(ctx, &spatial, data)?,
+            None => 0,
+        };
         let to_fourier = app(Apply::Fft2d, Source::Real(&spatial), Sink::Complex(&f.dhat))?;
         let scale_dhat = VectorOp::new(
             ctx,
             &scalars,
             st,
+            share,
             Kernel::Lincomb,
             [Some(&f.ap), None, None, None],
             Target::Field(&f.dhat),
@@ -584,9 +616,7 @@ impl AdmmSolver {
         // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
         o.psi_shrink.record(ctx, &mut rec)?;
         o.lambda_update.record(ctx, &mut rec)?;
-        for reduction in &o.sums {
-            reduction.record(ctx, &mut rec)?;
-        }
+        VectorOp::record_all(ctx, &mut rec, &o.sums.iter().collect::<Vec<_>>())?;
         ctx.submit(rec)?;
         // The one wait of the iteration: every reduction result in one readback (downloads into
         // host arrays land on the way).
@@ -670,8 +700,7 @@ impl AdmmSolver {
             o.p_update.record(ctx, rec)?;
             self.record_operator(ctx, rec, &self.apps.forward_p)?;
             o.grad_p.record(ctx, rec)?;
-            o.dot_apap.record(ctx, rec)?;
-            o.dot_gpgp.record(ctx, rec)?;
+            VectorOp::record_all(ctx, rec, &[&o.dot_apap, &o.dot_gpgp])?;
             rec.dispatch(&self.steps.cg_step, 1);
             o.u_move.record(ctx, rec)?;
             o.au_move.record(ctx, rec)?;
@@ -695,8 +724,7 @@ impl AdmmSolver {
             if i > 0 {
                 self.record_operator(ctx, rec, &self.apps.forward_u)?;
                 self.record_residual(ctx, rec)?;
-                o.dot_p_rprev.record(ctx, rec)?;
-                o.dot_p_r.record(ctx, rec)?;
+                VectorOp::record_all(ctx, rec, &[&o.dot_p_rprev, &o.dot_p_r])?;
                 rec.dispatch(&self.steps.dy_beta, 1);
             }
             o.p_update.record(ctx, rec)?;
@@ -799,6 +827,24 @@ impl AdmmSolver {
         Ok(checkpoint)
     }
 
+    /// The hash of the projections (checkpoints name the data by it).
+    pub(crate) fn data_hash(&self) -> u64 {
+        self.data_hash
+    }
+
+    /// Takes the hash of the projections from the team member that read them.
+    pub(crate) fn adopt_data_hash(&mut self, hash: u64) {
+        self.data_hash = hash;
+    }
+
+    /// Takes the iteration count, penalty and last report of `leader` (a team member that
+    /// resumed the shared arrays from a checkpoint).
+    pub(crate) fn adopt_state(&mut self, leader: &AdmmSolver) {
+        self.rho = leader.rho;
+        self.iteration = leader.iteration;
+        self.last = leader.last;
+    }
+
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
         Ok(self.fields.u.read(ctx)?)
@@ -837,6 +883,66 @@ const PROJECTION_BLOCK_BYTES: usize = 8 << 20;
 
 /// Copies `data` into `spatial` a block of projections at a time; returns the FNV-1a hash of
 /// all the words (the checkpoints' data fingerprint: the same as hashing them in one piece).
+/// The layout of the spatial projections `(ntheta, deth, detw)`.
+fn projections_layout(g: &Geometry) -> PlaneLayout {
+    PlaneLayout {
+        planes: g.ntheta(),
+        plane_words: g.deth * g.detw,
+    }
+}
+
+impl Fields {
+    /// Every array where `plan` puts it.
+    fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, StorageError> {
+        let array = |array: Array, label: &str| {
+            Field::new(ctx, label, array.layout(g), plan.residency(array))
+        };
+        Ok(Self {
+            u: array(Array::U, "u")?,
+            u_prev: array(Array::UPrev, "u previous")?,
+            psi: array(Array::Psi, "psi")?,
+            lambda: array(Array::Lambda, "lambda")?,
+            grad_u: array(Array::GradU, "grad u")?,
+            h0: array(Array::GradUPrev, "grad u previous")?,
+            r: array(Array::R, "r")?,
+            p: array(Array::P, "p")?,
+            grad_p: array(Array::GradP, "grad p")?,
+            r_prev: array(Array::RPrev, "r previous")?,
+            dhat: array(Array::DHat, "D hat")?,
+            au: array(Array::Au, "A u")?,
+            ap: array(Array::Ap, "A p")?,
+        })
+    }
+}
+
+/// The arrays the members of a multi-device team share, all in host memory (or scratch).
+pub(crate) struct TeamArrays {
+    fields: Fields,
+    spectrum: Field,
+    spatial: Field,
+}
+
+impl TeamArrays {
+    /// The arrays of `plan`, which holds none on the device.
+    pub fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, SolverError> {
+        Ok(Self {
+            fields: Fields::new(ctx, g, plan)?,
+            spectrum: Field::new(
+                ctx,
+                "spectrum (deth, n1, n2)",
+                Array::Spectrum.layout(g),
+                plan.residency(Array::Spectrum),
+            )?,
+            spatial: Field::new(
+                ctx,
+                "projections",
+                projections_layout(g),
+                &plan.projections_residency(g),
+            )?,
+        })
+    }
+}
+
 fn fill_projections(
     ctx: &GpuContext,
     spatial: &Field,
@@ -862,12 +968,15 @@ impl Ops {
         ctx: &GpuContext,
         scalars: &Scalars,
         staging: Option<&Arc<Staging>>,
+        share: Option<&Arc<Share>>,
         f: &Fields,
         shape: [usize; 3],
     ) -> Result<Self, GpuError> {
         use Kernel::*;
         let op = |kernel, inputs, target, coefs| {
-            VectorOp::new(ctx, scalars, staging, kernel, inputs, target, coefs, shape)
+            VectorOp::new(
+                ctx, scalars, staging, share, kernel, inputs, target, coefs, shape,
+            )
         };
         let field = Target::Field;
         let fixed = Coef::fixed;
@@ -886,6 +995,7 @@ impl Ops {
                 ctx,
                 scalars,
                 staging,
+                share,
                 Dot,
                 inputs,
                 Target::Sum(slot),
@@ -962,6 +1072,7 @@ impl Ops {
                 ctx,
                 scalars,
                 staging,
+                share,
                 Dot,
                 [Some(&f.p), None, Some(&f.r_prev), None],
                 Target::Sum(sum::P_RPREV),
@@ -972,6 +1083,7 @@ impl Ops {
                 ctx,
                 scalars,
                 staging,
+                share,
                 Dot,
                 [Some(&f.p), None, Some(&f.r), None],
                 Target::Sum(sum::P_R),
@@ -1015,6 +1127,7 @@ impl Ops {
                     ctx,
                     scalars,
                     staging,
+                    share,
                     IsoNorm,
                     [Some(&f.psi), None, None, None],
                     Target::Sum(sum::ISO),
@@ -1026,6 +1139,7 @@ impl Ops {
                     ctx,
                     scalars,
                     staging,
+                    share,
                     Dot,
                     [Some(&f.lambda), None, Some(&f.grad_u), Some(&f.psi)],
                     Target::Sum(sum::LAMBDA_DOT),

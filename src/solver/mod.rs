@@ -6,11 +6,13 @@
 //! `|L u - d|^2 = |A u - D|^2 / N` and no 2D FFT runs inside the loop. The inner solver is
 //! conjugate gradient with the exact step on the quadratic subproblem; carrying `A u` and `grad u`
 //! along, each inner iteration costs one `A` and one `A*`. Every iterate lives on the GPU; only
-//! reduction results (partial sums combined in f64) come back.
+//! reduction results (partial sums combined in f64) come back. [`AdmmTeam`] runs the same
+//! solver on several devices with the same bits.
 
 mod admm;
 mod checkpoint;
 mod params;
+mod team;
 mod vector;
 
 pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
@@ -18,3 +20,4 @@ pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
 pub use admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason};
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use params::{AdmmParams, Convergence, InnerSolver, InvalidParameter};
+pub use team::AdmmTeam;

@@ -9,6 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
 use crate::error::GpuError;
+use crate::gpu::team::Share;
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
@@ -105,6 +106,9 @@ pub(crate) enum Target<'a> {
     Sum(SumSlot),
 }
 
+/// A member's plane sums of one reduction, as its download lands.
+type PlaneSums = Arc<std::sync::Mutex<Vec<f32>>>;
+
 struct Dispatch {
     bound: Bound,
     groups: u32,
@@ -127,10 +131,17 @@ impl Dispatch {
 
 /// One call site: a kernel bound to its arrays in windows of whole planes that each fit one
 /// storage binding (or, for arrays held on the host, one staging buffer), plus, for reductions,
-/// the fixed-order finish into its sum slot.
+/// the fixed-order finish into its sum slot. A member of a multi-device team computes its share
+/// of the planes; a reduction then combines every member's plane sums before the same finish.
 pub(crate) struct VectorOp {
     dispatches: Vec<Dispatch>,
     staging: Option<Arc<Staging>>,
+    /// A reduction's plane sums (two words per plane, every plane) and its finish.
+    finish: Option<(GpuBuffer, Dispatch)>,
+    share: Option<Arc<Share>>,
+    planes: usize,
+    /// Whether the kernel reads planes beyond the ones it computes (the gradients).
+    halo: bool,
 }
 
 /// The binding that holds planes `[lo, hi)` of an array of `plane_words` words per plane and
@@ -167,12 +178,14 @@ fn vector_kernel(
 impl VectorOp {
     /// Binds `kernel` to its inputs (x, y, w, v; absent ones are not read) and its target, with
     /// coefficients `[a, b, c, d]`, for a volume of `shape` (used by the gradients). Every array
-    /// must have the same number of planes.
+    /// must have the same number of planes. With a `share`, only the member's planes are
+    /// computed.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &GpuContext,
         scalars: &Scalars,
         staging: Option<&Arc<Staging>>,
+        share: Option<&Arc<Share>>,
         kernel: Kernel,
         inputs: [Option<&Field>; 4],
         target: Target<'_>,
@@ -274,9 +287,10 @@ impl VectorOp {
             ..Default::default()
         };
         let mut dispatches = Vec::new();
-        let mut a = 0;
-        while a < planes {
-            let e = planes.min(a + per_window);
+        let own = share.map_or(0..planes, |s| s.range(planes));
+        let mut a = own.start;
+        while a < own.end {
+            let e = own.end.min(a + per_window);
             let mut params = VectorParams {
                 planes: (e - a) as u32,
                 first_plane: a as u32,
@@ -365,13 +379,21 @@ impl VectorOp {
             }
             a = e;
         }
-        if let (Target::Sum(slot), Some((_, plane_sums, _))) = (target, &reduction) {
-            dispatches.push(Self::total(ctx, scalars, plane_sums, planes, slot)?);
-        }
-        debug_assert!(kernel.reduces() == reduction.is_some());
+        let finish = match (target, reduction) {
+            (Target::Sum(slot), Some((_, plane_sums, _))) => {
+                let total = Self::total(ctx, scalars, &plane_sums, planes, slot)?;
+                Some((plane_sums, total))
+            }
+            _ => None,
+        };
+        debug_assert!(kernel.reduces() == finish.is_some());
         Ok(Self {
             dispatches,
             staging: staging.cloned(),
+            finish,
+            share: share.cloned(),
+            planes,
+            halo: kernel.halo() != (0, 0),
         })
     }
 
@@ -444,6 +466,93 @@ impl VectorOp {
     /// Records the call site's dispatches (and a reduction's finish), with the transfers of the
     /// blocks of host arrays around each.
     pub fn record(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), GpuError> {
+        Self::record_all(ctx, rec, &[self])
+    }
+
+    /// Records call sites in order. In a team, the reductions among them combine their members'
+    /// plane sums in one exchange after all of them computed theirs.
+    pub fn record_all(
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        ops: &[&VectorOp],
+    ) -> Result<(), GpuError> {
+        let Some(share) = ops.first().and_then(|op| op.share.clone()) else {
+            for op in ops {
+                op.record_planes(ctx, rec)?;
+                if let Some((_, total)) = &op.finish {
+                    rec.dispatch(&total.bound, total.groups);
+                }
+            }
+            return Ok(());
+        };
+        // This member's plane sums of each reduction, in op order, filled by their downloads.
+        let mut parts: Vec<PlaneSums> = Vec::new();
+        for op in ops {
+            if op.halo {
+                // The halo planes come from the neighbours' shares: they must have landed, and
+                // the neighbours must not overwrite them before this member read them.
+                share.sync(ctx, rec)?;
+                op.record_planes(ctx, rec)?;
+                share.meet()?;
+            } else {
+                op.record_planes(ctx, rec)?;
+            }
+            if let Some((plane_sums, _)) = &op.finish {
+                let own = share.range(op.planes);
+                let part = PlaneSums::default();
+                parts.push(part.clone());
+                let done: crate::gpu::Completion = Box::new(move |bytes: &[u8]| {
+                    if let Ok(mut p) = part.lock() {
+                        p.extend(
+                            bytes
+                                .chunks_exact(4)
+                                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                        );
+                    }
+                });
+                if own.is_empty() {
+                    done(&[]);
+                } else {
+                    rec.download(
+                        ctx,
+                        plane_sums,
+                        8 * own.start as u64,
+                        8 * own.len() as u64,
+                        done,
+                    )?;
+                }
+            }
+        }
+        if parts.is_empty() {
+            return Ok(());
+        }
+        Share::land(ctx, rec)?;
+        let mine = parts
+            .iter()
+            .flat_map(|p| std::mem::take(&mut *p.lock().expect("plane sums poisoned")))
+            .collect();
+        let all = share.all_gather(mine)?;
+        // Member m's part holds its planes of each reduction, in op order.
+        let mut at = vec![0usize; share.members];
+        for op in ops {
+            let Some((plane_sums, total)) = &op.finish else {
+                continue;
+            };
+            let mut sums = Vec::with_capacity(2 * op.planes);
+            for (m, part) in all.iter().enumerate() {
+                let len = 2 * Share::range_of(m, share.members, op.planes).len();
+                sums.extend_from_slice(&part[at[m]..at[m] + len]);
+                at[m] += len;
+            }
+            rec.upload(ctx, plane_sums, 0, &sums)?;
+            rec.dispatch(&total.bound, total.groups);
+        }
+        Ok(())
+    }
+
+    /// Records the dispatches of this member's planes, with the transfers of the blocks of host
+    /// arrays around each.
+    fn record_planes(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), GpuError> {
         let staging = self.staging.as_deref();
         for d in &self.dispatches {
             for (field, role, view) in &d.uploads {
@@ -547,6 +656,7 @@ mod tests {
             &ctx,
             &scalars,
             None,
+            None,
             Kernel::Gradient,
             [Some(&ub), None, None, None],
             Target::Field(&gb),
@@ -557,6 +667,7 @@ mod tests {
         let adj = VectorOp::new(
             &ctx,
             &scalars,
+            None,
             None,
             Kernel::GradientAdjoint,
             [Some(&qb), None, None, None],
@@ -609,6 +720,7 @@ mod tests {
             &ctx,
             &scalars,
             None,
+            None,
             Kernel::GradientAdjoint,
             [Some(&fields[0]), Some(&fields[1]), Some(&fields[2]), None],
             Target::Field(&zb),
@@ -657,6 +769,7 @@ mod tests {
                 &ctx,
                 &scalars,
                 None,
+                None,
                 Kernel::Shrink,
                 [Some(&xb), Some(&yb), None, None],
                 Target::Field(&zb),
@@ -702,6 +815,7 @@ mod tests {
                 ctx,
                 &scalars,
                 None,
+                None,
                 Kernel::Dot,
                 [Some(&xb), Some(&yb), Some(&yb), None],
                 Target::Sum(SumSlot(0)),
@@ -712,6 +826,7 @@ mod tests {
             let iso = VectorOp::new(
                 ctx,
                 &scalars,
+                None,
                 None,
                 Kernel::IsoNorm,
                 [Some(&xb), None, None, None],
@@ -764,6 +879,7 @@ mod tests {
                 ctx,
                 &scalars,
                 None,
+                None,
                 Kernel::Dot,
                 [Some(&xb), None, Some(&ob), None],
                 Target::Sum(SumSlot(0)),
@@ -815,6 +931,7 @@ mod tests {
                     &ctx,
                     &scalars,
                     Some(&staging),
+                    None,
                     kernel,
                     inputs,
                     target,

@@ -1,0 +1,218 @@
+//! Several devices working on one reconstruction in one process: one host thread per device,
+//! the arrays in host memory shared by all, and each stage's chunks (or each vector kernel's
+//! planes) split into contiguous shares, one per device.
+//!
+//! A member works on its share without waiting for the others until the next value it needs may
+//! come from another device: before a stage whose chunks cross the shares of the previous one
+//! (the operator's stages run along other axes than the vector kernels' planes), before a
+//! gradient reads its neighbours' halo planes, and when a reduction's plane sums are combined.
+//! There it [`sync`](Share::sync)s: submits what it recorded, waits until its downloads into the
+//! host arrays have landed, and meets the others. Every member records the same sequence of
+//! synchronisation points; a member that fails [`abort`](TeamSync::abort)s the team, so the
+//! others return an error at their next meeting instead of waiting for it forever.
+
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::context::GpuContext;
+use super::recorder::Recorder;
+use crate::error::GpuError;
+
+#[derive(Default)]
+struct State {
+    /// Members at the current meeting.
+    arrived: usize,
+    /// Meetings completed.
+    generation: u64,
+    /// Set when a member failed: (member, cause).
+    stopped: Option<(usize, String)>,
+    /// One slot per member for [`Share::all_gather`].
+    parts: Vec<Option<Vec<f32>>>,
+}
+
+/// The meeting point of a team's members: a barrier that a failing member can break.
+pub(crate) struct TeamSync {
+    members: usize,
+    state: Mutex<State>,
+    met: Condvar,
+}
+
+impl TeamSync {
+    pub fn new(members: usize) -> Arc<Self> {
+        Arc::new(Self {
+            members,
+            state: Mutex::new(State {
+                parts: vec![None; members],
+                ..State::default()
+            }),
+            met: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A member that panicked while holding the lock left nothing half-written that matters:
+        // the team is stopped anyway.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stopped_error(stopped: &(usize, String)) -> GpuError {
+        GpuError::TeamStopped {
+            member: stopped.0,
+            cause: stopped.1.clone(),
+        }
+    }
+
+    /// Waits until every member arrived (or one stopped the team).
+    fn meet(&self) -> Result<(), GpuError> {
+        let mut s = self.lock();
+        if let Some(stopped) = &s.stopped {
+            return Err(Self::stopped_error(stopped));
+        }
+        let generation = s.generation;
+        s.arrived += 1;
+        if s.arrived == self.members {
+            s.arrived = 0;
+            s.generation += 1;
+            self.met.notify_all();
+            return Ok(());
+        }
+        while s.generation == generation && s.stopped.is_none() {
+            s = self.met.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        match &s.stopped {
+            Some(stopped) if s.generation == generation => Err(Self::stopped_error(stopped)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops the team: every member waiting now or later returns an error naming `member` and
+    /// `cause`. The first cause stays.
+    pub fn abort(&self, member: usize, cause: String) {
+        let mut s = self.lock();
+        if s.stopped.is_none() {
+            s.stopped = Some((member, cause));
+        }
+        self.met.notify_all();
+    }
+}
+
+/// What one member of a team does: its index, the team's size and the meeting point.
+pub(crate) struct Share {
+    pub index: usize,
+    pub members: usize,
+    sync: Arc<TeamSync>,
+}
+
+impl Share {
+    pub fn new(index: usize, sync: &Arc<TeamSync>) -> Arc<Self> {
+        Arc::new(Self {
+            index,
+            members: sync.members,
+            sync: sync.clone(),
+        })
+    }
+
+    /// This member's contiguous share of `count` items (planes or chunks), in item order: the
+    /// first `count % members` members take one more.
+    pub fn range(&self, count: usize) -> Range<usize> {
+        Self::range_of(self.index, self.members, count)
+    }
+
+    /// The share of member `index` of `members`.
+    pub fn range_of(index: usize, members: usize, count: usize) -> Range<usize> {
+        let (base, extra) = (count / members, count % members);
+        let start = index * base + index.min(extra);
+        start..start + base + usize::from(index < extra)
+    }
+
+    /// Submits what `rec` holds, waits until this member's downloads have landed in the host
+    /// arrays, and meets the others: after it, every block any member wrote is readable.
+    pub fn sync(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), GpuError> {
+        Self::land(ctx, rec)?;
+        self.sync.meet()
+    }
+
+    /// Submits what `rec` holds and waits until this member's downloads have landed.
+    pub fn land(ctx: &GpuContext, rec: &mut Recorder) -> Result<(), GpuError> {
+        ctx.submit(std::mem::replace(rec, ctx.recorder("team")))?;
+        ctx.complete_downloads()
+    }
+
+    /// Meets the others without touching the device: after it, every member has recorded (and
+    /// so read from the host) what it recorded before.
+    pub fn meet(&self) -> Result<(), GpuError> {
+        self.sync.meet()
+    }
+
+    /// Every member's `part`, in member order.
+    pub fn all_gather(&self, part: Vec<f32>) -> Result<Vec<Vec<f32>>, GpuError> {
+        self.sync.lock().parts[self.index] = Some(part);
+        self.sync.meet()?;
+        let all = self
+            .sync
+            .lock()
+            .parts
+            .iter()
+            .map(|p| {
+                p.clone()
+                    .expect("every member gave its part before the meeting")
+            })
+            .collect();
+        // Nobody gives the next part before everybody took this one.
+        self.sync.meet()?;
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_the_items_in_order_once() {
+        for members in 1..6 {
+            let sync = TeamSync::new(members);
+            for count in 0..20 {
+                let mut next = 0;
+                for index in 0..members {
+                    let r = Share::new(index, &sync).range(count);
+                    assert_eq!(r.start, next);
+                    assert!(r.len() == count / members || r.len() == count / members + 1);
+                    next = r.end;
+                }
+                assert_eq!(next, count);
+            }
+        }
+    }
+
+    #[test]
+    fn members_gather_in_member_order_and_a_failing_member_stops_the_others() {
+        let sync = TeamSync::new(3);
+        let gathered: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|i| {
+                    let share = Share::new(i, &sync);
+                    s.spawn(move || share.all_gather(vec![i as f32; i + 1]).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for g in &gathered {
+            assert_eq!(g, &vec![vec![0.0], vec![1.0, 1.0], vec![2.0, 2.0, 2.0]]);
+        }
+        let results: Vec<Result<(), GpuError>> = std::thread::scope(|s| {
+            let waiting: Vec<_> = (0..2)
+                .map(|i| {
+                    let share = Share::new(i, &sync);
+                    s.spawn(move || share.meet())
+                })
+                .collect();
+            sync.abort(2, "out of memory".into());
+            waiting.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in results {
+            let message = r.unwrap_err().to_string();
+            assert!(message.contains("device 2") && message.contains("out of memory"));
+        }
+    }
+}

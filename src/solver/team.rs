@@ -1,0 +1,240 @@
+//! ADMM on several devices in one process: one [`AdmmSolver`] per device, one host thread each,
+//! the arrays shared in host memory, every stage's chunks and every vector kernel's planes split
+//! into one contiguous share per device (see [`crate::gpu::team`]). A chunk's result does not
+//! depend on the device that computes it, and a reduction combines the plane sums of all shares
+//! in plane order before the same finish as on one device, so identical devices give the bits of
+//! one device.
+
+use std::sync::Arc;
+
+use super::admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, TeamArrays};
+use super::checkpoint::Checkpoint;
+use super::params::AdmmParams;
+use crate::array::Residency;
+use crate::gpu::team::{Share, TeamSync};
+use crate::gpu::GpuContext;
+use crate::memo::MemoOptions;
+use crate::operator::Geometry;
+use crate::plan::MemoryPlan;
+
+/// A solver on one or more devices; with one device it is that device's [`AdmmSolver`].
+pub struct AdmmTeam {
+    members: Vec<AdmmSolver>,
+    sync: Arc<TeamSync>,
+}
+
+/// Stops the team when its member ends without finishing its part (an error or a panic), so
+/// that no other member waits for it.
+struct StopOnFailure<'a> {
+    sync: &'a TeamSync,
+    member: usize,
+    finished: bool,
+}
+
+impl Drop for StopOnFailure<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.sync.abort(self.member, "it panicked".into());
+        }
+    }
+}
+
+/// Runs `work` as member `index` on `ctx`, stopping the team if it fails.
+fn guarded<T>(
+    sync: &TeamSync,
+    index: usize,
+    ctx: &GpuContext,
+    work: impl FnOnce() -> Result<T, SolverError>,
+) -> Result<T, SolverError> {
+    let mut guard = StopOnFailure {
+        sync,
+        member: index,
+        finished: false,
+    };
+    let result = work();
+    if let Err(e) = &result {
+        sync.abort(index, format!("{}: {e}", ctx.info().name));
+    }
+    guard.finished = true;
+    result
+}
+
+/// Runs `first` for the first member on this thread and `others` for the others on one thread
+/// each, and returns their results in member order, or the first failure that is not another
+/// member's.
+fn on_members<M: Send, T: Send>(
+    sync: &TeamSync,
+    devices: &[GpuContext],
+    members: Vec<M>,
+    first: impl FnOnce(M, &GpuContext) -> Result<T, SolverError>,
+    others: impl Fn(usize, M, &GpuContext) -> Result<T, SolverError> + Sync,
+) -> Result<Vec<T>, SolverError> {
+    let mut members = members.into_iter();
+    let leader = members.next().expect("a team has a member");
+    let results: Vec<std::thread::Result<Result<T, SolverError>>> = std::thread::scope(|s| {
+        let others = &others;
+        let handles: Vec<_> = members
+            .zip(&devices[1..])
+            .enumerate()
+            .map(|(i, (member, ctx))| {
+                s.spawn(move || guarded(sync, i + 1, ctx, || others(i + 1, member, ctx)))
+            })
+            .collect();
+        let mut results = vec![Ok(guarded(sync, 0, &devices[0], || {
+            first(leader, &devices[0])
+        }))];
+        results.extend(handles.into_iter().map(|h| h.join()));
+        results
+    });
+    let mut out = Vec::with_capacity(results.len());
+    let mut failure = None;
+    for r in results {
+        match r {
+            Ok(Ok(t)) => out.push(t),
+            Ok(Err(e)) => {
+                let secondary = matches!(
+                    e,
+                    SolverError::Gpu(crate::error::GpuError::TeamStopped { .. })
+                );
+                if failure.as_ref().is_none_or(|(s, _)| *s && !secondary) {
+                    failure = Some((secondary, e));
+                }
+            }
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+    match failure {
+        Some((_, e)) => Err(e),
+        None => Ok(out),
+    }
+}
+
+impl AdmmTeam {
+    /// One solver per device of `devices`, as [`AdmmSolver::with_plan_from`] builds it. With
+    /// several devices the plan must hold every array in host memory (or scratch), as
+    /// [`crate::plan::plan_shared`] makes it, and every device must chunk the stages alike.
+    pub fn with_plan_from(
+        devices: &[GpuContext],
+        geometry: &Geometry,
+        data: &(impl ProjectionBlocks + ?Sized),
+        params: AdmmParams,
+        plan: &MemoryPlan,
+    ) -> Result<Self, SolverError> {
+        match devices {
+            [] => Err(SolverError::NoDevices),
+            [ctx] => Ok(Self {
+                members: vec![AdmmSolver::with_plan_from(
+                    ctx, geometry, data, params, plan,
+                )?],
+                sync: TeamSync::new(1),
+            }),
+            [first, ..] => {
+                if plan.resident_arrays() > 0
+                    || *plan.residency(crate::plan::Array::Spectrum) == Residency::Device
+                {
+                    return Err(SolverError::TeamPlan);
+                }
+                let arrays = TeamArrays::new(first, geometry, plan)?;
+                let sync = TeamSync::new(devices.len());
+                let member = |index: usize| (&arrays, Share::new(index, &sync));
+                let mut members = on_members(
+                    &sync,
+                    devices,
+                    vec![(); devices.len()],
+                    |(), ctx| {
+                        let (arrays, share) = member(0);
+                        AdmmSolver::build(
+                            ctx,
+                            geometry,
+                            Some(data),
+                            params,
+                            plan,
+                            Some((arrays, &share)),
+                        )
+                    },
+                    // The first member alone reads the projections.
+                    |i, (), ctx| {
+                        let (arrays, share) = member(i);
+                        AdmmSolver::build(
+                            ctx,
+                            geometry,
+                            None::<&[f32]>,
+                            params,
+                            plan,
+                            Some((arrays, &share)),
+                        )
+                    },
+                )?;
+                let hash = members[0].data_hash();
+                let chunks = members[0].operator().chunks();
+                for (m, ctx) in members.iter_mut().zip(devices) {
+                    if m.operator().chunks() != chunks {
+                        return Err(SolverError::TeamChunks {
+                            device: ctx.info().to_string(),
+                            chunks: m.operator().chunks(),
+                            first: chunks,
+                        });
+                    }
+                    m.adopt_data_hash(hash);
+                }
+                Ok(Self { members, sync })
+            }
+        }
+    }
+
+    /// Memoizes the operator's gridding stages (one device only: the memo layer decides per
+    /// chunk with the whole cache in view).
+    pub fn set_memo(
+        &mut self,
+        devices: &[GpuContext],
+        options: MemoOptions,
+    ) -> Result<(), SolverError> {
+        match (&mut self.members[..], options.policy.is_active()) {
+            ([solver], _) => solver.set_memo(&devices[0], options),
+            (_, false) => Ok(()),
+            (_, true) => Err(SolverError::TeamMemo),
+        }
+    }
+
+    /// Runs one outer iteration on every device and reports its terms (the same on each).
+    pub fn step(&mut self, devices: &[GpuContext]) -> Result<IterationReport, SolverError> {
+        assert_eq!(devices.len(), self.members.len(), "one context per member");
+        if let [solver] = &mut self.members[..] {
+            return solver.step(&devices[0]);
+        }
+        let members: Vec<&mut AdmmSolver> = self.members.iter_mut().collect();
+        let reports = on_members(
+            &self.sync,
+            devices,
+            members,
+            |m, ctx| m.step(ctx),
+            |_, m, ctx| m.step(ctx),
+        )?;
+        Ok(reports[0])
+    }
+
+    /// Continues from the checkpoint at `path` (see [`AdmmSolver::resume`]): the first member
+    /// reads the shared arrays, the others take its iteration count and penalty.
+    pub fn resume(
+        &mut self,
+        devices: &[GpuContext],
+        path: &std::path::Path,
+    ) -> Result<Checkpoint, SolverError> {
+        let (first, others) = self.members.split_first_mut().expect("a team has a member");
+        let checkpoint = first.resume(&devices[0], path)?;
+        for m in others {
+            m.adopt_state(first);
+        }
+        Ok(checkpoint)
+    }
+
+    /// The first device's solver: the shared arrays (volume, checkpoints) and the reports.
+    pub fn solver(&self) -> &AdmmSolver {
+        &self.members[0]
+    }
+
+    /// How many devices work together.
+    pub fn devices(&self) -> usize {
+        self.members.len()
+    }
+}
