@@ -31,6 +31,8 @@
 
 pub mod array;
 pub mod bench;
+#[cfg(feature = "mpi")]
+pub mod cluster;
 pub mod error;
 pub mod fft;
 pub mod flatfield;

@@ -237,6 +237,19 @@ pub struct Reconstruction {
     pub memo_stats: Option<MemoStats>,
     /// Device memory of the memo layer's caches.
     pub memo_device_bytes: u64,
+    /// With MPI ranks: what each rank did (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankReport>,
+}
+
+/// What one MPI rank of a reconstruction did.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RankReport {
+    pub rank: usize,
+    pub setup_s: f64,
+    pub iterations_s: f64,
+    /// Bytes the rank sent to other ranks (blocks and reductions).
+    pub bytes_sent: u64,
 }
 
 type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
@@ -246,6 +259,8 @@ pub struct Reconstructor<'a> {
     ctx: &'a GpuContext,
     /// Every device of the run, `ctx` first.
     devices: &'a [GpuContext],
+    #[cfg(feature = "mpi")]
+    ranks: Option<Arc<crate::cluster::Ranks>>,
     params: AdmmParams,
     options: OperatorOptions,
     pad: usize,
@@ -272,6 +287,8 @@ impl<'a> Reconstructor<'a> {
         Self {
             ctx: devices.first().expect("a run needs a device"),
             devices,
+            #[cfg(feature = "mpi")]
+            ranks: None,
             params: AdmmParams::default(),
             options: OperatorOptions::default(),
             pad: 0,
@@ -284,6 +301,24 @@ impl<'a> Reconstructor<'a> {
             scratch: None,
             memo: MemoOptions::default(),
         }
+    }
+
+    /// This process as one of the MPI ranks that share the run (see [`crate::cluster`]), on its
+    /// one device; budgets are per rank. Every rank runs the same builder on the same input;
+    /// the first writes checkpoints, and [`Solved`] holds the volume there.
+    #[cfg(feature = "mpi")]
+    pub fn on_ranks(mut self, ranks: Arc<crate::cluster::Ranks>) -> Self {
+        self.ranks = Some(ranks);
+        self
+    }
+
+    /// How many processes or devices share the run.
+    fn sharers(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks.size();
+        }
+        self.devices.len()
     }
 
     /// Memoization of the operator's chunk computations (default: [`MemoOptions::default`],
@@ -387,14 +422,20 @@ impl<'a> Reconstructor<'a> {
             budgets.device_bytes = device.saturating_sub(self.memo.device_bytes);
             budgets.host_bytes = host.saturating_sub(self.memo.host_bytes);
         }
-        if memo && self.devices.len() > 1 {
+        if memo && self.sharers() > 1 {
             return Err(SolverError::TeamMemo.into());
         }
-        let make = if self.devices.len() > 1 {
+        let make = if self.sharers() > 1 {
             plan_shared
         } else {
             plan
         };
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            // A rank holds 1/K of the host arrays (its planes), plus what one stage reads
+            // beyond them: the plan of all of them may take K ranks' budgets.
+            budgets.host_bytes = budgets.host_bytes.saturating_mul(ranks.size() as u64);
+        }
         let mut plan = make(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             match &source {
@@ -446,7 +487,7 @@ impl<'a> Reconstructor<'a> {
             ctx.reset_peak_device_bytes();
         }
         let data = projections.operator_blocks(self.pad);
-        let mut team = AdmmTeam::with_plan_from(self.devices, &g, &data, self.params, &plan)?;
+        let mut team = self.team(&g, &data, &plan)?;
         team.set_memo(self.devices, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
@@ -465,14 +506,16 @@ impl<'a> Reconstructor<'a> {
             let solver = team.solver();
             reports.push(report);
             let done = solver.iterations_done();
-            let cancelled = self
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::SeqCst));
+            // Every rank stops at the same iteration when any was told to.
+            let cancelled = team.any(
+                self.cancel
+                    .as_ref()
+                    .is_some_and(|c| c.load(Ordering::SeqCst)),
+            );
             let finished = solver.stop_reason().is_some();
             if let Some((path, every)) = &self.checkpoint {
                 if done % every == 0 || (cancelled && !finished) {
-                    solver.write_checkpoint(self.ctx, path)?;
+                    team.write_checkpoint(self.devices, path)?;
                 }
             }
             if let Some(f) = self.progress.as_mut() {
@@ -491,6 +534,9 @@ impl<'a> Reconstructor<'a> {
             }
         };
         let completed = stop != StopReason::Cancelled;
+        let iterations_s = loop_start.elapsed().as_secs_f64();
+        let ranks = team.rank_reports(setup_s, iterations_s);
+        team.gather_volume();
         let solver = team.solver();
         let report = Reconstruction {
             volume: Vec::new(),
@@ -503,7 +549,7 @@ impl<'a> Reconstructor<'a> {
             stop,
             resumed_from,
             setup_s,
-            iterations_s: loop_start.elapsed().as_secs_f64(),
+            iterations_s,
             operator_device_bytes: solver.operator().device_bytes(),
             solver_device_bytes: solver.vector_device_bytes(),
             peak_device_bytes: self
@@ -522,6 +568,7 @@ impl<'a> Reconstructor<'a> {
             memo_stats: solver.memo_stats(),
             memo_device_bytes: solver.memo_device_bytes(),
             plan,
+            ranks,
         };
         // A slab holds at most SLAB_BYTES, and no more than the host budget leaves beside the
         // arrays the plan put in host memory; at least one slice. A volume on the device is read
@@ -547,6 +594,22 @@ impl<'a> Reconstructor<'a> {
             slab_planes,
             report,
         })
+    }
+}
+
+impl Reconstructor<'_> {
+    /// The solver of this run: on this process's devices, or this rank's part.
+    fn team(
+        &self,
+        g: &Geometry,
+        data: &(impl ProjectionBlocks + ?Sized),
+        plan: &MemoryPlan,
+    ) -> Result<AdmmTeam, SolverError> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return AdmmTeam::on_ranks(ranks, self.ctx, g, data, self.params, plan);
+        }
+        AdmmTeam::with_plan_from(self.devices, g, data, self.params, plan)
     }
 }
 

@@ -5,6 +5,7 @@
 //! block is uploaded into a staging buffer that the same kernel reads (and a result block is
 //! downloaded from one), so the arithmetic, and the bits, are the same either way.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -72,7 +73,7 @@ pub struct BlockView {
 
 impl BlockView {
     /// The block's words in order: (start word, length) of each contiguous run.
-    fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
         let [e0, e1, e2] = self.extents;
         let w = self.words;
         debug_assert!(self.strides[2] == 1 || e2 == 1);
@@ -172,6 +173,11 @@ struct HostArray {
     pending: Mutex<Vec<(u64, BlockView)>>,
     /// The number the next download gets.
     next: AtomicU64,
+    /// An MPI rank's array: the words `home` of it are this rank's to keep; the others hold
+    /// blocks fetched for the stage at hand. Runs downloaded outside `home` are listed in
+    /// `away` until they are sent to their home.
+    home: Option<Range<usize>>,
+    away: Mutex<Vec<(usize, usize)>>,
 }
 
 enum Store {
@@ -197,6 +203,22 @@ impl std::fmt::Debug for Field {
             .field("layout", &self.0.layout)
             .field("residency", &self.0.residency)
             .finish()
+    }
+}
+
+/// `len` zero words, or `None` when the memory cannot be had. The allocation is zeroed by the
+/// allocator, so pages never written take no memory (what an MPI rank's planes beyond its own
+/// rely on).
+fn zeroed_words(len: usize) -> Option<Vec<f32>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<f32>(len).ok()?;
+    // Safety: the layout is non-zero and an f32 array's; the pointer comes from the global
+    // allocator with exactly that layout, which is what Vec expects, and zero bits are 0.0.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut f32;
+        (!ptr.is_null()).then(|| Vec::from_raw_parts(ptr, len, len))
     }
 }
 
@@ -234,25 +256,37 @@ impl Field {
         layout: PlaneLayout,
         residency: &Residency,
     ) -> Result<Self, StorageError> {
+        Self::with_home(ctx, label, layout, residency, None)
+    }
+
+    /// As [`new`](Self::new), for an MPI rank that keeps planes `home` of a host array (see
+    /// [`crate::cluster`]): the other planes take memory only while they hold fetched blocks.
+    pub(crate) fn with_home(
+        ctx: &GpuContext,
+        label: &str,
+        layout: PlaneLayout,
+        residency: &Residency,
+        home: Option<Range<usize>>,
+    ) -> Result<Self, StorageError> {
         let host = |words| {
             Store::Host(HostArray {
                 words: RwLock::new(words),
                 pending: Mutex::default(),
                 next: AtomicU64::new(0),
+                home: home
+                    .clone()
+                    .map(|p| p.start * layout.plane_words..p.end * layout.plane_words),
+                away: Mutex::default(),
             })
         };
         let store = match residency {
             Residency::Device => return Ok(Self::zeros(ctx, label, layout)?),
-            Residency::Host => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(layout.words())
-                    .map_err(|_| StorageError::HostMemory {
-                        label: label.to_string(),
-                        bytes: layout.bytes(),
-                    })?;
-                v.resize(layout.words(), 0.0);
-                host(HostWords::Ram(v))
-            }
+            Residency::Host => host(HostWords::Ram(zeroed_words(layout.words()).ok_or_else(
+                || StorageError::HostMemory {
+                    label: label.to_string(),
+                    bytes: layout.bytes(),
+                },
+            )?)),
             Residency::Scratch(dir) => host(HostWords::Mapped(scratch_map(dir, layout.bytes())?)),
         };
         Ok(Self(Arc::new(Inner {
@@ -443,8 +477,80 @@ impl Field {
                     at += len;
                 }
             }
+            if let Some(home) = &h.home {
+                let mut away = h.away.lock().expect("runs away poisoned");
+                for (start, len) in block.runs() {
+                    away.extend(outside(start..start + len, home));
+                }
+            }
         })
     }
+
+    #[cfg(feature = "mpi")]
+    /// The runs downloaded outside this rank's planes since the last call.
+    pub(crate) fn take_away_runs(&self) -> Vec<(usize, usize)> {
+        self.host().map_or_else(Vec::new, |h| {
+            std::mem::take(&mut *h.away.lock().expect("runs away poisoned"))
+        })
+    }
+
+    #[cfg(feature = "mpi")]
+    /// The words of `runs`, one after the other.
+    pub(crate) fn copy_runs(&self, runs: &[(usize, usize)]) -> Vec<f32> {
+        let h = self.host().expect("a host array");
+        let w = h.words.read().expect("host array poisoned");
+        let words = w.words();
+        runs.iter()
+            .flat_map(|&(s, l)| words[s..s + l].iter().copied())
+            .collect()
+    }
+
+    #[cfg(feature = "mpi")]
+    /// Writes `values` into `runs`, one after the other.
+    pub(crate) fn fill_runs(&self, runs: &[(usize, usize)], values: &[f32]) {
+        let h = self.host().expect("a host array");
+        let mut w = h.words.write().expect("host array poisoned");
+        let words = w.words_mut();
+        let mut at = 0;
+        for &(s, l) in runs {
+            words[s..s + l].copy_from_slice(&values[at..at + l]);
+            at += l;
+        }
+    }
+
+    /// Returns the memory of the words outside this rank's planes to the system (they read as
+    /// zero afterwards): the blocks fetched for a stage are not kept beyond it.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn release_away(&self) {
+        let Some(h) = self.host() else { return };
+        let Some(home) = &h.home else { return };
+        let mut w = h.words.write().expect("host array poisoned");
+        let HostWords::Ram(v) = &mut *w else { return };
+        const PAGE: usize = 4096;
+        let base = v.as_mut_ptr() as usize;
+        let address = |word: usize| base + 4 * word;
+        // Whole pages only: a page that also holds words of this rank's planes stays.
+        for (lo, hi) in [(0, home.start), (home.end, v.len())] {
+            let (lo, hi) = (address(lo).div_ceil(PAGE) * PAGE, address(hi) / PAGE * PAGE);
+            if hi > lo {
+                // Safety: [lo, hi) lies within the vector's allocation and is page-aligned; its
+                // contents are dropped on purpose and read back as zeros, a valid f32.
+                unsafe {
+                    libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+}
+
+/// The parts of `run` outside `home`, as (start, length).
+fn outside(run: Range<usize>, home: &Range<usize>) -> impl Iterator<Item = (usize, usize)> {
+    let before = run.start..run.end.min(home.start);
+    let after = run.start.max(home.end)..run.end;
+    [before, after]
+        .into_iter()
+        .filter(|r| r.start < r.end)
+        .map(|r| (r.start, r.len()))
 }
 
 /// A download (by number) into a host array that has not landed: released when its completion

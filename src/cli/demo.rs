@@ -62,6 +62,7 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         checkpoint_every: None,
         resume: false,
         quiet: false,
+        ranks: None,
     };
     let result = run_reconstruction(
         &devices,

@@ -112,6 +112,14 @@ impl Cli {
         Ok(ctx)
     }
 
+    /// Under MPI, the device of the rank that is number `local` among its node's ranks.
+    #[cfg(feature = "mpi")]
+    fn rank_context(&self, local: usize) -> Result<GpuContext, lamino::GpuError> {
+        let ctx = self.device.open_for_rank(self.allow_software_gpu, local)?;
+        note_software(&ctx);
+        Ok(ctx)
+    }
+
     /// Every device the global options name (one unless `--device` lists several).
     fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self.device.open(self.allow_software_gpu)?;

@@ -433,9 +433,51 @@ pub(super) fn report_loaded(loaded: LoadedProjections, quiet: bool) -> Projectio
 }
 
 pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
+    // Started by an MPI launcher: this process is one rank; an error on it stops them all.
+    #[cfg(feature = "mpi")]
+    if let Some(ranks) = lamino::cluster::Ranks::from_launcher()? {
+        return run_as(cli, args, Some(ranks.clone())).or_else(|e| {
+            eprintln!("error on rank {} of {}: {e}", ranks.rank(), ranks.size());
+            ranks.abort(1)
+        });
+    }
+    run_as(cli, args, None)
+}
+
+/// The MPI ranks this process is one of (never any without the `mpi` feature).
+#[cfg(feature = "mpi")]
+pub(super) type MpiRanks = Option<Arc<lamino::cluster::Ranks>>;
+#[cfg(not(feature = "mpi"))]
+pub(super) type MpiRanks = Option<std::convert::Infallible>;
+
+/// Whether this process writes the outputs and speaks: the first rank, or the only process.
+fn is_first(ranks: &MpiRanks) -> bool {
+    #[cfg(feature = "mpi")]
+    return ranks.as_ref().is_none_or(|r| r.rank() == 0);
+    #[cfg(not(feature = "mpi"))]
+    ranks.is_none()
+}
+
+/// The devices of this process: the global options' devices, or under MPI this rank's one (the
+/// node's devices taken in turn by its ranks).
+fn open_devices(
+    cli: &Cli,
+    ranks: &MpiRanks,
+) -> Result<Vec<GpuContext>, Box<dyn std::error::Error>> {
+    #[cfg(feature = "mpi")]
+    if let Some(r) = ranks {
+        let local = lamino::cluster::Ranks::local_rank().unwrap_or(r.rank());
+        return Ok(vec![cli.rank_context(local)?]);
+    }
+    let _ = ranks;
+    Ok(cli.contexts()?)
+}
+
+fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
     params.validate()?;
+    let first = is_first(&ranks);
     let options = RunOptions {
         memo: args.memo.options(),
         budgets: MemoryBudgets {
@@ -446,7 +488,8 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
         pad: args.pad,
         checkpoint_every: args.checkpoint_every,
         resume: args.resume,
-        quiet: args.quiet,
+        quiet: args.quiet || !first,
+        ranks,
     };
     if args.dry_run {
         let g = input_geometry(
@@ -455,7 +498,7 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
                 binning: args.preprocess.binning,
             },
         )?;
-        let devices = cli.contexts()?;
+        let devices = open_devices(cli, &options.ranks)?;
         let plan = options
             .budgets
             .apply(Reconstructor::on_devices(&devices))
@@ -469,8 +512,8 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
-    let (projections, mut pre) = args.preprocess.load(&args.input, args.quiet)?;
-    let devices = cli.contexts()?;
+    let (projections, mut pre) = args.preprocess.load(&args.input, options.quiet)?;
+    let devices = open_devices(cli, &options.ranks)?;
     let ctx = &devices[0];
     let b = pre.binning;
     let projections = match args.rotation_axis {
@@ -546,6 +589,7 @@ pub(super) struct RunOptions {
     pub checkpoint_every: Option<usize>,
     pub resume: bool,
     pub quiet: bool,
+    pub ranks: MpiRanks,
 }
 
 /// Reconstructs with a progress bar and Ctrl-C handling, and writes the outputs to `out`.
@@ -624,11 +668,18 @@ pub(super) fn run_reconstruction<'a>(
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
     }
+    #[cfg(feature = "mpi")]
+    if let Some(ranks) = &o.ranks {
+        builder = builder.on_ranks(ranks.clone());
+    }
     let plan = builder.plan(g)?;
     if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
         progress.suspend(|| eprintln!("{plan}"));
     }
     let mut solved = builder.solve(projections)?;
+    if !is_first(&o.ranks) {
+        return Ok(solved);
+    }
     solved.report.preprocessing = preprocessing;
     let result = &solved.report;
     progress.finish_and_clear();

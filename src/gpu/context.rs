@@ -140,6 +140,41 @@ impl DeviceSet {
         }
     }
 
+    /// The device of an MPI rank that is number `local` among the ranks of its node: the set's
+    /// devices in turn (`best` and `all`: every hardware GPU of the node in turn), so that the
+    /// ranks of a node spread over its GPUs.
+    pub(crate) fn selection_for_rank(
+        &self,
+        found: &[AdapterSummary],
+        allow_software: bool,
+        local: usize,
+    ) -> Result<DeviceSelection, GpuError> {
+        let turn = |list: Vec<DeviceSelection>| list[local % list.len()];
+        match self {
+            Self::One(DeviceSelection::Index(i)) => Ok(DeviceSelection::Index(*i)),
+            Self::One(DeviceSelection::Best) | Self::All => {
+                Ok(turn(Self::All.selections(found, allow_software)?))
+            }
+            Self::List(l) if !l.is_empty() => Ok(turn(self.selections(found, allow_software)?)),
+            Self::List(_) => Err(GpuError::BadSelector(String::new())),
+        }
+    }
+
+    /// The context of the MPI rank that is number `local` among its node's ranks (see
+    /// [`selection_for_rank`](Self::selection_for_rank)).
+    pub fn open_for_rank(
+        &self,
+        allow_software: bool,
+        local: usize,
+    ) -> Result<GpuContext, GpuError> {
+        let options = DeviceOptions::new(DeviceSelection::Best, allow_software);
+        let selection = self.selection_for_rank(&list_adapters(), options.allow_software, local)?;
+        GpuContext::new(&DeviceOptions {
+            selection,
+            ..options
+        })
+    }
+
     /// A context on every device of the set (see [`GpuContext::new`] for the policy).
     pub fn open(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
         let options = DeviceOptions::new(DeviceSelection::Best, allow_software);
@@ -1349,6 +1384,15 @@ mod tests {
             DeviceSet::All.selections(&[], true),
             Err(GpuError::NoAdapter)
         ));
+        // MPI ranks of a node take the devices in turn.
+        let rank = |set: &DeviceSet, local| set.selection_for_rank(&found, true, local).unwrap();
+        let best = DeviceSet::One(DeviceSelection::Best);
+        assert_eq!(
+            (0..3).map(|l| rank(&best, l)).collect::<Vec<_>>(),
+            vec![index(1), index(2), index(1)]
+        );
+        assert_eq!(rank(&DeviceSet::List(vec![2, 0]), 3), index(0));
+        assert_eq!(rank(&DeviceSet::One(index(0)), 5), index(0));
     }
 
     #[test]

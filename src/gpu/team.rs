@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::context::GpuContext;
 use super::recorder::Recorder;
+use crate::array::{BlockView, Field};
 use crate::error::GpuError;
 
 #[derive(Default)]
@@ -85,6 +86,24 @@ impl TeamSync {
         }
     }
 
+    /// Every member's `part`, in member order, `index` giving this one's.
+    fn all_gather(&self, index: usize, part: Vec<f32>) -> Result<Vec<Vec<f32>>, GpuError> {
+        self.lock().parts[index] = Some(part);
+        self.meet()?;
+        let all = self
+            .lock()
+            .parts
+            .iter()
+            .map(|p| {
+                p.clone()
+                    .expect("every member gave its part before the meeting")
+            })
+            .collect();
+        // Nobody gives the next part before everybody took this one.
+        self.meet()?;
+        Ok(all)
+    }
+
     /// Stops the team: every member waiting now or later returns an error naming `member` and
     /// `cause`. The first cause stays.
     pub fn abort(&self, member: usize, cause: String) {
@@ -96,11 +115,23 @@ impl TeamSync {
     }
 }
 
+/// How the members of a team meet.
+enum Meeting {
+    /// Threads of one process, sharing the arrays.
+    Threads(Arc<TeamSync>),
+    /// MPI ranks, each keeping its home of the arrays (see [`crate::cluster`]).
+    #[cfg(feature = "mpi")]
+    Ranks(Arc<crate::cluster::Ranks>),
+}
+
+/// Blocks of arrays that the next stage of a member reads.
+pub(crate) type Reads = Vec<(Field, BlockView)>;
+
 /// What one member of a team does: its index, the team's size and the meeting point.
 pub(crate) struct Share {
     pub index: usize,
     pub members: usize,
-    sync: Arc<TeamSync>,
+    meeting: Meeting,
 }
 
 impl Share {
@@ -108,7 +139,17 @@ impl Share {
         Arc::new(Self {
             index,
             members: sync.members,
-            sync: sync.clone(),
+            meeting: Meeting::Threads(sync.clone()),
+        })
+    }
+
+    /// The share of this MPI rank.
+    #[cfg(feature = "mpi")]
+    pub fn rank(ranks: &Arc<crate::cluster::Ranks>) -> Arc<Self> {
+        Arc::new(Self {
+            index: ranks.rank(),
+            members: ranks.size(),
+            meeting: Meeting::Ranks(ranks.clone()),
         })
     }
 
@@ -126,10 +167,23 @@ impl Share {
     }
 
     /// Submits what `rec` holds, waits until this member's downloads have landed in the host
-    /// arrays, and meets the others: after it, every block any member wrote is readable.
-    pub fn sync(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), GpuError> {
+    /// arrays, and meets the others: after it, every block any member wrote is readable, and
+    /// (for MPI ranks) the blocks `reads` names are here.
+    pub fn sync(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        #[cfg_attr(not(feature = "mpi"), allow(unused_variables))] reads: impl FnOnce() -> Reads,
+    ) -> Result<(), GpuError> {
         Self::land(ctx, rec)?;
-        self.sync.meet()
+        match &self.meeting {
+            Meeting::Threads(sync) => sync.meet(),
+            #[cfg(feature = "mpi")]
+            Meeting::Ranks(ranks) => {
+                ranks.exchange(&reads());
+                Ok(())
+            }
+        }
     }
 
     /// Submits what `rec` holds and waits until this member's downloads have landed.
@@ -141,26 +195,23 @@ impl Share {
     /// Meets the others without touching the device: after it, every member has recorded (and
     /// so read from the host) what it recorded before.
     pub fn meet(&self) -> Result<(), GpuError> {
-        self.sync.meet()
+        match &self.meeting {
+            Meeting::Threads(sync) => sync.meet(),
+            #[cfg(feature = "mpi")]
+            Meeting::Ranks(ranks) => {
+                ranks.barrier();
+                Ok(())
+            }
+        }
     }
 
     /// Every member's `part`, in member order.
     pub fn all_gather(&self, part: Vec<f32>) -> Result<Vec<Vec<f32>>, GpuError> {
-        self.sync.lock().parts[self.index] = Some(part);
-        self.sync.meet()?;
-        let all = self
-            .sync
-            .lock()
-            .parts
-            .iter()
-            .map(|p| {
-                p.clone()
-                    .expect("every member gave its part before the meeting")
-            })
-            .collect();
-        // Nobody gives the next part before everybody took this one.
-        self.sync.meet()?;
-        Ok(all)
+        match &self.meeting {
+            Meeting::Threads(sync) => sync.all_gather(self.index, part),
+            #[cfg(feature = "mpi")]
+            Meeting::Ranks(ranks) => Ok(ranks.all_gather(part)),
+        }
     }
 }
 

@@ -35,7 +35,7 @@ use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
 };
-use crate::gpu::team::Share;
+use crate::gpu::team::{Reads, Share};
 use crate::gpu::{Bound, BufferSlice, Completion, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;
@@ -1357,14 +1357,36 @@ impl LaminoOperator {
         for position in 0..application.stages.len() {
             // A stage's chunks cross the previous stage's (or the vector kernels') shares.
             if let Some(share) = &self.share {
-                share.sync(ctx, rec)?;
+                share.sync(ctx, rec, || self.stage_reads(application, position))?;
             }
             self.record_stage(ctx, rec, application, position)?;
         }
+        // What follows reads this member's planes of the output.
         if let Some(share) = &self.share {
-            share.sync(ctx, rec)?;
+            share.sync(ctx, rec, Vec::new)?;
         }
         Ok(())
+    }
+
+    /// The blocks of host arrays this member's chunks of stage `position` of `application`
+    /// upload (their inputs, and the outputs they add to).
+    fn stage_reads(&self, application: &Application, position: usize) -> Reads {
+        let stage = &application.stages[position];
+        let own = self.own_chunks(stage.kind);
+        stage.chunks[own]
+            .iter()
+            .flat_map(|(steps_in, steps_out)| steps_in.iter().chain(steps_out))
+            .filter_map(|step| match step {
+                Step::Upload { field, view, .. } => Some((field.clone(), *view)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// This member's chunks of a stage (all of them alone).
+    fn own_chunks(&self, kind: Kind) -> std::ops::Range<usize> {
+        let count = self.stages.of(kind).len();
+        self.share.as_ref().map_or(0..count, |s| s.range(count))
     }
 
     /// Number of chunks of `stage`.
@@ -1390,10 +1412,7 @@ impl LaminoOperator {
         let stage = &application.stages[position];
         let staging = application.staging.as_deref();
         let chunks = self.stages.of(stage.kind);
-        let own = self
-            .share
-            .as_ref()
-            .map_or(0..chunks.len(), |s| s.range(chunks.len()));
+        let own = self.own_chunks(stage.kind);
         for (chunk, (steps_in, steps_out)) in chunks[own.clone()].iter().zip(&stage.chunks[own]) {
             self.record_steps(ctx, rec, &chunk.tables, staging, None)?;
             self.record_steps(ctx, rec, steps_in, staging, None)?;

@@ -5,6 +5,7 @@
 //! the penalty decision need them).
 
 use std::cell::RefCell;
+use std::ops::Range;
 use std::path::Path;
 
 use bytemuck::{Pod, Zeroable};
@@ -380,16 +381,18 @@ impl AdmmSolver {
         params: AdmmParams,
         plan: &MemoryPlan,
     ) -> Result<Self, SolverError> {
-        Self::build(ctx, geometry, Some(data), params, plan, None)
+        let all = 0..geometry.ntheta();
+        Self::build(ctx, geometry, Some((data, all)), params, plan, None)
     }
 
     /// As [`with_plan_from`](Self::with_plan_from), alone or as a member of a multi-device team
-    /// (its arrays the team's, its work its share); a team's first member fills the projections
-    /// from `data`, the others take `None`.
+    /// (its arrays the team's, its work its share). `fill` gives the projections and the ones
+    /// this member writes into the shared array (the hash covers them all): a team of threads
+    /// has its first member write them all, an MPI rank writes its own.
     pub(crate) fn build<D: ProjectionBlocks + ?Sized>(
         ctx: &GpuContext,
         geometry: &Geometry,
-        data: Option<&D>,
+        fill: Option<(&D, Range<usize>)>,
         params: AdmmParams,
         plan: &MemoryPlan,
         member: Option<(&TeamArrays, &Arc<Share>)>,
@@ -417,7 +420,9 @@ impl AdmmSolver {
         };
         let fields = match member {
             Some((arrays, _)) => arrays.fields.clone(),
-            None => Fields::new(ctx, g, plan)?,
+            None => Fields::new(g, plan, |label, layout, residency| {
+                Field::new(ctx, label, layout, residency)
+            })?,
         };
         let n_fourier = (g.deth * g.detw) as f64;
         let st = staging.as_ref();
@@ -470,8 +475,8 @@ impl AdmmSolver {
                 &spatial_residency,
             )?,
         };
-        let data_hash = match data {
-            Some(data) => fill_projections(ctx, &spatial, data)?,
+        let data_hash = match fill {
+            Some((data, planes)) => fill_projections(ctx, &spatial, data, planes)?,
             None => 0,
         };
         let to_fourier = app(Apply::Fft2d, Source::Real(&spatial), Sink::Complex(&f.dhat))?;
@@ -767,7 +772,7 @@ impl AdmmSolver {
     }
 
     /// The arrays a checkpoint holds, in [`checkpoint::ARRAYS`](super::checkpoint::ARRAYS) order.
-    fn checkpointed(&self) -> [&Field; 5] {
+    pub(crate) fn checkpointed(&self) -> [&Field; 5] {
         let f = &self.fields;
         [&f.u, &f.psi, &f.lambda, &f.grad_u, &f.au]
     }
@@ -845,6 +850,12 @@ impl AdmmSolver {
         self.last = leader.last;
     }
 
+    /// The array of the volume.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn volume_field(&self) -> &Field {
+        &self.fields.u
+    }
+
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
         Ok(self.fields.u.read(ctx)?)
@@ -892,11 +903,14 @@ fn projections_layout(g: &Geometry) -> PlaneLayout {
 }
 
 impl Fields {
-    /// Every array where `plan` puts it.
-    fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, StorageError> {
-        let array = |array: Array, label: &str| {
-            Field::new(ctx, label, array.layout(g), plan.residency(array))
-        };
+    /// Every array where `plan` puts it, made by `field` (label, layout, residency).
+    fn new(
+        g: &Geometry,
+        plan: &MemoryPlan,
+        field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+    ) -> Result<Self, StorageError> {
+        let array =
+            |array: Array, label: &str| field(label, array.layout(g), plan.residency(array));
         Ok(Self {
             u: array(Array::U, "u")?,
             u_prev: array(Array::UPrev, "u previous")?,
@@ -923,30 +937,59 @@ pub(crate) struct TeamArrays {
 }
 
 impl TeamArrays {
-    /// The arrays of `plan`, which holds none on the device.
-    pub fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, SolverError> {
+    /// The arrays of `plan`, which holds none on the device, made by `field` (label, layout,
+    /// residency).
+    fn with(
+        g: &Geometry,
+        plan: &MemoryPlan,
+        field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+    ) -> Result<Self, SolverError> {
         Ok(Self {
-            fields: Fields::new(ctx, g, plan)?,
-            spectrum: Field::new(
-                ctx,
+            fields: Fields::new(g, plan, &field)?,
+            spectrum: field(
                 "spectrum (deth, n1, n2)",
                 Array::Spectrum.layout(g),
                 plan.residency(Array::Spectrum),
             )?,
-            spatial: Field::new(
-                ctx,
+            spatial: field(
                 "projections",
                 projections_layout(g),
                 &plan.projections_residency(g),
             )?,
         })
     }
+
+    /// The arrays of a team of threads, shared.
+    pub fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, SolverError> {
+        Self::with(g, plan, |label, layout, residency| {
+            Field::new(ctx, label, layout, residency)
+        })
+    }
+
+    /// This MPI rank's arrays: its home planes of each (registered with `ranks` for the
+    /// exchanges, in the same order on every rank).
+    #[cfg(feature = "mpi")]
+    pub fn on_ranks(
+        ctx: &GpuContext,
+        g: &Geometry,
+        plan: &MemoryPlan,
+        ranks: &crate::cluster::Ranks,
+    ) -> Result<Self, SolverError> {
+        Self::with(g, plan, |label, layout, residency| {
+            let home = ranks.home(ranks.rank(), layout.planes);
+            let field = Field::with_home(ctx, label, layout, residency, Some(home))?;
+            ranks.register(&field);
+            Ok(field)
+        })
+    }
 }
 
+/// Writes projections `keep` of `data` into `spatial` and returns the hash of all of them.
 fn fill_projections(
     ctx: &GpuContext,
     spatial: &Field,
     data: &(impl ProjectionBlocks + ?Sized),
+    keep: Range<usize>,
 ) -> Result<u64, GpuError> {
     let layout = spatial.layout();
     let planes = (PROJECTION_BLOCK_BYTES / (4 * layout.plane_words)).clamp(1, layout.planes);
@@ -958,7 +1001,12 @@ fn fill_projections(
         let start = first * layout.plane_words;
         data.fill(start, words);
         hash = fnv1a_continue(hash, bytemuck::cast_slice(words));
-        spatial.write_words(ctx, start, words)?;
+        let (lo, hi) = (first.max(keep.start), (first + count).min(keep.end));
+        if lo < hi {
+            let at = (lo - first) * layout.plane_words;
+            let words = &words[at..at + (hi - lo) * layout.plane_words];
+            spatial.write_words(ctx, lo * layout.plane_words, words)?;
+        }
     }
     Ok(hash)
 }

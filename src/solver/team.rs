@@ -17,10 +17,14 @@ use crate::memo::MemoOptions;
 use crate::operator::Geometry;
 use crate::plan::MemoryPlan;
 
-/// A solver on one or more devices; with one device it is that device's [`AdmmSolver`].
+/// A solver on one or more devices, or one MPI rank's part of a solver on every rank; with one
+/// device it is that device's [`AdmmSolver`].
 pub struct AdmmTeam {
+    /// This process's members: one per device, or this MPI rank's one.
     members: Vec<AdmmSolver>,
     sync: Arc<TeamSync>,
+    #[cfg(feature = "mpi")]
+    ranks: Option<Arc<crate::cluster::Ranks>>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -109,6 +113,16 @@ fn on_members<M: Send, T: Send>(
     }
 }
 
+/// A team's plan keeps every array in host memory.
+fn check_shared(plan: &MemoryPlan) -> Result<(), SolverError> {
+    if plan.resident_arrays() > 0
+        || *plan.residency(crate::plan::Array::Spectrum) == Residency::Device
+    {
+        return Err(SolverError::TeamPlan);
+    }
+    Ok(())
+}
+
 impl AdmmTeam {
     /// One solver per device of `devices`, as [`AdmmSolver::with_plan_from`] builds it. With
     /// several devices the plan must hold every array in host memory (or scratch), as
@@ -122,18 +136,14 @@ impl AdmmTeam {
     ) -> Result<Self, SolverError> {
         match devices {
             [] => Err(SolverError::NoDevices),
-            [ctx] => Ok(Self {
-                members: vec![AdmmSolver::with_plan_from(
+            [ctx] => Ok(Self::of(
+                vec![AdmmSolver::with_plan_from(
                     ctx, geometry, data, params, plan,
                 )?],
-                sync: TeamSync::new(1),
-            }),
+                TeamSync::new(1),
+            )),
             [first, ..] => {
-                if plan.resident_arrays() > 0
-                    || *plan.residency(crate::plan::Array::Spectrum) == Residency::Device
-                {
-                    return Err(SolverError::TeamPlan);
-                }
+                check_shared(plan)?;
                 let arrays = TeamArrays::new(first, geometry, plan)?;
                 let sync = TeamSync::new(devices.len());
                 let member = |index: usize| (&arrays, Share::new(index, &sync));
@@ -146,7 +156,7 @@ impl AdmmTeam {
                         AdmmSolver::build(
                             ctx,
                             geometry,
-                            Some(data),
+                            Some((data, 0..geometry.ntheta())),
                             params,
                             plan,
                             Some((arrays, &share)),
@@ -158,7 +168,7 @@ impl AdmmTeam {
                         AdmmSolver::build(
                             ctx,
                             geometry,
-                            None::<&[f32]>,
+                            None::<(&[f32], _)>,
                             params,
                             plan,
                             Some((arrays, &share)),
@@ -177,8 +187,158 @@ impl AdmmTeam {
                     }
                     m.adopt_data_hash(hash);
                 }
-                Ok(Self { members, sync })
+                Ok(Self::of(members, sync))
             }
+        }
+    }
+
+    fn of(members: Vec<AdmmSolver>, sync: Arc<TeamSync>) -> Self {
+        Self {
+            members,
+            sync,
+            #[cfg(feature = "mpi")]
+            ranks: None,
+        }
+    }
+
+    /// This MPI rank's member of a team of every rank, on `ctx` (see [`crate::cluster`]); the
+    /// plan as for several devices ([`crate::plan::plan_shared`]). Collective.
+    #[cfg(feature = "mpi")]
+    pub fn on_ranks(
+        ranks: &Arc<crate::cluster::Ranks>,
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        data: &(impl ProjectionBlocks + ?Sized),
+        params: AdmmParams,
+        plan: &MemoryPlan,
+    ) -> Result<Self, SolverError> {
+        check_shared(plan)?;
+        let arrays = TeamArrays::on_ranks(ctx, geometry, plan, ranks)?;
+        let home = ranks.home(ranks.rank(), geometry.ntheta());
+        let share = ranks.share();
+        let member = AdmmSolver::build(
+            ctx,
+            geometry,
+            Some((data, home)),
+            params,
+            plan,
+            Some((&arrays, &share)),
+        )?;
+        // Every rank must chunk the stages alike (their devices may differ).
+        let c = member.operator().chunks();
+        let all = ranks.all_gather(vec![c.0 as f32, c.1 as f32, c.2 as f32]);
+        if let Some((r, other)) = all.iter().enumerate().find(|(_, o)| *o != &all[0]) {
+            let triple = |v: &[f32]| (v[0] as usize, v[1] as usize, v[2] as usize);
+            return Err(SolverError::TeamChunks {
+                device: format!("of rank {r}"),
+                chunks: triple(other),
+                first: triple(&all[0]),
+            });
+        }
+        let mut team = Self::of(vec![member], TeamSync::new(1));
+        team.ranks = Some(ranks.clone());
+        Ok(team)
+    }
+
+    /// Brings the arrays of `which` (the volume, or every array a checkpoint holds) whole to
+    /// the first MPI rank, which writes outputs and checkpoints; nothing to do otherwise.
+    /// Collective.
+    fn gather(&self, checkpoint: bool) {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            let solver = &self.members[0];
+            match checkpoint {
+                true => solver
+                    .checkpointed()
+                    .iter()
+                    .for_each(|f| ranks.gather_to_first(f)),
+                false => ranks.gather_to_first(solver.volume_field()),
+            }
+        }
+        let _ = checkpoint;
+    }
+
+    /// Whether this process writes the outputs and checkpoints (the first MPI rank, or the only
+    /// process).
+    pub fn writes(&self) -> bool {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks.rank() == 0;
+        }
+        true
+    }
+
+    /// Writes a checkpoint of the state after the iterations done (see
+    /// [`AdmmSolver::write_checkpoint`]); with MPI ranks the first rank writes it, after every
+    /// rank sent it its planes. Collective.
+    pub fn write_checkpoint(
+        &self,
+        devices: &[GpuContext],
+        path: &std::path::Path,
+    ) -> Result<(), SolverError> {
+        self.gather(true);
+        let written = match self.writes() {
+            true => self.members[0].write_checkpoint(&devices[0], path),
+            false => Ok(()),
+        };
+        self.meet();
+        written
+    }
+
+    /// Brings the volume to the process that writes the outputs. Collective.
+    pub fn gather_volume(&self) {
+        self.gather(false);
+    }
+
+    /// Whether `flag` is set on any MPI rank (on this process otherwise). Collective.
+    pub fn any(&self, flag: bool) -> bool {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks
+                .all_gather(vec![f32::from(u8::from(flag))])
+                .iter()
+                .any(|v| v[0] != 0.0);
+        }
+        flag
+    }
+
+    /// Every MPI rank's setup and iteration times and bytes sent (empty without ranks).
+    /// Collective.
+    pub fn rank_reports(&self, setup_s: f64, iterations_s: f64) -> Vec<crate::recon::RankReport> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            // Exact through f32 words: each f64 or u64 as its two halves' bits.
+            let halves = |b: u64| [f32::from_bits(b as u32), f32::from_bits((b >> 32) as u32)];
+            let whole = |w: &[f32]| u64::from(w[0].to_bits()) | (u64::from(w[1].to_bits()) << 32);
+            let mine = [
+                setup_s.to_bits(),
+                iterations_s.to_bits(),
+                ranks.bytes_sent(),
+            ]
+            .into_iter()
+            .flat_map(halves)
+            .collect();
+            return ranks
+                .all_gather(mine)
+                .iter()
+                .enumerate()
+                .map(|(rank, w)| crate::recon::RankReport {
+                    rank,
+                    setup_s: f64::from_bits(whole(&w[0..2])),
+                    iterations_s: f64::from_bits(whole(&w[2..4])),
+                    bytes_sent: whole(&w[4..6]),
+                })
+                .collect();
+        }
+        let _ = (setup_s, iterations_s);
+        Vec::new()
+    }
+
+    /// Waits for every MPI rank (nothing to do otherwise).
+    fn meet(&self) {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            ranks.barrier();
         }
     }
 

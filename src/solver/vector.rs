@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
 use crate::error::GpuError;
-use crate::gpu::team::Share;
+use crate::gpu::team::{Reads, Share};
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
@@ -491,7 +491,7 @@ impl VectorOp {
             if op.halo {
                 // The halo planes come from the neighbours' shares: they must have landed, and
                 // the neighbours must not overwrite them before this member read them.
-                share.sync(ctx, rec)?;
+                share.sync(ctx, rec, || op.reads())?;
                 op.record_planes(ctx, rec)?;
                 share.meet()?;
             } else {
@@ -548,6 +548,14 @@ impl VectorOp {
             rec.dispatch(&total.bound, total.groups);
         }
         Ok(())
+    }
+
+    /// The blocks of host arrays this member's dispatches upload.
+    fn reads(&self) -> Reads {
+        self.dispatches
+            .iter()
+            .flat_map(|d| d.uploads.iter().map(|(f, _, view)| (f.clone(), *view)))
+            .collect()
     }
 
     /// Records the dispatches of this member's planes, with the transfers of the blocks of host

@@ -1,0 +1,348 @@
+//! MPI ranks sharing one reconstruction (feature `mpi`): `mpirun -n K lamino reconstruct ...`.
+//!
+//! Every rank runs the solver of [`crate::solver::AdmmTeam`] as one member of a team of K: it
+//! computes its share of each stage's chunks and of each vector kernel's planes, exactly as a
+//! device of a multi-device run does, so the bits do not depend on K. What differs is memory: a
+//! rank keeps only its **home**, 1/K of the planes of every array; the other planes of its
+//! arrays take memory only while they hold what a stage needs.
+//!
+//! At each point where a device of an in-process team meets the others, the ranks exchange
+//! instead, in two all-to-all rounds (`MPI_Alltoallv`): first every block a rank downloaded
+//! outside its home goes home, then every rank receives, from their homes, the blocks its next
+//! stage reads beyond its own planes. Reductions gather every rank's plane sums (combined in
+//! plane order by each rank alike). The exchanges are collective, so every rank passes the same
+//! sequence of them; a rank that fails calls `MPI_Abort`, which stops every rank.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use mpi::Count;
+use thiserror::Error;
+
+use crate::array::{BlockView, Field};
+use crate::gpu::team::Share;
+
+/// Environment variables that MPI launchers set (Open MPI's mpirun, PMI and PMIx, as srun uses):
+/// with none of them, lamino runs as one process without initialising MPI.
+pub const LAUNCHER_ENV: [&str; 3] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"];
+
+/// Environment variables that give a rank's index among the ranks on its node.
+const LOCAL_RANK_ENV: [&str; 3] = [
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_LOCALID",
+    "MPI_LOCALRANKID",
+];
+
+/// Elements one all-to-all round sends to one rank at most (MPI counts are 32-bit).
+const ROUND_ELEMENTS: u64 = 1 << 26;
+
+/// Errors of starting MPI.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// MPI could not be initialised although a launcher started this process.
+    #[error(
+        "this process was started by an MPI launcher ({0} is set), but MPI failed to initialise"
+    )]
+    Init(&'static str),
+}
+
+/// The MPI library's handles, used from one thread at a time (MPI is initialised for that).
+struct Mpi {
+    world: SimpleCommunicator,
+    _universe: mpi::environment::Universe,
+}
+
+// Safety: MPI is initialised with at least `Threading::Serialized` where the library allows
+// it, and every call goes through the mutex that holds these handles, so no two threads call
+// MPI at once; the handles themselves are plain identifiers.
+unsafe impl Send for Mpi {}
+
+/// This process's place among the ranks of one reconstruction.
+pub struct Ranks {
+    mpi: Mutex<Mpi>,
+    rank: usize,
+    size: usize,
+    /// The arrays with a home, in the order every rank registers them.
+    fields: Mutex<Vec<Field>>,
+    bytes_sent: AtomicU64,
+}
+
+impl std::fmt::Debug for Ranks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}", self.rank, self.size)
+    }
+}
+
+impl Ranks {
+    /// The ranks of this run when an MPI launcher started more than one; `None` when no
+    /// launcher did (or it started one process).
+    pub fn from_launcher() -> Result<Option<Arc<Self>>, ClusterError> {
+        let Some(var) = LAUNCHER_ENV
+            .into_iter()
+            .find(|v| std::env::var_os(v).is_some())
+        else {
+            return Ok(None);
+        };
+        let (universe, _) = mpi::initialize_with_threading(mpi::Threading::Serialized)
+            .ok_or(ClusterError::Init(var))?;
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        if size == 1 {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Self {
+            mpi: Mutex::new(Mpi {
+                world,
+                _universe: universe,
+            }),
+            rank,
+            size,
+            fields: Mutex::default(),
+            bytes_sent: AtomicU64::new(0),
+        })))
+    }
+
+    /// This rank's index.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// This rank's index among the ranks on its node, as the launcher says.
+    pub fn local_rank() -> Option<usize> {
+        LOCAL_RANK_ENV
+            .into_iter()
+            .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+    }
+
+    /// Bytes this rank sent to other ranks so far.
+    pub fn bytes_sent(&self) -> u64 {
+        self.bytes_sent.load(Ordering::Relaxed)
+    }
+
+    /// Stops every rank of the run (`MPI_Abort`).
+    pub fn abort(&self, code: i32) -> ! {
+        let mpi = self.mpi.lock().unwrap_or_else(|e| e.into_inner());
+        mpi.world.abort(code)
+    }
+
+    /// This member's share of the team (the rank's index of K).
+    pub(crate) fn share(self: &Arc<Self>) -> Arc<Share> {
+        Share::rank(self)
+    }
+
+    /// The planes of `planes` that rank `rank` keeps.
+    pub(crate) fn home(&self, rank: usize, planes: usize) -> Range<usize> {
+        Share::range_of(rank, self.size, planes)
+    }
+
+    /// Adds an array with a home to the exchanges (every rank registers the same arrays in the
+    /// same order).
+    pub(crate) fn register(&self, field: &Field) {
+        self.fields
+            .lock()
+            .expect("fields poisoned")
+            .push(field.clone());
+    }
+
+    /// Waits for every rank.
+    pub(crate) fn barrier(&self) {
+        self.mpi.lock().expect("MPI poisoned").world.barrier();
+    }
+
+    /// Every rank's `part`, in rank order.
+    pub(crate) fn all_gather(&self, part: Vec<f32>) -> Vec<Vec<f32>> {
+        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let mut lengths = vec![0 as Count; self.size];
+        mpi.world
+            .all_gather_into(&(part.len() as Count), &mut lengths[..]);
+        let displs = offsets(&lengths);
+        let mut all = vec![0f32; lengths.iter().sum::<Count>() as usize];
+        mpi.world.all_gather_varcount_into(
+            &part[..],
+            &mut PartitionMut::new(&mut all[..], &lengths[..], &displs[..]),
+        );
+        lengths
+            .iter()
+            .zip(&displs)
+            .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
+            .collect()
+    }
+
+    /// `send[r]` to rank r, for every r; returns what each rank sent here. Collective.
+    fn all_to_all<T: Equivalence + Copy + Default>(&self, send: Vec<Vec<T>>) -> Vec<Vec<T>> {
+        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let counts: Vec<u64> = send.iter().map(|v| v.len() as u64).collect();
+        let mut incoming = vec![0u64; self.size];
+        mpi.world.all_to_all_into(&counts[..], &mut incoming[..]);
+        let largest = counts.iter().chain(&incoming).copied().max().unwrap_or(0);
+        let mut rounds = 0u64;
+        mpi.world.all_reduce_into(
+            &largest.div_ceil(ROUND_ELEMENTS),
+            &mut rounds,
+            SystemOperation::max(),
+        );
+        let mut received: Vec<Vec<T>> = incoming
+            .iter()
+            .map(|&c| Vec::with_capacity(c as usize))
+            .collect();
+        for round in 0..rounds {
+            let lo = round * ROUND_ELEMENTS;
+            let part = |c: u64| c.saturating_sub(lo).min(ROUND_ELEMENTS) as Count;
+            let send_counts: Vec<Count> = counts.iter().map(|&c| part(c)).collect();
+            let receive_counts: Vec<Count> = incoming.iter().map(|&c| part(c)).collect();
+            let buffer: Vec<T> = send
+                .iter()
+                .zip(&send_counts)
+                .flat_map(|(v, &n)| v[lo as usize..lo as usize + n as usize].iter().copied())
+                .collect();
+            let mut into = vec![T::default(); receive_counts.iter().sum::<Count>() as usize];
+            let (send_displs, receive_displs) = (offsets(&send_counts), offsets(&receive_counts));
+            mpi.world.all_to_all_varcount_into(
+                &Partition::new(&buffer[..], &send_counts[..], &send_displs[..]),
+                &mut PartitionMut::new(&mut into[..], &receive_counts[..], &receive_displs[..]),
+            );
+            for (r, (&d, &n)) in receive_displs.iter().zip(&receive_counts).enumerate() {
+                received[r].extend_from_slice(&into[d as usize..(d + n) as usize]);
+            }
+        }
+        let sent: u64 = counts.iter().sum();
+        self.bytes_sent
+            .fetch_add(sent * std::mem::size_of::<T>() as u64, Ordering::Relaxed);
+        received
+    }
+
+    /// The word ranges of `field` that rank `rank` keeps.
+    fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
+        let layout = field.layout();
+        let planes = self.home(rank, layout.planes);
+        planes.start * layout.plane_words..planes.end * layout.plane_words
+    }
+
+    /// For each rank, the parts of `runs` of field number `index` in its home (none for this
+    /// rank's own).
+    fn by_home(&self, field: &Field, index: usize, runs: &[(usize, usize)]) -> Vec<HomeParts> {
+        (0..self.size)
+            .map(|r| {
+                let mut parts = HomeParts::default();
+                if r != self.rank {
+                    let home = self.home_words(field, r);
+                    for &(s, l) in runs {
+                        let (a, b) = (s.max(home.start), (s + l).min(home.end));
+                        if a < b {
+                            parts
+                                .triples
+                                .extend([index as u64, a as u64, (b - a) as u64]);
+                            parts.runs.push((a, b - a));
+                        }
+                    }
+                }
+                parts
+            })
+            .collect()
+    }
+
+    /// Sends the blocks this rank downloaded outside its home to their homes, lets go of the
+    /// blocks fetched for the last stage, then fetches from their homes the parts of `reads`
+    /// (the blocks the next stage reads) beyond this rank's home. Collective.
+    pub(crate) fn exchange(&self, reads: &[(Field, BlockView)]) {
+        let fields = self.fields.lock().expect("fields poisoned").clone();
+        let mut triples: Vec<Vec<u64>> = vec![Vec::new(); self.size];
+        let mut words: Vec<Vec<f32>> = vec![Vec::new(); self.size];
+        for (i, f) in fields.iter().enumerate() {
+            let away = f.take_away_runs();
+            for (r, parts) in self.by_home(f, i, &away).into_iter().enumerate() {
+                triples[r].extend(parts.triples);
+                words[r].extend(f.copy_runs(&parts.runs));
+            }
+        }
+        let (triples, words) = (self.all_to_all(triples), self.all_to_all(words));
+        for (t, w) in triples.iter().zip(&words) {
+            fill_triples(&fields, t, w);
+        }
+        for f in &fields {
+            f.release_away();
+        }
+        let mut requests: Vec<Vec<u64>> = vec![Vec::new(); self.size];
+        for (field, view) in reads {
+            let Some(i) = fields.iter().position(|f| f.same(field)) else {
+                continue;
+            };
+            let runs: Vec<(usize, usize)> = view.runs().collect();
+            for (r, parts) in self.by_home(field, i, &runs).into_iter().enumerate() {
+                requests[r].extend(parts.triples);
+            }
+        }
+        let asked = self.all_to_all(requests.clone());
+        let replies: Vec<Vec<f32>> = asked
+            .iter()
+            .map(|t| {
+                t.chunks_exact(3)
+                    .flat_map(|t| {
+                        fields[t[0] as usize].copy_runs(&[(t[1] as usize, t[2] as usize)])
+                    })
+                    .collect()
+            })
+            .collect();
+        let replies = self.all_to_all(replies);
+        for (t, w) in requests.iter().zip(&replies) {
+            fill_triples(&fields, t, w);
+        }
+    }
+
+    /// Brings every plane of `field` to rank 0 (for its outputs); the other ranks keep theirs.
+    /// Collective.
+    pub(crate) fn gather_to_first(&self, field: &Field) {
+        let mut send: Vec<Vec<f32>> = vec![Vec::new(); self.size];
+        let mine = self.home_words(field, self.rank);
+        if self.rank != 0 {
+            send[0] = field.copy_runs(&[(mine.start, mine.len())]);
+        }
+        let received = self.all_to_all(send);
+        if self.rank == 0 {
+            for (r, w) in received.iter().enumerate().skip(1) {
+                let home = self.home_words(field, r);
+                field.fill_runs(&[(home.start, home.len())], w);
+            }
+        }
+    }
+}
+
+/// Runs of a field in one rank's home: as (field, start, length) triples to send, and as runs.
+#[derive(Default)]
+struct HomeParts {
+    triples: Vec<u64>,
+    runs: Vec<(usize, usize)>,
+}
+
+/// Writes `words` into the (field, start, length) runs of `triples`, one after the other.
+fn fill_triples(fields: &[Field], triples: &[u64], words: &[f32]) {
+    let mut at = 0;
+    for t in triples.chunks_exact(3) {
+        let (start, len) = (t[1] as usize, t[2] as usize);
+        fields[t[0] as usize].fill_runs(&[(start, len)], &words[at..at + len]);
+        at += len;
+    }
+}
+
+/// Exclusive prefix sums of `counts`.
+fn offsets(counts: &[Count]) -> Vec<Count> {
+    counts
+        .iter()
+        .scan(0, |acc, &c| {
+            let d = *acc;
+            *acc += c;
+            Some(d)
+        })
+        .collect()
+}

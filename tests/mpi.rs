@@ -1,0 +1,228 @@
+//! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2 and 3
+//! ranks, checkpoints that any number of ranks resumes, and a rank that fails or is killed ends
+//! the run with an error instead of leaving the others waiting.
+#![cfg(feature = "mpi")]
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn lamino() -> &'static str {
+    env!("CARGO_BIN_EXE_lamino")
+}
+
+/// `mpirun` for `ranks` ranks running lamino with `args` (software adapter allowed). As root
+/// (CI) mpirun needs to be told that this is intended.
+fn mpirun(ranks: usize, args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n"])
+        .arg(ranks.to_string())
+        .arg(lamino())
+        .arg("--allow-software-gpu")
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    cmd
+}
+
+fn one_process(args: &[&str]) -> Output {
+    Command::new(lamino())
+        .arg("--allow-software-gpu")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// A simulated 32^3 chip scan in `dir`.
+fn scan(dir: &Path) -> String {
+    let scan = dir.join("scan.h5");
+    let o = one_process(&[
+        "simulate",
+        "--phantom",
+        "chip",
+        "--size",
+        "32",
+        "--angles",
+        "32",
+        "--tilt-deg",
+        "30",
+        "--out",
+        &s(&scan),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    s(&scan)
+}
+
+fn reconstruct_args<'a>(scan: &'a str, out: &'a str, iterations: &'a str) -> Vec<&'a str> {
+    vec![
+        "reconstruct",
+        scan,
+        "--out",
+        out,
+        "--iterations",
+        iterations,
+        "--quiet",
+    ]
+}
+
+#[test]
+fn two_and_three_ranks_write_the_one_process_volume_at_32() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = scan(dir.path());
+    let one = s(&dir.path().join("one"));
+    let o = one_process(&reconstruct_args(&scan, &one, "3"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expected = std::fs::read(Path::new(&one).join("recon.tif")).unwrap();
+    for ranks in [2, 3] {
+        let out = dir.path().join(format!("ranks-{ranks}"));
+        let o = mpirun(ranks, &reconstruct_args(&scan, &s(&out), "3"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{ranks} ranks: {}", stderr(&o));
+        let got = std::fs::read(out.join("recon.tif")).unwrap();
+        assert!(got == expected, "{ranks} ranks changed the volume");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        let per_rank = report["reconstruction"]["ranks"].as_array().unwrap();
+        assert_eq!(per_rank.len(), ranks);
+        for (r, entry) in per_rank.iter().enumerate() {
+            assert_eq!(entry["rank"], r);
+            assert!(entry["bytes_sent"].as_u64().unwrap() > 0, "{entry}");
+            assert!(entry["iterations_s"].as_f64().unwrap() > 0.0, "{entry}");
+        }
+    }
+}
+
+/// The processes mpirun started, by rank (from their environment).
+fn rank_pid(mpirun: &Child, rank: usize) -> Option<u32> {
+    let children = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        mpirun.id(),
+        mpirun.id()
+    ))
+    .ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|v| v == format!("OMPI_COMM_WORLD_RANK={rank}").as_bytes())
+            })
+        })
+}
+
+/// Waits for `child` at most `limit`; kills it and fails if it runs longer.
+fn wait_within(mut child: Child, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return (child.wait_with_output().unwrap(), start.elapsed());
+        }
+        if start.elapsed() > limit {
+            child.kill().ok();
+            panic!("the run did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_rank_ends_the_run_and_its_last_checkpoint_resumes_on_any_number_of_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = scan(dir.path());
+    let out = dir.path().join("killed");
+    let checkpoint = out.join("checkpoint.ckpt");
+    let out_arg = s(&out);
+    let mut args = reconstruct_args(&scan, &out_arg, "40");
+    args.extend(["--checkpoint-every", "1"]);
+    let child = mpirun(2, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !checkpoint.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no checkpoint came"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = rank_pid(&child, 1).expect("rank 1 runs");
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let (o, took) = wait_within(child, Duration::from_secs(60));
+    assert!(!o.status.success(), "the run went on without rank 1");
+    let message = stderr(&o);
+    assert!(
+        message.contains("rank 1") || message.contains("rank: 1"),
+        "{message}"
+    );
+    eprintln!("the run ended {took:?} after rank 1 was killed");
+    // The last checkpoint resumes, on 3 ranks and on one process, to the uninterrupted result.
+    let whole = dir.path().join("whole");
+    let o = one_process(&reconstruct_args(&scan, &s(&whole), "8"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expected = std::fs::read(whole.join("recon.tif")).unwrap();
+    let alone = dir.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(&checkpoint, alone.join("checkpoint.ckpt")).unwrap();
+    let mut resume = reconstruct_args(&scan, &out_arg, "8");
+    resume.push("--resume");
+    let o = mpirun(3, &resume).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(out.join("recon.tif")).unwrap() == expected);
+    let mut resume = reconstruct_args(&scan, alone.to_str().unwrap(), "8");
+    resume.push("--resume");
+    let o = one_process(&resume);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(alone.join("recon.tif")).unwrap() == expected);
+}
+
+#[test]
+fn a_rank_that_fails_stops_every_rank_with_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = scan(dir.path());
+    let out = s(&dir.path().join("failed"));
+    // Rank 1 is given a device that does not exist (MPMD: two programs, one rank each).
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe"])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    for (i, device) in ["0", "7"].into_iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args([
+            "-n",
+            "1",
+            lamino(),
+            "--allow-software-gpu",
+            "--device",
+            device,
+        ])
+        .args(reconstruct_args(&scan, &out, "20"));
+    }
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, took) = wait_within(child, Duration::from_secs(60));
+    assert!(!o.status.success());
+    let message = stderr(&o);
+    assert!(
+        message.contains("error on rank 1 of 2") && message.contains("no adapter with index 7"),
+        "{message}"
+    );
+    eprintln!("every rank stopped {took:?} after the start");
+}
