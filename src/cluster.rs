@@ -142,7 +142,7 @@ impl Ranks {
     }
 
     /// The planes of `planes` that rank `rank` keeps.
-    pub(crate) fn home(&self, rank: usize, planes: usize) -> Range<usize> {
+    pub fn home(&self, rank: usize, planes: usize) -> Range<usize> {
         Share::range_of(rank, self.size, planes)
     }
 
@@ -176,6 +176,20 @@ impl Ranks {
             .iter()
             .zip(&displs)
             .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
+            .collect()
+    }
+
+    /// Every rank's `part` of 64-bit words, in rank order (exact: each word as two f32 bit
+    /// patterns).
+    pub(crate) fn all_gather_words(&self, part: &[u64]) -> Vec<Vec<u64>> {
+        let halves = |w: &u64| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)];
+        self.all_gather(part.iter().flat_map(halves).collect())
+            .iter()
+            .map(|p| {
+                p.chunks_exact(2)
+                    .map(|h| u64::from(h[0].to_bits()) | (u64::from(h[1].to_bits()) << 32))
+                    .collect()
+            })
             .collect()
     }
 

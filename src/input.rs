@@ -13,6 +13,7 @@
 //! intensities, white and dark fields are summed over `b x b` blocks before the `-log`, and
 //! line integrals are averaged (see [`crate::preprocess::bin_frames`] for the units).
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -170,7 +171,7 @@ pub fn load_projections_with(
             })
         }
         ProjectionInput::DXchange { path, tilt_deg } => {
-            projections_from_dxchange(path, *tilt_deg, b)
+            projections_from_dxchange(path, *tilt_deg, b, &|count| 0..count)
         }
         ProjectionInput::TiffStack {
             path,
@@ -179,6 +180,23 @@ pub fn load_projections_with(
             shading,
         } => projections_from_tiff(path, angles, *tilt_deg, shading, b),
     }
+}
+
+/// The projections of the angles `share(ntheta)` only, for an MPI rank: a DXchange scan is read as
+/// that hyperslab of its projections (flats and darks whole); other inputs are read whole and the
+/// other angles dropped.
+pub fn load_projection_share(
+    input: &ProjectionInput,
+    options: &LoadOptions,
+    share: &dyn Fn(usize) -> Range<usize>,
+) -> Result<LoadedProjections, InputError> {
+    if let ProjectionInput::DXchange { path, tilt_deg } = input {
+        return projections_from_dxchange(path, *tilt_deg, options.binning, share);
+    }
+    let mut loaded = load_projections_with(input, options)?;
+    let angles = share(loaded.projections.geometry().ntheta());
+    loaded.projections = loaded.projections.keep(angles)?;
+    Ok(loaded)
 }
 
 /// The reference's geometry for a detector of `deth x detw` pixels, binned by `b`.
@@ -280,10 +298,12 @@ fn line_integral_buffer(
 
 /// Line integrals of a DXchange scan, read, binned and normalised a block of angles at a time,
 /// so the raw and the normalised projections are never both held whole.
+/// Line integrals of the projections `share(count)` of a DXchange scan (read as that hyperslab).
 fn projections_from_dxchange(
     path: &Path,
     tilt_deg: Option<f64>,
     b: usize,
+    share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
     let reader = DxchangeReader::open(path)?;
     let info = reader.info().clone();
@@ -297,10 +317,11 @@ fn projections_from_dxchange(
         frame,
     )?;
     let per_block = (READ_BLOCK_BYTES / (4 * deth * detw).max(1)).max(1);
-    let mut values = line_integral_buffer(path, count, frame[0], frame[1])?;
+    let angles = share(count);
+    let mut values = line_integral_buffer(path, angles.len(), frame[0], frame[1])?;
     let mut clamped = 0;
-    for start in (0..count).step_by(per_block) {
-        let block = reader.read_projections(start..(start + per_block).min(count))?;
+    for start in angles.clone().step_by(per_block) {
+        let block = reader.read_projections(start..(start + per_block).min(angles.end))?;
         clamped += means.append(&bin_frames(block, b)?, &mut values)?;
     }
     let mut warnings = Vec::new();
@@ -308,7 +329,7 @@ fn projections_from_dxchange(
         warnings.push(clamp_warning(clamped));
     }
     Ok(LoadedProjections {
-        projections: Projections::new(geometry, values)?,
+        projections: Projections::part(geometry, angles, values)?,
         notes: Vec::new(),
         warnings,
     })

@@ -15,6 +15,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,42 +80,88 @@ pub enum ReconError {
 pub struct Projections {
     geometry: Geometry,
     values: Vec<f32>,
+    /// The first angle `values` holds (0 unless an MPI rank holds only its share).
+    first: usize,
 }
 
 impl Projections {
     /// Validates the geometry, the shape and that every value is finite.
     pub fn new(geometry: Geometry, values: Vec<f32>) -> Result<Self, ReconError> {
+        let all = 0..geometry.ntheta();
+        Self::part(geometry, all, values)
+    }
+
+    /// The projections of `angles` only (an MPI rank's share: it reads and solves with no
+    /// others), validated as [`new`](Self::new) validates all of them.
+    pub fn part(
+        geometry: Geometry,
+        angles: Range<usize>,
+        values: Vec<f32>,
+    ) -> Result<Self, ReconError> {
         geometry.validate()?;
-        if values.len() != geometry.data_len() {
+        let frame = geometry.deth * geometry.detw;
+        if values.len() != angles.len() * frame || angles.end > geometry.ntheta() {
             return Err(ReconError::Shape {
-                expected: geometry.data_len(),
+                expected: angles.len().min(geometry.ntheta()) * frame,
                 got: values.len(),
             });
         }
         if let Some(index) = values.iter().position(|v| !v.is_finite()) {
             let (h, w) = (geometry.deth, geometry.detw);
             return Err(ReconError::NonFinite {
-                index,
-                angle: index / (h * w),
+                index: index + angles.start * frame,
+                angle: angles.start + index / (h * w),
                 row: (index / w) % h,
                 column: index % w,
                 value: values[index],
             });
         }
-        Ok(Self { geometry, values })
+        Ok(Self {
+            geometry,
+            values,
+            first: angles.start,
+        })
+    }
+
+    /// The angles these projections hold (all but for an MPI rank's share).
+    pub fn angles(&self) -> Range<usize> {
+        let frame = self.geometry.deth * self.geometry.detw;
+        self.first..self.first + self.values.len() / frame
+    }
+
+    /// The projections of `angles` only, the others dropped (they must be held).
+    pub fn keep(self, angles: Range<usize>) -> Result<Self, ReconError> {
+        let held = self.angles();
+        let frame = self.geometry.deth * self.geometry.detw;
+        if angles.start < held.start || angles.end > held.end {
+            return Err(ReconError::Shape {
+                expected: angles.len() * frame,
+                got: 0,
+            });
+        }
+        let at = (angles.start - held.start) * frame;
+        let values = self.values[at..at + angles.len() * frame].to_vec();
+        Self::part(self.geometry, angles, values)
     }
 
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
     }
 
+    /// The values of the angles held ([`angles`](Self::angles)).
     pub fn values(&self) -> &[f32] {
         &self.values
     }
 
     /// The data in the operator's normalisation, what [`AdmmSolver::new`] takes: since
-    /// `L u ~ P u / sqrt(n2 ntheta)`, the line integrals divided by `sqrt(n2 ntheta)`.
+    /// `L u ~ P u / sqrt(n2 ntheta)`, the line integrals divided by `sqrt(n2 ntheta)`. Every
+    /// angle must be held.
     pub fn operator_data(&self) -> Vec<f32> {
+        assert_eq!(
+            self.angles(),
+            0..self.geometry.ntheta(),
+            "every angle is held"
+        );
         let mut data = vec![0.0; self.geometry.data_len()];
         self.operator_blocks(0).fill(0, &mut data);
         data
@@ -127,6 +174,7 @@ impl Projections {
         let g = padded_geometry(&self.geometry, pad);
         OperatorBlocks {
             values: &self.values,
+            first_row: self.first * self.geometry.deth,
             detw: self.geometry.detw,
             pad,
             scale: 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt(),
@@ -140,10 +188,7 @@ impl Projections {
             ..self.geometry
         };
         geometry.validate()?;
-        Ok(Self {
-            geometry,
-            values: self.values,
-        })
+        Ok(Self { geometry, ..self })
     }
 }
 
@@ -151,6 +196,8 @@ impl Projections {
 /// of rows at a time (see [`Projections::operator_blocks`]).
 struct OperatorBlocks<'a> {
     values: &'a [f32],
+    /// The detector row of the whole data `values` starts at.
+    first_row: usize,
     detw: usize,
     pad: usize,
     scale: f64,
@@ -160,7 +207,7 @@ impl ProjectionBlocks for OperatorBlocks<'_> {
     fn fill(&self, start: usize, out: &mut [f32]) {
         let (w, pad) = (self.detw, self.pad);
         let scaled = |v: f32| (v as f64 * self.scale) as f32;
-        let first_row = start / (w + 2 * pad);
+        let first_row = start / (w + 2 * pad) - self.first_row;
         for (row, padded) in self.values[first_row * w..]
             .chunks(w)
             .zip(out.chunks_mut(w + 2 * pad))

@@ -11,8 +11,8 @@ use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
 use lamino::input::{
-    extension, input_geometry, load_projections_with, LoadOptions, LoadedProjections,
-    ProjectionInput, Shading,
+    extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
+    LoadedProjections, ProjectionInput, Shading,
 };
 use lamino::memo::{MemoOptions, MemoPolicy};
 use lamino::preprocess::{
@@ -131,13 +131,27 @@ impl PreprocessArgs {
         input: &InputArgs,
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
+        self.load_share(input, quiet, None)
+    }
+
+    /// As [`load`](Self::load), keeping only the angles `share(ntheta)` when given (an MPI
+    /// rank's): without stripe removal, which needs every angle of each sinogram, only those
+    /// are read (a hyperslab of a DXchange scan).
+    pub fn load_share(
+        &self,
+        input: &InputArgs,
+        quiet: bool,
+        share: Option<&dyn Fn(usize) -> std::ops::Range<usize>>,
+    ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let stripes = self.stripe_removal()?;
-        let loaded = load_projections_with(
-            &input.projection_input()?,
-            &LoadOptions {
-                binning: self.binning,
-            },
-        )?;
+        let options = LoadOptions {
+            binning: self.binning,
+        };
+        let input = input.projection_input()?;
+        let loaded = match (share, stripes) {
+            (Some(share), None) => load_projection_share(&input, &options, share)?,
+            _ => load_projections_with(&input, &options)?,
+        };
         let mut projections = report_loaded(loaded, quiet);
         let g = projections.geometry().clone();
         let mut pre = Preprocessing {
@@ -160,6 +174,10 @@ impl PreprocessArgs {
                 );
             }
             pre.stripe_removal = Some(method);
+        }
+        if let Some(share) = share {
+            let angles = share(projections.geometry().ntheta());
+            projections = projections.keep(angles)?;
         }
         if self.binning > 1 && !quiet {
             let g = projections.geometry();
@@ -473,6 +491,14 @@ fn open_devices(
     Ok(cli.contexts()?)
 }
 
+/// The angles an MPI rank keeps, by the number of angles (`None` without ranks).
+fn rank_share(ranks: &MpiRanks) -> Option<impl Fn(usize) -> std::ops::Range<usize> + '_> {
+    #[cfg(feature = "mpi")]
+    return ranks.as_ref().map(|r| move |n| r.home(r.rank(), n));
+    #[cfg(not(feature = "mpi"))]
+    ranks.as_ref().map(|r| move |_: usize| match *r {})
+}
+
 fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
@@ -512,7 +538,17 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
-    let (projections, mut pre) = args.preprocess.load(&args.input, options.quiet)?;
+    // An MPI rank reads only its projections, unless the axis search needs them all.
+    let share = rank_share(&options.ranks);
+    let share = match args.rotation_axis {
+        Some(AxisChoice::Auto) => None,
+        _ => share
+            .as_ref()
+            .map(|s| s as &dyn Fn(usize) -> std::ops::Range<usize>),
+    };
+    let (projections, mut pre) = args
+        .preprocess
+        .load_share(&args.input, options.quiet, share)?;
     let devices = open_devices(cli, &options.ranks)?;
     let ctx = &devices[0];
     let b = pre.binning;

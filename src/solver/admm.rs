@@ -23,7 +23,7 @@ use crate::array::{
 use crate::error::GpuError;
 use crate::gpu::team::Share;
 use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
-use crate::hash::{fnv1a_continue, FNV_OFFSET};
+use crate::hash::{fnv1a, fnv1a_continue, FNV_OFFSET};
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
 use crate::operator::{
     Application, Apply, Geometry, LaminoOperator, OperatorError, OperatorOptions, Sink, Source,
@@ -336,6 +336,10 @@ pub struct AdmmSolver {
     memo: Option<RefCell<Memo>>,
     /// The report of the last iteration done (also restored from a checkpoint).
     last: Option<IterationReport>,
+    /// The hash of each projection this member read (an MPI rank's are combined with the
+    /// others' into the hash of the data).
+    #[cfg(feature = "mpi")]
+    projection_hashes: Vec<u64>,
 }
 
 impl AdmmSolver {
@@ -475,10 +479,11 @@ impl AdmmSolver {
                 &spatial_residency,
             )?,
         };
-        let data_hash = match fill {
+        let hashes = match fill {
             Some((data, planes)) => fill_projections(ctx, &spatial, data, planes)?,
-            None => 0,
+            None => Vec::new(),
         };
+        let data_hash = projections_hash(&hashes);
         let to_fourier = app(Apply::Fft2d, Source::Real(&spatial), Sink::Complex(&f.dhat))?;
         let scale_dhat = VectorOp::new(
             ctx,
@@ -515,6 +520,8 @@ impl AdmmSolver {
             staging,
             memo: None,
             last: None,
+            #[cfg(feature = "mpi")]
+            projection_hashes: hashes,
         })
     }
 
@@ -837,6 +844,12 @@ impl AdmmSolver {
         self.data_hash
     }
 
+    /// The hash of each projection this member read.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn projection_hashes(&self) -> &[u64] {
+        &self.projection_hashes
+    }
+
     /// Takes the hash of the projections from the team member that read them.
     pub(crate) fn adopt_data_hash(&mut self, hash: u64) {
         self.data_hash = hash;
@@ -984,31 +997,38 @@ impl TeamArrays {
     }
 }
 
-/// Writes projections `keep` of `data` into `spatial` and returns the hash of all of them.
+/// Writes projections `keep` of `data` (which needs to hold only those) into `spatial`, and
+/// returns the hash of each.
 fn fill_projections(
     ctx: &GpuContext,
     spatial: &Field,
     data: &(impl ProjectionBlocks + ?Sized),
     keep: Range<usize>,
-) -> Result<u64, GpuError> {
+) -> Result<Vec<u64>, GpuError> {
     let layout = spatial.layout();
     let planes = (PROJECTION_BLOCK_BYTES / (4 * layout.plane_words)).clamp(1, layout.planes);
     let mut block = vec![0f32; planes * layout.plane_words];
-    let mut hash = FNV_OFFSET;
-    for first in (0..layout.planes).step_by(planes) {
-        let count = planes.min(layout.planes - first);
+    let mut hashes = Vec::with_capacity(keep.len());
+    for first in keep.clone().step_by(planes) {
+        let count = planes.min(keep.end - first);
         let words = &mut block[..count * layout.plane_words];
         let start = first * layout.plane_words;
         data.fill(start, words);
-        hash = fnv1a_continue(hash, bytemuck::cast_slice(words));
-        let (lo, hi) = (first.max(keep.start), (first + count).min(keep.end));
-        if lo < hi {
-            let at = (lo - first) * layout.plane_words;
-            let words = &words[at..at + (hi - lo) * layout.plane_words];
-            spatial.write_words(ctx, lo * layout.plane_words, words)?;
-        }
+        hashes.extend(
+            words
+                .chunks(layout.plane_words)
+                .map(|plane| fnv1a(bytemuck::cast_slice(plane))),
+        );
+        spatial.write_words(ctx, start, words)?;
     }
-    Ok(hash)
+    Ok(hashes)
+}
+
+/// The hash of the projections from the hash of each (in order): whoever read which.
+pub(crate) fn projections_hash(hashes: &[u64]) -> u64 {
+    hashes
+        .iter()
+        .fold(FNV_OFFSET, |h, p| fnv1a_continue(h, &p.to_le_bytes()))
 }
 
 impl Ops {

@@ -235,6 +235,10 @@ impl AdmmTeam {
                 first: triple(&all[0]),
             });
         }
+        // The data's hash from every rank's projections, in order.
+        let hashes: Vec<u64> = ranks.all_gather_words(member.projection_hashes()).concat();
+        let mut member = member;
+        member.adopt_data_hash(super::admm::projections_hash(&hashes));
         let mut team = Self::of(vec![member], TeamSync::new(1));
         team.ranks = Some(ranks.clone());
         Ok(team)
@@ -307,26 +311,20 @@ impl AdmmTeam {
     pub fn rank_reports(&self, setup_s: f64, iterations_s: f64) -> Vec<crate::recon::RankReport> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            // Exact through f32 words: each f64 or u64 as its two halves' bits.
-            let halves = |b: u64| [f32::from_bits(b as u32), f32::from_bits((b >> 32) as u32)];
-            let whole = |w: &[f32]| u64::from(w[0].to_bits()) | (u64::from(w[1].to_bits()) << 32);
             let mine = [
                 setup_s.to_bits(),
                 iterations_s.to_bits(),
                 ranks.bytes_sent(),
-            ]
-            .into_iter()
-            .flat_map(halves)
-            .collect();
+            ];
             return ranks
-                .all_gather(mine)
+                .all_gather_words(&mine)
                 .iter()
                 .enumerate()
                 .map(|(rank, w)| crate::recon::RankReport {
                     rank,
-                    setup_s: f64::from_bits(whole(&w[0..2])),
-                    iterations_s: f64::from_bits(whole(&w[2..4])),
-                    bytes_sent: whole(&w[4..6]),
+                    setup_s: f64::from_bits(w[0]),
+                    iterations_s: f64::from_bits(w[1]),
+                    bytes_sent: w[2],
                 })
                 .collect();
         }
