@@ -295,8 +295,10 @@ pub struct RankReport {
     pub rank: usize,
     pub setup_s: f64,
     pub iterations_s: f64,
-    /// Bytes the rank sent to other ranks (blocks and reductions).
+    /// Bytes the rank sent to other ranks (blocks and reductions), in all.
     pub bytes_sent: u64,
+    /// Of those, the bytes sent during the outer iterations.
+    pub iteration_bytes_sent: u64,
 }
 
 type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
@@ -541,6 +543,7 @@ impl<'a> Reconstructor<'a> {
             resumed_from = Some(team.resume(self.devices, path)?.iteration);
         }
         let setup_s = start.elapsed().as_secs_f64();
+        let setup_bytes = team.bytes_sent();
         let loop_start = Instant::now();
         let first = team.solver().iterations_done();
         let mut reports = Vec::new();
@@ -582,7 +585,7 @@ impl<'a> Reconstructor<'a> {
         };
         let completed = stop != StopReason::Cancelled;
         let iterations_s = loop_start.elapsed().as_secs_f64();
-        let ranks = team.rank_reports(setup_s, iterations_s);
+        let ranks = team.rank_reports(setup_s, iterations_s, setup_bytes);
         team.gather_volume();
         let solver = team.solver();
         let report = Reconstruction {

@@ -258,6 +258,24 @@ pub enum BenchWhat {
         /// Latency of one message, microseconds.
         #[arg(long, default_value_t = 5.0)]
         model_latency_us: f64,
+        /// Instead of the runs and plans: reconstruct one simulated scan as one process and as
+        /// K MPI ranks (`mpirun -n K` on this machine) for each K given, and print the time of
+        /// an outer iteration and the bytes each rank sent during it.
+        #[cfg(feature = "mpi")]
+        #[arg(long)]
+        distributed: bool,
+        /// Volume side of those runs (n^3 voxels, n angles).
+        #[cfg(feature = "mpi")]
+        #[arg(long, default_value_t = 64)]
+        distributed_size: usize,
+        /// Numbers of ranks (1: one process, no MPI).
+        #[cfg(feature = "mpi")]
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+        distributed_ranks: Vec<usize>,
+        /// Outer iterations of each run.
+        #[cfg(feature = "mpi")]
+        #[arg(long, default_value_t = 4)]
+        distributed_iterations: usize,
     },
 }
 
@@ -297,6 +315,21 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             rows,
             method,
         } => stripes(*json, *angles, *width, *rows, method.as_deref()),
+        #[cfg(feature = "mpi")]
+        BenchWhat::Scale {
+            json,
+            distributed: true,
+            distributed_size,
+            distributed_ranks,
+            distributed_iterations,
+            ..
+        } => scale_distributed(
+            cli,
+            *json,
+            *distributed_size,
+            distributed_ranks,
+            *distributed_iterations,
+        ),
         BenchWhat::Scale {
             json,
             model: true,
@@ -780,6 +813,113 @@ fn stripes(
                 r.threads,
                 r.sinogram_thread_s,
                 r.sinogram_thread_s * 2048.0 / 16.0
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One reconstruction of `lamino bench scale --distributed`.
+#[cfg(feature = "mpi")]
+#[derive(serde::Serialize)]
+struct DistributedRun {
+    size: usize,
+    ranks: usize,
+    iterations: usize,
+    /// Wall time of the whole command (setup, iterations, outputs), s.
+    wall_s: f64,
+    /// Time of one outer iteration (the iterations' time over their number), ms.
+    iteration_ms: f64,
+    /// Bytes each rank sent to the others per outer iteration.
+    bytes_sent_per_iteration: Vec<u64>,
+}
+
+#[cfg(feature = "mpi")]
+fn scale_distributed(
+    cli: &Cli,
+    json: bool,
+    size: usize,
+    ranks: &[usize],
+    iterations: usize,
+) -> CliResult {
+    use lamino::simulate::{simulated_scan, ScanSpec};
+    let dir = tempfile::tempdir()?;
+    let scan = dir.path().join("scan.h5");
+    let simulated = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size,
+        angles: size,
+        tilt_deg: 30.0,
+        photons: Some(1e5),
+        seed: 0,
+        rotation_axis: None,
+    })?;
+    lamino::io::write_dxchange(&scan, &simulated.scan)?;
+    let exe = std::env::current_exe()?;
+    // Safety: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    for &k in ranks {
+        let out = dir.path().join(format!("ranks-{k}"));
+        let mut cmd = match k {
+            1 => std::process::Command::new(&exe),
+            _ => {
+                let mut c = std::process::Command::new("mpirun");
+                if root {
+                    c.arg("--allow-run-as-root");
+                }
+                c.args(["--oversubscribe", "-n", &k.to_string()]).arg(&exe);
+                c
+            }
+        };
+        cmd.args(cli.global_args())
+            .arg("reconstruct")
+            .arg(&scan)
+            .arg("--out")
+            .arg(&out)
+            .args(["--iterations", &iterations.to_string(), "--quiet"]);
+        let start = std::time::Instant::now();
+        let o = cmd.output()?;
+        let wall_s = start.elapsed().as_secs_f64();
+        if !o.status.success() {
+            return Err(format!(
+                "{k} ranks: {}",
+                String::from_utf8_lossy(&o.stderr).trim_end()
+            )
+            .into());
+        }
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json"))?)?;
+        let r = &report["reconstruction"];
+        let done = r["reports"].as_array().map_or(0, |a| a.len()).max(1);
+        let run = DistributedRun {
+            size,
+            ranks: k,
+            iterations: done,
+            wall_s,
+            iteration_ms: r["iterations_s"].as_f64().unwrap_or(f64::NAN) * 1e3 / done as f64,
+            bytes_sent_per_iteration: r["ranks"]
+                .as_array()
+                .map(|ranks| {
+                    ranks
+                        .iter()
+                        .map(|e| e["iteration_bytes_sent"].as_u64().unwrap_or(0) / done as u64)
+                        .collect()
+                })
+                .unwrap_or_else(|| vec![0]),
+        };
+        if json {
+            println!("{}", serde_json::to_string(&run)?);
+        } else {
+            println!(
+                "{size}^3, {k} rank(s): {:.0} ms per outer iteration, {:.1} s in all; sent per \
+                 iteration by each rank: {} MB",
+                run.iteration_ms,
+                run.wall_s,
+                run.bytes_sent_per_iteration
+                    .iter()
+                    .map(|b| format!("{:.1}", *b as f64 / 1e6))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }

@@ -120,6 +120,16 @@ impl Cli {
         Ok(ctx)
     }
 
+    /// The global flags as arguments, for a lamino this one starts.
+    #[cfg(feature = "mpi")]
+    fn global_args(&self) -> Vec<String> {
+        let mut args = vec!["--device".to_string(), self.device.to_string()];
+        if self.allow_software_gpu {
+            args.push("--allow-software-gpu".into());
+        }
+        args
+    }
+
     /// Every device the global options name (one unless `--device` lists several).
     fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self.device.open(self.allow_software_gpu)?;

@@ -90,7 +90,13 @@ impl From<crate::array::StorageError> for OperatorError {
     }
 }
 
-/// Chunking limits; by default chunks are as large as the device's binding limit allows.
+/// Each stage runs in at least this many chunks by default (fewer only where the axis is
+/// shorter): devices and MPI ranks share a stage's chunks, so a stage of one chunk would run
+/// on one of them; the chunking does not depend on how many share it, so neither do the bits.
+pub const MIN_STAGE_CHUNKS: usize = 8;
+
+/// Chunking limits; by default chunks are as large as the device's binding limit allows, and
+/// each stage has at least [`MIN_STAGE_CHUNKS`] chunks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OperatorOptions {
     /// At most this many y rows per U1 chunk.
@@ -535,7 +541,11 @@ fn u1_chunk(
         ctx,
         "y row",
         unit,
-        options.max_chunk_y.unwrap_or(g.n1).max(1).min(g.n1),
+        options
+            .max_chunk_y
+            .unwrap_or(g.n1.div_ceil(MIN_STAGE_CHUNKS))
+            .max(1)
+            .min(g.n1),
     )
 }
 
@@ -556,7 +566,11 @@ fn u2_chunk(
         ctx,
         "detector row",
         unit,
-        options.max_chunk_rows.unwrap_or(g.deth).max(1).min(g.deth),
+        options
+            .max_chunk_rows
+            .unwrap_or(g.deth.div_ceil(MIN_STAGE_CHUNKS))
+            .max(1)
+            .min(g.deth),
     )
 }
 
@@ -576,7 +590,7 @@ fn f_chunk(
         unit,
         options
             .max_chunk_angles
-            .unwrap_or(g.ntheta())
+            .unwrap_or(g.ntheta().div_ceil(MIN_STAGE_CHUNKS))
             .max(1)
             .min(g.ntheta()),
     )

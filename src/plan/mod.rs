@@ -839,14 +839,7 @@ fn assemble(
             .filter(|a| a.residency != Residency::Device)
             .map(|a| a.bytes * a.accesses_per_iteration)
             .sum::<u64>();
-    let chunks = {
-        let probe = |cap: Option<usize>, full: usize| cap.unwrap_or(full).min(full).max(1);
-        (
-            probe(operator.max_chunk_y, g.n1),
-            probe(operator.max_chunk_rows, g.deth),
-            probe(operator.max_chunk_angles, g.ntheta()),
-        )
-    };
+    let chunks = LaminoOperator::chunk_sizes(ctx, g, &operator)?;
     Ok(MemoryPlan {
         mode,
         operator,

@@ -306,16 +306,27 @@ impl AdmmTeam {
         flag
     }
 
-    /// Every MPI rank's setup and iteration times and bytes sent (empty without ranks).
-    /// Collective.
-    pub fn rank_reports(&self, setup_s: f64, iterations_s: f64) -> Vec<crate::recon::RankReport> {
+    /// Bytes this MPI rank sent to others so far (0 without ranks).
+    pub fn bytes_sent(&self) -> u64 {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            let mine = [
-                setup_s.to_bits(),
-                iterations_s.to_bits(),
-                ranks.bytes_sent(),
-            ];
+            return ranks.bytes_sent();
+        }
+        0
+    }
+
+    /// Every MPI rank's setup and iteration times and bytes sent, of which `setup_bytes` before
+    /// the iterations (empty without ranks). Collective.
+    pub fn rank_reports(
+        &self,
+        setup_s: f64,
+        iterations_s: f64,
+        setup_bytes: u64,
+    ) -> Vec<crate::recon::RankReport> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            let sent = ranks.bytes_sent();
+            let mine = [setup_s.to_bits(), iterations_s.to_bits(), sent, sent - setup_bytes];
             return ranks
                 .all_gather_words(&mine)
                 .iter()
@@ -325,10 +336,11 @@ impl AdmmTeam {
                     setup_s: f64::from_bits(w[0]),
                     iterations_s: f64::from_bits(w[1]),
                     bytes_sent: w[2],
+                    iteration_bytes_sent: w[3],
                 })
                 .collect();
         }
-        let _ = (setup_s, iterations_s);
+        let _ = (setup_s, iterations_s, setup_bytes);
         Vec::new()
     }
 
