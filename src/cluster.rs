@@ -14,7 +14,7 @@
 //! sequence of them; a rank that fails calls `MPI_Abort`, which stops every rank.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mpi::collective::SystemOperation;
@@ -50,6 +50,13 @@ pub enum ClusterError {
         "this process was started by an MPI launcher ({0} is set), but MPI failed to initialise"
     )]
     Init(&'static str),
+    /// The ranks use different numbers of devices.
+    #[error("rank {rank} uses {devices} device(s), this rank {here}: every rank must use as many")]
+    Devices {
+        rank: usize,
+        devices: usize,
+        here: usize,
+    },
 }
 
 /// The MPI library's handles, used from one thread at a time (MPI is initialised for that).
@@ -71,6 +78,8 @@ pub struct Ranks {
     /// The arrays with a home, in the order every rank registers them.
     fields: Mutex<Vec<Field>>,
     bytes_sent: AtomicU64,
+    /// Devices of each rank (the same on every rank).
+    devices: AtomicUsize,
 }
 
 impl std::fmt::Debug for Ranks {
@@ -105,6 +114,7 @@ impl Ranks {
             size,
             fields: Mutex::default(),
             bytes_sent: AtomicU64::new(0),
+            devices: AtomicUsize::new(1),
         })))
     }
 
@@ -136,14 +146,32 @@ impl Ranks {
         mpi.world.abort(code)
     }
 
-    /// This member's share of the team (the rank's index of K).
-    pub(crate) fn share(self: &Arc<Self>) -> Arc<Share> {
-        Share::rank(self)
+    /// Sets how many devices each rank uses, `devices` this rank's: every rank must use as many
+    /// (their devices share the rank's planes). Collective.
+    pub fn set_devices(&self, devices: usize) -> Result<(), ClusterError> {
+        let all = self.all_gather_words(&[devices as u64]);
+        if let Some((rank, d)) = all.iter().enumerate().find(|(_, d)| d[0] != devices as u64) {
+            return Err(ClusterError::Devices {
+                rank,
+                devices: d[0] as usize,
+                here: devices,
+            });
+        }
+        self.devices.store(devices, Ordering::Relaxed);
+        Ok(())
     }
 
-    /// The planes of `planes` that rank `rank` keeps.
+    /// How many devices each rank uses.
+    pub fn devices(&self) -> usize {
+        self.devices.load(Ordering::Relaxed)
+    }
+
+    /// The planes of `planes` that rank `rank` keeps: the shares of its devices, together.
     pub fn home(&self, rank: usize, planes: usize) -> Range<usize> {
-        Share::range_of(rank, self.size, planes)
+        let d = self.devices();
+        let first = Share::range_of(rank * d, self.size * d, planes);
+        let last = Share::range_of(rank * d + d - 1, self.size * d, planes);
+        first.start..last.end
     }
 
     /// Adds an array with a home to the exchanges (every rank registers the same arrays in the

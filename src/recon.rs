@@ -353,7 +353,7 @@ impl<'a> Reconstructor<'a> {
     }
 
     /// This process as one of the MPI ranks that share the run (see [`crate::cluster`]), on its
-    /// one device; budgets are per rank. Every rank runs the same builder on the same input;
+    /// devices ([`on_devices`](Self::on_devices)); budgets are per device. Every rank runs the same builder on the same input;
     /// the first writes checkpoints, and [`Solved`] holds the volume there.
     #[cfg(feature = "mpi")]
     pub fn on_ranks(mut self, ranks: Arc<crate::cluster::Ranks>) -> Self {
@@ -657,7 +657,7 @@ impl Reconstructor<'_> {
     ) -> Result<AdmmTeam, SolverError> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            return AdmmTeam::on_ranks(ranks, self.ctx, g, data, self.params, plan);
+            return AdmmTeam::on_ranks(ranks, self.devices, g, data, self.params, plan);
         }
         AdmmTeam::with_plan_from(self.devices, g, data, self.params, plan)
     }

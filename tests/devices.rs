@@ -148,13 +148,14 @@ fn three_devices_give_the_streaming_bits_at_32() {
         .unwrap()
         .device_bytes;
     let host: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
-    let budgets = Budgets::given(need / 8, 4 * host, None);
+    // A sixth of the in-core need: the smallest streaming plan at 32^3 needs more than an eighth.
+    let budgets = Budgets::given(need / 6, 4 * host, None);
     let options = OperatorOptions::default();
     let streaming = plan(ctx, g, &params, &options, &budgets).unwrap();
     assert_eq!(streaming.mode, Mode::Streaming);
     let shared = plan_shared(ctx, g, &params, &options, &budgets).unwrap();
     assert_eq!(shared.chunks, streaming.chunks);
-    assert!(shared.device_bytes <= need / 8);
+    assert!(shared.device_bytes <= need / 6);
     // 32 planes and the chunks split 11 + 11 + 10: shares of unequal size.
     let uploaded = check_team_matches_one(&p, params, &devices(3), &streaming, &shared);
     // Each device moves its share of what one device moves under the same plan.

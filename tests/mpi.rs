@@ -73,21 +73,25 @@ fn reconstruct_args<'a>(scan: &'a str, out: &'a str, iterations: &'a str) -> Vec
 }
 
 #[test]
-fn two_and_three_ranks_write_the_one_process_volume_at_32() {
+fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     let dir = tempfile::tempdir().unwrap();
     let scan = scan(dir.path());
     let one = s(&dir.path().join("one"));
     let o = one_process(&reconstruct_args(&scan, &one, "3"));
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(Path::new(&one).join("recon.tif")).unwrap();
-    for ranks in [2, 3] {
-        let out = dir.path().join(format!("ranks-{ranks}"));
-        let o = mpirun(ranks, &reconstruct_args(&scan, &s(&out), "3"))
-            .output()
-            .unwrap();
+    // 2 and 3 ranks of one device, and 2 ranks of two devices each (one adapter opened twice).
+    for (ranks, devices) in [(2, "best"), (3, "best"), (2, "0,0")] {
+        let out = dir.path().join(format!("ranks-{ranks}-{devices}"));
+        let mut args = vec!["--device", devices];
+        args.extend(reconstruct_args(&scan, &s(&out), "3"));
+        let o = mpirun(ranks, &args).output().unwrap();
         assert!(o.status.success(), "{ranks} ranks: {}", stderr(&o));
         let got = std::fs::read(out.join("recon.tif")).unwrap();
-        assert!(got == expected, "{ranks} ranks changed the volume");
+        assert!(
+            got == expected,
+            "{ranks} ranks of devices {devices} changed the volume"
+        );
         let report: serde_json::Value =
             serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
         let per_rank = report["reconstruction"]["ranks"].as_array().unwrap();

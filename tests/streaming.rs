@@ -56,7 +56,7 @@ fn peak_heap_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
 use lamino::array::Residency;
 use lamino::input::projections_from_scan;
 use lamino::io::{SlabVisitor, VolumeSlabs};
-use lamino::operator::OperatorOptions;
+use lamino::operator::{Geometry, OperatorOptions};
 use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
 use lamino::recon::{Projections, Reconstructor};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
@@ -112,6 +112,19 @@ fn run(
     (solver.volume(&ctx).unwrap(), ctx.peak_device_bytes())
 }
 
+/// The in-core plan's device need with whole arrays as chunks (the most an in-core run of `g`
+/// takes): the budgets below are fractions of it.
+fn whole_chunk_need(ctx: &lamino::gpu::GpuContext, g: &Geometry, params: &AdmmParams) -> u64 {
+    let whole = OperatorOptions {
+        max_chunk_y: Some(g.n1),
+        max_chunk_rows: Some(g.deth),
+        max_chunk_angles: Some(g.ntheta()),
+    };
+    MemoryPlan::in_core(ctx, g, params, &whole)
+        .unwrap()
+        .device_bytes
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
@@ -132,7 +145,7 @@ fn check_streaming_matches_in_core(
     let in_core = MemoryPlan::in_core(ctx, g, &params, &OperatorOptions::default()).unwrap();
     assert_eq!(in_core.mode, Mode::InCore);
     let scratch = tempfile::tempdir().unwrap();
-    let need = in_core.device_bytes;
+    let need = whole_chunk_need(ctx, g, &params);
     let host_arrays: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
     // 1/8 of the in-core need on the device; a host budget of a third of the arrays, so the
     // least used go to scratch files.
@@ -287,7 +300,7 @@ fn reconstructor_budgets_stream_and_report_the_plan() {
         .run(&p)
         .unwrap();
     assert_eq!(in_core.plan.mode, Mode::InCore);
-    let budget = in_core.plan.device_bytes / 3;
+    let budget = whole_chunk_need(&common::new_context(), p.geometry(), &params) / 3;
     let scratch = tempfile::tempdir().unwrap();
     let streamed = Reconstructor::new(&common::new_context())
         .params(params)
@@ -387,7 +400,7 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
             &params,
             &OperatorOptions::default(),
             &budgets(
-                in_core.device_bytes / fraction,
+                whole_chunk_need(&ctx, g, &params) / fraction,
                 host_arrays / 3,
                 Some(scratch.path()),
             ),
@@ -807,11 +820,7 @@ fn a_budgeted_run_after_an_in_core_one_on_the_same_context_keeps_its_budget() {
     let p = projections(32);
     let params = AdmmParams::exactly(1);
     let ctx = common::new_context();
-    let need = Reconstructor::new(&ctx)
-        .params(params)
-        .plan(p.geometry())
-        .unwrap()
-        .device_bytes;
+    let need = whole_chunk_need(&ctx, p.geometry(), &params);
     let in_core = Reconstructor::new(&ctx).params(params).run(&p).unwrap();
     assert_eq!(in_core.plan.mode, Mode::InCore);
     let budget = need / 8;

@@ -112,12 +112,12 @@ impl Cli {
         Ok(ctx)
     }
 
-    /// Under MPI, the device of the rank that is number `local` among its node's ranks.
+    /// Under MPI, the devices of the rank that is number `local` among its node's ranks.
     #[cfg(feature = "mpi")]
-    fn rank_context(&self, local: usize) -> Result<GpuContext, lamino::GpuError> {
-        let ctx = self.device.open_for_rank(self.allow_software_gpu, local)?;
-        note_software(&ctx);
-        Ok(ctx)
+    fn rank_contexts(&self, local: usize) -> Result<Vec<GpuContext>, lamino::GpuError> {
+        let devices = self.device.open_for_rank(self.allow_software_gpu, local)?;
+        devices.iter().for_each(note_software);
+        Ok(devices)
     }
 
     /// The global flags as arguments, for a lamino this one starts.

@@ -476,8 +476,8 @@ fn is_first(ranks: &MpiRanks) -> bool {
     ranks.is_none()
 }
 
-/// The devices of this process: the global options' devices, or under MPI this rank's one (the
-/// node's devices taken in turn by its ranks).
+/// The devices of this process: the global options' devices, or under MPI this rank's (see
+/// [`lamino::gpu::DeviceSet::open_for_rank`]), of which every rank is told the number.
 fn open_devices(
     cli: &Cli,
     ranks: &MpiRanks,
@@ -485,7 +485,9 @@ fn open_devices(
     #[cfg(feature = "mpi")]
     if let Some(r) = ranks {
         let local = lamino::cluster::Ranks::local_rank().unwrap_or(r.rank());
-        return Ok(vec![cli.rank_context(local)?]);
+        let devices = cli.rank_contexts(local)?;
+        r.set_devices(devices.len())?;
+        return Ok(devices);
     }
     let _ = ranks;
     Ok(cli.contexts()?)
@@ -538,7 +540,9 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
-    // An MPI rank reads only its projections, unless the axis search needs them all.
+    // The devices first: under MPI, a rank's share of the projections depends on how many
+    // devices every rank has. A rank reads only its share, unless the axis search needs them all.
+    let devices = open_devices(cli, &options.ranks)?;
     let share = rank_share(&options.ranks);
     let share = match args.rotation_axis {
         Some(AxisChoice::Auto) => None,
@@ -549,7 +553,6 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     let (projections, mut pre) = args
         .preprocess
         .load_share(&args.input, options.quiet, share)?;
-    let devices = open_devices(cli, &options.ranks)?;
     let ctx = &devices[0];
     let b = pre.binning;
     let projections = match args.rotation_axis {

@@ -140,39 +140,41 @@ impl DeviceSet {
         }
     }
 
-    /// The device of an MPI rank that is number `local` among the ranks of its node: the set's
-    /// devices in turn (`best` and `all`: every hardware GPU of the node in turn), so that the
-    /// ranks of a node spread over its GPUs.
-    pub(crate) fn selection_for_rank(
+    /// The devices of an MPI rank that is number `local` among the ranks of its node: with
+    /// `best` one hardware GPU, the node's GPUs taken in turn by its ranks (one rank per GPU);
+    /// with an index, that device; with a list or `all`, every device of it (one rank per node).
+    pub(crate) fn selections_for_rank(
         &self,
         found: &[AdapterSummary],
         allow_software: bool,
         local: usize,
-    ) -> Result<DeviceSelection, GpuError> {
-        let turn = |list: Vec<DeviceSelection>| list[local % list.len()];
+    ) -> Result<Vec<DeviceSelection>, GpuError> {
         match self {
-            Self::One(DeviceSelection::Index(i)) => Ok(DeviceSelection::Index(*i)),
-            Self::One(DeviceSelection::Best) | Self::All => {
-                Ok(turn(Self::All.selections(found, allow_software)?))
+            Self::One(DeviceSelection::Best) => {
+                let all = Self::All.selections(found, allow_software)?;
+                Ok(vec![all[local % all.len()]])
             }
-            Self::List(l) if !l.is_empty() => Ok(turn(self.selections(found, allow_software)?)),
-            Self::List(_) => Err(GpuError::BadSelector(String::new())),
+            _ => self.selections(found, allow_software),
         }
     }
 
-    /// The context of the MPI rank that is number `local` among its node's ranks (see
-    /// [`selection_for_rank`](Self::selection_for_rank)).
+    /// The contexts of the MPI rank that is number `local` among its node's ranks (see
+    /// [`selections_for_rank`](Self::selections_for_rank)).
     pub fn open_for_rank(
         &self,
         allow_software: bool,
         local: usize,
-    ) -> Result<GpuContext, GpuError> {
+    ) -> Result<Vec<GpuContext>, GpuError> {
         let options = DeviceOptions::new(DeviceSelection::Best, allow_software);
-        let selection = self.selection_for_rank(&list_adapters(), options.allow_software, local)?;
-        GpuContext::new(&DeviceOptions {
-            selection,
-            ..options
-        })
+        self.selections_for_rank(&list_adapters(), options.allow_software, local)?
+            .into_iter()
+            .map(|selection| {
+                GpuContext::new(&DeviceOptions {
+                    selection,
+                    ..options
+                })
+            })
+            .collect()
     }
 
     /// A context on every device of the set (see [`GpuContext::new`] for the policy).
@@ -1384,15 +1386,19 @@ mod tests {
             DeviceSet::All.selections(&[], true),
             Err(GpuError::NoAdapter)
         ));
-        // MPI ranks of a node take the devices in turn.
-        let rank = |set: &DeviceSet, local| set.selection_for_rank(&found, true, local).unwrap();
+        // MPI ranks of a node take its GPUs in turn, or each takes all it is given.
+        let rank = |set: &DeviceSet, local| set.selections_for_rank(&found, true, local).unwrap();
         let best = DeviceSet::One(DeviceSelection::Best);
         assert_eq!(
             (0..3).map(|l| rank(&best, l)).collect::<Vec<_>>(),
-            vec![index(1), index(2), index(1)]
+            vec![vec![index(1)], vec![index(2)], vec![index(1)]]
         );
-        assert_eq!(rank(&DeviceSet::List(vec![2, 0]), 3), index(0));
-        assert_eq!(rank(&DeviceSet::One(index(0)), 5), index(0));
+        assert_eq!(
+            rank(&DeviceSet::List(vec![2, 0]), 3),
+            vec![index(2), index(0)]
+        );
+        assert_eq!(rank(&DeviceSet::All, 1), vec![index(1), index(2)]);
+        assert_eq!(rank(&DeviceSet::One(index(0)), 5), vec![index(0)]);
     }
 
     #[test]

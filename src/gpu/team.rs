@@ -11,6 +11,7 @@
 //! synchronisation points; a member that fails [`abort`](TeamSync::abort)s the team, so the
 //! others return an error at their next meeting instead of waiting for it forever.
 
+use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -27,8 +28,9 @@ struct State {
     generation: u64,
     /// Set when a member failed: (member, cause).
     stopped: Option<(usize, String)>,
-    /// One slot per member for [`Share::all_gather`].
-    parts: Vec<Option<Vec<f32>>>,
+    /// One slot per member for [`TeamSync::with_first`], and its result.
+    items: Vec<Option<Box<dyn Any + Send>>>,
+    result: Option<Box<dyn Any + Send>>,
 }
 
 /// The meeting point of a team's members: a barrier that a failing member can break.
@@ -43,7 +45,7 @@ impl TeamSync {
         Arc::new(Self {
             members,
             state: Mutex::new(State {
-                parts: vec![None; members],
+                items: (0..members).map(|_| None).collect(),
                 ..State::default()
             }),
             met: Condvar::new(),
@@ -86,22 +88,42 @@ impl TeamSync {
         }
     }
 
-    /// Every member's `part`, in member order, `index` giving this one's.
-    fn all_gather(&self, index: usize, part: Vec<f32>) -> Result<Vec<Vec<f32>>, GpuError> {
-        self.lock().parts[index] = Some(part);
+    /// Gives `item` (member `index`'s) to the first member, which runs `act` on every member's
+    /// item in member order while the others wait; returns its result to every member.
+    fn with_first<T: Send + 'static, R: Clone + Send + 'static>(
+        &self,
+        index: usize,
+        item: T,
+        act: impl FnOnce(Vec<T>) -> R,
+    ) -> Result<R, GpuError> {
+        self.lock().items[index] = Some(Box::new(item));
         self.meet()?;
-        let all = self
+        if index == 0 {
+            let items: Vec<T> = self
+                .lock()
+                .items
+                .iter_mut()
+                .map(|i| {
+                    *i.take()
+                        .expect("every member gave its item before the meeting")
+                        .downcast::<T>()
+                        .expect("every member gives the same kind of item")
+                })
+                .collect();
+            let result = act(items);
+            self.lock().result = Some(Box::new(result));
+        }
+        self.meet()?;
+        let result = self
             .lock()
-            .parts
-            .iter()
-            .map(|p| {
-                p.clone()
-                    .expect("every member gave its part before the meeting")
-            })
-            .collect();
-        // Nobody gives the next part before everybody took this one.
+            .result
+            .as_ref()
+            .and_then(|r| r.downcast_ref::<R>())
+            .expect("the first member left its result")
+            .clone();
+        // Nobody starts the next exchange before everybody took this result.
         self.meet()?;
-        Ok(all)
+        Ok(result)
     }
 
     /// Stops the team: every member waiting now or later returns an error naming `member` and
@@ -119,9 +141,14 @@ impl TeamSync {
 enum Meeting {
     /// Threads of one process, sharing the arrays.
     Threads(Arc<TeamSync>),
-    /// MPI ranks, each keeping its home of the arrays (see [`crate::cluster`]).
+    /// MPI ranks, each keeping its home of the arrays (see [`crate::cluster`]), each with one
+    /// or more devices: `local` is the meeting of the rank's threads, `device` this one's index.
     #[cfg(feature = "mpi")]
-    Ranks(Arc<crate::cluster::Ranks>),
+    Ranks {
+        ranks: Arc<crate::cluster::Ranks>,
+        local: Arc<TeamSync>,
+        device: usize,
+    },
 }
 
 /// Blocks of arrays that the next stage of a member reads.
@@ -143,13 +170,22 @@ impl Share {
         })
     }
 
-    /// The share of this MPI rank.
+    /// The share of device `device` of this MPI rank's devices (met at `local`): members are
+    /// numbered rank by rank, so a rank's devices hold one contiguous share, its home.
     #[cfg(feature = "mpi")]
-    pub fn rank(ranks: &Arc<crate::cluster::Ranks>) -> Arc<Self> {
+    pub fn rank_device(
+        ranks: &Arc<crate::cluster::Ranks>,
+        local: &Arc<TeamSync>,
+        device: usize,
+    ) -> Arc<Self> {
         Arc::new(Self {
-            index: ranks.rank(),
-            members: ranks.size(),
-            meeting: Meeting::Ranks(ranks.clone()),
+            index: ranks.rank() * local.members + device,
+            members: ranks.size() * local.members,
+            meeting: Meeting::Ranks {
+                ranks: ranks.clone(),
+                local: local.clone(),
+                device,
+            },
         })
     }
 
@@ -179,10 +215,11 @@ impl Share {
         match &self.meeting {
             Meeting::Threads(sync) => sync.meet(),
             #[cfg(feature = "mpi")]
-            Meeting::Ranks(ranks) => {
-                ranks.exchange(&reads());
-                Ok(())
-            }
+            Meeting::Ranks {
+                ranks,
+                local,
+                device,
+            } => local.with_first(*device, reads(), |all| ranks.exchange(&all.concat())),
         }
     }
 
@@ -197,20 +234,38 @@ impl Share {
     pub fn meet(&self) -> Result<(), GpuError> {
         match &self.meeting {
             Meeting::Threads(sync) => sync.meet(),
+            // A rank reads other ranks' planes from its own copies: only its threads share them.
             #[cfg(feature = "mpi")]
-            Meeting::Ranks(ranks) => {
-                ranks.barrier();
-                Ok(())
-            }
+            Meeting::Ranks { local, .. } => local.meet(),
         }
     }
 
     /// Every member's `part`, in member order.
     pub fn all_gather(&self, part: Vec<f32>) -> Result<Vec<Vec<f32>>, GpuError> {
         match &self.meeting {
-            Meeting::Threads(sync) => sync.all_gather(self.index, part),
+            Meeting::Threads(sync) => sync.with_first(self.index, part, |all| all),
             #[cfg(feature = "mpi")]
-            Meeting::Ranks(ranks) => Ok(ranks.all_gather(part)),
+            Meeting::Ranks {
+                ranks,
+                local,
+                device,
+            } => local.with_first(*device, part, |mine| {
+                // Each rank's devices' parts, flattened, with their lengths to split them.
+                let lengths: Vec<u64> = mine.iter().map(|p| p.len() as u64).collect();
+                let all_lengths = ranks.all_gather_words(&lengths);
+                let all = ranks.all_gather(mine.concat());
+                all.iter()
+                    .zip(&all_lengths)
+                    .flat_map(|(flat, lengths)| {
+                        let mut at = 0;
+                        lengths.iter().map(move |&l| {
+                            let part = flat[at..at + l as usize].to_vec();
+                            at += l as usize;
+                            part
+                        })
+                    })
+                    .collect()
+            }),
         }
     }
 }

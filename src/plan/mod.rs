@@ -17,7 +17,9 @@ use thiserror::Error;
 
 use crate::array::{PlaneLayout, Residency};
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, LaminoOperator, OperatorError, OperatorOptions, Space};
+use crate::operator::{
+    Geometry, LaminoOperator, OperatorError, OperatorOptions, Space, MIN_STAGE_CHUNKS,
+};
 use crate::solver::{AdmmParams, InnerSolver};
 
 /// Errors of planning.
@@ -635,12 +637,15 @@ fn plan_streaming(
     }
     // Streaming: the largest staging buffers whose fixed cost stays within the chunk share of
     // the budget, then as many arrays on the device as fit, most accessed per byte first.
-    let cap = |a: Option<usize>, b: usize| a.map_or(b, |a| a.min(b));
+    // Without caps, at least MIN_STAGE_CHUNKS chunks per stage, as in-core.
+    let cap = |a: Option<usize>, axis: usize, b: usize| {
+        a.unwrap_or(axis.div_ceil(MIN_STAGE_CHUNKS)).min(b).max(1)
+    };
     let options_for = |w: usize| {
         chunks_for(g, w).map(|(cy, ck, ca)| OperatorOptions {
-            max_chunk_y: Some(cap(caps.max_chunk_y, cy)),
-            max_chunk_rows: Some(cap(caps.max_chunk_rows, ck)),
-            max_chunk_angles: Some(cap(caps.max_chunk_angles, ca)),
+            max_chunk_y: Some(cap(caps.max_chunk_y, g.n1, cy)),
+            max_chunk_rows: Some(cap(caps.max_chunk_rows, g.deth, ck)),
+            max_chunk_angles: Some(cap(caps.max_chunk_angles, g.ntheta(), ca)),
         })
     };
     let minimum = staging_words_for(g, (1, 1, 1));

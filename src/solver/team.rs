@@ -201,45 +201,68 @@ impl AdmmTeam {
         }
     }
 
-    /// This MPI rank's member of a team of every rank, on `ctx` (see [`crate::cluster`]); the
-    /// plan as for several devices ([`crate::plan::plan_shared`]). Collective.
+    /// This MPI rank's members of a team of every rank's devices, one per device of `devices`
+    /// (see [`crate::cluster`]; [`crate::cluster::Ranks::set_devices`] told every rank how many);
+    /// the plan as for several devices ([`crate::plan::plan_shared`]). Collective.
     #[cfg(feature = "mpi")]
     pub fn on_ranks(
         ranks: &Arc<crate::cluster::Ranks>,
-        ctx: &GpuContext,
+        devices: &[GpuContext],
         geometry: &Geometry,
         data: &(impl ProjectionBlocks + ?Sized),
         params: AdmmParams,
         plan: &MemoryPlan,
     ) -> Result<Self, SolverError> {
         check_shared(plan)?;
-        let arrays = TeamArrays::on_ranks(ctx, geometry, plan, ranks)?;
+        assert_eq!(
+            devices.len(),
+            ranks.devices(),
+            "the devices the ranks were told of"
+        );
+        let arrays = TeamArrays::on_ranks(&devices[0], geometry, plan, ranks)?;
+        let local = TeamSync::new(devices.len());
+        let share = |device: usize| Share::rank_device(ranks, &local, device);
+        // The rank's first device reads the rank's projections.
         let home = ranks.home(ranks.rank(), geometry.ntheta());
-        let share = ranks.share();
-        let member = AdmmSolver::build(
-            ctx,
-            geometry,
-            Some((data, home)),
-            params,
-            plan,
-            Some((&arrays, &share)),
+        let mut members = on_members(
+            &local,
+            devices,
+            vec![(); devices.len()],
+            |(), ctx| {
+                let member = Some((&arrays, &share(0)));
+                AdmmSolver::build(ctx, geometry, Some((data, home)), params, plan, member)
+            },
+            |d, (), ctx| {
+                let member = Some((&arrays, &share(d)));
+                AdmmSolver::build(ctx, geometry, None::<(&[f32], _)>, params, plan, member)
+            },
         )?;
-        // Every rank must chunk the stages alike (their devices may differ).
-        let c = member.operator().chunks();
-        let all = ranks.all_gather(vec![c.0 as f32, c.1 as f32, c.2 as f32]);
-        if let Some((r, other)) = all.iter().enumerate().find(|(_, o)| *o != &all[0]) {
-            let triple = |v: &[f32]| (v[0] as usize, v[1] as usize, v[2] as usize);
+        // Every device of every rank must chunk the stages alike.
+        let chunks: Vec<u64> = members
+            .iter()
+            .flat_map(|m| {
+                let c = m.operator().chunks();
+                [c.0 as u64, c.1 as u64, c.2 as u64]
+            })
+            .collect();
+        let all = ranks.all_gather_words(&chunks).concat();
+        let triple = |v: &[u64]| (v[0] as usize, v[1] as usize, v[2] as usize);
+        if let Some((i, other)) = all.chunks(3).enumerate().find(|(_, c)| *c != &all[..3]) {
             return Err(SolverError::TeamChunks {
-                device: format!("of rank {r}"),
+                device: format!("{} of rank {}", i % devices.len(), i / devices.len()),
                 chunks: triple(other),
-                first: triple(&all[0]),
+                first: triple(&all[..3]),
             });
         }
         // The data's hash from every rank's projections, in order.
-        let hashes: Vec<u64> = ranks.all_gather_words(member.projection_hashes()).concat();
-        let mut member = member;
-        member.adopt_data_hash(super::admm::projections_hash(&hashes));
-        let mut team = Self::of(vec![member], TeamSync::new(1));
+        let hashes = ranks
+            .all_gather_words(members[0].projection_hashes())
+            .concat();
+        let hash = super::admm::projections_hash(&hashes);
+        for m in &mut members {
+            m.adopt_data_hash(hash);
+        }
+        let mut team = Self::of(members, local);
         team.ranks = Some(ranks.clone());
         Ok(team)
     }
@@ -326,7 +349,12 @@ impl AdmmTeam {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             let sent = ranks.bytes_sent();
-            let mine = [setup_s.to_bits(), iterations_s.to_bits(), sent, sent - setup_bytes];
+            let mine = [
+                setup_s.to_bits(),
+                iterations_s.to_bits(),
+                sent,
+                sent - setup_bytes,
+            ];
             return ranks
                 .all_gather_words(&mine)
                 .iter()
