@@ -83,8 +83,9 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     // 2 and 3 ranks of one device, and 2 ranks of two devices each (one adapter opened twice).
     for (ranks, devices) in [(2, "best"), (3, "best"), (2, "0,0")] {
         let out = dir.path().join(format!("ranks-{ranks}-{devices}"));
+        let out_arg = s(&out);
         let mut args = vec!["--device", devices];
-        args.extend(reconstruct_args(&scan, &s(&out), "3"));
+        args.extend(reconstruct_args(&scan, &out_arg, "3"));
         let o = mpirun(ranks, &args).output().unwrap();
         assert!(o.status.success(), "{ranks} ranks: {}", stderr(&o));
         let got = std::fs::read(out.join("recon.tif")).unwrap();

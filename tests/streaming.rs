@@ -391,7 +391,6 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
             ..AdmmParams::exactly(2)
         };
         let ctx = common::new_context();
-        let in_core = MemoryPlan::in_core(&ctx, g, &params, &OperatorOptions::default()).unwrap();
         let scratch = tempfile::tempdir().unwrap();
         let host_arrays: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
         let streaming = plan(
