@@ -165,31 +165,39 @@ impl DeviceSet {
         allow_software: bool,
         local: usize,
     ) -> Result<Vec<GpuContext>, GpuError> {
-        let options = DeviceOptions::new(DeviceSelection::Best, allow_software);
-        self.selections_for_rank(&list_adapters(), options.allow_software, local)?
-            .into_iter()
-            .map(|selection| {
-                GpuContext::new(&DeviceOptions {
-                    selection,
-                    ..options
-                })
-            })
-            .collect()
+        let allow_software =
+            DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software;
+        open_each(
+            self.selections_for_rank(&list_adapters(), allow_software, local)?,
+            allow_software,
+        )
     }
 
     /// A context on every device of the set (see [`GpuContext::new`] for the policy).
     pub fn open(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
-        let options = DeviceOptions::new(DeviceSelection::Best, allow_software);
-        self.selections(&list_adapters(), options.allow_software)?
-            .into_iter()
-            .map(|selection| {
-                GpuContext::new(&DeviceOptions {
-                    selection,
-                    ..options
-                })
-            })
-            .collect()
+        let allow_software =
+            DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software;
+        open_each(
+            self.selections(&list_adapters(), allow_software)?,
+            allow_software,
+        )
     }
+}
+
+/// A context on each adapter of `selections`.
+fn open_each(
+    selections: Vec<DeviceSelection>,
+    allow_software: bool,
+) -> Result<Vec<GpuContext>, GpuError> {
+    selections
+        .into_iter()
+        .map(|selection| {
+            GpuContext::new(&DeviceOptions {
+                selection,
+                allow_software,
+            })
+        })
+        .collect()
 }
 
 /// How to choose the device.
