@@ -501,6 +501,17 @@ fn rank_share(ranks: &MpiRanks) -> Option<impl Fn(usize) -> std::ops::Range<usiz
     ranks.as_ref().map(|r| move |_: usize| match *r {})
 }
 
+/// A reconstruction on `devices`, as one of `ranks` under MPI.
+fn reconstructor<'a>(devices: &'a [GpuContext], ranks: &MpiRanks) -> Reconstructor<'a> {
+    let builder = Reconstructor::on_devices(devices);
+    #[cfg(feature = "mpi")]
+    if let Some(ranks) = ranks {
+        return builder.on_ranks(ranks.clone());
+    }
+    let _ = ranks;
+    builder
+}
+
 fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
@@ -529,15 +540,17 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         let devices = open_devices(cli, &options.ranks)?;
         let plan = options
             .budgets
-            .apply(Reconstructor::on_devices(&devices))
+            .apply(reconstructor(&devices, &options.ranks))
             .params(params)
             .memo(options.memo)
             .lateral_padding(if options.pad { g.detw / 4 } else { 0 })
             .plan(&g)?;
-        if !args.quiet {
+        if !options.quiet {
             eprintln!("{plan}");
         }
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        if first {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        }
         return Ok(());
     }
     // The devices first: under MPI, a rank's share of the projections depends on how many
@@ -688,7 +701,7 @@ pub(super) fn run_reconstruction<'a>(
     let progress = bar(params.outer_iterations as u64, "iterations", o.quiet);
     let mut builder = o
         .budgets
-        .apply(Reconstructor::on_devices(devices))
+        .apply(reconstructor(devices, &o.ranks))
         .params(params)
         .memo(o.memo)
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
@@ -706,10 +719,6 @@ pub(super) fn run_reconstruction<'a>(
         });
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
-    }
-    #[cfg(feature = "mpi")]
-    if let Some(ranks) = &o.ranks {
-        builder = builder.on_ranks(ranks.clone());
     }
     let plan = builder.plan(g)?;
     if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
