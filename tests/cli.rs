@@ -1165,23 +1165,7 @@ fn a_streaming_reconstruction_with_memo_writes_its_outputs_slab_by_slab() {
     let scratch = dir.path().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let o = lamino(
-        &[
-            "simulate",
-            "--phantom",
-            "chip",
-            "--size",
-            "32",
-            "--angles",
-            "32",
-            "--tilt-deg",
-            "30",
-            "--out",
-            &s(&scan),
-        ],
-        false,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    common::simulate_scan(&scan, "chip", 32);
     let o = lamino(
         &[
             "reconstruct",
@@ -1284,23 +1268,7 @@ fn reconstruct_on_two_devices_writes_the_one_device_volume_and_other_commands_re
     let dir = tempfile::tempdir().unwrap();
     let scan = dir.path().join("scan.h5");
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let o = lamino(
-        &[
-            "simulate",
-            "--phantom",
-            "chip",
-            "--size",
-            "16",
-            "--angles",
-            "16",
-            "--tilt-deg",
-            "30",
-            "--out",
-            &s(&scan),
-        ],
-        false,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    common::simulate_scan(&scan, "chip", 16);
     let mut volumes = Vec::new();
     for devices in ["0", "0,0"] {
         let out = dir.path().join(format!("rec-{devices}"));

@@ -5,27 +5,13 @@ mod common;
 
 use lamino::error::GpuError;
 use lamino::gpu::GpuContext;
-use lamino::input::projections_from_scan;
 use lamino::operator::OperatorOptions;
 use lamino::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, Mode};
 use lamino::recon::Projections;
-use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::{AdmmParams, AdmmSolver, AdmmTeam, InnerSolver, IterationReport, SolverError};
 
 fn projections(size: usize) -> Projections {
-    let sim = simulated_scan(&ScanSpec {
-        phantom: PhantomKind::Chip,
-        size,
-        angles: size,
-        tilt_deg: 30.0,
-        photons: Some(1e5),
-        seed: 3,
-        rotation_axis: None,
-    })
-    .unwrap();
-    projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
-        .unwrap()
-        .projections
+    common::chip_projections(size, 3)
 }
 
 /// `count` devices opened on the same adapter.

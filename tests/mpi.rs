@@ -3,6 +3,8 @@
 //! the run with an error instead of leaving the others waiting.
 #![cfg(feature = "mpi")]
 
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,20 +45,7 @@ fn s(p: &Path) -> String {
 /// A simulated 32^3 chip scan in `dir`.
 fn scan(dir: &Path) -> String {
     let scan = dir.join("scan.h5");
-    let o = one_process(&[
-        "simulate",
-        "--phantom",
-        "chip",
-        "--size",
-        "32",
-        "--angles",
-        "32",
-        "--tilt-deg",
-        "30",
-        "--out",
-        &s(&scan),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    common::simulate_scan(&scan, "chip", 32);
     s(&scan)
 }
 

@@ -54,29 +54,15 @@ fn peak_heap_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
 }
 
 use lamino::array::Residency;
-use lamino::input::projections_from_scan;
 use lamino::io::{SlabVisitor, VolumeSlabs};
 use lamino::operator::{Geometry, OperatorOptions};
 use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
 use lamino::recon::{Projections, Reconstructor};
-use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::{AdmmParams, AdmmSolver};
 use std::path::Path;
 
 fn projections(size: usize) -> Projections {
-    let sim = simulated_scan(&ScanSpec {
-        phantom: PhantomKind::Chip,
-        size,
-        angles: size,
-        tilt_deg: 30.0,
-        photons: Some(1e5),
-        seed: 2,
-        rotation_axis: None,
-    })
-    .unwrap();
-    projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
-        .unwrap()
-        .projections
+    common::chip_projections(size, 2)
 }
 
 fn budgets(device: u64, host: u64, scratch: Option<&std::path::Path>) -> Budgets {

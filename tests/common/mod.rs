@@ -20,6 +20,46 @@ pub fn new_context() -> GpuContext {
     ctx
 }
 
+/// Writes a simulated scan to `path` with `lamino simulate`: a `phantom` of `size`^3 voxels,
+/// `size` angles, 30 degree tilt, noiseless.
+pub fn simulate_scan(path: &std::path::Path, phantom: &str, size: usize) {
+    let size = size.to_string();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lamino"))
+        .args([
+            "simulate",
+            "--phantom",
+            phantom,
+            "--size",
+            &size,
+            "--angles",
+            &size,
+        ])
+        .args(["--tilt-deg", "30", "--out"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A chip scan of `size`^3 voxels and `size` angles at a 30 degree tilt with Poisson noise
+/// (1e5 photons) and `seed`, as line integrals.
+pub fn chip_projections(size: usize, seed: u64) -> lamino::recon::Projections {
+    use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+    let sim = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size,
+        angles: size,
+        tilt_deg: 30.0,
+        photons: Some(1e5),
+        seed,
+        rotation_axis: None,
+    })
+    .unwrap();
+    lamino::input::projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
+        .unwrap()
+        .projections
+}
+
 /// One context shared by the tests of a binary.
 pub fn ctx() -> &'static GpuContext {
     static CTX: OnceLock<GpuContext> = OnceLock::new();
