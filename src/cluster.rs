@@ -1,10 +1,11 @@
 //! MPI ranks sharing one reconstruction (feature `mpi`): `mpirun -n K lamino reconstruct ...`.
 //!
-//! Every rank runs the solver of [`crate::solver::AdmmTeam`] as one member of a team of K: it
-//! computes its share of each stage's chunks and of each vector kernel's planes, exactly as a
-//! device of a multi-device run does, so the bits do not depend on K. What differs is memory: a
-//! rank keeps only its **home**, 1/K of the planes of every array; the other planes of its
-//! arrays take memory only while they hold what a stage needs.
+//! Every rank runs the solver of [`crate::solver::AdmmTeam`] with its devices as members of one
+//! team of every rank's devices: each computes its share of each stage's chunks and of each
+//! vector kernel's planes, exactly as a device of a multi-device run does, so the bits do not
+//! depend on K. What differs is memory: a rank keeps only its **home**, 1/K of the planes of
+//! every array (its devices' shares together); the other planes of its arrays take memory only
+//! while they hold what a stage needs.
 //!
 //! At each point where a device of an in-process team meets the others, the ranks exchange
 //! instead, in two all-to-all rounds (`MPI_Alltoallv`): first every block a rank downloaded

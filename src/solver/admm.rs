@@ -864,14 +864,13 @@ impl AdmmSolver {
     }
 
     /// The array of the volume.
-    #[cfg(feature = "mpi")]
     pub(crate) fn volume_field(&self) -> &Field {
         &self.fields.u
     }
 
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
-        Ok(self.fields.u.read(ctx)?)
+        Ok(self.volume_field().read(ctx)?)
     }
 
     /// Z slices `planes` of the current volume, row-major.
@@ -880,11 +879,9 @@ impl AdmmSolver {
         ctx: &GpuContext,
         planes: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, SolverError> {
-        let words = self.fields.u.layout().plane_words;
-        Ok(self
-            .fields
-            .u
-            .read_words(ctx, planes.start * words, planes.len() * words)?)
+        let u = self.volume_field();
+        let words = u.layout().plane_words;
+        Ok(u.read_words(ctx, planes.start * words, planes.len() * words)?)
     }
 }
 

@@ -267,22 +267,14 @@ impl AdmmTeam {
         Ok(team)
     }
 
-    /// Brings the arrays of `which` (the volume, or every array a checkpoint holds) whole to
-    /// the first MPI rank, which writes outputs and checkpoints; nothing to do otherwise.
-    /// Collective.
-    fn gather(&self, checkpoint: bool) {
+    /// Brings `fields` whole to the first MPI rank, which writes outputs and checkpoints;
+    /// nothing to do without ranks. Collective.
+    fn gather(&self, fields: &[&crate::array::Field]) {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            let solver = &self.members[0];
-            match checkpoint {
-                true => solver
-                    .checkpointed()
-                    .iter()
-                    .for_each(|f| ranks.gather_to_first(f)),
-                false => ranks.gather_to_first(solver.volume_field()),
-            }
+            fields.iter().for_each(|f| ranks.gather_to_first(f));
         }
-        let _ = checkpoint;
+        let _ = fields;
     }
 
     /// Whether this process writes the outputs and checkpoints (the first MPI rank, or the only
@@ -303,7 +295,7 @@ impl AdmmTeam {
         devices: &[GpuContext],
         path: &std::path::Path,
     ) -> Result<(), SolverError> {
-        self.gather(true);
+        self.gather(&self.members[0].checkpointed());
         let written = match self.writes() {
             true => self.members[0].write_checkpoint(&devices[0], path),
             false => Ok(()),
@@ -314,7 +306,7 @@ impl AdmmTeam {
 
     /// Brings the volume to the process that writes the outputs. Collective.
     pub fn gather_volume(&self) {
-        self.gather(false);
+        self.gather(&[self.members[0].volume_field()]);
     }
 
     /// Whether `flag` is set on any MPI rank (on this process otherwise). Collective.
