@@ -50,6 +50,8 @@ shared_constants!(
         DOT_VALUES = 25;
     }
 );
+// `dots` in shaders/memo/memo.wgsl names its accumulators for four candidates.
+const _: () = assert!(memo::MAX_CANDIDATES == 4);
 const _: () = assert!(
     memo::DOT_VALUES
         == 1 + 3 * memo::MAX_CANDIDATES + memo::MAX_CANDIDATES * (memo::MAX_CANDIDATES - 1)

@@ -829,8 +829,8 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let lines = json_lines(&o.stdout);
-    // exact, off at the memo chunking, six mlr, six certified and three certified:auto settings.
-    assert_eq!(lines.len(), 17);
+    // exact, off at the memo chunking, six mlr, eight certified and three certified:auto settings.
+    assert_eq!(lines.len(), 19);
     assert!(lines.iter().all(|l| l["section"] == "frontier"));
     assert_eq!(
         lines
@@ -858,8 +858,13 @@ fn bench_memo_prints_every_run_and_writes_the_frontier() {
     }
     assert_eq!(
         lines.iter().filter(|l| l["policy"] == "certified").count(),
-        6
+        8
     );
+    // Every memoized run that finished reports each stage's hit rate.
+    for l in lines[2..].iter().filter(|l| l["error"].is_null()) {
+        let stages = l["stage_hit_rates"].as_array().unwrap();
+        assert_eq!(stages.len(), 4, "{l}");
+    }
     assert!(out.join("memo_frontier.csv").exists() && out.join("memo_frontier.png").exists());
     let o = lamino(&["bench", "memo", "--iterations", "5"], true);
     assert!(
@@ -1145,6 +1150,17 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
                 &s(&p("x")),
             ],
             "A <= B",
+        ),
+        (
+            vec![
+                "reconstruct",
+                &s(&scan),
+                "--memo-stages",
+                "usfft2d,u1",
+                "--out",
+                &s(&p("x")),
+            ],
+            "bad memo stage list",
         ),
     ] {
         let o = lamino(&args, true);

@@ -72,11 +72,17 @@ fn block_len(job: Job) -> u32 {
     return job.e0 * job.e1 * job.e2;
 }
 
-fn rel(job: Job, v: View, i: u32) -> u32 {
+// The index of element i (row-major over e0, e1, e2) of the job's block at view v. Slot-side views
+// are contiguous (one branch for every invocation of a job, no division); the operator-side view
+// is strided.
+fn at(job: Job, v: View, i: u32) -> u32 {
+    if (v.s2 == 1u && v.s1 == job.e2 && v.s0 == job.e1 * job.e2) {
+        return v.offset + i;
+    }
     let j0 = i / (job.e2 * job.e1);
     let j1 = (i / job.e2) % job.e1;
     let j2 = i % job.e2;
-    return j0 * v.s0 + j1 * v.s1 + j2 * v.s2;
+    return v.offset + j0 * v.s0 + j1 * v.s1 + j2 * v.s2;
 }
 
 fn alpha(job: Job, c: u32) -> vec2<f32> {
@@ -185,40 +191,59 @@ fn dots(
     }
     let job = jobs[batch.first + j];
     let local_group = g % batch.groups_per_job;
-    var acc: array<f32, 25>;
-    for (var v = 0u; v < DOT_VALUES; v++) {
-        acc[v] = 0.0;
-    }
-    let n = block_len(job);
+    // Written out for MAX_CANDIDATES = 4 (asserted in src/shaders.rs): named accumulators stay in
+    // registers, where an indexed private array would not on every compiler. A missing candidate
+    // (index >= count) reads as zero.
     let k = min(job.count, MAX_CANDIDATES);
+    var xx = 0.0;
+    var b0 = vec2<f32>(0.0);
+    var b1 = vec2<f32>(0.0);
+    var b2 = vec2<f32>(0.0);
+    var b3 = vec2<f32>(0.0);
+    var n = vec4<f32>(0.0);
+    var g01 = vec2<f32>(0.0);
+    var g02 = vec2<f32>(0.0);
+    var g03 = vec2<f32>(0.0);
+    var g12 = vec2<f32>(0.0);
+    var g13 = vec2<f32>(0.0);
+    var g23 = vec2<f32>(0.0);
+    let len = block_len(job);
     let stride = batch.groups_per_job * WORKGROUP;
-    for (var i = local_group * WORKGROUP + lid; i < n; i += stride) {
-        let xv = xc(job.vx.offset + rel(job, job.vx, i));
-        acc[0] += dot(xv, xv);
-        // Constant trip counts (guarded by k) let the compiler unroll the loops and keep the
-        // accumulators in registers.
-        var c: array<vec2<f32>, 4>;
-        for (var a = 0u; a < MAX_CANDIDATES; a++) {
-            if (a < k) {
-                c[a] = yc(job.candidates[a] + i);
-                let b = cdot(c[a], xv);
-                acc[1u + 2u * a] += b.x;
-                acc[2u + 2u * a] += b.y;
-                acc[9u + a] += dot(c[a], c[a]);
-            }
+    for (var i = local_group * WORKGROUP + lid; i < len; i += stride) {
+        let xv = xc(at(job, job.vx, i));
+        var c0 = vec2<f32>(0.0);
+        var c1 = vec2<f32>(0.0);
+        var c2 = vec2<f32>(0.0);
+        var c3 = vec2<f32>(0.0);
+        if (k > 0u) {
+            c0 = yc(job.candidates[0] + i);
         }
-        var pair = 0u;
-        for (var a = 0u; a < MAX_CANDIDATES; a++) {
-            for (var b = a + 1u; b < MAX_CANDIDATES; b++) {
-                if (b < k) {
-                    let gab = cdot(c[a], c[b]);
-                    acc[13u + 2u * pair] += gab.x;
-                    acc[14u + 2u * pair] += gab.y;
-                }
-                pair++;
-            }
+        if (k > 1u) {
+            c1 = yc(job.candidates[1] + i);
         }
+        if (k > 2u) {
+            c2 = yc(job.candidates[2] + i);
+        }
+        if (k > 3u) {
+            c3 = yc(job.candidates[3] + i);
+        }
+        xx += dot(xv, xv);
+        b0 += cdot(c0, xv);
+        b1 += cdot(c1, xv);
+        b2 += cdot(c2, xv);
+        b3 += cdot(c3, xv);
+        n += vec4<f32>(dot(c0, c0), dot(c1, c1), dot(c2, c2), dot(c3, c3));
+        g01 += cdot(c0, c1);
+        g02 += cdot(c0, c2);
+        g03 += cdot(c0, c3);
+        g12 += cdot(c1, c2);
+        g13 += cdot(c1, c3);
+        g23 += cdot(c2, c3);
     }
+    var acc = array<f32, DOT_VALUES>(
+        xx, b0.x, b0.y, b1.x, b1.y, b2.x, b2.y, b3.x, b3.y, n.x, n.y, n.z, n.w,
+        g01.x, g01.y, g02.x, g02.y, g03.x, g03.y, g12.x, g12.y, g13.x, g13.y, g23.x, g23.y,
+    );
     for (var v = 0u; v < DOT_VALUES; v++) {
         shared_dots[lid * DOT_VALUES + v] = acc[v];
     }
@@ -259,7 +284,7 @@ fn residual(
     let k = min(job.count, MAX_CANDIDATES);
     let stride = batch.groups_per_job * WORKGROUP;
     for (var i = local_group * WORKGROUP + lid; i < n; i += stride) {
-        var d = xc(job.vx.offset + rel(job, job.vx, i));
+        var d = xc(at(job, job.vx, i));
         for (var c = 0u; c < MAX_CANDIDATES; c++) {
             if (c < k) {
                 d -= cmul(alpha(job, c), yc(job.candidates[c] + i));
@@ -331,12 +356,8 @@ fn finish_sums(
     }
 }
 
-// The element of its job's block that an invocation of a copy or combination writes.
-fn element(g: u32, lid: u32) -> u32 {
-    return (g % batch.groups_per_job) * WORKGROUP + lid;
-}
-
-// out[vo] = x[vx] for every element of each job's block, bit for bit.
+// out[vo] = x[vx] for every element of each job's block, bit for bit. Each invocation copies
+// every stride-th element from its own (a job's table entry is read once per invocation).
 @compute @workgroup_size(WORKGROUP)
 fn copy_block(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -349,14 +370,14 @@ fn copy_block(
         return;
     }
     let job = jobs[batch.first + j];
-    let i = element(g, lid);
-    if (i >= block_len(job)) {
-        return;
+    let n = block_len(job);
+    let stride = batch.groups_per_job * WORKGROUP;
+    for (var i = (g % batch.groups_per_job) * WORKGROUP + lid; i < n; i += stride) {
+        let s = at(job, job.vx, i);
+        let d = at(job, job.vo, i);
+        out[2u * d] = x[2u * s];
+        out[2u * d + 1u] = x[2u * s + 1u];
     }
-    let s = job.vx.offset + rel(job, job.vx, i);
-    let d = job.vo.offset + rel(job, job.vo, i);
-    out[2u * d] = x[2u * s];
-    out[2u * d + 1u] = x[2u * s + 1u];
 }
 
 // out[vo] = sum_c alpha_c x[source c] for every element of each job's block, source c laid out
@@ -373,18 +394,18 @@ fn combine(
         return;
     }
     let job = jobs[batch.first + j];
-    let i = element(g, lid);
-    if (i >= block_len(job)) {
-        return;
-    }
-    let r = rel(job, job.vx, i);
-    var v = vec2<f32>(0.0, 0.0);
-    for (var c = 0u; c < MAX_CANDIDATES; c++) {
-        if (c < job.count) {
-            v += cmul(alpha(job, c), xc(job.candidates[c] + r));
+    let n = block_len(job);
+    let stride = batch.groups_per_job * WORKGROUP;
+    for (var i = (g % batch.groups_per_job) * WORKGROUP + lid; i < n; i += stride) {
+        let r = at(job, job.vx, i) - job.vx.offset;
+        var v = vec2<f32>(0.0, 0.0);
+        for (var c = 0u; c < MAX_CANDIDATES; c++) {
+            if (c < job.count) {
+                v += cmul(alpha(job, c), xc(job.candidates[c] + r));
+            }
         }
+        let d = at(job, job.vo, i);
+        out[2u * d] = v.x;
+        out[2u * d + 1u] = v.y;
     }
-    let d = job.vo.offset + rel(job, job.vo, i);
-    out[2u * d] = v.x;
-    out[2u * d + 1u] = v.y;
 }

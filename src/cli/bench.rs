@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Subcommand, ValueEnum};
 
-use lamino::memo::{MemoOptions, MemoPolicy, AUTO_FLOOR, AUTO_SCALE};
+use lamino::memo::{MemoOptions, MemoPolicy, MemoStages, AUTO_FLOOR, AUTO_SCALE};
 use lamino::simulate::PhantomKind;
 use lamino::solver::{AdmmParams, InnerSolver};
 
@@ -68,7 +68,7 @@ pub enum BenchWhat {
         reference_iterations: usize,
     },
     /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
-    /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU, certified:TOL for six
+    /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU, certified:TOL for eight
     /// TOL and certified:auto for three scales; one line per run, and a CSV and a PNG plot (with
     /// the paper's points) in OUT. Then the comparison that decides the default: wall time to
     /// within TARGET (relative L2) of the converged result for exact-step CG, Dai-Yuan, and
@@ -86,6 +86,9 @@ pub enum BenchWhat {
         /// Rows per memoized chunk.
         #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
         chunk: usize,
+        /// The stages memoized in every run: `all` or a list (as `reconstruct --memo-stages`).
+        #[arg(long, default_value_t = MemoStages::DEFAULT)]
+        memo_stages: MemoStages,
         /// Timed runs per frontier setting (the fastest counts).
         #[arg(long, default_value_t = 2)]
         repeats: usize,
@@ -97,7 +100,7 @@ pub enum BenchWhat {
         /// its in-core need, the memo's device cache scaled alike, the other arrays on the host.
         #[arg(long, value_name = "F", value_parser = clap::value_parser!(u64).range(1..))]
         device_fraction: Option<u64>,
-        /// Memo settings of the frontier (default: the paper's six TAU for mlr, six TOL for
+        /// Memo settings of the frontier (default: the paper's six TAU for mlr, eight TOL for
         /// certified, three scales for certified:auto).
         #[arg(long, value_delimiter = ',')]
         policies: Vec<MemoPolicy>,
@@ -573,6 +576,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
         size,
         iterations,
         chunk,
+        memo_stages,
         repeats,
         dai_yuan_step,
         device_fraction,
@@ -602,6 +606,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
     let ctx = cli.context()?;
     let memo = MemoOptions {
         chunk_rows: chunk,
+        stages: *memo_stages,
         ..MemoOptions::default()
     };
     if *only != MemoParts::Comparison {
@@ -621,7 +626,7 @@ fn memo(cli: &Cli, what: &BenchWhat) -> CliResult {
             device_fraction: *device_fraction,
         };
         eprintln!(
-            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of at most {chunk} rows, {}, on {}",
+            "memo frontier: {size}^3 chip, {iterations} outer iterations of {:?} per run, chunks of at most {chunk} rows, memo stages {memo_stages}, {}, on {}",
             params.inner,
             device_fraction.map_or("in core".to_string(), |f| format!(
                 "streamed through 1/{f} of the in-core device need"

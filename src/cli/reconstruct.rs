@@ -14,7 +14,7 @@ use lamino::input::{
     extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
     LoadedProjections, ProjectionInput, Shading,
 };
-use lamino::memo::{MemoOptions, MemoPolicy};
+use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::preprocess::{
     find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
     AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
@@ -313,11 +313,17 @@ enum OpenBeamMethod {
 #[derive(Args)]
 struct MemoArgs {
     /// `off`, `mlr:TAU` (the mLR paper's policy: reuse when the pooled keys' cosine similarity is
-    /// at least TAU; trades accuracy for time, no error bound) or `certified:TOL` (reuse only
-    /// when the least-squares residual of the input is below TOL, with a bound on the error).
+    /// at least TAU; trades accuracy for time, no error bound), `certified:TOL` (reuse
+    /// least-squares combinations of stored chunks while the reused chunks' input residuals
+    /// together stay below TOL of each stage's input, with a bound on the error) or
+    /// `certified:auto[:SCALE[:FLOOR]]` (TOL follows the ADMM primal residual).
     /// Default: off (see README, "Memoization").
     #[arg(long, default_value_t = MemoPolicy::DEFAULT)]
     memo: MemoPolicy,
+    /// The stages memoized: `all`, or a comma-separated list of usfft1d, usfft1d_adjoint,
+    /// usfft2d, usfft2d_adjoint (default: the 2D gridding stages, where reuse pays).
+    #[arg(long, default_value_t = MemoStages::DEFAULT)]
+    memo_stages: MemoStages,
     /// Device memory for the memo cache (MiB, default 256).
     #[arg(long)]
     memo_device_mib: Option<u64>,
@@ -334,6 +340,7 @@ impl MemoArgs {
         let d = MemoOptions::default();
         MemoOptions {
             policy: self.memo,
+            stages: self.memo_stages,
             device_bytes: self.memo_device_mib.map_or(d.device_bytes, |m| m << 20),
             host_bytes: self.memo_host_mib.map_or(d.host_bytes, |m| m << 20),
             chunk_rows: self.memo_chunk.unwrap_or(d.chunk_rows),

@@ -11,7 +11,7 @@ use crate::bench::process_cpu_seconds;
 use crate::gpu::GpuContext;
 use crate::io::{write_atomically, IoError};
 use crate::metrics::rel_l2;
-use crate::operator::{Geometry, OperatorOptions};
+use crate::operator::{Geometry, OperatorOptions, Stage};
 use crate::plan::Mode;
 use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};
 use crate::recon::{Projections, ReconError, Reconstruction, Reconstructor};
@@ -32,7 +32,7 @@ pub const PAPER_POINTS: [(f64, f64, f64); 6] = [
 /// scales of `certified:auto` (its tolerance `scale x` the relative primal residual, floored at
 /// `AUTO_FLOOR`).
 pub const MLR_TAUS: [f64; 6] = [0.86, 0.88, 0.90, 0.92, 0.94, 0.96];
-pub const CERTIFIED_TOLS: [f64; 6] = [0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3];
+pub const CERTIFIED_TOLS: [f64; 8] = [0.3, 0.1, 0.03, 0.02, 0.015, 0.01, 3e-3, 1e-3];
 pub const AUTO_SCALES: [f64; 3] = [0.1, 0.3, 1.0];
 
 /// Every swept policy, in order.
@@ -76,6 +76,8 @@ pub struct FrontierPoint {
     pub normalized_cpu_time: Option<f64>,
     pub cpu_s: Option<f64>,
     pub hit_rate: f64,
+    /// Per stage (U1, U1*, U2, U2*): the share of its chunks reused.
+    pub stage_hit_rates: Vec<(Stage, f64)>,
     pub lookup_ms_median: f64,
     pub lookup_ms_p99: f64,
     /// Host round trips per stage application through the memo layer (mean and most).
@@ -261,6 +263,12 @@ pub fn run_frontier(
                 normalized_cpu_time: t.cpu.zip(t_exact.cpu).map(|(c, e)| c / e),
                 cpu_s: t.cpu,
                 hit_rate: nan_if_failed(stats.map_or(0.0, |s| s.hit_rate)),
+                stage_hit_rates: stats.map_or(Vec::new(), |s| {
+                    s.stages
+                        .iter()
+                        .map(|st| (st.stage, st.hits as f64 / st.chunks.max(1) as f64))
+                        .collect()
+                }),
                 lookup_ms_median: nan_if_failed(stats.map_or(0.0, |s| s.lookup_ms_median)),
                 lookup_ms_p99: nan_if_failed(stats.map_or(0.0, |s| s.lookup_ms_p99)),
                 round_trips_per_application: stats.map_or(0.0, |s| {
@@ -517,6 +525,7 @@ mod tests {
             normalized_cpu_time: Some(time),
             cpu_s: None,
             hit_rate: 0.5,
+            stage_hit_rates: vec![(Stage::Usfft1d, 0.5)],
             lookup_ms_median: 0.01,
             lookup_ms_p99: 0.1,
             round_trips_per_application: 2.5,

@@ -226,6 +226,10 @@ impl ChunkOp {
     }
 }
 
+/// Elements per invocation of the block copies and combinations: the job's table entry is read
+/// once for all of them, and a chunk still spreads over many workgroups.
+const COPY_ELEMENTS: u64 = 16;
+
 fn reduce_groups(len: u64) -> u64 {
     len.div_ceil(WORKGROUP * 64).clamp(1, REDUCE_GROUPS)
 }
@@ -435,7 +439,8 @@ impl StageDevice {
             [&partials, &partials, &outbox],
             Table::Shared(&residual.jobs),
         )?;
-        let copy_groups = |len: u64| len.div_ceil(WORKGROUP);
+        // Each invocation of a copy or combination handles COPY_ELEMENTS elements.
+        let copy_groups = |len: u64| len.div_ceil(WORKGROUP * COPY_ELEMENTS);
         let chunk_op = |entry, buffers, len| ChunkOp::new(ctx, entry, buffers, w, len);
         let audit_ops = match &audit {
             Some(a) => Some((
@@ -539,7 +544,7 @@ impl StageDevice {
             ctx,
             rec,
             (&jobs, jobs.len()),
-            self.slot_elems.div_ceil(WORKGROUP),
+            self.slot_elems.div_ceil(WORKGROUP * COPY_ELEMENTS),
             (0, 0),
         );
     }
@@ -666,6 +671,19 @@ impl StageDevice {
                     .collect()
             })
             .collect())
+    }
+
+    /// How far, relative to `(|x| + sum |alpha_i| |c_i|)^2`, the squared residual estimated from
+    /// the normal equations of a block of `len` elements may be off: each invocation adds
+    /// `len / (partial_groups WORKGROUP)` f32 terms in turn, the workgroup adds its invocations'
+    /// sums in log2(WORKGROUP) levels (the finish in double words adds nothing to count), each
+    /// term carries two roundings of its products; `|x|^2`, `2 Re(b^H alpha)` and
+    /// `alpha^H G alpha` each err by at most that many units in the last place of their
+    /// magnitude sums, all at most the squared scale. Twice that, for safety.
+    pub fn sum_rounding(&self, len: u64) -> f64 {
+        let terms = len.div_ceil(self.partial_groups * WORKGROUP);
+        let levels = WORKGROUP.ilog2() as u64;
+        2.0 * (terms + levels + 2) as f64 * f32::EPSILON as f64 / 2.0
     }
 
     /// Reads the sums of [`record_dots`](Self::record_dots) (waits for the device); `counts` are

@@ -12,8 +12,9 @@
 //! 2. the host decides for every chunk at once (index searches in parallel); under `certified`,
 //!    one submission forms the normal equations of every chunk's candidates (sums finished on the
 //!    GPU) and computes the chunks without candidates; one readback;
-//! 3. one submission measures the residual of every accepted combination and computes the chunks
-//!    the estimate rejected; one readback;
+//! 3. when some combination's residual cannot be settled from the normal equations (their f32
+//!    sums bound how far the estimate may be off), one submission measures those residuals
+//!    elementwise and computes the chunks the estimates rejected; one readback;
 //!
 //! and one last submission, which nothing waits for, forms the reused outputs and computes the
 //! chunks whose residual failed. Where the stage writes its output unchanged into a host array,
@@ -26,11 +27,16 @@
 //! - `certified:TOL`: the candidates are the chunk's last few computed entries (its recent
 //!   history, for extrapolation along the solver's path) and the nearest keys of the same map
 //!   (instant-distance index). The GPU computes the normal equations of the least-squares
-//!   combination `x ~ sum_i alpha_i c_i` (near-dependent candidates are dropped), then measures
-//!   the residual `r = |x - sum alpha_i c_i| / |x|` elementwise; `sum alpha_i F(c_i)` is used iff
-//!   `r < TOL`. The stages are linear, so the output error is at most
-//!   `|F| (r |x| + rounding)`, with `|F|` estimated once per geometry by power iteration and
-//!   remembered ([`norm_cache`]); that bound is recorded for every reuse.
+//!   combination `x ~ sum_i alpha_i c_i` (near-dependent candidates are dropped). Each stage
+//!   application has an error budget: the reused chunks' squared residuals
+//!   `|x - sum alpha_i c_i|^2` together stay within `TOL^2` of the compared chunks' `|x|^2`,
+//!   the smallest residuals taken first (a chunk of little signal may be reused with a large
+//!   relative residual, since what matters is the stage output's error). A residual is the
+//!   normal equations' estimate plus its rounding margin where that fits, else measured
+//!   elementwise. The stages are linear, so the stage output's error is at most
+//!   `|F| TOL |x|` plus rounding, each reuse's share `|F| (residual + rounding)`, with `|F|`
+//!   estimated once per geometry by power iteration and remembered ([`norm_cache`]); that bound
+//!   is recorded for every reuse.
 //! - `certified:auto`: `certified` with a tolerance that follows the solver's primal residual
 //!   ([`MemoPolicy::CertifiedAuto`]).
 //!
@@ -51,7 +57,10 @@ mod stats;
 pub mod store;
 
 pub use norm_cache::{NormCache, NormSource, OperatorNorms, CACHE_DIR_ENV};
-pub use policy::{MemoOptions, MemoPolicy, PolicyParseError, AUTO_CAP, AUTO_FLOOR, AUTO_SCALE};
+pub use policy::{
+    MemoOptions, MemoPolicy, MemoStages, PolicyParseError, StagesParseError, AUTO_CAP, AUTO_FLOOR,
+    AUTO_SCALE,
+};
 pub use stats::{MemoStats, StageStats};
 
 use std::collections::{HashMap, VecDeque};
@@ -452,6 +461,53 @@ fn least_squares(dots: &gpu::Dots) -> Option<(Vec<num_complex::Complex64>, f64)>
     Some((alpha, ((dots.xx - explained) / dots.xx).max(0.0)))
 }
 
+/// The items reused under a stage's budget: the smallest squared residuals first (ties in
+/// order), while their sum stays within `budget`. A NaN ends the selection.
+fn within_budget(residuals2: &[f64], budget: f64) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..residuals2.len()).collect();
+    order.sort_by(|&a, &b| residuals2[a].total_cmp(&residuals2[b]).then(a.cmp(&b)));
+    let mut accepted = vec![false; residuals2.len()];
+    let mut spent = 0.0;
+    for i in order {
+        // A NaN stays NaN here (f64::max would drop it) and fails the comparison.
+        let r2 = residuals2[i];
+        spent += if r2 < 0.0 { 0.0 } else { r2 };
+        if spent <= budget {
+            accepted[i] = true;
+        } else {
+            break;
+        }
+    }
+    accepted
+}
+
+/// A chunk's least-squares combination on the device path, before its residual is settled.
+struct Fitted {
+    /// Wave position.
+    j: usize,
+    used: Combination,
+    /// `|x|^2`
+    xx: f64,
+    /// `|x| + sum |alpha_i| |c_i|`: the scale of the combination's f32 rounding.
+    rounding: f64,
+    /// `|x - sum alpha_i c_i|^2` from the normal equations, and how far that may be off.
+    estimate: f64,
+    margin: f64,
+}
+
+impl Fitted {
+    /// The reuse of this combination, whose residual is (at most) `residual`.
+    fn reuse(self, residual: f64, norm: f64) -> Outcome {
+        Outcome::Reuse(Reuse {
+            combination: self.used,
+            certificate: Some((
+                residual / self.xx.sqrt(),
+                norm * (residual + F32_ROUNDING * self.rounding),
+            )),
+        })
+    }
+}
+
 impl Memo {
     /// Sets up the cache of every stage of `op` (whose chunking fixes the reuse granularity) and,
     /// for the certified policies, gets `|U1|` and `|U2|` from the norm cache named by the
@@ -525,6 +581,10 @@ impl Memo {
             };
             let mut stats = StageStats::new(stage);
             let (device, plan) = match options.policy.is_active() {
+                true if !options.stages.contains(stage) => {
+                    stats.disabled = Some(format!("not in --memo-stages {}", options.stages));
+                    (None, None)
+                }
                 false => (None, None),
                 true => match gpu::plan(&shape, options.device_bytes / 4, max_binding) {
                     Ok(plan) => {
@@ -1169,7 +1229,10 @@ impl StageState {
         let candidates = self.candidates(wave, w.options.neighbours);
         let store = &self.store;
         let norm = self.norm;
-        let decided: Vec<Option<Reuse>> = wave
+        // Per chunk compared: |x|^2, and the reuse with its squared residual if it has a
+        // combination.
+        type Compared = (f64, Option<(Reuse, f64)>);
+        let compared: Vec<Option<Compared>> = wave
             .par_iter()
             .zip(&candidates)
             .map(|(c, candidates)| {
@@ -1184,31 +1247,53 @@ impl StageState {
                     .collect();
                 let inputs: Vec<&[Complex32]> = kept.iter().map(|k| k.1).collect();
                 let d = host_dots(x, &inputs);
-                let (alphas, _) = least_squares(&d).filter(|_| tol > 0.0)?;
-                let used: Vec<(u64, &[Complex32], [f32; 2])> = kept
-                    .iter()
-                    .zip(&alphas)
-                    .filter(|(_, a)| a.norm() > 0.0)
-                    .map(|(&(id, input), a)| (id, input, [a.re as f32, a.im as f32]))
-                    .collect();
-                if used.is_empty() {
-                    return None;
-                }
-                let fit: Vec<(&[Complex32], [f32; 2])> =
-                    used.iter().map(|&(_, input, a)| (input, a)).collect();
-                let residual = host_residual2(x, &fit).sqrt();
-                let r = residual / d.xx.sqrt();
-                // The same rounding allowance as the device path's (see `certified_decide`).
-                let rounding: f64 = alphas
-                    .iter()
-                    .enumerate()
-                    .map(|(i, a)| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
-                    .sum::<f64>()
-                    + d.xx.sqrt();
-                (r < tol).then(|| Reuse {
-                    combination: used.iter().map(|&(id, _, a)| (id, a)).collect(),
-                    certificate: Some((r, norm * (residual + F32_ROUNDING * rounding))),
-                })
+                let fit = || {
+                    let (alphas, _) = least_squares(&d).filter(|_| tol > 0.0)?;
+                    let used: Vec<(u64, &[Complex32], [f32; 2])> = kept
+                        .iter()
+                        .zip(&alphas)
+                        .filter(|(_, a)| a.norm() > 0.0)
+                        .map(|(&(id, input), a)| (id, input, [a.re as f32, a.im as f32]))
+                        .collect();
+                    if used.is_empty() {
+                        return None;
+                    }
+                    let fit: Vec<(&[Complex32], [f32; 2])> =
+                        used.iter().map(|&(_, input, a)| (input, a)).collect();
+                    let residual2 = host_residual2(x, &fit);
+                    let residual = residual2.sqrt();
+                    // The same rounding allowance as the device path's (see `Fitted`).
+                    let rounding: f64 = alphas
+                        .iter()
+                        .enumerate()
+                        .map(|(i, a)| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
+                        .sum::<f64>()
+                        + d.xx.sqrt();
+                    let reuse = Reuse {
+                        combination: used.iter().map(|&(id, _, a)| (id, a)).collect(),
+                        certificate: Some((
+                            residual / d.xx.sqrt(),
+                            norm * (residual + F32_ROUNDING * rounding),
+                        )),
+                    };
+                    Some((reuse, residual2))
+                };
+                Some((d.xx, fit()))
+            })
+            .collect();
+        // The stage's budget (see `certified_decide`), over the chunks compared here.
+        let budget = tol * tol * compared.iter().flatten().map(|c| c.0).sum::<f64>();
+        let residuals2: Vec<f64> = compared
+            .iter()
+            .flatten()
+            .filter_map(|c| c.1.as_ref().map(|fit| fit.1))
+            .collect();
+        let mut accepted = within_budget(&residuals2, budget).into_iter();
+        let decided: Vec<Option<Reuse>> = compared
+            .into_iter()
+            .map(|c| {
+                let (reuse, _) = c?.1?;
+                accepted.next().expect("one per fit").then_some(reuse)
             })
             .collect();
         for (c, reuse) in wave.iter_mut().zip(decided) {
@@ -1286,15 +1371,15 @@ impl StageState {
         let counts: Vec<usize> = compared.iter().map(|&j| on_device[j].len()).collect();
         let dots = self.wait(&mut trips, || dev.read_dots(ctx, &counts))?;
 
-        // The least-squares combinations; those whose estimate is within reach of TOL are
-        // measured. The normal equations lose about 1e-6 of |x|^2 to f32 sums and cancellation:
-        // measure whenever the estimate is within that margin of TOL.
-        // (chunk, combination, |x|^2, rounding scale) of every combination to be measured.
-        let mut measured: Vec<(usize, Combination, f64, f64)> = Vec::new();
+        // The least-squares combinations. The stage's budget is tol^2 of the compared chunks'
+        // |x|^2: the reused chunks' squared residuals together stay within it. The estimate from
+        // the normal equations is off by at most `margin` (f32 sums): a combination whose
+        // estimate plus margin fits is accepted as it stands; those that might fit in what is
+        // left are measured elementwise.
+        let budget = tol * tol * dots.iter().map(|d| d.xx).sum::<f64>();
+        let mut fitted: Vec<Fitted> = Vec::new();
         for (&j, d) in compared.iter().zip(&dots) {
-            let fit = least_squares(d)
-                .filter(|(_, estimate)| tol > 0.0 && *estimate <= 4.0 * tol * tol + 1e-5);
-            let Some((alphas, _)) = fit else {
+            let Some((alphas, estimate)) = least_squares(d).filter(|_| tol > 0.0) else {
                 wave[j].outcome = Outcome::Compute { recorded: false };
                 continue;
             };
@@ -1313,20 +1398,49 @@ impl StageState {
                 .map(|(i, (_, a))| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
                 .sum::<f64>()
                 + d.xx.sqrt();
-            measured.push((j, used, d.xx, rounding));
+            fitted.push(Fitted {
+                j,
+                used,
+                xx: d.xx,
+                rounding,
+                estimate: estimate * d.xx,
+                margin: dev.sum_rounding(wave[j].input.len()) * rounding * rounding,
+            });
+        }
+        let upper: Vec<f64> = fitted.iter().map(|f| f.estimate + f.margin).collect();
+        let sure = within_budget(&upper, budget);
+        let spent: f64 = upper.iter().zip(&sure).filter(|s| *s.1).map(|s| s.0).sum();
+        let left = budget - spent;
+        let (sure, unsure): (Vec<_>, Vec<_>) = fitted.into_iter().zip(sure).partition(|f| f.1);
+        for (f, _) in sure {
+            let (j, residual) = (f.j, (f.estimate + f.margin).sqrt());
+            wave[j].outcome = f.reuse(residual, self.norm);
+        }
+        let lower: Vec<f64> = unsure
+            .iter()
+            .map(|(f, _)| (f.estimate - f.margin).max(0.0))
+            .collect();
+        let mut measured = Vec::new();
+        for ((f, _), promising) in unsure.into_iter().zip(within_budget(&lower, left)) {
+            if promising {
+                measured.push(f);
+            } else {
+                wave[f.j].outcome = Outcome::Compute { recorded: false };
+            }
         }
 
-        // Round trip 3: the residuals of the accepted combinations, measured elementwise; the
-        // chunks the estimate rejected are computed meanwhile.
+        // Round trip 3, when some combination needs measuring: the residuals, measured
+        // elementwise; the chunks the estimates rejected are computed meanwhile.
         let mut rec = ctx.recorder("memo: residuals");
         let jobs: Vec<(&Block, usize, Combination)> = measured
             .iter()
-            .map(|(j, used, _, _)| {
-                let sources = used
+            .map(|f| {
+                let sources = f
+                    .used
                     .iter()
                     .map(|&(id, a)| (slot_in(&self.store, id), a))
                     .collect();
-                (&wave[*j].input, wave[*j].slot, sources)
+                (&wave[f.j].input, wave[f.j].slot, sources)
             })
             .collect();
         dev.record_residuals(ctx, &mut rec, &jobs);
@@ -1337,14 +1451,11 @@ impl StageState {
             return Ok(trips);
         }
         let residuals = self.wait(&mut trips, || dev.read_residuals(ctx, measured.len()))?;
-        for ((j, used, xx, rounding), residual2) in measured.into_iter().zip(residuals) {
-            let residual = residual2.max(0.0).sqrt();
-            let r = residual / xx.sqrt();
-            wave[j].outcome = if r < tol {
-                Outcome::Reuse(Reuse {
-                    combination: used,
-                    certificate: Some((r, self.norm * (residual + F32_ROUNDING * rounding))),
-                })
+        let accepted = within_budget(&residuals, left);
+        for ((f, residual2), accepted) in measured.into_iter().zip(residuals).zip(accepted) {
+            let j = f.j;
+            wave[j].outcome = if accepted {
+                f.reuse(residual2.max(0.0).sqrt(), self.norm)
             } else {
                 Outcome::Compute { recorded: false }
             };
@@ -1374,6 +1485,24 @@ mod tests {
                 .map(|a| cs.iter().map(|b| inner(a, b)).collect())
                 .collect(),
         }
+    }
+
+    #[test]
+    fn the_budget_takes_the_smallest_residuals_first_and_refuses_nan() {
+        // 1 + 1 + 2 = 4 fits a budget of 4; adding 3 would not.
+        assert_eq!(
+            within_budget(&[3.0, 1.0, 2.0, 1.0], 4.0),
+            [false, true, true, true]
+        );
+        assert_eq!(within_budget(&[5.0, 0.0], 4.0), [false, true]);
+        // Rounding may leave a tiny negative estimate: it costs nothing.
+        assert_eq!(within_budget(&[-1e-9, 4.0], 4.0), [true, true]);
+        assert_eq!(
+            within_budget(&[1.0, f64::NAN, 0.5], 10.0),
+            [true, false, true]
+        );
+        assert_eq!(within_budget(&[1.0], f64::NAN), [false]);
+        assert_eq!(within_budget(&[], 1.0), Vec::<bool>::new());
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use crate::operator::Stage;
+
 /// When a chunk's stored result may stand in for a new computation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MemoPolicy {
@@ -14,9 +16,11 @@ pub enum MemoPolicy {
     /// the cosine similarity of the 3x3-pooled keys is at least `tau`. It trades accuracy for
     /// time with no bound on the error it introduces.
     Mlr { tau: f64 },
-    /// Reuse `alpha F(x_c)` for a stored input `x_c` only when the relative residual
-    /// `|x - alpha x_c| / |x|` (least-squares `alpha`, measured on the GPU) is below `tol`, so the
-    /// output error is at most `|F| tol |x|`. `tol = 0` never reuses.
+    /// Reuse `sum alpha_i F(c_i)` for stored inputs `c_i` (least-squares `alpha`) in place of a
+    /// chunk's `F(x)`, within a budget per stage application: the reused chunks' residuals
+    /// `|x - sum alpha_i c_i|` together are at most `tol` times the compared chunks' `|x|`
+    /// (squared sums), smallest residuals first, so the stage output's error is at most
+    /// `|F| tol |x|`. `tol = 0` never reuses.
     Certified { tol: f64 },
     /// `Certified` with a tolerance that follows the solver: in outer iteration `k`,
     /// `TOL_k = clamp(scale * primal_k-1, floor, AUTO_CAP)`, `primal_k-1` the relative primal
@@ -33,8 +37,11 @@ pub const AUTO_SCALE: f64 = 0.3;
 pub const AUTO_FLOOR: f64 = 1e-3;
 
 impl MemoPolicy {
-    /// The default: `off`. `lamino bench memo` measured no certified setting that saves time at
-    /// an effect of at most 1e-3 on the final reconstruction (README, "Memoization").
+    /// The default: `off`. The default solver, exact-step CG, applies the operator to conjugate
+    /// search directions, which few stored chunks combine into (`lamino bench memo` measured 2-6 %
+    /// reused, no time saved); memoization pays with the reference's Dai–Yuan iteration, which
+    /// it measured never coming within 1e-3 of the converged result where CG does (README,
+    /// "Memoization").
     pub const DEFAULT: MemoPolicy = MemoPolicy::Off;
 
     /// Whether the policy ever runs the memo layer.
@@ -151,10 +158,92 @@ impl FromStr for MemoPolicy {
     }
 }
 
+/// The gridding stages the memo layer handles; the others always compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoStages(u8);
+
+impl MemoStages {
+    pub const ALL: MemoStages = MemoStages(0b1111);
+    /// The default: the 2D gridding stages U2 and U2*. They are most of the operator's work on
+    /// every device (each sample spreads over a 2D kernel footprint, U1's over a 1D one), so a
+    /// reuse there saves what the memo's own passes cost and more; U1 and U1* cost about as much
+    /// as those passes. And the reconstruction is less sensitive to reuse in U2 and U2*:
+    /// `lamino bench memo --memo-stages` measured both (README, "Memoization").
+    pub const DEFAULT: MemoStages = MemoStages::of(&[Stage::Usfft2d, Stage::Usfft2dAdjoint]);
+
+    pub const fn of(stages: &[Stage]) -> Self {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < stages.len() {
+            bits |= 1 << stages[i] as u8;
+            i += 1;
+        }
+        Self(bits)
+    }
+
+    pub fn contains(self, stage: Stage) -> bool {
+        self.0 & (1 << stage as u8) != 0
+    }
+}
+
+impl Default for MemoStages {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// `all`, or the stages' names separated by commas (`usfft2d,usfft2d_adjoint`).
+impl fmt::Display for MemoStages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Self::ALL {
+            return f.write_str("all");
+        }
+        let names: Vec<&str> = Stage::ALL
+            .into_iter()
+            .filter(|&s| self.contains(s))
+            .map(Stage::name)
+            .collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl Serialize for MemoStages {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Why a stage list was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad memo stage list {given:?}: expected all, or one or more of usfft1d, usfft1d_adjoint, usfft2d, usfft2d_adjoint separated by commas")]
+pub struct StagesParseError {
+    given: String,
+}
+
+impl FromStr for MemoStages {
+    type Err = StagesParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "all" {
+            return Ok(Self::ALL);
+        }
+        let mut stages = Vec::new();
+        for name in s.split(',') {
+            let stage = Stage::ALL.into_iter().find(|st| st.name() == name.trim());
+            stages.push(stage.ok_or_else(|| StagesParseError {
+                given: s.to_string(),
+            })?);
+        }
+        Ok(Self::of(&stages))
+    }
+}
+
 /// Everything the memo layer needs besides the operator.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MemoOptions {
     pub policy: MemoPolicy,
+    /// The stages memoized (default [`MemoStages::DEFAULT`]: U2 and U2*).
+    pub stages: MemoStages,
     /// Byte budget of the device-resident tier (inputs and outputs of cached chunks).
     pub device_bytes: u64,
     /// Byte budget of the host tier, where entries evicted from the device go.
@@ -170,9 +259,11 @@ pub struct MemoOptions {
 }
 
 impl MemoOptions {
-    /// Defaults: 256 MiB on the device, 1 GiB on the host, chunks of 8 rows, 3 neighbours.
+    /// Defaults: U2 and U2*, 256 MiB on the device, 1 GiB on the host, chunks of 8 rows, 3
+    /// neighbours.
     pub const DEFAULT: MemoOptions = MemoOptions {
         policy: MemoPolicy::DEFAULT,
+        stages: MemoStages::DEFAULT,
         device_bytes: 256 << 20,
         host_bytes: 1 << 30,
         chunk_rows: 8,
@@ -190,6 +281,21 @@ impl Default for MemoOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stage_lists_parse_print_and_refuse_unknown_names() {
+        assert_eq!("all".parse::<MemoStages>(), Ok(MemoStages::ALL));
+        let two: MemoStages = "usfft2d,usfft2d_adjoint".parse().unwrap();
+        assert_eq!(two, MemoStages::DEFAULT);
+        assert!(two.contains(Stage::Usfft2dAdjoint) && !two.contains(Stage::Usfft1d));
+        assert_eq!(two.to_string(), "usfft2d,usfft2d_adjoint");
+        assert_eq!(MemoStages::ALL.to_string(), "all");
+        let one: MemoStages = "usfft1d_adjoint".parse().unwrap();
+        assert_eq!(one, MemoStages::of(&[Stage::Usfft1dAdjoint]));
+        for bad in ["", "u2", "usfft2d,", "usfft2d;usfft1d"] {
+            assert!(bad.parse::<MemoStages>().is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn the_schedule_follows_the_primal_residual_between_floor_and_cap() {
@@ -215,6 +321,10 @@ mod tests {
         assert_eq!(MemoPolicy::default(), MemoPolicy::Off);
         let o = MemoOptions::default();
         assert_eq!(o.chunk_rows, 8);
+        assert_eq!(
+            o.stages,
+            MemoStages::of(&[Stage::Usfft2d, Stage::Usfft2dAdjoint])
+        );
         assert_eq!(o.neighbours, 3);
         assert!(!o.audit);
         assert_eq!((o.device_bytes, o.host_bytes), (256 << 20, 1 << 30));

@@ -275,6 +275,16 @@ impl Stage {
         Stage::Usfft2dAdjoint,
     ];
 
+    /// Its name in reports and on the command line (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Usfft1d => "usfft1d",
+            Self::Usfft1dAdjoint => "usfft1d_adjoint",
+            Self::Usfft2d => "usfft2d",
+            Self::Usfft2dAdjoint => "usfft2d_adjoint",
+        }
+    }
+
     fn kind(self) -> Kind {
         match self {
             Self::Usfft1d => Kind::U1Fwd,
