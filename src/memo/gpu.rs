@@ -679,11 +679,12 @@ impl StageDevice {
     /// sums in log2(WORKGROUP) levels (the finish in double words adds nothing to count), each
     /// term carries two roundings of its products; `|x|^2`, `2 Re(b^H alpha)` and
     /// `alpha^H G alpha` each err by at most that many units in the last place of their
-    /// magnitude sums, all at most the squared scale. Twice that, for safety.
+    /// magnitude sums, all at most the squared scale. Twice that, for safety: one f32::EPSILON
+    /// (twice the unit roundoff) per rounding.
     pub fn sum_rounding(&self, len: u64) -> f64 {
         let terms = len.div_ceil(self.partial_groups * WORKGROUP);
         let levels = WORKGROUP.ilog2() as u64;
-        2.0 * (terms + levels + 2) as f64 * f32::EPSILON as f64 / 2.0
+        (terms + levels + 2) as f64 * f32::EPSILON as f64
     }
 
     /// Reads the sums of [`record_dots`](Self::record_dots) (waits for the device); `counts` are

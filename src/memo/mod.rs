@@ -481,6 +481,35 @@ fn within_budget(residuals2: &[f64], budget: f64) -> Vec<bool> {
     accepted
 }
 
+/// `|x| + sum |alpha_i| |c_i|` from the normal equations: the scale of a combination's f32
+/// rounding (each stored output carries about F32_ROUNDING |F| |c_i|, scaled by |alpha_i|).
+fn rounding_scale(d: &gpu::Dots, alphas: &[num_complex::Complex64]) -> f64 {
+    alphas
+        .iter()
+        .enumerate()
+        .map(|(i, a)| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
+        .sum::<f64>()
+        + d.xx.sqrt()
+}
+
+/// The certified reuse of `combination`, whose input residual is (at most) `residual`: its
+/// relative residual and the bound `|F| (residual + F32_ROUNDING rounding)` on its output error.
+fn certified_reuse(
+    combination: Combination,
+    residual: f64,
+    xx: f64,
+    rounding: f64,
+    norm: f64,
+) -> Reuse {
+    Reuse {
+        combination,
+        certificate: Some((
+            residual / xx.sqrt(),
+            norm * (residual + F32_ROUNDING * rounding),
+        )),
+    }
+}
+
 /// A chunk's least-squares combination on the device path, before its residual is settled.
 struct Fitted {
     /// Wave position.
@@ -498,13 +527,13 @@ struct Fitted {
 impl Fitted {
     /// The reuse of this combination, whose residual is (at most) `residual`.
     fn reuse(self, residual: f64, norm: f64) -> Outcome {
-        Outcome::Reuse(Reuse {
-            combination: self.used,
-            certificate: Some((
-                residual / self.xx.sqrt(),
-                norm * (residual + F32_ROUNDING * self.rounding),
-            )),
-        })
+        Outcome::Reuse(certified_reuse(
+            self.used,
+            residual,
+            self.xx,
+            self.rounding,
+            norm,
+        ))
     }
 }
 
@@ -1261,21 +1290,13 @@ impl StageState {
                     let fit: Vec<(&[Complex32], [f32; 2])> =
                         used.iter().map(|&(_, input, a)| (input, a)).collect();
                     let residual2 = host_residual2(x, &fit);
-                    let residual = residual2.sqrt();
-                    // The same rounding allowance as the device path's (see `Fitted`).
-                    let rounding: f64 = alphas
-                        .iter()
-                        .enumerate()
-                        .map(|(i, a)| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
-                        .sum::<f64>()
-                        + d.xx.sqrt();
-                    let reuse = Reuse {
-                        combination: used.iter().map(|&(id, _, a)| (id, a)).collect(),
-                        certificate: Some((
-                            residual / d.xx.sqrt(),
-                            norm * (residual + F32_ROUNDING * rounding),
-                        )),
-                    };
+                    let reuse = certified_reuse(
+                        used.iter().map(|&(id, _, a)| (id, a)).collect(),
+                        residual2.sqrt(),
+                        d.xx,
+                        rounding_scale(&d, &alphas),
+                        norm,
+                    );
                     Some((reuse, residual2))
                 };
                 Some((d.xx, fit()))
@@ -1389,15 +1410,7 @@ impl StageState {
                 .filter(|(_, a)| a.norm() > 0.0)
                 .map(|(&id, a)| (id, [a.re as f32, a.im as f32]))
                 .collect();
-            // Each stored output carries f32 rounding of about F32_ROUNDING |F| |c_i|, scaled by
-            // |alpha_i| in the combination.
-            let rounding: f64 = on_device[j]
-                .iter()
-                .zip(&alphas)
-                .enumerate()
-                .map(|(i, (_, a))| a.norm() * d.gram[i][i].re.max(0.0).sqrt())
-                .sum::<f64>()
-                + d.xx.sqrt();
+            let rounding = rounding_scale(d, &alphas);
             fitted.push(Fitted {
                 j,
                 used,
