@@ -20,8 +20,9 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    normalize, read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, DxchangeReader,
-    FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader, RATIO_FLOOR,
+    normalize, read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, ClampCount,
+    DxchangeReader, FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader,
+    MAX_CLAMPED_FRACTION, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
@@ -66,6 +67,23 @@ pub enum InputError {
     /// Something the input needs was not given.
     #[error("{0}")]
     Missing(String),
+    /// Normalisation clamped so many pixels that the line integrals mean nothing.
+    #[error(
+        "{path}: {} of {} pixels ({:.2} %) had a transmission (I - D) / (F - D) below {RATIO_FLOOR:e} \
+         and were clamped, more than the limit of {:.2} %: the white field is zero or at or below \
+         the dark field, or the data are at or below the dark (wrong flats/darks, or counts that \
+         are not intensities?); check the scan, or raise --max-clamped-fraction if this is really \
+         what the sample does",
+        counts.clamped,
+        counts.pixels,
+        100.0 * counts.fraction(),
+        100.0 * limit
+    )]
+    Clamped {
+        path: PathBuf,
+        counts: ClampCount,
+        limit: f64,
+    },
     /// A volume holds NaN or infinity, where every value must be finite (a score over it means
     /// nothing).
     #[error("{path}: voxel (z, y, x) = {voxel:?} is {value}; expected finite values")]
@@ -116,6 +134,8 @@ pub struct LoadedProjections {
     pub notes: Vec<String>,
     /// Things that may be wrong with the input (clamped pixels, a poor open-beam fit).
     pub warnings: Vec<String>,
+    /// How many pixels normalisation clamped (`None`: the input was line integrals already).
+    pub clamps: Option<ClampCount>,
 }
 
 /// The lower-case extension of `path` ("" when it has none).
@@ -127,16 +147,22 @@ pub fn extension(path: &Path) -> String {
 }
 
 /// How to read the projections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LoadOptions {
     /// Detector binning factor (1: none): `b x b` pixels become one, the volume's voxels `b`
     /// times larger.
     pub binning: usize,
+    /// The largest fraction of pixels normalisation may clamp before the scan is refused
+    /// ([`MAX_CLAMPED_FRACTION`] by default).
+    pub max_clamped_fraction: f64,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { binning: 1 }
+        Self {
+            binning: 1,
+            max_clamped_fraction: MAX_CLAMPED_FRACTION,
+        }
     }
 }
 
@@ -168,17 +194,18 @@ pub fn load_projections_with(
                 projections: bin_projections(&Projections::new(geometry, values)?, b)?,
                 notes: Vec::new(),
                 warnings: Vec::new(),
+                clamps: None,
             })
         }
         ProjectionInput::DXchange { path, tilt_deg } => {
-            projections_from_dxchange(path, *tilt_deg, b, &|count| 0..count)
+            projections_from_dxchange(path, *tilt_deg, options, &|count| 0..count)
         }
         ProjectionInput::TiffStack {
             path,
             angles,
             tilt_deg,
             shading,
-        } => projections_from_tiff(path, angles, *tilt_deg, shading, b),
+        } => projections_from_tiff(path, angles, *tilt_deg, shading, options),
     }
 }
 
@@ -191,7 +218,7 @@ pub fn load_projection_share(
     share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
     if let ProjectionInput::DXchange { path, tilt_deg } = input {
-        return projections_from_dxchange(path, *tilt_deg, options.binning, share);
+        return projections_from_dxchange(path, *tilt_deg, options, share);
     }
     let mut loaded = load_projections_with(input, options)?;
     let angles = share(loaded.projections.geometry().ntheta());
@@ -302,9 +329,10 @@ fn line_integral_buffer(
 fn projections_from_dxchange(
     path: &Path,
     tilt_deg: Option<f64>,
-    b: usize,
+    options: &LoadOptions,
     share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
+    let b = options.binning;
     let reader = DxchangeReader::open(path)?;
     let info = reader.info().clone();
     let phi = tilt_phi(path, tilt_deg, info.phi)?;
@@ -325,13 +353,12 @@ fn projections_from_dxchange(
         clamped += means.append(&bin_frames(block, b)?, &mut values)?;
     }
     let mut warnings = Vec::new();
-    if clamped > 0 {
-        warnings.push(clamp_warning(clamped));
-    }
+    let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
     Ok(LoadedProjections {
         projections: Projections::part(geometry, angles, values)?,
         notes: Vec::new(),
         warnings,
+        clamps: Some(clamps),
     })
 }
 
@@ -362,8 +389,9 @@ fn projections_from_tiff(
     angles: &Path,
     tilt_deg: f64,
     shading: &Shading,
-    b: usize,
+    options: &LoadOptions,
 ) -> Result<LoadedProjections, InputError> {
+    let b = options.binning;
     let theta = read_angle_list(angles)?;
     let mut pages = StackReader::open(path)?;
     let (count, raw_h, raw_w) = (pages.count(), pages.height(), pages.width());
@@ -411,26 +439,50 @@ fn projections_from_tiff(
             beam.line_integrals(&data.values)
         }
     };
-    if clamped > 0 {
-        warnings.push(clamp_warning(clamped));
-    }
+    let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
     Ok(LoadedProjections {
         projections: Projections::new(geometry, values)?,
         notes,
         warnings,
+        clamps: Some(clamps),
     })
 }
 
-fn clamp_warning(clamped: usize) -> String {
-    format!(
-        "{clamped} pixels had a transmission (I - D) / (F - D) below {RATIO_FLOOR:e} \
-         (intensity at or below the dark, or a flat at or below the dark) and were raised to it \
-         (dead pixels or wrong flats?)"
-    )
+/// The clamp count of `pixels` normalised line integrals of `path`: a warning for any clamped
+/// pixel, and a refusal when more than `options.max_clamped_fraction` of them were.
+fn clamp_outcome(
+    path: &Path,
+    clamped: usize,
+    pixels: usize,
+    options: &LoadOptions,
+    warnings: &mut Vec<String>,
+) -> Result<ClampCount, InputError> {
+    let counts = ClampCount {
+        clamped: clamped as u64,
+        pixels: pixels as u64,
+    };
+    // Written so that a NaN limit refuses rather than accepts.
+    if !(counts.fraction() <= options.max_clamped_fraction) {
+        return Err(InputError::Clamped {
+            path: path.into(),
+            counts,
+            limit: options.max_clamped_fraction,
+        });
+    }
+    if clamped > 0 {
+        warnings.push(format!(
+            "{clamped} of {pixels} pixels ({:.3} %) had a transmission (I - D) / (F - D) below \
+             {RATIO_FLOOR:e} (intensity at or below the dark, or a flat at or below the dark) and \
+             were raised to it (dead pixels or wrong flats?)",
+            100.0 * counts.fraction()
+        ));
+    }
+    Ok(counts)
 }
 
 /// Line integrals from a DXchange scan: flat/dark normalisation and -log. `tilt_deg` overrides
-/// the tilt the scan records; one of the two must exist.
+/// the tilt the scan records; one of the two must exist. Refused when more than
+/// [`MAX_CLAMPED_FRACTION`] of the pixels are clamped.
 pub fn projections_from_scan(
     path: &Path,
     scan: Scan,
@@ -440,14 +492,19 @@ pub fn projections_from_scan(
     let [_, deth, detw] = scan.data.shape;
     let normalized = normalize(&scan.data, &scan.flats, &scan.darks)?;
     let mut warnings = Vec::new();
-    if normalized.clamped > 0 {
-        warnings.push(clamp_warning(normalized.clamped));
-    }
+    let clamps = clamp_outcome(
+        path,
+        normalized.clamped,
+        normalized.projections.values.len(),
+        &LoadOptions::default(),
+        &mut warnings,
+    )?;
     let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
     Ok(LoadedProjections {
         projections: Projections::new(geometry, normalized.projections.values)?,
         notes: Vec::new(),
         warnings,
+        clamps: Some(clamps),
     })
 }
 

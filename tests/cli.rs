@@ -604,12 +604,93 @@ fn simulate_reconstruct_and_score_a_dxchange_scan() {
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
+    // The report records what normalisation clamped, whatever it was.
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let clamps = &report["reconstruction"]["preprocessing"]["clamps"];
+    let (clamped, pixels) = (clamps["clamped"].as_u64(), clamps["pixels"].as_u64());
+    assert!(
+        pixels == Some(16 * 16 * 16) && clamped.is_some_and(|c| c * 100 <= 16 * 16 * 16),
+        "{report}"
+    );
     let o = lamino(&["score", &s(&out.join("recon.tif")), &s(&scan)], true);
     assert!(o.status.success(), "{}", stderr(&o));
     let score: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     // Smooth blobs, 16 angles at a 30 degree tilt, 1e6 photons: most of the volume comes back.
     assert!(score["rel_l2"].as_f64().unwrap() < 0.5, "{score}");
     assert!(score["ssim"].as_f64().unwrap() > 0.8, "{score}");
+}
+
+/// Scans whose normalisation clamps most pixels (white field zero, darks above the whites, data
+/// at the dark) are refused with the numbers, before anything is reconstructed or written; the
+/// limit is an option.
+#[test]
+fn scans_whose_normalisation_clamps_most_pixels_are_refused() {
+    use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let sim = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Blobs,
+        size: 8,
+        angles: 8,
+        tilt_deg: 30.0,
+        photons: Some(1e4),
+        seed: 1,
+        rotation_axis: None,
+    })
+    .unwrap();
+    let zero_white = |s: &mut lamino::io::Scan| s.flats.values.fill(0.0);
+    let dark_above_white = |s: &mut lamino::io::Scan| {
+        s.darks.values = s.flats.values[..s.darks.values.len()]
+            .iter()
+            .map(|v| 2.0 * v)
+            .collect()
+    };
+    let data_at_dark = |s: &mut lamino::io::Scan| s.data.values.fill(0.0);
+    let cases: [(&str, &dyn Fn(&mut lamino::io::Scan)); 3] = [
+        ("zero_white", &zero_white),
+        ("dark_above_white", &dark_above_white),
+        ("data_at_dark", &data_at_dark),
+    ];
+    for (name, spoil) in cases {
+        let mut scan = sim.scan.clone();
+        spoil(&mut scan);
+        let path = dir.path().join(format!("{name}.h5"));
+        lamino::io::write_dxchange(&path, &scan).unwrap();
+        let out = dir.path().join(name);
+        let o = lamino(
+            &[
+                "reconstruct",
+                path.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            true,
+        );
+        let msg = stderr(&o);
+        assert!(!o.status.success(), "{name}: {msg}");
+        assert!(
+            msg.contains("100.00 %") && msg.contains("--max-clamped-fraction"),
+            "{name}: {msg}"
+        );
+        assert!(!out.join("recon.tif").exists(), "{name}");
+    }
+    // A fraction outside 0..=1 is refused by the option itself.
+    let o = lamino(
+        &[
+            "reconstruct",
+            "x.h5",
+            "--max-clamped-fraction",
+            "2",
+            "--out",
+            "o",
+        ],
+        true,
+    );
+    assert!(
+        !o.status.success() && stderr(&o).contains("expected a fraction from 0 to 1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

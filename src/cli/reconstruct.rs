@@ -14,6 +14,7 @@ use lamino::input::{
     extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
     LoadedProjections, ProjectionInput, Shading,
 };
+use lamino::io::MAX_CLAMPED_FRACTION;
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::preprocess::{
     find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
@@ -65,6 +66,11 @@ pub struct PreprocessArgs {
     /// reconstruction. --rotation-axis stays in unbinned detector columns.
     #[arg(long, default_value_t = 1, value_parser = parse_binning)]
     binning: usize,
+    /// Refuse a scan when flat/dark normalisation clamps more than this fraction of its pixels
+    /// (transmission at or below zero: white field zero or below the dark, data at or below the
+    /// dark). The clamped count is recorded in report.json either way.
+    #[arg(long, default_value_t = MAX_CLAMPED_FRACTION, value_parser = parse_fraction)]
+    max_clamped_fraction: f64,
     /// Remove stripes from the sinograms (rings in the volume), after the -log: `fw` the
     /// Fourier-wavelet method (Munch et al. 2009), `sort` the sorting method (Vo et al. 2018).
     #[arg(long, value_enum)]
@@ -80,6 +86,13 @@ pub struct PreprocessArgs {
     /// than 2000 pixels, else 1 % of the width, at least 5).
     #[arg(long)]
     sort_size: Option<usize>,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s:?}: expected a fraction from 0 to 1")),
+    }
 }
 
 fn parse_binning(s: &str) -> Result<usize, String> {
@@ -101,6 +114,13 @@ enum StripeMethod {
 }
 
 impl PreprocessArgs {
+    fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            binning: self.binning,
+            max_clamped_fraction: self.max_clamped_fraction,
+        }
+    }
+
     /// The stripe removal the options ask for, or why they contradict each other.
     fn stripe_removal(&self) -> Result<Option<StripeRemoval>, String> {
         let fw_options = self.fw_level.is_some() || self.fw_sigma.is_some();
@@ -144,14 +164,13 @@ impl PreprocessArgs {
         share: Option<&dyn Fn(usize) -> std::ops::Range<usize>>,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let stripes = self.stripe_removal()?;
-        let options = LoadOptions {
-            binning: self.binning,
-        };
+        let options = self.load_options();
         let input = input.projection_input()?;
         let loaded = match (share, stripes) {
             (Some(share), None) => load_projection_share(&input, &options, share)?,
             _ => load_projections_with(&input, &options)?,
         };
+        let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
         let mut projections = report_loaded(loaded, quiet);
         let g = projections.geometry().clone();
         let mut pre = Preprocessing {
@@ -159,6 +178,8 @@ impl PreprocessArgs {
             stripe_removal: None,
             rotation_axis_source: AxisSource::Geometry,
             rotation_axis: unbinned_column(g.rotation_axis(), self.binning),
+            clamps,
+            input_warnings,
         };
         if let Some(method) = stripes {
             let start = std::time::Instant::now();
@@ -540,9 +561,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     if args.dry_run {
         let g = input_geometry(
             &args.input.projection_input()?,
-            &LoadOptions {
-                binning: args.preprocess.binning,
-            },
+            &args.preprocess.load_options(),
         )?;
         let devices = open_devices(cli, &options.ranks)?;
         let plan = options

@@ -18,7 +18,10 @@ pub use dxchange::{
 };
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
-pub use normalize::{normalize, FieldMeans, NormalizeError, Normalized, RATIO_FLOOR};
+pub use normalize::{
+    normalize, ClampCount, FieldMeans, NormalizeError, Normalized, MAX_CLAMPED_FRACTION,
+    RATIO_FLOOR,
+};
 pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, ComplexArray, Dtype,
     NpyReader,

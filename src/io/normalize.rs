@@ -1,5 +1,6 @@
 //! Flat/dark normalisation: intensities to line integrals `P = -ln((I - D) / (F - D))`.
 
+use serde::Serialize;
 use thiserror::Error;
 
 use super::Stack;
@@ -7,6 +8,32 @@ use super::Stack;
 /// Ratios `(I - D) / (F - D)` below this (including all with `F <= D`) are raised to it before the
 /// logarithm, capping a line integral at `-ln(1e-6) ≈ 13.8` instead of infinity or NaN.
 pub const RATIO_FLOOR: f64 = 1e-6;
+
+/// The largest fraction of a scan's pixels whose ratio may be raised to [`RATIO_FLOOR`] before
+/// the scan is refused: a few dead pixels or opaque features clamp far less; a white field of
+/// zeros, darks above the whites, or data at or below the dark clamp most of the detector, and
+/// the volume reconstructed from such line integrals means nothing.
+pub const MAX_CLAMPED_FRACTION: f64 = 0.01;
+
+/// How many of a scan's pixels normalisation raised to [`RATIO_FLOOR`], recorded in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ClampCount {
+    /// Pixels whose ratio was raised to [`RATIO_FLOOR`].
+    pub clamped: u64,
+    /// Pixels normalised.
+    pub pixels: u64,
+}
+
+impl ClampCount {
+    /// `clamped / pixels` (0 for no pixels).
+    pub fn fraction(&self) -> f64 {
+        if self.pixels == 0 {
+            0.0
+        } else {
+            self.clamped as f64 / self.pixels as f64
+        }
+    }
+}
 
 /// `-ln(ratio)` of a transmission ratio raised to [`RATIO_FLOOR`] first (counted in `clamped`),
 /// so that dead pixels and noise give a large finite attenuation instead of infinity or NaN.

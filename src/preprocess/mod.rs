@@ -63,6 +63,10 @@ pub struct Preprocessing {
     pub rotation_axis_source: AxisSource,
     /// The rotation axis in unbinned detector columns.
     pub rotation_axis: f64,
+    /// How many pixels flat/dark normalisation clamped (`None`: the input was line integrals).
+    pub clamps: Option<crate::io::ClampCount>,
+    /// What loading the input warned of (printed too, unless `--quiet`).
+    pub input_warnings: Vec<String>,
 }
 
 /// Where the rotation axis of a reconstruction came from.
