@@ -141,14 +141,18 @@ pub fn candidate_range(start: f64, end: f64, step: f64) -> Result<Vec<f64>, Prep
             "range {start}:{end}:{step}: needs finite start <= end and a positive step"
         )));
     }
-    // Counted in f64: a tiny step gives a count beyond usize (1e300), which must read as too
-    // many, not wrap to none.
+    // Counted in f64: a tiny step gives a count beyond usize (1e300, or infinity), which must
+    // read as too many, not wrap to none. The checks above leave no NaN.
     let steps = ((end - start) / step + 1e-6).floor();
-    if !(steps < MAX_CANDIDATES as f64) {
+    if steps >= MAX_CANDIDATES as f64 {
+        let count = if steps < 1e15 {
+            format!("{}", steps as u64 + 1)
+        } else {
+            format!("about {:.1e}", steps)
+        };
         return Err(PreprocessError::BadSearch(format!(
-            "range {start}:{end}:{step} has {:.0} candidates (at most {MAX_CANDIDATES}): use a \
-             larger step or a narrower range",
-            steps + 1.0
+            "range {start}:{end}:{step} has {count} candidates, more than {MAX_CANDIDATES}: use \
+             a larger step or a narrower range"
         )));
     }
     Ok((0..steps as usize + 1)
