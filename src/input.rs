@@ -368,7 +368,7 @@ pub fn read_angle_list(path: &Path) -> Result<Vec<f64>, InputError> {
         path: path.into(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::io::read_text(path).map_err(|e| bad(e.to_string()))?;
     text.split_whitespace()
         .map(|t| match t.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(v.to_radians()),

@@ -15,34 +15,72 @@ pub struct Score {
     pub ssim: f64,
 }
 
-/// Separable Gaussian smoothing of a (n0, n1, n2) volume with clamped edges.
-fn blur(v: &[f64], shape: [usize; 3]) -> Vec<f64> {
+/// Radius of the SSIM window (voxels).
+const WINDOW_RADIUS: usize = 3;
+
+/// The SSIM window's normalised weights: a Gaussian of sigma 1.5 voxels over `-3..=3`.
+fn window_weights() -> Vec<f64> {
     let sigma = 1.5f64;
-    let radius = 3i64;
+    let radius = WINDOW_RADIUS as i64;
     let weights: Vec<f64> = (-radius..=radius)
         .map(|i| (-(i * i) as f64 / (2.0 * sigma * sigma)).exp())
         .collect();
     let total: f64 = weights.iter().sum();
-    let weights: Vec<f64> = weights.iter().map(|w| w / total).collect();
-    let strides = [shape[1] * shape[2], shape[2], 1];
-    let mut cur = v.to_vec();
-    for axis in 0..3 {
-        let mut next = vec![0.0; cur.len()];
-        for (i, out) in next.iter_mut().enumerate() {
-            let pos = (i / strides[axis]) % shape[axis];
-            *out = weights
+    weights.iter().map(|w| w / total).collect()
+}
+
+/// Slice `z` of the separable Gaussian smoothing (clamped edges) of the (n0, n1, n2) field whose
+/// voxel `i` is `field(i)`: along z from the field's slices `z - 3..=z + 3`, then along y and x
+/// within the slice. Each value is the sum of the same products, in the same order, as when the
+/// whole volume is smoothed axis by axis, so smoothing a slice at a time changes no bit; it
+/// holds three slices rather than two copies of the volume.
+fn blur_slice(
+    field: impl Fn(usize) -> f64,
+    z: usize,
+    shape: [usize; 3],
+    weights: &[f64],
+) -> Vec<f64> {
+    let [n0, n1, n2] = shape;
+    let plane = n1 * n2;
+    let clamped =
+        |pos: usize, k: usize, n: usize| (pos + k).saturating_sub(WINDOW_RADIUS).min(n - 1);
+    let along_z: Vec<f64> = (0..plane)
+        .map(|j| {
+            weights
                 .iter()
                 .enumerate()
-                .map(|(k, w)| {
-                    let q =
-                        (pos as i64 + k as i64 - radius).clamp(0, shape[axis] as i64 - 1) as usize;
-                    w * cur[i - pos * strides[axis] + q * strides[axis]]
-                })
-                .sum();
-        }
-        cur = next;
-    }
-    cur
+                .map(|(k, w)| w * field(clamped(z, k, n0) * plane + j))
+                .sum()
+        })
+        .collect();
+    let along_y: Vec<f64> = (0..plane)
+        .map(|j| {
+            let y = j / n2;
+            weights
+                .iter()
+                .enumerate()
+                .map(|(k, w)| w * along_z[j - y * n2 + clamped(y, k, n1) * n2])
+                .sum()
+        })
+        .collect();
+    (0..plane)
+        .map(|j| {
+            let x = j % n2;
+            weights
+                .iter()
+                .enumerate()
+                .map(|(k, w)| w * along_y[j - x + clamped(x, k, n2)])
+                .sum()
+        })
+        .collect()
+}
+
+/// Host memory [`score`] needs beyond the two volumes, in bytes: the five smoothed slices and
+/// the two partial smoothings of the one being made.
+pub fn score_working_bytes(shape: [usize; 3]) -> u64 {
+    (shape[1] as u64)
+        .saturating_mul(shape[2] as u64)
+        .saturating_mul(7 * 8)
 }
 
 /// `(|rec - truth|^2, |truth|^2)` in f64.
@@ -79,38 +117,44 @@ pub fn rel_l2(rec: &[f32], truth: &[f32]) -> f64 {
     relative(diff2, norm2)
 }
 
-/// Scores `rec` against `truth`, both (n0, n1, n2) volumes.
+/// Scores `rec` against `truth`, both (n0, n1, n2) volumes, a z slice at a time: beyond the
+/// volumes it holds [`score_working_bytes`].
 pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
     let (diff2, norm2) = error_sums(rec, truth);
-    let x: Vec<f64> = rec.iter().map(|&v| v as f64).collect();
-    let y: Vec<f64> = truth.iter().map(|&v| v as f64).collect();
-    let (lo, hi) = y
+    let (lo, hi) = truth
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &b| {
-            (l.min(b), h.max(b))
+            (l.min(b as f64), h.max(b as f64))
         });
     let range = (hi - lo).max(f64::MIN_POSITIVE);
-    let mse = diff2 / x.len() as f64;
+    let len = rec.len();
+    let mse = diff2 / len as f64;
     let (c1, c2) = ((0.01 * range).powi(2), (0.03 * range).powi(2));
-    let (mx, my) = (blur(&x, shape), blur(&y, shape));
-    let sq = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).collect::<Vec<f64>>();
-    let (sxx, syy, sxy) = (
-        blur(&sq(&x, &x), shape),
-        blur(&sq(&y, &y), shape),
-        blur(&sq(&x, &y), shape),
-    );
-    let ssim = (0..x.len())
-        .map(|i| {
-            let (vx, vy, cov) = (
-                sxx[i] - mx[i] * mx[i],
-                syy[i] - my[i] * my[i],
-                sxy[i] - mx[i] * my[i],
+    let weights = window_weights();
+    let (x, y) = (|i: usize| rec[i] as f64, |i: usize| truth[i] as f64);
+    let ssim = (0..shape[0])
+        .flat_map(|z| {
+            let blur = |f: &dyn Fn(usize) -> f64| blur_slice(f, z, shape, &weights);
+            let (mx, my) = (blur(&x), blur(&y));
+            let (sxx, syy, sxy) = (
+                blur(&|i| x(i) * x(i)),
+                blur(&|i| y(i) * y(i)),
+                blur(&|i| x(i) * y(i)),
             );
-            ((2.0 * mx[i] * my[i] + c1) * (2.0 * cov + c2))
-                / ((mx[i] * mx[i] + my[i] * my[i] + c1) * (vx + vy + c2))
+            (0..mx.len())
+                .map(|i| {
+                    let (vx, vy, cov) = (
+                        sxx[i] - mx[i] * mx[i],
+                        syy[i] - my[i] * my[i],
+                        sxy[i] - mx[i] * my[i],
+                    );
+                    ((2.0 * mx[i] * my[i] + c1) * (2.0 * cov + c2))
+                        / ((mx[i] * mx[i] + my[i] * my[i] + c1) * (vx + vy + c2))
+                })
+                .collect::<Vec<f64>>()
         })
         .sum::<f64>()
-        / x.len() as f64;
+        / len as f64;
     Score {
         rel_l2: relative(diff2, norm2),
         psnr: (mse > 0.0).then(|| 10.0 * (range * range / mse).log10()),
@@ -121,6 +165,94 @@ pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole-volume computation `score` replaced (f64 copies of both volumes and of every
+    /// product, each smoothed axis by axis over the whole volume): the slice-at-a-time score
+    /// must give the same bits.
+    fn score_whole_volume(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
+        let blur = |v: &[f64]| {
+            let weights = window_weights();
+            let radius = WINDOW_RADIUS as i64;
+            let strides = [shape[1] * shape[2], shape[2], 1];
+            let mut cur = v.to_vec();
+            for axis in 0..3 {
+                let mut next = vec![0.0; cur.len()];
+                for (i, out) in next.iter_mut().enumerate() {
+                    let pos = (i / strides[axis]) % shape[axis];
+                    *out = weights
+                        .iter()
+                        .enumerate()
+                        .map(|(k, w)| {
+                            let q = (pos as i64 + k as i64 - radius)
+                                .clamp(0, shape[axis] as i64 - 1)
+                                as usize;
+                            w * cur[i - pos * strides[axis] + q * strides[axis]]
+                        })
+                        .sum();
+                }
+                cur = next;
+            }
+            cur
+        };
+        let (diff2, norm2) = error_sums(rec, truth);
+        let x: Vec<f64> = rec.iter().map(|&v| v as f64).collect();
+        let y: Vec<f64> = truth.iter().map(|&v| v as f64).collect();
+        let (lo, hi) = y
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &b| {
+                (l.min(b), h.max(b))
+            });
+        let range = (hi - lo).max(f64::MIN_POSITIVE);
+        let mse = diff2 / x.len() as f64;
+        let (c1, c2) = ((0.01 * range).powi(2), (0.03 * range).powi(2));
+        let sq = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).collect::<Vec<f64>>();
+        let (mx, my) = (blur(&x), blur(&y));
+        let (sxx, syy, sxy) = (blur(&sq(&x, &x)), blur(&sq(&y, &y)), blur(&sq(&x, &y)));
+        let ssim = (0..x.len())
+            .map(|i| {
+                let (vx, vy, cov) = (
+                    sxx[i] - mx[i] * mx[i],
+                    syy[i] - my[i] * my[i],
+                    sxy[i] - mx[i] * my[i],
+                );
+                ((2.0 * mx[i] * my[i] + c1) * (2.0 * cov + c2))
+                    / ((mx[i] * mx[i] + my[i] * my[i] + c1) * (vx + vy + c2))
+            })
+            .sum::<f64>()
+            / x.len() as f64;
+        Score {
+            rel_l2: relative(diff2, norm2),
+            psnr: (mse > 0.0).then(|| 10.0 * (range * range / mse).log10()),
+            ssim,
+        }
+    }
+
+    #[test]
+    fn scoring_a_slice_at_a_time_gives_the_whole_volume_bits() {
+        let mut rng = crate::reference::SplitMix64::new(11);
+        // Shapes smaller and larger than the window along every axis (clamped edges everywhere).
+        for shape in [[9, 10, 11], [2, 3, 4], [1, 8, 5], [12, 1, 7]] {
+            let len = shape.iter().product();
+            let truth: Vec<f32> = (0..len)
+                .map(|_| rng.next_f64() as f32 * 3.0 - 1.0)
+                .collect();
+            let rec: Vec<f32> = truth
+                .iter()
+                .map(|&v| v + 0.3 * (rng.next_f64() as f32 - 0.5))
+                .collect();
+            let (got, want) = (
+                score(&rec, &truth, shape),
+                score_whole_volume(&rec, &truth, shape),
+            );
+            assert!(
+                got.ssim.to_bits() == want.ssim.to_bits()
+                    && got.rel_l2.to_bits() == want.rel_l2.to_bits()
+                    && got.psnr.map(f64::to_bits) == want.psnr.map(f64::to_bits)
+                    && got.ssim < 1.0,
+                "{shape:?}: {got:?} vs {want:?}"
+            );
+        }
+    }
 
     #[test]
     fn identical_volumes_score_perfectly_and_noise_lowers_every_measure() {

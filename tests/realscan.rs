@@ -76,11 +76,17 @@ fn the_slab_backprojection_matches_its_f64_reference() {
 /// as a user would; returns (axis, tilt).
 fn search(p: &Projections, true_axis: f64, nominal_tilt: f64, tilt_slab: Slab) -> (f64, f64) {
     let axes = candidate_range(true_axis.round() - 5.0, true_axis.round() + 5.0, 0.5).unwrap();
-    let found =
-        score_candidates(ctx(), p, 1, &grid(&axes, &[nominal_tilt]), &Slab::default()).unwrap();
+    let found = score_candidates(
+        ctx(),
+        p,
+        1,
+        &grid(&axes, &[nominal_tilt]).unwrap(),
+        &Slab::default(),
+    )
+    .unwrap();
     let axis = found.refined.rotation_axis;
     let tilts = candidate_range(nominal_tilt - 2.5, nominal_tilt + 2.5, 0.25).unwrap();
-    let found = score_candidates(ctx(), p, 1, &grid(&[axis], &tilts), &tilt_slab).unwrap();
+    let found = score_candidates(ctx(), p, 1, &grid(&[axis], &tilts).unwrap(), &tilt_slab).unwrap();
     (axis, found.refined.tilt_deg)
 }
 

@@ -207,8 +207,8 @@ pub enum BenchWhat {
         #[arg(long, default_value_t = 256)]
         large: usize,
         /// Device budget of the large run, MiB.
-        #[arg(long, default_value_t = 256)]
-        large_device_mib: u64,
+        #[arg(long = "large-device-mib", default_value = "256", value_parser = super::mib_as_bytes)]
+        large_device_bytes: u64,
         /// Scratch directory of the large run (its host budget is a third of its arrays, so
         /// the rest goes there).
         #[arg(long, default_value = ".")]
@@ -217,12 +217,12 @@ pub enum BenchWhat {
         #[arg(long, value_delimiter = ',', default_values_t = [512usize, 1024, 2048])]
         plan_sizes: Vec<usize>,
         /// Device budgets to plan them for, GiB.
-        #[arg(long, value_delimiter = ',', default_values_t = [8u64, 24, 80])]
-        plan_device_gib: Vec<u64>,
+        #[arg(long = "plan-device-gib", value_delimiter = ',', default_value = "8,24,80", value_parser = super::gib_as_bytes)]
+        plan_device_bytes: Vec<u64>,
         /// The host budget of those plans, GiB (a GPU node's memory); the rest is planned into
         /// scratch files (node-local NVMe), without checking space here.
-        #[arg(long, default_value_t = 1024)]
-        plan_host_gib: u64,
+        #[arg(long = "plan-host-gib", default_value = "1024", value_parser = super::gib_as_bytes)]
+        plan_host_bytes: u64,
         /// Instead of the runs and plans: the cost model of one outer iteration on K GPUs (one
         /// rank each) from an iteration measured on this device, for every size and K given.
         #[arg(long)]
@@ -237,11 +237,11 @@ pub enum BenchWhat {
         #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 16, 32, 64])]
         model_ranks: Vec<usize>,
         /// Memory of one GPU, GiB (mLR's nodes: A100 40 GB).
-        #[arg(long, default_value_t = 40)]
-        model_device_gib: u64,
+        #[arg(long = "model-device-gib", default_value = "40", value_parser = super::gib_as_bytes)]
+        model_device_bytes: u64,
         /// Host memory of one rank, GiB (beyond it, node-local scratch).
-        #[arg(long, default_value_t = 128)]
-        model_host_gib: u64,
+        #[arg(long = "model-host-gib", default_value = "128", value_parser = super::gib_as_bytes)]
+        model_host_bytes: u64,
         /// Copy bandwidth of one GPU, GB/s (read + write); 0: this device's, measured.
         #[arg(long, default_value_t = 0.0)]
         model_device_gbps: f64,
@@ -339,8 +339,8 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             model_measure_size,
             model_sizes,
             model_ranks,
-            model_device_gib,
-            model_host_gib,
+            model_device_bytes,
+            model_host_bytes,
             model_device_gbps,
             model_copy_equivalents,
             model_bus_gbps,
@@ -353,8 +353,8 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             *json,
             *model_measure_size,
             lamino::plan::cluster::ClusterInputs {
-                device_bytes: model_device_gib << 30,
-                host_bytes: model_host_gib << 30,
+                device_bytes: *model_device_bytes,
+                host_bytes: *model_host_bytes,
                 device_gbps: *model_device_gbps,
                 bus_gbps: *model_bus_gbps,
                 network_gbps: *model_network_gbps,
@@ -369,18 +369,18 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             size,
             iterations,
             large,
-            large_device_mib,
+            large_device_bytes,
             scratch,
             plan_sizes,
-            plan_device_gib,
-            plan_host_gib,
+            plan_device_bytes,
+            plan_host_bytes,
             ..
         } => scale(
             cli,
             *json,
             (*size, *iterations),
-            (*large, *large_device_mib, scratch),
-            (plan_sizes, plan_device_gib, *plan_host_gib),
+            (*large, *large_device_bytes, scratch),
+            (plan_sizes, plan_device_bytes, *plan_host_bytes),
         ),
         BenchWhat::Convergence {
             json,
@@ -1035,8 +1035,8 @@ fn scale(
     cli: &Cli,
     json: bool,
     (size, iterations): (usize, usize),
-    (large, large_device_mib, scratch): (usize, u64, &Path),
-    (plan_sizes, plan_device_gib, plan_host_gib): (&[usize], &[u64], u64),
+    (large, large_device_bytes, scratch): (usize, u64, &Path),
+    (plan_sizes, plan_device_bytes, plan_host_bytes): (&[usize], &[u64], u64),
 ) -> CliResult {
     use lamino::bench::{
         bench_scale_large, bench_scale_plan, bench_scale_ratio, ScaleBenchError, ScaleBenchRecord,
@@ -1101,24 +1101,27 @@ fn scale(
             &options,
             large,
             large,
-            large_device_mib << 20,
+            large_device_bytes,
             third,
             dir.path(),
         )?)?;
     }
     let ctx = cli.context()?;
     for &n in plan_sizes {
-        for &budget in plan_device_gib {
-            match bench_scale_plan(&ctx, n, budget << 30, plan_host_gib << 30) {
+        for &budget in plan_device_bytes {
+            match bench_scale_plan(&ctx, n, budget, plan_host_bytes) {
                 Ok(r) => print(&r)?,
                 // A refusal is a figure too: where the planner's limit lies.
                 Err(ScaleBenchError::Plan(e)) if json => println!(
                     "{}",
                     serde_json::json!({ "kind": "plan", "size": n, "angles": n,
-                        "device_budget_bytes": budget << 30, "refused": e.to_string() })
+                        "device_budget_bytes": budget, "refused": e.to_string() })
                 ),
                 Err(ScaleBenchError::Plan(e)) => {
-                    println!("plan  {n}^3 x {n} angles at {budget} GiB: refused: {e}")
+                    println!(
+                        "plan  {n}^3 x {n} angles at {} GiB: refused: {e}",
+                        budget >> 30
+                    )
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -172,3 +172,27 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// A size given in MiB, as bytes; the clap parser of every MiB option.
+fn mib_as_bytes(s: &str) -> Result<u64, String> {
+    units_as_bytes(s, 20, "MiB")
+}
+
+/// A size given in GiB, as bytes; the clap parser of every GiB option.
+fn gib_as_bytes(s: &str) -> Result<u64, String> {
+    units_as_bytes(s, 30, "GiB")
+}
+
+/// `s` units of `2^shift` bytes, checked: a value whose bytes do not fit 64 bits is refused
+/// (clap names the option) instead of wrapping to a small or zero budget.
+fn units_as_bytes(s: &str, shift: u32, unit: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a whole number of {unit}: {e}"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| {
+        format!(
+            "{n} {unit} is more than 2^64 bytes (at most {} {unit})",
+            u64::MAX >> shift
+        )
+    })
+}

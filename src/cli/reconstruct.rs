@@ -300,11 +300,11 @@ pub struct ReconstructArgs {
     /// Device memory the reconstruction may hold (MiB). Default: the device-local memory the
     /// Vulkan driver reports, else 2048. Beyond it the arrays stream through the device in
     /// chunks (same results, more transfers); too small for even one chunk is an error.
-    #[arg(long)]
+    #[arg(long, value_parser = super::mib_as_bytes)]
     max_device_memory: Option<u64>,
     /// Host memory the arrays the device does not hold may take (MiB). Default: 70 % of the
     /// machine's RAM. Beyond it they go to --scratch.
-    #[arg(long)]
+    #[arg(long, value_parser = super::mib_as_bytes)]
     max_host_memory: Option<u64>,
     /// Directory for memory-mapped scratch files holding the arrays beyond --max-host-memory
     /// (a fast local disk; the files have no name and vanish however the run ends).
@@ -346,11 +346,11 @@ struct MemoArgs {
     #[arg(long, default_value_t = MemoStages::DEFAULT)]
     memo_stages: MemoStages,
     /// Device memory for the memo cache (MiB, default 256).
-    #[arg(long)]
-    memo_device_mib: Option<u64>,
+    #[arg(long = "memo-device-mib", value_parser = super::mib_as_bytes)]
+    memo_device_bytes: Option<u64>,
     /// Host memory for the memo cache (MiB, default 1024).
-    #[arg(long)]
-    memo_host_mib: Option<u64>,
+    #[arg(long = "memo-host-mib", value_parser = super::mib_as_bytes)]
+    memo_host_bytes: Option<u64>,
     /// Rows per memoized chunk (default 8).
     #[arg(long)]
     memo_chunk: Option<usize>,
@@ -362,8 +362,8 @@ impl MemoArgs {
         MemoOptions {
             policy: self.memo,
             stages: self.memo_stages,
-            device_bytes: self.memo_device_mib.map_or(d.device_bytes, |m| m << 20),
-            host_bytes: self.memo_host_mib.map_or(d.host_bytes, |m| m << 20),
+            device_bytes: self.memo_device_bytes.unwrap_or(d.device_bytes),
+            host_bytes: self.memo_host_bytes.unwrap_or(d.host_bytes),
             chunk_rows: self.memo_chunk.unwrap_or(d.chunk_rows),
             ..d
         }
@@ -548,8 +548,8 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     let options = RunOptions {
         memo: args.memo.options(),
         budgets: MemoryBudgets {
-            device_mib: args.max_device_memory,
-            host_mib: args.max_host_memory,
+            device_bytes: args.max_device_memory,
+            host_bytes: args.max_host_memory,
             scratch: args.scratch.clone(),
         },
         pad: args.pad,
@@ -636,21 +636,21 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     Ok(())
 }
 
-/// The memory budgets of the command line (MiB).
+/// The memory budgets of the command line (bytes).
 #[derive(Default)]
 pub(super) struct MemoryBudgets {
-    pub device_mib: Option<u64>,
-    pub host_mib: Option<u64>,
+    pub device_bytes: Option<u64>,
+    pub host_bytes: Option<u64>,
     pub scratch: Option<PathBuf>,
 }
 
 impl MemoryBudgets {
     fn apply<'a>(&self, mut builder: Reconstructor<'a>) -> Reconstructor<'a> {
-        if let Some(mib) = self.device_mib {
-            builder = builder.device_memory_budget(mib << 20);
+        if let Some(bytes) = self.device_bytes {
+            builder = builder.device_memory_budget(bytes);
         }
-        if let Some(mib) = self.host_mib {
-            builder = builder.host_memory_budget(mib << 20);
+        if let Some(bytes) = self.host_bytes {
+            builder = builder.host_memory_budget(bytes);
         }
         if let Some(dir) = &self.scratch {
             builder = builder.scratch_dir(dir.clone());

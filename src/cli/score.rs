@@ -36,6 +36,11 @@ pub fn run(args: &ScoreArgs) -> CliResult {
         )
         .into());
     }
+    lamino::memory::check_available(
+        &format!("scoring {} against {}", rec.display(), truth.display()),
+        lamino::metrics::score_working_bytes(r.shape),
+        "score on a machine with more memory",
+    )?;
     let panel = args.panel.clone().unwrap_or_else(|| {
         rec.parent()
             .unwrap_or(std::path::Path::new("."))

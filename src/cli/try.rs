@@ -9,7 +9,7 @@ use clap::Args;
 use lamino::io::{write_atomically, write_tiff_volume, Stack};
 use lamino::plot::write_preview_png;
 use lamino::preprocess::{
-    candidate_range, grid, score_candidates, Scored, Slab, DEFAULT_SLAB_SLICES,
+    candidate_range, check_grid, grid, score_candidates, Scored, Slab, DEFAULT_SLAB_SLICES,
 };
 
 use super::reconstruct::{unbinned_column, InputArgs, PreprocessArgs};
@@ -84,20 +84,25 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
             "--rotation-axis fixes the axis; it cannot go with --rotation-axis-range".into(),
         );
     }
+    // The ranges and their grid are checked before the scan is read; a range not given is one
+    // value, known once the scan is.
+    let range = |r: Option<[f64; 3]>| {
+        r.map(|[a, z, step]| candidate_range(a, z, step))
+            .transpose()
+    };
+    let (axis_range, tilt_range) = (range(args.rotation_axis_range)?, range(args.tilt_range)?);
+    let count = |r: &Option<Vec<f64>>| r.as_ref().map_or(1, Vec::len);
+    check_grid(count(&axis_range), count(&tilt_range))?;
     let (projections, pre) = args.preprocess.load(&args.input, false)?;
     let b = pre.binning;
     let g = projections.geometry();
-    let axes = match args.rotation_axis_range {
-        Some([a, z, step]) => candidate_range(a, z, step)?,
-        None => vec![args
+    let axes = axis_range.unwrap_or_else(|| {
+        vec![args
             .rotation_axis
-            .unwrap_or_else(|| unbinned_column(g.rotation_axis(), b))],
-    };
-    let tilts = match args.tilt_range {
-        Some([a, z, step]) => candidate_range(a, z, step)?,
-        None => vec![g.phi.to_degrees() - 90.0],
-    };
-    let candidates = grid(&axes, &tilts);
+            .unwrap_or_else(|| unbinned_column(g.rotation_axis(), b))]
+    });
+    let tilts = tilt_range.unwrap_or_else(|| vec![g.phi.to_degrees() - 90.0]);
+    let candidates = grid(&axes, &tilts)?;
     let slab = Slab {
         slices: args.slab_slices,
         z_offset: args.slab_z,

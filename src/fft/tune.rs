@@ -198,9 +198,11 @@ fn store() -> &'static Mutex<Store> {
 /// The entries of a cache file; a missing file is empty, an unreadable or corrupt one an error
 /// message (the caller warns and carries on without it).
 fn read_cache(path: &Path) -> Result<BTreeMap<String, Entry>, String> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::io::read_text(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(crate::io::TextError::Read(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(BTreeMap::new())
+        }
         Err(e) => {
             return Err(format!(
                 "cannot read the FFT tuning cache {}: {e}; tuning again",

@@ -10,6 +10,7 @@ mod h5;
 mod normalize;
 mod npy;
 mod stack;
+mod text;
 mod volume;
 
 pub use dxchange::{
@@ -27,6 +28,7 @@ pub use npy::{
     NpyReader,
 };
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
+pub use text::{read_text, TextError, MAX_TEXT_BYTES};
 pub use volume::{
     central_slices, central_slices_of, read_tiff_volume, write_atomically, write_tiff_volume,
     write_volume, write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
@@ -140,6 +142,9 @@ pub enum IoError {
         index: usize,
         value: f64,
     },
+    /// Reading the file whole needs more host memory than there is.
+    #[error(transparent)]
+    HostMemory(#[from] crate::memory::HostMemoryError),
     /// HDF5 failed to read a dataset that exists (for example a type it cannot convert).
     #[error("{path}: cannot read {dataset}: {reason}")]
     Hdf5 {

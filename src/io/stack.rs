@@ -153,6 +153,8 @@ struct TiffPage {
     dtype: Dtype,
     /// Pixel bytes the page stores uncompressed (0 for a compressed page).
     stored_bytes: u64,
+    /// Pixel bytes the page decodes to.
+    decoded_bytes: u64,
 }
 
 fn check_tiff_page(
@@ -215,6 +217,7 @@ fn check_tiff_page(
             } else {
                 0
             },
+            decoded_bytes: bytes,
         }),
         _ => Err(IoError::ImplausibleSize {
             path: path.into(),
@@ -341,6 +344,7 @@ impl StackReader {
         let mut first: Option<TiffPage> = None;
         let mut count = 0;
         let mut stored: u64 = 0;
+        let mut decoded: u64 = 0;
         loop {
             let page = check_tiff_page(path, &mut dec, count, file_len)?;
             match first {
@@ -364,6 +368,19 @@ impl StackReader {
                     dataset: format!("TIFF pages 0..={count} together"),
                     shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
                     sample: format!("{:?} (uncompressed)", page.dtype),
+                    file_bytes: file_len,
+                });
+            }
+            // Compressed pages may share one strip (a decompression bomb: many pages decoding the
+            // same few bytes), so each page's bound alone does not bound the stack: the pages'
+            // decoded bytes together must come from the file's bytes at the largest expansion.
+            decoded = decoded.saturating_add(page.decoded_bytes);
+            if decoded > file_len.saturating_mul(MAX_TIFF_EXPANSION) {
+                return Err(IoError::ImplausibleSize {
+                    path: path.into(),
+                    dataset: format!("TIFF pages 0..={count} together"),
+                    shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
+                    sample: format!("{:?} (decoded, at most {MAX_TIFF_EXPANSION}:1)", page.dtype),
                     file_bytes: file_len,
                 });
             }
@@ -477,6 +494,25 @@ pub(super) fn read_stack_from(
     mut reader: StackReader,
 ) -> Result<Stack<Pixels>, IoError> {
     let shape = [reader.count(), reader.height(), reader.width()];
+    // The sizes were checked against the file when it was opened; whether they fit in this
+    // machine's memory is checked here, before the first image is decoded.
+    let sample = match reader.dtype() {
+        Dtype::F64 => 4, // read as f32
+        d => d.bytes() as u64,
+    };
+    let bytes = shape
+        .iter()
+        .try_fold(sample, |acc, &d| acc.checked_mul(d as u64))
+        .unwrap_or(u64::MAX);
+    crate::memory::check_available(
+        &format!(
+            "reading the whole stack {} ({shape:?} {:?})",
+            path.display(),
+            reader.dtype()
+        ),
+        bytes,
+        "read a smaller stack, or use a machine with more memory",
+    )?;
     let mut values: Option<Pixels> = None;
     while let Some(image) = reader.next_image() {
         let image = image?;

@@ -105,13 +105,15 @@ impl NormCache {
         let Some(path) = self.path(geometry) else {
             return Lookup::Miss;
         };
-        let text = match std::fs::read(&path) {
+        let text = match crate::io::read_text(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Lookup::Miss,
+            Err(crate::io::TextError::Read(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Lookup::Miss
+            }
             Err(e) => return Lookup::Unusable(format!("{}: {e}", path.display())),
         };
         let unusable = |why: String| Lookup::Unusable(format!("{}: {why}", path.display()));
-        match serde_json::from_slice::<NormFile>(&text) {
+        match serde_json::from_str::<NormFile>(&text) {
             Err(e) => unusable(format!("not a norm file ({e})")),
             Ok(f) if f.version != ESTIMATOR_VERSION => {
                 unusable(format!("estimator version {}", f.version))

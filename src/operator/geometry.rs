@@ -272,7 +272,7 @@ impl Geometry {
             path: path.display().to_string(),
             reason,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let text = crate::io::read_text(path).map_err(|e| err(e.to_string()))?;
         let g: Self = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
         g.validate()?;
         Ok(g)

@@ -51,7 +51,7 @@ pub fn bench_search(
         let mut t = Vec::new();
         for _ in 0..repeats.max(1) {
             let start = Instant::now();
-            score_candidates(ctx, &p, 1, &grid(axes, &[30.0]), &slab)?;
+            score_candidates(ctx, &p, 1, &grid(axes, &[30.0])?, &slab)?;
             t.push(start.elapsed().as_secs_f64());
         }
         t.sort_by(f64::total_cmp);

@@ -12,9 +12,9 @@ mod stripe;
 
 pub use binning::{bin_frames, bin_geometry, bin_projections};
 pub use search::{
-    candidate_range, find_rotation_axis, grid, score_candidates, slab_reference, AxisSearch,
-    Candidate, Scored, SearchResult, Slab, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION,
-    DEFAULT_SLAB_SLICES,
+    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, slab_reference,
+    AxisSearch, Candidate, Scored, SearchResult, Slab, AUTO_AXIS_FINE_STEP,
+    AUTO_AXIS_RANGE_FRACTION, DEFAULT_SLAB_SLICES, MAX_CANDIDATES,
 };
 pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGMA};
 
@@ -42,6 +42,8 @@ pub enum PreprocessError {
     /// A search that cannot run (empty or unusable ranges, a slab off the detector).
     #[error("axis/tilt search: {0}")]
     BadSearch(String),
+    #[error(transparent)]
+    HostMemory(#[from] crate::memory::HostMemoryError),
     #[error(transparent)]
     Projections(#[from] ReconError),
     #[error(transparent)]

@@ -64,6 +64,11 @@ const AUTO_COARSE_WIDTH: usize = 256;
 
 const WORKGROUP: u32 = 64;
 
+/// The most candidates one search scores, in one range and in the grid of both ranges: every
+/// candidate holds a slab on the device and its read-back copy on the host, so the grid's count,
+/// not each range's, sets the memory (see [`score_candidates`]).
+pub const MAX_CANDIDATES: usize = 10_000;
+
 fn groups(threads: u64) -> u32 {
     threads.div_ceil(WORKGROUP as u64) as u32
 }
@@ -136,18 +141,41 @@ pub fn candidate_range(start: f64, end: f64, step: f64) -> Result<Vec<f64>, Prep
             "range {start}:{end}:{step}: needs finite start <= end and a positive step"
         )));
     }
-    let count = ((end - start) / step + 1e-6).floor() as usize + 1;
-    if count > 10_000 {
+    // Counted in f64: a tiny step gives a count beyond usize (1e300, or infinity), which must
+    // read as too many, not wrap to none. The checks above leave no NaN.
+    let steps = ((end - start) / step + 1e-6).floor();
+    if steps >= MAX_CANDIDATES as f64 {
+        let count = if steps < 1e15 {
+            format!("{}", steps as u64 + 1)
+        } else {
+            format!("about {:.1e}", steps)
+        };
         return Err(PreprocessError::BadSearch(format!(
-            "range {start}:{end}:{step} has {count} candidates (at most 10000)"
+            "range {start}:{end}:{step} has {count} candidates, more than {MAX_CANDIDATES}: use \
+             a larger step or a narrower range"
         )));
     }
-    Ok((0..count).map(|i| start + i as f64 * step).collect())
+    Ok((0..steps as usize + 1)
+        .map(|i| start + i as f64 * step)
+        .collect())
 }
 
-/// The candidates of the grid `axes x tilts`, axis fastest.
-pub fn grid(axes: &[f64], tilts: &[f64]) -> Vec<Candidate> {
-    tilts
+/// Refuses a grid of `axes x tilts` candidates beyond [`MAX_CANDIDATES`] (what [`grid`] checks,
+/// for a caller that knows the counts before the values).
+pub fn check_grid(axes: usize, tilts: usize) -> Result<(), PreprocessError> {
+    match axes.checked_mul(tilts) {
+        Some(count) if count <= MAX_CANDIDATES => Ok(()),
+        _ => Err(PreprocessError::BadSearch(format!(
+            "{axes} axes x {tilts} tilts is more than {MAX_CANDIDATES} candidates: use larger \
+             steps or narrower ranges"
+        ))),
+    }
+}
+
+/// The candidates of the grid `axes x tilts`, axis fastest; at most [`MAX_CANDIDATES`].
+pub fn grid(axes: &[f64], tilts: &[f64]) -> Result<Vec<Candidate>, PreprocessError> {
+    check_grid(axes.len(), tilts.len())?;
+    Ok(tilts
         .iter()
         .flat_map(|&tilt_deg| {
             axes.iter().map(move |&rotation_axis| Candidate {
@@ -155,7 +183,7 @@ pub fn grid(axes: &[f64], tilts: &[f64]) -> Vec<Candidate> {
                 tilt_deg,
             })
         })
-        .collect()
+        .collect())
 }
 
 /// A candidate in the searched geometry's units: axis column (binned), cos and sin of phi.
@@ -508,6 +536,43 @@ fn parabola_vertex(a: f64, b: f64, c: f64) -> f64 {
     }
 }
 
+/// Refuses up front a search whose slabs do not fit: every candidate's slab is held on the
+/// device (against its budget, else the device-local memory it reports) and read back whole to
+/// the host (against the memory available), with its central slice kept as a preview.
+fn check_search_memory(
+    ctx: &GpuContext,
+    g: &Geometry,
+    candidates: usize,
+    slab: &Slab,
+) -> Result<(), PreprocessError> {
+    let slice = (g.n1 as u64)
+        .checked_mul(g.n2 as u64)
+        .and_then(|v| v.checked_mul(4));
+    let slabs = slice.and_then(|s| {
+        s.checked_mul(slab.slices as u64)?
+            .checked_mul(candidates as u64)
+    });
+    let host = slabs
+        .zip(slice)
+        .and_then(|(slabs, s)| slabs.checked_add(s.checked_mul(candidates as u64)?));
+    let what = format!(
+        "scoring {candidates} candidates on slabs of {} x {} x {} voxels",
+        slab.slices, g.n1, g.n2
+    );
+    let advice = "score fewer candidates, use fewer --slab-slices or bin the detector";
+    crate::memory::check_available(&what, host.unwrap_or(u64::MAX), advice)?;
+    let device = slabs.unwrap_or(u64::MAX);
+    if let Some(limit) = ctx.device_budget().or(ctx.device_local_bytes()) {
+        if device > limit {
+            return Err(PreprocessError::BadSearch(format!(
+                "{what} needs {device} bytes of device memory for the slabs, more than the \
+                 device's {limit}; {advice}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Reconstructs and scores a thin slab of `projections` for every candidate. `binning` is the
 /// factor the projections were binned by (1: none): candidates' axes are unbinned columns.
 pub fn score_candidates(
@@ -542,6 +607,7 @@ pub fn score_candidates(
             )));
         }
     }
+    check_search_memory(ctx, g, candidates.len(), slab)?;
     let poses: Vec<Pose> = candidates.iter().map(|c| pose(c, binning)).collect();
     let (rows, radius) = footprint(g, slab, &poses);
     if radius < 2.0 {
@@ -692,7 +758,7 @@ pub fn find_rotation_axis(
             ctx,
             source,
             binning.max(1) * extra,
-            &grid(&axes, &[tilt_deg]),
+            &grid(&axes, &[tilt_deg])?,
             slab,
         )?;
         let best = result.best.rotation_axis;
@@ -712,7 +778,7 @@ pub fn find_rotation_axis(
         ctx,
         projections,
         binning.max(1),
-        &grid(&axes, &[tilt_deg]),
+        &grid(&axes, &[tilt_deg])?,
         slab,
     )?;
     let rotation_axis = result.refined.rotation_axis;
@@ -805,17 +871,31 @@ mod tests {
             vec![1.0, 1.25, 1.5, 1.75, 2.0]
         );
         assert_eq!(candidate_range(3.0, 3.0, 1.0).unwrap(), vec![3.0]);
+        assert!(candidate_range(0.0, 9_999.0, 1.0).unwrap().len() == MAX_CANDIDATES);
         for (a, b, s) in [
             (2.0, 1.0, 0.5),
             (0.0, 1.0, 0.0),
             (0.0, f64::NAN, 1.0),
             (0.0, 1e9, 1.0),
+            (0.0, 1.0, 1e-300),
+            (0.0, 10_000.0, 1.0),
         ] {
             assert!(matches!(
                 candidate_range(a, b, s),
                 Err(PreprocessError::BadSearch(_))
             ));
         }
+    }
+
+    #[test]
+    fn the_grid_of_both_ranges_is_capped() {
+        let axes = candidate_range(0.0, 999.0, 1.0).unwrap();
+        assert!(grid(&axes, &[0.0; 10]).unwrap().len() == MAX_CANDIDATES);
+        assert!(matches!(
+            grid(&axes, &[0.0; 11]),
+            Err(PreprocessError::BadSearch(m)) if m.contains("1000 axes x 11 tilts")
+        ));
+        assert!(check_grid(usize::MAX, 2).is_err());
     }
 
     #[test]

@@ -9,9 +9,27 @@ use crate::reference::SplitMix64;
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum SimulateError {
-    /// The incident photon count is not a positive finite number.
-    #[error("photon count {photons}: must be positive and finite")]
+    /// The incident photon count is not a positive number whose float32 (the type intensities
+    /// are stored in) is normal.
+    #[error(
+        "photon count {photons:e}: must lie in [{:e}, {:e}] (intensities are stored as float32)",
+        f32::MIN_POSITIVE,
+        f32::MAX
+    )]
     BadPhotons { photons: f64 },
+    /// Every simulated intensity is 0: too few photons for these line integrals, the scan would
+    /// hold no information.
+    #[error(
+        "photon count {photons:e}: every simulated intensity is 0 (too few photons for line \
+         integrals up to {max_line_integral}); use more photons"
+    )]
+    AllZero {
+        photons: f64,
+        max_line_integral: f32,
+    },
+    /// The scan's sizes overflow 64 bits (`size^3` voxels or `angles x size^2` pixels).
+    #[error("a {size}^3 scan at {angles} angles: its sizes overflow 64 bits")]
+    TooLarge { size: usize, angles: usize },
     /// A line integral is NaN or infinite, or so negative that I0 exp(-P) overflows.
     #[error("line integral {index} is {value}: expected a finite value")]
     BadProjection { index: usize, value: f32 },
@@ -51,7 +69,9 @@ pub fn measure(
     photons: f64,
     noise: Noise,
 ) -> Result<Measurement, SimulateError> {
-    if !(photons.is_finite() && photons > 0.0) {
+    // Checked as the f32 it is stored as: 1e-300 is a positive f64 but a zero f32.
+    let stored = photons as f32;
+    if !(photons > 0.0 && stored.is_normal()) {
         return Err(SimulateError::BadPhotons { photons });
     }
     let mut rng = match noise {
@@ -69,9 +89,18 @@ pub fn measure(
             None => mean as f32,
         });
     }
+    if !data.is_empty() && data.iter().all(|&v| v == 0.0) {
+        return Err(SimulateError::AllZero {
+            photons,
+            max_line_integral: projections
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max),
+        });
+    }
     Ok(Measurement {
         data,
-        flat: vec![photons as f32; frame_len],
+        flat: vec![stored; frame_len],
         dark: vec![0.0; frame_len],
     })
 }
@@ -170,9 +199,24 @@ mod tests {
         }
         assert_eq!(m.flat, vec![1000.0; 3]);
         assert_eq!(m.dark, vec![0.0; 3]);
+        for photons in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-40, 1e39] {
+            assert!(
+                matches!(
+                    measure(&[0.0], 1, photons, Noise::None),
+                    Err(SimulateError::BadPhotons { .. })
+                ),
+                "{photons}"
+            );
+        }
+        // A normal f32 count that still records nothing: noiseless intensities that underflow,
+        // and Poisson draws at a mean far below one photon.
         assert!(matches!(
-            measure(&[0.0], 1, 0.0, Noise::None),
-            Err(SimulateError::BadPhotons { .. })
+            measure(&[60.0], 1, 1e-20, Noise::None),
+            Err(SimulateError::AllZero { .. })
+        ));
+        assert!(matches!(
+            measure(&[0.0; 64], 8, 1e-9, Noise::Poisson { seed: 1 }),
+            Err(SimulateError::AllZero { .. })
         ));
         assert!(matches!(
             measure(&[0.0, f32::NAN], 1, 10.0, Noise::None),

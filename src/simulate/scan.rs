@@ -37,23 +37,39 @@ pub struct SimulatedScan {
 
 /// Simulates the scan `spec` describes.
 pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
+    // The ground truth, the line integrals and the intensities in f32, and the angles in f64,
+    // from the sizes alone: checked before the angle list (or anything else) is allocated.
+    let (n, angles) = (spec.size as u64, spec.angles as u64);
+    let needed = n
+        .checked_pow(3)
+        .and_then(|v| v.checked_mul(4))
+        .zip(
+            n.checked_pow(2)
+                .and_then(|p| p.checked_mul(angles)?.checked_mul(4 * 2)),
+        )
+        .and_then(|(volume, data)| {
+            volume
+                .checked_add(data)?
+                .checked_add(angles.checked_mul(8)?)
+        })
+        .ok_or(SimulateError::TooLarge {
+            size: spec.size,
+            angles: spec.angles,
+        })?;
+    check_available(
+        &format!(
+            "simulating a {}^3 scan at {} angles",
+            spec.size, spec.angles
+        ),
+        needed,
+        "choose a smaller --size or fewer --angles",
+    )?;
     let phi = (90.0 + spec.tilt_deg).to_radians();
     let g = Geometry {
         center: spec.rotation_axis,
         ..Geometry::cube(spec.size, spec.angles, phi)
     };
     g.validate()?;
-    // The ground truth, the line integrals and the intensities, in f32.
-    let volume = (g.volume_len() as u64).saturating_mul(4);
-    let data = (g.data_len() as u64).saturating_mul(4 * 2);
-    check_available(
-        &format!(
-            "simulating a {}^3 scan at {} angles",
-            spec.size, spec.angles
-        ),
-        volume.saturating_add(data),
-        "choose a smaller --size or fewer --angles",
-    )?;
     let phantom = spec.phantom.build(spec.size);
     let line_integrals = project(&phantom, &g);
     let noise = match spec.photons {
