@@ -9,6 +9,7 @@ mod dxchange;
 mod h5;
 mod normalize;
 mod npy;
+mod output_set;
 mod stack;
 mod volume;
 
@@ -23,14 +24,27 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, ComplexArray, Dtype,
     NpyReader,
 };
+pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use volume::{
-    central_slices, central_slices_of, read_tiff_volume, write_atomically, write_tiff_volume,
+    central_slices, central_slices_of, read_tiff_volume, write_tiff_volume,
     write_volume, write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
 };
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use thiserror::Error;
+
+/// The format a file's extension names, for messages: readers open files by their extension.
+fn format_name(path: &Path) -> &'static str {
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("npy") => ".npy",
+        Some("tif" | "tiff") => "TIFF",
+        Some("h5" | "hdf5") => "HDF5",
+        Some("json") => "JSON",
+        _ => "array",
+    }
+}
 
 /// Errors reading or writing array files; each names the file.
 #[derive(Debug, Error)]
@@ -39,8 +53,8 @@ pub enum IoError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {reason}")]
     Read { path: PathBuf, reason: String },
-    /// The file is not a valid .npy file.
-    #[error("{path} is not a valid .npy file: {reason}")]
+    /// The file is not a valid file of the format its extension names.
+    #[error("{path} is not a valid {} file: {reason}", format_name(path))]
     Corrupt { path: PathBuf, reason: String },
     /// The element type is not one lamino reads here.
     #[error("{path} holds dtype '{descr}'; expected {expected}")]
@@ -63,6 +77,13 @@ pub enum IoError {
     /// The output could not be written.
     #[error("cannot write {path}: {reason}")]
     Write { path: PathBuf, reason: String },
+    /// A run failed before its [`OutputSet`] was committed: nothing in `dir` changed.
+    #[error("{reason}; the previous outputs in {dir} are unchanged")]
+    Unchanged { dir: PathBuf, reason: String },
+    /// A file the command reads is also one it would write (or replace): refused before
+    /// anything is written.
+    #[error("{input} is an input of this command and also one of its outputs ({output}): writing would destroy the input; choose another output")]
+    InputIsOutput { input: PathBuf, output: PathBuf },
     /// The file exists but HDF5 cannot open it (not HDF5, truncated or corrupt).
     #[error("{path} is not a readable HDF5 file: {reason}")]
     NotHdf5 { path: PathBuf, reason: String },
