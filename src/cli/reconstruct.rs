@@ -636,9 +636,8 @@ fn reconstruct_into(
             let search = find_rotation_axis(ctx, &projections, b, tilt, &Slab::default())?;
             let csv = args.out.join(AXIS_SEARCH_CSV);
             if let Some(set) = set.as_deref_mut() {
-                let staged = set.stage(AXIS_SEARCH_CSV)?;
-                super::r#try::write_scores(&staged, search.passes.iter().flat_map(|p| &p.scored))
-                    .map_err(|e| format!("cannot write {}: {e}", csv.display()))?;
+                let scored = search.passes.iter().flat_map(|p| &p.scored);
+                super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
             }
             eprintln!(
                 "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \

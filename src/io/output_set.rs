@@ -336,18 +336,38 @@ impl Drop for OutputSet {
     }
 }
 
+/// A set of the one file `path` and the path to write it to ([`OutputSet::file`]), or no set
+/// when `path` is itself staged (in the staging directory of an enclosing set, which makes it
+/// appear in place with the rest).
+pub(crate) fn stage_one(path: &Path) -> Result<(Option<OutputSet>, PathBuf), IoError> {
+    let staged = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(STAGING_PREFIX));
+    if staged {
+        return Ok((None, path.into()));
+    }
+    let (set, staged) = OutputSet::file(path)?;
+    Ok((Some(set), staged))
+}
+
 /// Runs `write` on a staged file and moves it to `path` only once it is complete and on disk
-/// (an [`OutputSet`] of one file), so an existing file is never left damaged.
+/// (an [`OutputSet`] of one file, unless `path` is already staged), so an existing file is never
+/// left damaged.
 pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<(), IoError> {
-    let (set, staged) = OutputSet::file(path)?;
-    write(&staged).map_err(|reason| IoError::Write {
+    let (set, staged) = stage_one(path)?;
+    let written = write(&staged).map_err(|reason| IoError::Write {
         path: path.into(),
         reason,
-    })?;
-    set.commit().map(drop)
+    });
+    match set {
+        Some(set) => set.complete(written).map(drop),
+        None => written,
+    }
 }
 
 #[cfg(test)]

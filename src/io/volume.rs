@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
-use super::{IoError, OutputSet};
+use super::output_set::stage_one;
+use super::IoError;
 
 /// What [`VolumeSlabs::visit_slabs`] calls with each slab: `(first z slice, values)`.
 pub type SlabVisitor<'v> = dyn FnMut(usize, &[f32]) -> Result<(), String> + 'v;
@@ -74,7 +75,7 @@ fn write_files(
     // Each file its own set: complete and on disk before it gets its name.
     let mut sets = Vec::with_capacity(files.len());
     for (path, _) in files {
-        sets.push(OutputSet::file(path)?);
+        sets.push(stage_one(path)?);
     }
     let mut writers = Vec::with_capacity(files.len());
     for ((path, format), (_, staged)) in files.iter().zip(&sets) {
@@ -109,7 +110,9 @@ fn write_files(
         return Err(error(files[failed].0, reason));
     }
     for (set, _) in sets {
-        set.commit()?;
+        if let Some(set) = set {
+            set.commit()?;
+        }
     }
     Ok(())
 }
