@@ -80,6 +80,10 @@ pub enum IoError {
     /// A run failed before its [`OutputSet`] was committed: nothing in `dir` changed.
     #[error("{reason}; the previous outputs in {dir} are unchanged")]
     Unchanged { dir: PathBuf, reason: String },
+    /// A run failed before its [`OutputSet`] was committed in a directory it made: nothing was
+    /// written (the directory is removed again).
+    #[error("{reason}; nothing was written to {dir}")]
+    NothingWritten { dir: PathBuf, reason: String },
     /// A file the command reads is also one it would write (or replace): refused before
     /// anything is written.
     #[error("{input} is an input of this command and also one of its outputs ({output}): writing would destroy the input; choose another output")]

@@ -37,6 +37,8 @@ pub struct OutputSet {
     manifest: Option<PathBuf>,
     staging: PathBuf,
     members: Vec<String>,
+    /// Whether the set made `dir`: dropped uncommitted, it removes it again when empty.
+    created: bool,
 }
 
 fn write_error(path: &Path, doing: &str, e: impl Display) -> IoError {
@@ -125,6 +127,7 @@ impl OutputSet {
                 "a file of that name exists",
             ));
         }
+        let created = !dir.exists();
         std::fs::create_dir_all(dir)
             .map_err(|e| write_error(dir, "creating the output directory", e))?;
         let entries = std::fs::read_dir(dir)
@@ -149,6 +152,7 @@ impl OutputSet {
             manifest: None,
             staging,
             members: Vec::new(),
+            created,
         })
     }
 
@@ -233,9 +237,10 @@ impl OutputSet {
     /// The error of a run that did not reach its commit: `reason`, and that the previous outputs
     /// are unchanged. Drops the staged files.
     pub fn abandon(self, reason: impl Display) -> IoError {
-        IoError::Unchanged {
-            dir: self.dir.clone(),
-            reason: reason.to_string(),
+        let (dir, reason) = (self.dir.clone(), reason.to_string());
+        match self.created {
+            true => IoError::NothingWritten { dir, reason },
+            false => IoError::Unchanged { dir, reason },
         }
     }
 
@@ -255,7 +260,7 @@ impl OutputSet {
     /// members of the previous set of this kind that this one does not write, and returns the
     /// paths written. An error before the first rename leaves the previous outputs unchanged
     /// (and says so).
-    pub fn commit(self) -> Result<Vec<PathBuf>, IoError> {
+    pub fn commit(mut self) -> Result<Vec<PathBuf>, IoError> {
         for name in &self.members {
             let staged = self.staging.join(name);
             if let Err(e) = sync(&staged) {
@@ -324,6 +329,7 @@ impl OutputSet {
                 .map_err(|e| write_error(&path, "recording the outputs", e))?;
         }
         sync(&self.dir).map_err(|e| write_error(&self.dir, "flushing the directory", e))?;
+        self.created = false;
         Ok(written)
     }
 }
@@ -333,6 +339,10 @@ impl Drop for OutputSet {
         // Best effort: whatever is left is a staging directory, never read as output, and removed
         // by the next set begun here once this process has ended.
         let _ = std::fs::remove_dir_all(&self.staging);
+        if self.created {
+            // Only when empty: a run that wrote nothing leaves no directory behind.
+            let _ = std::fs::remove_dir(&self.dir);
+        }
     }
 }
 
