@@ -156,18 +156,43 @@ fn cases() -> Vec<Case> {
             name: "simulate",
             out: "sim",
             previous: strings(&[
-                "simulate", "--phantom", "chip", "--size", "16", "--angles", "8", "--tilt-deg",
-                "20", "--out", "sim/scan.h5",
+                "simulate",
+                "--phantom",
+                "chip",
+                "--size",
+                "16",
+                "--angles",
+                "8",
+                "--tilt-deg",
+                "20",
+                "--out",
+                "sim/scan.h5",
             ]),
             failing: strings(&[
-                "simulate", "--phantom", "blobs", "--size", "16", "--angles", "8", "--tilt-deg",
-                "20", "--out", "sim/scan.h5",
+                "simulate",
+                "--phantom",
+                "blobs",
+                "--size",
+                "16",
+                "--angles",
+                "8",
+                "--tilt-deg",
+                "20",
+                "--out",
+                "sim/scan.h5",
             ]),
         },
         Case {
             name: "reconstruct",
             out: "rec",
-            previous: strings(&["reconstruct", "scan.h5", "--out", "rec", "--iterations", "2"]),
+            previous: strings(&[
+                "reconstruct",
+                "scan.h5",
+                "--out",
+                "rec",
+                "--iterations",
+                "2",
+            ]),
             failing: strings(&[
                 "reconstruct",
                 "scan.h5",
@@ -182,13 +207,34 @@ fn cases() -> Vec<Case> {
         Case {
             name: "try",
             out: "try",
-            previous: strings(&["try", "scan.h5", "--rotation-axis-range", "7:9:1", "--out", "try"]),
-            failing: strings(&["try", "scan.h5", "--rotation-axis-range", "7:9:0.5", "--out", "try"]),
+            previous: strings(&[
+                "try",
+                "scan.h5",
+                "--rotation-axis-range",
+                "7:9:1",
+                "--out",
+                "try",
+            ]),
+            failing: strings(&[
+                "try",
+                "scan.h5",
+                "--rotation-axis-range",
+                "7:9:0.5",
+                "--out",
+                "try",
+            ]),
         },
         Case {
             name: "apply fft",
             out: "fft",
-            previous: strings(&["apply", "fft", "--input", "stack.npy", "--output", "fft/f.npy"]),
+            previous: strings(&[
+                "apply",
+                "fft",
+                "--input",
+                "stack.npy",
+                "--output",
+                "fft/f.npy",
+            ]),
             failing: strings(&[
                 "apply",
                 "fft",
@@ -215,7 +261,13 @@ fn cases() -> Vec<Case> {
             name: "flatfield apply",
             out: "corr",
             previous: strings(&[
-                "flatfield", "apply", "stack.tif", "--fields", "fields0", "--out", "corr",
+                "flatfield",
+                "apply",
+                "stack.tif",
+                "--fields",
+                "fields0",
+                "--out",
+                "corr",
             ]),
             failing: strings(&[
                 "flatfield",
@@ -285,7 +337,10 @@ fn a_full_disk_or_a_kill_mid_write_leaves_the_previous_outputs_whole() {
             let what = format!("{} under {limit:?}", case.name);
             assert!(!o.status.success(), "{what} succeeded: {}", text(&o));
             assert!(!text(&o).contains("panicked"), "{what}: {}", text(&o));
-            assert!(contents(&out) == before, "{what} changed the previous outputs");
+            assert!(
+                contents(&out) == before,
+                "{what} changed the previous outputs"
+            );
             if let Limit::Efbig(_) = limit {
                 let message = String::from_utf8_lossy(&o.stderr);
                 assert!(
@@ -296,14 +351,22 @@ fn a_full_disk_or_a_kill_mid_write_leaves_the_previous_outputs_whole() {
                 assert!(staging_dirs(&out).is_empty(), "{what} left staging");
             } else {
                 use std::os::unix::process::ExitStatusExt;
-                assert!(o.status.signal() == Some(libc::SIGXFSZ), "{what}: {:?}", o.status);
+                assert!(
+                    o.status.signal() == Some(libc::SIGXFSZ),
+                    "{what}: {:?}",
+                    o.status
+                );
             }
         }
         // The next run completes, replaces the set and removes the staging the kill left.
         let o = lamino(&case.failing, root, Limit::None);
         assert!(o.status.success(), "{}: {}", case.name, text(&o));
         assert!(staging_dirs(&out).is_empty(), "{}: staging left", case.name);
-        assert!(contents(&out) != before, "{}: the new run changed nothing", case.name);
+        assert!(
+            contents(&out) != before,
+            "{}: the new run changed nothing",
+            case.name
+        );
     }
 }
 
@@ -354,7 +417,15 @@ fn an_input_that_is_an_output_is_refused() {
         std::fs::copy(root.join(format!("stack.{ext}")), &input).unwrap();
         let before = contents(root);
         let o = lamino(
-            &strings(&["flatfield", "apply", &s(&input), "--fields", "F", "--out", "F"]),
+            &strings(&[
+                "flatfield",
+                "apply",
+                &s(&input),
+                "--fields",
+                "F",
+                "--out",
+                "F",
+            ]),
             root,
             Limit::None,
         );
@@ -364,7 +435,10 @@ fn an_input_that_is_an_output_is_refused() {
             message.contains("is an input of this command") && message.contains(&s(&input)),
             "{ext}: {message}"
         );
-        assert!(contents(root) == before, "{ext}: a refused run changed files");
+        assert!(
+            contents(root) == before,
+            "{ext}: a refused run changed files"
+        );
     }
     // The fields a fit reads from its own output directory.
     let o = lamino(
@@ -372,7 +446,11 @@ fn an_input_that_is_an_output_is_refused() {
         root,
         Limit::None,
     );
-    assert!(!o.status.success() && text(&o).contains("is an input"), "{}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).contains("is an input"),
+        "{}",
+        text(&o)
+    );
     // reconstruct: the scan inside its output directory under an output's name (a hard link).
     std::fs::create_dir(root.join("rec")).unwrap();
     std::fs::hard_link(root.join("stack.tif"), root.join("rec/recon.tif")).unwrap();
@@ -393,7 +471,11 @@ fn an_input_that_is_an_output_is_refused() {
         root,
         Limit::None,
     );
-    assert!(!o.status.success() && text(&o).contains("is an input"), "{}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).contains("is an input"),
+        "{}",
+        text(&o)
+    );
     assert!(contents(root) == before);
     // score: the panel over the truth.
     let o = lamino(
@@ -401,7 +483,11 @@ fn an_input_that_is_an_output_is_refused() {
         root,
         Limit::None,
     );
-    assert!(!o.status.success() && text(&o).contains("is an input"), "{}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).contains("is an input"),
+        "{}",
+        text(&o)
+    );
     assert!(contents(root) == before);
 }
 
@@ -422,15 +508,25 @@ fn io_errors_name_the_path() {
         let message = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "{out}");
         assert!(
-            message.contains(&format!("cannot write {out}: creating the output directory")),
+            message.contains(&format!(
+                "cannot write {out}: creating the output directory"
+            )),
             "{out}: {message}"
         );
     }
     let o = lamino(
-        &strings(&["simulate", "--phantom", "chip", "--size", "8", "--angles", "4"])
-            .into_iter()
-            .chain(strings(&["--tilt-deg", "20", "--out", "plain.txt/scan.h5"]))
-            .collect::<Vec<_>>(),
+        &strings(&[
+            "simulate",
+            "--phantom",
+            "chip",
+            "--size",
+            "8",
+            "--angles",
+            "4",
+        ])
+        .into_iter()
+        .chain(strings(&["--tilt-deg", "20", "--out", "plain.txt/scan.h5"]))
+        .collect::<Vec<_>>(),
         root,
         Limit::None,
     );

@@ -1101,7 +1101,10 @@ fn scale(
         // A host budget of a third of the large run's arrays forces the rest to scratch.
         let third = (large * large * large) as u64 * 4 * 13 / 3;
         let dir = tempfile::tempdir_in(scratch).map_err(|e| {
-            format!("cannot create a scratch directory in {}: {e}", scratch.display())
+            format!(
+                "cannot create a scratch directory in {}: {e}",
+                scratch.display()
+            )
         })?;
         print(&bench_scale_large(
             &options,

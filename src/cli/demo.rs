@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lamino::input::projections_from_scan;
 use lamino::gpu::GpuContext;
+use lamino::input::projections_from_scan;
 use lamino::io::{write_dxchange, OutputSet};
 use lamino::memo::MemoOptions;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
-use lamino::io::OutputSet;
 use lamino::input::{
     extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
     LoadedProjections, ProjectionInput, Shading,
 };
+use lamino::io::OutputSet;
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::preprocess::{
     find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
@@ -380,7 +380,11 @@ impl InputArgs {
     /// Every file the arguments name, for the check that no output overwrites one.
     pub(super) fn files(&self) -> Vec<&Path> {
         std::iter::once(&self.input)
-            .chain([&self.angles, &self.flats, &self.darks, &self.geometry].into_iter().flatten())
+            .chain(
+                [&self.angles, &self.flats, &self.darks, &self.geometry]
+                    .into_iter()
+                    .flatten(),
+            )
             .map(PathBuf::as_path)
             .collect()
     }
@@ -753,9 +757,8 @@ pub(super) fn run_reconstruction<'a>(
         );
     }
     // The checkpoint's directory (the output set's has made it on the first rank).
-    std::fs::create_dir_all(out).map_err(|e| {
-        format!("cannot create the output directory {}: {e}", out.display())
-    })?;
+    std::fs::create_dir_all(out)
+        .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
     let checkpoint = out.join("checkpoint.ckpt");
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();

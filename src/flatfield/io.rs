@@ -9,8 +9,8 @@ use std::path::Path;
 use ndarray::{Array1, Array2};
 use ndarray_npy::WriteNpyExt;
 
-pub use crate::io::{read_stack, Dtype, StackReader, StackWriter};
 use crate::io::OutputSet;
+pub use crate::io::{read_stack, Dtype, StackReader, StackWriter};
 
 use super::{Fields, FitReport, FlatfieldError};
 

@@ -27,8 +27,8 @@ pub use npy::{
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use volume::{
-    central_slices, central_slices_of, read_tiff_volume, write_tiff_volume,
-    write_volume, write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
+    central_slices, central_slices_of, read_tiff_volume, write_tiff_volume, write_volume,
+    write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
 };
 
 use std::path::{Path, PathBuf};
@@ -36,7 +36,10 @@ use thiserror::Error;
 
 /// The format a file's extension names, for messages: readers open files by their extension.
 fn format_name(path: &Path) -> &'static str {
-    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
     match ext.as_deref() {
         Some("npy") => ".npy",
         Some("tif" | "tiff") => "TIFF",

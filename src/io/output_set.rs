@@ -88,9 +88,7 @@ fn stale_staging(name: &str) -> bool {
         return false;
     };
     let proc = Path::new("/proc");
-    pid != std::process::id()
-        && proc.join("self").exists()
-        && !proc.join(pid.to_string()).exists()
+    pid != std::process::id() && proc.join("self").exists() && !proc.join(pid.to_string()).exists()
 }
 
 impl OutputSet {
@@ -470,8 +468,13 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, "x").unwrap();
         let err = OutputSet::begin(&file, "t").unwrap_err().to_string();
-        assert!(err.contains(&*file.to_string_lossy()) && err.contains("a file"), "{err}");
-        let err = OutputSet::begin(&file.join("sub"), "t").unwrap_err().to_string();
+        assert!(
+            err.contains(&*file.to_string_lossy()) && err.contains("a file"),
+            "{err}"
+        );
+        let err = OutputSet::begin(&file.join("sub"), "t")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("creating the output directory"), "{err}");
     }
 }

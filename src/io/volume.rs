@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
 use super::output_set::stage_one;
+use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
 use super::IoError;
 
 /// What [`VolumeSlabs::visit_slabs`] calls with each slab: `(first z slice, values)`.
