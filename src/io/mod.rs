@@ -2,6 +2,10 @@
 //! volumes ([`Stack`]: `.npy` and multi-page TIFF, read image by image), DXchange HDF5 scans with
 //! flat/dark normalisation of the intensities they hold, and PNG previews.
 //!
+//! Writers never damage earlier results: the files of one command run form an [`OutputSet`],
+//! staged and moved into place together once all are complete and on disk (a single file through
+//! [`write_atomically`], a one-file set).
+//!
 //! Readers treat every size in a header as a claim: it is checked against the file's length,
 //! with checked arithmetic, before anything is allocated from it.
 
