@@ -26,7 +26,7 @@ use thiserror::Error;
 
 use crate::array::Residency;
 use crate::gpu::GpuContext;
-use crate::io::{SlabVisitor, VolumeSlabs};
+use crate::io::{OutputSet, SlabVisitor, VolumeSlabs};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
@@ -714,7 +714,14 @@ impl Solved<'_> {
 
     /// Writes the outputs of [`write_outputs`] to `dir`, reading the volume a slab at a time.
     pub fn write_outputs(&self, dir: &std::path::Path) -> Result<Vec<PathBuf>, crate::io::IoError> {
-        write_outputs_from(dir, &self.report, self)
+        let mut set = OutputSet::begin(dir, OUTPUT_KIND)?;
+        let staged = self.stage_outputs(&mut set);
+        Ok(set.complete(staged)?.1)
+    }
+
+    /// Stages the outputs of [`write_outputs`] in `set` (which may hold other files of the run).
+    pub fn stage_outputs(&self, set: &mut OutputSet) -> Result<(), crate::io::IoError> {
+        stage_outputs(set, &self.report, self)
     }
 }
 
@@ -769,57 +776,73 @@ fn crop_into(padded: &[f32], planes: usize, g: &Geometry, pad: usize, out: &mut 
     }
 }
 
+/// The kind of the [`OutputSet`] of a reconstruction ([`write_outputs`]).
+pub const OUTPUT_KIND: &str = "reconstruct";
+
+/// Every file [`stage_outputs`] may write (`convergence.png` only for a run with reports).
+pub const OUTPUT_NAMES: [&str; 7] = [
+    "recon.tif",
+    "recon.h5",
+    "report.json",
+    "preview_xy.png",
+    "preview_xz.png",
+    "preview_yz.png",
+    "convergence.png",
+];
+
 /// Writes `DIR/recon.tif` (float32, one page per z slice), `DIR/recon.h5` (`/volume`), `DIR/report.json` (geometry,
 /// parameters, device, per-iteration Lagrangian terms, times, memory), `DIR/preview_{xy,xz,yz}.png`
-/// and `DIR/convergence.png` (the per-iteration reports, see [`crate::plot::write_convergence_png`]).
-/// Each file appears only when complete. Returns the paths written.
+/// and `DIR/convergence.png` (the per-iteration reports, see [`crate::plot::write_convergence_png`])
+/// as one [`OutputSet`] of kind [`OUTPUT_KIND`]: they appear together once all are complete, or
+/// the previous ones stay. Returns the paths written.
 pub fn write_outputs(
     dir: &std::path::Path,
     rec: &Reconstruction,
 ) -> Result<Vec<PathBuf>, crate::io::IoError> {
-    write_outputs_from(dir, rec, rec)
+    let mut set = OutputSet::begin(dir, OUTPUT_KIND)?;
+    let staged = stage_outputs(&mut set, rec, rec);
+    Ok(set.complete(staged)?.1)
 }
 
-/// [`write_outputs`] of the report `rec` and a volume read a slab at a time.
-fn write_outputs_from(
-    dir: &std::path::Path,
+/// Stages the files of [`write_outputs`] of the report `rec` and a volume read a slab at a time
+/// in `set`.
+pub fn stage_outputs(
+    set: &mut OutputSet,
     rec: &Reconstruction,
     volume: &dyn VolumeSlabs,
-) -> Result<Vec<PathBuf>, crate::io::IoError> {
-    use crate::io::{write_atomically, write_volume_files, IoError, StackFormat};
+) -> Result<(), crate::io::IoError> {
+    use crate::io::{write_volume_files, IoError, StackFormat};
     use crate::plot::{write_convergence_png, write_slice_previews};
-    std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
-        path: dir.into(),
-        reason: e.to_string(),
-    })?;
     // One pass over the volume writes both files and gathers the previews' slices.
-    let (tif, h5) = (dir.join("recon.tif"), dir.join("recon.h5"));
+    let (tif, h5) = (set.stage("recon.tif")?, set.stage("recon.h5")?);
     let slices = write_volume_files(
         &[(&tif, StackFormat::Tiff), (&h5, StackFormat::Hdf5)],
         volume,
     )?;
-    let mut written = vec![tif, h5];
-    let report = dir.join("report.json");
+    let report = set.stage("report.json")?;
     let json =
         serde_json::json!({ "lamino_version": env!("CARGO_PKG_VERSION"), "reconstruction": rec });
-    write_atomically(&report, |tmp| {
-        std::fs::write(
-            tmp,
-            serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| e.to_string())
+    let text = serde_json::to_vec_pretty(&json).map_err(|e| IoError::Write {
+        path: set.final_path("report.json"),
+        reason: e.to_string(),
     })?;
-    written.push(report);
-    written.extend(
-        write_slice_previews(dir, "preview", volume.shape(), slices).map_err(|e| e.into_io(dir))?,
-    );
-    if !rec.reports.is_empty() {
-        let png = dir.join("convergence.png");
-        write_convergence_png(&png, &rec.reports, rec.params.convergence.as_ref())
-            .map_err(|e| e.into_io(&png))?;
-        written.push(png);
+    std::fs::write(&report, text).map_err(|e| IoError::Write {
+        path: set.final_path("report.json"),
+        reason: e.to_string(),
+    })?;
+    let previews = write_slice_previews(set.staging_dir(), "preview", volume.shape(), slices)
+        .map_err(|e| e.into_io(set.dir()))?;
+    for path in previews {
+        if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+            set.stage(name)?;
+        }
     }
-    Ok(written)
+    if !rec.reports.is_empty() {
+        let png = set.stage("convergence.png")?;
+        write_convergence_png(&png, &rec.reports, rec.params.convergence.as_ref())
+            .map_err(|e| e.into_io(&set.final_path("convergence.png")))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 
 use lamino::fft::{Direction, FftPlan, Normalization};
-use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray};
+use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray, OutputSet};
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
 
 use super::{Cli, CliResult};
@@ -106,13 +106,21 @@ fn fft(
     };
     FftPlan::new(&ctx, &array.shape, axes, direction, norm, &data)?.execute(&ctx)?;
     let out = ctx.read(&data, 0, array.data.len())?;
-    write_complex_npy(
-        output,
-        &ComplexArray {
-            shape: array.shape,
-            data: out,
-        },
-    )?;
+    let array = ComplexArray {
+        shape: array.shape,
+        data: out,
+    };
+    write_output(output, &array, &[input])
+}
+
+/// Writes `array` to `output` (complete or not at all), refusing an output that is one of
+/// `inputs`.
+fn write_output(output: &Path, array: &ComplexArray, inputs: &[&Path]) -> CliResult {
+    let (set, staged) = OutputSet::file(output)?;
+    let name = output.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    set.refuse_inputs(&[name], inputs)?;
+    let written = write_complex_npy(&staged, array);
+    set.complete(written)?;
     Ok(())
 }
 
@@ -132,6 +140,9 @@ fn operator(cli: &Cli, what: Apply, args: &OperatorArgs) -> CliResult {
     let op = LaminoOperator::new(&ctx, &geometry, &OperatorOptions::default())?;
     let data = op.apply_host(&ctx, what, &input.shape, &input.data)?;
     let shape = what.spaces().1.shape(&geometry);
-    write_complex_npy(&args.output, &ComplexArray { shape, data })?;
-    Ok(())
+    write_output(
+        &args.output,
+        &ComplexArray { shape, data },
+        &[&args.input, &args.geometry],
+    )
 }

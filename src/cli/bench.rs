@@ -848,7 +848,8 @@ fn scale_distributed(
     iterations: usize,
 ) -> CliResult {
     use lamino::simulate::{simulated_scan, ScanSpec};
-    let dir = tempfile::tempdir()?;
+    let dir = tempfile::tempdir()
+        .map_err(|e| format!("cannot create a temporary directory for the ranks' runs: {e}"))?;
     let scan = dir.path().join("scan.h5");
     let simulated = simulated_scan(&ScanSpec {
         phantom: PhantomKind::Chip,
@@ -892,8 +893,11 @@ fn scale_distributed(
             )
             .into());
         }
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out.join("report.json"))?)?;
+        let report_path = out.join("report.json");
+        let report: serde_json::Value = std::fs::read(&report_path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+            .map_err(|e| format!("cannot read {}: {e}", report_path.display()))?;
         let r = &report["reconstruction"];
         let done = r["reports"].as_array().map_or(0, |a| a.len()).max(1);
         let run = DistributedRun {
@@ -1096,7 +1100,12 @@ fn scale(
     if large > 0 {
         // A host budget of a third of the large run's arrays forces the rest to scratch.
         let third = (large * large * large) as u64 * 4 * 13 / 3;
-        let dir = tempfile::tempdir_in(scratch)?;
+        let dir = tempfile::tempdir_in(scratch).map_err(|e| {
+            format!(
+                "cannot create a scratch directory in {}: {e}",
+                scratch.display()
+            )
+        })?;
         print(&bench_scale_large(
             &options,
             large,

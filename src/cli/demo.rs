@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use lamino::gpu::GpuContext;
 use lamino::input::projections_from_scan;
-use lamino::io::write_dxchange;
+use lamino::io::{write_dxchange, OutputSet};
 use lamino::memo::MemoOptions;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::AdmmParams;
@@ -25,6 +26,19 @@ pub struct DemoArgs {
 
 pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
     let devices = cli.contexts()?;
+    let mut set = OutputSet::begin(&args.out, "demo")?;
+    let result = demo(&devices, args, &mut set);
+    let (summary, _) = set.complete(result)?;
+    println!("{summary}");
+    Ok(())
+}
+
+/// The demo with its files staged in `set`; returns the summary to print once they are in place.
+fn demo(
+    devices: &[GpuContext],
+    args: &DemoArgs,
+    set: &mut OutputSet,
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let ctx = &devices[0];
     // 128^3 on a GPU; a software adapter is one to two orders of magnitude slower, so the same
     // example at 64^3 keeps its run to minutes there. The parameters are the defaults either way.
@@ -42,9 +56,8 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         seed: 0,
         rotation_axis: None,
     })?;
-    std::fs::create_dir_all(out)?;
     let scan_path = out.join("scan.h5");
-    write_dxchange(&scan_path, &simulated.scan)?;
+    write_dxchange(&set.stage("scan.h5")?, &simulated.scan)?;
     eprintln!(
         "simulated a {n}^3 chip, {n} angles, 30 deg tilt, 1e5 photons: {}",
         scan_path.display()
@@ -65,10 +78,11 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         ranks: None,
     };
     let result = run_reconstruction(
-        &devices,
+        devices,
         &projections,
         AdmmParams::default(),
         out,
+        Some(set),
         &options,
         None,
     )?
@@ -79,10 +93,9 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
         shape: truth.shape,
         values: result.volume.clone(),
     };
-    lamino::plot::write_comparison_png(&panel, &truth, &rec).map_err(|e| e.into_io(&panel))?;
-    println!(
-        "{}",
-        serde_json::json!({
+    lamino::plot::write_comparison_png(&set.stage("comparison.png")?, &truth, &rec)
+        .map_err(|e| e.into_io(&panel))?;
+    Ok(serde_json::json!({
             "size": n,
             "score": score,
             "reconstruction_s": result.setup_s + result.iterations_s,
@@ -90,7 +103,5 @@ pub fn run(cli: &Cli, args: &DemoArgs) -> CliResult {
             "device": result.device,
             "out": out.display().to_string(),
             "comparison": panel.display().to_string(),
-        })
-    );
-    Ok(())
+    }))
 }

@@ -6,6 +6,8 @@ use clap::{Args, Subcommand};
 
 use lamino::flatfield::{BasicParams, Smoothness};
 
+use lamino::io::OutputSet;
+
 use super::progress::bar;
 use super::{Cli, CliResult};
 
@@ -133,12 +135,23 @@ pub fn run(cli: &Cli, op: &FlatfieldOp) -> CliResult {
 }
 
 fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
-    use lamino::flatfield::{fit_prepared, io, prepare_stream};
+    use lamino::flatfield::io;
     let params = args.params();
     params.validate()?;
     for change in params.changes_from_default() {
         eprintln!("parameter changed: {change}");
     }
+    let mut set = OutputSet::begin(out, io::FIELDS_KIND)?;
+    set.refuse_inputs(&io::FIELDS_FILES, &[stack])?;
+    let result = fit_into(cli, stack, &params, &mut set);
+    set.complete(result)?;
+    println!("fields written to {}", out.display());
+    Ok(())
+}
+
+/// The fit of [`fit`] with the fields staged in `set`.
+fn fit_into(cli: &Cli, stack: &Path, params: &BasicParams, set: &mut OutputSet) -> CliResult {
+    use lamino::flatfield::{fit_prepared, io, prepare_stream};
     let mut reader = io::StackReader::open(stack)?;
     let (n, h, w) = (reader.count(), reader.height(), reader.width());
     eprintln!(
@@ -148,7 +161,7 @@ fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
     );
     let ctx = cli.context()?;
     let reading = bar(n as u64, "resampling", false);
-    let prepared = prepare_stream(&mut reader, &params, |done| {
+    let prepared = prepare_stream(&mut reader, params, |done| {
         reading.set_position(done as u64)
     })?;
     reading.finish();
@@ -156,7 +169,7 @@ fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
         eprintln!("smoothness auto-data: choosing λ_F by cross-validation over the images first");
     }
     let solving = bar(params.max_reweight_iterations as u64, "solves", false);
-    let fitted = fit_prepared(&ctx, &prepared, h, w, &params, |s| {
+    let fitted = fit_prepared(&ctx, &prepared, h, w, params, |s| {
         solving.inc(1);
         // Printed through the bar so that it also reaches logs when stderr is not a terminal.
         solving.suspend(|| {
@@ -167,7 +180,7 @@ fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
         });
     })?;
     solving.finish_and_clear();
-    io::write_fields(out, &fitted.fields, Some(&fitted.report))?;
+    io::stage_fields(set, &fitted.fields, Some(&fitted.report))?;
     let r = &fitted.report;
     println!(
         "{} reweighting rounds, {}converged (change {:.1e}); baseline re-fit in {} rounds; λ_F {:.4}, λ_D {:.4}; brightness spread {:.2}{}",
@@ -192,7 +205,6 @@ fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
     for w in &r.warnings {
         println!("warning: {w}");
     }
-    println!("fields written to {}", out.display());
     Ok(())
 }
 
@@ -217,19 +229,27 @@ fn apply(
             params.flat_min, defaults.flat_min, params.clip_negative, defaults.clip_negative
         );
     }
+    let field_files = ["flatfield.npy", "darkfield.npy", "baseline.npy"].map(|f| fields.join(f));
     let fields = io::read_fields(fields)?;
     let mut reader = io::StackReader::open(stack)?;
-    std::fs::create_dir_all(out)?;
-    let output = out.join(if reader.is_tiff() {
+    let name = if reader.is_tiff() {
         "corrected.tif"
     } else {
         "corrected.npy"
-    });
+    };
+    let mut set = OutputSet::begin(out, "flatfield-apply")?;
+    let inputs: Vec<&Path> = std::iter::once(stack)
+        .chain(field_files.iter().map(PathBuf::as_path))
+        .collect();
+    set.refuse_inputs(&["corrected.tif", "corrected.npy"], &inputs)?;
+    let output = set.final_path(name);
+    let staged = set.stage(name)?;
     let ctx = cli.context()?;
     let progress = bar(reader.count() as u64, "correcting", false);
-    transform_stream(&ctx, &mut reader, &fields, &params, &output, |done| {
+    let result = transform_stream(&ctx, &mut reader, &fields, &params, &staged, |done| {
         progress.set_position(done as u64)
-    })?;
+    });
+    set.complete(result)?;
     progress.finish();
     println!(
         "{} images corrected to {} ({:.3} % of pixels at the flat_min clamp)",

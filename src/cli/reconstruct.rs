@@ -14,7 +14,7 @@ use lamino::input::{
     extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
     LoadedProjections, ProjectionInput, Shading,
 };
-use lamino::io::MAX_CLAMPED_FRACTION;
+use lamino::io::{OutputSet, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::preprocess::{
     find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
@@ -397,6 +397,18 @@ impl ReconstructArgs {
 }
 
 impl InputArgs {
+    /// Every file the arguments name, for the check that no output overwrites one.
+    pub(super) fn files(&self) -> Vec<&Path> {
+        std::iter::once(&self.input)
+            .chain(
+                [&self.angles, &self.flats, &self.darks, &self.geometry]
+                    .into_iter()
+                    .flatten(),
+            )
+            .map(PathBuf::as_path)
+            .collect()
+    }
+
     /// The input route the arguments describe, or why they describe none.
     fn projection_input(&self) -> Result<ProjectionInput, Box<dyn std::error::Error>> {
         let path = self.input.clone();
@@ -579,6 +591,44 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         }
         return Ok(());
     }
+    // Only the first rank writes: staging directories are named by process id, which ranks on
+    // other nodes may share.
+    let mut set = match first {
+        true => Some(OutputSet::begin(&args.out, lamino::recon::OUTPUT_KIND)?),
+        false => None,
+    };
+    if let Some(set) = &set {
+        let outputs: Vec<&str> = lamino::recon::OUTPUT_NAMES
+            .into_iter()
+            .chain([AXIS_SEARCH_CSV])
+            .collect();
+        set.refuse_inputs(&outputs, &args.input.files())?;
+    }
+    let result = reconstruct_into(cli, args, params, &options, set.as_mut());
+    let Some(set) = set else {
+        return result;
+    };
+    let ((), written) = set.complete(result)?;
+    if !options.quiet {
+        written
+            .iter()
+            .for_each(|path| eprintln!("wrote {}", path.display()));
+    }
+    Ok(())
+}
+
+/// Where `reconstruct --rotation-axis auto` writes the scores of its search.
+const AXIS_SEARCH_CSV: &str = "axis_search.csv";
+
+/// The reconstruction of [`run_as`] after its checks, with its outputs staged in `set` (the
+/// first rank's).
+fn reconstruct_into(
+    cli: &Cli,
+    args: &ReconstructArgs,
+    params: AdmmParams,
+    options: &RunOptions,
+    mut set: Option<&mut OutputSet>,
+) -> CliResult {
     // The devices first: under MPI, a rank's share of the projections depends on how many
     // devices every rank has. A rank reads only its share, unless the axis search needs them all.
     let devices = open_devices(cli, &options.ranks)?;
@@ -606,9 +656,11 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
             let search = find_rotation_axis(ctx, &projections, b, tilt, &Slab::default())?;
-            std::fs::create_dir_all(&args.out)?;
-            let csv = args.out.join("axis_search.csv");
-            super::r#try::write_scores(&csv, search.passes.iter().flat_map(|p| &p.scored))?;
+            let csv = args.out.join(AXIS_SEARCH_CSV);
+            if let Some(set) = set.as_deref_mut() {
+                let scored = search.passes.iter().flat_map(|p| &p.scored);
+                super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
+            }
             eprintln!(
                 "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \
                  {} passes, {:.1} s): {:.2}; scores in {}",
@@ -630,7 +682,8 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         &projections,
         params,
         &args.out,
-        &options,
+        set,
+        options,
         Some(pre),
     )?;
     Ok(())
@@ -670,14 +723,16 @@ pub(super) struct RunOptions {
     pub ranks: MpiRanks,
 }
 
-/// Reconstructs with a progress bar and Ctrl-C handling, and writes the outputs to `out`.
-/// The volume is written a slab at a time from where the solver keeps it, so it never has to fit
-/// in host memory; the returned [`Solved`] still holds it.
+/// Reconstructs with a progress bar and Ctrl-C handling (the checkpoint in `out`), and stages
+/// the outputs in `set` (absent on the ranks that write nothing). The volume is written a slab
+/// at a time from where the solver keeps it, so it never has to fit in host memory; the
+/// returned [`Solved`] still holds it.
 pub(super) fn run_reconstruction<'a>(
     devices: &'a [GpuContext],
     projections: &Projections,
     params: AdmmParams,
     out: &Path,
+    set: Option<&mut OutputSet>,
     o: &RunOptions,
     preprocessing: Option<Preprocessing>,
 ) -> Result<Solved<'a>, Box<dyn std::error::Error>> {
@@ -719,7 +774,9 @@ pub(super) fn run_reconstruction<'a>(
             o.memo.policy
         );
     }
-    std::fs::create_dir_all(out)?;
+    // The checkpoint's directory (the output set's has made it on the first rank).
+    std::fs::create_dir_all(out)
+        .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
     let checkpoint = out.join("checkpoint.ckpt");
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = cancel.clone();
@@ -751,9 +808,9 @@ pub(super) fn run_reconstruction<'a>(
         progress.suspend(|| eprintln!("{plan}"));
     }
     let mut solved = builder.solve(projections)?;
-    if !is_first(&o.ranks) {
+    let Some(set) = set else {
         return Ok(solved);
-    }
+    };
     solved.report.preprocessing = preprocessing;
     let result = &solved.report;
     progress.finish_and_clear();
@@ -772,10 +829,6 @@ pub(super) fn run_reconstruction<'a>(
             result.stop.describe()
         );
     }
-    for path in solved.write_outputs(out)? {
-        if !o.quiet {
-            eprintln!("wrote {}", path.display());
-        }
-    }
+    solved.stage_outputs(set)?;
     Ok(solved)
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use lamino::input::{check_finite, read_volume};
+use lamino::io::OutputSet;
 use lamino::plot::write_comparison_png;
 
 use super::CliResult;
@@ -46,7 +47,11 @@ pub fn run(args: &ScoreArgs) -> CliResult {
             .unwrap_or(std::path::Path::new("."))
             .join("comparison.png")
     });
-    write_comparison_png(&panel, &t, &r).map_err(|e| e.into_io(&panel))?;
+    let (set, staged) = OutputSet::file(&panel)?;
+    let name = panel.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    set.refuse_inputs(&[name], &[rec, truth])?;
+    let written = write_comparison_png(&staged, &t, &r).map_err(|e| e.into_io(&panel));
+    set.complete(written)?;
     eprintln!("comparison panel: {}", panel.display());
     println!(
         "{}",

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use lamino::io::{write_atomically, write_tiff_volume, Stack};
+use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
 use lamino::plot::write_preview_png;
 use lamino::preprocess::{
     candidate_range, check_grid, grid, score_candidates, Scored, Slab, DEFAULT_SLAB_SLICES,
@@ -124,7 +124,6 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
     let start = Instant::now();
     let result = score_candidates(&ctx, &projections, b, &candidates, &slab)?;
     let elapsed = start.elapsed().as_secs_f64();
-    std::fs::create_dir_all(&args.out)?;
     let [n1, n2] = result.preview_shape;
     let name = |s: &Scored| match (args.rotation_axis_range, args.tilt_range) {
         (Some(_), Some(_)) => format!(
@@ -134,34 +133,41 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         (Some(_), None) => format!("axis_{:.2}.png", s.candidate.rotation_axis),
         _ => format!("tilt_{:.2}.png", s.candidate.tilt_deg),
     };
-    for (s, preview) in result.scored.iter().zip(&result.previews) {
-        let file = name(s);
-        let title = file.trim_end_matches(".png").replace('_', " ");
-        write_preview_png(&args.out.join(file), preview, n1, n2, &title)?;
-    }
-    write_scores(&args.out.join("scores.csv"), &result.scored)?;
-    write_tiff_volume(
-        &args.out.join("slices.tif"),
-        &Stack {
-            shape: [result.previews.len(), n1, n2],
-            values: result.previews.concat(),
-        },
-    )?;
-    let json = serde_json::json!({
-        "lamino_version": env!("CARGO_PKG_VERSION"),
-        "metric": "gradient energy: mean |grad_xy f|^2 of the slab over its inscribed disc (larger is sharper)",
-        "slab": slab,
-        "preprocessing": pre,
-        "seconds": elapsed,
-        "search": result,
-    });
-    write_atomically(&args.out.join("try.json"), |tmp| {
-        std::fs::write(
-            tmp,
-            serde_json::to_vec_pretty(&json).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| e.to_string())
-    })?;
+    let previews: Vec<String> = result.scored.iter().map(name).collect();
+    let mut set = OutputSet::begin(&args.out, "try")?;
+    let outputs: Vec<&str> = previews
+        .iter()
+        .map(String::as_str)
+        .chain(["scores.csv", "slices.tif", "try.json"])
+        .collect();
+    set.refuse_inputs(&outputs, &args.input.files())?;
+    let staged = (|| -> CliResult {
+        for (file, preview) in previews.iter().zip(&result.previews) {
+            let title = file.trim_end_matches(".png").replace('_', " ");
+            write_preview_png(&set.stage(file)?, preview, n1, n2, &title)
+                .map_err(|e| e.into_io(&set.final_path(file)))?;
+        }
+        write_scores(&set.stage("scores.csv")?, &result.scored)?;
+        write_tiff_volume(
+            &set.stage("slices.tif")?,
+            &Stack {
+                shape: [result.previews.len(), n1, n2],
+                values: result.previews.concat(),
+            },
+        )?;
+        let json = serde_json::json!({
+            "lamino_version": env!("CARGO_PKG_VERSION"),
+            "metric": "gradient energy: mean |grad_xy f|^2 of the slab over its inscribed disc (larger is sharper)",
+            "slab": slab,
+            "preprocessing": pre,
+            "seconds": elapsed,
+            "search": result,
+        });
+        std::fs::write(set.stage("try.json")?, serde_json::to_vec_pretty(&json)?)
+            .map_err(|e| format!("cannot write {}: {e}", set.final_path("try.json").display()))?;
+        Ok(())
+    })();
+    set.complete(staged)?;
     for s in &result.scored {
         println!(
             "axis {:9.3}  tilt {:8.3} deg  score {:.6e}",

@@ -186,7 +186,9 @@ pub fn clamped_fraction(fields: &Fields, params: &TransformParams) -> f64 {
 }
 
 /// Streams a stack file through the transform into `output` (`.npy` or `.tif`), one device batch
-/// at a time; `progress` gets the number of images done.
+/// at a time; `progress` gets the number of images done. `output` is written in place: give a
+/// path staged in an [`crate::io::OutputSet`] (as `flatfield apply` does) for it to appear only
+/// when complete.
 pub fn transform_stream(
     ctx: &GpuContext,
     reader: &mut StackReader,

@@ -9,6 +9,7 @@ use std::path::Path;
 use ndarray::{Array1, Array2};
 use ndarray_npy::WriteNpyExt;
 
+use crate::io::OutputSet;
 pub use crate::io::{read_stack, Dtype, StackReader, StackWriter};
 
 use super::{Fields, FitReport, FlatfieldError};
@@ -20,16 +21,45 @@ fn file_error(path: &Path, reason: impl ToString) -> FlatfieldError {
     }
 }
 
-/// Writes `flatfield`, `darkfield`, `baseline` as float32 `.npy` and `.tif`, PNG previews of the
-/// two fields ([`crate::plot::write_preview_png`]: enlarged, robust grey window), `fields.png`
-/// (both fields with their value ranges and the baseline per frame) and `report.json` when a report
-/// is given.
+/// The kind of the [`OutputSet`] of a fields directory ([`write_fields`]).
+pub const FIELDS_KIND: &str = "flatfield-fit";
+
+/// Every file [`stage_fields`] may write.
+pub const FIELDS_FILES: [&str; 10] = [
+    "flatfield.npy",
+    "flatfield.tif",
+    "flatfield.png",
+    "darkfield.npy",
+    "darkfield.tif",
+    "darkfield.png",
+    "baseline.npy",
+    "baseline.tif",
+    "fields.png",
+    "report.json",
+];
+
+/// Writes the files of [`stage_fields`] to `dir` as one [`OutputSet`] of kind [`FIELDS_KIND`]:
+/// a fields directory never holds fields of two fits.
 pub fn write_fields(
     dir: &Path,
     fields: &Fields,
     report: Option<&FitReport>,
 ) -> Result<(), FlatfieldError> {
-    std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;
+    let mut set = OutputSet::begin(dir, FIELDS_KIND)?;
+    let staged = stage_fields(&mut set, fields, report);
+    set.complete(staged)?;
+    Ok(())
+}
+
+/// Stages `flatfield`, `darkfield`, `baseline` as float32 `.npy` and `.tif`, PNG previews of the
+/// two fields ([`crate::plot::write_preview_png`]: enlarged, robust grey window), `fields.png`
+/// (both fields with their value ranges and the baseline per frame) and `report.json` when a
+/// report is given, in `set`.
+pub fn stage_fields(
+    set: &mut OutputSet,
+    fields: &Fields,
+    report: Option<&FitReport>,
+) -> Result<(), FlatfieldError> {
     let (h, w) = (fields.height, fields.width);
     let images: [(&str, &[f32], usize, usize); 3] = [
         ("flatfield", &fields.flatfield, h, w),
@@ -37,8 +67,9 @@ pub fn write_fields(
         ("baseline", &fields.baseline, 1, fields.baseline.len()),
     ];
     for (name, data, rows, cols) in images {
-        let npy = dir.join(format!("{name}.npy"));
-        let file = File::create(&npy).map_err(|e| file_error(&npy, e))?;
+        let npy_name = format!("{name}.npy");
+        let (npy, shown) = (set.stage(&npy_name)?, set.final_path(&npy_name));
+        let file = File::create(&npy).map_err(|e| file_error(&shown, e))?;
         let mut out = BufWriter::new(file);
         if rows == 1 {
             Array1::from_vec(data.to_vec()).write_npy(&mut out)
@@ -47,19 +78,24 @@ pub fn write_fields(
                 .expect("field sizes match their shape")
                 .write_npy(&mut out)
         }
-        .map_err(|e| file_error(&npy, e))?;
+        .map_err(|e| file_error(&shown, e))?;
         if cols > 0 {
-            let mut tif = StackWriter::create(&dir.join(format!("{name}.tif")), 1, rows, cols)?;
-            tif.write_image(data)?;
-            tif.finish()?;
+            let tif_name = format!("{name}.tif");
+            let tif = set.stage(&tif_name)?;
+            let shown = set.final_path(&tif_name);
+            let written = StackWriter::create(&tif, 1, rows, cols)
+                .and_then(|mut tif| tif.write_image(data).map(|()| tif))
+                .and_then(StackWriter::finish);
+            written.map_err(|e| file_error(&shown, e))?;
         }
         if rows > 1 {
-            let png = dir.join(format!("{name}.png"));
+            let png_name = format!("{name}.png");
+            let png = set.stage(&png_name)?;
             crate::plot::write_preview_png(&png, data, rows, cols, name)
-                .map_err(|e| file_error(&png, e))?;
+                .map_err(|e| file_error(&set.final_path(&png_name), e))?;
         }
     }
-    let plot = dir.join("fields.png");
+    let plot = set.stage("fields.png")?;
     crate::plot::write_fields_png(
         &plot,
         &fields.flatfield,
@@ -67,11 +103,11 @@ pub fn write_fields(
         (h, w),
         &fields.baseline,
     )
-    .map_err(|e| file_error(&plot, e))?;
+    .map_err(|e| file_error(&set.final_path("fields.png"), e))?;
     if let Some(report) = report {
-        let path = dir.join("report.json");
-        let text = serde_json::to_string_pretty(report).map_err(|e| file_error(&path, e))?;
-        std::fs::write(&path, text).map_err(|e| file_error(&path, e))?;
+        let (path, shown) = (set.stage("report.json")?, set.final_path("report.json"));
+        let text = serde_json::to_string_pretty(report).map_err(|e| file_error(&shown, e))?;
+        std::fs::write(&path, text).map_err(|e| file_error(&shown, e))?;
     }
     Ok(())
 }

@@ -2,6 +2,10 @@
 //! volumes ([`Stack`]: `.npy` and multi-page TIFF, read image by image), DXchange HDF5 scans with
 //! flat/dark normalisation of the intensities they hold, and PNG previews.
 //!
+//! Writers never damage earlier results: the files of one command run form an [`OutputSet`],
+//! staged and moved into place together once all are complete and on disk (a single file through
+//! [`write_atomically`], a one-file set).
+//!
 //! Readers treat every size in a header as a claim: it is checked against the file's length,
 //! with checked arithmetic, before anything is allocated from it.
 
@@ -9,6 +13,7 @@ mod dxchange;
 mod h5;
 mod normalize;
 mod npy;
+mod output_set;
 mod stack;
 mod text;
 mod volume;
@@ -27,15 +32,31 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, ComplexArray, Dtype,
     NpyReader,
 };
+pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use text::{read_text, TextError, MAX_TEXT_BYTES};
 pub use volume::{
-    central_slices, central_slices_of, read_tiff_volume, write_atomically, write_tiff_volume,
-    write_volume, write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
+    central_slices, central_slices_of, read_tiff_volume, write_tiff_volume, write_volume,
+    write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
 };
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use thiserror::Error;
+
+/// The format a file's extension names, for messages: readers open files by their extension.
+fn format_name(path: &Path) -> &'static str {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("npy") => ".npy",
+        Some("tif" | "tiff") => "TIFF",
+        Some("h5" | "hdf5") => "HDF5",
+        Some("json") => "JSON",
+        _ => "array",
+    }
+}
 
 /// Errors reading or writing array files; each names the file.
 #[derive(Debug, Error)]
@@ -44,8 +65,8 @@ pub enum IoError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {reason}")]
     Read { path: PathBuf, reason: String },
-    /// The file is not a valid .npy file.
-    #[error("{path} is not a valid .npy file: {reason}")]
+    /// The file is not a valid file of the format its extension names.
+    #[error("{path} is not a valid {} file: {reason}", format_name(path))]
     Corrupt { path: PathBuf, reason: String },
     /// The element type is not one lamino reads here.
     #[error("{path} holds dtype '{descr}'; expected {expected}")]
@@ -68,6 +89,17 @@ pub enum IoError {
     /// The output could not be written.
     #[error("cannot write {path}: {reason}")]
     Write { path: PathBuf, reason: String },
+    /// A run failed before its [`OutputSet`] was committed: nothing in `dir` changed.
+    #[error("{reason}; the previous outputs in {dir} are unchanged")]
+    Unchanged { dir: PathBuf, reason: String },
+    /// A run failed before its [`OutputSet`] was committed in a directory it made: nothing was
+    /// written (the directory is removed again).
+    #[error("{reason}; nothing was written to {dir}")]
+    NothingWritten { dir: PathBuf, reason: String },
+    /// A file the command reads is also one it would write (or replace): refused before
+    /// anything is written.
+    #[error("{input} is an input of this command and also one of its outputs ({output}): writing would destroy the input; choose another output")]
+    InputIsOutput { input: PathBuf, output: PathBuf },
     /// The file exists but HDF5 cannot open it (not HDF5, truncated or corrupt).
     #[error("{path} is not a readable HDF5 file: {reason}")]
     NotHdf5 { path: PathBuf, reason: String },

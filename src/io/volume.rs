@@ -2,50 +2,11 @@
 //! tifffile read), the three central orthogonal slices (what previews show, drawn by
 //! [`crate::plot`]), and atomic writes.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
+use super::output_set::stage_one;
 use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
 use super::IoError;
-
-/// A temporary name next to `path`, unique per process and call, so concurrent writers never share
-/// a temporary file.
-fn temp_path(path: &Path) -> PathBuf {
-    static WRITES: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(
-        ".{name}.tmp{}-{}",
-        std::process::id(),
-        WRITES.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
-/// Runs `write` on a temporary file next to `path` and renames it into place only on success, so
-/// an existing file is never left damaged.
-pub fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<(), IoError> {
-    if path.file_name().is_none() {
-        return Err(IoError::Write {
-            path: path.into(),
-            reason: "the path names no file".into(),
-        });
-    }
-    let tmp = temp_path(path);
-    let result = write(&tmp).and_then(|()| std::fs::rename(&tmp, path).map_err(|e| e.to_string()));
-    result.map_err(|reason| {
-        // Best effort: the temporary file may not exist if creating it was what failed.
-        let _ = std::fs::remove_file(&tmp);
-        IoError::Write {
-            path: path.into(),
-            reason,
-        }
-    })
-}
 
 /// What [`VolumeSlabs::visit_slabs`] calls with each slab: `(first z slice, values)`.
 pub type SlabVisitor<'v> = dyn FnMut(usize, &[f32]) -> Result<(), String> + 'v;
@@ -111,25 +72,16 @@ fn write_files(
         path: path.into(),
         reason,
     };
-    if let Some((path, _)) = files.iter().find(|(p, _)| p.file_name().is_none()) {
-        return Err(error(path, "the path names no file".into()));
+    // Each file its own set: complete and on disk before it gets its name.
+    let mut sets = Vec::with_capacity(files.len());
+    for (path, _) in files {
+        sets.push(stage_one(path)?);
     }
-    let temps: Vec<PathBuf> = files.iter().map(|(path, _)| temp_path(path)).collect();
-    let remove_temps = || {
-        for tmp in &temps {
-            // Best effort: a temporary file may not exist if creating it was what failed.
-            let _ = std::fs::remove_file(tmp);
-        }
-    };
     let mut writers = Vec::with_capacity(files.len());
-    for ((path, format), tmp) in files.iter().zip(&temps) {
-        match StackWriter::create_as(tmp, *format, n0, n1, n2) {
-            Ok(w) => writers.push(w),
-            Err(e) => {
-                remove_temps();
-                return Err(error(path, e.to_string()));
-            }
-        }
+    for ((path, format), (_, staged)) in files.iter().zip(&sets) {
+        let writer = StackWriter::create_as(staged, *format, n0, n1, n2)
+            .map_err(|e| error(path, e.to_string()))?;
+        writers.push(writer);
     }
     // The file a failure belongs to (the first when the volume could not be read).
     let mut failed = 0;
@@ -155,15 +107,11 @@ fn write_files(
         Ok(())
     });
     if let Err(reason) = finished {
-        remove_temps();
         return Err(error(files[failed].0, reason));
     }
-    for (k, ((path, _), tmp)) in files.iter().zip(&temps).enumerate() {
-        if let Err(e) = std::fs::rename(tmp, path) {
-            for tmp in &temps[k..] {
-                let _ = std::fs::remove_file(tmp);
-            }
-            return Err(error(path, e.to_string()));
+    for (set, _) in sets {
+        if let Some(set) = set {
+            set.commit()?;
         }
     }
     Ok(())
@@ -261,6 +209,7 @@ impl CentralSlices {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::write_atomically;
 
     #[test]
     fn tiff_volumes_round_trip_and_central_slices_are_the_middle_planes() {

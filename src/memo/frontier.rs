@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{MemoOptions, MemoPolicy, AUTO_FLOOR};
 use crate::bench::process_cpu_seconds;
 use crate::gpu::GpuContext;
-use crate::io::{write_atomically, IoError};
+use crate::io::{IoError, OutputSet};
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions, Stage};
 use crate::plan::Mode;
@@ -396,17 +396,21 @@ fn frontier_csv(points: &[FrontierPoint]) -> Result<Vec<u8>, csv::Error> {
 /// Writes `DIR/memo_frontier.csv` and `DIR/memo_frontier.png` (accuracy against normalised
 /// time: our mlr and certified runs, the paper's points, the exact run at (1, 1)).
 pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBuf>, IoError> {
-    std::fs::create_dir_all(dir).map_err(|e| IoError::Write {
-        path: dir.into(),
-        reason: e.to_string(),
-    })?;
-    let csv_path = dir.join("memo_frontier.csv");
+    let mut set = OutputSet::begin(dir, "bench-memo")?;
+    let staged = stage_frontier(&mut set, points);
+    Ok(set.complete(staged)?.1)
+}
+
+/// The files of [`write_frontier`], staged in `set`.
+fn stage_frontier(set: &mut OutputSet, points: &[FrontierPoint]) -> Result<(), IoError> {
+    let csv_path = set.final_path("memo_frontier.csv");
     let csv = frontier_csv(points).map_err(|e| IoError::Write {
         path: csv_path.clone(),
         reason: e.to_string(),
     })?;
-    write_atomically(&csv_path, |tmp| {
-        std::fs::write(tmp, &csv).map_err(|e| e.to_string())
+    std::fs::write(set.stage("memo_frontier.csv")?, &csv).map_err(|e| IoError::Write {
+        path: csv_path,
+        reason: e.to_string(),
     })?;
     let select = |name: &str| -> Vec<(f64, f64)> {
         points
@@ -485,9 +489,9 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
             connect: false,
         },
     ];
-    let png_path = dir.join("memo_frontier.png");
+    let png_path = set.final_path("memo_frontier.png");
     write_scatter_png(
-        &png_path,
+        &set.stage("memo_frontier.png")?,
         &PlotSpec {
             title: "Memoization: accuracy vs time",
             x_label: "time / exact time",
@@ -498,10 +502,9 @@ pub fn write_frontier(dir: &Path, points: &[FrontierPoint]) -> Result<Vec<PathBu
         },
     )
     .map_err(|e| IoError::Write {
-        path: png_path.clone(),
+        path: png_path,
         reason: e.to_string(),
-    })?;
-    Ok(vec![csv_path, png_path])
+    })
 }
 
 #[cfg(test)]
