@@ -169,9 +169,12 @@ fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     files
 }
 
+/// An edit of a checkpoint's JSON header.
+type HeaderEdit = fn(&mut serde_json::Value);
+
 /// `checkpoint.ckpt` in `out` with its JSON header edited by `edit` and the checksum left as it
 /// was (the layout is in `lamino::solver::Checkpoint`'s module docs).
-fn edit_checkpoint_header(out: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+fn edit_checkpoint_header(out: &Path, edit: HeaderEdit) {
     let path = out.join("checkpoint.ckpt");
     let bytes = std::fs::read(&path).unwrap();
     let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
@@ -192,7 +195,7 @@ fn resume_refuses_an_edited_checkpoint_and_leaves_the_previous_outputs() {
     // Two iterations fewer than were done, with the report of the iteration before them:
     // consistent, so only the checksum over the header can tell; then the iteration count
     // alone, which the consistency checks refuse.
-    let cases: [(&str, fn(&mut serde_json::Value)); 2] = [
+    let cases: [(&str, HeaderEdit); 2] = [
         ("checksum mismatch", |h| {
             h["iteration"] = 1.into();
             h["last_report"]["iteration"] = 0.into();

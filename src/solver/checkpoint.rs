@@ -463,6 +463,9 @@ mod tests {
     use crate::hash::fnv1a;
     use serde_json::{json, Value};
 
+    /// An edit of a checkpoint's JSON header.
+    type Edit = fn(&mut Value);
+
     fn report(iteration: usize, rho: f64) -> IterationReport {
         IterationReport {
             iteration,
@@ -620,50 +623,37 @@ mod tests {
     #[test]
     fn a_consistent_header_edit_is_refused_by_the_checksum() {
         let (_dir, path, bytes) = written();
-        let edits: [(&str, Box<dyn Fn(&mut Value)>); 7] = [
+        let edits: [(&str, Edit); 7] = [
             // 3 -> 2 iterations with the report of iteration 1: what a resume would trust.
-            (
-                "iteration",
-                Box::new(|h| {
-                    h["iteration"] = json!(2);
-                    h["last_report"]["iteration"] = json!(1);
-                }),
-            ),
+            ("iteration", |h| {
+                h["iteration"] = json!(2);
+                h["last_report"]["iteration"] = json!(1);
+            }),
             // The report's penalty, not halved.
-            (
-                "rho_bits",
-                Box::new(|h| h["rho_bits"] = json!(0.5f64.to_bits())),
-            ),
+            ("rho_bits", |h| h["rho_bits"] = json!(0.5f64.to_bits())),
             // A report that meets the convergence test at once.
-            (
-                "last_report",
-                Box::new(|h| {
-                    for key in ["change", "primal_relative", "dual_relative"] {
-                        h["last_report"][key] = json!(1e-9);
-                    }
-                }),
-            ),
-            (
-                "geometry",
-                Box::new(|h| {
-                    let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
-                    g.phi = 1.3;
-                    h["geometry_fingerprint"] = json!(g.fingerprint());
-                    h["geometry"] = serde_json::to_value(g).unwrap();
-                }),
-            ),
-            ("params", Box::new(|h| h["params"]["alpha"] = json!(0.5))),
-            ("data_hash", Box::new(|h| h["data_hash"] = json!(100))),
-            (
-                "params.outer_iterations",
-                Box::new(|h| h["params"]["outer_iterations"] = json!(4)),
-            ),
+            ("last_report", |h| {
+                for key in ["change", "primal_relative", "dual_relative"] {
+                    h["last_report"][key] = json!(1e-9);
+                }
+            }),
+            ("geometry", |h| {
+                let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
+                g.phi = 1.3;
+                h["geometry_fingerprint"] = json!(g.fingerprint());
+                h["geometry"] = serde_json::to_value(g).unwrap();
+            }),
+            ("params", |h| h["params"]["alpha"] = json!(0.5)),
+            ("data_hash", |h| h["data_hash"] = json!(100)),
+            ("params.outer_iterations", |h| {
+                h["params"]["outer_iterations"] = json!(4)
+            }),
         ];
         for (field, edit) in &edits {
-            let reason = corrupt_reason(&path, &edited(&bytes, edit, false));
+            let reason = corrupt_reason(&path, &edited(&bytes, *edit, false));
             assert!(reason.contains("checksum mismatch"), "{field}: {reason}");
             // Re-checksummed, the same edit passes: the checksum is unkeyed (module docs).
-            std::fs::write(&path, edited(&bytes, edit, true)).unwrap();
+            std::fs::write(&path, edited(&bytes, *edit, true)).unwrap();
             assert!(Checkpoint::read(&path).is_ok(), "{field}");
         }
     }
@@ -673,73 +663,49 @@ mod tests {
     #[test]
     fn an_inconsistent_header_is_refused_naming_the_field() {
         let (_dir, path, bytes) = written();
-        let nan = f64::NAN.to_bits();
-        let edits: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
-            (
-                "iteration = 301",
-                Box::new(|h| {
-                    h["iteration"] = json!(301);
-                    h["last_report"]["iteration"] = json!(300);
-                }),
-            ),
-            ("rho = 0", Box::new(|h| h["rho_bits"] = json!(0u64))),
-            ("rho = NaN", Box::new(move |h| h["rho_bits"] = json!(nan))),
-            (
-                "rho = -0.25",
-                Box::new(|h| h["rho_bits"] = json!((-0.25f64).to_bits())),
-            ),
-            (
-                "rho = 0.125",
-                Box::new(|h| h["rho_bits"] = json!(0.125f64.to_bits())),
-            ),
-            (
-                "last_report.iteration = 1",
-                Box::new(|h| h["last_report"]["iteration"] = json!(1)),
-            ),
-            (
-                "last_report missing",
-                Box::new(|h| h["last_report"] = Value::Null),
-            ),
-            (
-                "after 0 iterations",
-                Box::new(|h| h["iteration"] = json!(0)),
-            ),
-            (
-                "lengths = [64, 192, 192, 192, 32]",
-                Box::new(|h| h["lengths"][4] = json!(32)),
-            ),
-            (
-                "lengths = [192, 64,",
-                Box::new(|h| {
-                    h["lengths"][0] = json!(192);
-                    h["lengths"][1] = json!(64);
-                }),
-            ),
-            (
-                "geometry_fingerprint = 7",
-                Box::new(|h| h["geometry_fingerprint"] = json!(7)),
-            ),
-            (
-                "geometry: phi = 4",
-                Box::new(|h| {
-                    let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
-                    g.phi = 4.0;
-                    h["geometry_fingerprint"] = json!(g.fingerprint());
-                    h["geometry"] = serde_json::to_value(g).unwrap();
-                }),
-            ),
-            (
-                "params: solver parameter outer_iterations = 0",
-                Box::new(|h| h["params"]["outer_iterations"] = json!(0)),
-            ),
+        let edits: [(&str, Edit); 14] = [
+            ("iteration = 301", |h| {
+                h["iteration"] = json!(301);
+                h["last_report"]["iteration"] = json!(300);
+            }),
+            ("rho = 0", |h| h["rho_bits"] = json!(0u64)),
+            ("rho = NaN", |h| h["rho_bits"] = json!(f64::NAN.to_bits())),
+            ("rho = -0.25", |h| {
+                h["rho_bits"] = json!((-0.25f64).to_bits())
+            }),
+            ("rho = 0.125", |h| h["rho_bits"] = json!(0.125f64.to_bits())),
+            ("last_report.iteration = 1", |h| {
+                h["last_report"]["iteration"] = json!(1)
+            }),
+            ("last_report missing", |h| h["last_report"] = Value::Null),
+            ("after 0 iterations", |h| h["iteration"] = json!(0)),
+            ("lengths = [64, 192, 192, 192, 32]", |h| {
+                h["lengths"][4] = json!(32)
+            }),
+            ("lengths = [192, 64,", |h| {
+                h["lengths"][0] = json!(192);
+                h["lengths"][1] = json!(64);
+            }),
+            ("geometry_fingerprint = 7", |h| {
+                h["geometry_fingerprint"] = json!(7)
+            }),
+            ("geometry: phi = 4", |h| {
+                let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
+                g.phi = 4.0;
+                h["geometry_fingerprint"] = json!(g.fingerprint());
+                h["geometry"] = serde_json::to_value(g).unwrap();
+            }),
+            ("params: solver parameter outer_iterations = 0", |h| {
+                h["params"]["outer_iterations"] = json!(0)
+            }),
             (
                 "iteration = 3: more than the parameters' outer_iterations = 2",
-                Box::new(|h| h["params"]["outer_iterations"] = json!(2)),
+                |h| h["params"]["outer_iterations"] = json!(2),
             ),
         ];
         for (expected, edit) in &edits {
             for rehash in [false, true] {
-                let reason = corrupt_reason(&path, &edited(&bytes, edit, rehash));
+                let reason = corrupt_reason(&path, &edited(&bytes, *edit, rehash));
                 assert!(reason.contains(expected), "{expected}: {reason}");
             }
         }
