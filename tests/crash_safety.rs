@@ -155,6 +155,80 @@ fn a_checkpoint_resumes_from_every_input_route_to_the_uninterrupted_bits() {
     );
 }
 
+/// Every file under `dir` with its bytes, sorted by path.
+fn snapshot(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .flat_map(|p| match p.is_dir() {
+            true => snapshot(&p),
+            false => vec![(p.clone(), std::fs::read(&p).unwrap())],
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// An edit of a checkpoint's JSON header.
+type HeaderEdit = fn(&mut serde_json::Value);
+
+/// `checkpoint.ckpt` in `out` with its JSON header edited by `edit` and the checksum left as it
+/// was (the layout is in `lamino::solver::Checkpoint`'s module docs).
+fn edit_checkpoint_header(out: &Path, edit: HeaderEdit) {
+    let path = out.join("checkpoint.ckpt");
+    let bytes = std::fs::read(&path).unwrap();
+    let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+    edit(&mut header);
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut edited = bytes[..8].to_vec();
+    edited.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    edited.extend_from_slice(&header);
+    edited.extend_from_slice(&bytes[16 + len..]);
+    std::fs::write(&path, edited).unwrap();
+}
+
+#[test]
+fn resume_refuses_an_edited_checkpoint_and_leaves_the_previous_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, input) = inputs(dir.path()).remove(0);
+    // Two iterations fewer than were done, with the report of the iteration before them:
+    // consistent, so only the checksum over the header can tell; then the iteration count
+    // alone, which the consistency checks refuse.
+    let cases: [(&str, HeaderEdit); 2] = [
+        ("checksum mismatch", |h| {
+            h["iteration"] = 1.into();
+            h["last_report"]["iteration"] = 0.into();
+        }),
+        ("last_report.iteration = 2", |h| h["iteration"] = 1.into()),
+    ];
+    for (expected, edit) in cases {
+        let out = dir.path().join(expected.replace(' ', "-"));
+        check(
+            &reconstruct(
+                &input,
+                &out,
+                &["--iterations", "3", "--checkpoint-every", "1"],
+            )
+            .output()
+            .unwrap(),
+        );
+        edit_checkpoint_header(&out, edit);
+        let before = snapshot(&out);
+        let o = reconstruct(&input, &out, &["--iterations", ITERATIONS, "--resume"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success()
+                && stderr.contains("is not a usable lamino checkpoint")
+                && stderr.contains(expected),
+            "{stderr}"
+        );
+        assert!(snapshot(&out) == before, "{expected}: the outputs changed");
+    }
+}
+
 /// Completes a run that was stopped: resumes from its checkpoint, or starts again when it was
 /// stopped before writing one.
 fn finish(input: &[String], out: &Path) {

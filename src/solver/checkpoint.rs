@@ -1,6 +1,7 @@
 //! Solver checkpoints: the complete state, written atomically (temporary file, flush, rename), so
 //! a killed process leaves either the previous checkpoint or the new one, never a torn file; and
-//! read back with a checksum, so a damaged file is refused rather than resumed from.
+//! read back with a checksum over the whole file and a check of the header's values against each
+//! other, so a damaged or edited file is refused rather than resumed from.
 //!
 //! The arrays are written and read a block at a time, never whole: a checkpoint of a volume
 //! larger than host memory (streaming mode, arrays in scratch files) passes through a buffer of
@@ -9,7 +10,14 @@
 //!
 //! Layout: the 8-byte magic `LAMINOCK`, a little-endian u64 header length, a JSON header, the
 //! arrays u, psi, lambda, grad u, A u as little-endian f32 in that order, and last the u64
-//! FNV-1a hash of those array bytes (a trailer: it is known only once the arrays are written).
+//! FNV-1a hash of every byte before it (a trailer: it is known only once the arrays are written).
+//!
+//! What the checksum is for: FNV-1a is unkeyed, so it detects corruption (a bit flip, a torn or
+//! truncated copy) and edits made without recomputing it, not someone who edits the file and
+//! recomputes the hash. The consistency checks on the header narrow what such an edit can do
+//! (an iteration count beyond the parameters' maximum, a penalty that is not positive, a report
+//! of another iteration, arrays of another size), but a checkpoint is trusted as far as the
+//! place it is kept is trusted.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -22,11 +30,16 @@ use super::admm::IterationReport;
 use super::params::AdmmParams;
 use crate::hash::{fnv1a_continue, FNV_OFFSET};
 use crate::operator::Geometry;
+use crate::plan::Array;
 
 const MAGIC: &[u8; 8] = b"LAMINOCK";
-const VERSION: u32 = 3;
+/// Version 4: the checksum covers the whole file (magic, header length, header, arrays); up to
+/// version 3 it covered the arrays only, so their headers cannot be trusted.
+const VERSION: u32 = 4;
 /// The arrays of a checkpoint, in file order.
 pub const ARRAYS: [&str; 5] = ["u", "psi", "lambda", "grad u", "A u"];
+/// The solver's arrays of [`ARRAYS`], whose layouts in the geometry give a checkpoint's lengths.
+const ARRAY_LAYOUTS: [Array; 5] = [Array::U, Array::Psi, Array::Lambda, Array::GradU, Array::Au];
 /// Words per block moved between an array and the file (64 MiB).
 pub const BLOCK_WORDS: usize = 16 << 20;
 /// A JSON header longer than this is not one lamino wrote.
@@ -75,10 +88,91 @@ struct Header {
     lengths: [usize; 5],
 }
 
+/// The version alone, read before the rest of the header: an older header may not parse as this
+/// version's, and its reader deserves to hear why it is refused.
+#[derive(Deserialize)]
+struct HeaderVersion {
+    version: u32,
+}
+
 impl Checkpoint {
+    /// Why this state is not one the solver can be in, naming the field and its value; `None`
+    /// when it is. Written and read checkpoints both pass it, so a file that lamino wrote always
+    /// reads back.
+    fn inconsistency(&self) -> Option<String> {
+        if let Err(e) = self.geometry.validate() {
+            return Some(format!("geometry: {e}"));
+        }
+        if let Err(e) = self.params.validate() {
+            return Some(format!("params: {e}"));
+        }
+        let max = self.params.outer_iterations;
+        if self.iteration > max {
+            return Some(format!(
+                "iteration = {}: more than the parameters' outer_iterations = {max}",
+                self.iteration
+            ));
+        }
+        if !(self.rho.is_finite() && self.rho > 0.0) {
+            return Some(format!("rho = {}: it must be finite and > 0", self.rho));
+        }
+        match (self.iteration, &self.last_report) {
+            (0, None) => {
+                // No iteration has adapted the penalty yet.
+                if self.rho != self.params.rho0 {
+                    return Some(format!(
+                        "rho = {} after 0 iterations: it must be the parameters' rho0 = {}",
+                        self.rho, self.params.rho0
+                    ));
+                }
+            }
+            (0, Some(r)) => {
+                return Some(format!(
+                    "last_report of iteration {} after 0 iterations: there is none yet",
+                    r.iteration
+                ))
+            }
+            (n, None) => {
+                return Some(format!(
+                    "last_report missing after {n} iterations (the convergence test needs it)"
+                ))
+            }
+            (n, Some(r)) => {
+                if r.iteration != n - 1 {
+                    return Some(format!(
+                        "last_report.iteration = {}: after {n} iterations it must be {}",
+                        r.iteration,
+                        n - 1
+                    ));
+                }
+                if let Some((name, value)) = report_values(r).find(|(_, v)| !v.is_finite()) {
+                    return Some(format!("last_report.{name} = {value}: it must be finite"));
+                }
+                // The adaptive rule doubles, halves or keeps the penalty of the last iteration.
+                if ![r.rho, 2.0 * r.rho, 0.5 * r.rho].contains(&self.rho) {
+                    return Some(format!(
+                        "rho = {}: the last iteration used {}, and the penalty only doubles, \
+                         halves or stays",
+                        self.rho, r.rho
+                    ));
+                }
+            }
+        }
+        // Geometry::validate bounds every size product, so these do not overflow.
+        let expected = ARRAY_LAYOUTS.map(|a| a.layout(&self.geometry).words());
+        if self.lengths != expected {
+            return Some(format!(
+                "lengths = {:?}: the geometry's arrays {ARRAYS:?} have {expected:?} words",
+                self.lengths
+            ));
+        }
+        None
+    }
+
     /// Writes the checkpoint to `path` atomically. `block(array, start, len)` yields words
     /// `[start, start + len)` of array `array` (an index into [`ARRAYS`]); it is asked for each
-    /// array in order, [`BLOCK_WORDS`] at a time.
+    /// array in order, [`BLOCK_WORDS`] at a time. A state that would not read back (see the
+    /// module's consistency checks) is refused before anything is written.
     pub fn write<E>(
         &self,
         path: &Path,
@@ -91,6 +185,13 @@ impl Checkpoint {
             path: path.into(),
             reason: e.to_string(),
         };
+        if let Some(reason) = self.inconsistency() {
+            return Err(CheckpointError::Write {
+                path: path.into(),
+                reason: format!("the solver state is inconsistent: {reason}"),
+            }
+            .into());
+        }
         let header = Header {
             version: VERSION,
             iteration: self.iteration,
@@ -107,11 +208,12 @@ impl Checkpoint {
         let tmp = path.with_extension("partial");
         let result = (|| -> Result<(), E> {
             let mut f = BufWriter::new(File::create(&tmp).map_err(err)?);
-            f.write_all(MAGIC).map_err(err)?;
-            f.write_all(&(header.len() as u64).to_le_bytes())
-                .map_err(err)?;
-            f.write_all(&header).map_err(err)?;
+            let header_len = (header.len() as u64).to_le_bytes();
             let mut hash = FNV_OFFSET;
+            for part in [&MAGIC[..], &header_len, &header] {
+                hash = fnv1a_continue(hash, part);
+                f.write_all(part).map_err(err)?;
+            }
             let mut written = 0;
             let mut halfway = false;
             for (array, &len) in self.lengths.iter().enumerate() {
@@ -158,16 +260,18 @@ impl Checkpoint {
         }
     }
 
-    /// Reads and verifies a checkpoint (the checksum over all its arrays) without keeping the
-    /// arrays.
+    /// Reads and verifies a checkpoint (the header's consistency, the checksum over the whole
+    /// file) without keeping the arrays.
     pub fn read(path: &Path) -> Result<Self, CheckpointError> {
         Self::read_arrays(path, |_| Ok(()), |_, _, _| Ok(()))
     }
 
-    /// Reads a checkpoint: `accept` sees the header first (and may refuse it), then `sink(array,
-    /// start, words)` receives every array in order, [`BLOCK_WORDS`] at a time. The checksum is
-    /// known only at the end: on a mismatch the words already handed to `sink` are not a state
-    /// to continue from, and the error says the file is corrupt.
+    /// Reads a checkpoint: `accept` sees the header once its values are consistent (and may
+    /// refuse it), then `sink(array, start, words)` receives every array in order,
+    /// [`BLOCK_WORDS`] at a time. The checksum is known only at the end: on a mismatch the words
+    /// already handed to `sink` are not a state to continue from, and the error says the file is
+    /// corrupt. When `accept` refuses, the rest of the file is still checked (without `sink`), so
+    /// that a damaged header is reported as damage rather than as the refusal it caused.
     pub fn read_arrays<E>(
         path: &Path,
         accept: impl FnOnce(&Checkpoint) -> Result<(), E>,
@@ -208,27 +312,31 @@ impl Checkpoint {
         }
         let mut header = vec![0u8; header_len as usize];
         exact(&mut header, "header")?;
-        let header: Header = serde_json::from_slice(&header).map_err(|e| corrupt(e.to_string()))?;
-        if header.version != VERSION {
+        let mut hash = fnv1a_continue(fnv1a_continue(FNV_OFFSET, &start), &header);
+        let version = serde_json::from_slice::<HeaderVersion>(&header)
+            .map_err(|e| corrupt(format!("header: {e}")))?
+            .version;
+        if version < VERSION {
             return Err(corrupt(format!(
-                "format version {} (this lamino reads {VERSION})",
-                header.version
+                "format version {version}, written by an older lamino whose checksum did not \
+                 cover the header, so its iteration count, penalty and sizes cannot be trusted; \
+                 start the reconstruction again without resuming (without --resume)"
             ))
             .into());
         }
-        if header.geometry.fingerprint() != header.geometry_fingerprint {
-            return Err(corrupt("the geometry does not match its fingerprint".into()).into());
-        }
-        // Lengths come from the file: add them up with checks before trusting them.
-        let expected = header
-            .lengths
-            .iter()
-            .try_fold(0u64, |sum, &l| (l as u64).checked_mul(4)?.checked_add(sum))
-            .and_then(|payload| payload.checked_add(16 + header_len + 8))
-            .ok_or_else(|| corrupt("array lengths overflow".into()))?;
-        if file_len != expected {
+        if version > VERSION {
             return Err(corrupt(format!(
-                "{file_len} bytes, but its header describes {expected}"
+                "format version {version}, written by a newer lamino (this one reads {VERSION})"
+            ))
+            .into());
+        }
+        let header: Header =
+            serde_json::from_slice(&header).map_err(|e| corrupt(format!("header: {e}")))?;
+        if header.geometry.fingerprint() != header.geometry_fingerprint {
+            return Err(corrupt(format!(
+                "geometry_fingerprint = {}: the geometry's is {}",
+                header.geometry_fingerprint,
+                header.geometry.fingerprint()
             ))
             .into());
         }
@@ -241,8 +349,23 @@ impl Checkpoint {
             last_report: header.last_report,
             lengths: header.lengths,
         };
-        accept(&checkpoint)?;
-        let mut hash = FNV_OFFSET;
+        if let Some(reason) = checkpoint.inconsistency() {
+            return Err(corrupt(reason).into());
+        }
+        // The lengths now match a valid geometry; the sum is still formed with checks.
+        let expected = checkpoint
+            .lengths
+            .iter()
+            .try_fold(0u64, |sum, &l| (l as u64).checked_mul(4)?.checked_add(sum))
+            .and_then(|payload| payload.checked_add(16 + header_len + 8))
+            .ok_or_else(|| corrupt("array lengths overflow".into()))?;
+        if file_len != expected {
+            return Err(corrupt(format!(
+                "{file_len} bytes, but its header describes {expected}"
+            ))
+            .into());
+        }
+        let refused = accept(&checkpoint).err();
         let mut bytes =
             vec![0u8; 4 * BLOCK_WORDS.min(checkpoint.lengths.iter().copied().max().unwrap_or(0))];
         let mut words: Vec<f32> = Vec::with_capacity(bytes.len() / 4);
@@ -253,23 +376,64 @@ impl Checkpoint {
                 let block = &mut bytes[..4 * n];
                 exact(block, ARRAYS[array])?;
                 hash = fnv1a_continue(hash, block);
-                words.clear();
-                words.extend(
-                    block
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                );
-                sink(array, start, &words)?;
+                if refused.is_none() {
+                    words.clear();
+                    words.extend(
+                        block
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                    );
+                    sink(array, start, &words)?;
+                }
                 start += n;
             }
         }
         let mut trailer = [0u8; 8];
         exact(&mut trailer, "checksum")?;
         if u64::from_le_bytes(trailer) != hash {
-            return Err(corrupt("checksum mismatch".into()).into());
+            return Err(corrupt(
+                "checksum mismatch: the file was damaged or edited after it was written".into(),
+            )
+            .into());
         }
-        Ok(checkpoint)
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(checkpoint),
+        }
     }
+}
+
+/// The values of a report with their names, for the finiteness check.
+fn report_values(r: &IterationReport) -> impl Iterator<Item = (&'static str, f64)> {
+    // Destructured so that a new field cannot be forgotten here.
+    let IterationReport {
+        iteration: _,
+        data_term,
+        tv_term,
+        dual_term,
+        penalty_term,
+        lagrangian,
+        primal_residual,
+        dual_residual,
+        rho,
+        change,
+        primal_relative,
+        dual_relative,
+    } = *r;
+    [
+        ("data_term", data_term),
+        ("tv_term", tv_term),
+        ("dual_term", dual_term),
+        ("penalty_term", penalty_term),
+        ("lagrangian", lagrangian),
+        ("primal_residual", primal_residual),
+        ("dual_residual", dual_residual),
+        ("rho", rho),
+        ("change", change),
+        ("primal_relative", primal_relative),
+        ("dual_relative", dual_relative),
+    ]
+    .into_iter()
 }
 
 /// A fault-injection point for the crash-safety tests: with `LAMINO_FAULT_ABORT_CHECKPOINT=N`
@@ -296,23 +460,51 @@ mod fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hash::fnv1a;
+    use serde_json::{json, Value};
 
+    /// An edit of a checkpoint's JSON header.
+    type Edit = fn(&mut Value);
+
+    fn report(iteration: usize, rho: f64) -> IterationReport {
+        IterationReport {
+            iteration,
+            data_term: 1.5,
+            tv_term: 0.25,
+            dual_term: -0.125,
+            penalty_term: 0.0625,
+            lagrangian: 0.90625,
+            primal_residual: 0.25,
+            dual_residual: 0.5,
+            rho,
+            change: 1e-2,
+            primal_relative: 2e-2,
+            dual_relative: 3e-2,
+        }
+    }
+
+    /// A consistent state after 3 iterations, the last of which halved the penalty, with
+    /// distinct values in every array.
     fn sample() -> (Checkpoint, [Vec<f32>; 5]) {
-        let arrays = [
-            vec![1.0; 4],
-            (0..12).map(|i| i as f32).collect(),
-            vec![-3.5; 12],
-            vec![0.5; 12],
-            vec![7.0; 6],
-        ];
+        let geometry = Geometry::cube(4, 2, 1.2);
+        let lengths = ARRAY_LAYOUTS.map(|a| a.layout(&geometry).words());
+        let mut next = 0.0f32;
+        let arrays = lengths.map(|l| {
+            (0..l)
+                .map(|_| {
+                    next += 0.75;
+                    next
+                })
+                .collect()
+        });
         let c = Checkpoint {
             iteration: 3,
             rho: 0.25,
-            geometry: Geometry::cube(4, 2, 1.2),
+            geometry,
             params: AdmmParams::default(),
             data_hash: 99,
-            last_report: None,
-            lengths: arrays.each_ref().map(Vec::len),
+            last_report: Some(report(2, 0.5)),
+            lengths,
         };
         (c, arrays)
     }
@@ -322,6 +514,43 @@ mod tests {
             Ok::<_, CheckpointError>(arrays[a][start..start + len].to_vec())
         })
         .unwrap();
+    }
+
+    /// A written sample checkpoint: its directory, path and bytes.
+    fn written() -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.ckpt");
+        let (c, arrays) = sample();
+        write(&path, &c, &arrays);
+        let bytes = std::fs::read(&path).unwrap();
+        (dir, path, bytes)
+    }
+
+    /// `bytes` with the JSON header edited by `f` (its length field follows it); the trailer is
+    /// the old one, or with `rehash` the checksum of the edited file.
+    fn edited(bytes: &[u8], f: impl FnOnce(&mut Value), rehash: bool) -> Vec<u8> {
+        let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+        let mut header: Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+        f(&mut header);
+        let header = serde_json::to_vec(&header).unwrap();
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&bytes[16 + len..bytes.len() - 8]);
+        let trailer = match rehash {
+            true => fnv1a(&out).to_le_bytes(),
+            false => bytes[bytes.len() - 8..].try_into().unwrap(),
+        };
+        out.extend_from_slice(&trailer);
+        out
+    }
+
+    fn corrupt_reason(path: &Path, bytes: &[u8]) -> String {
+        std::fs::write(path, bytes).unwrap();
+        match Checkpoint::read(path) {
+            Err(CheckpointError::Corrupt { reason, .. }) => reason,
+            other => panic!("not refused as corrupt: {other:?}"),
+        }
     }
 
     #[test]
@@ -370,6 +599,181 @@ mod tests {
     }
 
     #[test]
+    fn a_flipped_bit_anywhere_in_the_file_is_refused() {
+        let (_dir, path, bytes) = written();
+        // Every byte, each bit position in turn.
+        for i in 0..bytes.len() {
+            let bit = i % 8;
+            let mut damaged = bytes.clone();
+            damaged[i] ^= 1 << bit;
+            std::fs::write(&path, &damaged).unwrap();
+            assert!(
+                matches!(
+                    Checkpoint::read(&path),
+                    Err(CheckpointError::Corrupt { .. })
+                ),
+                "bit {bit} of byte {i} of {}",
+                bytes.len()
+            );
+        }
+    }
+
+    /// Each header field edited to a value that is consistent with the rest, the checksum left
+    /// as it was: only the checksum over the whole file can tell.
+    #[test]
+    fn a_consistent_header_edit_is_refused_by_the_checksum() {
+        let (_dir, path, bytes) = written();
+        let edits: [(&str, Edit); 7] = [
+            // 3 -> 2 iterations with the report of iteration 1: what a resume would trust.
+            ("iteration", |h| {
+                h["iteration"] = json!(2);
+                h["last_report"]["iteration"] = json!(1);
+            }),
+            // The report's penalty, not halved.
+            ("rho_bits", |h| h["rho_bits"] = json!(0.5f64.to_bits())),
+            // A report that meets the convergence test at once.
+            ("last_report", |h| {
+                for key in ["change", "primal_relative", "dual_relative"] {
+                    h["last_report"][key] = json!(1e-9);
+                }
+            }),
+            ("geometry", |h| {
+                let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
+                g.phi = 1.3;
+                h["geometry_fingerprint"] = json!(g.fingerprint());
+                h["geometry"] = serde_json::to_value(g).unwrap();
+            }),
+            ("params", |h| h["params"]["alpha"] = json!(0.5)),
+            ("data_hash", |h| h["data_hash"] = json!(100)),
+            ("params.outer_iterations", |h| {
+                h["params"]["outer_iterations"] = json!(4)
+            }),
+        ];
+        for (field, edit) in &edits {
+            let reason = corrupt_reason(&path, &edited(&bytes, *edit, false));
+            assert!(reason.contains("checksum mismatch"), "{field}: {reason}");
+            // Re-checksummed, the same edit passes: the checksum is unkeyed (module docs).
+            std::fs::write(&path, edited(&bytes, *edit, true)).unwrap();
+            assert!(Checkpoint::read(&path).is_ok(), "{field}");
+        }
+    }
+
+    /// Edits to values inconsistent with the rest of the header are refused by name, whether or
+    /// not the checksum was recomputed after them.
+    #[test]
+    fn an_inconsistent_header_is_refused_naming_the_field() {
+        let (_dir, path, bytes) = written();
+        let edits: [(&str, Edit); 14] = [
+            ("iteration = 301", |h| {
+                h["iteration"] = json!(301);
+                h["last_report"]["iteration"] = json!(300);
+            }),
+            ("rho = 0", |h| h["rho_bits"] = json!(0u64)),
+            ("rho = NaN", |h| h["rho_bits"] = json!(f64::NAN.to_bits())),
+            ("rho = -0.25", |h| {
+                h["rho_bits"] = json!((-0.25f64).to_bits())
+            }),
+            ("rho = 0.125", |h| h["rho_bits"] = json!(0.125f64.to_bits())),
+            ("last_report.iteration = 1", |h| {
+                h["last_report"]["iteration"] = json!(1)
+            }),
+            ("last_report missing", |h| h["last_report"] = Value::Null),
+            ("after 0 iterations", |h| h["iteration"] = json!(0)),
+            ("lengths = [64, 192, 192, 192, 32]", |h| {
+                h["lengths"][4] = json!(32)
+            }),
+            ("lengths = [192, 64,", |h| {
+                h["lengths"][0] = json!(192);
+                h["lengths"][1] = json!(64);
+            }),
+            ("geometry_fingerprint = 7", |h| {
+                h["geometry_fingerprint"] = json!(7)
+            }),
+            ("geometry: phi = 4", |h| {
+                let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
+                g.phi = 4.0;
+                h["geometry_fingerprint"] = json!(g.fingerprint());
+                h["geometry"] = serde_json::to_value(g).unwrap();
+            }),
+            ("params: solver parameter outer_iterations = 0", |h| {
+                h["params"]["outer_iterations"] = json!(0)
+            }),
+            (
+                "iteration = 3: more than the parameters' outer_iterations = 2",
+                |h| h["params"]["outer_iterations"] = json!(2),
+            ),
+        ];
+        for (expected, edit) in &edits {
+            for rehash in [false, true] {
+                let reason = corrupt_reason(&path, &edited(&bytes, *edit, rehash));
+                assert!(reason.contains(expected), "{expected}: {reason}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_older_version_is_refused_with_what_to_do() {
+        let (_dir, path, bytes) = written();
+        let older = edited(&bytes, |h| h["version"] = json!(3), true);
+        let reason = corrupt_reason(&path, &older);
+        assert!(
+            reason.contains("version 3") && reason.contains("without --resume"),
+            "{reason}"
+        );
+        let newer = edited(&bytes, |h| h["version"] = json!(VERSION + 1), true);
+        assert!(corrupt_reason(&path, &newer).contains("newer lamino"));
+    }
+
+    /// A refusal by `accept` is reported as such on an intact file, and as damage when the file
+    /// is damaged (the damage may be what made `accept` refuse).
+    #[test]
+    fn a_refusal_of_a_damaged_file_reports_the_damage() {
+        let (_dir, path, bytes) = written();
+        let refuse = |path: &Path| {
+            let mut sunk = 0;
+            let e = Checkpoint::read_arrays(
+                path,
+                |_| {
+                    Err(CheckpointError::Read {
+                        path: "accept".into(),
+                        reason: "different data".into(),
+                    })
+                },
+                |_, _, _| {
+                    sunk += 1;
+                    Ok(())
+                },
+            )
+            .unwrap_err();
+            assert!(sunk == 0, "a refused checkpoint reached the sink");
+            e
+        };
+        assert!(refuse(&path).to_string().contains("different data"));
+        std::fs::write(&path, edited(&bytes, |h| h["data_hash"] = json!(98), false)).unwrap();
+        let e = refuse(&path);
+        assert!(e.to_string().contains("checksum mismatch"), "{e}");
+    }
+
+    #[test]
+    fn an_inconsistent_state_is_not_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.ckpt");
+        let (c, arrays) = sample();
+        let mut bad = c.clone();
+        bad.iteration = 4;
+        let err = bad
+            .write(&path, |a, start, len| {
+                Ok::<_, CheckpointError>(arrays[a][start..start + len].to_vec())
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, CheckpointError::Write { ref reason, .. } if reason.contains("last_report.iteration = 2")),
+            "{err}"
+        );
+        assert!(!path.exists() && !path.with_extension("partial").exists());
+    }
+
+    #[test]
     fn a_failed_write_leaves_the_previous_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.ckpt");
@@ -378,6 +782,7 @@ mod tests {
         let before = std::fs::read(&path).unwrap();
         let mut later = c.clone();
         later.iteration = 4;
+        later.last_report = Some(report(3, 0.25));
         let err = later
             .write(&path, |a, start, len| {
                 if a == 3 {
