@@ -461,8 +461,9 @@ fn clamp_outcome(
         clamped: clamped as u64,
         pixels: pixels as u64,
     };
-    // Written so that a NaN limit refuses rather than accepts.
-    if !(counts.fraction() <= options.max_clamped_fraction) {
+    let limit = options.max_clamped_fraction;
+    // A NaN limit refuses rather than accepts.
+    if limit.is_nan() || counts.fraction() > limit {
         return Err(InputError::Clamped {
             path: path.into(),
             counts,

@@ -638,22 +638,18 @@ fn scans_whose_normalisation_clamps_most_pixels_are_refused() {
         rotation_axis: None,
     })
     .unwrap();
-    let zero_white = |s: &mut lamino::io::Scan| s.flats.values.fill(0.0);
-    let dark_above_white = |s: &mut lamino::io::Scan| {
-        s.darks.values = s.flats.values[..s.darks.values.len()]
-            .iter()
-            .map(|v| 2.0 * v)
-            .collect()
-    };
-    let data_at_dark = |s: &mut lamino::io::Scan| s.data.values.fill(0.0);
-    let cases: [(&str, &dyn Fn(&mut lamino::io::Scan)); 3] = [
-        ("zero_white", &zero_white),
-        ("dark_above_white", &dark_above_white),
-        ("data_at_dark", &data_at_dark),
-    ];
-    for (name, spoil) in cases {
+    for name in ["zero_white", "dark_above_white", "data_at_dark"] {
         let mut scan = sim.scan.clone();
-        spoil(&mut scan);
+        match name {
+            "zero_white" => scan.flats.values.fill(0.0),
+            "dark_above_white" => {
+                scan.darks.values = scan.flats.values[..scan.darks.values.len()]
+                    .iter()
+                    .map(|v| 2.0 * v)
+                    .collect()
+            }
+            _ => scan.data.values.fill(0.0),
+        }
         let path = dir.path().join(format!("{name}.h5"));
         lamino::io::write_dxchange(&path, &scan).unwrap();
         let out = dir.path().join(name);
