@@ -327,7 +327,7 @@ fn search_grids_are_capped_as_a_whole_before_the_scan_is_read() {
     // A step so small that the count is beyond usize: too many, not none.
     refused(
         &search(&["--rotation-axis-range", "0:1:1e-300"]),
-        &["about 1.0e300 candidates, more than 10000"],
+        &["range 0.0:1.0:1e-300 has about 1.0e300 candidates, more than 10000"],
     );
     // Within the cap: the search goes on to read the scan (which is missing here).
     refused(

@@ -138,7 +138,7 @@ pub struct SearchResult {
 pub fn candidate_range(start: f64, end: f64, step: f64) -> Result<Vec<f64>, PreprocessError> {
     if !(start.is_finite() && end.is_finite() && step.is_finite() && step > 0.0 && end >= start) {
         return Err(PreprocessError::BadSearch(format!(
-            "range {start}:{end}:{step}: needs finite start <= end and a positive step"
+            "range {start:?}:{end:?}:{step:?}: needs finite start <= end and a positive step"
         )));
     }
     // Counted in f64: a tiny step gives a count beyond usize (1e300, or infinity), which must
@@ -151,7 +151,7 @@ pub fn candidate_range(start: f64, end: f64, step: f64) -> Result<Vec<f64>, Prep
             format!("about {:.1e}", steps)
         };
         return Err(PreprocessError::BadSearch(format!(
-            "range {start}:{end}:{step} has {count} candidates, more than {MAX_CANDIDATES}: use \
+            "range {start:?}:{end:?}:{step:?} has {count} candidates, more than {MAX_CANDIDATES}: use \
              a larger step or a narrower range"
         )));
     }
