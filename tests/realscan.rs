@@ -16,6 +16,12 @@ use lamino::preprocess::{
 use lamino::recon::{Projections, Reconstructor};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
+/// The slab of 8 slices around the volume's centre (what the search chooses on these cube scans).
+const CENTRAL: Slab = Slab {
+    slices: 8,
+    z_offset: 0.0,
+};
+
 /// A simulated scan's line integrals (flat/dark normalised, -log) with the rotation axis at
 /// column `axis`; as read from the file, the geometry does not know it (DXchange records no axis).
 fn scan(
@@ -81,7 +87,7 @@ fn search(p: &Projections, true_axis: f64, nominal_tilt: f64, tilt_slab: Slab) -
         p,
         1,
         &grid(&axes, &[nominal_tilt]).unwrap(),
-        &Slab::default(),
+        &CENTRAL,
     )
     .unwrap();
     let axis = found.refined.rotation_axis;
@@ -94,11 +100,11 @@ fn search(p: &Projections, true_axis: f64, nominal_tilt: f64, tilt_slab: Slab) -
 fn the_search_recovers_the_axis_and_tilt_of_a_noisy_chip() {
     let (axis, tilt) = (34.3, 25.3);
     let p = scan(PhantomKind::Chip, 64, 90, tilt, Some(1e4), Some(axis));
-    let (a, t) = search(&p, axis, tilt + 0.7, Slab::default());
+    let (a, t) = search(&p, axis, tilt + 0.7, CENTRAL);
     eprintln!("chip: axis {a:.3} (true {axis}), tilt {t:.3} deg (true {tilt})");
     assert!((a - axis).abs() < 0.5, "axis {a}");
     assert!((t - tilt).abs() < 0.5, "tilt {t}");
-    let auto = find_rotation_axis(ctx(), &p, 1, tilt + 0.7, &Slab::default()).unwrap();
+    let auto = find_rotation_axis(ctx(), &p, 1, tilt + 0.7, None, 0.0).unwrap();
     eprintln!(
         "chip: --rotation-axis auto {:.3} over {:?}",
         auto.rotation_axis, auto.range
@@ -128,7 +134,7 @@ fn the_search_recovers_the_axis_and_tilt_of_a_noisy_shepp_logan() {
     assert!((a - axis).abs() < 0.5, "axis {a}");
     assert!((t - tilt).abs() < 0.5, "tilt {t}");
     let small = scan(PhantomKind::Shepp, 64, 90, tilt, Some(1e4), Some(34.3));
-    let auto = find_rotation_axis(ctx(), &small, 1, tilt, &Slab::default()).unwrap();
+    let auto = find_rotation_axis(ctx(), &small, 1, tilt, None, 0.0).unwrap();
     eprintln!("shepp 64^3: --rotation-axis auto {:.3}", auto.rotation_axis);
     assert!(
         (auto.rotation_axis - 34.3).abs() < 0.5,
@@ -251,7 +257,7 @@ fn fbp_slice(p: &Projections, tilt_deg: f64) -> Vec<f32> {
         rotation_axis: p.geometry().rotation_axis(),
         tilt_deg,
     };
-    score_candidates(ctx(), p, 1, &[candidate], &Slab::default())
+    score_candidates(ctx(), p, 1, &[candidate], &CENTRAL)
         .unwrap()
         .previews
         .remove(0)

@@ -17,7 +17,7 @@ use lamino::input::{
 use lamino::io::{OutputSet, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::preprocess::{
-    find_rotation_axis, remove_stripes, AxisSource, Preprocessing, Slab, StripeRemoval,
+    find_rotation_axis, remove_stripes, AxisSearch, AxisSource, Preprocessing, StripeRemoval,
     AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
 };
 use lamino::recon::{Projections, Reconstructor, Solved};
@@ -178,6 +178,7 @@ impl PreprocessArgs {
             stripe_removal: None,
             rotation_axis_source: AxisSource::Geometry,
             rotation_axis: unbinned_column(g.rotation_axis(), self.binning),
+            axis_search: None,
             clamps,
             input_warnings,
         };
@@ -617,6 +618,35 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     Ok(())
 }
 
+/// How sure an axis search is, in words: the slab score's peak sharpness and, for CT, the
+/// Fourier estimate and how far the two disagree (columns).
+pub fn describe_axis_search(search: &AxisSearch) -> String {
+    let sharpness = match search.peak_sharpness {
+        Some(s) => format!(
+            "the slab score drops {:.2} % one column from its peak",
+            100.0 * s
+        ),
+        None => "the slab score has no interior peak (no sharpness)".into(),
+    };
+    match (search.fourier_axis, search.disagreement) {
+        (Some(f), Some(d)) => format!(
+            "confidence: {sharpness} (slab search {:.2}, {} slices); Fourier estimate (Vo et al.) \
+             {f:.2}, {d:.2} columns apart; using the {}",
+            search.slab_axis,
+            search.slab.slices,
+            if search.method == "fourier" {
+                "Fourier estimate"
+            } else {
+                "slab search"
+            }
+        ),
+        _ => format!(
+            "confidence: {sharpness} (slab search {:.2}, {} slices)",
+            search.slab_axis, search.slab.slices
+        ),
+    }
+}
+
 /// Where `reconstruct --rotation-axis auto` writes the scores of its search.
 const AXIS_SEARCH_CSV: &str = "axis_search.csv";
 
@@ -655,7 +685,7 @@ fn reconstruct_into(
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
-            let search = find_rotation_axis(ctx, &projections, b, tilt, &Slab::default())?;
+            let search = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
             let csv = args.out.join(AXIS_SEARCH_CSV);
             if let Some(set) = set.as_deref_mut() {
                 let scored = search.passes.iter().flat_map(|p| &p.scored);
@@ -672,9 +702,12 @@ fn reconstruct_into(
                 search.rotation_axis,
                 csv.display()
             );
+            eprintln!("{}", describe_axis_search(&search));
             pre.rotation_axis_source = AxisSource::Searched;
             pre.rotation_axis = search.rotation_axis;
-            projections.with_rotation_axis(binned_column(search.rotation_axis, b))?
+            let axis = search.rotation_axis;
+            pre.axis_search = Some(search);
+            projections.with_rotation_axis(binned_column(axis, b))?
         }
     };
     run_reconstruction(

@@ -9,10 +9,11 @@ use clap::Args;
 use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
 use lamino::plot::write_preview_png;
 use lamino::preprocess::{
-    candidate_range, check_grid, grid, score_candidates, Scored, Slab, DEFAULT_SLAB_SLICES,
+    candidate_range, check_grid, choose_slab, find_center_vo, grid, half_turn, score_candidates,
+    Scored,
 };
 
-use super::reconstruct::{unbinned_column, InputArgs, PreprocessArgs};
+use super::reconstruct::{binned_column, unbinned_column, InputArgs, PreprocessArgs};
 use super::{Cli, CliResult};
 
 #[derive(Args)]
@@ -31,9 +32,11 @@ pub struct TryArgs {
     /// detector's centre column or the geometry file's `center`).
     #[arg(long)]
     rotation_axis: Option<f64>,
-    /// Slices of the reconstructed slab (voxels of the binned volume).
-    #[arg(long, default_value_t = DEFAULT_SLAB_SLICES)]
-    slab_slices: usize,
+    /// Slices of the reconstructed slab (voxels of the binned volume). Default: chosen from the
+    /// geometry, at most 8: the slab whose scored disc holds the most voxels while it stays on
+    /// the detector's rows for every candidate (one slice on a 1- or 2-row CT detector).
+    #[arg(long)]
+    slab_slices: Option<usize>,
     /// The slab's centre, in voxels of the binned volume from the volume's centre along z.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     slab_z: f64,
@@ -103,10 +106,7 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
     });
     let tilts = tilt_range.unwrap_or_else(|| vec![g.phi.to_degrees() - 90.0]);
     let candidates = grid(&axes, &tilts)?;
-    let slab = Slab {
-        slices: args.slab_slices,
-        z_offset: args.slab_z,
-    };
+    let slab = choose_slab(g, b, &candidates, args.slab_slices, args.slab_z)?;
     let ctx = cli.context()?;
     eprintln!(
         "scoring {} candidates ({} axes x {} tilts) on a slab of {} slices of {}x{} from {} \
@@ -124,6 +124,15 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
     let start = Instant::now();
     let result = score_candidates(&ctx, &projections, b, &candidates, &slab)?;
     let elapsed = start.elapsed().as_secs_f64();
+    // Plain CT over 180 or 360 degrees: Vo et al.'s Fourier estimate over the axis range, for
+    // comparison (unbinned columns).
+    let fourier = match (args.rotation_axis_range, half_turn(g)) {
+        (Some([lo, hi, _]), Some(_)) => Some(unbinned_column(
+            find_center_vo(&projections, [binned_column(lo, b), binned_column(hi, b)])?,
+            b,
+        )),
+        _ => None,
+    };
     let [n1, n2] = result.preview_shape;
     let name = |s: &Scored| match (args.rotation_axis_range, args.tilt_range) {
         (Some(_), Some(_)) => format!(
@@ -159,6 +168,8 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
             "lamino_version": env!("CARGO_PKG_VERSION"),
             "metric": "gradient energy: mean |grad_xy f|^2 of the slab over its inscribed disc (larger is sharper)",
             "slab": slab,
+            "peak_sharpness": result.peak_sharpness,
+            "fourier_axis": fourier,
             "preprocessing": pre,
             "seconds": elapsed,
             "search": result,
@@ -185,6 +196,25 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         elapsed,
         args.out.display()
     );
+    match result.peak_sharpness {
+        Some(s) => println!(
+            "confidence: the score drops {:.2} % one column from its peak (slab of {} slices)",
+            100.0 * s,
+            slab.slices
+        ),
+        None => println!(
+            "confidence: none (the best candidate is at the edge of its range or not a strict \
+             maximum; slab of {} slices)",
+            slab.slices
+        ),
+    }
+    if let Some(f) = fourier {
+        println!(
+            "Fourier estimate (Vo et al.): --rotation-axis {f:.2} ({:.2} columns from the refined \
+             slab search)",
+            (f - refined.rotation_axis).abs()
+        );
+    }
     let edge = |values: &[f64], v: f64| {
         values.len() > 1 && (v == values[0] || v == values[values.len() - 1])
     };

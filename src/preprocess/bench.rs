@@ -40,7 +40,10 @@ pub fn bench_search(
     let g = crate::operator::Geometry::cube(size, angles, (90.0f64 + 30.0).to_radians());
     let values = project(&PhantomKind::Chip.build(size), &g);
     let p = Projections::new(g, values)?;
-    let slab = Slab::default();
+    let slab = Slab {
+        slices: super::DEFAULT_SLAB_SLICES,
+        z_offset: 0.0,
+    };
     let centre = (size / 2) as f64;
     let axes = candidate_range(
         centre - 2.0,

@@ -7,13 +7,15 @@
 
 pub mod bench;
 mod binning;
+mod center_vo;
 mod search;
 mod stripe;
 
 pub use binning::{bin_frames, bin_geometry, bin_projections};
+pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
 pub use search::{
-    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, slab_reference,
-    AxisSearch, Candidate, Scored, SearchResult, Slab, AUTO_AXIS_FINE_STEP,
+    candidate_range, check_grid, choose_slab, find_rotation_axis, grid, score_candidates,
+    slab_reference, AxisSearch, Candidate, Scored, SearchResult, Slab, AUTO_AXIS_FINE_STEP,
     AUTO_AXIS_RANGE_FRACTION, DEFAULT_SLAB_SLICES, MAX_CANDIDATES,
 };
 pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGMA};
@@ -65,6 +67,9 @@ pub struct Preprocessing {
     pub rotation_axis_source: AxisSource,
     /// The rotation axis in unbinned detector columns.
     pub rotation_axis: f64,
+    /// How `--rotation-axis auto` found it: both estimates, their disagreement and the slab
+    /// search's peak sharpness (`None` unless searched).
+    pub axis_search: Option<AxisSearch>,
     /// How many pixels flat/dark normalisation clamped (`None`: the input was line integrals).
     pub clamps: Option<crate::io::ClampCount>,
     /// What loading the input warned of (printed too, unless `--quiet`).

@@ -41,15 +41,19 @@ use bytemuck::{Pod, Zeroable};
 use rustfft::num_complex::Complex;
 use serde::Serialize;
 
-use super::{bin_projections, PreprocessError};
+use super::{bin_projections, find_center_vo, half_turn, PreprocessError};
 use crate::fft::{Direction, FftPlan, Normalization};
 use crate::gpu::{GpuContext, KernelSpec};
 use crate::operator::Geometry;
 use crate::recon::Projections;
 use crate::shaders;
 
-/// Slices of the scoring slab (voxels of the searched volume).
+/// The most slices a chosen scoring slab has (voxels of the searched volume); see [`choose_slab`].
 pub const DEFAULT_SLAB_SLICES: usize = 8;
+
+/// The smallest radius (voxels) of the scored disc: a smaller disc holds too few voxels for the
+/// gradient energy to say anything.
+const MIN_SCORE_RADIUS: f64 = 2.0;
 
 /// The default `--rotation-axis auto` range: the geometry's axis (the detector's centre column
 /// unless set) plus or minus this fraction of the detector width.
@@ -82,15 +86,6 @@ pub struct Slab {
     pub z_offset: f64,
 }
 
-impl Default for Slab {
-    fn default() -> Self {
-        Self {
-            slices: DEFAULT_SLAB_SLICES,
-            z_offset: 0.0,
-        }
-    }
-}
-
 impl Slab {
     /// z (voxels from the volume centre) of the first slice.
     fn z_first(&self) -> f64 {
@@ -115,7 +110,7 @@ pub struct Scored {
 }
 
 /// The scores of all candidates, the winner, and the central slice of every candidate's slab.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SearchResult {
     pub scored: Vec<Scored>,
     /// The highest score.
@@ -123,6 +118,14 @@ pub struct SearchResult {
     /// The winner refined along each searched axis by the vertex of the parabola through it and
     /// its two neighbours (when it is not at the edge of its range); the best candidate otherwise.
     pub refined: Candidate,
+    /// How sharply the score peaks along the axis: the fraction of the best score lost one
+    /// (unbinned) column from the peak, by the parabola the refinement fits through the winner
+    /// and its neighbours (`None` when the winner is at the edge of its range or not a strict
+    /// maximum). A peak that drops by a few per cent per column is well determined; one that
+    /// drops by less than the score's noise is not.
+    pub peak_sharpness: Option<f64>,
+    /// The slab that was scored.
+    pub slab: Slab,
     /// The detector binning the slabs were reconstructed at.
     pub binning: usize,
     /// Radius (voxels of the searched volume) of the disc the score is taken over.
@@ -220,9 +223,10 @@ fn footprint(g: &Geometry, slab: &Slab, poses: &[Pose]) -> (Range<usize>, f64) {
         let zs = [z_lo * p.sin_phi, z_hi * p.sin_phi];
         lo = lo.min(zs[0].min(zs[1]) - spread + origin);
         hi = hi.max(zs[0].max(zs[1]) + spread + origin);
-        // Rows: |r.e2 - z sin phi| <= r |cos phi| must stay within [0, deth - 1].
-        let z_reach = zs[0].abs().max(zs[1].abs());
-        let room = origin.min(g.deth as f64 - 1.0 - origin) - z_reach - 1.0;
+        // Rows: |r.e2 - z sin phi| <= r |cos phi| must stay within [0, deth - 1]. No margin
+        // beyond: the bilinear weight of a neighbour off the detector vanishes on its last row,
+        // so at tilt 0 one slice per row fits (a 2-row detector holds a 2-slice slab).
+        let room = (origin + zs[0].min(zs[1])).min(g.deth as f64 - 1.0 - origin - zs[0].max(zs[1]));
         if room < 0.0 {
             radius = radius.min(room); // the slab itself is off the detector
         } else if p.cos_phi.abs() > 1e-12 {
@@ -232,6 +236,77 @@ fn footprint(g: &Geometry, slab: &Slab, poses: &[Pose]) -> (Range<usize>, f64) {
     let first = (lo.floor() - 1.0).max(0.0) as usize;
     let last = ((hi.ceil() + 2.0).max(0.0) as usize).min(g.deth);
     (first.min(last)..last, radius)
+}
+
+/// The radius of the disc scored on `slab` for `poses`, or why the slab does not fit: in the
+/// user's terms, with the thickest slab that would fit.
+fn fitted_radius(g: &Geometry, slab: &Slab, poses: &[Pose]) -> Result<f64, PreprocessError> {
+    let (_, radius) = footprint(g, slab, poses);
+    if radius >= MIN_SCORE_RADIUS {
+        Ok(radius)
+    } else {
+        Err(misfit(g, slab, poses))
+    }
+}
+
+/// Why `slab` does not fit (see [`fitted_radius`]).
+fn misfit(g: &Geometry, slab: &Slab, poses: &[Pose]) -> PreprocessError {
+    let fits = |slices: usize| footprint(g, &Slab { slices, ..*slab }, poses).1 >= MIN_SCORE_RADIUS;
+    let rows = g.deth;
+    PreprocessError::BadSearch(match (1..slab.slices).rev().find(|&k| fits(k)) {
+        Some(k) => format!(
+            "a slab of {} slices at z offset {} leaves the detector at some angle for some \
+                 candidate: the detector has {rows} rows; use --slab-slices {k} or fewer",
+            slab.slices, slab.z_offset
+        ),
+        None => format!(
+            "even a slab of one slice at z offset {} leaves the detector at some angle for \
+                 some candidate (the detector has {rows} rows): move --slab-z towards 0 or \
+                 narrow the tilt range",
+            slab.z_offset
+        ),
+    })
+}
+
+/// The slab of the search of `candidates` on projections of geometry `g` (binned by `binning`)
+/// centred at `z_offset`: `slices` when given (refused when it leaves the detector), else chosen
+/// from the geometry: of 1 to [`DEFAULT_SLAB_SLICES`] slices (and at most the volume's), the one
+/// whose scored disc holds the most voxels (the thicker on a tie). At tilt 0 every slice is a
+/// complete CT slice and the thickest that the rows hold wins; at small tilts a thick slab
+/// leaves the rows of a short detector (or keeps only a small disc on it) and a thinner one wins.
+pub fn choose_slab(
+    g: &Geometry,
+    binning: usize,
+    candidates: &[Candidate],
+    slices: Option<usize>,
+    z_offset: f64,
+) -> Result<Slab, PreprocessError> {
+    let poses: Vec<Pose> = candidates.iter().map(|c| pose(c, binning.max(1))).collect();
+    if let Some(slices) = slices {
+        let slab = Slab { slices, z_offset };
+        fitted_radius(g, &slab, &poses)?;
+        return Ok(slab);
+    }
+    let mut best: Option<(f64, Slab)> = None;
+    for slices in 1..=DEFAULT_SLAB_SLICES.min(g.n0.max(1)) {
+        let slab = Slab { slices, z_offset };
+        let (_, radius) = footprint(g, &slab, &poses);
+        let voxels = slices as f64 * radius * radius;
+        if radius >= MIN_SCORE_RADIUS && best.is_none_or(|(v, _)| voxels >= v) {
+            best = Some((voxels, slab));
+        }
+    }
+    match best {
+        Some((_, slab)) => Ok(slab),
+        None => Err(misfit(
+            g,
+            &Slab {
+                slices: 1,
+                z_offset,
+            },
+            &poses,
+        )),
+    }
 }
 
 /// The ramp filter's response for rows padded to `pitch` (FFT order), with the backprojection's
@@ -609,14 +684,8 @@ pub fn score_candidates(
     }
     check_search_memory(ctx, g, candidates.len(), slab)?;
     let poses: Vec<Pose> = candidates.iter().map(|c| pose(c, binning)).collect();
-    let (rows, radius) = footprint(g, slab, &poses);
-    if radius < 2.0 {
-        return Err(PreprocessError::BadSearch(format!(
-            "no part of the slab stays on the detector at every angle for every candidate \
-             (radius {radius:.1} voxels): narrow the ranges, move the slab towards the centre or \
-             use fewer slices"
-        )));
-    }
+    let radius = fitted_radius(g, slab, &poses)?;
+    let (rows, _) = footprint(g, slab, &poses);
     let slabs = backproject_slabs(ctx, projections, &poses, slab, rows)?;
     let (n1, n2) = (g.n1, g.n2);
     let scored: Vec<Scored> = candidates
@@ -637,7 +706,7 @@ pub fn score_candidates(
         .max_by(|&a, &b| scored[a].score.total_cmp(&scored[b].score))
         .expect("at least one candidate");
     let best = scored[best_index].candidate;
-    let refined = refine(&scored, best_index);
+    let (refined, peak_sharpness) = refine(&scored, best_index);
     let middle = slab.slices / 2;
     let previews = slabs
         .iter()
@@ -647,6 +716,8 @@ pub fn score_candidates(
         scored,
         best,
         refined,
+        peak_sharpness,
+        slab: *slab,
         binning,
         score_radius: radius,
         preview_shape: [n1, n2],
@@ -655,10 +726,12 @@ pub fn score_candidates(
 }
 
 /// The winner moved along each searched axis to the parabola's vertex through its neighbours
-/// on that axis (equally spaced, same value on the other axis).
-fn refine(scored: &[Scored], best: usize) -> Candidate {
+/// on that axis (equally spaced, same value on the other axis), and the sharpness of the peak
+/// along the rotation axis (see [`SearchResult::peak_sharpness`]).
+fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
     let b = scored[best].candidate;
     let mut out = b;
+    let mut sharpness = None;
     for along_axis in [true, false] {
         let coordinate = |c: &Candidate| {
             if along_axis {
@@ -690,24 +763,47 @@ fn refine(scored: &[Scored], best: usize) -> Candidate {
         if ((coordinate(&b) - lo) - step).abs() > 1e-9 * step.abs().max(1.0) {
             continue; // unequal spacing: no parabola
         }
-        let shift = step * parabola_vertex(line[i - 1].score, line[i].score, line[i + 1].score);
+        let (a, peak, c) = (line[i - 1].score, line[i].score, line[i + 1].score);
+        let shift = step * parabola_vertex(a, peak, c);
         if along_axis {
+            let curvature = (a - 2.0 * peak + c) / (step * step);
+            if curvature < 0.0 && peak > 0.0 && peak >= a && peak >= c {
+                sharpness = Some(-0.5 * curvature / peak);
+            }
             out.rotation_axis += shift;
         } else {
             out.tilt_deg += shift;
         }
     }
-    out
+    (out, sharpness)
 }
 
-/// The outcome of [`find_rotation_axis`]: the axis and every pass's scores.
-#[derive(Debug, Clone, Serialize)]
+/// The outcome of [`find_rotation_axis`]: the axis, how it was found and how sure it is, and
+/// every pass's scores (not serialised: they go to their own file).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AxisSearch {
-    /// The rotation axis (unbinned detector column).
+    /// The rotation axis (unbinned detector column): the Fourier estimate where there is one,
+    /// else the slab search's.
     pub rotation_axis: f64,
+    /// What gave `rotation_axis`: `"fourier"` (Vo et al., plain CT over 180 or 360 degrees) or
+    /// `"slab"` (the sharpest slab).
+    pub method: &'static str,
+    /// The slab search's axis (unbinned columns).
+    pub slab_axis: f64,
+    /// Vo et al.'s Fourier estimate ([`find_center_vo`]; unbinned columns) for plain CT scans
+    /// over 180 or 360 degrees ([`half_turn`]), `None` otherwise.
+    pub fourier_axis: Option<f64>,
+    /// `|slab_axis - fourier_axis|` (unbinned columns): two independent methods agreeing to a
+    /// fraction of a column is the strongest sign the axis is right.
+    pub disagreement: Option<f64>,
+    /// The slab search's confidence: the last pass's [`SearchResult::peak_sharpness`].
+    pub peak_sharpness: Option<f64>,
+    /// The slab of the last pass.
+    pub slab: Slab,
     /// The range searched first (unbinned columns).
     pub range: [f64; 2],
-    /// Each pass, coarse to fine.
+    /// Each pass of the slab search, coarse to fine.
+    #[serde(skip)]
     pub passes: Vec<SearchResult>,
 }
 
@@ -719,14 +815,19 @@ pub struct AxisSearch {
 /// pass halves the binning and searches two of the previous steps either side of its winner; a
 /// last pass at the projections' own resolution searches half a pixel either side with
 /// [`AUTO_AXIS_FINE_STEP`], and the parabola through the winner and its neighbours gives the axis.
+/// For a plain CT scan over 180 or 360 degrees Vo et al.'s Fourier estimate over the same range
+/// is computed too, and is the axis (the field's standard for CT; see [`find_center_vo`]); both
+/// are returned, with their disagreement.
 /// `binning` is the factor `projections` were already binned by; the result is in unbinned
-/// columns.
+/// columns. Every pass scores a slab of `slices` (`None`: chosen for that pass's binning by
+/// [`choose_slab`]) centred `z_offset` voxels from the volume's centre.
 pub fn find_rotation_axis(
     ctx: &GpuContext,
     projections: &Projections,
     binning: usize,
     tilt_deg: f64,
-    slab: &Slab,
+    slices: Option<usize>,
+    z_offset: f64,
 ) -> Result<AxisSearch, PreprocessError> {
     let g = projections.geometry();
     let b0 = binning.max(1) as f64;
@@ -754,13 +855,16 @@ pub fn find_rotation_axis(
             projections
         };
         let axes = candidate_range(lo, hi + 1e-9 * step, step)?;
-        let result = score_candidates(
-            ctx,
-            source,
-            binning.max(1) * extra,
-            &grid(&axes, &[tilt_deg])?,
-            slab,
+        let candidates = grid(&axes, &[tilt_deg])?;
+        let pass_binning = binning.max(1) * extra;
+        let slab = choose_slab(
+            source.geometry(),
+            pass_binning,
+            &candidates,
+            slices,
+            z_offset,
         )?;
+        let result = score_candidates(ctx, source, pass_binning, &candidates, &slab)?;
         let best = result.best.rotation_axis;
         passes.push(result);
         if extra == 1 {
@@ -774,17 +878,31 @@ pub fn find_rotation_axis(
     let best = passes.last().expect("one pass").best.rotation_axis;
     let fine = AUTO_AXIS_FINE_STEP * b0;
     let axes = candidate_range(best - step, best + step + 1e-9 * fine, fine)?;
-    let result = score_candidates(
-        ctx,
-        projections,
-        binning.max(1),
-        &grid(&axes, &[tilt_deg])?,
-        slab,
-    )?;
-    let rotation_axis = result.refined.rotation_axis;
+    let candidates = grid(&axes, &[tilt_deg])?;
+    let slab = choose_slab(g, binning.max(1), &candidates, slices, z_offset)?;
+    let result = score_candidates(ctx, projections, binning.max(1), &candidates, &slab)?;
+    let slab_axis = result.refined.rotation_axis;
+    let (peak_sharpness, slab) = (result.peak_sharpness, result.slab);
     passes.push(result);
+    let fourier_axis = match half_turn(g) {
+        Some(_) => {
+            let binned = range.map(|c| (c - (b0 - 1.0) / 2.0) / b0);
+            Some(find_center_vo(projections, binned)? * b0 + (b0 - 1.0) / 2.0)
+        }
+        None => None,
+    };
     Ok(AxisSearch {
-        rotation_axis,
+        rotation_axis: fourier_axis.unwrap_or(slab_axis),
+        method: if fourier_axis.is_some() {
+            "fourier"
+        } else {
+            "slab"
+        },
+        slab_axis,
+        fourier_axis,
+        disagreement: fourier_axis.map(|f| (f - slab_axis).abs()),
+        peak_sharpness,
+        slab,
         range,
         passes,
     })
@@ -914,6 +1032,59 @@ mod tests {
             };
             let got = r[k] / scale / window;
             assert!((got - f).abs() < 2.0 / pitch as f64, "k {k}: {got} vs {f}");
+        }
+    }
+
+    /// A 32-wide geometry of `rows` detector rows (and volume slices) at `tilt` degrees.
+    fn short_detector(rows: usize, tilt: f64) -> Geometry {
+        let mut g = Geometry::cube(32, 12, (90.0f64 + tilt).to_radians());
+        g.deth = rows;
+        g.n0 = rows;
+        g
+    }
+
+    fn axes_at(tilt: f64) -> Vec<Candidate> {
+        grid(&candidate_range(12.0, 20.0, 0.5).unwrap(), &[tilt]).unwrap()
+    }
+
+    #[test]
+    fn the_slab_is_chosen_from_the_geometry() {
+        // Tilt 0: every row is a CT slice, and the rows hold as many slices as they are (up to 8).
+        for (rows, slices) in [(1, 1), (2, 2), (4, 4), (8, 8), (32, 8)] {
+            let slab =
+                choose_slab(&short_detector(rows, 0.0), 1, &axes_at(0.0), None, 0.0).unwrap();
+            assert!(slab.slices == slices, "{rows} rows: {slab:?}");
+        }
+        // A small tilt on 8 rows: 8 slices leave the rows, a thinner slab keeps a wide disc.
+        let g = short_detector(8, 5.0);
+        let slab = choose_slab(&g, 1, &axes_at(5.0), None, 0.0).unwrap();
+        let poses: Vec<Pose> = axes_at(5.0).iter().map(|c| pose(c, 1)).collect();
+        let radius = fitted_radius(&g, &slab, &poses).unwrap();
+        assert!(slab.slices >= 1 && slab.slices < 8, "{slab:?}");
+        assert!(radius >= 10.0, "{slab:?}: radius {radius}");
+        // An explicit thickness is honoured, or refused in the user's terms.
+        let explicit = choose_slab(&g, 1, &axes_at(5.0), Some(2), 0.0).unwrap();
+        assert!(explicit.slices == 2);
+        match choose_slab(&g, 1, &axes_at(5.0), Some(8), 0.0) {
+            Err(PreprocessError::BadSearch(m)) => {
+                assert!(
+                    m.contains("the detector has 8 rows; use --slab-slices"),
+                    "{m}"
+                );
+                assert!(!m.contains("radius"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing fits far off the detector: no negative radius, what to change instead.
+        match choose_slab(&short_detector(8, 0.0), 1, &axes_at(0.0), None, 20.0) {
+            Err(PreprocessError::BadSearch(m)) => {
+                assert!(
+                    m.contains("even a slab of one slice") && m.contains("--slab-z"),
+                    "{m}"
+                );
+                assert!(!m.contains("radius"), "{m}");
+            }
+            other => panic!("{other:?}"),
         }
     }
 
