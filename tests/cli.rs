@@ -1086,6 +1086,11 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("best: --rotation-axis 18.50"), "{stdout}");
+    assert!(stdout.contains("confidence: the score halves"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("try/try.json")).unwrap()).unwrap();
+    let width = report["peak_half_width"].as_f64().unwrap();
+    assert!(width > 0.0 && width < 5.0, "{report}");
     for name in [
         "axis_16.00.png",
         "axis_18.50.png",
@@ -1149,6 +1154,12 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     let found = pre["rotation_axis"].as_f64().unwrap();
     assert!((found - 18.5).abs() < 0.5, "{found}");
     assert!(p("auto/axis_search.csv").exists());
+    // Laminography: the slab search alone, with its confidence and the slab it chose.
+    let search = &pre["axis_search"];
+    assert_eq!(search["method"], "slab", "{pre}");
+    assert!(search["peak_half_width"].as_f64().unwrap() > 0.0, "{pre}");
+    assert!(search["slab"]["slices"].as_u64().unwrap() >= 1, "{pre}");
+    assert!(search["fourier_axis"].is_null(), "{pre}");
 
     let o = lamino(
         &[
@@ -1401,4 +1412,91 @@ fn reconstruct_on_two_devices_writes_the_one_device_volume_and_other_commands_re
     let o = lamino(&["--device", "0,x", "devices"], true);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("\"0,2\""), "{}", stderr(&o));
+}
+
+#[test]
+fn auto_on_a_ct_scan_reports_the_fourier_estimate_and_the_slab_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let scan = p("ct.h5");
+    let o = lamino(
+        &[
+            "simulate",
+            "--phantom",
+            "shepp",
+            "--size",
+            "32",
+            "--angles",
+            "90",
+            "--tilt-deg",
+            "0",
+            "--photons",
+            "1e4",
+            "--rotation-axis",
+            "17.3",
+            "--out",
+            &s(&scan),
+        ],
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = lamino(
+        &[
+            "try",
+            &s(&scan),
+            "--tilt-deg",
+            "0",
+            "--rotation-axis-range",
+            "15:20:0.5",
+            "--out",
+            &s(&p("try")),
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("confidence: the score halves")
+            && stdout.contains("Fourier estimate (Vo et al.): --rotation-axis"),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("try/try.json")).unwrap()).unwrap();
+    let fourier = report["fourier_axis"].as_f64().unwrap();
+    assert!((fourier - 17.3).abs() <= 0.5, "{report}");
+    let o = lamino(
+        &[
+            "reconstruct",
+            &s(&scan),
+            "--tilt-deg",
+            "0",
+            "--rotation-axis",
+            "auto",
+            "--out",
+            &s(&p("auto")),
+            "--quiet",
+        ],
+        true,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Fourier estimate (Vo et al.)"),
+        "{}",
+        stderr(&o)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("auto/report.json")).unwrap()).unwrap();
+    let pre = &report["reconstruction"]["preprocessing"];
+    let search = &pre["axis_search"];
+    assert_eq!(search["method"], "fourier", "{pre}");
+    let chosen = pre["rotation_axis"].as_f64().unwrap();
+    assert!(chosen == search["fourier_axis"].as_f64().unwrap(), "{pre}");
+    assert!((chosen - 17.3).abs() <= 0.5, "{pre}");
+    assert!(
+        (search["slab_axis"].as_f64().unwrap() - 17.3).abs() <= 0.5,
+        "{pre}"
+    );
+    assert!(search["disagreement"].as_f64().unwrap() <= 1.0, "{pre}");
+    assert!(search["peak_half_width"].as_f64().unwrap() > 0.0, "{pre}");
 }

@@ -338,3 +338,72 @@ fn stripe_removal_reduces_rings_and_leaves_a_clean_scan_nearly_alone() {
     }
     assert!(failures.is_empty(), "{failures:?}");
 }
+
+/// `p` with only its `rows` central detector rows (and as many volume slices): a short detector.
+fn central_rows(p: &Projections, rows: usize) -> Projections {
+    let g = p.geometry();
+    let first = (g.deth - rows) / 2;
+    let values = p
+        .values()
+        .chunks(g.deth * g.detw)
+        .flat_map(|frame| &frame[first * g.detw..(first + rows) * g.detw])
+        .copied()
+        .collect();
+    let mut short = g.clone();
+    short.deth = rows;
+    short.n0 = rows;
+    Projections::new(short, values).unwrap()
+}
+
+#[test]
+fn auto_finds_the_axis_of_short_ct_detectors_with_its_defaults() {
+    // Plain CT (tilt 0) over 360 degrees, noisy, axis off centre, on 2, 4 and 8 rows: the slab
+    // fits the rows, and both the slab search and the Fourier estimate find the axis.
+    let axis = 18.3;
+    let full = scan(PhantomKind::Shepp, 32, 90, 0.0, Some(1e4), Some(axis));
+    for rows in [2, 4, 8] {
+        let p = central_rows(&full, rows);
+        let auto = find_rotation_axis(ctx(), &p, 1, 0.0, None, 0.0).unwrap();
+        eprintln!(
+            "{rows} rows: auto {:.3} (slab {:.3} on {} slices, peak half width {:?}; Fourier {:?}), \
+             true {axis}",
+            auto.rotation_axis,
+            auto.slab_axis,
+            auto.slab.slices,
+            auto.peak_half_width,
+            auto.fourier_axis
+        );
+        assert!(auto.slab.slices == rows, "{rows} rows: {:?}", auto.slab);
+        assert!(auto.method == "fourier");
+        for found in [auto.rotation_axis, auto.slab_axis] {
+            assert!((found - axis).abs() <= 0.5, "{rows} rows: {found}");
+        }
+        assert!(auto.disagreement.is_some_and(|d| d <= 1.0));
+        assert!(auto.peak_half_width.is_some_and(|w| w > 0.0 && w < 2.0));
+    }
+}
+
+#[test]
+fn auto_finds_the_axis_of_a_short_laminography_detector_with_its_defaults() {
+    // A small tilt on 8 rows: 8 slices would leave the rows, the search picks a thinner slab.
+    let (axis, tilt) = (14.6, 5.0);
+    let p = central_rows(
+        &scan(PhantomKind::Shepp, 32, 90, tilt, Some(1e4), Some(axis)),
+        8,
+    );
+    let auto = find_rotation_axis(ctx(), &p, 1, tilt, None, 0.0).unwrap();
+    eprintln!(
+        "tilt {tilt}, 8 rows: auto {:.3} on {} slices (radius {}), peak half width {:?}",
+        auto.rotation_axis,
+        auto.slab.slices,
+        auto.passes.last().unwrap().score_radius,
+        auto.peak_half_width
+    );
+    assert!(auto.method == "slab" && auto.fourier_axis.is_none());
+    assert!(auto.slab.slices < 8, "{:?}", auto.slab);
+    assert!(
+        (auto.rotation_axis - axis).abs() <= 0.5,
+        "{}",
+        auto.rotation_axis
+    );
+}

@@ -618,19 +618,16 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     Ok(())
 }
 
-/// How sure an axis search is, in words: the slab score's peak sharpness and, for CT, the
+/// How sure an axis search is, in words: the slab score's peak half width and, for CT, the
 /// Fourier estimate and how far the two disagree (columns).
 pub fn describe_axis_search(search: &AxisSearch) -> String {
-    let sharpness = match search.peak_sharpness {
-        Some(s) => format!(
-            "the slab score drops {:.2} % one column from its peak",
-            100.0 * s
-        ),
-        None => "the slab score has no interior peak (no sharpness)".into(),
+    let peak = match search.peak_half_width {
+        Some(w) => format!("the slab score halves {w:.2} columns from its peak"),
+        None => "the slab score has no interior peak".into(),
     };
     match (search.fourier_axis, search.disagreement) {
         (Some(f), Some(d)) => format!(
-            "confidence: {sharpness} (slab search {:.2}, {} slices); Fourier estimate (Vo et al.) \
+            "confidence: {peak} (slab search {:.2}, {} slices); Fourier estimate (Vo et al.) \
              {f:.2}, {d:.2} columns apart; using the {}",
             search.slab_axis,
             search.slab.slices,
@@ -641,7 +638,7 @@ pub fn describe_axis_search(search: &AxisSearch) -> String {
             }
         ),
         _ => format!(
-            "confidence: {sharpness} (slab search {:.2}, {} slices)",
+            "confidence: {peak} (slab search {:.2}, {} slices)",
             search.slab_axis, search.slab.slices
         ),
     }

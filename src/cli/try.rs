@@ -168,7 +168,7 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
             "lamino_version": env!("CARGO_PKG_VERSION"),
             "metric": "gradient energy: mean |grad_xy f|^2 of the slab over its inscribed disc (larger is sharper)",
             "slab": slab,
-            "peak_sharpness": result.peak_sharpness,
+            "peak_half_width": result.peak_half_width,
             "fourier_axis": fourier,
             "preprocessing": pre,
             "seconds": elapsed,
@@ -196,10 +196,9 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         elapsed,
         args.out.display()
     );
-    match result.peak_sharpness {
-        Some(s) => println!(
-            "confidence: the score drops {:.2} % one column from its peak (slab of {} slices)",
-            100.0 * s,
+    match result.peak_half_width {
+        Some(w) => println!(
+            "confidence: the score halves {w:.2} columns from its peak (slab of {} slices)",
             slab.slices
         ),
         None => println!(

@@ -68,7 +68,7 @@ pub struct Preprocessing {
     /// The rotation axis in unbinned detector columns.
     pub rotation_axis: f64,
     /// How `--rotation-axis auto` found it: both estimates, their disagreement and the slab
-    /// search's peak sharpness (`None` unless searched).
+    /// search's peak half width (`None` unless searched).
     pub axis_search: Option<AxisSearch>,
     /// How many pixels flat/dark normalisation clamped (`None`: the input was line integrals).
     pub clamps: Option<crate::io::ClampCount>,

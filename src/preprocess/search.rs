@@ -118,12 +118,12 @@ pub struct SearchResult {
     /// The winner refined along each searched axis by the vertex of the parabola through it and
     /// its two neighbours (when it is not at the edge of its range); the best candidate otherwise.
     pub refined: Candidate,
-    /// How sharply the score peaks along the axis: the fraction of the best score lost one
-    /// (unbinned) column from the peak, by the parabola the refinement fits through the winner
-    /// and its neighbours (`None` when the winner is at the edge of its range or not a strict
-    /// maximum). A peak that drops by a few per cent per column is well determined; one that
-    /// drops by less than the score's noise is not.
-    pub peak_sharpness: Option<f64>,
+    /// The confidence of the axis: how far (unbinned columns) from the peak the parabola the
+    /// refinement fits through the winner and its neighbours falls to half the best score, i.e.
+    /// `sqrt(score / -score'')` (`None` when the winner is at the edge of its range or not a
+    /// strict maximum). A peak a column or less wide pins the axis down; a wide one (the
+    /// score of neighbours differing by a fraction of a per cent) does not.
+    pub peak_half_width: Option<f64>,
     /// The slab that was scored.
     pub slab: Slab,
     /// The detector binning the slabs were reconstructed at.
@@ -706,7 +706,7 @@ pub fn score_candidates(
         .max_by(|&a, &b| scored[a].score.total_cmp(&scored[b].score))
         .expect("at least one candidate");
     let best = scored[best_index].candidate;
-    let (refined, peak_sharpness) = refine(&scored, best_index);
+    let (refined, peak_half_width) = refine(&scored, best_index);
     let middle = slab.slices / 2;
     let previews = slabs
         .iter()
@@ -716,7 +716,7 @@ pub fn score_candidates(
         scored,
         best,
         refined,
-        peak_sharpness,
+        peak_half_width,
         slab: *slab,
         binning,
         score_radius: radius,
@@ -726,12 +726,12 @@ pub fn score_candidates(
 }
 
 /// The winner moved along each searched axis to the parabola's vertex through its neighbours
-/// on that axis (equally spaced, same value on the other axis), and the sharpness of the peak
-/// along the rotation axis (see [`SearchResult::peak_sharpness`]).
+/// on that axis (equally spaced, same value on the other axis), and the half width of the peak
+/// along the rotation axis (see [`SearchResult::peak_half_width`]).
 fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
     let b = scored[best].candidate;
     let mut out = b;
-    let mut sharpness = None;
+    let mut half_width = None;
     for along_axis in [true, false] {
         let coordinate = |c: &Candidate| {
             if along_axis {
@@ -768,14 +768,14 @@ fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
         if along_axis {
             let curvature = (a - 2.0 * peak + c) / (step * step);
             if curvature < 0.0 && peak > 0.0 && peak >= a && peak >= c {
-                sharpness = Some(-0.5 * curvature / peak);
+                half_width = Some((peak / -curvature).sqrt());
             }
             out.rotation_axis += shift;
         } else {
             out.tilt_deg += shift;
         }
     }
-    (out, sharpness)
+    (out, half_width)
 }
 
 /// The outcome of [`find_rotation_axis`]: the axis, how it was found and how sure it is, and
@@ -796,8 +796,9 @@ pub struct AxisSearch {
     /// `|slab_axis - fourier_axis|` (unbinned columns): two independent methods agreeing to a
     /// fraction of a column is the strongest sign the axis is right.
     pub disagreement: Option<f64>,
-    /// The slab search's confidence: the last pass's [`SearchResult::peak_sharpness`].
-    pub peak_sharpness: Option<f64>,
+    /// The slab search's confidence: the last pass's [`SearchResult::peak_half_width`]
+    /// (columns).
+    pub peak_half_width: Option<f64>,
     /// The slab of the last pass.
     pub slab: Slab,
     /// The range searched first (unbinned columns).
@@ -882,7 +883,7 @@ pub fn find_rotation_axis(
     let slab = choose_slab(g, binning.max(1), &candidates, slices, z_offset)?;
     let result = score_candidates(ctx, projections, binning.max(1), &candidates, &slab)?;
     let slab_axis = result.refined.rotation_axis;
-    let (peak_sharpness, slab) = (result.peak_sharpness, result.slab);
+    let (peak_half_width, slab) = (result.peak_half_width, result.slab);
     passes.push(result);
     let fourier_axis = match half_turn(g) {
         Some(_) => {
@@ -901,7 +902,7 @@ pub fn find_rotation_axis(
         slab_axis,
         fourier_axis,
         disagreement: fourier_axis.map(|f| (f - slab_axis).abs()),
-        peak_sharpness,
+        peak_half_width,
         slab,
         range,
         passes,
