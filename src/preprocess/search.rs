@@ -2,8 +2,9 @@
 //! reconstructed for every candidate (axis column, tilt) and scored by its sharpness; the
 //! sharpest candidate wins (tomocupy's `try` and `try_lamino`).
 //!
-//! **Scoring reconstruction.** A filtered backprojection of a thin slab (default
-//! [`DEFAULT_SLAB_SLICES`] slices around the volume's centre): every detector row is filtered with
+//! **Scoring reconstruction.** A filtered backprojection of a thin slab (at most
+//! [`DEFAULT_SLAB_SLICES`] slices around the volume's centre, as many as the detector's rows
+//! hold, [`choose_slab`]): every detector row is filtered with
 //! the ramp (the band-limited ramp kernel of Kak & Slaney, edge-padded to at least twice its
 //! width, with the Shepp–Logan window), and each slab voxel sums, over all angles, the bilinearly
 //! interpolated filtered value where its ray meets the detector, times `pi sin(phi) / ntheta`.
