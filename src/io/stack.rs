@@ -360,29 +360,27 @@ impl StackReader {
                 }
                 Some(_) => {}
             }
+            let too_large = |sample: String| IoError::ImplausibleSize {
+                path: path.into(),
+                dataset: format!("TIFF pages 0..={count} together"),
+                shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
+                sample,
+                file_bytes: file_len,
+            };
             // Uncompressed pages each store their own pixels: together they fit in the file too.
             stored = stored.saturating_add(page.stored_bytes);
             if stored > file_len {
-                return Err(IoError::ImplausibleSize {
-                    path: path.into(),
-                    dataset: format!("TIFF pages 0..={count} together"),
-                    shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
-                    sample: format!("{:?} (uncompressed)", page.dtype),
-                    file_bytes: file_len,
-                });
+                return Err(too_large(format!("{:?} (uncompressed)", page.dtype)));
             }
             // Compressed pages may share one strip (a decompression bomb: many pages decoding the
             // same few bytes), so each page's bound alone does not bound the stack: the pages'
             // decoded bytes together must come from the file's bytes at the largest expansion.
             decoded = decoded.saturating_add(page.decoded_bytes);
             if decoded > file_len.saturating_mul(MAX_TIFF_EXPANSION) {
-                return Err(IoError::ImplausibleSize {
-                    path: path.into(),
-                    dataset: format!("TIFF pages 0..={count} together"),
-                    shape: vec![count as u64 + 1, page.height as u64, page.width as u64],
-                    sample: format!("{:?} (decoded, at most {MAX_TIFF_EXPANSION}:1)", page.dtype),
-                    file_bytes: file_len,
-                });
+                return Err(too_large(format!(
+                    "{:?} (decoded, at most {MAX_TIFF_EXPANSION}:1)",
+                    page.dtype
+                )));
             }
             count += 1;
             if !dec.more_images() {
