@@ -17,7 +17,7 @@ use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{fit, BasicParams};
 use lamino::gpu::{DeviceOptions, DeviceSelection, GpuContext};
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use lamino::solver::{AdmmParams, AdmmSolver};
 
 fn context() -> GpuContext {

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use crate::fft::{Direction, FftError, FftPlan, LaunchSource, Normalization, Strategy};
 use crate::gpu::{GpuContext, KernelSpec, Recorder};
-use crate::reference::{fft_last_axes, SplitMix64};
+use crate::random::SplitMix64;
+use crate::reference::fft_last_axes;
 use crate::shaders;
 
 /// One line of `lamino bench fft --json`.

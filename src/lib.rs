@@ -23,6 +23,7 @@
 //! - [`operator`]: the laminography operator `L = F_adj . U2 . U1`, its adjoint and geometry.
 //! - [`plan`]: the memory planner (in-core or streaming, decided before anything is allocated).
 //! - [`plot`]: pictures (previews, comparison panels, convergence and flat-field plots).
+//! - [`random`]: the one seeded random source (SplitMix64) of noise, start vectors and test data.
 //! - [`recon`]: the reconstruction pipeline as a library (progress, cancellation, checkpoints).
 //! - [`reference`](mod@reference): f64 CPU references the GPU kernels are tested against.
 //! - [`shaders`]: the WGSL sources and the bindings each entry point declares.
@@ -47,6 +48,7 @@ pub mod operator;
 pub mod plan;
 pub mod plot;
 pub mod preprocess;
+pub mod random;
 pub mod recon;
 pub mod reference;
 pub mod shaders;

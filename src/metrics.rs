@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn scoring_a_slice_at_a_time_gives_the_whole_volume_bits() {
-        let mut rng = crate::reference::SplitMix64::new(11);
+        let mut rng = crate::random::SplitMix64::new(11);
         // Shapes smaller and larger than the window along every axis (clamped edges everywhere).
         for shape in [[9, 10, 11], [2, 3, 4], [1, 8, 5], [12, 1, 7]] {
             let len = shape.iter().product();
@@ -261,7 +261,7 @@ mod tests {
         let s = score(&truth, &truth, shape);
         assert_eq!(s.rel_l2, 0.0);
         assert!((s.ssim - 1.0).abs() < 1e-12 && s.psnr.is_none(), "{s:?}");
-        let mut rng = crate::reference::SplitMix64::new(5);
+        let mut rng = crate::random::SplitMix64::new(5);
         let noisy: Vec<f32> = truth
             .iter()
             .map(|&v| v + 0.6 * (rng.next_f64() as f32 - 0.5))

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use common::to_f64;
 use lamino::fft::{recipe, Direction};
 use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray};
-use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+use lamino::random::SplitMix64;
+use lamino::reference::{fft_last_axes, max_relative_error};
 use ndarray_npy::WriteNpyExt;
 
 fn lamino(args: &[&str], allow_software: bool) -> Output {

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use lamino::io::{write_dxchange, write_tiff_volume};
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
 const ITERATIONS: &str = "6";

@@ -12,7 +12,7 @@ use lamino::io::{
     read_dxchange, write_dxchange, write_volume_h5, DxchangeReader, IoError, SampleType, Scan,
     Stack,
 };
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 
 const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
 

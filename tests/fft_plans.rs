@@ -8,7 +8,8 @@ use lamino::fft::{
     Algorithm, BatchDim, Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout,
     Normalization, Strategy,
 };
-use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+use lamino::random::SplitMix64;
+use lamino::reference::{fft_last_axes, max_relative_error};
 use num_complex::Complex;
 
 const SENTINEL: Complex<f32> = Complex::new(-7.25, 3.5);

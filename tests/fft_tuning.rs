@@ -10,7 +10,8 @@ use common::{new_context, to_f64};
 use lamino::fft::{
     Direction, FftPlan, LaunchSource, Normalization, Strategy, FFT_CACHE_ENV, FFT_TUNE_ENV,
 };
-use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+use lamino::random::SplitMix64;
+use lamino::reference::{fft_last_axes, max_relative_error};
 
 #[test]
 fn tuned_plans_are_exact_cached_and_reused() {

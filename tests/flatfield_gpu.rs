@@ -6,7 +6,7 @@ mod common;
 use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{fit, fit_prepared, fit_prepared_oracle, BasicParams, Fit, Pixels};
 use lamino::metrics::nan_max;
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f64 {
     a.iter()

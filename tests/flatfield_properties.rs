@@ -10,7 +10,7 @@ use lamino::flatfield::{
     fit, transform, transform_cpu, BasicParams, Fit, FlatfieldError, Pixels, Stack, TransformParams,
 };
 use lamino::metrics::nan_max;
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 
 /// S1's recipe on 128x128 images (the working grid): 10 blobs keep S1's density.
 fn small(seed: u64) -> Synthetic {

@@ -13,7 +13,7 @@ use lamino::memo::{Memo, MemoOptions, MemoPolicy, MemoStages, MemoStats};
 use lamino::operator::{
     Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source, Space, Stage,
 };
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use lamino::solver::{AdmmParams, AdmmSolver};
 use num_complex::Complex32;
 

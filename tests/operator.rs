@@ -13,7 +13,8 @@ use lamino::metrics::nan_max;
 use lamino::operator::{
     Apply, Geometry, GeometryError, LaminoOperator, OperatorError, OperatorOptions,
 };
-use lamino::reference::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct, SplitMix64};
+use lamino::random::SplitMix64;
+use lamino::reference::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct};
 use num_complex::{Complex, Complex32};
 
 type C64 = Complex<f64>;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use lamino::io::{write_tiff_volume, write_volume, STAGING_PREFIX};
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
 /// How a run's file size limit acts.

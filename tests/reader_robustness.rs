@@ -19,7 +19,7 @@ use lamino::flatfield::Fields;
 use lamino::input::read_angle_list;
 use lamino::io::{read_complex_npy, read_stack, read_tiff_volume, Pixels, Stack, StackReader};
 use lamino::operator::Geometry;
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use ndarray_npy::WriteNpyExt;
 use tiff::encoder::{colortype, Compression, DeflateLevel, TiffEncoder};
 

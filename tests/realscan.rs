@@ -230,7 +230,7 @@ fn binning_by_two_reconstructs_the_half_resolution_scan_with_values_per_larger_v
 /// (a 2-8 % gain), the same at every angle.
 fn add_stripes(p: &Projections) -> Projections {
     let g = p.geometry();
-    let mut rng = lamino::reference::SplitMix64::new(17);
+    let mut rng = lamino::random::SplitMix64::new(17);
     let offsets: Vec<f32> = (0..g.deth * g.detw)
         .map(|_| {
             let (pick, size, sign) = (rng.next_f64(), rng.next_f64(), rng.next_f64());

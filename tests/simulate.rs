@@ -11,7 +11,7 @@ use common::ctx;
 use lamino::io::{normalize, read_dxchange};
 use lamino::metrics::nan_max;
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use lamino::simulate::{
     blobs, chip, detector_frame, poisson, project, rasterize, shepp, Cuboid, Ellipsoid, Gaussian,
     Phantom, Primitive,

@@ -5,7 +5,7 @@ mod common;
 
 use lamino::memory::resident_bytes;
 use lamino::operator::{Geometry, OperatorOptions};
-use lamino::reference::SplitMix64;
+use lamino::random::SplitMix64;
 use lamino::solver::{AdmmParams, AdmmSolver};
 
 #[test]

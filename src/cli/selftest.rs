@@ -2,7 +2,8 @@
 //! of the FFT issue (2e-6 + 5e-7 log10(N), doubled for prime factors above 13).
 
 use lamino::fft::{Direction, FftPlan, Normalization};
-use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+use lamino::random::SplitMix64;
+use lamino::reference::{fft_last_axes, max_relative_error};
 
 use super::{Cli, CliResult};
 

@@ -16,7 +16,7 @@ use super::tune::{self, LaunchSource};
 use super::twiddles::{bluestein_tables, root_table};
 use super::{Direction, FftError, Normalization};
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, Recorder};
-use crate::reference::SplitMix64;
+use crate::random::SplitMix64;
 
 /// Workspace slots of the context's shared pool: a placeholder for unused bindings, then the two
 /// ping-pong buffers between passes.

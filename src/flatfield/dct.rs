@@ -80,7 +80,7 @@ impl Dct2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::SplitMix64;
+    use crate::random::SplitMix64;
 
     /// The closed-form definition, evaluated directly.
     fn direct(x: &[f64], n: usize) -> Vec<f64> {

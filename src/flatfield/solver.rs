@@ -684,7 +684,7 @@ pub fn shrink(v: f64, t: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::SplitMix64;
+    use crate::random::SplitMix64;
 
     #[test]
     fn centred_regression_equals_the_matlab_form_and_recovers_beta() {

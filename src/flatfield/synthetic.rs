@@ -1,7 +1,7 @@
 //! Seeded synthetic stacks with known fields (spec §9.2), shared by the tests and the benchmark.
 
 use super::{Pixels, Stack};
-use crate::reference::SplitMix64;
+use crate::random::SplitMix64;
 
 /// A synthetic stack recipe: `I_i = Poisson(S · (b_i + F_i) + D)` with sparse blobs `F_i` (S1),
 /// or `I_i = Poisson(S · b_i · T_i + D)` with a dense texture `T_i` (S3).

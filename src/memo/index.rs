@@ -169,7 +169,7 @@ impl KeyIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::SplitMix64;
+    use crate::random::SplitMix64;
 
     fn random_key(rng: &mut SplitMix64, d: usize) -> Vec<f32> {
         (0..d).map(|_| rng.next_f64() as f32 - 0.5).collect()

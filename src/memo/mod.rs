@@ -77,7 +77,7 @@ use crate::gpu::GpuContext;
 use crate::operator::{
     Application, Apply, Block, LaminoOperator, OperatorError, Sink, Source, Space, Stage,
 };
-use crate::reference::SplitMix64;
+use crate::random::SplitMix64;
 use gpu::{Combination, Plan, Shape, StageDevice, MAX_CANDIDATES};
 use index::{KeyIndex, UnitKey};
 use norm_cache::Lookup;

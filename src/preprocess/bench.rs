@@ -99,7 +99,7 @@ pub fn bench_stripes(
     rows: usize,
     methods: &[StripeRemoval],
 ) -> Result<Vec<StripeBenchRecord>, PreprocessError> {
-    let mut rng = crate::reference::SplitMix64::new(1);
+    let mut rng = crate::random::SplitMix64::new(1);
     let values: Vec<f32> = (0..angles * rows * width)
         .map(|_| rng.next_f64() as f32)
         .collect();

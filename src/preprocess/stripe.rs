@@ -509,7 +509,7 @@ fn sorting(sino: &[f64], ntheta: usize, detw: usize, size: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::SplitMix64;
+    use crate::random::SplitMix64;
 
     #[test]
     fn db5_is_an_orthonormal_filter_with_five_vanishing_moments() {

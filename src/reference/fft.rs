@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn matches_the_direct_dft_in_2d_with_a_batch_axis() {
         let (batch, n0, n1) = (3, 6, 5);
-        let mut rng = crate::reference::SplitMix64::new(1);
+        let mut rng = crate::random::SplitMix64::new(1);
         let x: Vec<Complex<f64>> = rng
             .complex_uniform(batch * n0 * n1)
             .iter()

@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use crate::reference::SplitMix64;
+use crate::random::SplitMix64;
 
 /// Errors of [`measure`].
 #[derive(Debug, Error)]

@@ -588,7 +588,7 @@ impl VectorOp {
 mod tests {
     use super::*;
     use crate::array::{PlaneLayout, Slot};
-    use crate::reference::SplitMix64;
+    use crate::random::SplitMix64;
 
     use crate::gpu::test_context as ctx;
 

@@ -6,7 +6,8 @@ use std::sync::OnceLock;
 
 use lamino::fft::{recipe, Direction, FftPlan, Normalization, Strategy};
 use lamino::gpu::{DeviceOptions, DeviceSelection, GpuContext};
-use lamino::reference::{fft_last_axes, max_relative_error, SplitMix64};
+use lamino::random::SplitMix64;
+use lamino::reference::{fft_last_axes, max_relative_error};
 use num_complex::Complex;
 
 /// A new context on the best adapter, software allowed (tests and CI opt in).

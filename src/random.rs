@@ -1,5 +1,6 @@
-//! A tiny seeded generator (SplitMix64) so that tests, benchmarks and the demo draw the same inputs
-//! on every machine without a random-number dependency.
+//! The crate's one seeded random source (SplitMix64): Poisson noise of simulated scans, the start
+//! vectors of power iterations, FFT tuning inputs, and the test data of tests and benchmarks all
+//! draw from it, so every machine draws the same values without a random-number dependency.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): fast, statistically solid for test data, fully seeded.
 #[derive(Debug, Clone)]
