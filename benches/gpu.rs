@@ -17,8 +17,9 @@ use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{fit, BasicParams};
 use lamino::gpu::{DeviceOptions, DeviceSelection, GpuContext};
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+use lamino::params::AdmmParams;
 use lamino::random::SplitMix64;
-use lamino::solver::{AdmmParams, AdmmSolver};
+use lamino::solver::AdmmSolver;
 
 fn context() -> GpuContext {
     let ctx = GpuContext::new(&DeviceOptions {

@@ -14,8 +14,9 @@ use std::sync::Arc;
 
 use lamino::gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext};
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
-use lamino::recon::{Projections, Reconstructor};
-use lamino::solver::AdmmParams;
+use lamino::params::AdmmParams;
+use lamino::recon::Reconstructor;
+use lamino::scan::Projections;
 use num_complex::Complex32;
 
 enum Event {

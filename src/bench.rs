@@ -546,7 +546,8 @@ pub fn bench_admm(
     iterations: usize,
 ) -> Result<AdmmBenchRecord, crate::solver::SolverError> {
     use crate::operator::{Apply, Geometry, OperatorOptions};
-    use crate::solver::{AdmmParams, AdmmSolver};
+    use crate::params::AdmmParams;
+    use crate::solver::AdmmSolver;
     let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
     let mut rng = SplitMix64::new(3);
     let data: Vec<f32> = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
@@ -667,7 +668,8 @@ fn timed_iterations(
     iterations: usize,
     warm_up: bool,
 ) -> Result<(f64, u64, u64), ScaleBenchError> {
-    use crate::solver::{AdmmParams, AdmmSolver};
+    use crate::params::AdmmParams;
+    use crate::solver::AdmmSolver;
     let ctx = GpuContext::new(options)?;
     ctx.set_device_budget(plan.budgets.device_bytes);
     let params = AdmmParams::exactly(iterations + usize::from(warm_up));
@@ -723,8 +725,8 @@ pub fn bench_scale_ratio(
     iterations: usize,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::operator::OperatorOptions;
+    use crate::params::AdmmParams;
     use crate::plan::{plan, Budgets, MemoryPlan};
-    use crate::solver::AdmmParams;
     let iterations = iterations.max(1);
     let (g, data) = scale_scan(n, angles);
     let params = AdmmParams::exactly(iterations + 1);
@@ -765,8 +767,8 @@ pub fn bench_scale_large(
     scratch: &std::path::Path,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::operator::OperatorOptions;
+    use crate::params::AdmmParams;
     use crate::plan::{plan, Budgets};
-    use crate::solver::AdmmParams;
     let (g, data) = scale_scan(n, angles);
     let params = AdmmParams::exactly(1);
     let ctx = GpuContext::new(options)?;
@@ -810,7 +812,7 @@ pub fn bench_scale_plan(
     let p = plan_on_paper(
         ctx,
         &g,
-        &crate::solver::AdmmParams::default(),
+        &crate::params::AdmmParams::default(),
         &OperatorOptions::default(),
         &budgets,
     )?;
@@ -840,7 +842,7 @@ pub struct ScaleModelMeasurement {
     pub angles: usize,
     /// Median wall time of one in-core outer iteration, ms.
     pub ms_per_iteration: f64,
-    /// Bytes its passes read and write (`plan::cluster::touched_bytes`).
+    /// Bytes its passes read and write (`plan::cluster_model::touched_bytes`).
     pub touched_bytes: u64,
     /// A plain copy on the device (bytes read + written per second), GB/s.
     pub copy_gbps: f64,
@@ -855,20 +857,20 @@ pub struct ScaleModelMeasurement {
 pub fn bench_scale_model(
     options: &crate::gpu::DeviceOptions,
     measure_size: usize,
-    mut inputs: crate::plan::cluster::ClusterInputs,
+    mut inputs: crate::plan::cluster_model::ClusterInputs,
     sizes: &[usize],
     ranks: &[usize],
 ) -> Result<
     (
         ScaleModelMeasurement,
-        Vec<crate::plan::cluster::ClusterPoint>,
+        Vec<crate::plan::cluster_model::ClusterPoint>,
     ),
     ScaleBenchError,
 > {
     use crate::operator::OperatorOptions;
-    use crate::plan::cluster::{model, touched_bytes};
+    use crate::params::AdmmParams;
+    use crate::plan::cluster_model::{model, touched_bytes};
     use crate::plan::MemoryPlan;
-    use crate::solver::AdmmParams;
     let (g, data) = scale_scan(measure_size, measure_size);
     let params = AdmmParams::exactly(2);
     let ctx = GpuContext::new(options)?;
@@ -940,7 +942,9 @@ pub fn converge_then_continue(
     iterations: usize,
 ) -> Result<ConvergedPrefix, crate::solver::SolverError> {
     use crate::operator::OperatorOptions;
-    use crate::solver::{AdmmParams, AdmmSolver, Convergence};
+    use crate::params::AdmmParams;
+    use crate::params::Convergence;
+    use crate::solver::AdmmSolver;
     let params = AdmmParams::exactly(iterations);
     let mut solver = AdmmSolver::new(ctx, g, data, params, &OperatorOptions::default())?;
     let mut at_stop = None;
@@ -984,7 +988,7 @@ pub enum ConvergenceBenchError {
     #[error(transparent)]
     Simulate(#[from] crate::simulate::SimulateError),
     #[error(transparent)]
-    Input(#[from] crate::input::InputError),
+    Input(#[from] crate::recon::input::InputError),
     #[error(transparent)]
     Solver(#[from] crate::solver::SolverError),
 }
@@ -995,8 +999,8 @@ pub fn noisy_projections(
     phantom: crate::simulate::PhantomKind,
     size: usize,
     (angles, tilt_deg, photons): (usize, f64, f64),
-) -> Result<crate::recon::Projections, ConvergenceBenchError> {
-    use crate::input::projections_from_scan;
+) -> Result<crate::scan::Projections, ConvergenceBenchError> {
+    use crate::recon::input::projections_from_scan;
     use crate::simulate::{simulated_scan, ScanSpec};
     let sim = simulated_scan(&ScanSpec {
         phantom,

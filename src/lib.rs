@@ -1,6 +1,6 @@
 //! lamino: X-ray laminography reconstruction on any GPU through wgpu.
 //!
-//! A scan goes in through [`input`] (or [`io`]), is reconstructed by [`recon`] (ADMM-TV from
+//! A scan goes in through [`recon::input`] (or [`io`]) as [`scan::Projections`], is reconstructed by [`recon`] (ADMM-TV from
 //! [`solver`] over the operator of [`operator`]) and written with previews from [`plot`]; the CLI
 //! (`src/main.rs` over `src/cli/`, one module per command) is a thin layer over these.
 //!
@@ -8,49 +8,52 @@
 //! - [`array`](mod@array): the arrays of a reconstruction (device-, host- or scratch-resident fields) and the
 //!   scalars its kernels share.
 //! - [`bench`](mod@bench): benchmark drivers behind `lamino bench ...` that print figures.
+//! - [`distributed`]: several devices and MPI ranks (feature `mpi`) on one reconstruction, with
+//!   the bits of one device.
 //! - [`error`]: typed errors of the GPU runtime ([`GpuError`]).
 //! - [`fft`]: complex FFT plans on the GPU (Stockham, mixed radix, Bluestein).
 //! - [`flatfield`]: BaSiC flat-field, dark-field and baseline estimation and correction.
 //! - [`gpu`]: the GPU runtime, the only module that calls wgpu (device policy, buffers, kernels,
 //!   recordings).
 //! - [`hash`]: the crate's one checksum (64-bit FNV-1a) for checkpoints and fingerprints.
-//! - [`input`]: reading a scan into line integrals with their geometry (the routes of
-//!   `lamino reconstruct`).
 //! - [`io`]: array files (`.npy`, TIFF stacks and volumes, DXchange HDF5) and atomic writes.
 //! - [`memo`]: memoization of the gridding stages across solver iterations.
 //! - [`memory`]: host memory figures and up-front refusals of work that would not fit.
 //! - [`metrics`]: image quality against a ground truth (relative L2, PSNR, SSIM).
 //! - [`operator`]: the laminography operator `L = F_adj . U2 . U1`, its adjoint and geometry.
+//! - [`params`]: the reconstruction's parameters and their defaults, in one place.
 //! - [`plan`]: the memory planner (in-core or streaming, decided before anything is allocated).
 //! - [`plot`]: pictures (previews, comparison panels, convergence and flat-field plots).
 //! - [`random`]: the one seeded random source (SplitMix64) of noise, start vectors and test data.
-//! - [`recon`]: the reconstruction pipeline as a library (progress, cancellation, checkpoints).
+//! - [`recon`]: the reconstruction pipeline as a library: reading a scan ([`recon::input`]), solving
+//!   (progress, cancellation, checkpoints), writing the outputs.
 //! - [`reference`](mod@reference): f64 CPU references the GPU kernels are tested against.
+//! - [`scan`]: projections (line integrals with their geometry) as the solver takes them.
 //! - [`shaders`]: the WGSL sources and the bindings each entry point declares.
 //! - [`simulate`]: simulated scans (phantoms, exact projections, Poisson noise).
 //! - [`solver`]: the ADMM-TV solver, its parameters, convergence test and checkpoints.
 
 pub mod array;
 pub mod bench;
-#[cfg(feature = "mpi")]
-pub mod cluster;
+pub mod distributed;
 pub mod error;
 pub mod fft;
 pub mod flatfield;
 pub mod gpu;
 pub mod hash;
-pub mod input;
 pub mod io;
 pub mod memo;
 pub mod memory;
 pub mod metrics;
 pub mod operator;
+pub mod params;
 pub mod plan;
 pub mod plot;
 pub mod preprocess;
 pub mod random;
 pub mod recon;
 pub mod reference;
+pub mod scan;
 pub mod shaders;
 pub mod simulate;
 pub mod solver;

@@ -26,7 +26,8 @@ use thiserror::Error;
 use crate::io::{
     central_slices, central_slices_of, write_atomically, CentralSlice, IoError, Stack, VolumeSlabs,
 };
-use crate::solver::{Convergence, IterationReport};
+use crate::params::Convergence;
+use crate::solver::IterationReport;
 
 /// The shortest long side, in pixels, of a slice preview.
 pub const PREVIEW_MIN_SIDE: usize = 512;

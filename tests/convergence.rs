@@ -7,7 +7,8 @@ mod common;
 
 use lamino::bench::{converge_then_continue, noisy_projections};
 use lamino::metrics::rel_l2;
-use lamino::recon::{Projections, Reconstructor};
+use lamino::recon::Reconstructor;
+use lamino::scan::Projections;
 use lamino::simulate::PhantomKind;
 use lamino::solver::StopReason;
 

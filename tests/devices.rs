@@ -6,9 +6,11 @@ mod common;
 use lamino::error::GpuError;
 use lamino::gpu::GpuContext;
 use lamino::operator::OperatorOptions;
+use lamino::params::AdmmParams;
+use lamino::params::InnerSolver;
 use lamino::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, Mode};
-use lamino::recon::Projections;
-use lamino::solver::{AdmmParams, AdmmSolver, AdmmTeam, InnerSolver, IterationReport, SolverError};
+use lamino::scan::Projections;
+use lamino::solver::{AdmmSolver, AdmmTeam, IterationReport, SolverError};
 
 fn projections(size: usize) -> Projections {
     common::chip_projections(size, 3)

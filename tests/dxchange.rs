@@ -7,12 +7,12 @@ use std::f64::consts::PI;
 use std::path::{Path, PathBuf};
 
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
-use lamino::input::read_volume;
 use lamino::io::{
     read_dxchange, write_dxchange, write_volume_h5, DxchangeReader, IoError, SampleType, Scan,
     Stack,
 };
 use lamino::random::SplitMix64;
+use lamino::recon::input::read_volume;
 
 const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
 

@@ -7,7 +7,8 @@ mod common;
 use lamino::flatfield::estimate_open_beam;
 use lamino::metrics::score;
 use lamino::operator::Geometry;
-use lamino::recon::{Projections, Reconstructor};
+use lamino::recon::Reconstructor;
+use lamino::scan::Projections;
 use lamino::simulate::{blobs, measure, project, rasterize, Noise};
 
 const N: usize = 32;

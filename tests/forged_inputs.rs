@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use lamino::input::{read_angle_list, read_intensity_stack, InputError};
 use lamino::io::{read_stack, IoError, StackReader, MAX_TEXT_BYTES};
 use lamino::operator::{Geometry, GeometryError};
+use lamino::recon::input::{read_angle_list, read_intensity_stack, InputError};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec, SimulateError};
 use tiff::encoder::{colortype, Compression, DeflateLevel, TiffEncoder};
 use tiff::tags::Tag;

@@ -13,8 +13,9 @@ use lamino::memo::{Memo, MemoOptions, MemoPolicy, MemoStages, MemoStats};
 use lamino::operator::{
     Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source, Space, Stage,
 };
+use lamino::params::AdmmParams;
 use lamino::random::SplitMix64;
-use lamino::solver::{AdmmParams, AdmmSolver};
+use lamino::solver::AdmmSolver;
 use num_complex::Complex32;
 
 const N: usize = 16;
@@ -414,7 +415,8 @@ fn eviction_keeps_both_tiers_within_budget_and_promoted_entries_are_reused() {
 
 #[test]
 fn the_reconstruction_report_includes_the_memo_statistics() {
-    use lamino::recon::{write_outputs, Projections, Reconstructor};
+    use lamino::recon::{write_outputs, Reconstructor};
+    use lamino::scan::Projections;
     let g = geometry();
     let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
     let truth: Vec<Complex32> = random(g.volume_len(), 8)

@@ -7,13 +7,14 @@ mod common;
 use std::path::Path;
 
 use common::{ctx, new_context};
-use lamino::input::projections_from_scan;
 use lamino::metrics::rel_l2;
 use lamino::preprocess::{
     bin_projections, candidate_range, find_rotation_axis, grid, remove_stripes, score_candidates,
     slab_reference, Candidate, Slab, StripeRemoval,
 };
-use lamino::recon::{Projections, Reconstructor};
+use lamino::recon::input::projections_from_scan;
+use lamino::recon::Reconstructor;
+use lamino::scan::Projections;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
 /// The slab of 8 slices around the volume's centre (what the search chooses on these cube scans).

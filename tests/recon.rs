@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use common::ctx;
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+use lamino::params::AdmmParams;
 use lamino::plan::{Mode, PlanError};
-use lamino::recon::{Projections, ReconError, Reconstructor};
-use lamino::solver::AdmmParams;
+use lamino::recon::{ReconError, Reconstructor};
+use lamino::scan::{Projections, ScanError};
 use num_complex::Complex32;
 
 /// Projections (line integrals) of a centred box, computed with the operator and scaled back to
@@ -99,7 +100,7 @@ fn padding_is_cropped_and_bad_projections_are_refused() {
     assert!(
         matches!(
             err,
-            ReconError::NonFinite {
+            ScanError::NonFinite {
                 angle: 1,
                 row: 0,
                 column: 3,
@@ -109,7 +110,7 @@ fn padding_is_cropped_and_bad_projections_are_refused() {
         "{err}"
     );
     let err = Projections::new(g, vec![0.0; 5]).unwrap_err();
-    assert!(matches!(err, ReconError::Shape { .. }), "{err}");
+    assert!(matches!(err, ScanError::Shape { .. }), "{err}");
 }
 
 #[test]

@@ -5,8 +5,9 @@ mod common;
 
 use lamino::memory::resident_bytes;
 use lamino::operator::{Geometry, OperatorOptions};
+use lamino::params::AdmmParams;
 use lamino::random::SplitMix64;
-use lamino::solver::{AdmmParams, AdmmSolver};
+use lamino::solver::AdmmSolver;
 
 #[test]
 fn five_hundred_iterations_hold_host_and_device_memory_flat() {

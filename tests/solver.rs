@@ -8,7 +8,8 @@ use std::f64::consts::PI;
 
 use common::ctx;
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
-use lamino::solver::{AdmmParams, AdmmSolver, SolverError};
+use lamino::params::AdmmParams;
+use lamino::solver::{AdmmSolver, SolverError};
 use num_complex::Complex32;
 
 /// A small "chip": a thin slab with a denser layer, two wires and a via.
@@ -151,7 +152,7 @@ fn resuming_from_a_checkpoint_equals_an_uninterrupted_run_bit_for_bit() {
 
 #[test]
 fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() {
-    use lamino::solver::InnerSolver;
+    use lamino::params::InnerSolver;
     let (g, truth, data) = setup(16);
     let error = |inner| {
         // The same number of iterations for both (the reference's 33).

@@ -56,9 +56,11 @@ fn peak_heap_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
 use lamino::array::Residency;
 use lamino::io::{SlabVisitor, VolumeSlabs};
 use lamino::operator::{Geometry, OperatorOptions};
+use lamino::params::AdmmParams;
 use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
-use lamino::recon::{Projections, Reconstructor};
-use lamino::solver::{AdmmParams, AdmmSolver};
+use lamino::recon::Reconstructor;
+use lamino::scan::Projections;
+use lamino::solver::AdmmSolver;
 use std::path::Path;
 
 fn projections(size: usize) -> Projections {
@@ -360,7 +362,7 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
 /// plan leaves out is the reductions' readback, a few hundred bytes.
 #[test]
 fn the_plan_predicts_the_bytes_moved_per_iteration() {
-    use lamino::solver::InnerSolver;
+    use lamino::params::InnerSolver;
     let p = projections(32);
     let g = p.geometry();
     // At 1/2 most arrays and the U2 tables stay on the device; at 1/8 the two most used arrays;

@@ -260,7 +260,7 @@ impl Field {
     }
 
     /// As [`new`](Self::new), for an MPI rank that keeps planes `home` of a host array (see
-    /// [`crate::cluster`]): the other planes take memory only while they hold fetched blocks.
+    /// [`crate::distributed::ranks`]): the other planes take memory only while they hold fetched blocks.
     pub(crate) fn with_home(
         ctx: &GpuContext,
         label: &str,

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use clap::{Subcommand, ValueEnum};
 
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages, AUTO_FLOOR, AUTO_SCALE};
+use lamino::params::AdmmParams;
+use lamino::params::InnerSolver;
 use lamino::simulate::PhantomKind;
-use lamino::solver::{AdmmParams, InnerSolver};
 
 use super::{Cli, CliResult};
 
@@ -352,7 +353,7 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             cli,
             *json,
             *model_measure_size,
-            lamino::plan::cluster::ClusterInputs {
+            lamino::plan::cluster_model::ClusterInputs {
                 device_bytes: *model_device_bytes,
                 host_bytes: *model_host_bytes,
                 device_gbps: *model_device_gbps,
@@ -939,10 +940,10 @@ fn scale_model(
     cli: &Cli,
     json: bool,
     measure_size: usize,
-    inputs: lamino::plan::cluster::ClusterInputs,
+    inputs: lamino::plan::cluster_model::ClusterInputs,
     (sizes, ranks): (&[usize], &[usize]),
 ) -> CliResult {
-    use lamino::plan::cluster::communication_dominates_from;
+    use lamino::plan::cluster_model::communication_dominates_from;
     let (measured, points) = lamino::bench::bench_scale_model(
         &cli.device_options()?,
         measure_size,

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use clap::Args;
 
 use lamino::gpu::GpuContext;
-use lamino::input::projections_from_scan;
 use lamino::io::{write_dxchange, OutputSet};
 use lamino::memo::MemoOptions;
+use lamino::params::AdmmParams;
+use lamino::recon::input::projections_from_scan;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
-use lamino::solver::AdmmParams;
 
 use super::reconstruct::{report_loaded, run_reconstruction, MemoryBudgets, RunOptions};
 use super::{Cli, CliResult};

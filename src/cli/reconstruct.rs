@@ -10,18 +10,20 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
-use lamino::input::{
-    extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
-    LoadedProjections, ProjectionInput, Shading,
-};
 use lamino::io::{OutputSet, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
+use lamino::params::AdmmParams;
+use lamino::params::InnerSolver;
 use lamino::preprocess::{
     find_rotation_axis, remove_stripes, AxisSearch, AxisSource, Preprocessing, StripeRemoval,
     AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
 };
-use lamino::recon::{Projections, Reconstructor, Solved};
-use lamino::solver::{AdmmParams, InnerSolver};
+use lamino::recon::input::{
+    extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
+    LoadedProjections, ProjectionInput, Shading,
+};
+use lamino::recon::{Reconstructor, Solved};
+use lamino::scan::Projections;
 
 use super::progress::bar;
 use super::{Cli, CliResult};
@@ -494,7 +496,7 @@ pub(super) fn report_loaded(loaded: LoadedProjections, quiet: bool) -> Projectio
 pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     // Started by an MPI launcher: this process is one rank; an error on it stops them all.
     #[cfg(feature = "mpi")]
-    if let Some(ranks) = lamino::cluster::Ranks::from_launcher()? {
+    if let Some(ranks) = lamino::distributed::ranks::Ranks::from_launcher()? {
         return run_as(cli, args, Some(ranks.clone())).or_else(|e| {
             eprintln!("error on rank {} of {}: {e}", ranks.rank(), ranks.size());
             ranks.abort(1)
@@ -505,7 +507,7 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
 
 /// The MPI ranks this process is one of (never any without the `mpi` feature).
 #[cfg(feature = "mpi")]
-pub(super) type MpiRanks = Option<Arc<lamino::cluster::Ranks>>;
+pub(super) type MpiRanks = Option<Arc<lamino::distributed::ranks::Ranks>>;
 #[cfg(not(feature = "mpi"))]
 pub(super) type MpiRanks = Option<std::convert::Infallible>;
 
@@ -525,7 +527,7 @@ fn open_devices(
 ) -> Result<Vec<GpuContext>, Box<dyn std::error::Error>> {
     #[cfg(feature = "mpi")]
     if let Some(r) = ranks {
-        let local = lamino::cluster::Ranks::local_rank().unwrap_or(r.rank());
+        let local = lamino::distributed::ranks::Ranks::local_rank().unwrap_or(r.rank());
         let devices = cli.rank_contexts(local)?;
         r.set_devices(devices.len())?;
         return Ok(devices);

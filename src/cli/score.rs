@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lamino::input::{check_finite, read_volume};
 use lamino::io::OutputSet;
 use lamino::plot::write_comparison_png;
+use lamino::recon::input::{check_finite, read_volume};
 
 use super::CliResult;
 

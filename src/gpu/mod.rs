@@ -7,7 +7,6 @@
 mod context;
 mod kernel;
 mod recorder;
-pub(crate) mod team;
 
 pub use context::{
     list_adapters, software_opt_in_from_env, AdapterSummary, DeviceBusy, DeviceOptions,

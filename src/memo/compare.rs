@@ -21,9 +21,12 @@ use crate::bench::process_cpu_seconds;
 use crate::gpu::GpuContext;
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions};
-use crate::recon::{Projections, ReconError};
+use crate::params::AdmmParams;
+use crate::params::InnerSolver;
+use crate::recon::ReconError;
+use crate::scan::Projections;
 use crate::simulate::{project, PhantomKind};
-use crate::solver::{AdmmParams, AdmmSolver, InnerSolver, SolverError};
+use crate::solver::{AdmmSolver, SolverError};
 
 /// The reference's change must stay below `target` times this.
 pub const REFERENCE_CHANGE: f64 = 0.01;

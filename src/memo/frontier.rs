@@ -12,11 +12,13 @@ use crate::gpu::GpuContext;
 use crate::io::{IoError, OutputSet};
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions, Stage};
+use crate::params::AdmmParams;
 use crate::plan::Mode;
 use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};
-use crate::recon::{Projections, ReconError, Reconstruction, Reconstructor};
+use crate::recon::{ReconError, Reconstruction, Reconstructor};
+use crate::scan::Projections;
 use crate::simulate::{project, PhantomKind};
-use crate::solver::{AdmmParams, SolverError};
+use crate::solver::SolverError;
 
 /// The mLR paper's rebuttal Table C.2: (tau, accuracy, normalised time).
 pub const PAPER_POINTS: [(f64, f64, f64); 6] = [

@@ -8,7 +8,7 @@
 //! block at a time. Both run the same kernels, so with the same chunks streaming and in-core give
 //! the same bits; other chunk sizes change only the FFT batches' rounding (tested).
 
-pub mod cluster;
+pub mod cluster_model;
 
 use std::path::PathBuf;
 
@@ -20,7 +20,8 @@ use crate::gpu::GpuContext;
 use crate::operator::{
     Geometry, LaminoOperator, OperatorError, OperatorOptions, Space, MIN_STAGE_CHUNKS,
 };
-use crate::solver::{AdmmParams, InnerSolver};
+use crate::params::AdmmParams;
+use crate::params::InnerSolver;
 
 /// Errors of planning.
 #[derive(Debug, Error)]

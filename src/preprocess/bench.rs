@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{candidate_range, grid, remove_stripes_in_place, score_candidates, PreprocessError};
 use super::{Slab, StripeRemoval};
 use crate::gpu::GpuContext;
-use crate::recon::Projections;
+use crate::scan::Projections;
 use crate::simulate::{project, PhantomKind};
 
 /// One size of the search benchmark.

@@ -20,7 +20,7 @@
 use super::PreprocessError;
 use crate::io::Stack;
 use crate::operator::Geometry;
-use crate::recon::Projections;
+use crate::scan::Projections;
 
 /// The largest even count of whole `b`-blocks in `n` pixels.
 fn binned_len(n: usize, b: usize) -> usize {

@@ -24,7 +24,7 @@ use rustfft::FftPlanner;
 
 use super::PreprocessError;
 use crate::operator::Geometry;
-use crate::recon::Projections;
+use crate::scan::Projections;
 
 /// The finest step (columns) of the Fourier method's search, before the parabolic refinement.
 pub const VO_FINE_STEP: f64 = 0.05;
@@ -324,7 +324,7 @@ fn fft2(mat: &mut [Complex<f64>], h: usize, w: usize, planner: &mut FftPlanner<f
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::projections_from_scan;
+    use crate::recon::input::projections_from_scan;
     use crate::simulate::{simulated_scan, PhantomKind, ScanSpec};
     use std::path::Path;
 

@@ -26,7 +26,7 @@ use thiserror::Error;
 use crate::error::GpuError;
 use crate::fft::FftError;
 use crate::operator::GeometryError;
-use crate::recon::ReconError;
+use crate::scan::ScanError;
 
 /// Errors of preprocessing; each names the parameter or the input at fault.
 #[derive(Debug, Error)]
@@ -47,7 +47,7 @@ pub enum PreprocessError {
     #[error(transparent)]
     HostMemory(#[from] crate::memory::HostMemoryError),
     #[error(transparent)]
-    Projections(#[from] ReconError),
+    Projections(#[from] ScanError),
     #[error(transparent)]
     Geometry(#[from] GeometryError),
     #[error(transparent)]

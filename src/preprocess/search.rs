@@ -46,7 +46,7 @@ use super::{bin_projections, find_center_vo, half_turn, PreprocessError};
 use crate::fft::{Direction, FftPlan, Normalization};
 use crate::gpu::{GpuContext, KernelSpec};
 use crate::operator::Geometry;
-use crate::recon::Projections;
+use crate::scan::Projections;
 use crate::shaders;
 
 /// The most slices a chosen scoring slab has (voxels of the searched volume); see [`choose_slab`].

@@ -30,7 +30,7 @@ use rustfft::FftPlanner;
 use serde::Serialize;
 
 use super::PreprocessError;
-use crate::recon::Projections;
+use crate::scan::Projections;
 
 /// Daubechies' orthonormal scaling filter with 5 vanishing moments (`db5`, 10 taps; sum sqrt 2).
 const DB5: [f64; 10] = [

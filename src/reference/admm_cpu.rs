@@ -7,7 +7,7 @@ use num_complex::{Complex32, Complex64};
 use super::CpuOperator;
 use crate::fft::Direction;
 use crate::operator::Geometry;
-use crate::solver::AdmmParams;
+use crate::params::AdmmParams;
 
 /// The GPU solver's iterations (exact-step CG inner solver) on the CPU.
 pub struct CpuAdmm {

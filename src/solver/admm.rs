@@ -13,15 +13,15 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::checkpoint::{Checkpoint, CheckpointError};
-use super::params::{AdmmParams, Convergence, InnerSolver};
 use super::vector::{Kernel, Target, VectorOp};
+use crate::params::{AdmmParams, Convergence, InnerSolver};
 use std::sync::Arc;
 
 use crate::array::{
     Coef, Field, PlaneLayout, Residency, Scalars, Slot, Staging, StorageError, SumSlot,
 };
+use crate::distributed::team::Share;
 use crate::error::GpuError;
-use crate::gpu::team::Share;
 use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::{fnv1a, fnv1a_continue, FNV_OFFSET};
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};
@@ -42,7 +42,7 @@ pub enum SolverError {
     #[error(transparent)]
     Memo(#[from] MemoError),
     #[error(transparent)]
-    Parameter(#[from] super::params::InvalidParameter),
+    Parameter(#[from] crate::params::InvalidParameter),
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(transparent)]
@@ -983,7 +983,7 @@ impl TeamArrays {
         ctx: &GpuContext,
         g: &Geometry,
         plan: &MemoryPlan,
-        ranks: &crate::cluster::Ranks,
+        ranks: &crate::distributed::ranks::Ranks,
     ) -> Result<Self, SolverError> {
         Self::with(g, plan, |label, layout, residency| {
             let home = ranks.home(ranks.rank(), layout.planes);

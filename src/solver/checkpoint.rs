@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::admm::IterationReport;
-use super::params::AdmmParams;
 use crate::hash::{fnv1a_continue, FNV_OFFSET};
 use crate::operator::Geometry;
+use crate::params::AdmmParams;
 use crate::plan::Array;
 
 const MAGIC: &[u8; 8] = b"LAMINOCK";

@@ -11,7 +11,6 @@
 
 mod admm;
 mod checkpoint;
-mod params;
 mod team;
 mod vector;
 
@@ -19,5 +18,4 @@ pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
 
 pub use admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason};
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use params::{AdmmParams, Convergence, InnerSolver, InvalidParameter};
-pub use team::AdmmTeam;
+pub use team::{AdmmTeam, RankReport};

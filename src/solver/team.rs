@@ -1,6 +1,6 @@
 //! ADMM on several devices in one process: one [`AdmmSolver`] per device, one host thread each,
 //! the arrays shared in host memory, every stage's chunks and every vector kernel's planes split
-//! into one contiguous share per device (see [`crate::gpu::team`]). A chunk's result does not
+//! into one contiguous share per device (see [`crate::distributed::team`]). A chunk's result does not
 //! depend on the device that computes it, and a reduction combines the plane sums of all shares
 //! in plane order before the same finish as on one device, so identical devices give the bits of
 //! one device.
@@ -9,13 +9,26 @@ use std::sync::Arc;
 
 use super::admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, TeamArrays};
 use super::checkpoint::Checkpoint;
-use super::params::AdmmParams;
 use crate::array::Residency;
-use crate::gpu::team::{Share, TeamSync};
+use crate::distributed::team::{Share, TeamSync};
 use crate::gpu::GpuContext;
 use crate::memo::MemoOptions;
 use crate::operator::Geometry;
+use crate::params::AdmmParams;
 use crate::plan::MemoryPlan;
+use serde::Serialize;
+
+/// What one MPI rank of a reconstruction did.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RankReport {
+    pub rank: usize,
+    pub setup_s: f64,
+    pub iterations_s: f64,
+    /// Bytes the rank sent to other ranks (blocks and reductions), in all.
+    pub bytes_sent: u64,
+    /// Of those, the bytes sent during the outer iterations.
+    pub iteration_bytes_sent: u64,
+}
 
 /// A solver on one or more devices, or one MPI rank's part of a solver on every rank; with one
 /// device it is that device's [`AdmmSolver`].
@@ -24,7 +37,7 @@ pub struct AdmmTeam {
     members: Vec<AdmmSolver>,
     sync: Arc<TeamSync>,
     #[cfg(feature = "mpi")]
-    ranks: Option<Arc<crate::cluster::Ranks>>,
+    ranks: Option<Arc<crate::distributed::ranks::Ranks>>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -202,11 +215,11 @@ impl AdmmTeam {
     }
 
     /// This MPI rank's members of a team of every rank's devices, one per device of `devices`
-    /// (see [`crate::cluster`]; [`crate::cluster::Ranks::set_devices`] told every rank how many);
+    /// (see [`crate::distributed::ranks`]; [`crate::distributed::ranks::Ranks::set_devices`] told every rank how many);
     /// the plan as for several devices ([`crate::plan::plan_shared`]). Collective.
     #[cfg(feature = "mpi")]
     pub fn on_ranks(
-        ranks: &Arc<crate::cluster::Ranks>,
+        ranks: &Arc<crate::distributed::ranks::Ranks>,
         devices: &[GpuContext],
         geometry: &Geometry,
         data: &(impl ProjectionBlocks + ?Sized),
@@ -337,7 +350,7 @@ impl AdmmTeam {
         setup_s: f64,
         iterations_s: f64,
         setup_bytes: u64,
-    ) -> Vec<crate::recon::RankReport> {
+    ) -> Vec<RankReport> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             let sent = ranks.bytes_sent();
@@ -351,7 +364,7 @@ impl AdmmTeam {
                 .all_gather_words(&mine)
                 .iter()
                 .enumerate()
-                .map(|(rank, w)| crate::recon::RankReport {
+                .map(|(rank, w)| RankReport {
                     rank,
                     setup_s: f64::from_bits(w[0]),
                     iterations_s: f64::from_bits(w[1]),

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
+use crate::distributed::shares::share_range;
+use crate::distributed::team::{Reads, Share};
 use crate::error::GpuError;
-use crate::gpu::team::{Reads, Share};
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
@@ -540,7 +541,7 @@ impl VectorOp {
             };
             let mut sums = Vec::with_capacity(2 * op.planes);
             for (m, part) in all.iter().enumerate() {
-                let len = 2 * Share::range_of(m, share.members, op.planes).len();
+                let len = 2 * share_range(m, share.members, op.planes).len();
                 sums.extend_from_slice(&part[at[m]..at[m] + len]);
                 at[m] += len;
             }

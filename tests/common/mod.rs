@@ -44,7 +44,7 @@ pub fn simulate_scan(path: &std::path::Path, phantom: &str, size: usize) {
 
 /// A chip scan of `size`^3 voxels and `size` angles at a 30 degree tilt with Poisson noise
 /// (1e5 photons) and `seed`, as line integrals.
-pub fn chip_projections(size: usize, seed: u64) -> lamino::recon::Projections {
+pub fn chip_projections(size: usize, seed: u64) -> lamino::scan::Projections {
     use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
     let sim = simulated_scan(&ScanSpec {
         phantom: PhantomKind::Chip,
@@ -56,7 +56,7 @@ pub fn chip_projections(size: usize, seed: u64) -> lamino::recon::Projections {
         rotation_axis: None,
     })
     .unwrap();
-    lamino::input::projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
+    lamino::recon::input::projections_from_scan(std::path::Path::new("simulated"), sim.scan, None)
         .unwrap()
         .projections
 }

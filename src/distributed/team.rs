@@ -15,10 +15,10 @@ use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::context::GpuContext;
-use super::recorder::Recorder;
+use super::shares::share_range;
 use crate::array::{BlockView, Field};
 use crate::error::GpuError;
+use crate::gpu::{GpuContext, Recorder};
 
 #[derive(Default)]
 struct State {
@@ -141,11 +141,11 @@ impl TeamSync {
 enum Meeting {
     /// Threads of one process, sharing the arrays.
     Threads(Arc<TeamSync>),
-    /// MPI ranks, each keeping its home of the arrays (see [`crate::cluster`]), each with one
+    /// MPI ranks, each keeping its home of the arrays (see [`super::ranks`]), each with one
     /// or more devices: `local` is the meeting of the rank's threads, `device` this one's index.
     #[cfg(feature = "mpi")]
     Ranks {
-        ranks: Arc<crate::cluster::Ranks>,
+        ranks: Arc<super::ranks::Ranks>,
         local: Arc<TeamSync>,
         device: usize,
     },
@@ -174,7 +174,7 @@ impl Share {
     /// numbered rank by rank, so a rank's devices hold one contiguous share, its home.
     #[cfg(feature = "mpi")]
     pub fn rank_device(
-        ranks: &Arc<crate::cluster::Ranks>,
+        ranks: &Arc<super::ranks::Ranks>,
         local: &Arc<TeamSync>,
         device: usize,
     ) -> Arc<Self> {
@@ -192,14 +192,7 @@ impl Share {
     /// This member's contiguous share of `count` items (planes or chunks), in item order: the
     /// first `count % members` members take one more.
     pub fn range(&self, count: usize) -> Range<usize> {
-        Self::range_of(self.index, self.members, count)
-    }
-
-    /// The share of member `index` of `members`.
-    pub fn range_of(index: usize, members: usize, count: usize) -> Range<usize> {
-        let (base, extra) = (count / members, count % members);
-        let start = index * base + index.min(extra);
-        start..start + base + usize::from(index < extra)
+        share_range(self.index, self.members, count)
     }
 
     /// Submits what `rec` holds, waits until this member's downloads have landed in the host

@@ -1,4 +1,6 @@
-//! Solver defaults, in one place, each with its reason, and their validation.
+//! The reconstruction's scientific parameters (ADMM-TV: regularisation, iterations, convergence
+//! test, inner solver): their defaults in one place, each with its reason, and their validation.
+//! Below the planner and the solver, which both read them.
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

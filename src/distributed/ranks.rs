@@ -25,8 +25,8 @@ use mpi::traits::*;
 use mpi::Count;
 use thiserror::Error;
 
+use super::shares::share_range;
 use crate::array::{BlockView, Field};
-use crate::gpu::team::Share;
 
 /// Environment variables that MPI launchers set (Open MPI's mpirun, PMI and PMIx, as srun uses):
 /// with none of them, lamino runs as one process without initialising MPI.
@@ -170,8 +170,8 @@ impl Ranks {
     /// The planes of `planes` that rank `rank` keeps: the shares of its devices, together.
     pub fn home(&self, rank: usize, planes: usize) -> Range<usize> {
         let d = self.devices();
-        let first = Share::range_of(rank * d, self.size * d, planes);
-        let last = Share::range_of(rank * d + d - 1, self.size * d, planes);
+        let first = share_range(rank * d, self.size * d, planes);
+        let last = share_range(rank * d + d - 1, self.size * d, planes);
         first.start..last.end
     }
 

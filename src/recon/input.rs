@@ -26,7 +26,7 @@ use crate::io::{
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
-use crate::recon::{Projections, ReconError};
+use crate::scan::Projections;
 
 /// Errors reading a scan; each names the file or the option at fault.
 #[derive(Debug, Error)]
@@ -41,7 +41,7 @@ pub enum InputError {
     #[error(transparent)]
     Flatfield(#[from] FlatfieldError),
     #[error(transparent)]
-    Projections(#[from] ReconError),
+    Projections(#[from] crate::scan::ScanError),
     #[error(transparent)]
     HostMemory(#[from] crate::memory::HostMemoryError),
     #[error(transparent)]

@@ -36,7 +36,7 @@ use serde::Serialize;
 use super::{halo_passes, operator_applications, plan_on_paper, Array, Budgets, Mode, PlanError};
 use crate::gpu::GpuContext;
 use crate::operator::{Geometry, OperatorOptions};
-use crate::solver::AdmmParams;
+use crate::params::AdmmParams;
 
 /// What the model is told about the machine, and the measured cost of the computation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
