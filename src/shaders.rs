@@ -208,7 +208,8 @@ pub static SOLVER_SCALARS: Shader = Shader {
     layout: &[RW, RW, U],
 };
 
-/// The BaSiC flat-field fit: every kernel of one ALM iteration (spec §8.2).
+/// The BaSiC flat-field fit: every kernel of one ALM iteration (docs/flatfield-method.md,
+/// "Fused GPU kernels").
 pub static FLATFIELD_BASIC: Shader = Shader {
     name: "flatfield/basic",
     parts: &[basic::WGSL, include_str!("../shaders/flatfield/basic.wgsl")],

@@ -1,4 +1,5 @@
-//! The GPU fit (f32) against the f64 oracle and the ground truth on S1 (spec §9.2, §9.3), at
+//! The GPU fit (f32) against the f64 oracle and the ground truth on S1 (docs/flatfield-method.md,
+//! "Synthetic stacks", "Properties"), at
 //! production parameters.
 
 mod common;
@@ -42,7 +43,8 @@ fn s1_gpu_matches_the_oracle_and_the_truth() {
         iterations(&gpu),
         iterations(&cpu)
     );
-    // Spec §9.3: f32 vs f64 measured 2e-6 (flat) and 0.0066 counts (dark), same iteration counts.
+    // docs/flatfield-method.md, "Properties": f32 vs f64 measured 2e-6 (flat) and 0.0066 counts
+    // (dark), same iteration counts.
     assert!(flat < 1e-4, "flat-field differs by {flat}");
     assert!(
         (dark as f64) < 1e-4 * mean_intensity,
@@ -52,7 +54,8 @@ fn s1_gpu_matches_the_oracle_and_the_truth() {
     for (g, c) in iterations(&gpu).iter().zip(iterations(&cpu)) {
         assert!(g.abs_diff(c) <= 1, "{g} vs {c} iterations");
     }
-    // And the GPU result itself meets the ground-truth thresholds of §9.2.
+    // And the GPU result itself meets the ground-truth thresholds (docs/flatfield-method.md,
+    // "Test metrics and thresholds").
     let flat_rmse = rms(&gpu.fields.flatfield, &data.flatfield);
     let dark_rmse = rms(&gpu.fields.darkfield, &data.darkfield);
     assert!(flat_rmse < 0.015, "flat_rmse {flat_rmse}");
@@ -81,7 +84,8 @@ fn max_relative_diff(a: &[f32], b: &[f32]) -> f64 {
 fn without_a_dark_field_the_gpu_stops_when_the_oracle_stops() {
     // Issue 15: relative to a dark-field near zero, the old stop compared changes of a field
     // 0.1 % of the signal, and in f32 its rounding alone could hold the loop above the
-    // tolerance. Now the GPU stops after the oracle's rounds, on S2 of spec §9.2.
+    // tolerance. Now the GPU stops after the oracle's rounds, on S2 (docs/flatfield-method.md,
+    // "Synthetic stacks").
     let data = generate(&Synthetic {
         darkfield: false,
         ..Synthetic::s1(1)
@@ -117,7 +121,8 @@ fn without_a_dark_field_the_gpu_stops_when_the_oracle_stops() {
 #[test]
 fn the_sorted_fit_refits_its_baseline_in_image_order() {
     // Issue 15, kintsugi_compat on the GPU: the baseline of the sorted fit follows the true
-    // brightness (spec §9.2 S1 recipe on 128x128 images) and matches the oracle's.
+    // brightness (the S1 recipe of docs/flatfield-method.md, "Synthetic stacks", on 128x128
+    // images) and matches the oracle's.
     let data = generate(&Synthetic {
         height: 128,
         width: 128,
@@ -179,7 +184,8 @@ fn odd_working_sizes_match_the_oracle() {
     }
 }
 
-/// BaSiCPy's own synthetic test (spec §9.2 "S4"): 8 images of 128x128 drawn as Poisson(lam)
+/// BaSiCPy's own synthetic test (S4 of docs/flatfield-method.md, "Synthetic stacks"): 8 images of
+/// 128x128 drawn as Poisson(lam)
 /// with `lam = uint8(0.01 (max g − g) + 10)`, `g = x² + y²` on `linspace(−63, 64)`.
 fn s4(scale: f32) -> (lamino::flatfield::Stack, Vec<f64>) {
     let axis: Vec<f64> = (0..128).map(|i| -63.0 + i as f64).collect();
@@ -214,8 +220,9 @@ fn s4(scale: f32) -> (lamino::flatfield::Stack, Vec<f64>) {
 
 #[test]
 fn basicpy_synthetic_test_s4() {
-    // BaSiCPy's test fits without a dark-field; so does this one (spec §9.2: measured max error
-    // 0.047 for the §4 algorithm, bound 0.08; scale invariance bound 1e-4).
+    // BaSiCPy's test fits without a dark-field; so does this one (docs/flatfield-method.md,
+    // "Test metrics and thresholds": measured max error 0.047 for the prototype, bound 0.08;
+    // scale invariance bound 1e-4).
     let params = BasicParams {
         get_darkfield: false,
         ..BasicParams::default()
@@ -292,8 +299,9 @@ fn a_stack_split_across_bindings_gives_the_unsplit_fit() {
 
 #[test]
 fn s3_dense_texture_flat_field_is_recovered() {
-    // Spec §9.2 S3: every pixel is foreground (log-normal texture), the hardest of its sets.
-    // Measured there for the §4 algorithm at λ_D = 0.2 λ_F: flat_rmse 0.041, 11-14 solves; the
+    // S3 (docs/flatfield-method.md, "Synthetic stacks", "Test metrics and thresholds"): every
+    // pixel is foreground (log-normal texture), the hardest of its sets. Measured there for the
+    // prototype at λ_D = 0.2 λ_F: flat_rmse 0.041, 11-14 solves; the
     // CI threshold is 0.06.
     let data = generate(&Synthetic::s3(3));
     let fitted = fit(common::ctx(), &data.stack, &BasicParams::default(), |_| {}).unwrap();

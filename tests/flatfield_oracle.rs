@@ -1,10 +1,12 @@
-//! The f64 CPU oracle against synthetic ground truth (spec §9.2), at production parameters.
+//! The f64 CPU oracle against synthetic ground truth (docs/flatfield-method.md,
+//! "Synthetic stacks"), at production parameters.
 
 use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{fit_oracle, BasicParams};
 use lamino::metrics::nan_max;
 
-/// `(flat_rmse, flat_max_rel, dark_mean_err, dark_rmse)` against the truth (spec §9.2 metrics).
+/// `(flat_rmse, flat_max_rel, dark_mean_err, dark_rmse)` against the truth
+/// (docs/flatfield-method.md, "Test metrics and thresholds").
 fn metrics(flat: &[f32], dark: &[f32], true_flat: &[f64], true_dark: &[f64]) -> [f64; 4] {
     let n = flat.len() as f64;
     let flat_rmse = (flat
@@ -50,7 +52,8 @@ fn s1_fields_are_recovered_within_the_spec_thresholds() {
             .map(|s| s.iterations)
             .collect::<Vec<_>>()
     );
-    // Spec §9.2 CI thresholds (about 1.5-2x the measured 0.0087 / 3.4 % / -7.2 / 9.2).
+    // CI thresholds (docs/flatfield-method.md, "Test metrics and thresholds"): about 1.5-2x the
+    // measured 0.0087 / 3.4 % / -7.2 / 9.2.
     assert!(flat_rmse < 0.015, "flat_rmse {flat_rmse}");
     assert!(flat_max_rel < 0.06, "flat_max_rel {flat_max_rel}");
     assert!(dark_mean_err.abs() < 15.0, "dark_mean_err {dark_mean_err}");
@@ -106,9 +109,10 @@ fn s2_without_a_dark_field_hallucinates_none() {
         "S2: flat_rmse {flat_rmse:.4}, dark mean {mean_dark:.2}, max |dark| {max_dark:.2}, \
          flat-field |Δ| to the flat-only fit: rms {delta_rms:.2e}, max {delta_max:.2e}"
     );
-    // Spec §9.2 measured flat_rmse 0.0025 and a dark mean of 0.9 (truth 0) for S2; this port
+    // The prototype measured flat_rmse 0.0025 and a dark mean of 0.9 (truth 0) for S2
+    // (docs/flatfield-method.md, "Test metrics and thresholds"); this port
     // gives 0.0019-0.0021 and 0.00-0.01 (seeds 1, 2, 4), so nothing constant is hallucinated.
-    // "Within 0.002 of the flat-only fit" is read in the spec's own metric, the RMS: measured
+    // "Within 0.002 of the flat-only fit" is read in that page's own metric, the RMS: measured
     // 8.3e-4 to 8.7e-4. Its other two suggestions were not measurements and a correct fit does
     // not meet them: the dark-field keeps a smooth zero-mean o_R of ±4-6 counts (0.7 % of the
     // ~700-count background; it is the background left after removing ā_V·w, which the
@@ -143,7 +147,8 @@ fn s5_narrow_brightness_is_finite_and_flagged() {
         "brightness spread: S5 {:.3}, S1 {:.3}",
         fit.report.brightness_spread, wide_fit.report.brightness_spread
     );
-    // The dark-field is identifiable only with a wide brightness range (spec §4.7): the report
+    // The dark-field is identifiable only with a wide brightness range
+    // (docs/flatfield-method.md, "Dark-field identifiability"): the report
     // says how wide it was.
     assert!(fit.report.brightness_spread < 0.5 * wide_fit.report.brightness_spread);
     assert!(
@@ -172,7 +177,8 @@ fn kintsugi_compat_on_s1_stays_within_its_regression_bounds() {
         &data.darkfield,
     );
     eprintln!("S1 kintsugi_compat: flat_rmse {flat_rmse:.4}, dark_rmse {dark_rmse:.1}");
-    // Spec §9.2: a regression guard (measured 0.048 / 41), not a quality claim.
+    // docs/flatfield-method.md, "Test metrics and thresholds": a regression guard (measured
+    // 0.048 / 41), not a quality claim.
     assert!(flat_rmse < 0.08, "{flat_rmse}");
     assert!(dark_rmse < 60.0, "{dark_rmse}");
     assert_eq!(
@@ -200,7 +206,8 @@ fn reweighting_stops_within_a_bound_of_the_converged_fields() {
     // Issue 15: the stop measures the dark-field change relative to the signal and adds the
     // change still expected at the observed contraction rate. Reference: the same fit run to
     // reweighting_tolerance 1e-6 (the fields where the loop would settle). Measured on these
-    // stacks (S1 and S2 of spec §9.2, seed 1): rounds 4 and 3 (5 and 8 with the criterion
+    // stacks (S1 and S2 of docs/flatfield-method.md, "Synthetic stacks", seed 1): rounds 4 and 3
+    // (5 and 8 with the criterion
     // relative to the dark-field itself); S1 max |ΔS| 2.1e-4, max |ΔD| 0.54 counts; S2 1.25e-3 and
     // 1.8 counts (0.25 % of the ~700-count mean intensity). Bounds: 1.5x those.
     for (spec, rounds, flat_bound, dark_bound) in [

@@ -1,5 +1,6 @@
-//! Properties of the GPU fit (spec §9.3) and its handling of bad input, at production parameters.
-//! The invariance properties use S1 (spec §9.2), on which their thresholds were measured.
+//! Properties of the GPU fit (docs/flatfield-method.md, "Properties") and its handling of bad
+//! input, at production parameters. The invariance properties use S1 (docs/flatfield-method.md,
+//! "Synthetic stacks"), on which their thresholds were measured.
 
 mod common;
 
@@ -89,12 +90,14 @@ fn scaling_the_images_scales_only_the_dark_field() {
 
 #[test]
 fn an_offset_moves_the_dark_field_by_the_offset() {
-    // Spec §9.3 measured this property with MATLAB's dark-field weight λ_D = 0.4 λ_F (+495.9
+    // The prototype measured this property (docs/flatfield-method.md, "Properties") with
+    // MATLAB's dark-field weight λ_D = 0.4 λ_F (+495.9
     // counts, flat Δ 0.006) and set its bounds on that: flat Δ < 0.01, shift within ±2 %. This
     // port at 0.4: +494.4, Δ 0.0048. At the default 0.2 no correct fit meets Δ < 0.01: the GPU
     // and the f64 oracle both give Δ 0.0106 and +490.6 on this stack (0.1: 0.0159, +486.7). The
     // offset shrinks the brightness spread from 1.09 to 0.70, so the dark-field is less
-    // identifiable (spec §4.7), and the less the dark-field is smoothed, the more of the
+    // identifiable (docs/flatfield-method.md, "Dark-field identifiability"), and the less the
+    // dark-field is smoothed, the more of the
     // unexplained offset its smooth part o_R passes to the flat-field. The default is checked
     // with a bound of 1.5x its measurement.
     let (data, default_fit) = base();

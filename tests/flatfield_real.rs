@@ -1,4 +1,5 @@
-//! Real-data regression (spec §9.4): the BaSiC paper's example datasets (`assets/basic`, trimmed
+//! Real-data regression (docs/flatfield-method.md, "Real-data regression"): the BaSiC paper's
+//! example datasets (`assets/basic`, trimmed
 //! as its README says) fitted on the GPU at production parameters and compared with the fits of
 //! the original BaSiC reference implementation (pixel sorting on, λ_D = 0.2 λ_F): once with the
 //! `kintsugi_compat` preset (the reference's own settings: a reproduction) and once with the
@@ -152,11 +153,13 @@ fn check(name: &str, params: &BasicParams, flat: f64, dark: Option<f64>, baselin
 
 // Bounds: 1.5x the figures measured with the f64 oracle on these (trimmed) files, rounded up;
 // the GPU agrees with the oracle to ~1e-5. `kintsugi_compat` reproduces the reference (flat-field
-// RMSE 0.0005-0.011, spec §9.4 suggests < 0.02); the default (sorting off) is a different
-// estimator and sits 0.016-0.060 from it (spec §11 item 3: BaSiCPy's own sorted and unsorted fits
+// RMSE 0.0005-0.011, docs/flatfield-method.md, "Real-data regression" suggests < 0.02); the
+// default (sorting off) is a different estimator and sits 0.016-0.060 from it
+// (docs/flatfield-method.md, "Parameters": BaSiCPy's own sorted and unsorted fits
 // differ by 1-9 % with dark-field estimation). Baselines: both presets re-fit them on the images
 // in their order; the reference's are BaSiC's own re-fit (`basefluor`). wsi_brain's dark-fields
-// differ in level (reference mean 10 counts; every §4 implementation puts it on the min(D) bound,
+// differ in level (reference mean 10 counts; every implementation of this algorithm puts it on
+// the min(D) bound,
 // 655) and in shape (RMSE 141 against a spread of 237), so they are not compared.
 //
 // Measured (oracle; flat-field RMSE, dark-field RMSE, baseline correlation):

@@ -1,5 +1,6 @@
 //! The flat-field smoothness chosen from the data (`Smoothness::AutoData`, issue 15 §3) against
-//! the standard rule, on synthetic stacks with known fields (spec §9.2 recipes and variants) and
+//! the standard rule, on synthetic stacks with known fields (recipes and variants of
+//! docs/flatfield-method.md, "Synthetic stacks") and
 //! on the real fixtures, at production parameters.
 //!
 //! The full comparison (eleven synthetic stacks with the f64 oracle) is the ignored test
@@ -17,7 +18,8 @@ use lamino::flatfield::{
 use lamino::metrics::nan_max;
 use ndarray_npy::ReadNpyExt;
 
-/// The S1 recipe (spec §9.2) on `count` images of 128x128 (10 blobs keep S1's density).
+/// The S1 recipe (docs/flatfield-method.md, "Synthetic stacks") on `count` images of 128x128
+/// (10 blobs keep S1's density).
 fn small(count: usize, seed: u64) -> Synthetic {
     Synthetic {
         count,
@@ -165,7 +167,8 @@ fn too_few_images_keep_the_standard_rule_and_say_so() {
     );
 }
 
-/// The evaluation set: S1 (spec §9.2) and variants on 128x128 images.
+/// The evaluation set: S1 (docs/flatfield-method.md, "Synthetic stacks") and variants on 128x128
+/// images.
 fn evaluation_stacks() -> Vec<(&'static str, Synthetic)> {
     vec![
         ("S1", small(60, 2)),

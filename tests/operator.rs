@@ -1,4 +1,5 @@
-//! The laminography operator on the GPU against f64 CPU references (spec section 11): adjoint
+//! The laminography operator on the GPU against f64 CPU references
+//! (docs/operator-method.md, "Exactness tests"): adjoint
 //! identities, direct nonuniform DFT sums, the analytic projection of a Gaussian blob, the norm of
 //! L*L, chunk invariance, determinism, parity guards.
 
@@ -22,7 +23,8 @@ type C64 = Complex<f64>;
 const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
 
 fn small() -> Geometry {
-    // Spec test 5's shape: every size different, so no axis can be confused with another.
+    // The direct-sum test's shape (docs/operator-method.md, "Exactness tests"): every size
+    // different, so no axis can be confused with another.
     Geometry {
         n0: 16,
         n1: 12,

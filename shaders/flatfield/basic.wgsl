@@ -1,4 +1,5 @@
-// BaSiC inexact-ALM iteration (spec §4.3, fusion plan §8.2) on the working grid, f32.
+// BaSiC inexact-ALM iteration (docs/flatfield-method.md, "ALM iteration", "Fused GPU kernels") on
+// the working grid, f32.
 //
 // Every entry point shares one binding layout so that a fit plan builds its bind groups once:
 //   d      the images [first, first + count) of the N x M stack (read only), e / y / omega: their
@@ -65,7 +66,7 @@ const T_N_IN: u32 = 3u;
 const T_N_OUT: u32 = 4u;
 const T_O_SUM: u32 = 5u;
 const T_W_MEAN: u32 = 6u;
-// The relative half-width of the In/Out masks (spec §8.6 item 1).
+// The relative half-width of the In/Out masks (docs/flatfield-method.md, "f32 numerics", item 1).
 const MASK_TOL: f32 = 1e-6;
 
 @group(0) @binding(0) var<storage, read> d: array<f32>;
@@ -114,7 +115,8 @@ fn tree_sum(lid: u32) {
     workgroupBarrier();
 }
 
-// E = 0, Y = 0 at the start of a solve (spec §4.2), for this block's images.
+// E = 0, Y = 0 at the start of a solve (docs/flatfield-method.md, "Initial state"), for this
+// block's images.
 @compute @workgroup_size(WORKGROUP)
 fn reset_state(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -461,7 +463,8 @@ fn dark_column(
     }
 }
 
-// Spec §4.5 item 2 before normalisation: omega = 1 / (|E / (l_i + 1e-6)| + eps), with l_i in the
+// docs/flatfield-method.md, "Reweighting", item 2 before normalisation:
+// omega = 1 / (|E / (l_i + 1e-6)| + eps), with l_i in the
 // `a` slot; per-image sums go to the sums block (the host folds them into the scale).
 @compute @workgroup_size(WORKGROUP)
 fn reweight(

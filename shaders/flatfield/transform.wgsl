@@ -1,4 +1,4 @@
-// The BaSiC correction (spec §6.1), in place on a batch of images:
+// The BaSiC correction (docs/flatfield-method.md, "Correction"), in place on a batch of images:
 //   data = (data - dark) / max(flat, flat_min), then clipped at 0 when `clip` is set.
 
 struct TransformParams {

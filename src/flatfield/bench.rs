@@ -1,5 +1,6 @@
-//! `lamino bench flatfield`: fit time at production parameters for synthetic stacks (spec §9.2
-//! recipe), transform throughput, each against the f64 CPU oracle, and peak memory.
+//! `lamino bench flatfield`: fit time at production parameters for synthetic stacks (recipe of
+//! docs/flatfield-method.md, "Synthetic stacks"), transform throughput, each against the f64 CPU
+//! oracle, and peak memory.
 
 use std::time::Instant;
 
@@ -17,8 +18,8 @@ use crate::gpu::GpuContext;
 pub struct FlatfieldBenchRecord {
     /// `fit` or `transform`.
     pub what: &'static str,
-    /// The synthetic stack: `S1` (spec §9.2: vignette, dark-field, sparse objects) or `S2` (S1
-    /// without a dark-field).
+    /// The synthetic stack (docs/flatfield-method.md, "Synthetic stacks"): `S1` (vignette,
+    /// dark-field, sparse objects) or `S2` (S1 without a dark-field).
     pub stack: &'static str,
     pub images: usize,
     pub height: usize,

@@ -1,4 +1,5 @@
-//! The correction `(I − D) / max(S, flat_min)`, clipped at 0 by default (spec §6.1): purely per
+//! The correction `(I − D) / max(S, flat_min)`, clipped at 0 by default (docs/flatfield-method.md,
+//! "Correction"): purely per
 //! pixel, on the GPU in batches so that stacks of any length stream through a fixed amount of
 //! device memory.
 

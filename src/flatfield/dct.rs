@@ -1,4 +1,5 @@
-//! The orthonormal 2D DCT-II/III by the matrix method (spec §8.4 option A): exact for any size,
+//! The orthonormal 2D DCT-II/III by the matrix method (docs/flatfield-method.md, "DCT"): exact for
+//! any size,
 //! and the working grid is small (4 transforms of 128x128 per iteration). The matrix is computed
 //! in f64 on the host; the GPU gets it as f32.
 
@@ -131,7 +132,8 @@ mod tests {
 
     #[test]
     fn dc_coefficient_of_ones_is_the_side() {
-        // The spec's λ_F sanity value: DCT2 of a 128x128 all-ones image has DC = 128.
+        // The λ_F sanity value (docs/flatfield-method.md, "DCT"): DCT2 of a 128x128 all-ones image
+        // has DC = 128.
         let mut dct = Dct2::new(128);
         let mut coef = vec![0.0; 128 * 128];
         dct.forward(&vec![1.0; 128 * 128], &mut coef);

@@ -1,8 +1,9 @@
 //! The GPU backend of the fit: a plan that owns every buffer and bind group of one fit (created
 //! once, reused by every iteration and solve) and runs the kernels of `shaders/flatfield/basic.wgsl`.
 //!
-//! Per iteration the host reads back `4N + 8` floats (per-image sums and field statistics, spec
-//! §8.7 option (a)) and runs the scalar step of §4.3 steps 8–9.5 in f64 with the code the oracle
+//! Per iteration the host reads back `4N + 8` floats (per-image sums and field statistics:
+//! docs/flatfield-method.md, "Fused GPU kernels") and runs the scalar step, steps 8–9.5 of
+//! docs/flatfield-method.md, "ALM iteration", in f64 with the code the oracle
 //! uses. To need one synchronisation per iteration, the dark-field update of iteration k is
 //! recorded at the head of iteration k+1's submission (it only writes `o_next`, which iteration
 //! k+1 then commits to `o`).
@@ -364,7 +365,8 @@ impl<'a> GpuSolver<'a> {
         }
     }
 
-    /// Records the dark-field update (§4.3 steps 9.6–9.8) into `o_next`.
+    /// Records the dark-field update (docs/flatfield-method.md, "ALM iteration", steps 9.6–9.8)
+    /// into `o_next`.
     fn record_dark(&self, rec: &mut crate::gpu::Recorder) {
         let p = &self.passes;
         let t = self.block_groups();
@@ -376,7 +378,7 @@ impl<'a> GpuSolver<'a> {
         rec.dispatch(&p.dark_inv_cols, t);
     }
 
-    /// `E = 0`, `Y = 0` for every image (spec §4.2).
+    /// `E = 0`, `Y = 0` for every image (docs/flatfield-method.md, "Initial state").
     fn reset_state(&self) -> Result<(), FlatfieldError> {
         let m = self.dims.m as usize;
         let mut rec = self.ctx.recorder("basic reset");
@@ -413,7 +415,7 @@ impl SolveBackend for GpuSolver<'_> {
         let c = self.prepared.constants;
         let (n, m) = (self.dims.n as usize, self.dims.m as usize);
         let dims = self.dims;
-        // §4.2 initial state.
+        // The initial state (docs/flatfield-method.md, "Initial state").
         let mut a = vec![1.0; n];
         self.write_vec(dims.off_a, &a);
         self.write_vec(dims.off_valid, &vec![0.0; n]);

@@ -4,8 +4,9 @@
 //! Model: `I_i(x) = S(x) · T_i(x) + D(x)` with flat-field `S` (mean 1), dark-field `D` (intensity
 //! units) and per-image baseline. The fit resamples every image to a square working grid
 //! (default 128²) and runs the inexact augmented-Lagrangian iteration with reweighting of
-//! `../shared/docs/basic-spec.md` §4 (the MATLAB/pybasic/KINTSUGI structure, with the f32 fixes
-//! of §8.6). Defaults live in [`BasicParams`]; see its field docs.
+//! docs/flatfield-method.md, "ALM iteration" and "Reweighting" (the MATLAB/pybasic/KINTSUGI
+//! structure, with the f32 fixes of "f32 numerics" there). Defaults live in [`BasicParams`];
+//! see its field docs.
 //!
 //! Entry points: [`fit`] (GPU), [`fit_oracle`] (f64 CPU, for tests and comparisons),
 //! [`transform`] / [`transform_cpu`], [`fit_transform`], and [`estimate_open_beam`] for a
@@ -193,13 +194,15 @@ pub struct SolveSummary {
     pub residual: f64,
     /// The residual reached `optimization_tolerance`.
     pub converged: bool,
-    /// `max(mad_f, mad_d)` after this solve (spec §4.5; `mad_d` relative to the mean image).
+    /// `max(mad_f, mad_d)` after this solve (docs/flatfield-method.md, "Reweighting"; `mad_d`
+    /// relative to the mean image).
     pub change: f64,
     /// The change still expected after this solve at the observed contraction rate.
     pub remaining: f64,
 }
 
-/// Everything a user needs to judge a fit (spec §4.6 result record).
+/// Everything a user needs to judge a fit (the report of docs/flatfield-method.md,
+/// "Final fields and fallback").
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct FitReport {
     /// The λ_F and λ_D the fit used.
@@ -221,7 +224,7 @@ pub struct FitReport {
     /// replaced by all ones.
     pub fallback: bool,
     /// Relative spread `(max a − min a)/mean a` of the image brightness: below ~0.5 the
-    /// dark-field is poorly identifiable (spec §4.7).
+    /// dark-field is poorly identifiable (docs/flatfield-method.md, "Dark-field identifiability").
     pub brightness_spread: f64,
     /// Conditions a user should know about (fallback, unconverged solves, poorly identifiable
     /// dark-field, a tolerance below the f32 floor), one sentence each.
@@ -451,7 +454,8 @@ pub fn prepare_stream(
     pre.finish(params)
 }
 
-/// Below this brightness spread the dark-field is poorly identifiable: S5 of the specification
+/// Below this brightness spread the dark-field is poorly identifiable: S5
+/// (docs/flatfield-method.md, "Synthetic stacks")
 /// (brightness U(600, 800)) gives 0.25 and a dark-field 36 % too low; S1 (U(200, 1200)) gives 1.3.
 const LOW_BRIGHTNESS_SPREAD: f64 = 0.5;
 
@@ -501,7 +505,8 @@ fn warnings(
     out
 }
 
-/// §4.6: upsample, normalise, fallback, and the report.
+/// docs/flatfield-method.md, "Final fields and fallback": upsample, normalise, fallback, and the
+/// report.
 #[allow(clippy::too_many_arguments)]
 fn finish(
     working: WorkingFit,

@@ -1,4 +1,5 @@
-//! The f64 CPU oracle: §4.3 written out literally (no fusion, no DCT-domain shortcuts), the
+//! The f64 CPU oracle: docs/flatfield-method.md, "ALM iteration", written out literally (no
+//! fusion, no DCT-domain shortcuts), the
 //! reference the GPU solver is compared with in the tests and the benchmark's CPU baseline.
 
 use super::dct::Dct2;

@@ -1,6 +1,6 @@
 //! The BaSiC parameters and their scientific defaults: the one place they are defined.
 //!
-//! Every default below is a quality decision (see `../shared/docs/basic-spec.md` §0, §3 and §11)
+//! Every default below is a quality decision (see docs/flatfield-method.md, "Parameters")
 //! and is guarded by the test `defaults_are_the_quality_first_values`; none may be lowered for
 //! speed. Callers that change a value see it listed by [`BasicParams::changes_from_default`], which
 //! the fit report and the CLI echo.
@@ -47,7 +47,7 @@ impl std::str::FromStr for Smoothness {
 /// image and array (16 MiB of solver state per image), and a larger value is a typo, not a fit.
 pub const MAX_WORKING_SIZE: usize = 1024;
 
-/// Parameters of the BaSiC fit (§3 of the specification).
+/// Parameters of the BaSiC fit (docs/flatfield-method.md, "Parameters").
 #[derive(Debug, Clone, PartialEq)]
 pub struct BasicParams {
     /// Estimate the dark-field (additive offset) as well as the flat-field.
@@ -80,11 +80,13 @@ impl Default for BasicParams {
     fn default() -> Self {
         Self {
             // The user's mandate: BaSiC without dark-field estimation leaves the offset in the
-            // flat-field (flat RMSE 0.028 instead of 0.009 on the synthetic set S1, spec §9.2).
+            // flat-field (flat RMSE 0.028 instead of 0.009 on the synthetic set S1,
+            // docs/flatfield-method.md, "Test metrics and thresholds").
             get_darkfield: true,
             // A safety net, not a working regime: measured solves stop after 33-38 iterations.
             max_iterations: 500,
-            // The MATLAB/KINTSUGI value; reachable in f32 (floor ~1e-7, spec §8.6 item 4).
+            // The MATLAB/KINTSUGI value; reachable in f32 (floor ~1e-7,
+            // docs/flatfield-method.md, "f32 numerics", item 4).
             optimization_tolerance: 1e-6,
             // KINTSUGI KCorrectGPU's value; measured fits need 2-14 solves.
             max_reweight_iterations: 25,
@@ -98,10 +100,11 @@ impl Default for BasicParams {
             lambda_flatfield: None,
             smoothness: Smoothness::Standard,
             // KINTSUGI's ratio, the measured middle ground between sparse foreground (0.1 better)
-            // and dense texture (0.4 better), spec §11 item 2.
+            // and dense texture (0.4 better), docs/flatfield-method.md, "Parameters".
             darkfield_ratio: 0.2,
             lambda_darkfield: None,
-            // Sorting made flat-field RMSE 1.2-10x worse on every synthetic set (spec §11 item 3).
+            // Sorting made flat-field RMSE 1.2-10x worse on every synthetic set
+            // (docs/flatfield-method.md, "Parameters").
             sort_intensity: false,
         }
     }
@@ -231,7 +234,8 @@ impl BasicParams {
     }
 }
 
-/// Parameters of the correction `(I − D) / max(S, flat_min)` (spec §6.1).
+/// Parameters of the correction `(I − D) / max(S, flat_min)` (docs/flatfield-method.md,
+/// "Correction").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TransformParams {
     /// Lower clamp of the flat-field divisor.

@@ -1,4 +1,5 @@
-//! Resampling between the image size and the working grid (spec §8.5), in f64 on the host.
+//! Resampling between the image size and the working grid (docs/flatfield-method.md,
+//! "Resampling"), in f64 on the host.
 //!
 //! Per axis with factor `s = n_in / n_out`: when `s > 1` a Gaussian anti-alias blur
 //! (σ = (s − 1)/2, radius ⌊4σ + 0.5⌋, SciPy "reflect" boundary `d c b a | a b c d`), then linear

@@ -1,6 +1,7 @@
-//! The parts of the BaSiC fit (spec §4) that both backends share, all on the host in f64:
-//! preprocessing (§4.1), the per-iteration scalar step (§4.3 steps 8–9.5, 13), the reweighting
-//! loop (§4.5) and the final fields (§4.6). A backend ([`SolveBackend`]) owns the N×M arrays and
+//! The parts of the BaSiC fit that both backends share, all on the host in f64: preprocessing,
+//! the per-iteration scalar step, the reweighting loop and the final fields
+//! (docs/flatfield-method.md: "Preprocessing", "ALM iteration" steps 8–9.5 and 13, "Reweighting",
+//! "Final fields and fallback"). A backend ([`SolveBackend`]) owns the N×M arrays and
 //! runs the element and column passes; the f64 oracle and the GPU plan implement it.
 
 use super::dct::Dct2;
@@ -22,7 +23,8 @@ pub struct Prepared {
     pub constants: Constants,
 }
 
-/// The per-fit constants of §4.1 items 3 and 5, computed once in f64.
+/// The per-fit constants (docs/flatfield-method.md, "Preprocessing", items 3 and 5), computed
+/// once in f64.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Constants {
     pub lambda_flatfield: f64,
@@ -38,14 +40,16 @@ pub struct Constants {
     pub max_abs: f64,
 }
 
-/// μ growth per iteration and μ cap (spec §3: the same in every implementation).
+/// μ growth per iteration and μ cap (docs/flatfield-method.md, "Parameters": the same in every
+/// implementation).
 pub const MU_GROWTH: f64 = 1.5;
 pub const MU_CAP: f64 = 1e7;
 /// μ₀ = 12.5 / σ₁ (MATLAB's `mu_coef`).
 pub const MU_COEF: f64 = 12.5;
 /// The pixel-domain/DCT-domain dark-field threshold divisor `ent2`.
 pub const ENT2: f64 = 10.0;
-/// Relative half-width of the In/Out masks (§8.6 item 1: relative, not MATLAB's absolute 1e-6).
+/// Relative half-width of the In/Out masks (docs/flatfield-method.md, "f32 numerics", item 1:
+/// relative, not MATLAB's absolute 1e-6).
 pub const MASK_TOLERANCE: f64 = 1e-6;
 
 /// Collects images one at a time (so that a stack never has to be resident at full size),
@@ -131,7 +135,8 @@ impl Prepared {
         if max_abs == 0.0 {
             return Err(FlatfieldError::AllZero { count: n });
         }
-        // λ_F from the mean image of the unsorted stack, normalised to mean 1 (§4.1 item 3).
+        // λ_F from the mean image of the unsorted stack, normalised to mean 1
+        // (docs/flatfield-method.md, "Preprocessing", item 3).
         let mut mean = vec![0.0f64; m];
         for row in data.chunks_exact(m) {
             for (acc, &v) in mean.iter_mut().zip(row) {
@@ -214,7 +219,8 @@ fn sort_columns(data: &mut [f32], n: usize, m: usize) {
     }
 }
 
-/// σ₁(D) by power iteration on DᵀD (§8.3 R11), deterministic start (uniform vector, near the
+/// σ₁(D) by power iteration on DᵀD (docs/flatfield-method.md, "Reductions", R11), deterministic
+/// start (uniform vector, near the
 /// Perron vector of a positive stack), relative change < 1e-6 or 100 iterations. It only sets μ₀.
 pub fn spectral_norm(data: &[f32], n: usize, m: usize) -> f64 {
     let mut v = vec![1.0 / (m as f64).sqrt(); m];
@@ -246,7 +252,8 @@ pub fn spectral_norm(data: &[f32], n: usize, m: usize) -> f64 {
     sigma
 }
 
-/// Per-image reductions of one iteration (§8.3 R2, R6): `Σ_j R`, `Σ_{In} R`, `Σ_{Out} R`, `Σ_j Z²`.
+/// Per-image reductions of one iteration (docs/flatfield-method.md, "Reductions", R2, R6):
+/// `Σ_j R`, `Σ_{In} R`, `Σ_{Out} R`, `Σ_j Z²`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ImageSums {
     pub r: f64,
@@ -255,7 +262,8 @@ pub struct ImageSums {
     pub z2: f64,
 }
 
-/// Reductions over the flat-field shape `w` (§8.3 R5) and `Σ o` of the iteration's offset.
+/// Reductions over the flat-field shape `w` (docs/flatfield-method.md, "Reductions", R5) and
+/// `Σ o` of the iteration's offset.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FieldStats {
     pub w_mean: f64,
@@ -266,7 +274,8 @@ pub struct FieldStats {
     pub o_mean: f64,
 }
 
-/// What §4.3 steps 8–9.5 decide for the rest of the iteration.
+/// What steps 8–9.5 (docs/flatfield-method.md, "ALM iteration") decide for the rest of the
+/// iteration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Brightness {
     /// The new per-image brightness `a`.
@@ -277,7 +286,8 @@ pub struct Brightness {
     pub dark: Option<DarkStep>,
 }
 
-/// The scalars of the dark-field update (§4.3 steps 9.4–9.8).
+/// The scalars of the dark-field update (docs/flatfield-method.md, "ALM iteration", steps
+/// 9.4–9.8).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DarkStep {
     pub beta: f64,
@@ -286,7 +296,8 @@ pub struct DarkStep {
     pub count_valid: usize,
 }
 
-/// §4.3 steps 8 and 9.1–9.5 from the per-image sums (all guards of §4.8 included).
+/// Steps 8 and 9.1–9.5 (docs/flatfield-method.md, "ALM iteration") from the per-image sums
+/// (all guards of docs/flatfield-method.md, "Guards", included).
 pub fn brightness_step(
     sums: &[ImageSums],
     stats: &FieldStats,
@@ -355,7 +366,8 @@ pub fn brightness_step(
 }
 
 /// The x-intercept β of the least-squares line `c ≈ α + γ a` in the centred form
-/// `β = ā − c̄ S_aa / S_ac` (§4.3 step 9.4), 0 when the slope is not determined.
+/// `β = ā − c̄ S_aa / S_ac` (docs/flatfield-method.md, "ALM iteration", step 9.4), 0 when the
+/// slope is not determined.
 pub fn regression_intercept(a: &[f64], c: &[f64]) -> f64 {
     let k = a.len() as f64;
     if a.is_empty() {
@@ -380,7 +392,8 @@ pub fn regression_intercept(a: &[f64], c: &[f64]) -> f64 {
     }
 }
 
-/// The outputs of one ALM solve (§4.4), in f64 on the host.
+/// The outputs of one ALM solve (docs/flatfield-method.md, "Outputs of a solve"), in f64 on
+/// the host.
 #[derive(Debug, Clone)]
 pub struct SolveOutput {
     /// `a` at the start of the last iteration (the low-rank output uses it).
@@ -424,8 +437,8 @@ impl Constants {
 
 /// A backend holds `D`, `E`, `Y` and `Ω` and runs the N×M passes.
 pub trait SolveBackend {
-    /// One ALM solve from the initial state of §4.2 with the current weights `Ω` and the
-    /// smoothness weights `lambda`.
+    /// One ALM solve from the initial state (docs/flatfield-method.md, "Initial state") with the
+    /// current weights `Ω` and the smoothness weights `lambda`.
     fn solve(
         &mut self,
         params: &BasicParams,
@@ -433,7 +446,8 @@ pub trait SolveBackend {
     ) -> Result<SolveOutput, FlatfieldError>;
     /// `Ω = 1`, the weights of a fit's first solve.
     fn reset_weights(&mut self, epsilon: f64) -> Result<(), FlatfieldError>;
-    /// `Ω ← 1 / (|E_ij / (ℓ_i + 1e-6)| + ε)`, normalised to mean 1 (§4.5 item 2).
+    /// `Ω ← 1 / (|E_ij / (ℓ_i + 1e-6)| + ε)`, normalised to mean 1
+    /// (docs/flatfield-method.md, "Reweighting", item 2).
     fn reweight(&mut self, ell: &[f64], epsilon: f64) -> Result<(), FlatfieldError>;
     /// Switches to the baseline re-fit: `D` in the original image order, `Ω = 1`.
     fn start_baseline(&mut self, epsilon: f64) -> Result<(), FlatfieldError>;
@@ -469,11 +483,12 @@ pub struct WorkingFit {
     pub final_change: f64,
     pub converged: bool,
     /// `(max a − min a) / mean a` of the last solve: small values mean the dark-field is poorly
-    /// identifiable (spec §4.7).
+    /// identifiable (docs/flatfield-method.md, "Dark-field identifiability").
     pub brightness_spread: f64,
 }
 
-/// The reweighting loop of §4.5 around a backend's solves, with the stop changed (issue 15):
+/// The reweighting loop (docs/flatfield-method.md, "Reweighting") around a backend's solves,
+/// with the stop changed (issue 15):
 /// the dark-field change is measured relative to the shading, and the loop stops when both the
 /// change and the change still expected at the observed contraction rate
 /// ([`remaining_change`]) are within `reweighting_tolerance`.
@@ -584,7 +599,8 @@ pub fn reweighting_loop(
 }
 
 /// The flat-field `s` (mean 1) the baseline re-fit divides by: the working shading, or ones when
-/// it is unusable (the fallback of spec §4.6 item 3, which the fitted fields then carry too).
+/// it is unusable (the fallback, which the fitted fields then carry too: docs/flatfield-method.md,
+/// "Final fields and fallback", item 3).
 pub fn normalised_shading(shading: &[f64]) -> Option<Vec<f64>> {
     let mean = shading.iter().sum::<f64>() / shading.len() as f64;
     let usable = mean > 0.0 && shading.iter().all(|v| v.is_finite() && *v >= 0.0);

@@ -1,4 +1,5 @@
-//! Seeded synthetic stacks with known fields (spec §9.2), shared by the tests and the benchmark.
+//! Seeded synthetic stacks with known fields (docs/flatfield-method.md, "Synthetic stacks"), shared
+//! by the tests and the benchmark.
 
 use super::{Pixels, Stack};
 use crate::random::SplitMix64;
@@ -29,7 +30,8 @@ pub struct Synthetic {
 }
 
 impl Synthetic {
-    /// S1 of the specification: 60 images of 256², vignette, dark-field, sparse bright objects.
+    /// S1 (docs/flatfield-method.md, "Synthetic stacks"): 60 images of 256², vignette, dark-field,
+    /// sparse bright objects.
     pub fn s1(seed: u64) -> Self {
         Self {
             count: 60,
@@ -46,7 +48,8 @@ impl Synthetic {
         }
     }
 
-    /// S3 of the specification, "dense texture": S1's fields and brightness range, every image
+    /// S3 (docs/flatfield-method.md, "Synthetic stacks"), dense texture: S1's fields and brightness
+    /// range, every image
     /// a log-normal texture (filter σ 6 px, log standard deviation 0.4) instead of blobs.
     pub fn s3(seed: u64) -> Self {
         Self {

@@ -1,5 +1,5 @@
-//! Memoization of the gridding stages across solver iterations (spec section 7, done as the
-//! paper intends and with a certified alternative).
+//! Memoization of the gridding stages across solver iterations (docs/operator-method.md,
+//! "Memoization", done as the paper intends and with a certified alternative).
 //!
 //! Each stage (U1, U1*, U2, U2*) runs chunk by chunk. The memo layer handles a stage's chunks
 //! together, in waves (all chunks when the device budget allows), with at most three round trips

@@ -289,7 +289,8 @@ impl Geometry {
     }
 }
 
-/// Gaussian-gridding constants of one transformed axis of length `n` (section 1 of the spec):
+/// Gaussian-gridding constants of one transformed axis of length `n`
+/// (docs/operator-method.md, "Gridding kernel"):
 /// `mu = -ln(eps) / (2 n^2)` (kept in f32 as the reference does) and the half-width
 /// `m = ceil((2n/pi) sqrt(-mu ln eps + (mu n)^2 / 4))`, which is 4 for eps = 1e-3 at every n.
 #[derive(Debug, Clone, Copy, PartialEq)]

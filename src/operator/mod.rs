@@ -1,5 +1,6 @@
 //! The laminography operator on the GPU: `L = F_adj . U2 . U1` and its exact adjoint, plus the
-//! Fourier-domain pair `A = U2 . U1`, `A*` that the solver uses (spec sections 3, 4, 12).
+//! Fourier-domain pair `A = U2 . U1`, `A*` that the solver uses (docs/operator-method.md,
+//! "Operator L", "Fourier-domain pair", "Adjoints and determinism").
 //!
 //! - U1: 1D USFFT along z for every (y, x) column, onto the frequencies `z_k` of the detector rows.
 //!   Volume `(n0, n1, n2)` -> spectrum `(deth, n1, n2)`.
@@ -818,7 +819,8 @@ impl LaminoOperator {
         };
         let (divker, gather) = (bind("u1_divker")?, bind("u1_gather")?);
         let (spread, divker_adj) = (bind("u1_spread")?, bind("u1_divker_adjoint")?);
-        // FFT along the slow axis p of the (2 n0, columns) grid: the U1 plan of section 12.
+        // FFT along the slow axis p of the (2 n0, columns) grid: the U1 plan
+        // (docs/operator-method.md, "FFT plans").
         let fft_layout = Layout::axis_of(&[grid_len as usize, columns as usize], 0);
         // The operator's plans run at every application: kernels specialised to their sizes,
         // however small the chunks.
@@ -933,7 +935,8 @@ impl LaminoOperator {
             .map(|entry| ctx.kernel(&spec(entry)));
         let [divker, gather, spread, divker_adj] = kernels;
         let (divker, gather, spread, divker_adj) = (divker?, gather?, spread?, divker_adj?);
-        // 2D FFT over the last two axes of the (rows, 2 n1, 2 n2) grids: the U2 plan of section 12.
+        // 2D FFT over the last two axes of the (rows, 2 n1, 2 n2) grids: the U2 plan
+        // (docs/operator-method.md, "FFT plans").
         let shape = [ck as usize, gy as usize, gx as usize];
         let first_fft = self.ffts.len();
         for direction in [Direction::Forward, Direction::Inverse] {

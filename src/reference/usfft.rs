@@ -1,5 +1,6 @@
 //! Direct nonuniform DFT sums in f64: the definitions the GPU operator's stages approximate
-//! (spec section 3), at the same f32 sample frequencies the operator uses.
+//! (docs/operator-method.md, "Stage U1", "Stage U2", "Stage F"), at the same f32 sample
+//! frequencies the operator uses.
 
 use std::f64::consts::PI;
 

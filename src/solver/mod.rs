@@ -1,4 +1,4 @@
-//! ADMM-TV reconstruction on the GPU (spec section 6):
+//! ADMM-TV reconstruction on the GPU (docs/operator-method.md, "ADMM-TV"):
 //! minimise `1/2 |L u - d|^2 + alpha sum |grad u|_2` over real volumes u, with the split
 //! `psi = grad u`, isotropic shrinkage, the dual update and the adaptive penalty rule.
 //!
