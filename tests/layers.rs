@@ -20,11 +20,18 @@ fn layers() -> Vec<Vec<String>> {
         .find("```layers\n")
         .expect("docs/architecture.md has a ```layers block")
         + "```layers\n".len();
-    let end = start + text[start..].find("```").expect("the ```layers block is closed");
+    let end = start
+        + text[start..]
+            .find("```")
+            .expect("the ```layers block is closed");
     text[start..end]
         .lines()
         .map(|line| line.split('#').next().unwrap_or(""))
-        .map(|line| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .map(|line| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
         .filter(|names| !names.is_empty())
         .collect()
 }
@@ -59,7 +66,9 @@ fn code_only(src: &str) -> String {
         } else if let Some(hashes) = raw_string_start(rest) {
             let close = format!("\"{}", "#".repeat(hashes));
             let body = 2 + hashes + usize::from(rest.starts_with("br"));
-            let len = rest[body..].find(&close).map_or(rest.len(), |k| body + k + close.len());
+            let len = rest[body..]
+                .find(&close)
+                .map_or(rest.len(), |k| body + k + close.len());
             out.push_str("\"\"");
             i += len;
         } else if b[i] == b'"' {
@@ -150,7 +159,11 @@ fn expand_use(tree: &str) -> Vec<String> {
     while let Some(word) = words.next() {
         if word == "as" {
             let alias = words.next().unwrap_or("");
-            tree.extend(alias.chars().filter(|c| !(c.is_alphanumeric() || *c == '_')));
+            tree.extend(
+                alias
+                    .chars()
+                    .filter(|c| !(c.is_alphanumeric() || *c == '_')),
+            );
         } else {
             tree.push_str(word);
         }
@@ -406,7 +419,9 @@ fn file_name(module: &[String], files: &BTreeMap<Vec<String>, SourceFile>) -> St
 }
 
 /// Edges between files: who takes what from whom (fronts to their own rooms left out).
-fn edges(files: &BTreeMap<Vec<String>, SourceFile>) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+fn edges(
+    files: &BTreeMap<Vec<String>, SourceFile>,
+) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for file in files.values() {
         let out = edges.entry(file.module.clone()).or_default();
@@ -430,15 +445,18 @@ fn every_module_imports_only_from_layers_below_its_own() {
     for (k, names) in layers.iter().enumerate() {
         for name in names {
             let previous = level.insert(name.clone(), layers.len() - k);
-            assert!(previous.is_none(), "{name} is in two layers of {ARCHITECTURE}");
+            assert!(
+                previous.is_none(),
+                "{name} is in two layers of {ARCHITECTURE}"
+            );
         }
     }
     let files = read_sources();
-    let top_level: BTreeSet<String> = files
-        .keys()
-        .filter_map(|m| m.first().cloned())
+    let top_level: BTreeSet<String> = files.keys().filter_map(|m| m.first().cloned()).collect();
+    let unplaced: Vec<_> = top_level
+        .iter()
+        .filter(|m| !level.contains_key(*m))
         .collect();
-    let unplaced: Vec<_> = top_level.iter().filter(|m| !level.contains_key(*m)).collect();
     assert!(
         unplaced.is_empty(),
         "modules without a layer in {ARCHITECTURE}: {unplaced:?}"
@@ -474,7 +492,12 @@ fn no_files_import_each_other_around_a_circle() {
         nodes.iter().enumerate().map(|(k, n)| (*n, k)).collect();
     let succ: Vec<Vec<usize>> = nodes
         .iter()
-        .map(|n| edges[*n].iter().filter_map(|t| index_of.get(t).copied()).collect())
+        .map(|n| {
+            edges[*n]
+                .iter()
+                .filter_map(|t| index_of.get(t).copied())
+                .collect()
+        })
         .collect();
     let n = nodes.len();
     let (mut index, mut low, mut on_stack) = (vec![usize::MAX; n], vec![0; n], vec![false; n]);
@@ -534,15 +557,30 @@ fn the_source_reader_sees_uses_and_skips_literals_comments_and_tests() {
          let c = '{'; let q = '\\''; fn g<'a>() {}\n#[cfg(test)]\nmod tests { use crate::z; }\nlet r = r#\"crate::w\"#;",
     );
     let code = without_tests(&code);
-    assert!(!code.contains("crate::x") && !code.contains("crate::y"), "{code}");
-    assert!(!code.contains("crate::z") && !code.contains("crate::w"), "{code}");
+    assert!(
+        !code.contains("crate::x") && !code.contains("crate::y"),
+        "{code}"
+    );
+    assert!(
+        !code.contains("crate::z") && !code.contains("crate::w"),
+        "{code}"
+    );
     assert!(code.contains("fn g<'a>()"), "{code}");
     assert_eq!(
         expand_use("crate::a::{b, c::{d, e as f}, self}"),
-        ["crate::a::b", "crate::a::c::d", "crate::a::c::e", "crate::a"]
+        [
+            "crate::a::b",
+            "crate::a::c::d",
+            "crate::a::c::e",
+            "crate::a"
+        ]
     );
     assert_eq!(
-        absolute("super::super::x::Y", &["p".into(), "q".into()], &BTreeSet::new()),
+        absolute(
+            "super::super::x::Y",
+            &["p".into(), "q".into()],
+            &BTreeSet::new()
+        ),
         Some(vec!["x".to_owned(), "Y".to_owned()])
     );
 }

@@ -345,7 +345,7 @@ impl<'a> Reconstructor<'a> {
     pub fn solve(mut self, projections: &Projections) -> Result<Solved<'a>, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
         let start = Instant::now();
-        let g = padded_geometry(&projections.geometry(), self.pad);
+        let g = padded_geometry(projections.geometry(), self.pad);
         // The plan counts every buffer the run holds, so nothing an earlier run left pooled on
         // the context may stay: it is released before the plan is made (the plan's estimates of
         // the readback pool and the FFT workspace are its own).
