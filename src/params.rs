@@ -63,7 +63,7 @@ pub struct Convergence {
 
 impl Convergence {
     /// Chosen so that on the three simulated phantoms with Poisson noise at 32^3 and 64^3 the
-    /// result is within 1 % (relative L2) of a 300-iteration run (README, "Reconstruction").
+    /// result is within 1 % (relative L2) of a 300-iteration run (docs/benchmarks.md, "Convergence of the default stopping rule").
     pub const DEFAULT: Convergence = Convergence {
         change: 2e-4,
         primal: 5e-4,

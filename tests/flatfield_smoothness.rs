@@ -259,7 +259,7 @@ fn evaluation_against_the_standard_rule() {
     let worst = ratios.iter().cloned().fold(f64::MIN, nan_max);
     println!("flat-field RMSE auto / standard: mean {mean:.3}, worst {worst:.3}");
     // The rule of issue 15 for making auto-data the default: better on average and worse on none
-    // by more than 5 %. Measured: it does not hold (S5 +29.9 %, README), so the default must
+    // by more than 5 %. Measured: it does not hold (S5 +29.9 %, docs/benchmarks.md), so the default must
     // stay the standard rule unless a change to the choice makes it hold.
     let rule_holds = mean < 1.0 && worst <= 1.05;
     println!("the rule holds: {rule_holds}");

@@ -341,7 +341,7 @@ struct MemoArgs {
     /// least-squares combinations of stored chunks while the reused chunks' input residuals
     /// together stay below TOL of each stage's input, with a bound on the error) or
     /// `certified:auto[:SCALE[:FLOOR]]` (TOL follows the ADMM primal residual).
-    /// Default: off (see README, "Memoization").
+    /// Default: off (see docs/memoization.md, "When to use it").
     #[arg(long, default_value_t = MemoPolicy::DEFAULT)]
     memo: MemoPolicy,
     /// The stages memoized: `all`, or a comma-separated list of usfft1d, usfft1d_adjoint,

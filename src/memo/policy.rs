@@ -40,8 +40,8 @@ impl MemoPolicy {
     /// The default: `off`. The default solver, exact-step CG, applies the operator to conjugate
     /// search directions, which few stored chunks combine into (`lamino bench memo` measured 2-6 %
     /// reused, no time saved); memoization pays with the reference's Dai–Yuan iteration, which
-    /// it measured never coming within 1e-3 of the converged result where CG does (README,
-    /// "Memoization").
+    /// it measured never coming within 1e-3 of the converged result where CG does (docs/benchmarks.md,
+    /// "Time to within 1e-3 of the converged result").
     pub const DEFAULT: MemoPolicy = MemoPolicy::Off;
 
     /// Whether the policy ever runs the memo layer.
@@ -168,7 +168,7 @@ impl MemoStages {
     /// every device (each sample spreads over a 2D kernel footprint, U1's over a 1D one), so a
     /// reuse there saves what the memo's own passes cost and more; U1 and U1* cost about as much
     /// as those passes. And the reconstruction is less sensitive to reuse in U2 and U2*:
-    /// `lamino bench memo --memo-stages` measured both (README, "Memoization").
+    /// `lamino bench memo --memo-stages` measured both (docs/benchmarks.md, "Memoization").
     pub const DEFAULT: MemoStages = MemoStages::of(&[Stage::Usfft2d, Stage::Usfft2dAdjoint]);
 
     pub const fn of(stages: &[Stage]) -> Self {

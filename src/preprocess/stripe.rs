@@ -21,7 +21,7 @@
 //!
 //! Sinograms are independent; they run on all CPU cores (rayon), each in f64, so the result does
 //! not depend on the number of threads. On the CPU rather than the GPU because it does not pay
-//! there: see the README ("From a real instrument") for the measured cost against a
+//! there: see docs/benchmarks.md ("Stripe removal") for the measured cost against a
 //! reconstruction.
 
 use rayon::prelude::*;
@@ -55,7 +55,7 @@ pub const FW_SIGMA: f64 = 1.0;
 /// to `detw / 32` pixels wide; 6 at 2048 (tomocupy uses 7). The vertical-detail band of level `l`
 /// holds only `ntheta / 2^l` angles, and damping its lowest frequencies removes most of it once
 /// that is a few times `sigma`: tomopy's `ceil(log2(max(ntheta, detw)))` levels changed a
-/// stripe-free 64^2 chip scan by 54 %, one level by 2 % (see the README).
+/// stripe-free 64^2 chip scan by 54 %, one level by 2 % (docs/benchmarks.md, "Stripe removal").
 pub const FW_LEVELS_BELOW_LOG2_WIDTH: usize = 5;
 
 /// A stripe-removal method and its parameters.
