@@ -8,11 +8,10 @@
 //! - [`array`](mod@array): the arrays of a reconstruction (device-, host- or scratch-resident fields) and the
 //!   scalars its kernels share.
 //! - [`bench`](mod@bench): benchmark drivers behind `lamino bench ...` that print figures.
-//! - [`error`]: typed errors of the GPU runtime ([`GpuError`]).
 //! - [`fft`]: complex FFT plans on the GPU (Stockham, mixed radix, Bluestein).
 //! - [`flatfield`]: BaSiC flat-field, dark-field and baseline estimation and correction.
 //! - [`gpu`]: the GPU runtime, the only module that calls wgpu (device policy, buffers, kernels,
-//!   recordings).
+//!   recordings, and its typed errors [`GpuError`]).
 //! - [`hash`]: the crate's one checksum (64-bit FNV-1a) for checkpoints and fingerprints.
 //! - [`input`]: reading a scan into line integrals with their geometry (the routes of
 //!   `lamino reconstruct`).
@@ -33,7 +32,6 @@ pub mod array;
 pub mod bench;
 #[cfg(feature = "mpi")]
 pub mod cluster;
-pub mod error;
 pub mod fft;
 pub mod flatfield;
 pub mod gpu;
@@ -53,4 +51,4 @@ pub mod shaders;
 pub mod simulate;
 pub mod solver;
 
-pub use error::GpuError;
+pub use gpu::GpuError;

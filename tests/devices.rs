@@ -3,8 +3,8 @@
 
 mod common;
 
-use lamino::error::GpuError;
 use lamino::gpu::GpuContext;
+use lamino::gpu::GpuError;
 use lamino::operator::OperatorOptions;
 use lamino::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, Mode};
 use lamino::recon::Projections;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use super::context::GpuContext;
 use super::recorder::Recorder;
 use crate::array::{BlockView, Field};
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 
 #[derive(Default)]
 struct State {

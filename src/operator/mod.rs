@@ -31,11 +31,11 @@ use thiserror::Error;
 use std::sync::Arc;
 
 use crate::array::{BlockView, Field, PlaneLayout, Residency, Role, Scalars, Staging};
-use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
 };
 use crate::gpu::team::{Reads, Share};
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, BufferSlice, Completion, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;

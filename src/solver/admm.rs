@@ -20,8 +20,8 @@ use std::sync::Arc;
 use crate::array::{
     Coef, Field, PlaneLayout, Residency, Scalars, Slot, Staging, StorageError, SumSlot,
 };
-use crate::error::GpuError;
 use crate::gpu::team::Share;
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::{fnv1a, fnv1a_continue, FNV_OFFSET};
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};

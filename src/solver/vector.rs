@@ -8,8 +8,8 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
-use crate::error::GpuError;
 use crate::gpu::team::{Reads, Share};
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 
