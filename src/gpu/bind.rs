@@ -1,6 +1,8 @@
 //! Binding buffers to a kernel: the byte ranges to bind ([`BufferSlice`]), the checks of a bind
 //! call against the kernel's declared layout and the device's binding limits, and the resulting
-//! bind group ([`Bound`]) that a recorder dispatches.
+//! bind group ([`Bound`]) that a recorder dispatches. Kept apart from `kernel.rs` because a bind
+//! call checks the limits of a [`GpuContext`], which holds the kernel cache: kernels sit below the
+//! context, binding above it.
 
 use std::sync::Arc;
 

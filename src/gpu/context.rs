@@ -25,6 +25,7 @@ use super::traffic::{DeviceBusy, Timeline, Traffic};
 ///
 /// Library code takes a `&GpuContext`; only the CLI and test harnesses create one.
 pub struct GpuContext {
+    /// The device and queue the layers below work on (allocation, counters, error capture).
     pub(crate) core: Device,
     info: AdapterSummary,
     binding_limit_override: Option<u64>,

@@ -23,6 +23,8 @@ use super::error::GpuError;
 use super::memory::GpuBuffer;
 use super::readback::{Completion, Download};
 
+// The context's ways to start and submit recordings live here, above the context: a recorder
+// works on a context, so context.rs cannot name the recorder without an import circle.
 impl GpuContext {
     /// Starts recording dispatches into one compute pass.
     pub fn recorder(&self, label: &str) -> Recorder {
