@@ -92,7 +92,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// wall time from submit to completion.
 fn time_once(
     ctx: &GpuContext,
-    record: impl FnOnce(&mut Recorder) -> Result<(), crate::error::GpuError>,
+    record: impl FnOnce(&mut Recorder) -> Result<(), crate::gpu::GpuError>,
 ) -> Result<(f64, &'static str), FftError> {
     let mut rec = ctx.timed_recorder("bench");
     record(&mut rec)?;
@@ -307,7 +307,7 @@ impl OperatorArrays {
     pub fn new(
         ctx: &GpuContext,
         g: &crate::operator::Geometry,
-    ) -> Result<Self, crate::error::GpuError> {
+    ) -> Result<Self, crate::gpu::GpuError> {
         use crate::array::{Field, Scalars};
         use crate::operator::Space;
         Ok(Self {
@@ -699,7 +699,7 @@ fn timed_iterations(
 #[non_exhaustive]
 pub enum ScaleBenchError {
     #[error(transparent)]
-    Gpu(#[from] crate::error::GpuError),
+    Gpu(#[from] crate::gpu::GpuError),
     #[error(transparent)]
     Solver(#[from] crate::solver::SolverError),
     #[error(transparent)]

@@ -10,11 +10,10 @@
 //! - [`bench`](mod@bench): benchmark drivers behind `lamino bench ...` that print figures.
 //! - [`distributed`]: several devices and MPI ranks (feature `mpi`) on one reconstruction, with
 //!   the bits of one device.
-//! - [`error`]: typed errors of the GPU runtime ([`GpuError`]).
 //! - [`fft`]: complex FFT plans on the GPU (Stockham, mixed radix, Bluestein).
 //! - [`flatfield`]: BaSiC flat-field, dark-field and baseline estimation and correction.
 //! - [`gpu`]: the GPU runtime, the only module that calls wgpu (device policy, buffers, kernels,
-//!   recordings).
+//!   recordings, and its typed errors [`GpuError`]).
 //! - [`hash`]: the crate's one checksum (64-bit FNV-1a) for checkpoints and fingerprints.
 //! - [`io`]: array files (`.npy`, TIFF stacks and volumes, DXchange HDF5) and atomic writes.
 //! - [`memo`]: memoization of the gridding stages across solver iterations.
@@ -36,7 +35,6 @@
 pub mod array;
 pub mod bench;
 pub mod distributed;
-pub mod error;
 pub mod fft;
 pub mod flatfield;
 pub mod gpu;
@@ -58,4 +56,4 @@ pub mod shaders;
 pub mod simulate;
 pub mod solver;
 
-pub use error::GpuError;
+pub use gpu::GpuError;

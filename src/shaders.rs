@@ -7,7 +7,19 @@
 //! the declaration (storage read, storage read_write or uniform); [`crate::gpu::Kernel`] builds
 //! its bind group layout from it, and refuses a bind call with another number of buffers.
 
-use crate::gpu::BindingKind::{self, StorageRead as R, StorageReadWrite as RW, Uniform as U};
+use BindingKind::{StorageRead as R, StorageReadWrite as RW, Uniform as U};
+
+/// What a binding of a kernel is. Layouts are explicit (never derived from the shader) so that
+/// one layout serves every bind group of a kernel and mismatches are caught on the Rust side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingKind {
+    /// `var<storage, read>`
+    StorageRead,
+    /// `var<storage, read_write>`
+    StorageReadWrite,
+    /// `var<uniform>`
+    Uniform,
+}
 
 /// A composed WGSL module.
 #[derive(Debug)]

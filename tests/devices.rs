@@ -3,8 +3,8 @@
 
 mod common;
 
-use lamino::error::GpuError;
 use lamino::gpu::GpuContext;
+use lamino::gpu::GpuError;
 use lamino::operator::OperatorOptions;
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;

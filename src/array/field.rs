@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use thiserror::Error;
 
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{Completion, GpuBuffer, GpuContext};
 
 /// Errors of host storage.

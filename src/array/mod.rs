@@ -12,7 +12,7 @@ mod scalars;
 pub use field::{BlockView, Field, PlaneLayout, Residency, StorageError};
 pub use scalars::{Coef, Scalars, Slot, SumSlot};
 
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{GpuBuffer, GpuContext};
 
 /// The device buffers that blocks of host arrays pass through: one per role a kernel binds (four

@@ -3,7 +3,7 @@
 //! iteration (the penalty) or from small GPU kernels (the CG step), so a solver records a whole
 //! iteration without reading anything back.
 
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{GpuBuffer, GpuContext};
 
 /// A coefficient slot. Slot 0 always holds 1.0.

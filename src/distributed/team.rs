@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::shares::share_range;
 use crate::array::{BlockView, Field};
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{GpuContext, Recorder};
 
 #[derive(Default)]

@@ -32,7 +32,7 @@ pub use tune::{tuning_cache_path, LaunchSource, FFT_CACHE_ENV, FFT_TUNE_ENV};
 
 use thiserror::Error;
 
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 
 /// Sign of the exponent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

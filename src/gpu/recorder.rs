@@ -17,20 +17,37 @@
 
 use bytemuck::Pod;
 
-use super::context::{GpuBuffer, GpuContext};
-use super::kernel::Bound;
-use crate::error::GpuError;
+use super::bind::Bound;
+use super::context::GpuContext;
+use super::error::GpuError;
+use super::memory::GpuBuffer;
+use super::readback::{Completion, Download};
 
-/// What happens to a download's bytes once they are on the host.
-pub type Completion = Box<dyn FnOnce(&[u8]) + Send>;
+// The context's ways to start and submit recordings live here, above the context: a recorder
+// works on a context, so context.rs cannot name the recorder without an import circle.
+impl GpuContext {
+    /// Starts recording dispatches into one compute pass.
+    pub fn recorder(&self, label: &str) -> Recorder {
+        Recorder::new(self, label, false)
+    }
 
-/// A recorded download, registered with the context when its segment is submitted.
-pub(crate) struct Download {
-    pub readback: GpuBuffer,
-    pub bytes: u64,
-    pub done: Completion,
-    /// Whether the bytes count as traffic (the timeline's timestamps do not).
-    pub counted: bool,
+    /// Like [`recorder`](Self::recorder), with GPU timestamps around the pass when the device has
+    /// them ([`Recorder::finish_timed`] then reports the GPU time).
+    pub fn timed_recorder(&self, label: &str) -> Recorder {
+        Recorder::new(self, label, self.has_timestamps())
+    }
+
+    /// Submits the recorded work without waiting for it: the ordinary way to run work. Errors
+    /// the device reported so far are raised here; later ones at the next wait.
+    pub fn submit(&self, recorder: Recorder) -> Result<(), GpuError> {
+        recorder.finish(self)
+    }
+
+    /// Submits the recorded work and waits until the device is idle: for timing and for the
+    /// places that need a result before they can go on (the name says that it blocks).
+    pub fn submit_and_wait(&self, recorder: Recorder) -> Result<(), GpuError> {
+        recorder.finish_timed(self).map(|_| ())
+    }
 }
 
 /// Records dispatches and transfers; see the module documentation.
@@ -53,7 +70,7 @@ pub struct Recorder {
 impl Recorder {
     pub(crate) fn new(ctx: &GpuContext, label: &str, timed: bool) -> Self {
         let timer = timed.then(|| {
-            ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            ctx.core.device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("lamino timer"),
                 ty: wgpu::QueryType::Timestamp,
                 count: 2,
@@ -63,7 +80,7 @@ impl Recorder {
             label: label.to_string(),
             encoder: Some(Self::encoder(ctx, label)),
             pass: None,
-            timeline: (!timed && ctx.timeline_on()).then(|| ctx.device.clone()),
+            timeline: (!timed && ctx.timeline_on()).then(|| ctx.core.device.clone()),
             pass_timers: Vec::new(),
             timer,
             max_groups: ctx.max_workgroups_per_dimension(),
@@ -74,7 +91,8 @@ impl Recorder {
     }
 
     fn encoder(ctx: &GpuContext, label: &str) -> wgpu::CommandEncoder {
-        ctx.device
+        ctx.core
+            .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
     }
 
@@ -174,13 +192,14 @@ impl Recorder {
         done: Completion,
     ) -> Result<(), GpuError> {
         debug_assert!(self.timer.is_none(), "timed recordings hold no transfers");
-        let readback = match ctx.readback_buffer(bytes, true)? {
+        let readback = match ctx.readback.readback_buffer(&ctx.core, bytes, true)? {
             Some(buffer) => buffer,
             None => {
                 // Unsubmitted downloads (this recording's) fill the pool: submit them, so
                 // that the pool can wait for the oldest to land and reuse its buffer.
                 self.flush(ctx)?;
-                ctx.readback_buffer(bytes, false)?
+                ctx.readback
+                    .readback_buffer(&ctx.core, bytes, false)?
                     .expect("made when it cannot wait")
             }
         };
@@ -209,16 +228,17 @@ impl Recorder {
         self.record_timeline(ctx)?;
         let encoder = self.encoder.take().expect("recorder already finished");
         for (buffer, at, bytes) in self.uploads.drain(..) {
-            ctx.queue.write_buffer(&buffer, at, &bytes);
-            ctx.count_upload(bytes.len() as u64);
+            ctx.core.queue.write_buffer(&buffer, at, &bytes);
+            ctx.core.count_upload(bytes.len() as u64);
         }
         let mut submission = None;
         if self.commands || last {
-            submission = Some(ctx.queue.submit([encoder.finish()]));
-            ctx.count_submission();
+            submission = Some(ctx.core.queue.submit([encoder.finish()]));
+            ctx.core.count_submission();
         }
         for download in self.downloads.drain(..) {
-            ctx.register_download(download, submission.clone());
+            ctx.readback
+                .register_download(&ctx.core, download, submission.clone());
         }
         self.commands = false;
         ctx.check()
@@ -231,7 +251,7 @@ impl Recorder {
             return Ok(());
         }
         let bytes = 16 * self.pass_timers.len() as u64;
-        let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        let resolve = ctx.core.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("timeline timestamps"),
             size: bytes,
             usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
@@ -240,14 +260,15 @@ impl Recorder {
         // Called while submitting, so it cannot defer: made beyond the pool's limit if need be
         // (a few bytes, and only while a benchmark keeps the timeline).
         let readback = ctx
-            .readback_buffer(bytes, false)?
+            .readback
+            .readback_buffer(&ctx.core, bytes, false)?
             .expect("made when it cannot wait");
         let encoder = self.encoder.as_mut().expect("recorder already finished");
         for (i, q) in self.pass_timers.drain(..).enumerate() {
             encoder.resolve_query_set(&q, 0..2, &resolve, 16 * i as u64);
         }
         encoder.copy_buffer_to_buffer(&resolve, 0, &readback.buffer, 0, bytes);
-        let period = ctx.queue.get_timestamp_period() as f64;
+        let period = ctx.core.queue.get_timestamp_period() as f64;
         let spans = ctx.timeline_spans();
         self.downloads.push(Download {
             readback,
@@ -278,7 +299,7 @@ impl Recorder {
         drop(self.pass.take());
         let readback = match &self.timer {
             Some(q) => {
-                let resolve = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                let resolve = ctx.core.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("timestamps"),
                     size: 16,
                     usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
@@ -303,7 +324,7 @@ impl Recorder {
         match readback {
             Some(buf) if timed => {
                 let t: Vec<u64> = ctx.read(&buf, 0, 2)?;
-                let period = ctx.queue.get_timestamp_period() as f64;
+                let period = ctx.core.queue.get_timestamp_period() as f64;
                 Ok(Some(t[1].wrapping_sub(t[0]) as f64 * period / 1e6))
             }
             _ => Ok(None),

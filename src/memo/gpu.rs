@@ -10,7 +10,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::operator::{Block, View};
 use crate::shaders;

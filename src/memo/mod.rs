@@ -72,8 +72,8 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::array::{Field, Residency, Scalars, Staging, StorageError};
-use crate::error::GpuError;
 use crate::gpu::GpuContext;
+use crate::gpu::GpuError;
 use crate::operator::{
     Application, Apply, Block, LaminoOperator, OperatorError, Sink, Source, Space, Stage,
 };

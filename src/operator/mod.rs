@@ -33,10 +33,10 @@ use std::sync::Arc;
 
 use crate::array::{BlockView, Field, PlaneLayout, Residency, Role, Scalars, Staging};
 use crate::distributed::team::{Reads, Share};
-use crate::error::GpuError;
 use crate::fft::{
     Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout, Normalization, Strategy,
 };
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, BufferSlice, Completion, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 pub(crate) use staging::View;

@@ -23,8 +23,8 @@ pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGM
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::error::GpuError;
 use crate::fft::FftError;
+use crate::gpu::GpuError;
 use crate::operator::GeometryError;
 use crate::scan::ScanError;
 

@@ -21,7 +21,7 @@ use crate::array::{
     Coef, Field, PlaneLayout, Residency, Scalars, Slot, Staging, StorageError, SumSlot,
 };
 use crate::distributed::team::Share;
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, GpuContext, KernelSpec, Recorder};
 use crate::hash::{fnv1a, fnv1a_continue, FNV_OFFSET};
 use crate::memo::{Memo, MemoError, MemoOptions, MemoStats};

@@ -111,7 +111,7 @@ fn on_members<M: Send, T: Send>(
             Ok(Err(e)) => {
                 let secondary = matches!(
                     e,
-                    SolverError::Gpu(crate::error::GpuError::TeamStopped { .. })
+                    SolverError::Gpu(crate::gpu::GpuError::TeamStopped { .. })
                 );
                 if failure.as_ref().is_none_or(|(s, _)| *s && !secondary) {
                     failure = Some((secondary, e));

@@ -10,7 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging, SumSlot};
 use crate::distributed::shares::share_range;
 use crate::distributed::team::{Reads, Share};
-use crate::error::GpuError;
+use crate::gpu::GpuError;
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::shaders;
 

@@ -1,5 +1,6 @@
 //! Typed errors of the GPU runtime. Every variant carries the facts a user needs (sizes, limits,
-//! adapter names) so that a message can say what went wrong without a debugger.
+//! adapter names) so that a message can say what went wrong without a debugger; wgpu's own errors
+//! become one of them here.
 
 use thiserror::Error;
 
@@ -71,4 +72,17 @@ pub enum GpuError {
     /// Another device of a multi-device run failed, so this one stopped too.
     #[error("device {member} of the run stopped ({cause}), so every device stopped")]
     TeamStopped { member: usize, cause: String },
+}
+
+/// The typed form of an error wgpu reported while `context` was being done.
+pub(crate) fn convert_error(e: wgpu::Error, context: &str) -> GpuError {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => GpuError::OutOfMemory {
+            context: context.to_string(),
+        },
+        other => GpuError::Validation {
+            context: context.to_string(),
+            message: other.to_string(),
+        },
+    }
 }
