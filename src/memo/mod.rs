@@ -52,21 +52,23 @@
 //! `keys` keys chunks on the host, `operator_norm` estimates `|F|`; `gpu` is the device side,
 //! [`store`] and [`index`] hold the entries and their keys.
 
-mod certify;
 pub mod compare;
-mod fit;
 pub mod frontier;
 mod gpu;
 pub mod index;
-mod keys;
-mod mlr;
 pub mod norm_cache;
-mod operator_norm;
 mod policy;
-mod reuse;
-mod stage;
 mod stats;
 pub mod store;
+
+// The layer's own steps (the parts named above).
+mod certify;
+mod fit;
+mod keys;
+mod mlr;
+mod operator_norm;
+mod reuse;
+mod stage;
 mod wave;
 
 pub use norm_cache::{NormCache, NormSource, OperatorNorms, CACHE_DIR_ENV};
