@@ -4,7 +4,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{OperatorError, Step};
+use super::steps::Step;
+use super::OperatorError;
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging};
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;

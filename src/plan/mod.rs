@@ -587,58 +587,104 @@ fn plan_streaming(
     shared: bool,
 ) -> Result<MemoryPlan, PlanError> {
     g.validate().map_err(OperatorError::from)?;
+    let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
+    if let Some(plan) = plan_in_core(ctx, g, params, caps, budgets, budget, shared)? {
+        return Ok(plan);
+    }
+    let (words, fixed, options) = streaming_chunks(ctx, g, caps, budgets, budget)?;
+    let (resident, tables_resident, fixed) =
+        streaming_residency(ctx, g, params, &options, (words, fixed), budget, shared)?;
+    // The spatial projections stay on the host in streaming mode: setup streams them.
+    assemble(
+        ctx,
+        g,
+        params,
+        options,
+        (words, fixed),
+        (resident, tables_resident),
+        budgets.clone(),
+    )
+}
+
+/// A device array is one buffer: one beyond the device's largest buffer cannot be resident.
+fn fits_a_buffer(ctx: &GpuContext, bytes: u64) -> bool {
+    bytes <= ctx.max_buffer_bytes()
+}
+
+/// The in-core plan, if every array and the operator fit the `budget` (and each array one
+/// buffer); when `shared`, the plan whose devices take the in-core chunks with nothing resident,
+/// if their blocks fit the staging buffers.
+fn plan_in_core(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+    budget: u64,
+    shared: bool,
+) -> Result<Option<MemoryPlan>, PlanError> {
     let everything: u64 = Array::BY_TRAFFIC
         .iter()
         .map(|a| a.layout(g).bytes())
         .sum::<u64>()
         // The spatial projections during setup.
         + g.data_len() as u64 * 4;
-    let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
     let in_core_fixed = fixed_device_bytes(ctx, g, caps, 0, &Residency::Device)?;
-    // A device array is one buffer: one beyond the device's largest buffer cannot be resident.
-    let fits_a_buffer = |bytes: u64| bytes <= ctx.max_buffer_bytes();
     let all_fit_buffers = Array::BY_TRAFFIC
         .iter()
-        .all(|a| fits_a_buffer(a.layout(g).bytes()))
-        && fits_a_buffer(u2_coordinates_bytes(g));
-    if all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget {
-        if !shared {
-            return assemble(
-                ctx,
-                g,
-                params,
-                *caps,
-                (0, in_core_fixed),
-                (Array::BY_TRAFFIC.len(), true),
-                budgets.clone(),
-            );
-        }
-        // Where one device could hold everything, the devices of a shared plan take the in-core
-        // plan's chunks (so their bits are one device's in-core bits) if their blocks fit the
-        // staging buffers.
-        let chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
-        let words = staging_words_for(g, chunks);
-        let options = OperatorOptions {
-            max_chunk_y: Some(chunks.0),
-            max_chunk_rows: Some(chunks.1),
-            max_chunk_angles: Some(chunks.2),
-        };
-        let fixed = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)?;
-        if words as u64 * 4 <= ctx.max_binding_bytes() && fixed <= budget {
-            return assemble(
-                ctx,
-                g,
-                params,
-                options,
-                (words, fixed),
-                (0, true),
-                budgets.clone(),
-            );
-        }
+        .all(|a| fits_a_buffer(ctx, a.layout(g).bytes()))
+        && fits_a_buffer(ctx, u2_coordinates_bytes(g));
+    if !(all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget) {
+        return Ok(None);
     }
-    // Streaming: the largest staging buffers whose fixed cost stays within the chunk share of
-    // the budget, then as many arrays on the device as fit, most accessed per byte first.
-    // Without caps, at least MIN_STAGE_CHUNKS chunks per stage, as in-core.
+    if !shared {
+        return assemble(
+            ctx,
+            g,
+            params,
+            *caps,
+            (0, in_core_fixed),
+            (Array::BY_TRAFFIC.len(), true),
+            budgets.clone(),
+        )
+        .map(Some);
+    }
+    // Where one device could hold everything, the devices of a shared plan take the in-core
+    // plan's chunks (so their bits are one device's in-core bits) if their blocks fit the
+    // staging buffers.
+    let chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
+    let words = staging_words_for(g, chunks);
+    let options = OperatorOptions {
+        max_chunk_y: Some(chunks.0),
+        max_chunk_rows: Some(chunks.1),
+        max_chunk_angles: Some(chunks.2),
+    };
+    let fixed = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)?;
+    if words as u64 * 4 <= ctx.max_binding_bytes() && fixed <= budget {
+        return assemble(
+            ctx,
+            g,
+            params,
+            options,
+            (words, fixed),
+            (0, true),
+            budgets.clone(),
+        )
+        .map(Some);
+    }
+    Ok(None)
+}
+
+/// Streaming chunks: the largest staging buffers (in words) whose fixed cost stays within the
+/// chunk share of the `budget`, with that fixed cost and the operator options they imply.
+/// Without caps, at least MIN_STAGE_CHUNKS chunks per stage, as in-core.
+fn streaming_chunks(
+    ctx: &GpuContext,
+    g: &Geometry,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+    budget: u64,
+) -> Result<(usize, u64, OperatorOptions), PlanError> {
     let cap = |a: Option<usize>, axis: usize, b: usize| {
         a.unwrap_or(axis.div_ceil(MIN_STAGE_CHUNKS)).min(b).max(1)
     };
@@ -678,14 +724,29 @@ fn plan_streaming(
         }
         (words, fixed, options) = (next, f, o);
     }
-    // Residency: prefixes of the traffic order that fit, and the whole U2 tables in their place
-    // in that order (bytes moved per byte held) if they fit there or after the last array.
-    let tables_extra = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)? - fixed;
+    Ok((words, fixed, options))
+}
+
+/// Streaming residency: as many arrays on the device as fit the `budget` after the `fixed`
+/// bytes, most accessed per byte first (none when `shared`), and the whole U2 tables in their
+/// place in that order (bytes moved per byte held) if they fit there or after the last array.
+/// Returns how many arrays of [`Array::BY_TRAFFIC`] are resident, whether the tables are, and
+/// the fixed bytes with the tables.
+fn streaming_residency(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    options: &OperatorOptions,
+    (words, fixed): (usize, u64),
+    budget: u64,
+    shared: bool,
+) -> Result<(usize, bool, u64), PlanError> {
+    let tables_extra = fixed_device_bytes(ctx, g, options, words, &Residency::Device)? - fixed;
     let tables_rate = u2_table_traffic(g, params) as f64 / LaminoOperator::u2_table_bytes(g) as f64;
     let mut tables_resident = false;
     // Resident tables are whole buffers, the coordinates the largest: beyond the device's
     // largest buffer they stream however large the budget.
-    let mut tables_considered = !fits_a_buffer(u2_coordinates_bytes(g));
+    let mut tables_considered = !fits_a_buffer(ctx, u2_coordinates_bytes(g));
     let mut resident = 0;
     let mut used = fixed;
     for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {
@@ -712,7 +773,9 @@ fn plan_streaming(
         }
         if shared
             || used + bytes > budget
-            || !group.iter().all(|a| fits_a_buffer(a.layout(g).bytes()))
+            || !group
+                .iter()
+                .all(|a| fits_a_buffer(ctx, a.layout(g).bytes()))
         {
             break;
         }
@@ -725,16 +788,7 @@ fn plan_streaming(
     }
     debug_assert!(used <= budget);
     let fixed = fixed + if tables_resident { tables_extra } else { 0 };
-    // The spatial projections stay on the host in streaming mode: setup streams them.
-    assemble(
-        ctx,
-        g,
-        params,
-        options,
-        (words, fixed),
-        (resident, tables_resident),
-        budgets.clone(),
-    )
+    Ok((resident, tables_resident, fixed))
 }
 
 /// Bytes of U2 table slices uploaded per outer iteration when the tables are not resident: a

@@ -44,7 +44,7 @@ use serde::Serialize;
 
 use super::{bin_projections, find_center_vo, half_turn, PreprocessError};
 use crate::fft::{Direction, FftPlan, Normalization};
-use crate::gpu::{GpuContext, KernelSpec};
+use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::operator::Geometry;
 use crate::scan::Projections;
 use crate::shaders;
@@ -430,85 +430,9 @@ fn backproject_slabs(
     let values = projections.values();
     let nrows = rows.len();
     let pitch = pitch_for(g.detw);
-    let angle_bytes = (nrows * pitch * 8) as u64;
-    let fit = (ctx.max_binding_bytes() / angle_bytes.max(1)) as usize;
-    if fit == 0 || nrows == 0 {
-        return Err(PreprocessError::BadSearch(format!(
-            "the slab projects onto {nrows} detector rows of {pitch} padded pixels per angle, \
-             which do not fit one storage binding of {} bytes; bin the detector",
-            ctx.max_binding_bytes()
-        )));
-    }
-    let chunk = fit.min(g.ntheta());
-    let raw_len = chunk * nrows * g.detw;
+    let chunk = slab_chunk_angles(ctx, g, slab, nrows, pitch)?;
     let voxels = slab.slices * g.n1 * g.n2;
-    if (voxels * 4) as u64 > ctx.max_binding_bytes() {
-        return Err(PreprocessError::BadSearch(format!(
-            "a slab of {} x {} x {} voxels exceeds one storage binding; use fewer slices or bin",
-            slab.slices, g.n1, g.n2
-        )));
-    }
-    let data = ctx.storage_buffer("search rows", chunk as u64 * angle_bytes)?;
-    // The real rows as measured (a quarter of the padded complex rows): uploaded per chunk and
-    // padded on the device.
-    let raw = ctx.storage_buffer("search raw rows", raw_len as u64 * 4)?;
-    let shape = [chunk * nrows, pitch];
-    let forward = FftPlan::new(
-        ctx,
-        &shape,
-        1,
-        Direction::Forward,
-        Normalization::None,
-        &data,
-    )?;
-    let inverse = FftPlan::new(
-        ctx,
-        &shape,
-        1,
-        Direction::Inverse,
-        Normalization::None,
-        &data,
-    )?;
-    let response: Vec<f32> = ramp_response(pitch, g.ntheta())
-        .iter()
-        .map(|&v| v as f32)
-        .collect();
-    let response = ctx.upload("ramp response", &response)?;
-    let count = (chunk * nrows * pitch) as u64;
-    let pad_params = ctx.uniform(
-        "pad rows params",
-        &PadParams {
-            count: count as u32,
-            width: g.detw as u32,
-            pitch: pitch as u32,
-            pad: 0,
-        },
-    )?;
-    let pad = ctx
-        .kernel(&KernelSpec {
-            shader: &shaders::PREPROCESS_PAD_ROWS,
-            entry: "pad_rows",
-            overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-        })?
-        .bind(ctx, &[(&raw).into(), (&data).into(), (&pad_params).into()])?;
-    let ramp_params = ctx.uniform(
-        "ramp params",
-        &RampParams {
-            count: count as u32,
-            width: pitch as u32,
-            pad: [0; 2],
-        },
-    )?;
-    let ramp = ctx
-        .kernel(&KernelSpec {
-            shader: &shaders::PREPROCESS_RAMP,
-            entry: "ramp",
-            overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-        })?
-        .bind(
-            ctx,
-            &[(&data).into(), (&response).into(), (&ramp_params).into()],
-        )?;
+    let filter = RowFilter::new(ctx, g, chunk, nrows, pitch)?;
     let backproject = ctx.kernel(&KernelSpec {
         shader: &shaders::PREPROCESS_BACKPROJECT,
         entry: "backproject",
@@ -540,20 +464,19 @@ fn backproject_slabs(
         let u = ctx.uniform("backproject params", &params_of(p, 0, false))?;
         bound.push(backproject.bind(
             ctx,
-            &[(&data).into(), (&trig).into(), (&out).into(), (&u).into()],
+            &[
+                (&filter.data).into(),
+                (&trig).into(),
+                (&out).into(),
+                (&u).into(),
+            ],
         )?);
         slabs.push(out);
         params.push(u);
     }
-    let row_len = nrows * g.detw;
     for t0 in (0..g.ntheta()).step_by(chunk) {
         let angles = chunk.min(g.ntheta() - t0);
-        // The slab's rows of each angle are contiguous in the projections. Rows of angles past
-        // the last one keep the previous chunk's values: they are filtered but never read.
-        for a in 0..angles {
-            let first = ((t0 + a) * g.deth + rows.start) * g.detw;
-            ctx.write(&raw, (a * row_len) as u64, &values[first..first + row_len]);
-        }
+        filter.upload_rows(ctx, values, g, &rows, t0..t0 + angles);
         let cs: Vec<[f32; 2]> = g.theta[t0..t0 + angles]
             .iter()
             .map(|t| [t.cos() as f32, t.sin() as f32])
@@ -563,10 +486,7 @@ fn backproject_slabs(
             ctx.write(u, 0, std::slice::from_ref(&params_of(p, angles, t0 > 0)));
         }
         let mut rec = ctx.recorder("search slab");
-        rec.dispatch(&pad, groups(count));
-        forward.record(&mut rec);
-        rec.dispatch(&ramp, groups(count));
-        inverse.record(&mut rec);
+        filter.record(&mut rec);
         for b in &bound {
             rec.dispatch(b, groups(voxels as u64));
         }
@@ -576,6 +496,168 @@ fn backproject_slabs(
         .iter()
         .map(|s| Ok(ctx.read::<f32>(s, 0, voxels)?))
         .collect()
+}
+
+/// Angles per chunk of a search pass: as many as one storage binding holds of the slab's
+/// `nrows` detector rows (padded to `pitch`); refuses a slab whose rows or voxels do not fit one.
+fn slab_chunk_angles(
+    ctx: &GpuContext,
+    g: &Geometry,
+    slab: &Slab,
+    nrows: usize,
+    pitch: usize,
+) -> Result<usize, PreprocessError> {
+    let angle_bytes = (nrows * pitch * 8) as u64;
+    let fit = (ctx.max_binding_bytes() / angle_bytes.max(1)) as usize;
+    if fit == 0 || nrows == 0 {
+        return Err(PreprocessError::BadSearch(format!(
+            "the slab projects onto {nrows} detector rows of {pitch} padded pixels per angle, \
+             which do not fit one storage binding of {} bytes; bin the detector",
+            ctx.max_binding_bytes()
+        )));
+    }
+    let chunk = fit.min(g.ntheta());
+    let voxels = slab.slices * g.n1 * g.n2;
+    if (voxels * 4) as u64 > ctx.max_binding_bytes() {
+        return Err(PreprocessError::BadSearch(format!(
+            "a slab of {} x {} x {} voxels exceeds one storage binding; use fewer slices or bin",
+            slab.slices, g.n1, g.n2
+        )));
+    }
+    Ok(chunk)
+}
+
+/// The ramp filtering of a chunk of angles' detector rows on the device: the measured rows are
+/// padded to complex rows of `pitch`, transformed, multiplied by the ramp response and
+/// transformed back, in place in `data` (what the backprojection reads).
+struct RowFilter {
+    /// The filtered rows, `(angles, rows, pitch)` complex.
+    data: GpuBuffer,
+    /// The real rows as measured (a quarter of the padded complex rows): uploaded per chunk and
+    /// padded on the device.
+    raw: GpuBuffer,
+    forward: FftPlan,
+    inverse: FftPlan,
+    pad: Bound,
+    ramp: Bound,
+    /// Complex values of `data`.
+    count: u64,
+    /// The ramp response and the kernels' parameters, alive as long as the kernels bound to them.
+    _bound_buffers: [GpuBuffer; 3],
+}
+
+impl RowFilter {
+    /// The buffers, FFT plans and bound kernels for chunks of `chunk` angles of `nrows` rows.
+    fn new(
+        ctx: &GpuContext,
+        g: &Geometry,
+        chunk: usize,
+        nrows: usize,
+        pitch: usize,
+    ) -> Result<Self, PreprocessError> {
+        let angle_bytes = (nrows * pitch * 8) as u64;
+        let raw_len = chunk * nrows * g.detw;
+        let data = ctx.storage_buffer("search rows", chunk as u64 * angle_bytes)?;
+        let raw = ctx.storage_buffer("search raw rows", raw_len as u64 * 4)?;
+        let shape = [chunk * nrows, pitch];
+        let forward = FftPlan::new(
+            ctx,
+            &shape,
+            1,
+            Direction::Forward,
+            Normalization::None,
+            &data,
+        )?;
+        let inverse = FftPlan::new(
+            ctx,
+            &shape,
+            1,
+            Direction::Inverse,
+            Normalization::None,
+            &data,
+        )?;
+        let response: Vec<f32> = ramp_response(pitch, g.ntheta())
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let response = ctx.upload("ramp response", &response)?;
+        let count = (chunk * nrows * pitch) as u64;
+        let pad_params = ctx.uniform(
+            "pad rows params",
+            &PadParams {
+                count: count as u32,
+                width: g.detw as u32,
+                pitch: pitch as u32,
+                pad: 0,
+            },
+        )?;
+        let pad = ctx
+            .kernel(&KernelSpec {
+                shader: &shaders::PREPROCESS_PAD_ROWS,
+                entry: "pad_rows",
+                overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+            })?
+            .bind(ctx, &[(&raw).into(), (&data).into(), (&pad_params).into()])?;
+        let ramp_params = ctx.uniform(
+            "ramp params",
+            &RampParams {
+                count: count as u32,
+                width: pitch as u32,
+                pad: [0; 2],
+            },
+        )?;
+        let ramp = ctx
+            .kernel(&KernelSpec {
+                shader: &shaders::PREPROCESS_RAMP,
+                entry: "ramp",
+                overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+            })?
+            .bind(
+                ctx,
+                &[(&data).into(), (&response).into(), (&ramp_params).into()],
+            )?;
+        Ok(Self {
+            data,
+            raw,
+            forward,
+            inverse,
+            pad,
+            ramp,
+            count,
+            _bound_buffers: [response, pad_params, ramp_params],
+        })
+    }
+
+    /// Uploads detector rows `rows` of projections `angles` of `values` (row-major
+    /// `(ntheta, deth, detw)`), one angle after the other.
+    fn upload_rows(
+        &self,
+        ctx: &GpuContext,
+        values: &[f32],
+        g: &Geometry,
+        rows: &Range<usize>,
+        angles: Range<usize>,
+    ) {
+        // The slab's rows of each angle are contiguous in the projections. Rows of angles past
+        // the last one keep the previous chunk's values: they are filtered but never read.
+        let row_len = rows.len() * g.detw;
+        for (a, t) in angles.enumerate() {
+            let first = (t * g.deth + rows.start) * g.detw;
+            ctx.write(
+                &self.raw,
+                (a * row_len) as u64,
+                &values[first..first + row_len],
+            );
+        }
+    }
+
+    /// Records the filtering of the uploaded rows.
+    fn record(&self, rec: &mut Recorder) {
+        rec.dispatch(&self.pad, groups(self.count));
+        self.forward.record(rec);
+        rec.dispatch(&self.ramp, groups(self.count));
+        self.inverse.record(rec);
+    }
 }
 
 /// Mean `|grad_xy f|^2` (forward differences) over the voxels of the disc of `radius` around

@@ -1,0 +1,145 @@
+//! Building an operator: checking the geometry against the gridding kernel, the spectrum, the
+//! shared FFT workspace, then each stage's buffers, tables, kernels and chunks (U1 in `u1.rs`, U2
+//! in `u2.rs`, the 2D FFT stage in `fft2d.rs`), with the helpers those builders share.
+
+use super::sizing::{f_chunk, fft_workspace, u1_chunk, u2_chunk};
+use super::staging::WORKGROUP;
+use super::{Geometry, GriddingAxis, LaminoOperator, OperatorError, OperatorOptions, Space};
+use crate::array::{Field, Residency, Scalars};
+use crate::gpu::{GpuBuffer, GpuContext, KernelSpec};
+use crate::shaders;
+
+/// A storage buffer of `elems` complex values, refused by name when it exceeds the device's
+/// largest buffer.
+pub(super) fn complex_buffer(
+    ctx: &GpuContext,
+    label: &str,
+    elems: usize,
+) -> Result<GpuBuffer, OperatorError> {
+    let bytes = elems as u64 * 8;
+    if bytes > ctx.max_buffer_bytes() {
+        return Err(OperatorError::TooLarge {
+            what: label.to_string(),
+            bytes,
+            limit: ctx.max_buffer_bytes(),
+        });
+    }
+    Ok(ctx.storage_buffer(label, bytes)?)
+}
+
+/// The binding layout shared by both gridding stages' kernels: three chunk-local arrays (read and
+/// written), four read-only tables, the parameters.
+pub(super) fn gridding_kernel(shader: &'static shaders::Shader, entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        shader,
+        entry,
+        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
+    }
+}
+
+impl LaminoOperator {
+    /// Validates the geometry and builds everything: the spectrum, chunk buffers, host tables,
+    /// kernels, FFT plans and the bind groups of every chunk's computation.
+    pub fn new(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+    ) -> Result<Self, OperatorError> {
+        Self::with_residency(
+            ctx,
+            geometry,
+            options,
+            &Residency::Device,
+            &Residency::Device,
+        )
+    }
+
+    /// As [`new`](Self::new), with the spectrum and the U2 tables where the residencies say (a
+    /// memory plan's streaming mode keeps the tables, and may keep the spectrum, on the host or
+    /// in scratch files; a chunk then receives its rows' slice of the tables before it computes,
+    /// so the kernels read the same values and give the same bits).
+    pub fn with_residency(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+        spectrum: &Residency,
+        u2_tables: &Residency,
+    ) -> Result<Self, OperatorError> {
+        geometry.validate()?;
+        let g = geometry;
+        for (name, value) in [("n0", g.n0), ("n1", g.n1), ("n2", g.n2)] {
+            let m = GriddingAxis::new(value, g.eps).half_width;
+            // The grid of 2n cells must be wider than the 2m+1 taps, and the kernels hold at most
+            // 15 taps per axis.
+            if 2 * value <= 2 * m + 1 || m > 7 {
+                return Err(OperatorError::TooSmall {
+                    name,
+                    value,
+                    eps: g.eps,
+                    min: m + 1,
+                });
+            }
+        }
+        let spectrum = Field::new(
+            ctx,
+            "spectrum (deth, n1, n2)",
+            Space::Spectrum.layout(g, 2),
+            spectrum,
+        )?;
+        let mut op = Self {
+            geometry: g.clone(),
+            spectrum,
+            stages: Default::default(),
+            ffts: Default::default(),
+            chunk_y: u1_chunk(ctx, g, options)?,
+            chunk_rows: u2_chunk(ctx, g, options)?,
+            chunk_angles: f_chunk(ctx, g, options)?,
+            fft_workspace: [0, 0],
+            buffers: Vec::new(),
+            own_scalars: Scalars::new(ctx, 1, 1)?,
+            share: None,
+        };
+        // Every FFT plan binds the same workspace buffers when the pool is sized for the largest
+        // before the first plan is built.
+        let chunks = (
+            op.chunk_y as u64,
+            op.chunk_rows as u64,
+            op.chunk_angles as u64,
+        );
+        op.fft_workspace = fft_workspace(ctx, g, chunks);
+        crate::fft::reserve_workspace(ctx, op.fft_workspace)?;
+        op.build_u1(ctx)?;
+        op.build_u2(ctx, u2_tables)?;
+        op.build_f(ctx)?;
+        Ok(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks far below the size at which a one-off FFT gets specialised kernels (2^16 elements)
+    /// still get them: the operator runs its plans at every application.
+    #[test]
+    fn every_fft_pass_of_a_chunked_operator_is_specialised() {
+        let ctx = crate::gpu::test_context();
+        let g = Geometry::cube(16, 8, 1.0);
+        let options = OperatorOptions {
+            max_chunk_y: Some(2),
+            max_chunk_rows: Some(2),
+            max_chunk_angles: Some(2),
+        };
+        let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
+        let passes: Vec<&crate::fft::PassInfo> = op.ffts.iter().flat_map(|p| p.passes()).collect();
+        assert!(!passes.is_empty());
+        assert!(
+            passes.iter().all(|p| p.specialized),
+            "{:?}",
+            passes
+                .iter()
+                .map(|p| (p.sub, p.specialized))
+                .collect::<Vec<_>>()
+        );
+    }
+}

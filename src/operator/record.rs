@@ -1,0 +1,218 @@
+//! Recording an application: each stage's chunks (table fills, stage-in, computation,
+//! stage-out) in order, a team member's share of them between the team's syncs, and the
+//! chunk-by-chunk entry points the memo layer records a chunk's parts through.
+
+use super::stages::{Kind, Stage};
+use super::steps::{Block, Step};
+use super::{Application, LaminoOperator, OperatorError};
+use crate::array::{BlockView, Field, Role, Staging};
+use crate::distributed::team::Reads;
+use crate::gpu::GpuError;
+use crate::gpu::{Completion, GpuContext, Recorder};
+
+impl LaminoOperator {
+    /// Records `steps`; `tap`, if any, also receives the bytes of their download.
+    fn record_steps(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        steps: &[Step],
+        staging: Option<&Staging>,
+        mut tap: Option<Completion>,
+    ) -> Result<(), GpuError> {
+        for step in steps {
+            match step {
+                Step::Dispatch(bound, groups) => rec.dispatch(bound, *groups),
+                Step::Fft(id) => self.ffts.record(*id, rec),
+                Step::Upload { field, role, view } => {
+                    let staging = staging.expect("host arrays have staging");
+                    rec.upload_with(ctx, staging.buffer(*role), 0, || field.gather(ctx, view))?;
+                }
+                Step::Fill {
+                    field,
+                    buffer,
+                    view,
+                } => rec.upload_with(ctx, buffer, 0, || field.gather(ctx, view))?,
+                Step::Download { field, view } => {
+                    let staging = staging.expect("host arrays have staging");
+                    let bytes = view.len_words() as u64 * 4;
+                    let scatter = field.scatter(*view);
+                    let done: Completion = match tap.take() {
+                        Some(tap) => Box::new(move |bytes: &[u8]| {
+                            tap(bytes);
+                            scatter(bytes);
+                        }),
+                        None => scatter,
+                    };
+                    rec.download(ctx, staging.buffer(Role::Out), 0, bytes, done)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `application` into `rec`.
+    pub fn record(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        application: &Application,
+    ) -> Result<(), GpuError> {
+        for position in 0..application.stages.len() {
+            // A stage's chunks cross the previous stage's (or the vector kernels') shares.
+            if let Some(share) = &self.share {
+                share.sync(ctx, rec, || self.stage_reads(application, position))?;
+            }
+            self.record_stage(ctx, rec, application, position)?;
+        }
+        // What follows reads this member's planes of the output.
+        if let Some(share) = &self.share {
+            share.sync(ctx, rec, Vec::new)?;
+        }
+        Ok(())
+    }
+
+    /// The blocks of host arrays this member's chunks of stage `position` of `application`
+    /// upload (their inputs, and the outputs they add to).
+    fn stage_reads(&self, application: &Application, position: usize) -> Reads {
+        let stage = &application.stages[position];
+        let own = self.own_chunks(stage.kind);
+        stage.chunks[own]
+            .iter()
+            .flat_map(|(steps_in, steps_out)| steps_in.iter().chain(steps_out))
+            .filter_map(|step| match step {
+                Step::Upload { field, view, .. } => Some((field.clone(), *view)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// This member's chunks of a stage (all of them alone).
+    fn own_chunks(&self, kind: Kind) -> std::ops::Range<usize> {
+        let count = self.stages.of(kind).len();
+        self.share.as_ref().map_or(0..count, |s| s.range(count))
+    }
+
+    /// Number of chunks of `stage`.
+    pub fn chunk_count(&self, stage: Stage) -> usize {
+        self.stages.of(Kind::Gridding(stage)).len()
+    }
+
+    /// The chunk-local (input, output) blocks of chunk `chunk` of `stage`.
+    pub(crate) fn chunk_io(&self, stage: Stage, chunk: usize) -> (&Block, &Block) {
+        let c = &self.stages.of(Kind::Gridding(stage))[chunk];
+        (&c.input, &c.output)
+    }
+
+    /// Records stage number `position` of `application` for every chunk (a team member's share
+    /// of them).
+    pub(crate) fn record_stage(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        application: &Application,
+        position: usize,
+    ) -> Result<(), GpuError> {
+        let stage = &application.stages[position];
+        let staging = application.staging.as_deref();
+        let chunks = self.stages.of(stage.kind);
+        let own = self.own_chunks(stage.kind);
+        for (chunk, (steps_in, steps_out)) in chunks[own.clone()].iter().zip(&stage.chunks[own]) {
+            self.record_steps(ctx, rec, &chunk.tables, staging, None)?;
+            self.record_steps(ctx, rec, steps_in, staging, None)?;
+            self.record_steps(ctx, rec, &chunk.compute, staging, None)?;
+            self.record_steps(ctx, rec, steps_out, staging, None)?;
+        }
+        Ok(())
+    }
+
+    /// Records the copy of chunk `chunk`'s input from the whole array into its input block, for
+    /// stage number `position` of `application`.
+    pub(crate) fn record_chunk_in(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        application: &Application,
+        position: usize,
+        chunk: usize,
+    ) -> Result<(), GpuError> {
+        let steps = &application.stages[position].chunks[chunk].0;
+        self.record_steps(ctx, rec, steps, application.staging.as_deref(), None)
+    }
+
+    /// The host arrays and blocks the stage-in of chunk `chunk` uploads, for stage number
+    /// `position` of `application`, in binding order (x, then y of a difference); empty when it
+    /// reads device arrays. The memo layer pools a chunk's key from them without an upload.
+    pub(crate) fn chunk_uploads<'a>(
+        &self,
+        application: &'a Application,
+        position: usize,
+        chunk: usize,
+    ) -> Vec<(&'a Field, &'a BlockView)> {
+        application.stages[position].chunks[chunk]
+            .0
+            .iter()
+            .filter_map(|step| match step {
+                Step::Upload { field, view, .. } => Some((field, view)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Records the chunk's map from its input block to its output block.
+    pub(crate) fn record_chunk_compute(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        stage: Stage,
+        chunk: usize,
+    ) -> Result<(), GpuError> {
+        let chunk = &self.stages.of(Kind::Gridding(stage))[chunk];
+        self.record_steps(ctx, rec, &chunk.tables, None, None)?;
+        self.record_steps(ctx, rec, &chunk.compute, None, None)
+    }
+
+    /// Records the copy of the chunk's output block into the whole array, for stage number
+    /// `position` of `application`; `tap` also receives the bytes downloaded into a host array
+    /// (see [`chunk_download`](Self::chunk_download)).
+    pub(crate) fn record_chunk_out(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        application: &Application,
+        position: usize,
+        chunk: usize,
+        tap: Option<Completion>,
+    ) -> Result<(), GpuError> {
+        let steps = &application.stages[position].chunks[chunk].1;
+        self.record_steps(ctx, rec, steps, application.staging.as_deref(), tap)
+    }
+
+    /// The host array and block that the stage-out of chunk `chunk` downloads its output block
+    /// into unchanged (complex values, row-major), for stage number `position` of
+    /// `application`; `None` when it writes a device array or converts the values (a real
+    /// sink). The memo layer forms a reused output there without a transfer.
+    pub(crate) fn chunk_download<'a>(
+        &self,
+        application: &'a Application,
+        position: usize,
+        chunk: usize,
+    ) -> Option<(&'a Field, &'a BlockView)> {
+        let stage = &application.stages[position];
+        if !stage.complex_sink {
+            return None;
+        }
+        stage.chunks[chunk].1.iter().find_map(|step| match step {
+            Step::Download { field, view } => Some((field, view)),
+            _ => None,
+        })
+    }
+
+    /// Runs `application` and waits for it.
+    pub fn run(&self, ctx: &GpuContext, application: &Application) -> Result<(), OperatorError> {
+        let mut rec = ctx.recorder("laminography operator");
+        self.record(ctx, &mut rec, application)?;
+        ctx.submit_and_wait(rec)?;
+        Ok(ctx.complete_downloads()?)
+    }
+}

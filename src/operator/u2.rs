@@ -1,0 +1,355 @@
+//! Building U2, the 2D USFFT of every spectrum plane onto the (x, y) frequencies of each angle
+//! and detector column: its chunk buffers, tables (resident, or sliced per chunk), kernels and
+//! FFT plans, and the forward and adjoint chunks along detector rows.
+
+use std::sync::Arc;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::build::{complex_buffer, gridding_kernel};
+use super::sizing::u2_table_layouts;
+use super::stages::{Kind, Stage};
+use super::staging::{groups, window};
+use super::steps::{Block, Chunk, FftPlanId, Step};
+use super::tables::U2Tables;
+use super::{Geometry, GriddingAxis, LaminoOperator, OperatorError, View};
+use crate::array::{BlockView, Field, Residency};
+use crate::fft::{Direction, FftPlan, Normalization};
+use crate::gpu::{BufferSlice, GpuBuffer, GpuContext, Kernel};
+use crate::shaders;
+
+/// The uniforms of the U2 kernels (shaders/operator/usfft2d.wgsl).
+#[repr(C)]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct U2Params {
+    n1: u32,
+    n2: u32,
+    gy: u32,
+    gx: u32,
+    rows: u32,
+    points: u32,
+    my: i32,
+    mx: i32,
+    coords_offset: u32,
+    row_start_offset: u32,
+    sorted_offset: u32,
+    pad: u32,
+    cx: f32,
+    cy: f32,
+    ex: f32,
+    ey: f32,
+}
+
+/// The U2 tables, one plane per detector row ([k][...]), so that a chunk's rows are one
+/// contiguous block: on the device whole (each chunk binds its window), or on the host, a
+/// chunk's block uploaded into slice buffers of one chunk's rows before it computes.
+struct U2TableFields {
+    coords: Field,
+    row_start: Field,
+    sorted: Field,
+    /// The slice buffers of one chunk's rows (coordinates, row starts, sorted points), when the
+    /// tables are off the device.
+    slices: Option<(GpuBuffer, GpuBuffer, GpuBuffer)>,
+}
+
+impl U2TableFields {
+    /// Computes the tables of every detector row into arrays where `residency` says, with slice
+    /// buffers of `ck` rows when that is off the device.
+    fn new(
+        ctx: &GpuContext,
+        g: &Geometry,
+        (ax, ay): (&GriddingAxis, &GriddingAxis),
+        ck: u64,
+        residency: &Residency,
+    ) -> Result<Self, OperatorError> {
+        let [coords, row_start, sorted] = u2_table_layouts(g).map(|(label, layout)| {
+            Field::new(ctx, label, layout, residency).map_err(OperatorError::from)
+        });
+        let (coords, row_start, sorted) = (coords?, row_start?, sorted?);
+        for k in 0..g.deth {
+            let row = U2Tables::row(g, ax, ay, k);
+            let at = |field: &Field| k * field.layout().plane_words;
+            coords.write_words(ctx, at(&coords), bytemuck::cast_slice(&row.coords))?;
+            row_start.write_words(ctx, at(&row_start), bytemuck::cast_slice(&row.row_start))?;
+            sorted.write_words(ctx, at(&sorted), bytemuck::cast_slice(&row.sorted))?;
+        }
+        let resident = *residency == Residency::Device;
+        let slices = if resident {
+            None
+        } else {
+            let slice = |field: &Field, label: &str| {
+                ctx.storage_buffer(label, ck * field.layout().plane_words as u64 * 4)
+            };
+            Some((
+                slice(&coords, "u2 coordinates (chunk)")?,
+                slice(&row_start, "u2 row starts (chunk)")?,
+                slice(&sorted, "u2 sorted points (chunk)")?,
+            ))
+        };
+        Ok(Self {
+            coords,
+            row_start,
+            sorted,
+            slices,
+        })
+    }
+
+    /// Where the kernels of the chunk of detector rows `[k0, k0 + c)` read the tables
+    /// (coordinates, row starts, sorted points), with the index of the chunk's first element in
+    /// each binding, and the fills that upload the chunk's slice of each table first (none when
+    /// the tables are resident).
+    fn chunk_bindings(
+        &self,
+        ctx: &GpuContext,
+        k0: u64,
+        c: u64,
+        (points, gy): (u64, u64),
+    ) -> ([BufferSlice<'_>; 3], [u32; 3], Vec<Step>) {
+        match &self.slices {
+            None => {
+                let (coords_slice, coords_offset) =
+                    window(ctx, self.coords.buffer(), 8, k0 * points, c * points);
+                let (starts_slice, row_start_offset) =
+                    window(ctx, self.row_start.buffer(), 4, k0 * (gy + 1), c * (gy + 1));
+                let (sorted_slice, sorted_offset) =
+                    window(ctx, self.sorted.buffer(), 8, k0 * points, c * points);
+                (
+                    [coords_slice, starts_slice, sorted_slice],
+                    [coords_offset, row_start_offset, sorted_offset],
+                    Vec::new(),
+                )
+            }
+            Some((c_buf, r_buf, s_buf)) => {
+                let mut fill = Vec::new();
+                for (field, buffer) in [
+                    (&self.coords, c_buf),
+                    (&self.row_start, r_buf),
+                    (&self.sorted, s_buf),
+                ] {
+                    let words = field.layout().plane_words;
+                    let view = BlockView::planes(k0 as usize, (k0 + c) as usize, words);
+                    fill.push(Step::Fill {
+                        field: field.clone(),
+                        buffer: buffer.clone(),
+                        view,
+                    });
+                }
+                ([c_buf.into(), r_buf.into(), s_buf.into()], [0; 3], fill)
+            }
+        }
+    }
+
+    /// The buffers the operator keeps: the whole tables when on the device, else the slices.
+    fn into_buffers(self) -> [GpuBuffer; 3] {
+        match self.slices {
+            None => [self.coords, self.row_start, self.sorted].map(|field| field.buffer().clone()),
+            Some((c, r, s)) => [c, r, s],
+        }
+    }
+}
+
+/// What every U2 chunk binds or runs alike.
+struct U2Parts {
+    ax: GriddingAxis,
+    ay: GriddingAxis,
+    /// Chunk-local spectrum planes `[r][y][x]`.
+    planes: GpuBuffer,
+    /// Chunk-local `2 n1 x 2 n2` grids.
+    grid: GpuBuffer,
+    /// Chunk-local data points `[r][t][w]`.
+    points: GpuBuffer,
+    deconv: GpuBuffer,
+    tables: U2TableFields,
+    /// `u2_divker`, `u2_gather`, `u2_spread`, `u2_divker_adjoint`.
+    kernels: [Arc<Kernel>; 4],
+    forward_ffts: Vec<FftPlanId>,
+    inverse_ffts: Vec<FftPlanId>,
+}
+
+impl LaminoOperator {
+    /// Builds U2 and U2* chunk by chunk along detector rows.
+    pub(super) fn build_u2(
+        &mut self,
+        ctx: &GpuContext,
+        tables: &Residency,
+    ) -> Result<(), OperatorError> {
+        let g = self.geometry.clone();
+        let parts = self.u2_parts(ctx, &g, tables)?;
+        let (deth, ck) = (g.deth as u64, self.chunk_rows as u64);
+        let mut keep = Vec::new();
+        for k0 in (0..deth).step_by(ck as usize) {
+            let c = (deth - k0).min(ck);
+            keep.push(self.build_u2_chunk(ctx, &g, &parts, k0, c)?);
+        }
+        self.buffers.extend(keep);
+        self.buffers
+            .extend([parts.planes, parts.grid, parts.points, parts.deconv]);
+        self.buffers.extend(parts.tables.into_buffers());
+        Ok(())
+    }
+
+    /// The chunk buffers, tables, kernels and FFT plans every U2 chunk shares.
+    fn u2_parts(
+        &mut self,
+        ctx: &GpuContext,
+        g: &Geometry,
+        tables: &Residency,
+    ) -> Result<U2Parts, OperatorError> {
+        let (ax, ay) = U2Tables::axes(g);
+        let (n1, n2, detw) = (g.n1 as u64, g.n2 as u64, g.detw as u64);
+        let (gy, gx) = (ay.grid as u64, ax.grid as u64);
+        let points = g.ntheta() as u64 * detw;
+        let ck = self.chunk_rows as u64;
+        let planes = complex_buffer(ctx, "u2 planes", (ck * n1 * n2) as usize)?;
+        let grid = complex_buffer(ctx, "u2 grids", (ck * gy * gx) as usize)?;
+        let out = complex_buffer(ctx, "u2 points", (ck * points) as usize)?;
+        let mut deconv = ax.deconvolution();
+        deconv.extend(ay.deconvolution());
+        let deconv = ctx.upload("u2 deconvolution", &deconv)?;
+        let tables = U2TableFields::new(ctx, g, (&ax, &ay), ck, tables)?;
+        let spec = |entry| gridding_kernel(&shaders::USFFT2D, entry);
+        let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
+            .map(|entry| ctx.kernel(&spec(entry)));
+        let [divker, gather, spread, divker_adj] = kernels;
+        let kernels = [divker?, gather?, spread?, divker_adj?];
+        // 2D FFT over the last two axes of the (rows, 2 n1, 2 n2) grids: the U2 plan of section 12.
+        let shape = [ck as usize, gy as usize, gx as usize];
+        let mut plans = |direction| -> Result<Vec<FftPlanId>, OperatorError> {
+            let plan = FftPlan::specialized(ctx, &shape, 2, direction, Normalization::None, &grid)?;
+            Ok(self.ffts.add(plan.into_axis_plans()))
+        };
+        let forward_ffts = plans(Direction::Forward)?;
+        let inverse_ffts = plans(Direction::Inverse)?;
+        Ok(U2Parts {
+            ax,
+            ay,
+            planes,
+            grid,
+            points: out,
+            deconv,
+            tables,
+            kernels,
+            forward_ffts,
+            inverse_ffts,
+        })
+    }
+
+    /// Builds the forward and adjoint chunks of detector rows `[k0, k0 + c)` and returns their
+    /// parameters, which live as long as the operator.
+    fn build_u2_chunk(
+        &mut self,
+        ctx: &GpuContext,
+        g: &Geometry,
+        parts: &U2Parts,
+        k0: u64,
+        c: u64,
+    ) -> Result<GpuBuffer, OperatorError> {
+        let (n1, n2, deth, detw) = (g.n1 as u64, g.n2 as u64, g.deth as u64, g.detw as u64);
+        let (gy, gx) = (parts.ay.grid as u64, parts.ax.grid as u64);
+        let points = g.ntheta() as u64 * detw;
+        let (table_slices, offsets, fill) = parts.tables.chunk_bindings(ctx, k0, c, (points, gy));
+        let params = ctx.uniform(
+            "u2 params",
+            &u2_params(g, (&parts.ax, &parts.ay), c, offsets),
+        )?;
+        let [coords_slice, starts_slice, sorted_slice] = table_slices;
+        let slices = [
+            (&parts.planes).into(),
+            (&parts.grid).into(),
+            (&parts.points).into(),
+            (&parts.deconv).into(),
+            coords_slice,
+            starts_slice,
+            sorted_slice,
+            (&params).into(),
+        ];
+        let bound = parts.kernels.each_ref().map(|k| k.bind(ctx, &slices));
+        let [b_divker, b_gather, b_spread, b_divker_adj] = bound;
+        // Spectrum [k][y][x] <-> planes [r][y][x]; data [t][k][w] <-> points [r][t][w],
+        // staged with the data's slowest axis (t) first.
+        let spectrum_view = View {
+            offset: k0 * n1 * n2,
+            strides: [n1 * n2, n2, 1],
+        };
+        let data_view = View {
+            offset: k0 * detw,
+            strides: [deth * detw, detw, 1],
+        };
+        let plane_block = Block {
+            buffer: parts.planes.clone(),
+            view: View {
+                offset: 0,
+                strides: [n1 * n2, n2, 1],
+            },
+            extents: [c, n1, n2],
+            channel_axis: 0,
+        };
+        let points_block = Block {
+            buffer: parts.points.clone(),
+            view: View {
+                offset: 0,
+                strides: [detw, points, 1],
+            },
+            extents: [g.ntheta() as u64, c, detw],
+            channel_axis: 1,
+        };
+        let mut compute_fwd = vec![Step::Dispatch(b_divker?, groups(c * gy * gx))];
+        compute_fwd.extend(parts.forward_ffts.iter().map(|&id| Step::Fft(id)));
+        compute_fwd.push(Step::Dispatch(b_gather?, groups(c * points)));
+        // The forward pass reads the coordinates only; the adjoint all three tables.
+        self.stages
+            .of_mut(Kind::Gridding(Stage::Usfft2d))
+            .push(Chunk {
+                tables: fill.iter().take(1).cloned().collect(),
+                input: plane_block.clone(),
+                whole_in: spectrum_view,
+                compute: compute_fwd,
+                output: points_block.clone(),
+                whole_out: data_view,
+            });
+        let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(c * gy * gx))];
+        compute_adj.extend(parts.inverse_ffts.iter().map(|&id| Step::Fft(id)));
+        compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
+        self.stages
+            .of_mut(Kind::Gridding(Stage::Usfft2dAdjoint))
+            .push(Chunk {
+                tables: fill,
+                input: points_block,
+                whole_in: data_view,
+                compute: compute_adj,
+                output: plane_block,
+                whole_out: spectrum_view,
+            });
+        Ok(params)
+    }
+}
+
+/// The parameters of a chunk of `c` detector rows whose tables start at element `offsets` of
+/// their bindings.
+fn u2_params(
+    g: &Geometry,
+    (ax, ay): (&GriddingAxis, &GriddingAxis),
+    c: u64,
+    [coords_offset, row_start_offset, sorted_offset]: [u32; 3],
+) -> U2Params {
+    let pi2 = std::f64::consts::PI * std::f64::consts::PI;
+    U2Params {
+        n1: g.n1 as u32,
+        n2: g.n2 as u32,
+        gy: ay.grid as u32,
+        gx: ax.grid as u32,
+        rows: c as u32,
+        points: (g.ntheta() * g.detw) as u32,
+        my: ay.half_width as i32,
+        mx: ax.half_width as i32,
+        coords_offset,
+        row_start_offset,
+        sorted_offset,
+        pad: 0,
+        cx: (std::f64::consts::PI / ax.mu).sqrt() as f32,
+        // 1/sqrt(ntheta) (the total number of angles) is part of the operator's scale.
+        cy: ((std::f64::consts::PI / ay.mu).sqrt() / (g.ntheta() as f64).sqrt()) as f32,
+        ex: (pi2 / ax.mu) as f32,
+        ey: (pi2 / ay.mu) as f32,
+    }
+}
