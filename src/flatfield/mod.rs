@@ -17,6 +17,7 @@
 pub mod bench;
 mod correct;
 mod dct;
+mod figure;
 mod gpu;
 pub mod io;
 mod open_beam;
