@@ -2,15 +2,10 @@
 //! `.tif`, PNG previews and `report.json`. Stacks are read and written by [`crate::io`]'s
 //! [`StackReader`] and [`StackWriter`], re-exported here for the flat-field commands.
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
-use ndarray::{Array1, Array2};
-use ndarray_npy::WriteNpyExt;
-
-use crate::io::OutputSet;
 pub use crate::io::{read_stack, Dtype, StackReader, StackWriter};
+use crate::io::{write_f32_npy, OutputSet};
 
 use super::{Fields, FitReport, FlatfieldError};
 
@@ -69,16 +64,9 @@ pub fn stage_fields(
     for (name, data, rows, cols) in images {
         let npy_name = format!("{name}.npy");
         let (npy, shown) = (set.stage(&npy_name)?, set.final_path(&npy_name));
-        let file = File::create(&npy).map_err(|e| file_error(&shown, e))?;
-        let mut out = BufWriter::new(file);
-        if rows == 1 {
-            Array1::from_vec(data.to_vec()).write_npy(&mut out)
-        } else {
-            Array2::from_shape_vec((rows, cols), data.to_vec())
-                .expect("field sizes match their shape")
-                .write_npy(&mut out)
-        }
-        .map_err(|e| file_error(&shown, e))?;
+        // The baseline, and a field of one row, are written as 1-D arrays.
+        let shape: &[usize] = if rows == 1 { &[cols] } else { &[rows, cols] };
+        write_f32_npy(&npy, shape, data).map_err(|e| file_error(&shown, e))?;
         if cols > 0 {
             let tif_name = format!("{name}.tif");
             let tif = set.stage(&tif_name)?;
@@ -96,7 +84,7 @@ pub fn stage_fields(
         }
     }
     let plot = set.stage("fields.png")?;
-    crate::plot::write_fields_png(
+    super::figure::write_fields_png(
         &plot,
         &fields.flatfield,
         &fields.darkfield,

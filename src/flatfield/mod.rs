@@ -18,6 +18,7 @@
 pub mod bench;
 mod correct;
 mod dct;
+mod figure;
 mod gpu;
 pub mod io;
 mod open_beam;

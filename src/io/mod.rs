@@ -29,8 +29,8 @@ pub use normalize::{
     RATIO_FLOOR,
 };
 pub use npy::{
-    f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, ComplexArray, Dtype,
-    NpyReader,
+    f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, write_f32_npy, ComplexArray,
+    Dtype, NpyReader,
 };
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};

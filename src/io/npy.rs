@@ -294,11 +294,23 @@ pub fn f32_npy_header(shape: &[usize]) -> Vec<u8> {
 /// Writes a complex64 array. The file appears only when complete, so an interrupted write never
 /// leaves a truncated file behind.
 pub fn write_complex_npy(path: &Path, array: &ComplexArray) -> Result<(), IoError> {
-    let nd = ArrayD::from_shape_vec(IxDyn(&array.shape), array.data.clone()).map_err(|e| {
-        IoError::Write {
-            path: path.into(),
-            reason: e.to_string(),
-        }
+    write_array(path, &array.shape, array.data.clone())
+}
+
+/// Writes a row-major float32 array of `shape`, complete or not at all (as [`write_complex_npy`]).
+pub fn write_f32_npy(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), IoError> {
+    write_array(path, shape, data.to_vec())
+}
+
+/// Writes `data` as a row-major array of `shape` with ndarray-npy, through [`write_atomically`].
+fn write_array<T: WritableElement>(
+    path: &Path,
+    shape: &[usize],
+    data: Vec<T>,
+) -> Result<(), IoError> {
+    let nd = ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| IoError::Write {
+        path: path.into(),
+        reason: e.to_string(),
     })?;
     write_atomically(path, |tmp| {
         let file = File::create(tmp).map_err(|e| e.to_string())?;
@@ -349,6 +361,34 @@ mod tests {
             back.iter().copied().collect::<Vec<_>>(),
             (0..6).map(|v| v as f32).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn float_arrays_are_written_as_ndarray_npy_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ours, theirs) = (dir.path().join("ours.npy"), dir.path().join("theirs.npy"));
+        let image =
+            ndarray::Array2::<f32>::from_shape_fn((3, 5), |(i, j)| i as f32 - 0.25 * j as f32);
+        let data = image.iter().copied().collect::<Vec<_>>();
+        write_f32_npy(&ours, &[3, 5], &data).unwrap();
+        image.write_npy(File::create(&theirs).unwrap()).unwrap();
+        assert_eq!(
+            std::fs::read(&ours).unwrap(),
+            std::fs::read(&theirs).unwrap()
+        );
+        assert_eq!(read_f32_npy(&ours).unwrap(), image.into_dyn());
+        // A 1-D array, empty too (a fit without a baseline writes one).
+        for len in [4, 0] {
+            let line = ndarray::Array1::<f32>::from_shape_fn(len, |i| i as f32);
+            write_f32_npy(&ours, &[len], line.as_slice().unwrap()).unwrap();
+            line.write_npy(File::create(&theirs).unwrap()).unwrap();
+            assert_eq!(
+                std::fs::read(&ours).unwrap(),
+                std::fs::read(&theirs).unwrap()
+            );
+        }
+        let err = write_f32_npy(&ours, &[2, 2], &data).unwrap_err();
+        assert!(matches!(err, IoError::Write { .. }), "{err}");
     }
 
     #[test]
