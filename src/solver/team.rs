@@ -7,9 +7,13 @@
 
 use std::sync::Arc;
 
-use super::admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, TeamArrays};
+use super::admm::AdmmSolver;
 use super::checkpoint::Checkpoint;
+use super::error::SolverError;
+use super::fields::TeamArrays;
 use super::params::AdmmParams;
+use super::projections::ProjectionBlocks;
+use super::report::IterationReport;
 use crate::array::Residency;
 use crate::gpu::team::{Share, TeamSync};
 use crate::gpu::GpuContext;
@@ -258,7 +262,7 @@ impl AdmmTeam {
         let hashes = ranks
             .all_gather_words(members[0].projection_hashes())
             .concat();
-        let hash = super::admm::projections_hash(&hashes);
+        let hash = super::projections::projections_hash(&hashes);
         for m in &mut members {
             m.adopt_data_hash(hash);
         }
