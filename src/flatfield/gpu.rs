@@ -149,113 +149,125 @@ pub struct GpuSolver<'a> {
     _buffers: Vec<GpuBuffer>,
 }
 
-impl<'a> GpuSolver<'a> {
-    /// Allocates every buffer of the fit and binds every kernel (once per fit).
-    pub fn new(ctx: &'a GpuContext, prepared: &'a Prepared) -> Result<Self, FlatfieldError> {
-        let (n, size) = (prepared.count, prepared.size);
-        let m = size * size;
-        let limit = ctx.max_binding_bytes().min(ctx.max_buffer_bytes());
-        let image_bytes = (m * 4) as u64;
-        if image_bytes > limit {
-            return Err(FlatfieldError::BindingTooSmall {
-                what: format!("one image of the {size}x{size} working grid"),
-                bytes: image_bytes,
-                limit,
-            });
-        }
-        let per_block = (limit / image_bytes) as usize;
-        let mut next = 0u32;
-        let mut take = |len: usize| {
-            let at = next;
-            next += len as u32;
-            at
-        };
-        let dims = Dims {
-            n: n as u32,
-            m: m as u32,
-            size: size as u32,
-            off_a: take(n),
-            off_valid: take(n),
-            off_w: take(m),
-            off_what: take(m),
-            off_o: take(m),
-            off_onext: take(m),
-            off_t: take(m),
-            off_tmp: take(m),
-            off_scalars: take(SCALARS),
-            // Statistics and sums are adjacent: one readback per iteration.
-            off_stats: take(STATS),
-            off_sums: take(4 * n),
-            pad0: 0,
-            pad1: 0,
-        };
-        let vec_bytes = next as u64 * 4;
-        if vec_bytes > limit {
-            return Err(FlatfieldError::BindingTooSmall {
-                what: format!("the per-image vectors of {n} images"),
-                bytes: vec_bytes,
-                limit,
-            });
-        }
-        let blocks = (0..n.div_ceil(per_block).max(1))
-            .map(|b| {
-                let first = b * per_block;
-                let count = per_block.min(n - first);
-                let bytes = (count * m * 4) as u64;
-                Ok(Block {
-                    first,
-                    count,
-                    d: ctx.upload("basic D", &prepared.data[first * m..(first + count) * m])?,
-                    e: ctx.storage_buffer("basic E", bytes)?,
-                    y: ctx.storage_buffer("basic Y", bytes)?,
-                    omega: ctx.upload("basic omega", &vec![1.0f32; count * m])?,
-                })
+/// The offsets of the per-image vectors, fields, scalars, statistics and sums of a fit of `n`
+/// images of `size`x`size` in the vector buffer, and the buffer's bytes.
+fn vector_layout(n: usize, size: usize) -> (Dims, u64) {
+    let m = size * size;
+    let mut next = 0u32;
+    let mut take = |len: usize| {
+        let at = next;
+        next += len as u32;
+        at
+    };
+    let dims = Dims {
+        n: n as u32,
+        m: m as u32,
+        size: size as u32,
+        off_a: take(n),
+        off_valid: take(n),
+        off_w: take(m),
+        off_what: take(m),
+        off_o: take(m),
+        off_onext: take(m),
+        off_t: take(m),
+        off_tmp: take(m),
+        off_scalars: take(SCALARS),
+        // Statistics and sums are adjacent: one readback per iteration.
+        off_stats: take(STATS),
+        off_sums: take(4 * n),
+        pad0: 0,
+        pad1: 0,
+    };
+    (dims, next as u64 * 4)
+}
+
+/// The N×M arrays in blocks of `per_block` images: D uploaded from `prepared`, E and Y
+/// allocated, the weights Ω at 1.
+fn image_blocks(
+    ctx: &GpuContext,
+    prepared: &Prepared,
+    per_block: usize,
+) -> Result<Vec<Block>, FlatfieldError> {
+    let n = prepared.count;
+    let m = prepared.size * prepared.size;
+    (0..n.div_ceil(per_block).max(1))
+        .map(|b| {
+            let first = b * per_block;
+            let count = per_block.min(n - first);
+            let bytes = (count * m * 4) as u64;
+            Ok(Block {
+                first,
+                count,
+                d: ctx.upload("basic D", &prepared.data[first * m..(first + count) * m])?,
+                e: ctx.storage_buffer("basic E", bytes)?,
+                y: ctx.storage_buffer("basic Y", bytes)?,
+                omega: ctx.upload("basic omega", &vec![1.0f32; count * m])?,
             })
-            .collect::<Result<Vec<_>, FlatfieldError>>()?;
-        let vecs = ctx.storage_buffer("basic vectors", vec_bytes)?;
-        // C followed by Cᵀ (see dct_rows in basic.wgsl).
-        let c64 = dct_matrix(size);
-        let c: Vec<f32> = c64
-            .iter()
-            .chain(&transpose(&c64, size))
-            .map(|&v| v as f32)
-            .collect();
-        let cmat = ctx.upload("basic DCT matrix", &c)?;
-        let dims_buf = ctx.uniform("basic dims", &dims)?;
-        let kernel = |entry: &'static str| {
-            ctx.kernel(&KernelSpec {
+        })
+        .collect()
+}
+
+/// The DCT matrix C of `size` followed by Cᵀ (see dct_rows in basic.wgsl), on the device.
+fn dct_matrices(ctx: &GpuContext, size: usize) -> Result<GpuBuffer, FlatfieldError> {
+    let c64 = dct_matrix(size);
+    let c: Vec<f32> = c64
+        .iter()
+        .chain(&transpose(&c64, size))
+        .map(|&v| v as f32)
+        .collect();
+    Ok(ctx.upload("basic DCT matrix", &c)?)
+}
+
+/// Binds the kernels of one fit to its buffers, keeping every pass's uniform.
+struct Binder<'b> {
+    ctx: &'b GpuContext,
+    vecs: &'b GpuBuffer,
+    cmat: &'b GpuBuffer,
+    dims: &'b GpuBuffer,
+    /// The pass parameters of every binding, in binding order (the bind groups need them).
+    uniforms: Vec<GpuBuffer>,
+}
+
+impl Binder<'_> {
+    /// `entry` bound to the arrays of `block`, with `pass` for that block.
+    fn bind_block(
+        &mut self,
+        entry: &'static str,
+        block: &Block,
+        pass: PassParams,
+    ) -> Result<Bound, FlatfieldError> {
+        let ctx = self.ctx;
+        let pass = PassParams {
+            first: block.first as u32,
+            count: block.count as u32,
+            ..pass
+        };
+        let u = ctx.uniform("basic pass params", &pass)?;
+        let bound = ctx
+            .kernel(&KernelSpec {
                 shader: &shaders::FLATFIELD_BASIC,
                 entry,
                 overrides: vec![],
-            })
-        };
-        let mut uniforms = Vec::new();
-        let mut bind_block = |entry: &'static str,
-                              block: &Block,
-                              pass: PassParams|
-         -> Result<Bound, FlatfieldError> {
-            let pass = PassParams {
-                first: block.first as u32,
-                count: block.count as u32,
-                ..pass
-            };
-            let u = ctx.uniform("basic pass params", &pass)?;
-            let bound = kernel(entry)?.bind(
+            })?
+            .bind(
                 ctx,
                 &[
                     (&block.d).into(),
                     (&block.e).into(),
                     (&block.y).into(),
                     (&block.omega).into(),
-                    (&vecs).into(),
-                    (&cmat).into(),
-                    (&dims_buf).into(),
+                    self.vecs.into(),
+                    self.cmat.into(),
+                    self.dims.into(),
                     (&u).into(),
                 ],
             )?;
-            uniforms.push(u);
-            Ok(bound)
-        };
+        self.uniforms.push(u);
+        Ok(bound)
+    }
+
+    /// Every kernel of the fit on `blocks`, the DCT passes with the offsets of `dims`.
+    fn passes(&mut self, blocks: &[Block], dims: &Dims) -> Result<Passes, FlatfieldError> {
         let none = PassParams {
             src: 0,
             dst: 0,
@@ -267,7 +279,10 @@ impl<'a> GpuSolver<'a> {
             pad1: 0,
         };
         let mut per_block = |entry: &'static str| -> Result<Vec<Bound>, FlatfieldError> {
-            blocks.iter().map(|b| bind_block(entry, b, none)).collect()
+            blocks
+                .iter()
+                .map(|b| self.bind_block(entry, b, none))
+                .collect()
         };
         let reset = per_block("reset_state")?;
         let column_mean = per_block("column_mean")?;
@@ -275,7 +290,8 @@ impl<'a> GpuSolver<'a> {
         let dark_column = per_block("dark_column")?;
         let reweight = per_block("reweight")?;
         // The vector-only kernels ignore the image arrays: bind them with the first block's.
-        let mut bind = |entry: &'static str, pass: PassParams| bind_block(entry, &blocks[0], pass);
+        let mut bind =
+            |entry: &'static str, pass: PassParams| self.bind_block(entry, &blocks[0], pass);
         let dct = |src: u32, dst: u32, inverse: bool, epilogue: u32| PassParams {
             src,
             dst,
@@ -283,7 +299,7 @@ impl<'a> GpuSolver<'a> {
             epilogue,
             ..none
         };
-        let passes = Passes {
+        Ok(Passes {
             reset,
             commit_offset: bind("commit_offset", none)?,
             column_mean,
@@ -314,7 +330,46 @@ impl<'a> GpuSolver<'a> {
                 dct(dims.off_tmp, dims.off_onext, true, EPI_DARK_OUT),
             )?,
             reweight,
+        })
+    }
+}
+
+impl<'a> GpuSolver<'a> {
+    /// Allocates every buffer of the fit and binds every kernel (once per fit).
+    pub fn new(ctx: &'a GpuContext, prepared: &'a Prepared) -> Result<Self, FlatfieldError> {
+        let (n, size) = (prepared.count, prepared.size);
+        let m = size * size;
+        let limit = ctx.max_binding_bytes().min(ctx.max_buffer_bytes());
+        let image_bytes = (m * 4) as u64;
+        if image_bytes > limit {
+            return Err(FlatfieldError::BindingTooSmall {
+                what: format!("one image of the {size}x{size} working grid"),
+                bytes: image_bytes,
+                limit,
+            });
+        }
+        let per_block = (limit / image_bytes) as usize;
+        let (dims, vec_bytes) = vector_layout(n, size);
+        if vec_bytes > limit {
+            return Err(FlatfieldError::BindingTooSmall {
+                what: format!("the per-image vectors of {n} images"),
+                bytes: vec_bytes,
+                limit,
+            });
+        }
+        let blocks = image_blocks(ctx, prepared, per_block)?;
+        let vecs = ctx.storage_buffer("basic vectors", vec_bytes)?;
+        let cmat = dct_matrices(ctx, size)?;
+        let dims_buf = ctx.uniform("basic dims", &dims)?;
+        let mut binder = Binder {
+            ctx,
+            vecs: &vecs,
+            cmat: &cmat,
+            dims: &dims_buf,
+            uniforms: Vec::new(),
         };
+        let passes = binder.passes(&blocks, &dims)?;
+        let uniforms = binder.uniforms;
         let mut buffers = vec![cmat, dims_buf];
         buffers.extend(uniforms);
         Ok(Self {

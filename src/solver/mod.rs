@@ -8,14 +8,31 @@
 //! along, each inner iteration costs one `A` and one `A*`. Every iterate lives on the GPU; only
 //! reduction results (partial sums combined in f64) come back. [`AdmmTeam`] runs the same
 //! solver on several devices with the same bits.
+//!
+//! Where things are: `params` holds the parameters, `setup` builds an [`AdmmSolver`] (the arrays of `fields` with the call
+//! sites of `ops`, bound with the slots of `slots`, and the data from `projections`), `admm`
+//! runs the iteration, `report` says what each iteration did, `resume` writes and resumes
+//! `checkpoint`s, `vector` holds the vector kernels, `team` runs on several devices, and
+//! `error` is what all of them fail with.
 
 mod admm;
 mod checkpoint;
+mod error;
+mod fields;
+mod ops;
+mod projections;
+mod report;
+mod resume;
+mod setup;
+mod slots;
 mod team;
 mod vector;
 
 pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
 
-pub use admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, StopReason};
+pub use admm::AdmmSolver;
 pub use checkpoint::{Checkpoint, CheckpointError};
+pub use error::SolverError;
+pub use projections::ProjectionBlocks;
+pub use report::{IterationReport, StopReason};
 pub use team::{AdmmTeam, RankReport};

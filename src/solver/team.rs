@@ -7,8 +7,12 @@
 
 use std::sync::Arc;
 
-use super::admm::{AdmmSolver, IterationReport, ProjectionBlocks, SolverError, TeamArrays};
+use super::admm::AdmmSolver;
 use super::checkpoint::Checkpoint;
+use super::error::SolverError;
+use super::fields::TeamArrays;
+use super::projections::ProjectionBlocks;
+use super::report::IterationReport;
 use crate::array::Residency;
 use crate::distributed::team::{Share, TeamSync};
 use crate::gpu::GpuContext;
@@ -271,7 +275,7 @@ impl AdmmTeam {
         let hashes = ranks
             .all_gather_words(members[0].projection_hashes())
             .concat();
-        let hash = super::admm::projections_hash(&hashes);
+        let hash = super::projections::projections_hash(&hashes);
         for m in &mut members {
             m.adopt_data_hash(hash);
         }

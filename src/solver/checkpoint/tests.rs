@@ -1,0 +1,343 @@
+//! Tests of the checkpoint file: the round trip, and refusals of damaged, edited, inconsistent
+//! and older files; a failed write leaves the previous checkpoint.
+
+use super::*;
+use crate::hash::fnv1a;
+use serde_json::{json, Value};
+
+/// An edit of a checkpoint's JSON header.
+type Edit = fn(&mut Value);
+
+fn report(iteration: usize, rho: f64) -> IterationReport {
+    IterationReport {
+        iteration,
+        data_term: 1.5,
+        tv_term: 0.25,
+        dual_term: -0.125,
+        penalty_term: 0.0625,
+        lagrangian: 0.90625,
+        primal_residual: 0.25,
+        dual_residual: 0.5,
+        rho,
+        change: 1e-2,
+        primal_relative: 2e-2,
+        dual_relative: 3e-2,
+    }
+}
+
+/// A consistent state after 3 iterations, the last of which halved the penalty, with
+/// distinct values in every array.
+fn sample() -> (Checkpoint, [Vec<f32>; 5]) {
+    let geometry = Geometry::cube(4, 2, 1.2);
+    let lengths = ARRAY_LAYOUTS.map(|a| a.layout(&geometry).words());
+    let mut next = 0.0f32;
+    let arrays = lengths.map(|l| {
+        (0..l)
+            .map(|_| {
+                next += 0.75;
+                next
+            })
+            .collect()
+    });
+    let c = Checkpoint {
+        iteration: 3,
+        rho: 0.25,
+        geometry,
+        params: AdmmParams::default(),
+        data_hash: 99,
+        last_report: Some(report(2, 0.5)),
+        lengths,
+    };
+    (c, arrays)
+}
+
+fn write(path: &Path, c: &Checkpoint, arrays: &[Vec<f32>; 5]) {
+    c.write(path, |a, start, len| {
+        Ok::<_, CheckpointError>(arrays[a][start..start + len].to_vec())
+    })
+    .unwrap();
+}
+
+/// A written sample checkpoint: its directory, path and bytes.
+fn written() -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    write(&path, &c, &arrays);
+    let bytes = std::fs::read(&path).unwrap();
+    (dir, path, bytes)
+}
+
+/// `bytes` with the JSON header edited by `f` (its length field follows it); the trailer is
+/// the old one, or with `rehash` the checksum of the edited file.
+fn edited(bytes: &[u8], f: impl FnOnce(&mut Value), rehash: bool) -> Vec<u8> {
+    let len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let mut header: Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+    f(&mut header);
+    let header = serde_json::to_vec(&header).unwrap();
+    let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&bytes[16 + len..bytes.len() - 8]);
+    let trailer = match rehash {
+        true => fnv1a(&out).to_le_bytes(),
+        false => bytes[bytes.len() - 8..].try_into().unwrap(),
+    };
+    out.extend_from_slice(&trailer);
+    out
+}
+
+fn corrupt_reason(path: &Path, bytes: &[u8]) -> String {
+    std::fs::write(path, bytes).unwrap();
+    match Checkpoint::read(path) {
+        Err(CheckpointError::Corrupt { reason, .. }) => reason,
+        other => panic!("not refused as corrupt: {other:?}"),
+    }
+}
+
+#[test]
+fn round_trip_and_damage_detection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    write(&path, &c, &arrays);
+    let mut back: [Vec<f32>; 5] = c.lengths.map(|l| vec![f32::NAN; l]);
+    let read = Checkpoint::read_arrays(
+        &path,
+        |_| Ok::<_, CheckpointError>(()),
+        |a, start, words| {
+            back[a][start..start + words.len()].copy_from_slice(words);
+            Ok(())
+        },
+    )
+    .unwrap();
+    assert_eq!(read, c);
+    assert_eq!(back, arrays);
+    assert!(!path.with_extension("partial").exists());
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 9;
+    bytes[last] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let damaged = Checkpoint::read(&path).unwrap_err();
+    assert!(
+        matches!(damaged, CheckpointError::Corrupt { ref reason, .. } if reason.contains("checksum")),
+        "{damaged}"
+    );
+    for cut in [bytes.len() - 8, bytes.len() / 2, 20, 3] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        assert!(
+            matches!(
+                Checkpoint::read(&path),
+                Err(CheckpointError::Corrupt { .. })
+            ),
+            "cut at {cut}"
+        );
+    }
+    std::fs::write(&path, b"junk").unwrap();
+    assert!(matches!(
+        Checkpoint::read(&path),
+        Err(CheckpointError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_flipped_bit_anywhere_in_the_file_is_refused() {
+    let (_dir, path, bytes) = written();
+    // Every byte, each bit position in turn.
+    for i in 0..bytes.len() {
+        let bit = i % 8;
+        let mut damaged = bytes.clone();
+        damaged[i] ^= 1 << bit;
+        std::fs::write(&path, &damaged).unwrap();
+        assert!(
+            matches!(
+                Checkpoint::read(&path),
+                Err(CheckpointError::Corrupt { .. })
+            ),
+            "bit {bit} of byte {i} of {}",
+            bytes.len()
+        );
+    }
+}
+
+/// Each header field edited to a value that is consistent with the rest, the checksum left
+/// as it was: only the checksum over the whole file can tell.
+#[test]
+fn a_consistent_header_edit_is_refused_by_the_checksum() {
+    let (_dir, path, bytes) = written();
+    let edits: [(&str, Edit); 7] = [
+        // 3 -> 2 iterations with the report of iteration 1: what a resume would trust.
+        ("iteration", |h| {
+            h["iteration"] = json!(2);
+            h["last_report"]["iteration"] = json!(1);
+        }),
+        // The report's penalty, not halved.
+        ("rho_bits", |h| h["rho_bits"] = json!(0.5f64.to_bits())),
+        // A report that meets the convergence test at once.
+        ("last_report", |h| {
+            for key in ["change", "primal_relative", "dual_relative"] {
+                h["last_report"][key] = json!(1e-9);
+            }
+        }),
+        ("geometry", |h| {
+            let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
+            g.phi = 1.3;
+            h["geometry_fingerprint"] = json!(g.fingerprint());
+            h["geometry"] = serde_json::to_value(g).unwrap();
+        }),
+        ("params", |h| h["params"]["alpha"] = json!(0.5)),
+        ("data_hash", |h| h["data_hash"] = json!(100)),
+        ("params.outer_iterations", |h| {
+            h["params"]["outer_iterations"] = json!(4)
+        }),
+    ];
+    for (field, edit) in &edits {
+        let reason = corrupt_reason(&path, &edited(&bytes, *edit, false));
+        assert!(reason.contains("checksum mismatch"), "{field}: {reason}");
+        // Re-checksummed, the same edit passes: the checksum is unkeyed (module docs).
+        std::fs::write(&path, edited(&bytes, *edit, true)).unwrap();
+        assert!(Checkpoint::read(&path).is_ok(), "{field}");
+    }
+}
+
+/// Edits to values inconsistent with the rest of the header are refused by name, whether or
+/// not the checksum was recomputed after them.
+#[test]
+fn an_inconsistent_header_is_refused_naming_the_field() {
+    let (_dir, path, bytes) = written();
+    let edits: [(&str, Edit); 14] = [
+        ("iteration = 301", |h| {
+            h["iteration"] = json!(301);
+            h["last_report"]["iteration"] = json!(300);
+        }),
+        ("rho = 0", |h| h["rho_bits"] = json!(0u64)),
+        ("rho = NaN", |h| h["rho_bits"] = json!(f64::NAN.to_bits())),
+        ("rho = -0.25", |h| {
+            h["rho_bits"] = json!((-0.25f64).to_bits())
+        }),
+        ("rho = 0.125", |h| h["rho_bits"] = json!(0.125f64.to_bits())),
+        ("last_report.iteration = 1", |h| {
+            h["last_report"]["iteration"] = json!(1)
+        }),
+        ("last_report missing", |h| h["last_report"] = Value::Null),
+        ("after 0 iterations", |h| h["iteration"] = json!(0)),
+        ("lengths = [64, 192, 192, 192, 32]", |h| {
+            h["lengths"][4] = json!(32)
+        }),
+        ("lengths = [192, 64,", |h| {
+            h["lengths"][0] = json!(192);
+            h["lengths"][1] = json!(64);
+        }),
+        ("geometry_fingerprint = 7", |h| {
+            h["geometry_fingerprint"] = json!(7)
+        }),
+        ("geometry: phi = 4", |h| {
+            let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
+            g.phi = 4.0;
+            h["geometry_fingerprint"] = json!(g.fingerprint());
+            h["geometry"] = serde_json::to_value(g).unwrap();
+        }),
+        ("params: solver parameter outer_iterations = 0", |h| {
+            h["params"]["outer_iterations"] = json!(0)
+        }),
+        (
+            "iteration = 3: more than the parameters' outer_iterations = 2",
+            |h| h["params"]["outer_iterations"] = json!(2),
+        ),
+    ];
+    for (expected, edit) in &edits {
+        for rehash in [false, true] {
+            let reason = corrupt_reason(&path, &edited(&bytes, *edit, rehash));
+            assert!(reason.contains(expected), "{expected}: {reason}");
+        }
+    }
+}
+
+#[test]
+fn an_older_version_is_refused_with_what_to_do() {
+    let (_dir, path, bytes) = written();
+    let older = edited(&bytes, |h| h["version"] = json!(3), true);
+    let reason = corrupt_reason(&path, &older);
+    assert!(
+        reason.contains("version 3") && reason.contains("without --resume"),
+        "{reason}"
+    );
+    let newer = edited(&bytes, |h| h["version"] = json!(VERSION + 1), true);
+    assert!(corrupt_reason(&path, &newer).contains("newer lamino"));
+}
+
+/// A refusal by `accept` is reported as such on an intact file, and as damage when the file
+/// is damaged (the damage may be what made `accept` refuse).
+#[test]
+fn a_refusal_of_a_damaged_file_reports_the_damage() {
+    let (_dir, path, bytes) = written();
+    let refuse = |path: &Path| {
+        let mut sunk = 0;
+        let e = Checkpoint::read_arrays(
+            path,
+            |_| {
+                Err(CheckpointError::Read {
+                    path: "accept".into(),
+                    reason: "different data".into(),
+                })
+            },
+            |_, _, _| {
+                sunk += 1;
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert!(sunk == 0, "a refused checkpoint reached the sink");
+        e
+    };
+    assert!(refuse(&path).to_string().contains("different data"));
+    std::fs::write(&path, edited(&bytes, |h| h["data_hash"] = json!(98), false)).unwrap();
+    let e = refuse(&path);
+    assert!(e.to_string().contains("checksum mismatch"), "{e}");
+}
+
+#[test]
+fn an_inconsistent_state_is_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    let mut bad = c.clone();
+    bad.iteration = 4;
+    let err = bad
+        .write(&path, |a, start, len| {
+            Ok::<_, CheckpointError>(arrays[a][start..start + len].to_vec())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, CheckpointError::Write { ref reason, .. } if reason.contains("last_report.iteration = 2")),
+        "{err}"
+    );
+    assert!(!path.exists() && !path.with_extension("partial").exists());
+}
+
+#[test]
+fn a_failed_write_leaves_the_previous_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    write(&path, &c, &arrays);
+    let before = std::fs::read(&path).unwrap();
+    let mut later = c.clone();
+    later.iteration = 4;
+    later.last_report = Some(report(3, 0.25));
+    let err = later
+        .write(&path, |a, start, len| {
+            if a == 3 {
+                Err(CheckpointError::Write {
+                    path: "device".into(),
+                    reason: "lost".into(),
+                })
+            } else {
+                Ok(arrays[a][start..start + len].to_vec())
+            }
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("lost"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert!(!path.with_extension("partial").exists());
+}

@@ -1,0 +1,111 @@
+//! The solver's arrays: [`Fields`], the iterates and work arrays of one reconstruction wherever
+//! the memory plan puts them, and [`TeamArrays`], the ones the members of a multi-device team
+//! share.
+
+use super::error::SolverError;
+use super::projections::projections_layout;
+use crate::array::{Field, PlaneLayout, Residency, StorageError};
+use crate::gpu::GpuContext;
+use crate::operator::Geometry;
+use crate::plan::{Array, MemoryPlan};
+
+/// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u (a
+/// checkpoint holds them) and the data D; the rest is rebuilt every outer iteration.
+#[derive(Clone)]
+pub(crate) struct Fields {
+    pub(super) u: Field,
+    pub(super) u_prev: Field,
+    pub(super) psi: Field,
+    pub(super) lambda: Field,
+    pub(super) grad_u: Field,
+    pub(super) h0: Field,
+    pub(super) r: Field,
+    pub(super) p: Field,
+    pub(super) grad_p: Field,
+    pub(super) r_prev: Field,
+    pub(super) dhat: Field,
+    pub(super) au: Field,
+    pub(super) ap: Field,
+}
+
+impl Fields {
+    /// Every array where `plan` puts it, made by `field` (label, layout, residency).
+    pub(super) fn new(
+        g: &Geometry,
+        plan: &MemoryPlan,
+        field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+    ) -> Result<Self, StorageError> {
+        let array =
+            |array: Array, label: &str| field(label, array.layout(g), plan.residency(array));
+        Ok(Self {
+            u: array(Array::U, "u")?,
+            u_prev: array(Array::UPrev, "u previous")?,
+            psi: array(Array::Psi, "psi")?,
+            lambda: array(Array::Lambda, "lambda")?,
+            grad_u: array(Array::GradU, "grad u")?,
+            h0: array(Array::GradUPrev, "grad u previous")?,
+            r: array(Array::R, "r")?,
+            p: array(Array::P, "p")?,
+            grad_p: array(Array::GradP, "grad p")?,
+            r_prev: array(Array::RPrev, "r previous")?,
+            dhat: array(Array::DHat, "D hat")?,
+            au: array(Array::Au, "A u")?,
+            ap: array(Array::Ap, "A p")?,
+        })
+    }
+}
+
+/// The arrays the members of a multi-device team share, all in host memory (or scratch).
+pub(crate) struct TeamArrays {
+    pub(super) fields: Fields,
+    pub(super) spectrum: Field,
+    pub(super) spatial: Field,
+}
+
+impl TeamArrays {
+    /// The arrays of `plan`, which holds none on the device, made by `field` (label, layout,
+    /// residency).
+    fn with(
+        g: &Geometry,
+        plan: &MemoryPlan,
+        field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+    ) -> Result<Self, SolverError> {
+        Ok(Self {
+            fields: Fields::new(g, plan, &field)?,
+            spectrum: field(
+                "spectrum (deth, n1, n2)",
+                Array::Spectrum.layout(g),
+                plan.residency(Array::Spectrum),
+            )?,
+            spatial: field(
+                "projections",
+                projections_layout(g),
+                &plan.projections_residency(g),
+            )?,
+        })
+    }
+
+    /// The arrays of a team of threads, shared.
+    pub fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, SolverError> {
+        Self::with(g, plan, |label, layout, residency| {
+            Field::new(ctx, label, layout, residency)
+        })
+    }
+
+    /// This MPI rank's arrays: its home planes of each (registered with `ranks` for the
+    /// exchanges, in the same order on every rank).
+    #[cfg(feature = "mpi")]
+    pub fn on_ranks(
+        ctx: &GpuContext,
+        g: &Geometry,
+        plan: &MemoryPlan,
+        ranks: &crate::distributed::ranks::Ranks,
+    ) -> Result<Self, SolverError> {
+        Self::with(g, plan, |label, layout, residency| {
+            let home = ranks.home(ranks.rank(), layout.planes);
+            let field = Field::with_home(ctx, label, layout, residency, Some(home))?;
+            ranks.register(&field);
+            Ok(field)
+        })
+    }
+}

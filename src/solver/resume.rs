@@ -1,0 +1,98 @@
+//! The solver's state beyond its arrays' contents: writing it to a checkpoint and resuming from
+//! one (bit for bit, in-core or streaming), and the team members' adopting of what one member
+//! read or resumed (the hash of the data, the iteration count, penalty and last report).
+
+use std::path::Path;
+
+use super::admm::AdmmSolver;
+use super::checkpoint::Checkpoint;
+use super::error::SolverError;
+use crate::array::Field;
+use crate::gpu::GpuContext;
+
+impl AdmmSolver {
+    /// The arrays a checkpoint holds, in [`checkpoint::ARRAYS`](super::checkpoint::ARRAYS) order.
+    pub(crate) fn checkpointed(&self) -> [&Field; 5] {
+        let f = &self.fields;
+        [&f.u, &f.psi, &f.lambda, &f.grad_u, &f.au]
+    }
+
+    /// Writes the complete solver state after the iterations done so far to `path`
+    /// (atomically), streaming each array a block at a time wherever it lives.
+    pub fn write_checkpoint(&self, ctx: &GpuContext, path: &Path) -> Result<(), SolverError> {
+        let arrays = self.checkpointed();
+        let checkpoint = Checkpoint {
+            iteration: self.iteration,
+            rho: self.rho,
+            geometry: self.op.geometry().clone(),
+            params: self.params,
+            data_hash: self.data_hash,
+            last_report: self.last,
+            lengths: arrays.map(|a| a.layout().words()),
+        };
+        checkpoint.write(path, |a, start, len| {
+            Ok::<_, SolverError>(arrays[a].read_words(ctx, start, len)?)
+        })
+    }
+
+    /// Continues from the checkpoint at `path`: the same geometry, data and parameters (the
+    /// number of outer iterations may differ), so the final result equals an uninterrupted run
+    /// bit for bit, whether either run was in-core or streaming. On an error the solver's state
+    /// is undefined: build a new one.
+    pub fn resume(&mut self, ctx: &GpuContext, path: &Path) -> Result<Checkpoint, SolverError> {
+        let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
+        let geometry = self.op.geometry().fingerprint();
+        let (data_hash, shape) = (self.data_hash, self.params.iterates_shape());
+        let arrays = self.checkpointed();
+        let lengths = arrays.map(|a| a.layout().words());
+        let checkpoint = Checkpoint::read_arrays(
+            path,
+            |c| {
+                // Bit-exact comparison: sizes, every angle, the tilt, the accuracy and the rotation axis.
+                if c.geometry.fingerprint() != geometry {
+                    return mismatch("geometry");
+                }
+                if c.data_hash != data_hash {
+                    return mismatch("data");
+                }
+                if c.params.iterates_shape() != shape {
+                    return mismatch("solver parameters");
+                }
+                if c.lengths != lengths {
+                    return mismatch("array sizes");
+                }
+                Ok(())
+            },
+            |a, start, words| Ok(arrays[a].write_words(ctx, start, words)?),
+        )?;
+        ctx.wait()?;
+        self.rho = checkpoint.rho;
+        self.iteration = checkpoint.iteration;
+        self.last = checkpoint.last_report;
+        Ok(checkpoint)
+    }
+
+    /// The hash of the projections (checkpoints name the data by it).
+    pub(crate) fn data_hash(&self) -> u64 {
+        self.data_hash
+    }
+
+    /// The hash of each projection this member read.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn projection_hashes(&self) -> &[u64] {
+        &self.projection_hashes
+    }
+
+    /// Takes the hash of the projections from the team member that read them.
+    pub(crate) fn adopt_data_hash(&mut self, hash: u64) {
+        self.data_hash = hash;
+    }
+
+    /// Takes the iteration count, penalty and last report of `leader` (a team member that
+    /// resumed the shared arrays from a checkpoint).
+    pub(crate) fn adopt_state(&mut self, leader: &AdmmSolver) {
+        self.rho = leader.rho;
+        self.iteration = leader.iteration;
+        self.last = leader.last;
+    }
+}
