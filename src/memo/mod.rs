@@ -47,8 +47,6 @@
 //! output. Only computed outputs are stored, never reused ones, so errors do not compound through
 //! the cache.
 
-pub mod compare;
-pub mod frontier;
 mod gpu;
 pub mod index;
 pub mod norm_cache;
