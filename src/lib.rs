@@ -7,7 +7,8 @@
 //! Modules, one line each:
 //! - [`array`](mod@array): the arrays of a reconstruction (device-, host- or scratch-resident fields) and the
 //!   scalars its kernels share.
-//! - [`bench`](mod@bench): benchmark drivers behind `lamino bench ...` that print figures.
+//! - [`bench`](mod@bench): benchmark drivers behind `lamino bench ...`, one module per subcommand,
+//!   that measure and print figures (the memo frontier and comparison among them).
 //! - [`distributed`]: several devices and MPI ranks (feature `mpi`) on one reconstruction, with
 //!   the bits of one device.
 //! - [`fft`]: complex FFT plans on the GPU (Stockham, mixed radix, Bluestein).

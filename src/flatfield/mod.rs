@@ -15,7 +15,6 @@
 //!
 //! Layout conventions: images are row-major `H × W`, stacks image-major `N × H × W`.
 
-pub mod bench;
 mod correct;
 mod dct;
 mod figure;

@@ -52,8 +52,6 @@
 //! `keys` keys chunks on the host, `operator_norm` estimates `|F|`; `gpu` is the device side,
 //! [`store`] and [`index`] hold the entries and their keys.
 
-pub mod compare;
-pub mod frontier;
 mod gpu;
 pub mod index;
 pub mod norm_cache;

@@ -5,7 +5,6 @@
 //! The rotation axis itself is part of the geometry ([`crate::operator::Geometry::center`]); the
 //! operator applies it exactly, so these tools only find it.
 
-pub mod bench;
 mod binning;
 mod center_vo;
 mod search;

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::synthetic::{Images, Synthetic};
-use super::{
+use super::{host_peak_bytes, print_json, BenchError};
+use crate::flatfield::synthetic::{Images, Synthetic};
+use crate::flatfield::{
     fit_prepared, fit_prepared_oracle, transform_cpu, BasicParams, FlatfieldError, Pixels,
     Preprocessor, Stack, TransformParams, TransformPlan,
 };
@@ -45,14 +46,6 @@ pub struct FlatfieldBenchRecord {
     /// Peak resident host memory of the process so far (VmHWM), in bytes, when the OS reports it.
     pub host_peak_bytes: Option<u64>,
     pub device: String,
-}
-
-/// The process's peak resident set (Linux `/proc/self/status` VmHWM).
-pub fn host_peak_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Device bytes of a fit plan for `n` images on a `size`² grid: D, E, Y, Ω plus the vectors and
@@ -156,10 +149,10 @@ pub fn bench_transform(
         .next()
         .expect("the recipe renders one image");
     let px = side * side;
-    let fields = super::Fields {
+    let fields = crate::flatfield::Fields {
         height: side,
         width: side,
-        flatfield: super::synthetic::truth(&spec)
+        flatfield: crate::flatfield::synthetic::truth(&spec)
             .0
             .iter()
             .map(|&v| v as f32)
@@ -207,4 +200,51 @@ pub fn bench_transform(
         host_peak_bytes: host_peak_bytes(),
         device: ctx.info().to_string(),
     })
+}
+
+/// Prints the fits (100 and 1000 images of 128x128, 100 of 2048x2048) and the transform
+/// throughput at 2048x2048; `no_slow_oracle` skips the oracle of the 1000-image fit.
+pub fn print(ctx: &GpuContext, json: bool, no_slow_oracle: bool) -> Result<(), BenchError> {
+    let runs: Vec<Box<dyn Fn() -> Result<_, FlatfieldError>>> = vec![
+        Box::new(|| bench_fit(ctx, 100, 128, true)),
+        // S2 (no dark-field): where the reweighting stop of issue 15 saves the most rounds.
+        Box::new(|| bench_fit_stack(ctx, 100, 128, false, true)),
+        Box::new(|| bench_fit(ctx, 1000, 128, !no_slow_oracle)),
+        Box::new(|| bench_fit(ctx, 100, 2048, true)),
+        Box::new(|| bench_transform(ctx, 100, 2048)),
+    ];
+    for run in runs {
+        let r = run()?;
+        if json {
+            print_json(&r)?;
+        } else {
+            println!(
+                "{:>9} {} {:>5} x {}x{}: GPU {:.2} s, CPU oracle {}{}{}  device {:.1} MiB, host peak {}",
+                r.what,
+                r.stack,
+                r.images,
+                r.height,
+                r.width,
+                r.gpu_s,
+                r.cpu_s
+                    .map_or("-".into(), |c| format!("{c:.2} s (x{:.2})", c / r.gpu_s)),
+                r.gpu_images_per_s.map_or(String::new(), |g| format!(
+                    ", {g:.1} vs {:.1} images/s",
+                    r.cpu_images_per_s.unwrap_or(0.0)
+                )),
+                r.solves.map_or(String::new(), |s| format!(
+                    ", {s} reweighting rounds ({} iterations), baseline {} rounds ({} iterations)",
+                    r.iterations.unwrap_or(0),
+                    r.baseline_rounds.unwrap_or(0),
+                    r.baseline_iterations.unwrap_or(0)
+                )),
+                r.device_bytes as f64 / (1 << 20) as f64,
+                r.host_peak_bytes.map_or("-".into(), |b| format!(
+                    "{:.0} MiB",
+                    b as f64 / (1 << 20) as f64
+                )),
+            );
+        }
+    }
+    Ok(())
 }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{MemoOptions, MemoPolicy};
 use crate::bench::process_cpu_seconds;
 use crate::gpu::GpuContext;
+use crate::memo::{MemoOptions, MemoPolicy};
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;

@@ -1,13 +1,15 @@
-//! Benchmarks of preprocessing (`lamino bench search`, `lamino bench stripes`): measured figures
-//! and their extrapolation to a full-size scan.
+//! `lamino bench search`: the axis/tilt search (`lamino try`) on simulated chips, the time per
+//! candidate and the interpolation rate, and their extrapolation to a full-size scan.
 
 use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{candidate_range, grid, remove_stripes_in_place, score_candidates, PreprocessError};
-use super::{Slab, StripeRemoval};
+use super::{print_json, BenchError};
 use crate::gpu::GpuContext;
+use crate::preprocess::{
+    candidate_range, grid, score_candidates, PreprocessError, Slab, DEFAULT_SLAB_SLICES,
+};
 use crate::scan::Projections;
 use crate::simulate::{project, PhantomKind};
 
@@ -41,7 +43,7 @@ pub fn bench_search(
     let values = project(&PhantomKind::Chip.build(size), &g);
     let p = Projections::new(g, values)?;
     let slab = Slab {
-        slices: super::DEFAULT_SLAB_SLICES,
+        slices: DEFAULT_SLAB_SLICES,
         z_offset: 0.0,
     };
     let centre = (size / 2) as f64;
@@ -77,48 +79,47 @@ pub fn bench_search(
     })
 }
 
-/// One method of the stripe-removal benchmark.
-#[derive(Debug, Clone, Serialize)]
-pub struct StripeBenchRecord {
-    pub method: StripeRemoval,
-    pub angles: usize,
-    pub width: usize,
-    pub rows: usize,
-    pub threads: usize,
-    pub seconds: f64,
-    /// Seconds per sinogram and thread (seconds x threads / rows).
-    pub sinogram_thread_s: f64,
-}
-
-/// Times stripe removal on `rows` sinograms of `angles x width` (random content) with each of
-/// `methods`, on all cores. Wall-clock time: on a shared machine, compare with the process's CPU
-/// time.
-pub fn bench_stripes(
-    angles: usize,
-    width: usize,
-    rows: usize,
-    methods: &[StripeRemoval],
-) -> Result<Vec<StripeBenchRecord>, PreprocessError> {
-    let mut rng = crate::random::SplitMix64::new(1);
-    let values: Vec<f32> = (0..angles * rows * width)
-        .map(|_| rng.next_f64() as f32)
-        .collect();
-    let threads = rayon::current_num_threads();
-    let mut out = Vec::new();
-    for &method in methods {
-        let mut v = values.clone();
-        let start = Instant::now();
-        remove_stripes_in_place(&mut v, [angles, rows, width], method)?;
-        let seconds = start.elapsed().as_secs_f64();
-        out.push(StripeBenchRecord {
-            method: method.resolved(width),
-            angles,
-            width,
-            rows,
-            threads,
-            seconds,
-            sinogram_thread_s: seconds * threads as f64 / rows as f64,
-        });
+/// Prints [`bench_search`] for each of `sizes` (3n/2 angles), then what the last rate gives for
+/// a 2048^2 x 1500-angle scan at binning 1, 2 and 4.
+pub fn print(
+    ctx: &GpuContext,
+    json: bool,
+    sizes: &[usize],
+    candidates: usize,
+    repeats: usize,
+) -> Result<(), BenchError> {
+    let mut rate = 0.0;
+    for &size in sizes {
+        let r = bench_search(ctx, size, 3 * size / 2, candidates, repeats)?;
+        rate = r.interpolations_per_s;
+        if json {
+            print_json(&r)?;
+        } else {
+            println!(
+                "n={} angles={} slab {}: 1 candidate {:.3} s, {} candidates {:.3} s, {:.4} s per \
+                 extra candidate ({:.3e} voxel-angle interpolations/s)",
+                r.size,
+                r.angles,
+                r.slices,
+                r.one_candidate_s,
+                r.candidates,
+                r.all_candidates_s,
+                r.per_candidate_s,
+                r.interpolations_per_s
+            );
+        }
     }
-    Ok(out)
+    if !json && rate > 0.0 {
+        for b in [1usize, 2, 4] {
+            let n = 2048 / b;
+            let work = (DEFAULT_SLAB_SLICES * n * n * 1500) as f64;
+            println!(
+                "2048^2 x 1500 angles at binning {b}: {:.3e} interpolations per candidate, {:.2} s \
+                 per candidate at this device's rate",
+                work,
+                work / rate
+            );
+        }
+    }
+    Ok(())
 }

@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{MemoOptions, MemoPolicy, AUTO_FLOOR};
 use crate::bench::process_cpu_seconds;
 use crate::gpu::GpuContext;
 use crate::io::{IoError, OutputSet};
+use crate::memo::{MemoOptions, MemoPolicy, AUTO_FLOOR};
 use crate::metrics::rel_l2;
 use crate::operator::{Geometry, OperatorOptions, Stage};
 use crate::params::AdmmParams;

@@ -1,0 +1,303 @@
+//! `lamino bench operator`: L and L* per stage, with the FFT share of each, against the f32 CPU
+//! implementation on all cores; and the arrays operator applications are timed on (shared with
+//! `lamino bench admm` and the criterion benches).
+
+use std::time::Instant;
+
+use num_complex::Complex;
+use serde::Serialize;
+
+use super::{median, print_json, time_once, BenchError};
+use crate::fft::{Direction, FftError, FftPlan, Normalization};
+use crate::gpu::{GpuContext, Recorder};
+use crate::random::SplitMix64;
+
+/// One line of `lamino bench operator --json`: one application of L or L*.
+#[derive(Debug, Clone, Serialize)]
+pub struct OperatorBenchRecord {
+    /// "L" or "L*".
+    pub operator: &'static str,
+    /// Volume side n (n^3 voxels, n x n detector).
+    pub size: usize,
+    pub angles: usize,
+    /// Median GPU time of the whole application, milliseconds.
+    pub ms: f64,
+    /// Median GPU time of each stage (each measured on its own), milliseconds.
+    pub ms_u1: f64,
+    pub ms_u2: f64,
+    pub ms_f: f64,
+    /// GPU time of the FFTs inside each stage (the operator's own sizes and layouts, once per
+    /// chunk as the stage runs them), milliseconds, and their share of the stage's time.
+    pub fft_ms_u1: f64,
+    pub fft_ms_u2: f64,
+    pub fft_ms_f: f64,
+    pub fft_share_u1: f64,
+    pub fft_share_u2: f64,
+    pub fft_share_f: f64,
+    /// Bytes of FFT workspace the operator's plans bind in the context's shared pool.
+    pub fft_workspace_bytes: u64,
+    /// Bytes the shared pool saves against workspace of each plan's own (the sum of the plans'
+    /// needs minus the pool).
+    pub fft_workspace_saved_bytes: u64,
+    /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
+    pub u2_points_per_s: f64,
+    /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
+    pub array_bytes: u64,
+    /// Device memory the operator holds.
+    pub device_bytes: u64,
+    /// The same application with the f32 rustfft CPU implementation on all cores, milliseconds.
+    pub cpu_ms: f64,
+    /// cpu_ms / ms: how many times faster the GPU is.
+    pub speedup_vs_cpu: f64,
+    pub timing: &'static str,
+    pub device: String,
+}
+
+/// Complex volume, spectrum and data arrays to time operator applications on (zeros until
+/// written: no kernel branches on values, so the cost does not depend on them).
+pub struct OperatorArrays {
+    volume: crate::array::Field,
+    spectrum: crate::array::Field,
+    data: crate::array::Field,
+    scalars: crate::array::Scalars,
+}
+
+impl OperatorArrays {
+    pub fn new(
+        ctx: &GpuContext,
+        g: &crate::operator::Geometry,
+    ) -> Result<Self, crate::gpu::GpuError> {
+        use crate::array::{Field, Scalars};
+        use crate::operator::Space;
+        Ok(Self {
+            volume: Field::zeros(ctx, "volume", Space::Volume.layout(g, 2))?,
+            spectrum: Field::zeros(ctx, "spectrum", Space::Spectrum.layout(g, 2))?,
+            data: Field::zeros(ctx, "data", Space::Data.layout(g, 2))?,
+            scalars: Scalars::new(ctx, 1, 1)?,
+        })
+    }
+
+    /// `what` from the array of its input space to the array of its output space (the 2D FFT
+    /// stage in place on the data).
+    pub fn application(
+        &self,
+        ctx: &GpuContext,
+        op: &crate::operator::LaminoOperator,
+        what: crate::operator::Apply,
+    ) -> Result<crate::operator::Application, crate::operator::OperatorError> {
+        use crate::operator::{Sink, Source, Space};
+        let field = |space| match space {
+            Space::Volume => &self.volume,
+            Space::Spectrum => &self.spectrum,
+            Space::Data => &self.data,
+        };
+        let (from, to) = what.spaces();
+        op.application(
+            ctx,
+            &self.scalars,
+            None,
+            what,
+            Source::Complex(field(from)),
+            Sink::Complex(field(to)),
+        )
+    }
+}
+
+/// Times L and L* for an `n`^3 volume, `angles` projections at a 20 degree tilt.
+pub fn bench_operator(
+    ctx: &GpuContext,
+    n: usize,
+    angles: usize,
+    repeats: usize,
+) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
+    use crate::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+    use crate::reference::CpuOperator;
+    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default())?;
+    let volume = SplitMix64::new(1).complex_uniform(g.volume_len());
+    let data = SplitMix64::new(2).complex_uniform(g.data_len());
+    let arrays = OperatorArrays::new(ctx, &g)?;
+    ctx.write(arrays.volume.buffer(), 0, &volume);
+    ctx.write(arrays.data.buffer(), 0, &data);
+    let time = |what: Apply| -> Result<(f64, &'static str), crate::operator::OperatorError> {
+        let application = arrays.application(ctx, &op, what)?;
+        let mut times = Vec::new();
+        let mut how = "wall";
+        for i in 0..=repeats {
+            let (ms, h) = time_once(ctx, |rec| op.record(ctx, rec, &application))?;
+            if i > 0 {
+                times.push(ms);
+                how = h;
+            }
+        }
+        Ok((median(times), how))
+    };
+    let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, op.chunks(), repeats)?;
+    let workspace = op.fft_workspace_bytes();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = CpuOperator::new(&g, threads);
+    let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
+    let mut records = Vec::new();
+    for (name, whole, stages) in [
+        (
+            "L",
+            Apply::Forward,
+            [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
+        ),
+        (
+            "L*",
+            Apply::Adjoint,
+            [Apply::Usfft1dAdjoint, Apply::Usfft2dAdjoint, Apply::Fft2d],
+        ),
+    ] {
+        // The data array is workspace for L*: its values change between repeats, its cost does
+        // not (no kernel branches on values).
+        ctx.write(arrays.data.buffer(), 0, &data);
+        let (ms, timing) = time(whole)?;
+        let (ms_u1, _) = time(stages[0])?;
+        let (ms_u2, _) = time(stages[1])?;
+        let (ms_f, _) = time(stages[2])?;
+        let mut cpu_times = Vec::new();
+        for _ in 0..repeats.clamp(1, 3) {
+            let start = Instant::now();
+            let out = if name == "L" {
+                cpu.forward(&volume)
+            } else {
+                cpu.adjoint(&data)
+            };
+            cpu_times.push(start.elapsed().as_secs_f64() * 1e3);
+            std::hint::black_box(out);
+        }
+        let cpu_ms = median(cpu_times);
+        records.push(OperatorBenchRecord {
+            operator: name,
+            size: n,
+            angles,
+            ms,
+            ms_u1,
+            ms_u2,
+            ms_f,
+            fft_ms_u1: fft_u1,
+            fft_ms_u2: fft_u2,
+            fft_ms_f: fft_f,
+            fft_share_u1: fft_u1 / ms_u1,
+            fft_share_u2: fft_u2 / ms_u2,
+            fft_share_f: fft_f / ms_f,
+            fft_workspace_bytes: workspace.0,
+            fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
+            u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
+            array_bytes,
+            device_bytes: op.device_bytes(),
+            cpu_ms,
+            speedup_vs_cpu: cpu_ms / ms,
+            timing,
+            device: ctx.info().name.clone(),
+        });
+    }
+    Ok(records)
+}
+
+/// GPU time of the FFTs of the stages U1, U2 and F of one operator application: plans of the
+/// operator's sizes and layouts (U1 along the 2 n0 axis of a (2 n0, chunk_y n2) grid, U2 over the
+/// (chunk_rows, 2 n1, 2 n2) grids, F over the (chunk_angles, deth, detw) projections), each timed
+/// on its own and multiplied by the number of chunks the stage runs.
+fn operator_fft_ms(
+    ctx: &GpuContext,
+    g: &crate::operator::Geometry,
+    (chunk_y, chunk_rows, chunk_angles): (usize, usize, usize),
+    repeats: usize,
+) -> Result<[f64; 3], FftError> {
+    use crate::fft::{FftDescriptor, FftPlan1d, Layout};
+    let time = |record: &dyn Fn(&mut Recorder), data: &crate::gpu::GpuBuffer, len: usize| {
+        let zeros = vec![Complex::<f32>::new(0.0, 0.0); len];
+        let mut times = Vec::new();
+        for i in 0..=repeats {
+            ctx.write(data, 0, &zeros);
+            let (ms, _) = time_once(ctx, |rec| {
+                record(rec);
+                Ok(())
+            })?;
+            if i > 0 {
+                times.push(ms);
+            }
+        }
+        Ok::<f64, FftError>(median(times))
+    };
+    let columns = chunk_y * g.n2;
+    let u1_len = 2 * g.n0 * columns;
+    let u1_data = ctx.storage_buffer("bench u1 grid", u1_len as u64 * 8)?;
+    // Specialised as the operator's own plans are.
+    let u1 = FftPlan1d::specialized(
+        ctx,
+        FftDescriptor {
+            len: 2 * g.n0,
+            layout: Layout::axis_of(&[2 * g.n0, columns], 0),
+            direction: Direction::Forward,
+            normalization: Normalization::None,
+        },
+        &u1_data,
+    )?;
+    let u1_ms = time(&|rec| u1.record(rec), &u1_data, u1_len)? * g.n1.div_ceil(chunk_y) as f64;
+    let u2_shape = [chunk_rows, 2 * g.n1, 2 * g.n2];
+    let u2_len = u2_shape.iter().product();
+    let u2_data = ctx.storage_buffer("bench u2 grid", u2_len as u64 * 8)?;
+    let u2 = FftPlan::specialized(
+        ctx,
+        &u2_shape,
+        2,
+        Direction::Forward,
+        Normalization::None,
+        &u2_data,
+    )?;
+    let u2_ms = time(&|rec| u2.record(rec), &u2_data, u2_len)? * g.deth.div_ceil(chunk_rows) as f64;
+    let f_shape = [chunk_angles, g.deth, g.detw];
+    let f_len = f_shape.iter().product();
+    let f_data = ctx.storage_buffer("bench projections", f_len as u64 * 8)?;
+    let f = FftPlan::specialized(
+        ctx,
+        &f_shape,
+        2,
+        Direction::Forward,
+        Normalization::None,
+        &f_data,
+    )?;
+    let f_ms =
+        time(&|rec| f.record(rec), &f_data, f_len)? * g.ntheta().div_ceil(chunk_angles) as f64;
+    Ok([u1_ms, u2_ms, f_ms])
+}
+
+/// Prints L and L* for an `size`^3 volume seen at `angles`: the median of `repeats`.
+pub fn print(
+    ctx: &GpuContext,
+    json: bool,
+    size: usize,
+    angles: usize,
+    repeats: usize,
+) -> Result<(), BenchError> {
+    for r in bench_operator(ctx, size, angles, repeats.max(1))? {
+        if json {
+            print_json(&r)?;
+        } else {
+            println!(
+                "{:<2} n={} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
+                r.operator,
+                r.size,
+                r.angles,
+                r.ms,
+                r.ms_u1,
+                r.ms_u2,
+                r.ms_f,
+                r.fft_share_u1,
+                r.fft_share_u2,
+                r.fft_share_f,
+                r.u2_points_per_s,
+                r.cpu_ms,
+                r.speedup_vs_cpu,
+                r.fft_workspace_bytes as f64 / (1 << 20) as f64,
+                r.fft_workspace_saved_bytes as f64 / (1 << 20) as f64,
+                r.timing
+            );
+        }
+    }
+    Ok(())
+}

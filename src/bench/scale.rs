@@ -1,0 +1,345 @@
+//! `lamino bench scale`: volumes larger than the device. Streaming at 1/8 of the in-core device
+//! need against in-core (same process), one iteration of a large volume within a device budget
+//! with scratch files, and the memory plans of large volumes at several device budgets; and
+//! what the cost model of `lamino bench scale --model` shares with them (the scans, the timed
+//! iterations).
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{host_peak_bytes, median, print_json, BenchError};
+use crate::fft::FftError;
+use crate::gpu::GpuContext;
+use crate::random::SplitMix64;
+
+/// One line of `lamino bench scale --json`: a run (`kind` "ratio" or "large") or a plan only
+/// (`kind` "plan").
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleBenchRecord {
+    pub kind: &'static str,
+    pub size: usize,
+    pub angles: usize,
+    pub plan: crate::plan::MemoryPlan,
+    /// Median wall time of a timed outer iteration under `plan`, ms (runs only).
+    pub ms_per_iteration: Option<f64>,
+    /// The same for every array on the device, in the same process (the "ratio" run).
+    pub in_core_ms_per_iteration: Option<f64>,
+    /// `ms_per_iteration / in_core_ms_per_iteration`.
+    pub streaming_over_in_core: Option<f64>,
+    /// Host <-> device bytes per timed iteration, counted by the context (runs only).
+    pub bytes_moved_per_iteration: Option<u64>,
+    /// Those bytes over the streamed iteration's time, GB/s: the rate its transfers sustained
+    /// (they overlap the computation, so the link carried at least this; the extra time over
+    /// in-core is no measure when streaming is not slower).
+    pub achieved_gbps: Option<f64>,
+    /// A plain upload and download of the staging size through the same context, GB/s.
+    pub copy_gbps: Option<f64>,
+    /// The most device memory held at once, bytes (runs only).
+    pub peak_device_bytes: Option<u64>,
+    /// The process's peak resident set after the run (Linux VmHWM; it includes the pages of
+    /// scratch files mapped in while they were read or written), bytes (runs only).
+    pub peak_host_bytes: Option<u64>,
+    pub device: String,
+}
+
+/// The tilt of the scale benchmark's scans (30 degrees).
+pub(super) const SCALE_PHI: f64 = std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6;
+
+/// Times `iterations` outer iterations (after one untimed with `warm_up`) under `plan` on a
+/// fresh context whose budget is the plan's; returns (median ms, bytes moved per timed
+/// iteration, peak).
+pub(super) fn timed_iterations(
+    options: &crate::gpu::DeviceOptions,
+    g: &crate::operator::Geometry,
+    data: &[f32],
+    plan: &crate::plan::MemoryPlan,
+    iterations: usize,
+    warm_up: bool,
+) -> Result<(f64, u64, u64), ScaleBenchError> {
+    use crate::params::AdmmParams;
+    use crate::solver::AdmmSolver;
+    let ctx = GpuContext::new(options)?;
+    ctx.set_device_budget(plan.budgets.device_bytes);
+    let params = AdmmParams::exactly(iterations + usize::from(warm_up));
+    let mut solver = AdmmSolver::with_plan(&ctx, g, data, params, plan)?;
+    if warm_up {
+        solver.step(&ctx)?; // pays shader compilation
+    }
+    let before = ctx.traffic();
+    let mut times = Vec::new();
+    for _ in 0..iterations {
+        let start = Instant::now();
+        solver.step(&ctx)?;
+        times.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let after = ctx.traffic();
+    let moved = (after.bytes_uploaded + after.bytes_downloaded)
+        - (before.bytes_uploaded + before.bytes_downloaded);
+    Ok((
+        median(times),
+        moved / iterations as u64,
+        ctx.peak_device_bytes(),
+    ))
+}
+
+/// Errors of the scale benchmark.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScaleBenchError {
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+    #[error(transparent)]
+    Solver(#[from] crate::solver::SolverError),
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
+    #[error(transparent)]
+    Fft(#[from] FftError),
+}
+
+/// Random data in the operator's range of values for an `n`^3 volume seen at `angles`.
+pub(super) fn scale_scan(n: usize, angles: usize) -> (crate::operator::Geometry, Vec<f32>) {
+    let g = crate::operator::Geometry::cube(n, angles, SCALE_PHI);
+    let mut rng = SplitMix64::new(5);
+    let data = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
+    (g, data)
+}
+
+/// `lamino bench scale`, the streaming case: per-iteration time at 1/8 of the in-core device
+/// need against in-core, in the same process, with the bytes moved and a plain copy's rate.
+pub fn bench_scale_ratio(
+    options: &crate::gpu::DeviceOptions,
+    n: usize,
+    angles: usize,
+    iterations: usize,
+) -> Result<ScaleBenchRecord, ScaleBenchError> {
+    use crate::operator::OperatorOptions;
+    use crate::params::AdmmParams;
+    use crate::plan::{plan, Budgets, MemoryPlan};
+    let iterations = iterations.max(1);
+    let (g, data) = scale_scan(n, angles);
+    let params = AdmmParams::exactly(iterations + 1);
+    let ctx = GpuContext::new(options)?;
+    let in_core = MemoryPlan::in_core(&ctx, &g, &params, &OperatorOptions::default())?;
+    let budgets = Budgets::given(in_core.device_bytes / 8, u64::MAX, None);
+    let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
+    let copy = copy_round_trip_gbps(&ctx, streaming.staging_words.max(1 << 20))?;
+    let device = ctx.info().name.clone();
+    drop(ctx);
+    let (in_core_ms, _, _) = timed_iterations(options, &g, &data, &in_core, iterations, true)?;
+    let (ms, moved, peak) = timed_iterations(options, &g, &data, &streaming, iterations, true)?;
+    Ok(ScaleBenchRecord {
+        kind: "ratio",
+        size: n,
+        angles,
+        plan: streaming,
+        ms_per_iteration: Some(ms),
+        in_core_ms_per_iteration: Some(in_core_ms),
+        streaming_over_in_core: Some(ms / in_core_ms),
+        bytes_moved_per_iteration: Some(moved),
+        achieved_gbps: Some(moved as f64 / (ms / 1e3) / 1e9),
+        copy_gbps: Some(copy),
+        peak_device_bytes: Some(peak),
+        peak_host_bytes: host_peak_bytes(),
+        device: device.clone(),
+    })
+}
+
+/// `lamino bench scale`, the large case: one timed outer iteration of an `n`^3 volume within
+/// `device_bytes` on the device and `host_bytes` in host memory, the rest in `scratch`.
+pub fn bench_scale_large(
+    options: &crate::gpu::DeviceOptions,
+    n: usize,
+    angles: usize,
+    device_bytes: u64,
+    host_bytes: u64,
+    scratch: &std::path::Path,
+) -> Result<ScaleBenchRecord, ScaleBenchError> {
+    use crate::operator::OperatorOptions;
+    use crate::params::AdmmParams;
+    use crate::plan::{plan, Budgets};
+    let (g, data) = scale_scan(n, angles);
+    let params = AdmmParams::exactly(1);
+    let ctx = GpuContext::new(options)?;
+    let budgets = Budgets::given(device_bytes, host_bytes, Some(scratch.into()));
+    let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
+    let device = ctx.info().name.clone();
+    drop(ctx);
+    // One iteration, the first: on lavapipe a 256^3 iteration takes tens of minutes, against
+    // well under a second of shader compilation.
+    let (ms, moved, peak) = timed_iterations(options, &g, &data, &streaming, 1, false)?;
+    Ok(ScaleBenchRecord {
+        kind: "large",
+        size: n,
+        angles,
+        plan: streaming,
+        ms_per_iteration: Some(ms),
+        in_core_ms_per_iteration: None,
+        streaming_over_in_core: None,
+        bytes_moved_per_iteration: Some(moved),
+        achieved_gbps: None,
+        copy_gbps: None,
+        peak_device_bytes: Some(peak),
+        peak_host_bytes: host_peak_bytes(),
+        device: device.clone(),
+    })
+}
+
+/// `lamino bench scale`, plans only: an `n`^3 volume seen at `n` angles within the budgets, on
+/// this device's limits (nothing is allocated). What exceeds the host budget is planned into
+/// scratch files (a node's NVMe, as mLR offloads), whose space is not checked here.
+pub fn bench_scale_plan(
+    ctx: &GpuContext,
+    n: usize,
+    device_bytes: u64,
+    host_bytes: u64,
+) -> Result<ScaleBenchRecord, ScaleBenchError> {
+    use crate::operator::{Geometry, OperatorOptions};
+    use crate::plan::{plan_on_paper, Budgets};
+    let g = Geometry::cube(n, n, SCALE_PHI);
+    let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()));
+    let p = plan_on_paper(
+        ctx,
+        &g,
+        &crate::params::AdmmParams::default(),
+        &OperatorOptions::default(),
+        &budgets,
+    )?;
+    Ok(ScaleBenchRecord {
+        kind: "plan",
+        size: n,
+        angles: n,
+        plan: p,
+        ms_per_iteration: None,
+        in_core_ms_per_iteration: None,
+        streaming_over_in_core: None,
+        bytes_moved_per_iteration: None,
+        achieved_gbps: None,
+        copy_gbps: None,
+        peak_device_bytes: None,
+        peak_host_bytes: None,
+        device: ctx.info().name.clone(),
+    })
+}
+
+/// Host -> device -> host through the context's own write and read paths: `words` f32 each
+/// way, the median of five, GB/s counting both directions.
+fn copy_round_trip_gbps(ctx: &GpuContext, words: usize) -> Result<f64, ScaleBenchError> {
+    let buffer = ctx.storage_buffer("copy probe", words as u64 * 4)?;
+    let host = vec![1.0f32; words];
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        ctx.write(&buffer, 0, &host);
+        let back: Vec<f32> = ctx.read(&buffer, 0, words)?;
+        times.push(start.elapsed().as_secs_f64());
+        debug_assert_eq!(back.len(), words);
+    }
+    Ok(2.0 * words as f64 * 4.0 / median(times) / 1e9)
+}
+
+/// Prints one record: its plan, and the figures of a run.
+fn print_record(json: bool, r: &ScaleBenchRecord) -> Result<(), BenchError> {
+    if json {
+        return Ok(print_json(r)?);
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let p = &r.plan;
+    let tables = match p.u2_tables {
+        crate::array::Residency::Device => "device",
+        crate::array::Residency::Host => "host",
+        crate::array::Residency::Scratch(_) => "scratch",
+    };
+    print!(
+        "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays on the device, the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
+        r.kind,
+        r.size,
+        r.angles,
+        p.mode,
+        p.chunks,
+        p.resident_arrays(),
+        p.arrays.len(),
+        gib(p.u2_table_bytes),
+        gib(p.device_bytes),
+        gib(p.host_bytes),
+        gib(p.scratch_bytes),
+        gib(p.bytes_moved_per_iteration)
+    );
+    if let Some(ms) = r.ms_per_iteration {
+        print!("; {ms:.0} ms per iteration");
+    }
+    if let (Some(ratio), Some(base)) = (r.streaming_over_in_core, r.in_core_ms_per_iteration) {
+        print!(" = {ratio:.2} x in-core ({base:.0} ms)");
+    }
+    if let Some(moved) = r.bytes_moved_per_iteration {
+        print!(", {:.2} GiB moved", gib(moved));
+    }
+    if let (Some(a), Some(c)) = (r.achieved_gbps, r.copy_gbps) {
+        print!(" at {a:.2} GB/s beyond in-core (plain copy {c:.2} GB/s)");
+    }
+    if let Some(peak) = r.peak_device_bytes {
+        print!(", device peak {:.3} GiB", gib(peak));
+    }
+    if let Some(peak) = r.peak_host_bytes {
+        print!(", host peak resident {:.2} GiB", gib(peak));
+    }
+    println!();
+    Ok(())
+}
+
+/// Prints the streaming-vs-in-core run of `size` (0: skipped) and the large run of `large` (0:
+/// skipped) within `large_device_bytes`, its scratch files in a temporary directory in `scratch`.
+pub fn print_runs(
+    options: &crate::gpu::DeviceOptions,
+    json: bool,
+    (size, iterations): (usize, usize),
+    (large, large_device_bytes, scratch): (usize, u64, &Path),
+) -> Result<(), BenchError> {
+    if size > 0 {
+        print_record(json, &bench_scale_ratio(options, size, size, iterations)?)?;
+    }
+    if large > 0 {
+        // A host budget of a third of the large run's arrays forces the rest to scratch.
+        let third = (large * large * large) as u64 * 4 * 13 / 3;
+        let dir = tempfile::tempdir_in(scratch).map_err(|source| BenchError::Scratch {
+            dir: scratch.to_path_buf(),
+            source,
+        })?;
+        print_record(
+            json,
+            &bench_scale_large(options, large, large, large_device_bytes, third, dir.path())?,
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints the memory plan of each of `plan_sizes` at each of `plan_device_bytes` (and
+/// `plan_host_bytes` on the host), or where the planner refused it.
+pub fn print_plans(
+    ctx: &GpuContext,
+    json: bool,
+    (plan_sizes, plan_device_bytes, plan_host_bytes): (&[usize], &[u64], u64),
+) -> Result<(), BenchError> {
+    for &n in plan_sizes {
+        for &budget in plan_device_bytes {
+            match bench_scale_plan(ctx, n, budget, plan_host_bytes) {
+                Ok(r) => print_record(json, &r)?,
+                // A refusal is a figure too: where the planner's limit lies.
+                Err(ScaleBenchError::Plan(e)) if json => println!(
+                    "{}",
+                    serde_json::json!({ "kind": "plan", "size": n, "angles": n,
+                        "device_budget_bytes": budget, "refused": e.to_string() })
+                ),
+                Err(ScaleBenchError::Plan(e)) => {
+                    println!(
+                        "plan  {n}^3 x {n} angles at {} GiB: refused: {e}",
+                        budget >> 30
+                    )
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}

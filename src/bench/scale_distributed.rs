@@ -1,0 +1,144 @@
+//! `lamino bench scale --distributed` (feature `mpi`): one simulated scan reconstructed as one
+//! process and as K MPI ranks (`mpirun -n K` on this machine, each a `lamino reconstruct`), with
+//! the time of an outer iteration and the bytes each rank sent during it.
+
+use super::{print_json, BenchError};
+use crate::simulate::PhantomKind;
+
+/// Why `lamino bench scale --distributed` could not measure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DistributedBenchError {
+    #[error("cannot create a temporary directory for the ranks' runs: {0}")]
+    TempDir(std::io::Error),
+    #[error(transparent)]
+    Simulate(#[from] crate::simulate::SimulateError),
+    #[error(transparent)]
+    Io(#[from] crate::io::IoError),
+    /// Finding this executable or starting a run (`mpirun` or lamino itself).
+    #[error(transparent)]
+    Start(std::io::Error),
+    /// A run that failed, with its standard error.
+    #[error("{ranks} ranks: {stderr}")]
+    Run { ranks: usize, stderr: String },
+    /// A run's `report.json` that cannot be read or parsed.
+    #[error("cannot read {}: {reason}", path.display())]
+    Report {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+}
+
+/// One reconstruction of `lamino bench scale --distributed`.
+#[derive(serde::Serialize)]
+struct DistributedRun {
+    size: usize,
+    ranks: usize,
+    iterations: usize,
+    /// Wall time of the whole command (setup, iterations, outputs), s.
+    wall_s: f64,
+    /// Time of one outer iteration (the iterations' time over their number), ms.
+    iteration_ms: f64,
+    /// Bytes each rank sent to the others per outer iteration.
+    bytes_sent_per_iteration: Vec<u64>,
+}
+
+/// Reconstructs a simulated `size`^3 chip for `iterations` outer iterations on each number of
+/// `ranks`, starting this executable with `global_args` (the device flags), and prints each run.
+pub fn print(
+    global_args: &[String],
+    json: bool,
+    size: usize,
+    ranks: &[usize],
+    iterations: usize,
+) -> Result<(), BenchError> {
+    use crate::simulate::{simulated_scan, ScanSpec};
+    let dir = tempfile::tempdir().map_err(DistributedBenchError::TempDir)?;
+    let scan = dir.path().join("scan.h5");
+    let simulated = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size,
+        angles: size,
+        tilt_deg: 30.0,
+        photons: Some(1e5),
+        seed: 0,
+        rotation_axis: None,
+    })
+    .map_err(DistributedBenchError::from)?;
+    crate::io::write_dxchange(&scan, &simulated.scan)?;
+    let exe = std::env::current_exe().map_err(DistributedBenchError::Start)?;
+    // Safety: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    for &k in ranks {
+        let out = dir.path().join(format!("ranks-{k}"));
+        let mut cmd = match k {
+            1 => std::process::Command::new(&exe),
+            _ => {
+                let mut c = std::process::Command::new("mpirun");
+                if root {
+                    c.arg("--allow-run-as-root");
+                }
+                c.args(["--oversubscribe", "-n", &k.to_string()]).arg(&exe);
+                c
+            }
+        };
+        cmd.args(global_args)
+            .arg("reconstruct")
+            .arg(&scan)
+            .arg("--out")
+            .arg(&out)
+            .args(["--iterations", &iterations.to_string(), "--quiet"]);
+        let start = std::time::Instant::now();
+        let o = cmd.output().map_err(DistributedBenchError::Start)?;
+        let wall_s = start.elapsed().as_secs_f64();
+        if !o.status.success() {
+            return Err(DistributedBenchError::Run {
+                ranks: k,
+                stderr: String::from_utf8_lossy(&o.stderr).trim_end().to_string(),
+            }
+            .into());
+        }
+        let report_path = out.join("report.json");
+        let report: serde_json::Value = std::fs::read(&report_path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+            .map_err(|reason| DistributedBenchError::Report {
+                path: report_path.clone(),
+                reason,
+            })?;
+        let r = &report["reconstruction"];
+        let done = r["reports"].as_array().map_or(0, |a| a.len()).max(1);
+        let run = DistributedRun {
+            size,
+            ranks: k,
+            iterations: done,
+            wall_s,
+            iteration_ms: r["iterations_s"].as_f64().unwrap_or(f64::NAN) * 1e3 / done as f64,
+            bytes_sent_per_iteration: r["ranks"]
+                .as_array()
+                .map(|ranks| {
+                    ranks
+                        .iter()
+                        .map(|e| e["iteration_bytes_sent"].as_u64().unwrap_or(0) / done as u64)
+                        .collect()
+                })
+                .unwrap_or_else(|| vec![0]),
+        };
+        if json {
+            print_json(&run)?;
+        } else {
+            println!(
+                "{size}^3, {k} rank(s): {:.0} ms per outer iteration, {:.1} s in all; sent per \
+                 iteration by each rank: {} MB",
+                run.iteration_ms,
+                run.wall_s,
+                run.bytes_sent_per_iteration
+                    .iter()
+                    .map(|b| format!("{:.1}", *b as f64 / 1e6))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    Ok(())
+}
