@@ -206,6 +206,11 @@ pub static USFFT2D: Shader = Shader {
     layout: GRIDDING,
 };
 
+/// Invocations per workgroup of the vector kernels (the `WORKGROUP` override of
+/// `shaders/solver/vector.wgsl`); a reduction writes one partial sum per workgroup, which the
+/// memory planner counts before the solver exists.
+pub const SOLVER_VECTOR_WORKGROUP: u32 = 256;
+
 /// Vector kernels of the ADMM-TV solver (linear combinations, gradient, shrinkage, reductions).
 pub static SOLVER_VECTOR: Shader = Shader {
     name: "solver/vector",

@@ -3,9 +3,11 @@
 //! import each other, directly or around a circle.
 //!
 //! Read from the source text: `use` declarations and inline `crate::`/`super::` paths outside
-//! `#[cfg(test)]` items (tests may reach anywhere). A module's front (`mod.rs` or `lib.rs`
-//! re-exporting and using its own submodules) is not a circle with them: a folder's rooms may use
-//! what its front declares for them (its error type, say), and the front may show what they define.
+//! `#[cfg(test)]` items (tests may reach anywhere). A module's front (`mod.rs`, `lib.rs`, or
+//! `x.rs` beside a folder `x/`) re-exporting and using its own submodules is not a circle with
+//! them: a folder's rooms may use what its front declares for them (its error type, say), and the
+//! front may show what they define. Method calls on a type whose `impl` blocks span files are not
+//! seen; keep such splits layered by hand.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -206,7 +208,7 @@ fn expand_use(tree: &str) -> Vec<String> {
 struct SourceFile {
     /// Module path from the crate root (`["gpu", "context"]`; `[]` for lib.rs).
     module: Vec<String>,
-    /// Whether the file is a module's front (`mod.rs`, `lib.rs`).
+    /// Whether the file is a module's front (`mod.rs`, `lib.rs`, `x.rs` beside `x/`).
     front: bool,
     /// `use` paths (with whether the `use` is a re-export) and inline paths, made absolute.
     uses: Vec<(Vec<String>, bool)>,
@@ -236,7 +238,8 @@ fn module_of(path: &Path) -> (Vec<String>, bool) {
         "mod" | "lib" => (parts, true),
         _ => {
             parts.push(last);
-            (parts, false)
+            // `x.rs` beside a folder `x/` is the front of the folder's modules.
+            (parts, path.with_extension("").is_dir())
         }
     }
 }
@@ -409,12 +412,12 @@ fn within(front: &[String], inner: &[String]) -> bool {
     inner.len() > front.len() && inner.starts_with(front)
 }
 
-fn file_name(module: &[String], files: &BTreeMap<Vec<String>, SourceFile>) -> String {
-    let front = files.get(module).is_some_and(|f| f.front);
-    match (module.is_empty(), front) {
-        (true, _) => "src/lib.rs".into(),
-        (false, true) => format!("src/{}/mod.rs", module.join("/")),
-        (false, false) => format!("src/{}.rs", module.join("/")),
+fn file_name(module: &[String]) -> String {
+    let base = format!("src/{}", module.join("/"));
+    match module.is_empty() {
+        true => "src/lib.rs".into(),
+        false if Path::new(&base).join("mod.rs").exists() => format!("{base}/mod.rs"),
+        false => format!("{base}.rs"),
     }
 }
 
@@ -469,8 +472,8 @@ fn every_module_imports_only_from_layers_below_its_own() {
             if to != from && level[to] >= level[from] {
                 climbing.push(format!(
                     "{} (layer of {from}) imports {} (layer of {to})",
-                    file_name(&module, &files),
-                    file_name(&target, &files)
+                    file_name(&module),
+                    file_name(&target)
                 ));
             }
         }
@@ -531,7 +534,7 @@ fn no_files_import_each_other_around_a_circle() {
                 let mut component = Vec::new();
                 while let Some(w) = stack.pop() {
                     on_stack[w] = false;
-                    component.push(file_name(nodes[w], &files));
+                    component.push(file_name(nodes[w]));
                     if w == v {
                         break;
                     }

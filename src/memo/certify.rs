@@ -9,12 +9,11 @@ use std::time::Instant;
 use num_complex::Complex32;
 use rayon::prelude::*;
 
+use super::chunk::{Outcome, Reuse, WaveChunk, WaveContext};
 use super::fit::{host_dots, host_residual2, least_squares, rounding_scale, within_budget};
 use super::gpu::{Combination, Dots, StageDevice, MAX_CANDIDATES};
-use super::reuse::Reuse;
 use super::stage::StageState;
 use super::store::{Store, Tier};
-use super::wave::{Outcome, WaveChunk, WaveContext};
 use super::MemoError;
 use crate::operator::Block;
 

@@ -4,9 +4,8 @@
 
 use std::time::Instant;
 
-use super::reuse::Reuse;
+use super::chunk::{Outcome, Reuse, WaveChunk};
 use super::stage::StageState;
-use super::wave::{Outcome, WaveChunk};
 
 impl StageState {
     /// The reference's intended policy: each chunk against its own stored key only.

@@ -61,6 +61,7 @@ pub mod store;
 
 // The layer's own steps (the parts named above).
 mod certify;
+mod chunk;
 mod fit;
 mod keys;
 mod mlr;

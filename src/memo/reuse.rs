@@ -5,22 +5,13 @@
 
 use num_complex::Complex32;
 
+use super::chunk::{Outcome, Reuse, WaveChunk, WaveContext};
 use super::gpu::{Combination, StageDevice};
 use super::stage::StageState;
 use super::store::{Landing, Tier};
-use super::wave::{Outcome, WaveChunk, WaveContext};
 use super::MemoError;
 use crate::gpu::GpuError;
 use crate::gpu::{GpuContext, Recorder};
-
-/// A reuse the policy accepted.
-#[derive(Debug, Clone)]
-pub(super) struct Reuse {
-    /// Entries and their coefficients.
-    pub(super) combination: Combination,
-    /// `|x - sum alpha_i c_i| / |x|` and the bound on the output error (certified policies).
-    pub(super) certificate: Option<(f64, f64)>,
-}
 
 /// `sum_i alpha_i o_i` in f32, term by term in order (what the device's `reuse` pass forms).
 fn host_combine(outputs: &[(&[Complex32], [f32; 2])]) -> Vec<Complex32> {

@@ -10,12 +10,11 @@ use super::gpu::{self, Plan, Shape, StageDevice};
 use super::index::KeyIndex;
 use super::norm_cache::OperatorNorms;
 use super::store::Store;
-use super::wave::WaveContext;
 use super::{MemoError, MemoOptions, StageStats};
 use crate::array::Staging;
 use crate::gpu::GpuContext;
 use crate::gpu::GpuError;
-use crate::operator::{Application, Block, LaminoOperator, Stage};
+use crate::operator::{Block, LaminoOperator, Stage};
 
 /// One stage's cache, index and statistics (everything but its device side).
 pub(super) struct StageState {
@@ -135,39 +134,6 @@ impl StageState {
         } else {
             chunk
         }
-    }
-
-    /// Applies the stage of `application` at `position` through the cache, a wave of the plan's
-    /// size at a time, and records the application's round trips, time and bytes.
-    pub(super) fn apply(
-        &mut self,
-        ctx: &GpuContext,
-        op: &LaminoOperator,
-        device: &StageDevice,
-        (application, position): (&Application, usize),
-        options: &MemoOptions,
-        tol: Option<f64>,
-    ) -> Result<(), MemoError> {
-        let start = Instant::now();
-        let wave = self.plan.expect("active stages have a plan").wave;
-        let chunks: Vec<usize> = (0..op.chunk_count(self.stage)).collect();
-        let w = WaveContext {
-            ctx,
-            op,
-            device,
-            application,
-            position,
-            options,
-        };
-        let mut trips = 0;
-        for part in chunks.chunks(wave) {
-            trips += self.run_wave(&w, part, tol)?;
-        }
-        self.stats.record_application(trips);
-        self.stats.wall_ms += start.elapsed().as_secs_f64() * 1e3;
-        let (device_bytes, host_bytes) = self.store.bytes();
-        self.stats.record_bytes(device_bytes, host_bytes);
-        Ok(())
     }
 
     /// Waits for `read` and counts it.

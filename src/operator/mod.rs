@@ -40,9 +40,9 @@ mod u2;
 pub use application::Application;
 pub use geometry::{Geometry, GeometryError, GriddingAxis, DEFAULT_EPS, MIN_EPS};
 pub use stages::{Apply, Space, Stage};
-pub(crate) use staging::View;
 pub use staging::{Sink, Source};
 pub(crate) use steps::Block;
+pub(crate) use steps::View;
 
 use thiserror::Error;
 

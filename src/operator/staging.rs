@@ -4,7 +4,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::steps::Step;
+use super::steps::{Step, View};
 use super::OperatorError;
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging};
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};
@@ -37,13 +37,6 @@ pub(crate) fn window<'a>(
         },
         ((first - aligned) / elem_bytes) as u32,
     )
-}
-
-/// A strided 3D view of an array: element (i0, i1, i2) at offset + i0 s0 + i1 s1 + i2 s2.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct View {
-    pub offset: u64,
-    pub strides: [u64; 3],
 }
 
 #[repr(C)]

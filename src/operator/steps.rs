@@ -3,10 +3,16 @@
 //! (input block, computation, output block).
 
 use super::stages::{Kind, Stage};
-use super::View;
 use crate::array::{BlockView, Field, Role};
 use crate::fft::FftPlan1d;
 use crate::gpu::{Bound, GpuBuffer, Recorder};
+
+/// A strided 3D view of an array: element (i0, i1, i2) at offset + i0 s0 + i1 s1 + i2 s2.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View {
+    pub offset: u64,
+    pub strides: [u64; 3],
+}
 
 /// One of the operator's FFT plans: only [`FftPlans::add`] hands these out, so a step cannot
 /// name a plan by a count or size that happens to be a valid index.

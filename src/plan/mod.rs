@@ -474,7 +474,7 @@ fn fixed_device_bytes(
     // one binding; a workgroup's slack per plane) and two per plane.
     let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
     let window = widest.min(ctx.max_binding_bytes() / 4);
-    let per_workgroup = window / crate::solver::VECTOR_WORKGROUP as u64;
+    let per_workgroup = window / crate::shaders::SOLVER_VECTOR_WORKGROUP as u64;
     let planes = g.n0.max(g.ntheta()) as u64;
     let reductions = 16 * (per_workgroup + 1 + 3 * planes) * 4;
     let scalars = 1024;

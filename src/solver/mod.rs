@@ -28,8 +28,6 @@ mod slots;
 mod team;
 mod vector;
 
-pub(crate) use vector::WORKGROUP as VECTOR_WORKGROUP;
-
 pub use admm::AdmmSolver;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::SolverError;

@@ -15,9 +15,7 @@ use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 use site::Site;
 
-/// Invocations per workgroup of the vector kernels; a reduction writes one partial sum per
-/// workgroup.
-pub(crate) const WORKGROUP: u32 = 256;
+const WORKGROUP: u32 = shaders::SOLVER_VECTOR_WORKGROUP;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
