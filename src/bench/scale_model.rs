@@ -1,5 +1,5 @@
 //! `lamino bench scale --model`: the cost of an outer iteration measured on this device, then
-//! the cluster cost model (`plan::cluster`) of every size on each number of GPUs.
+//! the cluster cost model (`plan::cluster_model`) of every size on each number of GPUs.
 
 use serde::Serialize;
 
