@@ -8,15 +8,16 @@
 mod binning;
 mod center_vo;
 mod search;
+mod slab;
 mod stripe;
 
 pub use binning::{bin_frames, bin_geometry, bin_projections};
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
 pub use search::{
-    candidate_range, check_grid, choose_slab, find_rotation_axis, grid, score_candidates,
-    slab_reference, AxisSearch, Candidate, Scored, SearchResult, Slab, AUTO_AXIS_FINE_STEP,
-    AUTO_AXIS_RANGE_FRACTION, DEFAULT_SLAB_SLICES, MAX_CANDIDATES,
+    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch, Scored,
+    SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
 };
+pub use slab::{choose_slab, slab_reference, Candidate, Slab, DEFAULT_SLAB_SLICES};
 pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGMA};
 
 use serde::Serialize;
