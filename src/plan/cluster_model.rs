@@ -33,7 +33,8 @@
 
 use serde::Serialize;
 
-use super::{halo_passes, operator_applications, plan_on_paper, Array, Budgets, Mode, PlanError};
+use super::arrays::halo_passes;
+use super::{operator_applications, plan_on_paper, Array, Budgets, Mode, PlanError};
 use crate::gpu::GpuContext;
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;

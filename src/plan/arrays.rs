@@ -1,0 +1,174 @@
+//! The solver's arrays as the planner counts them ([`Array`]): their layouts, how often one outer
+//! iteration of the solver reads and writes each (from its order of operations), and the halo
+//! traffic of streamed arrays, which decide what stays on the device.
+
+use serde::Serialize;
+
+use crate::array::PlaneLayout;
+use crate::gpu::GpuContext;
+use crate::operator::{Geometry, Space};
+use crate::params::{AdmmParams, InnerSolver};
+
+/// The solver's arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Array {
+    U,
+    UPrev,
+    Psi,
+    Lambda,
+    GradU,
+    GradUPrev,
+    R,
+    P,
+    GradP,
+    RPrev,
+    DHat,
+    Au,
+    Ap,
+    Spectrum,
+}
+
+impl Array {
+    /// Every array, most accesses per byte first: the order in which they are made resident.
+    /// (D and A u are read together as the residual `D - A u`, so they share residency.)
+    pub const BY_TRAFFIC: [Array; 14] = [
+        Array::R,
+        Array::P,
+        Array::Spectrum,
+        Array::GradP,
+        Array::Ap,
+        Array::GradU,
+        Array::U,
+        Array::Au,
+        Array::DHat,
+        Array::Psi,
+        Array::Lambda,
+        Array::RPrev,
+        Array::GradUPrev,
+        Array::UPrev,
+    ];
+
+    /// The array's layout in `g`.
+    pub fn layout(self, g: &Geometry) -> PlaneLayout {
+        match self {
+            Self::U | Self::UPrev | Self::R | Self::P | Self::RPrev => Space::Volume.layout(g, 1),
+            Self::Psi | Self::Lambda | Self::GradU | Self::GradUPrev | Self::GradP => {
+                Space::Volume.layout(g, 3)
+            }
+            Self::DHat | Self::Au | Self::Ap => Space::Data.layout(g, 2),
+            Self::Spectrum => Space::Spectrum.layout(g, 2),
+        }
+    }
+
+    /// Whole-array reads and writes in one outer iteration of `params` (a read-modify-write
+    /// counts two), from the order of operations in `solver::admm`.
+    pub fn accesses(self, params: &AdmmParams) -> u64 {
+        let k = params.inner_iterations as u64;
+        // The spectrum is written and read once by every application of A or A*.
+        let (forward, adjoint) = operator_applications(params);
+        let spectrum = 2 * (forward + adjoint);
+        match params.inner {
+            InnerSolver::ConjugateGradient => match self {
+                Self::Spectrum => spectrum,
+                Self::R => 4 + 6 * k,
+                Self::P => 5 * k,
+                Self::GradP => 4 * k,
+                Self::Ap => 4 * k,
+                Self::U => 3 + 2 * k,
+                Self::GradU => 8 + 2 * k,
+                Self::Au => 2 + 2 * k,
+                Self::Psi => 7,
+                Self::Lambda => 6,
+                Self::DHat | Self::GradUPrev | Self::UPrev => 2,
+                Self::RPrev => 0,
+            },
+            // Per inner step: A u and the residual again, the direction, and fixed-step moves.
+            InnerSolver::DaiYuan { .. } => match self {
+                Self::Spectrum => spectrum,
+                Self::R => 7 * k - 1,
+                Self::P => 6 * k - 2,
+                Self::GradP => 2 * k,
+                Self::U => 3 + 3 * k,
+                Self::GradU => 7 + 3 * k,
+                Self::Au => 1 + 2 * k,
+                Self::DHat => 1 + k,
+                Self::RPrev => 2 * k - 1,
+                Self::Psi => 6 + k,
+                Self::Lambda => 5 + k,
+                Self::Ap => 0,
+                Self::GradUPrev | Self::UPrev => 2,
+            },
+        }
+    }
+}
+
+/// Applications of `A` (forward) and `A*` (adjoint) in one outer iteration of `params`, from
+/// `solver::admm`: CG applies A* to the residual once, then A to p and A* to A p per inner step;
+/// Dai-Yuan forms the residual (A u, then A*) per inner step and A u once more at the end.
+pub fn operator_applications(params: &AdmmParams) -> (u64, u64) {
+    let k = params.inner_iterations as u64;
+    match params.inner {
+        InnerSolver::ConjugateGradient => (k, 1 + k),
+        InnerSolver::DaiYuan { .. } => (k, k),
+    }
+}
+
+/// The vector passes that read their inputs with a one-plane halo (the gradient reads the plane
+/// after its window, the divergence the plane before), as (inputs, output, runs per outer
+/// iteration), from `solver::admm`: the divergence of (psi, lambda, grad u) in every residual,
+/// the gradient of p and, with CG, the divergence of grad p in every inner step.
+pub(super) fn halo_passes(params: &AdmmParams) -> Vec<(&'static [Array], Array, u64)> {
+    let k = params.inner_iterations as u64;
+    let state: &[Array] = &[Array::Psi, Array::Lambda, Array::GradU];
+    match params.inner {
+        InnerSolver::ConjugateGradient => vec![
+            (state, Array::R, 1),
+            (&[Array::P], Array::GradP, k),
+            (&[Array::GradP], Array::R, k),
+        ],
+        InnerSolver::DaiYuan { .. } => vec![(state, Array::R, k), (&[Array::P], Array::GradP, k)],
+    }
+}
+
+/// Bytes the halos of the vector passes add to the host arrays' traffic per outer iteration:
+/// a pass runs over windows of whole planes (as `solver::vector` sizes them: every binding, and
+/// every host array's block with room for the halo in a staging buffer), and each window after
+/// the first uploads one plane of each host input beyond the planes it computes.
+pub(super) fn halo_bytes(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    staging_words: usize,
+    on_host: impl Fn(Array) -> bool,
+) -> u64 {
+    let binding_words =
+        (ctx.max_binding_bytes() / 4).saturating_sub((ctx.binding_alignment() / 4).max(1));
+    halo_passes(params)
+        .into_iter()
+        .map(|(inputs, output, runs)| {
+            let layout = |a: Array| a.layout(g);
+            let planes = layout(output).planes;
+            let mut per_window = planes;
+            // A binding holds an input's window with its halo, the output's without; a staging
+            // buffer keeps room for the halo whichever host array it carries.
+            let mut fit = |a: Array, binding_halo: usize| {
+                let words = layout(a).plane_words.max(1);
+                let bindable = (binding_words / words as u64) as usize;
+                per_window = per_window.min(bindable.saturating_sub(binding_halo));
+                if on_host(a) {
+                    per_window = per_window.min((staging_words / words).saturating_sub(1));
+                }
+            };
+            inputs.iter().for_each(|&a| fit(a, 1));
+            fit(output, 0);
+            let windows = planes.div_ceil(per_window.max(1)) as u64;
+            let host_plane_bytes: u64 = inputs
+                .iter()
+                .filter(|&&a| on_host(a))
+                .map(|&a| layout(a).plane_words as u64 * 4)
+                .sum();
+            runs * (windows - 1) * host_plane_bytes
+        })
+        .sum()
+}
