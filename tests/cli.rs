@@ -26,6 +26,11 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A JSON file a command wrote (a report, `try.json`), parsed.
+fn read_json(path: impl AsRef<std::path::Path>) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 /// The objects of a `--json` output, one per line.
 fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
     String::from_utf8(stdout.to_vec())
@@ -489,8 +494,7 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
             .count();
         assert!(inked >= 2000, "{f}: only {inked} drawn pixels");
     }
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report = read_json(out.join("report.json"));
     // The default stops on the convergence test, well before the safety net.
     let iterations = report["reconstruction"]["reports"]
         .as_array()
@@ -606,8 +610,7 @@ fn simulate_reconstruct_and_score_a_dxchange_scan() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     // The report records what normalisation clamped, whatever it was.
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report = read_json(out.join("report.json"));
     let clamps = &report["reconstruction"]["preprocessing"]["clamps"];
     let (clamped, pixels) = (clamps["clamped"].as_u64(), clamps["pixels"].as_u64());
     assert!(
@@ -1088,8 +1091,7 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("best: --rotation-axis 18.50"), "{stdout}");
     assert!(stdout.contains("confidence: the score halves"), "{stdout}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("try/try.json")).unwrap()).unwrap();
+    let report = read_json(p("try/try.json"));
     let width = report["peak_half_width"].as_f64().unwrap();
     assert!(width > 0.0 && width < 5.0, "{report}");
     for name in [
@@ -1121,8 +1123,7 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(p("tilt/tilt_29.00.png").exists() && p("tilt/tilt_31.00.png").exists());
     // Binned by 2: 16 x 16 previews, the axis still given in unbinned columns.
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("tilt/try.json")).unwrap()).unwrap();
+    let report = read_json(p("tilt/try.json"));
     assert_eq!(report["preprocessing"]["binning"], 2, "{report}");
     assert_eq!(
         report["search"]["preview_shape"],
@@ -1148,8 +1149,7 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
         "{}",
         stderr(&o)
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("auto/report.json")).unwrap()).unwrap();
+    let report = read_json(p("auto/report.json"));
     let pre = &report["reconstruction"]["preprocessing"];
     assert_eq!(pre["rotation_axis_source"], "searched", "{pre}");
     let found = pre["rotation_axis"].as_f64().unwrap();
@@ -1179,8 +1179,7 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("rec/report.json")).unwrap()).unwrap();
+    let report = read_json(p("rec/report.json"));
     let rec = &report["reconstruction"];
     assert_eq!(rec["geometry"]["n2"], 16, "{rec}");
     // Unbinned column 18.5 is binned column (18.5 - 0.5) / 2 = 9.
@@ -1296,8 +1295,7 @@ fn a_streaming_reconstruction_with_memo_writes_its_outputs_slab_by_slab() {
         true,
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let report = read_json(out.join("report.json"));
     let r = &report["reconstruction"];
     assert_eq!(r["plan"]["mode"], "streaming", "{}", r["plan"]);
     assert!(r["plan"]["scratch_bytes"].as_u64().unwrap() > 0);
@@ -1392,8 +1390,7 @@ fn reconstruct_on_two_devices_writes_the_one_device_volume_and_other_commands_re
             true,
         );
         assert!(o.status.success(), "{devices}: {}", stderr(&o));
-        let report: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        let report = read_json(out.join("report.json"));
         let device = report["reconstruction"]["device"]
             .as_str()
             .unwrap()
@@ -1462,8 +1459,7 @@ fn auto_on_a_ct_scan_reports_the_fourier_estimate_and_the_slab_search() {
             && stdout.contains("Fourier estimate (Vo et al.): --rotation-axis"),
         "{stdout}"
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("try/try.json")).unwrap()).unwrap();
+    let report = read_json(p("try/try.json"));
     let fourier = report["fourier_axis"].as_f64().unwrap();
     assert!((fourier - 17.3).abs() <= 0.5, "{report}");
     let o = lamino(
@@ -1486,8 +1482,7 @@ fn auto_on_a_ct_scan_reports_the_fourier_estimate_and_the_slab_search() {
         "{}",
         stderr(&o)
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p("auto/report.json")).unwrap()).unwrap();
+    let report = read_json(p("auto/report.json"));
     let pre = &report["reconstruction"]["preprocessing"];
     let search = &pre["axis_search"];
     assert_eq!(search["method"], "fourier", "{pre}");
