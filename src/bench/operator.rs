@@ -238,31 +238,24 @@ fn operator_fft_ms(
         &u1_data,
     )?;
     let u1_ms = time(&|rec| u1.record(rec), &u1_data, u1_len)? * g.n1.div_ceil(chunk_y) as f64;
-    let u2_shape = [chunk_rows, 2 * g.n1, 2 * g.n2];
-    let u2_len = u2_shape.iter().product();
-    let u2_data = ctx.storage_buffer("bench u2 grid", u2_len as u64 * 8)?;
-    let u2 = FftPlan::specialized(
-        ctx,
-        &u2_shape,
-        2,
-        Direction::Forward,
-        Normalization::None,
-        &u2_data,
-    )?;
-    let u2_ms = time(&|rec| u2.record(rec), &u2_data, u2_len)? * g.deth.div_ceil(chunk_rows) as f64;
-    let f_shape = [chunk_angles, g.deth, g.detw];
-    let f_len = f_shape.iter().product();
-    let f_data = ctx.storage_buffer("bench projections", f_len as u64 * 8)?;
-    let f = FftPlan::specialized(
-        ctx,
-        &f_shape,
-        2,
-        Direction::Forward,
-        Normalization::None,
-        &f_data,
-    )?;
-    let f_ms =
-        time(&|rec| f.record(rec), &f_data, f_len)? * g.ntheta().div_ceil(chunk_angles) as f64;
+    // The 2D FFTs of U2 and F: the last two axes of a batch of chunks.
+    let time_2d = |label: &str, shape: [usize; 3]| {
+        let len = shape.iter().product();
+        let data = ctx.storage_buffer(label, len as u64 * 8)?;
+        let plan = FftPlan::specialized(
+            ctx,
+            &shape,
+            2,
+            Direction::Forward,
+            Normalization::None,
+            &data,
+        )?;
+        time(&|rec| plan.record(rec), &data, len)
+    };
+    let u2_ms = time_2d("bench u2 grid", [chunk_rows, 2 * g.n1, 2 * g.n2])?
+        * g.deth.div_ceil(chunk_rows) as f64;
+    let f_ms = time_2d("bench projections", [chunk_angles, g.deth, g.detw])?
+        * g.ntheta().div_ceil(chunk_angles) as f64;
     Ok([u1_ms, u2_ms, f_ms])
 }
 
