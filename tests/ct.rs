@@ -12,9 +12,9 @@ use lamino::metrics::rel_l2;
 use lamino::operator::Geometry;
 use lamino::params::AdmmParams;
 use lamino::recon::input::{load_projections, read_volume, ProjectionInput};
-use lamino::recon::{Padding, Reconstructor};
+use lamino::recon::{Padding, ReconError, Reconstructor};
 use lamino::reference::fbp;
-use lamino::scan::Projections;
+use lamino::scan::{Projections, ScanError};
 use lamino::simulate::{project, rasterize, Ellipsoid, Phantom, Primitive};
 
 /// A plain-CT geometry: `rows x width` detector, the volume `rows x width x width`, `angles`
@@ -115,6 +115,13 @@ fn a_two_row_scan_of_odd_width_is_padded_and_cropped_back() {
     assert!(err <= 0.25, "lamino: rel. L2 {err}");
     assert!(err_fbp <= 0.20, "FBP: rel. L2 {err_fbp}");
     assert!(r >= 0.97, "correlation {r}");
+    // The plan of a detector of 0 columns is refused as its projections are, not padded to 6.
+    let empty = Geometry { detw: 0, ..g };
+    let err = Reconstructor::new(ctx()).plan(&empty).unwrap_err();
+    assert!(
+        matches!(err, ReconError::Scan(ScanError::EmptyAxis { name: "detw" })),
+        "{err}"
+    );
 }
 
 /// The measured-like fixture of `assets/ct` (see its README): 2 rows, 31 columns, the axis at

@@ -34,7 +34,7 @@ use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
 use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
-use crate::scan::{Projections, ScanError};
+use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
     AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
@@ -283,6 +283,9 @@ impl<'a> Reconstructor<'a> {
     /// allocating anything on the device.
     pub fn plan(&self, geometry: &Geometry) -> Result<MemoryPlan, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
+        // What projections of it would be refused for is refused here too, before the padding
+        // makes a valid geometry of it (a detector of 0 columns is not padded to 6).
+        validate_scan_geometry(geometry)?;
         self.plan_for(&self.padding(geometry).apply(geometry))
     }
 
