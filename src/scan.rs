@@ -27,6 +27,10 @@ pub enum ScanError {
     /// The projections do not have the geometry's shape.
     #[error("{got} projection values for a geometry of {expected} (ntheta x deth x detw)")]
     Shape { expected: usize, got: usize },
+    /// A volume or detector size is zero (any other size is padded for the operator by the
+    /// reconstruction, see `recon::padding`).
+    #[error("{name} = 0: every volume and detector size must be at least 1")]
+    EmptyAxis { name: &'static str },
 }
 
 /// Line integrals `-ln(I / I0)` in units of the voxel size, `(ntheta, deth, detw)` row-major,
@@ -40,7 +44,8 @@ pub struct Projections {
 }
 
 impl Projections {
-    /// Validates the geometry, the shape and that every value is finite.
+    /// Validates the geometry ([`validate_scan_geometry`]), the shape and that every value is
+    /// finite.
     pub fn new(geometry: Geometry, values: Vec<f32>) -> Result<Self, ScanError> {
         let all = 0..geometry.ntheta();
         Self::part(geometry, all, values)
@@ -53,7 +58,7 @@ impl Projections {
         angles: Range<usize>,
         values: Vec<f32>,
     ) -> Result<Self, ScanError> {
-        geometry.validate()?;
+        validate_scan_geometry(&geometry)?;
         let frame = geometry.deth * geometry.detw;
         if values.len() != angles.len() * frame || angles.end > geometry.ntheta() {
             return Err(ScanError::Shape {
@@ -110,7 +115,8 @@ impl Projections {
 
     /// The data in the operator's normalisation, what [`AdmmSolver::new`] takes: since
     /// `L u ~ P u / sqrt(n2 ntheta)`, the line integrals divided by `sqrt(n2 ntheta)`. Every
-    /// angle must be held.
+    /// angle must be held, and the geometry must be one the operator takes (even sizes; the
+    /// reconstruction pads others, see `recon::padding`).
     pub fn operator_data(&self) -> Vec<f32> {
         assert_eq!(
             self.angles(),
@@ -118,21 +124,27 @@ impl Projections {
             "every angle is held"
         );
         let mut data = vec![0.0; self.geometry.data_len()];
-        self.operator_blocks(0).fill(0, &mut data);
+        self.operator_blocks(DetectorPadding::default(), &self.geometry)
+            .fill(0, &mut data);
         data
     }
 
-    /// The data in the operator's normalisation, padded laterally by `pad` columns on each side
-    /// (edge values) as the reference does to keep objects wider than the field of view from
-    /// wrapping around: formed a block at a time as the solver reads them, never as a copy.
-    pub(crate) fn operator_blocks(&self, pad: usize) -> OperatorBlocks<'_> {
-        let g = padded_geometry(&self.geometry, pad);
+    /// The data in the operator's normalisation for the geometry `padded`, the detector padded by
+    /// `pad` (edge values: a sample does not end in a cliff at the detector's edge, and objects
+    /// wider than the field of view do not wrap around): formed a block at a time as the solver
+    /// reads them, never as a copy.
+    pub(crate) fn operator_blocks(
+        &self,
+        pad: DetectorPadding,
+        padded: &Geometry,
+    ) -> OperatorBlocks<'_> {
         OperatorBlocks {
             values: &self.values,
-            first_row: self.first * self.geometry.deth,
+            first_angle: self.first,
+            deth: self.geometry.deth,
             detw: self.geometry.detw,
             pad,
-            scale: 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt(),
+            scale: 1.0 / ((padded.n2 * padded.ntheta()) as f64).sqrt(),
         }
     }
 
@@ -142,90 +154,165 @@ impl Projections {
             center: Some(center),
             ..self.geometry
         };
-        geometry.validate()?;
+        validate_scan_geometry(&geometry)?;
         Ok(Self { geometry, ..self })
     }
 }
 
-/// Projections in the operator's normalisation with lateral padding, read by the solver a block
-/// of rows at a time (see [`Projections::operator_blocks`]).
+/// How many rows and columns `[before, after]` a detector is padded by (edge values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DetectorPadding {
+    pub rows: [usize; 2],
+    pub columns: [usize; 2],
+}
+
+/// Projections in the operator's normalisation with padding, read by the solver a block of
+/// whole projections at a time (see [`Projections::operator_blocks`]).
 pub(crate) struct OperatorBlocks<'a> {
     values: &'a [f32],
-    /// The detector row of the whole data `values` starts at.
-    first_row: usize,
+    /// The angle `values` starts at.
+    first_angle: usize,
+    deth: usize,
     detw: usize,
-    pad: usize,
+    pad: DetectorPadding,
     scale: f64,
 }
 
 impl ProjectionBlocks for OperatorBlocks<'_> {
     fn fill(&self, start: usize, out: &mut [f32]) {
-        let (w, pad) = (self.detw, self.pad);
+        let (h, w) = (self.deth, self.detw);
+        let ([top, bottom], [left, right]) = (self.pad.rows, self.pad.columns);
+        let padded_w = left + w + right;
+        let padded_frame = (top + h + bottom) * padded_w;
         let scaled = |v: f32| (v as f64 * self.scale) as f32;
-        let first_row = start / (w + 2 * pad) - self.first_row;
-        for (row, padded) in self.values[first_row * w..]
-            .chunks(w)
-            .zip(out.chunks_mut(w + 2 * pad))
+        let first = start / padded_frame - self.first_angle;
+        for (frame, padded) in self.values[first * h * w..]
+            .chunks(h * w)
+            .zip(out.chunks_mut(padded_frame))
         {
-            let (left, rest) = padded.split_at_mut(pad);
-            let (middle, right) = rest.split_at_mut(w);
-            left.fill(scaled(row[0]));
-            for (o, &v) in middle.iter_mut().zip(row) {
-                *o = scaled(v);
+            for (r, out_row) in padded.chunks_mut(padded_w).enumerate() {
+                // Rows beyond the detector repeat its first or last row.
+                let source = r.saturating_sub(top).min(h - 1);
+                let row = &frame[source * w..(source + 1) * w];
+                let (before, rest) = out_row.split_at_mut(left);
+                let (middle, after) = rest.split_at_mut(w);
+                before.fill(scaled(row[0]));
+                for (o, &v) in middle.iter_mut().zip(row) {
+                    *o = scaled(v);
+                }
+                after.fill(scaled(row[w - 1]));
             }
-            right.fill(scaled(row[w - 1]));
         }
     }
 }
 
-/// The geometry of projections padded laterally by `pad` columns on each side. An explicit
-/// rotation axis moves with the padding; the default (detw/2) follows it.
-pub(crate) fn padded_geometry(g: &Geometry, pad: usize) -> Geometry {
+/// Checks a scan's geometry: every size at least 1 (the reconstruction pads sizes the operator
+/// does not take, see `recon::padding`), and every other requirement of the operator (angles,
+/// tilt, accuracy, the rotation axis, sizes that overflow) on the geometry with each size rounded
+/// up to even, the size its padding has at least.
+pub fn validate_scan_geometry(g: &Geometry) -> Result<(), ScanError> {
+    let sizes = [
+        ("n0", g.n0),
+        ("n1", g.n1),
+        ("n2", g.n2),
+        ("deth", g.deth),
+        ("detw", g.detw),
+    ];
+    if let Some(&(name, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+        return Err(ScanError::EmptyAxis { name });
+    }
+    let even = |n: usize| n + n % 2;
     Geometry {
-        detw: g.detw + 2 * pad,
-        n1: g.n1 + 2 * pad,
-        n2: g.n2 + 2 * pad,
-        center: g.center.map(|c| c + pad as f64),
+        n0: even(g.n0),
+        n1: even(g.n1),
+        n2: even(g.n2),
+        deth: even(g.deth),
+        detw: even(g.detw),
         ..g.clone()
     }
+    .validate()?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The padded, scaled data the solver reads block by block are the edge-padded projections
-    /// scaled by `1 / sqrt(n2 ntheta)` of the padded geometry, whatever the blocks.
+    /// The padded, scaled data the solver reads block by block are the projections with their
+    /// edge rows and columns repeated, scaled by `1 / sqrt(n2 ntheta)` of the padded geometry,
+    /// whatever the blocks and however uneven the padding.
     #[test]
     fn operator_blocks_pad_and_scale_any_block_of_projections() {
         let g = Geometry::cube(6, 5, std::f64::consts::FRAC_PI_2 + 0.5);
         let values: Vec<f32> = (0..g.data_len()).map(|i| (i as f32).sin() + 1.5).collect();
         let p = Projections::new(g.clone(), values.clone()).unwrap();
-        for pad in [0, 1, 3] {
-            let padded = padded_geometry(&g, pad);
+        for (rows, columns) in [
+            ([0, 0], [0, 0]),
+            ([0, 0], [1, 1]),
+            ([2, 1], [1, 0]),
+            ([0, 3], [3, 2]),
+        ] {
+            let pad = DetectorPadding { rows, columns };
+            let (h, w) = (g.deth + rows[0] + rows[1], g.detw + columns[0] + columns[1]);
+            let padded = Geometry {
+                deth: h,
+                detw: w,
+                n2: g.n2 + columns[0] + columns[1],
+                ..g.clone()
+            };
             let scale = 1.0 / ((padded.n2 * padded.ntheta()) as f64).sqrt();
-            let expected: Vec<f32> = values
-                .chunks(g.detw)
-                .flat_map(|row| {
-                    let edge = |v: f32| std::iter::repeat_n(v, pad);
-                    edge(row[0])
-                        .chain(row.iter().copied())
-                        .chain(edge(row[g.detw - 1]))
-                        .map(|v| (v as f64 * scale) as f32)
-                        .collect::<Vec<_>>()
-                })
-                .collect();
-            let plane = padded.deth * padded.detw;
+            let mut expected = Vec::new();
+            for frame in values.chunks(g.deth * g.detw) {
+                for r in 0..h {
+                    let row =
+                        (r as isize - rows[0] as isize).clamp(0, g.deth as isize - 1) as usize;
+                    for c in 0..w {
+                        let col = (c as isize - columns[0] as isize).clamp(0, g.detw as isize - 1)
+                            as usize;
+                        expected.push((frame[row * g.detw + col] as f64 * scale) as f32);
+                    }
+                }
+            }
+            let plane = h * w;
             for planes_per_block in [1, 2, 5] {
-                let mut got = vec![f32::NAN; padded.data_len()];
+                let mut got = vec![f32::NAN; plane * g.ntheta()];
                 for (k, out) in got.chunks_mut(planes_per_block * plane).enumerate() {
-                    p.operator_blocks(pad)
+                    p.operator_blocks(pad, &padded)
                         .fill(k * planes_per_block * plane, out);
                 }
-                assert!(got == expected, "pad {pad}, {planes_per_block} per block");
+                assert!(got == expected, "{pad:?}, {planes_per_block} per block");
             }
         }
         assert!(p.operator_data() == expected_unpadded(&p));
+    }
+
+    /// A scan of any size at least 1 is valid (odd and 1-pixel sizes are padded later); a zero
+    /// size and the operator's other requirements are refused with the axis named.
+    #[test]
+    fn scan_geometry_takes_any_size_but_zero() {
+        let g = Geometry {
+            n0: 1,
+            n1: 31,
+            n2: 31,
+            deth: 1,
+            detw: 31,
+            ..Geometry::cube(4, 3, std::f64::consts::FRAC_PI_2)
+        };
+        validate_scan_geometry(&g).unwrap();
+        let empty = Geometry {
+            detw: 0,
+            ..g.clone()
+        };
+        let err = validate_scan_geometry(&empty).unwrap_err();
+        assert!(
+            matches!(err, ScanError::EmptyAxis { name: "detw" }),
+            "{err}"
+        );
+        let tilt = Geometry { phi: 0.0, ..g };
+        assert!(matches!(
+            validate_scan_geometry(&tilt),
+            Err(ScanError::Geometry(GeometryError::PhiOutOfRange { .. }))
+        ));
     }
 
     fn expected_unpadded(p: &Projections) -> Vec<f32> {

@@ -579,13 +579,18 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             &args.preprocess.load_options(),
         )?;
         let devices = open_devices(cli, &options.ranks)?;
-        let plan = options
+        let builder = options
             .budgets
             .apply(reconstructor(&devices, &options.ranks))
             .params(params)
             .memo(options.memo)
-            .lateral_padding(if options.pad { g.detw / 4 } else { 0 })
-            .plan(&g)?;
+            .lateral_padding(if options.pad { g.detw / 4 } else { 0 });
+        if !options.quiet {
+            if let Some(padding) = builder.padding(&g).describe(&g) {
+                eprintln!("{padding}");
+            }
+        }
+        let plan = builder.plan(&g)?;
         if !options.quiet {
             eprintln!("{plan}");
         }
@@ -834,6 +839,11 @@ pub(super) fn run_reconstruction<'a>(
         });
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
+    }
+    if !o.quiet {
+        if let Some(padding) = builder.padding(g).describe(g) {
+            progress.suspend(|| eprintln!("{padding}"));
+        }
     }
     let plan = builder.plan(g)?;
     if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod input;
+pub mod padding;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,10 +34,11 @@ use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
 use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
-use crate::scan::{padded_geometry, Projections, ScanError};
+use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
     AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
+pub use padding::{kernel_size, Padding};
 
 /// Errors of the reconstruction pipeline.
 #[derive(Debug, Error)]
@@ -88,6 +90,10 @@ pub struct Reconstruction {
     #[serde(skip)]
     pub volume: Vec<f32>,
     pub geometry: Geometry,
+    /// How the scan was padded for the operator (the kernels' sizes and the lateral padding),
+    /// when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding: Option<Padding>,
     /// The detector column of the rotation axis the reconstruction used (pixels of the input).
     pub rotation_axis: f64,
     /// What was done to the projections before (binning, stripe removal, the axis search), when
@@ -242,6 +248,12 @@ impl<'a> Reconstructor<'a> {
         self
     }
 
+    /// How projections of `geometry` are padded for the operator: to the sizes its kernels take
+    /// (any size of at least 1 runs, see [`padding`]) and by the lateral padding.
+    pub fn padding(&self, geometry: &Geometry) -> Padding {
+        Padding::new(geometry, self.pad)
+    }
+
     /// Writes the full solver state to `path` every `every` iterations and when cancelled.
     pub fn checkpoint_every(mut self, path: PathBuf, every: usize) -> Self {
         self.checkpoint = Some((path, every.max(1)));
@@ -267,10 +279,14 @@ impl<'a> Reconstructor<'a> {
     }
 
     /// The memory plan [`run`](Self::run) would follow for projections of `geometry` (before
-    /// padding), made without allocating anything on the device.
+    /// padding: the plan is the padded geometry's, see [`padding`](Self::padding)), made without
+    /// allocating anything on the device.
     pub fn plan(&self, geometry: &Geometry) -> Result<MemoryPlan, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
-        self.plan_for(&padded_geometry(geometry, self.pad))
+        // What projections of it would be refused for is refused here too, before the padding
+        // makes a valid geometry of it (a detector of 0 columns is not padded to 6).
+        validate_scan_geometry(geometry)?;
+        self.plan_for(&self.padding(geometry).apply(geometry))
     }
 
     /// The plan for the (padded) geometry the solver runs on. An active memo layer's caches
@@ -345,7 +361,8 @@ impl<'a> Reconstructor<'a> {
     pub fn solve(mut self, projections: &Projections) -> Result<Solved<'a>, ReconError> {
         self.params.validate().map_err(SolverError::from)?;
         let start = Instant::now();
-        let g = padded_geometry(projections.geometry(), self.pad);
+        let padding = self.padding(projections.geometry());
+        let g = padding.apply(projections.geometry());
         // The plan counts every buffer the run holds, so nothing an earlier run left pooled on
         // the context may stay: it is released before the plan is made (the plan's estimates of
         // the readback pool and the FFT workspace are its own).
@@ -357,7 +374,7 @@ impl<'a> Reconstructor<'a> {
             ctx.set_device_budget(plan.budgets.device_bytes);
             ctx.reset_peak_device_bytes();
         }
-        let data = projections.operator_blocks(self.pad);
+        let data = projections.operator_blocks(padding.detector, &g);
         let mut team = self.team(&g, &data, &plan)?;
         team.set_memo(self.devices, self.memo)?;
         let mut resumed_from = None;
@@ -413,6 +430,7 @@ impl<'a> Reconstructor<'a> {
         let report = Reconstruction {
             volume: Vec::new(),
             geometry: projections.geometry().clone(),
+            padding: (padding != Padding::default()).then_some(padding),
             rotation_axis: projections.geometry().rotation_axis(),
             preprocessing: None,
             params: self.params,
@@ -462,7 +480,7 @@ impl<'a> Reconstructor<'a> {
             ctx: self.ctx,
             team,
             padded: g,
-            pad: self.pad,
+            padding,
             slab_planes,
             report,
         })
@@ -500,7 +518,7 @@ pub struct Solved<'a> {
     team: AdmmTeam,
     /// The geometry the solver ran on (padded).
     padded: Geometry,
-    pad: usize,
+    padding: Padding,
     slab_planes: usize,
     /// The run's report: a [`Reconstruction`] whose `volume` is empty (the volume is read
     /// through this `Solved`).
@@ -555,20 +573,24 @@ impl VolumeSlabs for Solved<'_> {
 
     fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
         let g = &self.padded;
+        let shape = self.shape();
+        // The slices of the unpadded volume, [z0, z0 + n0) of the padded one.
+        let z0 = self.padding.volume[0][0];
         let mut cropped = Vec::new();
-        for z0 in (0..g.n0).step_by(self.slab_planes) {
-            let z1 = (z0 + self.slab_planes).min(g.n0);
+        for start in (z0..z0 + shape[0]).step_by(self.slab_planes) {
+            let end = (start + self.slab_planes).min(z0 + shape[0]);
             let slab = self
                 .team
                 .solver()
-                .volume_planes(self.ctx, z0..z1)
-                .map_err(|e| format!("reading slices {z0}..{z1} of the volume: {e}"))?;
-            if self.pad == 0 {
-                visit(z0, &slab)?;
+                .volume_planes(self.ctx, start..end)
+                .map_err(|e| format!("reading slices {start}..{end} of the volume: {e}"))?;
+            if [g.n1, g.n2] == [shape[1], shape[2]] {
+                visit(start - z0, &slab)?;
             } else {
                 cropped.clear();
-                crop_into(&slab, z1 - z0, g, self.pad, &mut cropped);
-                visit(z0, &cropped)?;
+                self.padding
+                    .crop_into(&slab, end - start, g, shape, &mut cropped);
+                visit(start - z0, &cropped)?;
             }
         }
         Ok(())
@@ -583,18 +605,6 @@ impl VolumeSlabs for Reconstruction {
 
     fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
         visit(0, &self.volume)
-    }
-}
-
-/// Appends `planes` z slices of a volume padded by `pad` voxels on each lateral side (y and x),
-/// with the padding removed, to `out`.
-fn crop_into(padded: &[f32], planes: usize, g: &Geometry, pad: usize, out: &mut Vec<f32>) {
-    let n2 = g.n2 - 2 * pad;
-    for z in 0..planes {
-        for y in pad..g.n1 - pad {
-            let row = (z * g.n1 + y) * g.n2;
-            out.extend_from_slice(&padded[row + pad..row + pad + n2]);
-        }
     }
 }
 

@@ -145,3 +145,18 @@ pub fn huge_tiff() -> Vec<u8> {
     b.resize(100, 0);
     b
 }
+
+/// Pearson's correlation of two equally long arrays, accumulated in f64.
+pub fn correlation(x: &[f32], y: &[f32]) -> f64 {
+    let n = x.len() as f64;
+    let mean = |v: &[f32]| v.iter().map(|&a| a as f64).sum::<f64>() / n;
+    let (mx, my) = (mean(x), mean(y));
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        let (a, b) = (*a as f64 - mx, *b as f64 - my);
+        sxy += a * b;
+        sxx += a * a;
+        syy += b * b;
+    }
+    sxy / (sxx * syy).sqrt()
+}
