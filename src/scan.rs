@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use thiserror::Error;
 
+use crate::io::{normalize, ClampCount, NormalizeError, Stack, MAX_CLAMPED_FRACTION};
 use crate::operator::{Geometry, GeometryError};
 use crate::solver::ProjectionBlocks;
 
@@ -27,6 +28,25 @@ pub enum ScanError {
     /// The projections do not have the geometry's shape.
     #[error("{got} projection values for a geometry of {expected} (ntheta x deth x detw)")]
     Shape { expected: usize, got: usize },
+    /// Intensities whose shape is not the geometry's `(ntheta, deth, detw)`.
+    #[error("intensities of shape {got:?} for a geometry of {expected:?} (ntheta, deth, detw)")]
+    IntensityShape {
+        expected: [usize; 3],
+        got: [usize; 3],
+    },
+    /// Flat/dark normalisation of intensities failed (shapes, non-finite values).
+    #[error(transparent)]
+    Normalize(#[from] NormalizeError),
+    /// Too many pixels had no transmission left to take the logarithm of.
+    #[error(
+        "flat/dark normalisation clamped {} of {} pixels ({:.3} %), more than {:.3} %: are the \
+         flats, darks and projections in the right order and intensities?",
+        counts.clamped,
+        counts.pixels,
+        100.0 * counts.fraction(),
+        100.0 * limit
+    )]
+    Clamped { counts: ClampCount, limit: f64 },
 }
 
 /// Line integrals `-ln(I / I0)` in units of the voxel size, `(ntheta, deth, detw)` row-major,
@@ -44,6 +64,40 @@ impl Projections {
     pub fn new(geometry: Geometry, values: Vec<f32>) -> Result<Self, ScanError> {
         let all = 0..geometry.ntheta();
         Self::part(geometry, all, values)
+    }
+
+    /// Line integrals from intensities, as tomopy's `normalize` and `minus_log` make them:
+    /// `P = -ln((I - D) / (F - D))` with `F` and `D` the mean of the `flats` and of the `darks`
+    /// (any number of frames each; one frame of zeros where no darks were taken). `data` is
+    /// `(ntheta, deth, detw)` of `geometry`, every frame `(deth, detw)`. This is the code the
+    /// DXchange route of [`crate::recon::input`] runs. Ratios below [`crate::io::RATIO_FLOOR`]
+    /// are raised to it and counted (returned); more than [`MAX_CLAMPED_FRACTION`] of the
+    /// pixels clamped is refused.
+    pub fn from_intensities(
+        geometry: Geometry,
+        data: &Stack,
+        flats: &Stack,
+        darks: &Stack,
+    ) -> Result<(Self, ClampCount), ScanError> {
+        let expected = [geometry.ntheta(), geometry.deth, geometry.detw];
+        if data.shape != expected {
+            return Err(ScanError::IntensityShape {
+                expected,
+                got: data.shape,
+            });
+        }
+        let normalized = normalize(data, flats, darks)?;
+        let counts = ClampCount {
+            clamped: normalized.clamped as u64,
+            pixels: normalized.projections.values.len() as u64,
+        };
+        if counts.exceeds(MAX_CLAMPED_FRACTION) {
+            return Err(ScanError::Clamped {
+                counts,
+                limit: MAX_CLAMPED_FRACTION,
+            });
+        }
+        Ok((Self::new(geometry, normalized.projections.values)?, counts))
     }
 
     /// The projections of `angles` only (an MPI rank's share: it reads and solves with no

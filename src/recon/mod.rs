@@ -17,11 +17,12 @@
 //! ```
 
 pub mod input;
+pub mod schedule;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use thiserror::Error;
@@ -34,6 +35,9 @@ use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
 use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::scan::{padded_geometry, Projections, ScanError};
+pub use schedule::CheckpointInterval;
+use schedule::CheckpointSchedule;
+
 use crate::solver::{
     AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
@@ -135,7 +139,7 @@ pub struct Reconstructor<'a> {
     params: AdmmParams,
     options: OperatorOptions,
     pad: usize,
-    checkpoint: Option<(PathBuf, usize)>,
+    checkpoint: Option<(PathBuf, CheckpointInterval)>,
     resume: Option<PathBuf>,
     cancel: Option<Arc<AtomicBool>>,
     progress: Option<ProgressFn<'a>>,
@@ -242,9 +246,10 @@ impl<'a> Reconstructor<'a> {
         self
     }
 
-    /// Writes the full solver state to `path` every `every` iterations and when cancelled.
-    pub fn checkpoint_every(mut self, path: PathBuf, every: usize) -> Self {
-        self.checkpoint = Some((path, every.max(1)));
+    /// Writes the full solver state to `path` at `every` (a number of iterations, a
+    /// [`Duration`], or any [`CheckpointInterval`]) and when cancelled.
+    pub fn checkpoint_every(mut self, path: PathBuf, every: impl Into<CheckpointInterval>) -> Self {
+        self.checkpoint = Some((path, every.into()));
         self
     }
 
@@ -370,6 +375,10 @@ impl<'a> Reconstructor<'a> {
         let first = team.solver().iterations_done();
         let mut reports = Vec::new();
         let total = self.params.outer_iterations;
+        let mut schedule = self
+            .checkpoint
+            .as_ref()
+            .map(|(path, every)| (path, CheckpointSchedule::new(*every)));
         let stop = loop {
             if let Some(reason) = team.solver().stop_reason() {
                 break reason;
@@ -385,20 +394,27 @@ impl<'a> Reconstructor<'a> {
                     .is_some_and(|c| c.load(Ordering::SeqCst)),
             );
             let finished = solver.stop_reason().is_some();
-            if let Some((path, every)) = &self.checkpoint {
-                if done % every == 0 || (cancelled && !finished) {
+            let elapsed = loop_start.elapsed();
+            let per = elapsed.as_secs_f64() / (done - first) as f64;
+            let eta_s = per * total.saturating_sub(done) as f64;
+            if let Some((path, schedule)) = schedule.as_mut() {
+                // Every rank decides the same: a time-based checkpoint is due when it is due on
+                // any rank's clock (the write is collective).
+                let expected =
+                    elapsed + Duration::try_from_secs_f64(eta_s).unwrap_or(Duration::MAX);
+                let due = team.any(schedule.due(done, elapsed, expected));
+                if due || (cancelled && !finished) {
                     team.write_checkpoint(self.devices, path)?;
+                    schedule.written(loop_start.elapsed());
                 }
             }
             if let Some(f) = self.progress.as_mut() {
-                let elapsed_s = loop_start.elapsed().as_secs_f64();
-                let per = elapsed_s / (done - first) as f64;
                 f(&Progress {
                     iteration: report.iteration,
                     total,
                     report,
-                    elapsed_s,
-                    eta_s: per * (total - done) as f64,
+                    elapsed_s: elapsed.as_secs_f64(),
+                    eta_s,
                 });
             }
             if cancelled && !finished {
