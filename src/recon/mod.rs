@@ -35,12 +35,11 @@ use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
 use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::scan::{padded_geometry, Projections, ScanError};
-pub use schedule::CheckpointInterval;
-use schedule::CheckpointSchedule;
-
 use crate::solver::{
     AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
+pub use schedule::CheckpointInterval;
+use schedule::CheckpointSchedule;
 
 /// Errors of the reconstruction pipeline.
 #[derive(Debug, Error)]
@@ -400,8 +399,8 @@ impl<'a> Reconstructor<'a> {
             if let Some((path, schedule)) = schedule.as_mut() {
                 // Every rank decides the same: a time-based checkpoint is due when it is due on
                 // any rank's clock (the write is collective).
-                let expected =
-                    elapsed + Duration::try_from_secs_f64(eta_s).unwrap_or(Duration::MAX);
+                let rest = Duration::try_from_secs_f64(eta_s).unwrap_or(Duration::MAX);
+                let expected = elapsed.saturating_add(rest);
                 let due = team.any(schedule.due(done, elapsed, expected));
                 if due || (cancelled && !finished) {
                     team.write_checkpoint(self.devices, path)?;
