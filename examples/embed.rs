@@ -1,7 +1,8 @@
-//! How a desktop application embeds lamino: pick a GPU by index (from a device menu), give the
-//! reconstruction memory budgets (what the application leaves it on the device and in RAM, and
-//! a scratch directory for the rest), run it on a worker thread, show progress, and cancel from
-//! the UI thread.
+//! How a desktop application embeds lamino through the crate's front (`lamino::{...}`): pick a
+//! GPU by index (from a device menu), turn the detector's intensities, flats and darks into
+//! projections, give the reconstruction memory budgets (what the application leaves it on the
+//! device and in RAM, and a scratch directory for the rest), run it on a worker thread, show
+//! progress, and cancel from the UI thread.
 //!
 //! ```sh
 //! cargo run --release --example embed                  # hardware GPU
@@ -12,12 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use lamino::gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext};
-use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
-use lamino::params::AdmmParams;
-use lamino::recon::Reconstructor;
-use lamino::scan::Projections;
-use num_complex::Complex32;
+use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+use lamino::{
+    list_adapters, write_volume, AdmmParams, DeviceOptions, DeviceSelection, Geometry, GpuContext,
+    Projections, Reconstructor,
+};
 
 enum Event {
     Progress {
@@ -45,23 +45,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = DeviceOptions::new(DeviceSelection::Best, false);
     let ctx = GpuContext::new(&options)?;
 
-    // Stand-in for projections the application loaded: a box seen at 32 angles with a 30 degree
-    // tilt (a real application reads them from its own files).
-    let n = 32;
-    let geometry = Geometry::cube(n, 32, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
-    let mut volume = vec![Complex32::new(0.0, 0.0); geometry.volume_len()];
-    for z in 14..18 {
-        for y in 8..24 {
-            for x in 8..24 {
-                volume[(z * n + y) * n + x] = Complex32::new(1.0, 0.0);
-            }
-        }
-    }
-    let op = LaminoOperator::new(&ctx, &geometry, &OperatorOptions::default())?;
-    let data = op.apply_host(&ctx, Apply::Forward, &[n, n, n], &volume)?;
-    let scale = ((n * geometry.ntheta()) as f32).sqrt();
-    let projections = Projections::new(geometry, data.iter().map(|c| c.re * scale).collect())?;
-    drop(op);
+    // Stand-in for what the application's detector recorded: the counts of a chip seen at 32
+    // angles with a 30 degree tilt (Poisson noise, 1e5 photons), with its white and dark
+    // frames. A real application fills the three stacks from its own files or camera.
+    let frames = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size: 32,
+        angles: 32,
+        tilt_deg: 30.0,
+        photons: Some(1e5),
+        seed: 1,
+        rotation_axis: None,
+    })?
+    .scan;
+    let [_, deth, detw] = frames.data.shape;
+    let tilt = std::f64::consts::FRAC_PI_2 + 30f64.to_radians();
+    let geometry = Geometry::for_detector(deth, detw, frames.theta.clone(), tilt);
+    // Flat/dark normalisation and -log, as tomopy's normalize + minus_log (and lamino's own
+    // file readers) do it; pixels without transmission are counted and a scan with too many
+    // is refused.
+    let (projections, clamped) =
+        Projections::from_intensities(geometry, &frames.data, &frames.flats, &frames.darks)?;
+    println!(
+        "projections {} x {deth} x {detw}; {} of {} pixels clamped",
+        projections.geometry().ntheta(),
+        clamped.clamped,
+        clamped.pixels
+    );
 
     let plan = with_budgets(Reconstructor::new(&ctx)).plan(projections.geometry())?;
     println!("{plan}");
@@ -90,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|e| e.to_string())
                 .and_then(|solved| {
                     let path = std::env::temp_dir().join("lamino-embed.tif");
-                    lamino::io::write_volume(&path, &solved).map_err(|e| e.to_string())?;
+                    write_volume(&path, &solved).map_err(|e| e.to_string())?;
                     println!("wrote {}", path.display());
                     Ok(solved.report.reports.len())
                 });

@@ -1,5 +1,38 @@
 //! lamino: X-ray laminography reconstruction on any GPU through wgpu.
 //!
+//! # The front
+//!
+//! What an application that embeds lamino needs is re-exported here; the modules below are
+//! the internals (public for the tests, benchmarks and the command line).
+//!
+//! - A device: [`GpuContext`] from [`DeviceOptions`] ([`DeviceSelection`], [`list_adapters`]).
+//! - A scan: [`Projections`] of a [`Geometry`], made from intensities with flats and darks
+//!   ([`Projections::from_intensities`], tomopy's `normalize` + `minus_log`, frames as
+//!   [`Stack`]s) or from line integrals ([`Projections::new`]).
+//! - A run: [`Reconstructor`] with [`AdmmParams`], budgets, [`Progress`] reports, a cancel
+//!   flag and checkpoints ([`CheckpointInterval`]); it gives a [`Reconstruction`] (the volume
+//!   in memory) or a [`Solved`] whose volume is read a slab at a time ([`VolumeSlabs`],
+//!   [`write_volume`]).
+//! - Errors: [`GpuError`], [`ScanError`], [`ReconError`], [`IoError`]; and [`Complex32`] (with
+//!   [`num_complex`]), the complex type of the operator's public signatures.
+//!
+//! ```no_run
+//! use lamino::{DeviceOptions, Geometry, GpuContext, Projections, Reconstructor, Stack};
+//!
+//! let ctx = GpuContext::new(&DeviceOptions::default())?;
+//! let geometry = Geometry::cube(32, 32, 1.92);
+//! let (ntheta, h, w) = (32, 32, 32);
+//! let data = Stack { shape: [ntheta, h, w], values: vec![900.0; ntheta * h * w] };
+//! let flats = Stack { shape: [1, h, w], values: vec![1000.0; h * w] };
+//! let darks = Stack { shape: [1, h, w], values: vec![0.0; h * w] };
+//! let (projections, _clamped) = Projections::from_intensities(geometry, &data, &flats, &darks)?;
+//! let result = Reconstructor::new(&ctx).run(&projections)?;
+//! assert_eq!(result.volume.len(), 32 * 32 * 32);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The modules
+//!
 //! A scan goes in through [`recon::input`] (or [`io`]) as [`scan::Projections`], is reconstructed by [`recon`] (ADMM-TV from
 //! [`solver`] over the operator of [`operator`]) and written with previews from [`plot`]; the CLI
 //! (`src/main.rs` over `src/cli/`, one module per command) is a thin layer over these.
@@ -57,4 +90,10 @@ pub mod shaders;
 pub mod simulate;
 pub mod solver;
 
-pub use gpu::GpuError;
+pub use gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext, GpuError};
+pub use io::{write_volume, IoError, Stack, VolumeSlabs};
+pub use num_complex::{self, Complex32};
+pub use operator::Geometry;
+pub use params::AdmmParams;
+pub use recon::{CheckpointInterval, Progress, ReconError, Reconstruction, Reconstructor, Solved};
+pub use scan::{Projections, ScanError};

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use thiserror::Error;
 
+use crate::io::{normalize, ClampCount, NormalizeError, Stack, MAX_CLAMPED_FRACTION};
 use crate::operator::{Geometry, GeometryError};
 use crate::solver::ProjectionBlocks;
 
@@ -31,6 +32,25 @@ pub enum ScanError {
     /// reconstruction, see `recon::padding`).
     #[error("{name} = 0: every volume and detector size must be at least 1")]
     EmptyAxis { name: &'static str },
+    /// Intensities whose shape is not the geometry's `(ntheta, deth, detw)`.
+    #[error("intensities of shape {got:?} for a geometry of {expected:?} (ntheta, deth, detw)")]
+    IntensityShape {
+        expected: [usize; 3],
+        got: [usize; 3],
+    },
+    /// Flat/dark normalisation of intensities failed (shapes, non-finite values).
+    #[error(transparent)]
+    Normalize(#[from] NormalizeError),
+    /// Too many pixels had no transmission left to take the logarithm of.
+    #[error(
+        "flat/dark normalisation clamped {} of {} pixels ({:.3} %), more than {:.3} %: are the \
+         flats, darks and projections in the right order and intensities?",
+        counts.clamped,
+        counts.pixels,
+        100.0 * counts.fraction(),
+        100.0 * limit
+    )]
+    Clamped { counts: ClampCount, limit: f64 },
 }
 
 /// Line integrals `-ln(I / I0)` in units of the voxel size, `(ntheta, deth, detw)` row-major,
@@ -49,6 +69,41 @@ impl Projections {
     pub fn new(geometry: Geometry, values: Vec<f32>) -> Result<Self, ScanError> {
         let all = 0..geometry.ntheta();
         Self::part(geometry, all, values)
+    }
+
+    /// Line integrals from intensities, as tomopy's `normalize` and `minus_log` make them:
+    /// `P = -ln((I - D) / (F - D))` with `F` and `D` the mean of the `flats` and of the `darks`
+    /// (any number of frames each; one frame of zeros where no darks were taken). `data` is
+    /// `(ntheta, deth, detw)` of `geometry`, every frame `(deth, detw)`. The normalisation is
+    /// the one every intensity file route of [`crate::recon::input`] runs
+    /// ([`crate::io::normalize`]). Ratios below [`crate::io::RATIO_FLOOR`]
+    /// are raised to it and counted (returned); more than [`MAX_CLAMPED_FRACTION`] of the
+    /// pixels clamped is refused.
+    pub fn from_intensities(
+        geometry: Geometry,
+        data: &Stack,
+        flats: &Stack,
+        darks: &Stack,
+    ) -> Result<(Self, ClampCount), ScanError> {
+        let expected = [geometry.ntheta(), geometry.deth, geometry.detw];
+        if data.shape != expected {
+            return Err(ScanError::IntensityShape {
+                expected,
+                got: data.shape,
+            });
+        }
+        let normalized = normalize(data, flats, darks)?;
+        let counts = ClampCount {
+            clamped: normalized.clamped as u64,
+            pixels: normalized.projections.values.len() as u64,
+        };
+        if counts.exceeds(MAX_CLAMPED_FRACTION) {
+            return Err(ScanError::Clamped {
+                counts,
+                limit: MAX_CLAMPED_FRACTION,
+            });
+        }
+        Ok((Self::new(geometry, normalized.projections.values)?, counts))
     }
 
     /// The projections of `angles` only (an MPI rank's share: it reads and solves with no
@@ -237,6 +292,52 @@ pub fn validate_scan_geometry(g: &Geometry) -> Result<(), ScanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In-memory intensities become `-ln((I - D) / (F - D))` of the mean flat and dark, clamped
+    /// pixels counted; a shape that is not the geometry's and a scan of mostly clamped pixels
+    /// are refused.
+    #[test]
+    fn intensities_with_flats_and_darks_become_line_integrals() {
+        let g = Geometry::cube(4, 3, std::f64::consts::FRAC_PI_2 + 0.5);
+        let n = g.data_len();
+        let frame = g.deth * g.detw;
+        let data = Stack {
+            shape: [g.ntheta(), g.deth, g.detw],
+            values: (0..n).map(|i| 20.0 + 10.0 * (i % 5) as f32).collect(),
+        };
+        // Flats 100 and 120 average to 110, darks 5 and 15 to 10: the open beam is 100.
+        let flats = Stack {
+            shape: [2, g.deth, g.detw],
+            values: [vec![100.0; frame], vec![120.0; frame]].concat(),
+        };
+        let darks = Stack {
+            shape: [2, g.deth, g.detw],
+            values: [vec![5.0; frame], vec![15.0; frame]].concat(),
+        };
+        let (p, counts) = Projections::from_intensities(g.clone(), &data, &flats, &darks).unwrap();
+        assert!(counts.clamped == 0 && counts.pixels == n as u64);
+        for (v, i) in p.values().iter().zip(&data.values) {
+            let expected = -((*i as f64 - 10.0) / 100.0).ln();
+            assert!((*v as f64 - expected).abs() <= 1e-6, "{v} {expected}");
+        }
+
+        let transposed = Stack {
+            shape: [g.deth, g.ntheta(), g.detw],
+            values: data.values.clone(),
+        };
+        let e = Projections::from_intensities(g.clone(), &transposed, &flats, &darks).unwrap_err();
+        assert!(matches!(e, ScanError::IntensityShape { .. }), "{e}");
+
+        let dead = Stack {
+            shape: flats.shape,
+            values: vec![0.0; 2 * frame],
+        };
+        let e = Projections::from_intensities(g, &data, &dead, &darks).unwrap_err();
+        assert!(
+            matches!(e, ScanError::Clamped { counts, .. } if counts.clamped == n as u64),
+            "{e}"
+        );
+    }
 
     /// The padded, scaled data the solver reads block by block are the projections with their
     /// edge rows and columns repeated, scaled by `1 / sqrt(n2 ntheta)` of the padded geometry,

@@ -11,6 +11,7 @@ mod progress;
 mod reconstruct;
 mod score;
 mod selftest;
+mod signals;
 mod simulate;
 mod r#try;
 
@@ -168,7 +169,11 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::FAILURE
+            // A run a signal stopped exits as if the signal had ended it (130, 143, ...).
+            match e.downcast_ref::<signals::Interrupted>() {
+                Some(stopped) => ExitCode::from(stopped.exit_status()),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -1,10 +1,10 @@
 //! `lamino reconstruct`: read a scan, preprocess it (binning, stripe removal, the rotation axis),
-//! reconstruct with ADMM-TV (progress bar, Ctrl-C stops after the current iteration and leaves a
-//! checkpoint), write the outputs.
+//! reconstruct with ADMM-TV (progress bar or log lines; Ctrl-C, SIGTERM and SIGUSR1 stop after the
+//! current iteration and leave a checkpoint), write the outputs.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "mpi")]
 use std::sync::Arc;
 
 use clap::{Args, ValueEnum};
@@ -22,10 +22,11 @@ use lamino::recon::input::{
     extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
     LoadedProjections, ProjectionInput, Shading,
 };
-use lamino::recon::{Reconstructor, Solved};
+use lamino::recon::{CheckpointInterval, Reconstructor, Solved};
 use lamino::scan::Projections;
 
-use super::progress::bar;
+use super::progress::IterationProgress;
+use super::signals::{Interrupted, StopSignals};
 use super::{Cli, CliResult};
 
 /// Where the projections come from: the input routes shared by `reconstruct` and `try`.
@@ -290,10 +291,14 @@ pub struct ReconstructArgs {
     /// reference does for samples wider than the field of view; cropped afterwards.
     #[arg(long)]
     pad: bool,
-    /// Write the solver state to DIR/checkpoint.ckpt every K outer iterations (it is always
-    /// written when Ctrl-C stops a run).
-    #[arg(long)]
-    checkpoint_every: Option<usize>,
+    /// When to write the solver state to DIR/checkpoint.ckpt: every N outer iterations (`10`),
+    /// at the end of the first iteration a time after the last checkpoint (`90s`, `10m`, `1h`),
+    /// `never`, or `auto`: every 10 minutes once the run is expected (from the mean time per
+    /// iteration so far, at the most iterations it may take) to last more than 30 minutes. It
+    /// is always written when Ctrl-C, SIGTERM or SIGUSR1 stops a run (exit status 128 + the
+    /// signal's number).
+    #[arg(long, default_value_t = CheckpointInterval::Auto)]
+    checkpoint_every: CheckpointInterval,
     /// Continue from DIR/checkpoint.ckpt.
     #[arg(long)]
     resume: bool,
@@ -568,7 +573,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             scratch: args.scratch.clone(),
         },
         pad: args.pad,
-        checkpoint_every: args.checkpoint_every,
+        checkpoint_every: Some(args.checkpoint_every),
         resume: args.resume,
         quiet: args.quiet || !first,
         ranks,
@@ -616,7 +621,21 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     let Some(set) = set else {
         return result;
     };
-    let ((), written) = set.complete(result)?;
+    // A run a signal stopped keeps its exit status through the output set's message.
+    let stopped = result
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<Interrupted>())
+        .cloned();
+    let ((), written) = match set.complete(result) {
+        Ok(done) => done,
+        Err(e) => {
+            return Err(match stopped {
+                Some(stopped) => stopped.retold(e.to_string()).into(),
+                None => e.into(),
+            })
+        }
+    };
     if !options.quiet {
         written
             .iter()
@@ -754,13 +773,14 @@ pub(super) struct RunOptions {
     pub memo: MemoOptions,
     pub budgets: MemoryBudgets,
     pub pad: bool,
-    pub checkpoint_every: Option<usize>,
+    /// `None`: only when a signal stops the run.
+    pub checkpoint_every: Option<CheckpointInterval>,
     pub resume: bool,
     pub quiet: bool,
     pub ranks: MpiRanks,
 }
 
-/// Reconstructs with a progress bar and Ctrl-C handling (the checkpoint in `out`), and stages
+/// Reconstructs with progress and the stop signals handled (the checkpoint in `out`), and stages
 /// the outputs in `set` (absent on the ranks that write nothing). The volume is written a slab
 /// at a time from where the solver keeps it, so it never has to fit in host memory; the
 /// returned [`Solved`] still holds it.
@@ -815,27 +835,27 @@ pub(super) fn run_reconstruction<'a>(
     std::fs::create_dir_all(out)
         .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
     let checkpoint = out.join("checkpoint.ckpt");
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = cancel.clone();
-    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
-    let progress = bar(params.outer_iterations as u64, "iterations", o.quiet);
+    let signals = StopSignals::install()
+        .map_err(|e| format!("cannot install the handlers of SIGINT, SIGTERM and SIGUSR1: {e}"))?;
+    let progress = IterationProgress::new(
+        params.outer_iterations,
+        o.quiet,
+        params.convergence.is_some(),
+    );
     let mut builder = o
         .budgets
         .apply(reconstructor(devices, &o.ranks))
         .params(params)
         .memo(o.memo)
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
-        .checkpoint_every(checkpoint.clone(), o.checkpoint_every.unwrap_or(usize::MAX))
-        .cancel_flag(cancel)
+        .checkpoint_every(
+            checkpoint.clone(),
+            o.checkpoint_every.unwrap_or(CheckpointInterval::Never),
+        )
+        .cancel_flag(signals.flag())
         .on_progress({
             let progress = progress.clone();
-            move |p| {
-                progress.set_position(p.iteration as u64 + 1);
-                progress.set_message(format!(
-                    "|Lu-d|^2 {:.4e}, rho {}, change {:.1e}",
-                    p.report.data_term, p.report.rho, p.report.change
-                ));
-            }
+            move |p| progress.update(p)
         });
     if o.resume {
         builder = builder.resume_from(checkpoint.clone());
@@ -855,14 +875,12 @@ pub(super) fn run_reconstruction<'a>(
     };
     solved.report.preprocessing = preprocessing;
     let result = &solved.report;
-    progress.finish_and_clear();
+    progress.finish();
     if !result.completed {
-        eprintln!(
-            "stopped after iteration {}: the state is in {}; rerun with --resume to continue",
-            result.reports.last().map_or(0, |r| r.iteration + 1),
-            checkpoint.display()
-        );
-        return Err("interrupted".into());
+        let iteration = result.reports.last().map_or(0, |r| r.iteration + 1);
+        // The cancel flag is set by the stop signals only.
+        let (signal, number) = signals.received().unwrap_or(("a signal", 0));
+        return Err(Interrupted::new(signal, number, iteration, &checkpoint).into());
     }
     if !o.quiet {
         let iterations = result.reports.last().map_or(0, |r| r.iteration + 1);

@@ -33,6 +33,12 @@ impl ClampCount {
             self.clamped as f64 / self.pixels as f64
         }
     }
+
+    /// Whether more than `limit` of the pixels were clamped: such a scan is refused. A NaN
+    /// limit refuses rather than accepts.
+    pub fn exceeds(&self, limit: f64) -> bool {
+        limit.is_nan() || self.fraction() > limit
+    }
 }
 
 /// `-ln(ratio)` of a transmission ratio raised to [`RATIO_FLOOR`] first (counted in `clamped`),

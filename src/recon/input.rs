@@ -20,13 +20,13 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    normalize, read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, ClampCount,
-    DxchangeReader, FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader,
-    MAX_CLAMPED_FRACTION, RATIO_FLOOR,
+    read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, ClampCount, DxchangeReader,
+    FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader, MAX_CLAMPED_FRACTION,
+    RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
-use crate::scan::Projections;
+use crate::scan::{Projections, ScanError};
 
 /// Errors reading a scan; each names the file or the option at fault.
 #[derive(Debug, Error)]
@@ -41,7 +41,7 @@ pub enum InputError {
     #[error(transparent)]
     Flatfield(#[from] FlatfieldError),
     #[error(transparent)]
-    Projections(#[from] crate::scan::ScanError),
+    Projections(#[from] ScanError),
     #[error(transparent)]
     HostMemory(#[from] crate::memory::HostMemoryError),
     #[error(transparent)]
@@ -461,24 +461,29 @@ fn clamp_outcome(
         clamped: clamped as u64,
         pixels: pixels as u64,
     };
-    let limit = options.max_clamped_fraction;
-    // A NaN limit refuses rather than accepts.
-    if limit.is_nan() || counts.fraction() > limit {
+    if counts.exceeds(options.max_clamped_fraction) {
         return Err(InputError::Clamped {
             path: path.into(),
             counts,
             limit: options.max_clamped_fraction,
         });
     }
-    if clamped > 0 {
-        warnings.push(format!(
-            "{clamped} of {pixels} pixels ({:.3} %) had a transmission (I - D) / (F - D) below \
+    warnings.extend(clamp_warning(counts));
+    Ok(counts)
+}
+
+/// The warning of a scan some of whose pixels were clamped (none when none were).
+fn clamp_warning(counts: ClampCount) -> Option<String> {
+    (counts.clamped > 0).then(|| {
+        format!(
+            "{} of {} pixels ({:.3} %) had a transmission (I - D) / (F - D) below \
              {RATIO_FLOOR:e} (intensity at or below the dark, or a flat at or below the dark) and \
              were raised to it (dead pixels or wrong flats?)",
+            counts.clamped,
+            counts.pixels,
             100.0 * counts.fraction()
-        ));
-    }
-    Ok(counts)
+        )
+    })
 }
 
 /// Line integrals from a DXchange scan: flat/dark normalisation and -log. `tilt_deg` overrides
@@ -491,20 +496,22 @@ pub fn projections_from_scan(
 ) -> Result<LoadedProjections, InputError> {
     let phi = tilt_phi(path, tilt_deg, scan.phi)?;
     let [_, deth, detw] = scan.data.shape;
-    let normalized = normalize(&scan.data, &scan.flats, &scan.darks)?;
-    let mut warnings = Vec::new();
-    let clamps = clamp_outcome(
-        path,
-        normalized.clamped,
-        normalized.projections.values.len(),
-        &LoadOptions::default(),
-        &mut warnings,
-    )?;
     let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
+    let (projections, clamps) =
+        Projections::from_intensities(geometry, &scan.data, &scan.flats, &scan.darks).map_err(
+            |e| match e {
+                ScanError::Clamped { counts, limit } => InputError::Clamped {
+                    path: path.into(),
+                    counts,
+                    limit,
+                },
+                e => e.into(),
+            },
+        )?;
     Ok(LoadedProjections {
-        projections: Projections::new(geometry, normalized.projections.values)?,
+        projections,
         notes: Vec::new(),
-        warnings,
+        warnings: clamp_warning(clamps).into_iter().collect(),
         clamps: Some(clamps),
     })
 }

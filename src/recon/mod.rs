@@ -18,11 +18,12 @@
 
 pub mod input;
 pub mod padding;
+pub mod schedule;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use thiserror::Error;
@@ -39,6 +40,8 @@ use crate::solver::{
     AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
 pub use padding::{kernel_size, Padding};
+pub use schedule::CheckpointInterval;
+use schedule::CheckpointSchedule;
 
 /// Errors of the reconstruction pipeline.
 #[derive(Debug, Error)]
@@ -141,7 +144,7 @@ pub struct Reconstructor<'a> {
     params: AdmmParams,
     options: OperatorOptions,
     pad: usize,
-    checkpoint: Option<(PathBuf, usize)>,
+    checkpoint: Option<(PathBuf, CheckpointInterval)>,
     resume: Option<PathBuf>,
     cancel: Option<Arc<AtomicBool>>,
     progress: Option<ProgressFn<'a>>,
@@ -254,9 +257,10 @@ impl<'a> Reconstructor<'a> {
         Padding::new(geometry, self.pad)
     }
 
-    /// Writes the full solver state to `path` every `every` iterations and when cancelled.
-    pub fn checkpoint_every(mut self, path: PathBuf, every: usize) -> Self {
-        self.checkpoint = Some((path, every.max(1)));
+    /// Writes the full solver state to `path` at `every` (a number of iterations, a
+    /// [`Duration`], or any [`CheckpointInterval`]) and when cancelled.
+    pub fn checkpoint_every(mut self, path: PathBuf, every: impl Into<CheckpointInterval>) -> Self {
+        self.checkpoint = Some((path, every.into()));
         self
     }
 
@@ -387,6 +391,10 @@ impl<'a> Reconstructor<'a> {
         let first = team.solver().iterations_done();
         let mut reports = Vec::new();
         let total = self.params.outer_iterations;
+        let mut schedule = self
+            .checkpoint
+            .as_ref()
+            .map(|(path, every)| (path, CheckpointSchedule::new(*every)));
         let stop = loop {
             if let Some(reason) = team.solver().stop_reason() {
                 break reason;
@@ -402,20 +410,27 @@ impl<'a> Reconstructor<'a> {
                     .is_some_and(|c| c.load(Ordering::SeqCst)),
             );
             let finished = solver.stop_reason().is_some();
-            if let Some((path, every)) = &self.checkpoint {
-                if done % every == 0 || (cancelled && !finished) {
+            let elapsed = loop_start.elapsed();
+            let per = elapsed.as_secs_f64() / (done - first) as f64;
+            let eta_s = per * total.saturating_sub(done) as f64;
+            if let Some((path, schedule)) = schedule.as_mut() {
+                // Every rank decides the same: a time-based checkpoint is due when it is due on
+                // any rank's clock (the write is collective).
+                let rest = Duration::try_from_secs_f64(eta_s).unwrap_or(Duration::MAX);
+                let expected = elapsed.saturating_add(rest);
+                let due = team.any(schedule.due(done, elapsed, expected));
+                if due || (cancelled && !finished) {
                     team.write_checkpoint(self.devices, path)?;
+                    schedule.written(loop_start.elapsed());
                 }
             }
             if let Some(f) = self.progress.as_mut() {
-                let elapsed_s = loop_start.elapsed().as_secs_f64();
-                let per = elapsed_s / (done - first) as f64;
                 f(&Progress {
                     iteration: report.iteration,
                     total,
                     report,
-                    elapsed_s,
-                    eta_s: per * (total - done) as f64,
+                    elapsed_s: elapsed.as_secs_f64(),
+                    eta_s,
                 });
             }
             if cancelled && !finished {
