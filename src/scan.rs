@@ -7,7 +7,7 @@ use std::ops::Range;
 use thiserror::Error;
 
 use crate::io::{normalize, ClampCount, NormalizeError, Stack, MAX_CLAMPED_FRACTION};
-use crate::operator::{Geometry, GeometryError};
+use crate::operator::{Geometry, GeometryError, VolumeBox};
 use crate::solver::ProjectionBlocks;
 
 /// Projections that cannot be reconstructed; each names what is wrong.
@@ -210,6 +210,13 @@ impl Projections {
             ..self.geometry
         };
         validate_scan_geometry(&geometry)?;
+        Ok(Self { geometry, ..self })
+    }
+
+    /// The same line integrals, reconstructed into the box `b` of the detector's default volume
+    /// only (a thin slab, an x/y region of interest: [`Geometry::with_subvolume`]).
+    pub fn with_volume(self, b: &VolumeBox) -> Result<Self, ScanError> {
+        let geometry = self.geometry.with_subvolume(b)?;
         Ok(Self { geometry, ..self })
     }
 }

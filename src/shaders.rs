@@ -181,11 +181,12 @@ pub static STAGE_OUT: Shader = Shader {
     layout: &[R, RW, R, U],
 };
 
-/// Centring signs and scale of the per-projection 2D FFT.
+/// Centring signs, scale and per-projection shift (column and row phases) of the
+/// per-projection 2D FFT.
 pub static MODULATE: Shader = Shader {
     name: "util/modulate",
     parts: &[include_str!("../shaders/util/modulate.wgsl")],
-    layout: &[RW, R, U],
+    layout: &[RW, R, R, U],
 };
 
 /// Both gridding stages: three chunk-local arrays (read and written), four read-only tables, the

@@ -17,8 +17,10 @@ use crate::random::SplitMix64;
 pub struct OperatorBenchRecord {
     /// "L" or "L*".
     pub operator: &'static str,
-    /// Volume side n (n^3 voxels, n x n detector).
+    /// Detector side n (n x n pixels; the default volume is n^3 voxels).
     pub size: usize,
+    /// The volume timed `(n0, n1, n2)`: the default n^3, or a slab of it (`--slab`).
+    pub volume: [usize; 3],
     pub angles: usize,
     /// Median GPU time of the whole application, milliseconds.
     pub ms: f64,
@@ -103,16 +105,37 @@ impl OperatorArrays {
     }
 }
 
-/// Times L and L* for an `n`^3 volume, `angles` projections at a 20 degree tilt.
+/// Times L and L* for an `n`^3 volume, `angles` projections at a 20 degree tilt, and with
+/// `slab` the same for only those z planes of it (the records of both, the cube's first).
 pub fn bench_operator(
     ctx: &GpuContext,
     n: usize,
     angles: usize,
     repeats: usize,
+    slab: Option<std::ops::Range<usize>>,
 ) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
-    use crate::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+    use crate::operator::{Geometry, VolumeBox};
+    let cube = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let mut records = bench_geometry(ctx, &cube, repeats)?;
+    if let Some(z) = slab {
+        let g = cube.with_subvolume(&VolumeBox {
+            z,
+            ..VolumeBox::full(&cube)
+        })?;
+        records.extend(bench_geometry(ctx, &g, repeats)?);
+    }
+    Ok(records)
+}
+
+/// Times L and L* of the geometry `g` (a square detector).
+fn bench_geometry(
+    ctx: &GpuContext,
+    g: &crate::operator::Geometry,
+    repeats: usize,
+) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
+    use crate::operator::{Apply, LaminoOperator, OperatorOptions};
     use crate::reference::CpuOperator;
-    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let (g, n, angles) = (g.clone(), g.detw, g.ntheta());
     let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default())?;
     let volume = SplitMix64::new(1).complex_uniform(g.volume_len());
     let data = SplitMix64::new(2).complex_uniform(g.data_len());
@@ -172,6 +195,7 @@ pub fn bench_operator(
         records.push(OperatorBenchRecord {
             operator: name,
             size: n,
+            volume: [g.n0, g.n1, g.n2],
             angles,
             ms,
             ms_u1,
@@ -259,22 +283,27 @@ fn operator_fft_ms(
     Ok([u1_ms, u2_ms, f_ms])
 }
 
-/// Prints L and L* for an `size`^3 volume seen at `angles`: the median of `repeats`.
+/// Prints L and L* for an `size`^3 volume seen at `angles` (and for its z planes `slab`): the
+/// median of `repeats`.
 pub fn print(
     ctx: &GpuContext,
     json: bool,
     size: usize,
     angles: usize,
     repeats: usize,
+    slab: Option<std::ops::Range<usize>>,
 ) -> Result<(), BenchError> {
-    for r in bench_operator(ctx, size, angles, repeats.max(1))? {
+    for r in bench_operator(ctx, size, angles, repeats.max(1), slab)? {
         if json {
             print_json(&r)?;
         } else {
             println!(
-                "{:<2} n={} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
+                "{:<2} n={} volume {}x{}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
                 r.operator,
                 r.size,
+                r.volume[0],
+                r.volume[1],
+                r.volume[2],
                 r.angles,
                 r.ms,
                 r.ms_u1,

@@ -92,6 +92,10 @@ pub enum BenchWhat {
         /// Timed repeats (the median is reported).
         #[arg(long, default_value_t = 5)]
         repeats: usize,
+        /// Also time a volume of only z planes START:END of the cube (a thin slab, as
+        /// `reconstruct --slab`), printed after the cube's.
+        #[arg(long, value_parser = super::reconstruct::parse_span)]
+        slab: Option<std::ops::Range<usize>>,
     },
     /// The axis/tilt search (`lamino try`): one and several candidates on simulated chips of
     /// each size, the time per candidate and the interpolation rate, and what that gives for a
@@ -337,12 +341,14 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             size,
             angles,
             repeats,
+            slab,
         } => bench::operator::print(
             &cli.context()?,
             *json,
             *size,
             angles.unwrap_or(*size),
             *repeats,
+            slab.clone(),
         )?,
         BenchWhat::Admm {
             json,

@@ -2,6 +2,7 @@
 //! reconstruct with ADMM-TV (progress bar or log lines; Ctrl-C, SIGTERM and SIGUSR1 stop after the
 //! current iteration and leave a checkpoint), write the outputs.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 #[cfg(feature = "mpi")]
@@ -12,6 +13,7 @@ use clap::{Args, ValueEnum};
 use lamino::gpu::GpuContext;
 use lamino::io::{OutputSet, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
+use lamino::operator::{Geometry, VolumeBox};
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;
 use lamino::preprocess::{
@@ -264,6 +266,9 @@ pub struct ReconstructArgs {
     /// eighth of the detector width, coarse to fine, at the scan's tilt.
     #[arg(long)]
     rotation_axis: Option<AxisChoice>,
+    /// Boxed: the ranges would make this the one large variant of the command enum.
+    #[command(flatten)]
+    volume: Box<VolumeArgs>,
 
     /// Output directory.
     #[arg(long)]
@@ -324,6 +329,106 @@ pub struct ReconstructArgs {
     dry_run: bool,
     #[command(flatten)]
     memo: MemoArgs,
+}
+
+/// The reconstructed volume as a box of the default volume: the `deth` z planes the detector's
+/// rows see and `detw x detw` in x/y centred on the rotation axis, in unbinned voxels.
+#[derive(Args)]
+struct VolumeArgs {
+    /// Reconstruct only z planes START:END (half-open, unbinned voxels) of the default volume,
+    /// whose z planes are the detector's rows: for a flat sample, the thin slab holding it
+    /// (costs proportionally less). The length must be even and at least the gridding kernel's
+    /// minimum (6 at the default accuracy); the error names the nearest valid range.
+    #[arg(long, value_parser = parse_span, conflicts_with_all = ["lamino_start_row", "lamino_end_row"])]
+    slab: Option<Range<usize>>,
+    /// tomocupy's name for the slab's first z plane (with --lamino-end-row; the same as --slab).
+    #[arg(long, requires = "lamino_end_row")]
+    lamino_start_row: Option<usize>,
+    /// tomocupy's name for the slab's end z plane, exclusive (with --lamino-start-row).
+    #[arg(long, requires = "lamino_start_row")]
+    lamino_end_row: Option<usize>,
+    /// Reconstruct only x columns X0:X1 and y rows Y0:Y1 (half-open, unbinned voxels) of the
+    /// default volume's detw x detw plane, centred on the rotation axis: an x/y region of
+    /// interest. Lengths as for --slab.
+    #[arg(long, value_parser = parse_roi)]
+    roi: Option<[Range<usize>; 2]>,
+}
+
+/// `START:END` with START < END.
+pub(super) fn parse_span(s: &str) -> Result<Range<usize>, String> {
+    let bad = || format!("{s:?}: expected START:END (voxels, START < END)");
+    let (a, b) = s.split_once(':').ok_or_else(bad)?;
+    let (a, b) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a >= b {
+        return Err(bad());
+    }
+    Ok(a..b)
+}
+
+/// `X0:X1,Y0:Y1`.
+fn parse_roi(s: &str) -> Result<[Range<usize>; 2], String> {
+    let (x, y) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: expected X0:X1,Y0:Y1 (voxels)"))?;
+    Ok([parse_span(x)?, parse_span(y)?])
+}
+
+impl VolumeArgs {
+    /// The box the options ask for in the default volume of `g` (a detector binned by `b`), or
+    /// `None` for the whole default volume.
+    fn volume_box(&self, g: &Geometry, b: usize) -> Result<Option<VolumeBox>, String> {
+        let slab = match (&self.slab, self.lamino_start_row, self.lamino_end_row) {
+            (Some(r), ..) => Some(("--slab", r.clone())),
+            (None, Some(s), Some(e)) if s < e => {
+                Some(("--lamino-start-row/--lamino-end-row", s..e))
+            }
+            (None, Some(s), Some(e)) => {
+                return Err(format!(
+                    "--lamino-start-row {s} --lamino-end-row {e}: the start must be below the end"
+                ))
+            }
+            _ => None,
+        };
+        if slab.is_none() && self.roi.is_none() {
+            return Ok(None);
+        }
+        // Unbinned voxels to binned ones: both ends on the binned grid.
+        let binned = |name: &str, r: Range<usize>| {
+            if r.start.is_multiple_of(b) && r.end.is_multiple_of(b) {
+                return Ok(r.start / b..r.end / b);
+            }
+            let near = |v: usize| (v + b / 2) / b * b;
+            Err(format!(
+                "{name} {}:{} with --binning {b}: both ends must be multiples of {b} (nearest \
+                 {}:{})",
+                r.start,
+                r.end,
+                near(r.start),
+                near(r.end).max(near(r.start) + b)
+            ))
+        };
+        let full = VolumeBox::full(g);
+        let z = match slab {
+            Some((name, r)) => binned(name, r)?,
+            None => full.z,
+        };
+        let (x, y) = match &self.roi {
+            Some([x, y]) => (binned("--roi x", x.clone())?, binned("--roi y", y.clone())?),
+            None => (full.x, full.y),
+        };
+        let volume = VolumeBox { z, y, x };
+        g.with_subvolume(&volume).map_err(|e| {
+            let unit = match b {
+                1 => String::new(),
+                _ => format!(" (ranges in voxels binned by {b})"),
+            };
+            format!("--slab/--roi: {e}{unit}")
+        })?;
+        Ok(Some(volume))
+    }
 }
 
 /// How `reconstruct` estimates the open beam of projections without white fields.
@@ -583,6 +688,10 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             &args.input.projection_input()?,
             &args.preprocess.load_options(),
         )?;
+        let g = match args.volume.volume_box(&g, args.preprocess.binning)? {
+            Some(b) => g.with_subvolume(&b)?,
+            None => g,
+        };
         let devices = open_devices(cli, &options.ranks)?;
         let builder = options
             .budgets
@@ -733,6 +842,10 @@ fn reconstruct_into(
             projections.with_rotation_axis(binned_column(axis, b))?
         }
     };
+    let projections = match args.volume.volume_box(projections.geometry(), b)? {
+        Some(volume) => projections.with_volume(&volume)?,
+        None => projections,
+    };
     run_reconstruction(
         &devices,
         &projections,
@@ -795,6 +908,12 @@ pub(super) fn run_reconstruction<'a>(
 ) -> Result<Solved<'a>, Box<dyn std::error::Error>> {
     let g = projections.geometry();
     if !o.quiet {
+        if g.offset != [0.0; 3] {
+            eprintln!(
+                "volume: a box of the default {}x{}x{}, its centre offset (z, y, x) = {:?} voxels",
+                g.deth, g.detw, g.detw, g.offset
+            );
+        }
         eprintln!(
             "reconstructing {}x{}x{} from {} projections of {}x{} (tilt {:.2} deg, rotation axis \
              at column {:.2}) on {}",

@@ -4,7 +4,7 @@
 
 use super::sizing::{f_chunk, fft_workspace, u1_chunk, u2_chunk};
 use super::staging::WORKGROUP;
-use super::{Geometry, GriddingAxis, LaminoOperator, OperatorError, OperatorOptions, Space};
+use super::{Geometry, LaminoOperator, OperatorError, OperatorOptions, Space};
 use crate::array::{Field, Residency, Scalars};
 use crate::gpu::{GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
@@ -68,15 +68,12 @@ impl LaminoOperator {
         geometry.validate()?;
         let g = geometry;
         for (name, value) in [("n0", g.n0), ("n1", g.n1), ("n2", g.n2)] {
-            let m = GriddingAxis::new(value, g.eps).half_width;
-            // The grid of 2n cells must be wider than the 2m+1 taps, and the kernels hold at most
-            // 15 taps per axis.
-            if 2 * value <= 2 * m + 1 || m > 7 {
+            if let Some(min) = super::geometry::gridding_minimum(value, g.eps) {
                 return Err(OperatorError::TooSmall {
                     name,
                     value,
                     eps: g.eps,
-                    min: m + 1,
+                    min,
                 });
             }
         }

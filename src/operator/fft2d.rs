@@ -3,7 +3,7 @@
 
 use super::build::complex_buffer;
 use super::stages::Kind;
-use super::staging::modulate;
+use super::staging::{modulate, PhaseTables};
 use super::steps::{Block, Chunk, Step};
 use super::{LaminoOperator, OperatorError, View};
 use crate::fft::{Direction, FftPlan, Normalization};
@@ -25,30 +25,22 @@ impl LaminoOperator {
             -1.0
         };
         let scale = (sign / (g.deth as f64 * g.detw as f64)) as f32;
-        // The rotation axis: F_adj moves the centred projection to the axis with the phase R
-        // before its inverse FFT (L = R-shifted projector); F_fwd undoes it with conj(R) after its
-        // forward FFT. R is diagonal and unitary, so the pair stays exactly adjoint, and the
-        // solver (which applies F once to the data) needs nothing else.
-        let phase = g.axis_phase();
-        let conjugate: Vec<[f32; 2]> = phase.iter().map(|&[c, s]| [c, -s]).collect();
-        let ones = vec![[1.0f32, 0.0]; g.detw];
-        let [phase, conjugate, ones] = [
-            ("axis phase", &phase),
-            ("conjugate axis phase", &conjugate),
-            ("unit phase", &ones),
-        ]
-        .map(|(label, values)| ctx.upload(label, values));
-        let (phase, conjugate, ones) = (phase?, conjugate?, ones?);
+        // The rotation axis and the volume's offset: F_adj moves the centred projection to where
+        // they put it with the per-angle phase R before its inverse FFT (L = R-shifted
+        // projector); F_fwd undoes it with conj(R) after its forward FFT. R is diagonal and
+        // unitary, so the pair stays exactly adjoint, and the solver (which applies F once to the
+        // data) needs nothing else: the offset costs nothing inside its loop, which a phase in U2
+        // (per gridding point, every iteration) would.
+        let phases = g.detector_phases();
+        let (columns, rows) = (
+            ctx.upload("projection column phases", &phases.columns)?,
+            ctx.upload("projection row phases", &phases.rows)?,
+        );
+        let ones = ctx.upload("unit phase", &vec![[1.0f32, 0.0]; g.deth.max(g.detw)])?;
         let mut keep = Vec::new();
         let shape = [ca, deth, detw];
-        let mut programs = Vec::new();
-        for (direction, pre_phase, post_phase) in [
-            (Direction::Inverse, &phase, &ones),
-            (Direction::Forward, &ones, &conjugate),
-        ] {
-            let chunk = [ca * deth * detw, deth, detw];
-            let pre = modulate(ctx, &local, chunk, 1.0, pre_phase, &mut keep)?;
-            let post = modulate(ctx, &local, chunk, scale, post_phase, &mut keep)?;
+        let mut ffts = Vec::new();
+        for direction in [Direction::Inverse, Direction::Forward] {
             let plan = FftPlan::specialized(
                 ctx,
                 &shape.map(|s| s as usize),
@@ -57,16 +49,13 @@ impl LaminoOperator {
                 Normalization::None,
                 &local,
             )?;
-            let ffts = self.ffts.add(plan.into_axis_plans());
-            let mut compute = vec![Step::Dispatch(pre.0.clone(), pre.1)];
-            compute.extend(ffts.into_iter().map(Step::Fft));
-            compute.push(Step::Dispatch(post.0.clone(), post.1));
-            programs.push(compute);
+            ffts.push(self.ffts.add(plan.into_axis_plans()));
         }
         let view = |t0: u64| View {
             offset: t0 * deth * detw,
             strides: [deth * detw, detw, 1],
         };
+        let chunk = [ca * deth * detw, deth, detw];
         for t0 in (0..nt).step_by(ca as usize) {
             let c = (nt - t0).min(ca);
             let block = Block {
@@ -75,12 +64,34 @@ impl LaminoOperator {
                 extents: [c, deth, detw],
                 channel_axis: 0,
             };
-            for (kind, compute) in [(Kind::FAdj, &programs[0]), (Kind::FFwd, &programs[1])] {
+            let shift = |conjugate| PhaseTables {
+                columns: &columns,
+                rows: &rows,
+                angles: phases.angles,
+                angle0: t0 as usize,
+                conjugate,
+            };
+            let none = || PhaseTables {
+                columns: &ones,
+                rows: &ones,
+                angles: 1,
+                angle0: 0,
+                conjugate: false,
+            };
+            for (kind, plans, pre_phase, post_phase) in [
+                (Kind::FAdj, &ffts[0], shift(false), none()),
+                (Kind::FFwd, &ffts[1], none(), shift(true)),
+            ] {
+                let pre = modulate(ctx, &local, chunk, 1.0, &pre_phase, &mut keep)?;
+                let post = modulate(ctx, &local, chunk, scale, &post_phase, &mut keep)?;
+                let mut compute = vec![Step::Dispatch(pre.0, pre.1)];
+                compute.extend(plans.iter().cloned().map(Step::Fft));
+                compute.push(Step::Dispatch(post.0, post.1));
                 self.stages.of_mut(kind).push(Chunk {
                     tables: Vec::new(),
                     input: block.clone(),
                     whole_in: view(t0),
-                    compute: compute.clone(),
+                    compute,
                     output: block.clone(),
                     whole_out: view(t0),
                 });
@@ -88,7 +99,7 @@ impl LaminoOperator {
         }
         self.buffers.extend(keep);
         self.buffers.push(local);
-        self.buffers.extend([phase, conjugate, ones]);
+        self.buffers.extend([columns, rows, ones]);
         Ok(())
     }
 }

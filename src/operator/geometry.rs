@@ -2,6 +2,7 @@
 //! accuracy, with validation and a small JSON file format.
 
 use std::f64::consts::PI;
+use std::ops::Range;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,17 @@ pub enum GeometryError {
         "rotation axis at column {center}: must be finite and within the detector [0, {detw}]"
     )]
     BadCenter { center: f64, detw: usize },
+    /// The volume's offset is not finite.
+    #[error("volume offset (z, y, x) = {offset:?} voxels: every component must be finite")]
+    BadOffset { offset: [f64; 3] },
+    /// A sub-volume box does not fit the default volume or the kernels.
+    #[error("sub-volume {axis} {start}:{end}: {reason}")]
+    BadBox {
+        axis: &'static str,
+        start: usize,
+        end: usize,
+        reason: String,
+    },
     /// The JSON file could not be read or written.
     #[error("geometry file {path}: {reason}")]
     File { path: String, reason: String },
@@ -70,6 +82,83 @@ pub struct Geometry {
     /// explicit value stays where it is. Files without `center` read as `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub center: Option<f64>,
+    /// Where the volume's centre lies relative to the default volume's centre, in voxels
+    /// `(z, y, x)`: the default volume (`for_detector`) is centred on the rotation axis in x/y and
+    /// on the plane that projects onto detector row `deth / 2` in z. A volume's voxel `j` along an
+    /// axis of length `n` sits at `j - n/2 + offset` (centred units of the default volume), so a
+    /// thin slab or an x/y region of interest is a smaller volume with an offset
+    /// ([`Geometry::with_subvolume`]). Files without `offset` read as zero.
+    #[serde(default, skip_serializing_if = "is_zero_offset")]
+    pub offset: [f64; 3],
+}
+
+fn is_zero_offset(offset: &[f64; 3]) -> bool {
+    *offset == [0.0; 3]
+}
+
+/// A box of the default volume `(deth, detw, detw)` of a detector: half-open ranges of z planes,
+/// y rows and x columns, each even in length and at least the gridding kernel's minimum.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeBox {
+    pub z: Range<usize>,
+    pub y: Range<usize>,
+    pub x: Range<usize>,
+}
+
+impl VolumeBox {
+    /// The whole default volume of `g`'s detector.
+    pub fn full(g: &Geometry) -> Self {
+        Self {
+            z: 0..g.deth,
+            y: 0..g.detw,
+            x: 0..g.detw,
+        }
+    }
+}
+
+/// The shortest axis the gridding kernel accepts at `eps` when an axis of length `n` is too short
+/// for it (`None` when `n` is long enough): the grid of `2n` cells must be wider than the `2m + 1`
+/// taps, and the kernels hold at most 15 taps per axis.
+pub(crate) fn gridding_minimum(n: usize, eps: f64) -> Option<usize> {
+    let m = GriddingAxis::new(n, eps).half_width;
+    (2 * n <= 2 * m + 1 || m > 7).then_some(m + 1)
+}
+
+/// `exp(-2 pi i (b - n/2) shift / n)` for every frequency index `b` of an axis of length `n`: the
+/// Fourier shift theorem moving a centred signal by `shift` samples, in f64 with the integer and
+/// fractional parts of the shift reduced separately modulo `n` (large shifts lose no digits), then
+/// rounded once to f32 `[cos, sin]` pairs.
+fn fourier_shift(n: usize, shift: f64) -> impl Iterator<Item = [f32; 2]> {
+    let (whole, frac, len) = (shift.trunc(), shift.fract(), n as f64);
+    (0..n).map(move |b| {
+        let k = b as f64 - (n / 2) as f64;
+        let turns = ((k * whole).rem_euclid(len) + k * frac) / len;
+        let angle = -2.0 * PI * turns;
+        [angle.cos() as f32, angle.sin() as f32]
+    })
+}
+
+/// The per-angle Fourier shifts of the projections (stage F): `columns[t * detw + b]` and
+/// `rows[t * deth + a]` with `t` in `0..angles`; `angles` is 1 when no shift depends on the angle
+/// (a volume without offset), the one row then serving every projection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectorPhases {
+    pub angles: usize,
+    pub columns: Vec<[f32; 2]>,
+    pub rows: Vec<[f32; 2]>,
+}
+
+impl DetectorPhases {
+    /// The phase of projection `t` at frequency row `a`, column `b`: the column and the row phase
+    /// multiplied in f32, in this order (the GPU stage's order).
+    pub fn at(&self, t: usize, a: usize, b: usize) -> [f32; 2] {
+        let t = if self.angles == 1 { 0 } else { t };
+        let detw = self.columns.len() / self.angles;
+        let deth = self.rows.len() / self.angles;
+        let [cx, cy] = self.columns[t * detw + b];
+        let [rx, ry] = self.rows[t * deth + a];
+        [cx * rx - cy * ry, cx * ry + cy * rx]
+    }
 }
 
 impl Geometry {
@@ -88,6 +177,7 @@ impl Geometry {
             phi,
             eps: DEFAULT_EPS,
             center: None,
+            offset: [0.0; 3],
         }
     }
 
@@ -104,6 +194,7 @@ impl Geometry {
             phi,
             eps: DEFAULT_EPS,
             center: None,
+            offset: [0.0; 3],
         }
     }
 
@@ -119,23 +210,103 @@ impl Geometry {
         self.rotation_axis() - (self.detw / 2) as f64
     }
 
-    /// Per detector-frequency column `b`, the phase `exp(-2 pi i (b - detw/2) shift / detw)` that
-    /// moves a centred projection's spectrum to this geometry's axis (the Fourier shift theorem),
-    /// in f64 with the product reduced modulo `detw` before the angle is formed, then rounded once
-    /// to f32: `[cos, sin]` pairs. Unitary, so applying its conjugate is its adjoint and inverse.
-    pub fn axis_phase(&self) -> Vec<[f32; 2]> {
-        let (shift, detw) = (self.axis_shift(), self.detw as f64);
-        (0..self.detw)
-            .map(|b| {
-                let k = b as f64 - (self.detw / 2) as f64;
-                // Integer and fractional parts of the shift are reduced separately so that large
-                // shifts lose no digits: exp(-2 pi i k s / detw) with k s mod detw.
-                let (whole, frac) = (shift.trunc(), shift.fract());
-                let turns = ((k * whole).rem_euclid(detw) + k * frac) / detw;
-                let angle = -2.0 * PI * turns;
-                [angle.cos() as f32, angle.sin() as f32]
-            })
-            .collect()
+    /// Where the volume's centre projects at angle `t`, relative to the operator's origin (row
+    /// `deth / 2`, column `detw / 2`), in detector pixels `[rows, columns]`: the offset's
+    /// projection `s_v = x0 sin(theta) cos(phi) - y0 cos(theta) cos(phi) + z0 sin(phi)`,
+    /// `s_u = x0 cos(theta) + y0 sin(theta)` (docs/operator-method.md, "Geometry"), plus the
+    /// rotation axis's shift in columns.
+    pub fn projection_shift(&self, t: usize) -> [f64; 2] {
+        let [z0, y0, x0] = self.offset;
+        let (sin_t, cos_t) = self.theta[t].sin_cos();
+        let (sin_p, cos_p) = self.phi.sin_cos();
+        [
+            x0 * sin_t * cos_p - y0 * cos_t * cos_p + z0 * sin_p,
+            x0 * cos_t + y0 * sin_t + self.axis_shift(),
+        ]
+    }
+
+    /// The phases that move each centred projection's spectrum to where the rotation axis and
+    /// the volume's offset put it (the Fourier shift theorem per angle, rows and columns
+    /// separately): `exp(-2 pi i ((a - deth/2) s_v / deth + (b - detw/2) s_u / detw))` with
+    /// `[s_v, s_u]` = [`projection_shift`](Self::projection_shift), each factor in f64 and rounded
+    /// once to f32. Unitary and diagonal, so applying the conjugate is the adjoint and inverse.
+    /// Without an offset the shift is the same at every angle and one row of phases is returned.
+    pub fn detector_phases(&self) -> DetectorPhases {
+        let angles = self.detector_phase_angles();
+        let shifts: Vec<[f64; 2]> = (0..angles).map(|t| self.projection_shift(t)).collect();
+        DetectorPhases {
+            angles,
+            columns: shifts
+                .iter()
+                .flat_map(|s| fourier_shift(self.detw, s[1]))
+                .collect(),
+            rows: shifts
+                .iter()
+                .flat_map(|s| fourier_shift(self.deth, s[0]))
+                .collect(),
+        }
+    }
+
+    /// How many projections' phases [`detector_phases`](Self::detector_phases) holds: every
+    /// angle's with an offset, else one.
+    pub fn detector_phase_angles(&self) -> usize {
+        if is_zero_offset(&self.offset) {
+            1
+        } else {
+            self.ntheta()
+        }
+    }
+
+    /// This detector's geometry with the volume `b`, a box of the default volume
+    /// `(deth, detw, detw)` (whatever this geometry's volume is): its sizes and the offset of its
+    /// centre. Each range must lie within the default volume, be even in length (the centred
+    /// transforms) and at least the gridding kernel's minimum; an error names the axis and the
+    /// nearest valid range.
+    pub fn with_subvolume(&self, b: &VolumeBox) -> Result<Self, GeometryError> {
+        let mut centre = [0.0; 3];
+        let mut sizes = [0; 3];
+        for (i, (axis, range, full)) in [
+            ("z", &b.z, self.deth),
+            ("y", &b.y, self.detw),
+            ("x", &b.x, self.detw),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let bad = |reason: String| GeometryError::BadBox {
+                axis,
+                start: range.start,
+                end: range.end,
+                reason,
+            };
+            if range.start >= range.end || range.end > full {
+                return Err(bad(format!(
+                    "must be a non-empty range within the default volume's 0:{full}"
+                )));
+            }
+            let len = range.end - range.start;
+            let min = gridding_minimum(len, self.eps).map(|m| m + m % 2);
+            if len % 2 == 1 || min.is_some() {
+                let want = min.unwrap_or(len + 1).max(len + len % 2);
+                let (s, e) = nearest_range(range, want, full);
+                let why = match min {
+                    Some(m) => format!("shorter than the gridding kernel's minimum {m}"),
+                    None => "its length must be even".into(),
+                };
+                return Err(bad(format!("{why}; the nearest valid range is {s}:{e}")));
+            }
+            sizes[i] = len;
+            centre[i] = range.start as f64 + (len / 2) as f64 - (full / 2) as f64;
+        }
+        let g = Self {
+            n0: sizes[0],
+            n1: sizes[1],
+            n2: sizes[2],
+            offset: centre,
+            ..self.clone()
+        };
+        g.validate()?;
+        Ok(g)
     }
 
     /// Number of projection angles.
@@ -197,6 +368,7 @@ impl Geometry {
             phi,
             eps,
             center,
+            offset,
         } = self;
         let mut bytes = Vec::with_capacity(8 * (theta.len() + 10));
         for size in [n0, n1, n2, deth, detw] {
@@ -213,6 +385,14 @@ impl Geometry {
         if let Some(c) = center {
             bytes.push(1);
             bytes.extend_from_slice(&c.to_bits().to_le_bytes());
+        }
+        // The volume's offset likewise: zero adds nothing (old fingerprints stand), any other
+        // adds a different marker and its exact bits.
+        if !is_zero_offset(offset) {
+            bytes.push(2);
+            for value in offset {
+                bytes.extend_from_slice(&value.to_bits().to_le_bytes());
+            }
         }
         crate::hash::fnv1a(&bytes)
     }
@@ -251,6 +431,11 @@ impl Geometry {
                 });
             }
         }
+        if !self.offset.iter().all(|o| o.is_finite()) {
+            return Err(GeometryError::BadOffset {
+                offset: self.offset,
+            });
+        }
         // Bytes of the oversampled complex volume and of the complex data; every product is
         // checked, since the sizes may come from a file (2^40 per axis must be an error, not an
         // overflow panic).
@@ -265,8 +450,8 @@ impl Geometry {
         Ok(())
     }
 
-    /// Reads a geometry JSON file (`n0, n1, n2, deth, detw, theta, phi`, optional `eps` and
-    /// `center`).
+    /// Reads a geometry JSON file (`n0, n1, n2, deth, detw, theta, phi`, optional `eps`,
+    /// `center` and `offset`).
     pub fn read_json(path: &Path) -> Result<Self, GeometryError> {
         let err = |reason: String| GeometryError::File {
             path: path.display().to_string(),
@@ -287,6 +472,14 @@ impl Geometry {
         let text = serde_json::to_string_pretty(self).map_err(|e| err(e.to_string()))?;
         std::fs::write(path, text).map_err(|e| err(e.to_string()))
     }
+}
+
+/// The range of `want` (even) elements nearest to `range` within `0..full`: grown or shrunk at
+/// its end, moved back when it would pass `full`.
+fn nearest_range(range: &Range<usize>, want: usize, full: usize) -> (usize, usize) {
+    let want = want.min(full - full % 2);
+    let end = (range.start + want).min(full);
+    (end - want, end)
 }
 
 /// Gaussian-gridding constants of one transformed axis of length `n`
@@ -416,14 +609,18 @@ mod tests {
         };
         assert_eq!(g.rotation_axis(), 15.37);
         assert!((g.axis_shift() - 2.37).abs() < 1e-12);
-        for (b, p) in g.axis_phase().iter().enumerate() {
+        for (b, p) in g.detector_phases().columns.iter().enumerate() {
             let angle = -2.0 * PI * (b as f64 - 13.0) * 2.37 / 26.0;
             assert!((p[0] as f64 - angle.cos()).abs() < 1e-7, "{b}");
             assert!((p[1] as f64 - angle.sin()).abs() < 1e-7, "{b}");
         }
         // The default axis: no phase at all.
         let centred = Geometry::cube(16, 2, 1.9);
-        assert!(centred.axis_phase().iter().all(|&p| p == [1.0, 0.0]));
+        assert!(centred
+            .detector_phases()
+            .columns
+            .iter()
+            .all(|&p| p == [1.0, 0.0]));
         // A large shift keeps its digits (reduced modulo detw before the angle).
         let far = Geometry {
             center: Some(1000.25),
@@ -431,7 +628,7 @@ mod tests {
         };
         let b = 2047;
         let turns = ((b as f64 - 1024.0) * (1000.25 - 1024.0) / 2048.0).rem_euclid(1.0);
-        let p = far.axis_phase()[b];
+        let p = far.detector_phases().columns[b];
         let expect = -2.0 * PI * turns;
         assert!((p[0] as f64 - expect.cos()).abs() < 1e-7);
         assert!((p[1] as f64 - expect.sin()).abs() < 1e-7);
@@ -454,6 +651,12 @@ mod tests {
         assert_ne!(g.fingerprint(), h.fingerprint());
         let mut k = h.clone();
         k.center = Some(f64::from_bits(g.rotation_axis().to_bits() + 1));
+        assert_ne!(h.fingerprint(), k.fingerprint());
+        let mut h = g.clone();
+        h.offset = [0.0, 0.0, 1.0];
+        assert_ne!(g.fingerprint(), h.fingerprint());
+        let mut k = h.clone();
+        k.offset = [0.0, 1.0, 0.0];
         assert_ne!(h.fingerprint(), k.fingerprint());
         // Angles with long decimal expansions come back from JSON with the same bits.
         let mut g = g;
@@ -489,6 +692,15 @@ mod tests {
             .unwrap()
             .contains("\"center\": 9.75"));
         assert_eq!(Geometry::read_json(&path).unwrap(), shifted);
+        assert!(!std::fs::read_to_string(&path).unwrap().contains("offset"));
+        let slab = g
+            .with_subvolume(&VolumeBox {
+                z: 2..8,
+                ..VolumeBox::full(&g)
+            })
+            .unwrap();
+        slab.write_json(&path).unwrap();
+        assert_eq!(Geometry::read_json(&path).unwrap(), slab);
         std::fs::write(&path, r#"{"n0":5}"#).unwrap();
         assert!(matches!(
             Geometry::read_json(&path),
@@ -503,6 +715,81 @@ mod tests {
         assert!(matches!(
             Geometry::read_json(&path),
             Err(GeometryError::Overflow)
+        ));
+    }
+
+    #[test]
+    fn a_subvolume_is_sized_and_placed_in_the_default_volume() {
+        let g = Geometry::for_detector(32, 48, vec![0.0, 1.0], 1.9);
+        let b = VolumeBox {
+            z: 20..28,
+            y: 6..30,
+            x: 10..48,
+        };
+        let s = g.with_subvolume(&b).unwrap();
+        assert_eq!((s.n0, s.n1, s.n2), (8, 24, 38));
+        // Centres: z 24 - 16, y 18 - 24, x 29 - 24.
+        assert_eq!(s.offset, [8.0, -6.0, 5.0]);
+        assert_eq!(g.with_subvolume(&VolumeBox::full(&g)).unwrap(), g);
+        // Odd, too short and outside: errors naming the axis and the nearest valid range.
+        let err = |b: VolumeBox| g.with_subvolume(&b).unwrap_err().to_string();
+        let e = err(VolumeBox {
+            z: 3..10,
+            ..VolumeBox::full(&g)
+        });
+        assert!(
+            e.contains("z 3:10") && e.contains("even") && e.contains("3:11"),
+            "{e}"
+        );
+        let e = err(VolumeBox {
+            x: 44..46,
+            ..VolumeBox::full(&g)
+        });
+        assert!(
+            e.contains("x 44:46") && e.contains("minimum 6") && e.contains("42:48"),
+            "{e}"
+        );
+        let e = err(VolumeBox {
+            y: 10..50,
+            ..VolumeBox::full(&g)
+        });
+        assert!(e.contains("y 10:50") && e.contains("0:48"), "{e}");
+    }
+
+    #[test]
+    fn the_offset_projects_as_a_per_angle_detector_shift() {
+        let g = Geometry {
+            offset: [3.0, -2.5, 4.25],
+            center: Some(13.5),
+            ..Geometry::for_detector(8, 26, vec![0.0, 0.7, 2.1], 1.9)
+        };
+        g.validate().unwrap();
+        let phases = g.detector_phases();
+        assert_eq!(phases.angles, 3);
+        let (sp, cp) = g.phi.sin_cos();
+        for (t, &theta) in g.theta.iter().enumerate() {
+            let (st, ct) = theta.sin_cos();
+            let sv = 4.25 * st * cp + 2.5 * ct * cp + 3.0 * sp;
+            let su = 4.25 * ct - 2.5 * st + 0.5;
+            let [rv, ru] = g.projection_shift(t);
+            assert!((rv - sv).abs() < 1e-12 && (ru - su).abs() < 1e-12, "{t}");
+            for a in 0..g.deth {
+                for b in 0..g.detw {
+                    let turns = (a as f64 - 4.0) * sv / 8.0 + (b as f64 - 13.0) * su / 26.0;
+                    let angle = -2.0 * PI * turns;
+                    let p = phases.at(t, a, b);
+                    assert!((p[0] as f64 - angle.cos()).abs() < 1e-6, "{t} {a} {b}");
+                    assert!((p[1] as f64 - angle.sin()).abs() < 1e-6, "{t} {a} {b}");
+                }
+            }
+        }
+        let bad = Geometry {
+            offset: [0.0, f64::NAN, 0.0],
+            ..g.clone()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(GeometryError::BadOffset { .. })
         ));
     }
 }

@@ -38,7 +38,9 @@ mod u1;
 mod u2;
 
 pub use application::Application;
-pub use geometry::{Geometry, GeometryError, GriddingAxis, DEFAULT_EPS, MIN_EPS};
+pub use geometry::{
+    DetectorPhases, Geometry, GeometryError, GriddingAxis, VolumeBox, DEFAULT_EPS, MIN_EPS,
+};
 pub use stages::{Apply, Space, Stage};
 pub use staging::{Sink, Source};
 pub(crate) use steps::Block;

@@ -211,8 +211,10 @@ impl LaminoOperator {
             + table_rows * u2_table_row_bytes(g);
         let f = 8 * ca * deth * detw;
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
-        // The rotation axis's phase, its conjugate and ones (F stage).
-        let phases = 3 * 8 * detw;
+        // The projections' column and row phases (the rotation axis and the volume's offset; per
+        // angle with an offset) and ones (F stage).
+        let phase_angles = g.detector_phase_angles() as u64;
+        let phases = 8 * (phase_angles * (deth + detw) + deth.max(detw));
         let ffts: u64 = fft_workspace(ctx, g, (cy, ck, ca)).iter().sum();
         Ok(spectrum + u1 + u2 + f + twiddles + phases + ffts)
     }

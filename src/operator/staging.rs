@@ -440,18 +440,31 @@ struct ModulateParams {
     height: u32,
     width: u32,
     scale: f32,
-    pad: [u32; 2],
+    angle0: u32,
+    angles_vary: u32,
+    conjugate: u32,
+    pad: [u32; 3],
+}
+
+/// The per-projection phase a [`modulate`] dispatch applies: `columns[t][w] * rows[t][v]` (one
+/// complex value per column and per row of each of `angles` projections, or of one that serves
+/// them all when `angles` is 1), for the projections from `angle0` on, conjugated or not.
+pub(crate) struct PhaseTables<'a> {
+    pub columns: &'a GpuBuffer,
+    pub rows: &'a GpuBuffer,
+    pub angles: usize,
+    pub angle0: usize,
+    pub conjugate: bool,
 }
 
 /// A bound dispatch multiplying the whole chunk buffer `data` of `count` elements of
-/// (height, width) projections by `scale * (-1)^(v + w) * phase[w]` (`phase`: one complex value
-/// per column).
+/// (height, width) projections by `scale * (-1)^(v + w) * phase(t, v, w)`.
 pub(crate) fn modulate(
     ctx: &GpuContext,
     data: &GpuBuffer,
     [count, height, width]: [u64; 3],
     scale: f32,
-    phase: &GpuBuffer,
+    phase: &PhaseTables,
     keep: &mut Vec<GpuBuffer>,
 ) -> Result<(Bound, u32), OperatorError> {
     let kernel = ctx.kernel(&KernelSpec {
@@ -468,10 +481,21 @@ pub(crate) fn modulate(
             height: height as u32,
             width: width as u32,
             scale,
-            pad: [0; 2],
+            angle0: phase.angle0 as u32,
+            angles_vary: u32::from(phase.angles > 1),
+            conjugate: u32::from(phase.conjugate),
+            pad: [0; 3],
         },
     )?;
-    let bound = kernel.bind(ctx, &[data.into(), phase.into(), (&params).into()])?;
+    let bound = kernel.bind(
+        ctx,
+        &[
+            data.into(),
+            phase.columns.into(),
+            phase.rows.into(),
+            (&params).into(),
+        ],
+    )?;
     keep.push(params);
     Ok((bound, groups(count)))
 }

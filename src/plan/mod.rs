@@ -88,6 +88,11 @@ pub struct ArrayPlan {
 /// The memory plan of one reconstruction.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryPlan {
+    /// The volume `(n0, n1, n2)` the solver runs on (with any lateral padding).
+    pub volume: [usize; 3],
+    /// Where its centre lies relative to the default volume's centre, voxels `(z, y, x)`
+    /// ([`Geometry::offset`]): non-zero for a slab or an x/y region of interest.
+    pub volume_offset: [f64; 3],
     pub mode: Mode,
     /// The chunk sizes of the operator's stages.
     #[serde(skip)]
@@ -181,6 +186,13 @@ impl std::fmt::Display for MemoryPlan {
             }
         };
         writeln!(f, "memory plan: {mode}")?;
+        let [n0, n1, n2] = self.volume;
+        let [z, y, x] = self.volume_offset;
+        writeln!(
+            f,
+            "  volume: {n0} x {n1} x {n2} (z, y, x), centre offset ({z}, {y}, {x}) voxels from \
+             the default volume's"
+        )?;
         writeln!(
             f,
             "  budgets: device {:.2} GiB ({:?}), host {:.2} GiB ({:?}), scratch {}",
@@ -669,6 +681,8 @@ fn assemble(
             .sum::<u64>();
     let chunks = LaminoOperator::chunk_sizes(ctx, g, &operator)?;
     Ok(MemoryPlan {
+        volume: [g.n0, g.n1, g.n2],
+        volume_offset: g.offset,
         mode,
         operator,
         chunks,

@@ -65,6 +65,8 @@ pub fn bin_geometry(g: &Geometry, b: usize) -> Result<Geometry, PreprocessError>
         deth,
         detw,
         center: Some((g.rotation_axis() - (b as f64 - 1.0) / 2.0) / b as f64),
+        // The volume's centre in binned voxels.
+        offset: g.offset.map(|o| o / b as f64),
         ..g.clone()
     })
 }

@@ -263,16 +263,14 @@ impl CpuOperator {
                 *v *= if (row + col) % 2 == 1 { -s } else { s };
             }
         };
-        // The rotation axis's phase: before the inverse transform (F_adj), conjugated after the
-        // forward one (its adjoint).
-        let phase: Vec<Complex32> = g
-            .axis_phase()
-            .iter()
-            .map(|&[c, s]| Complex32::new(c, s))
-            .collect();
+        // The projections' shifts (the rotation axis and the volume's offset): before the
+        // inverse transform (F_adj), conjugated after the forward one (its adjoint).
+        let phases = g.detector_phases();
         let shift = |data: &mut [Complex32], conjugate: bool| {
             for (i, v) in data.iter_mut().enumerate() {
-                let p = phase[i % g.detw];
+                let (t, row, col) = (i / (g.deth * g.detw), (i / g.detw) % g.deth, i % g.detw);
+                let [c, s] = phases.at(t, row, col);
+                let p = Complex32::new(c, s);
                 *v *= if conjugate { p.conj() } else { p };
             }
         };

@@ -64,33 +64,35 @@ pub fn usfft2d_direct(g: &Geometry, spectrum: &[C64]) -> Vec<C64> {
 }
 
 /// F_adj: the centred inverse DFT of every projection, `(1/(deth detw)) sum_{a,b} D[t,a,b]
-/// e^{+2 pi i ((a - deth/2)(v - deth/2)/deth + (b - detw/2)(w - shift - detw/2)/detw)}`, with
-/// `shift` the rotation axis's offset from column `detw/2` ([`Geometry::axis_shift`]).
+/// e^{+2 pi i ((a - deth/2)(v - s_v - deth/2)/deth + (b - detw/2)(w - s_u - detw/2)/detw)}`, with
+/// `[s_v, s_u]` where the rotation axis and the volume's offset put the volume's centre at angle t
+/// ([`Geometry::projection_shift`]).
 pub fn fft2d_adjoint_direct(g: &Geometry, data: &[C64]) -> Vec<C64> {
     let (h, w) = (g.deth, g.detw);
-    // Output column ww sits at ww - shift relative to the rotation axis: the direct sum evaluates
-    // the centred inverse DFT there (the Fourier shift theorem, in f64).
-    let shift = g.axis_shift();
     let centred_at = |n: usize, a: usize, b: f64| {
         let p = (a as f64 - (n / 2) as f64) * (b - (n / 2) as f64) / n as f64;
         Complex::from_polar(1.0, 2.0 * PI * p)
     };
-    let centred = |n: usize, a: usize, b: usize| centred_at(n, a, b as f64);
     let mut out = vec![Complex::new(0.0, 0.0); data.len()];
     for t in 0..g.ntheta() {
+        // Output pixel (v, ww) sits at (v - s_v, ww - s_u) relative to the volume's centre: the
+        // direct sum evaluates the centred inverse DFT there (the Fourier shift theorem, in f64).
+        let [sv, su] = g.projection_shift(t);
         let src = &data[t * h * w..(t + 1) * h * w];
         // Along w, then along v (separable).
         let mut rows = vec![Complex::new(0.0, 0.0); h * w];
         for a in 0..h {
             for ww in 0..w {
                 rows[a * w + ww] = (0..w)
-                    .map(|b| src[a * w + b] * centred_at(w, b, ww as f64 - shift))
+                    .map(|b| src[a * w + b] * centred_at(w, b, ww as f64 - su))
                     .sum();
             }
         }
         for v in 0..h {
             for ww in 0..w {
-                let s: C64 = (0..h).map(|a| rows[a * w + ww] * centred(h, a, v)).sum();
+                let s: C64 = (0..h)
+                    .map(|a| rows[a * w + ww] * centred_at(h, a, v as f64 - sv))
+                    .sum();
                 out[t * h * w + v * w + ww] = s / (h * w) as f64;
             }
         }
