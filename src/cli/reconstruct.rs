@@ -34,8 +34,9 @@ use super::{Cli, CliResult};
 /// Where the projections come from: the input routes shared by `reconstruct` and `try`.
 #[derive(Args)]
 pub struct InputArgs {
-    /// Projections: a DXchange `.h5` scan, a multi-page TIFF of intensities (with --angles,
-    /// --tilt-deg and --flats or --flatfield), or `.npy` line integrals -ln(I/I0) in voxel units,
+    /// Projections: a DXchange `.h5` scan, a multi-page TIFF of intensities or a folder of
+    /// single-image TIFFs in natural name order (with --angles, --tilt-deg and --flats or
+    /// --flatfield), or `.npy` line integrals -ln(I/I0) in voxel units,
     /// shape (ntheta, deth, detw), with --geometry.
     input: PathBuf,
     /// Laminographic tilt in degrees (phi = 90 + T), for scans that do not record it.
@@ -44,10 +45,12 @@ pub struct InputArgs {
     /// For a TIFF intensity stack: a text file with one projection angle in degrees per line.
     #[arg(long)]
     angles: Option<PathBuf>,
-    /// For a TIFF intensity stack: white fields (multi-page TIFF or .npy), averaged.
+    /// For a TIFF intensity stack: white fields (multi-page TIFF, folder of TIFFs or .npy),
+    /// averaged.
     #[arg(long)]
     flats: Option<PathBuf>,
-    /// For a TIFF intensity stack: dark fields (multi-page TIFF or .npy), averaged; zero if absent.
+    /// For a TIFF intensity stack: dark fields (multi-page TIFF, folder of TIFFs or .npy),
+    /// averaged; zero if absent.
     #[arg(long)]
     darks: Option<PathBuf>,
     /// For a TIFF intensity stack without white fields: estimate the open beam (I0 times the
@@ -525,7 +528,12 @@ impl InputArgs {
     /// The input route the arguments describe, or why they describe none.
     fn projection_input(&self) -> Result<ProjectionInput, Box<dyn std::error::Error>> {
         let path = self.input.clone();
-        let ext = extension(&path);
+        // A folder of single-image TIFFs is a TIFF stack, whatever its name.
+        let ext = if path.is_dir() {
+            "tif".to_string()
+        } else {
+            extension(&path)
+        };
         if self.flatfield.is_some() && !matches!(ext.as_str(), "tif" | "tiff") {
             return Err(format!(
                 "--flatfield applies to TIFF intensity stacks; {} holds line integrals or its own \
@@ -581,7 +589,8 @@ impl InputArgs {
             }
             other => {
                 return Err(format!(
-                    "{}: unsupported projection format {other:?} (expected .h5, .tif or .npy)",
+                    "{}: unsupported projection format {other:?} (expected .h5, .tif, .npy or a folder \
+                     of .tif files)",
                     path.display()
                 )
                 .into())

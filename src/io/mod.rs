@@ -166,6 +166,26 @@ pub enum IoError {
         theta: usize,
         projections: usize,
     },
+    /// A finite float64 value is beyond float32's range (magnitude above about 3.4e38), so it has
+    /// no f32 to be read as.
+    #[error(
+        "{path}: value {index} is {value:e}, beyond float32's range (magnitude at most {:e}); \
+         rescale the data",
+        f32::MAX
+    )]
+    OutOfRange {
+        path: PathBuf,
+        index: usize,
+        value: f64,
+    },
+    /// A file of a folder of single-image TIFFs does not fit the folder's stack (several pages,
+    /// or a size or sample type other than the first file's).
+    #[error("{file} (in the TIFF folder {folder}): {reason}")]
+    FolderFrame {
+        folder: PathBuf,
+        file: PathBuf,
+        reason: String,
+    },
     /// A value is NaN or infinite.
     #[error("{path}: {dataset} value {index} is {value}; expected finite values")]
     NonFinite {

@@ -13,11 +13,17 @@ use num_complex::Complex32;
 
 use super::{write_atomically, IoError};
 
-/// The element types lamino reads from array files.
+/// The element types lamino reads from array files. Besides u8, u16 and f32 (which stacks keep
+/// in their own type) and complex64 (line integrals), the real types users save arrays in are
+/// converted to f32 as they are read ([`NpyReader::read_f32`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dtype {
     U8,
     U16,
+    I16,
+    U32,
+    I32,
+    F16,
     F32,
     F64,
     C64,
@@ -28,17 +34,22 @@ impl Dtype {
     pub fn bytes(self) -> usize {
         match self {
             Self::U8 => 1,
-            Self::U16 => 2,
-            Self::F32 => 4,
+            Self::U16 | Self::I16 | Self::F16 => 2,
+            Self::U32 | Self::I32 | Self::F32 => 4,
             Self::F64 | Self::C64 => 8,
         }
     }
 
-    /// The type of an `.npy` `descr` string, in either byte order (ndarray-npy swaps as it reads).
+    /// The type of an `.npy` `descr` string, in either byte order (ndarray-npy swaps as it reads;
+    /// [`NpyReader::read_f32`] swaps float16 itself).
     fn from_npy_descr(descr: &str) -> Option<Self> {
         Some(match descr {
             "|u1" | "u1" | "B" | "<u1" | ">u1" => Self::U8,
             "<u2" | ">u2" => Self::U16,
+            "<i2" | ">i2" => Self::I16,
+            "<u4" | ">u4" => Self::U32,
+            "<i4" | ">i4" => Self::I32,
+            "<f2" | ">f2" => Self::F16,
             "<f4" | ">f4" => Self::F32,
             "<f8" | ">f8" => Self::F64,
             "<c8" | ">c8" => Self::C64,
@@ -73,6 +84,8 @@ pub struct NpyReader {
     reader: BufReader<File>,
     /// Data bytes not read yet.
     remaining: u64,
+    /// Data bytes in all (the element index of an error counts from the data's start).
+    data_bytes: u64,
 }
 
 impl std::fmt::Debug for NpyReader {
@@ -136,7 +149,7 @@ impl NpyReader {
         let dtype = Dtype::from_npy_descr(&descr).ok_or_else(|| IoError::UnsupportedDtype {
             path: path.into(),
             descr: descr.clone(),
-            expected: "uint8, uint16, float32, float64 or complex64",
+            expected: "uint8, uint16, int16, uint32, int32, float16, float32, float64 or complex64",
         })?;
         let claimed = header
             .shape
@@ -157,6 +170,7 @@ impl NpyReader {
             dtype,
             reader,
             remaining: actual,
+            data_bytes: actual,
         })
     }
 
@@ -179,9 +193,9 @@ impl NpyReader {
         self.header.layout == Layout::Fortran
     }
 
-    /// Reads the next `len` elements; `T` must be the file's element type.
-    pub fn read<T: ReadableElement>(&mut self, len: usize) -> Result<Vec<T>, IoError> {
-        let bytes = (len as u64)
+    /// The byte count of the next `len` elements, checked against what is left of the data.
+    fn next_bytes(&self, len: usize) -> Result<u64, IoError> {
+        (len as u64)
             .checked_mul(self.dtype.bytes() as u64)
             .filter(|&b| b <= self.remaining)
             .ok_or_else(|| {
@@ -189,7 +203,17 @@ impl NpyReader {
                     &self.path,
                     format!("{len} more elements requested, past the end of the data"),
                 )
-            })?;
+            })
+    }
+
+    /// The index (from the data's start, in the file's order) of the next element.
+    fn next_index(&self) -> usize {
+        ((self.data_bytes - self.remaining) / self.dtype.bytes() as u64) as usize
+    }
+
+    /// Reads the next `len` elements; `T` must be the file's element type.
+    pub fn read<T: ReadableElement>(&mut self, len: usize) -> Result<Vec<T>, IoError> {
+        let bytes = self.next_bytes(len)?;
         // One-byte types: ndarray-npy accepts only numpy's own spellings ('|u1'); byte order does
         // not apply to them, so any spelling `from_npy_descr` recognised reads as '|u1'.
         let descr = match self.dtype {
@@ -205,14 +229,97 @@ impl NpyReader {
         Ok(values)
     }
 
+    /// Reads the next `len` elements of any real type as f32: the only change is the conversion
+    /// of each value to the nearest f32. Integers are exact up to 2^24 in magnitude (beyond, the
+    /// nearest f32, within 6e-8 relative); float16 is exact. A finite float64 beyond f32's range
+    /// (magnitude above about 3.4e38) is an [`IoError::OutOfRange`] naming its index; NaN and
+    /// infinity stay NaN and infinity, for the finite-value checks that f32 files meet too.
+    /// Complex64 is refused (its imaginary part would be dropped).
+    pub fn read_f32(&mut self, len: usize) -> Result<Vec<f32>, IoError> {
+        let start = self.next_index();
+        Ok(match self.dtype {
+            Dtype::U8 => self.read::<u8>(len)?.into_iter().map(f32::from).collect(),
+            Dtype::U16 => self.read::<u16>(len)?.into_iter().map(f32::from).collect(),
+            Dtype::I16 => self.read::<i16>(len)?.into_iter().map(f32::from).collect(),
+            Dtype::U32 => self
+                .read::<u32>(len)?
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
+            Dtype::I32 => self
+                .read::<i32>(len)?
+                .into_iter()
+                .map(|v| v as f32)
+                .collect(),
+            Dtype::F16 => self.read_f16(len)?,
+            Dtype::F32 => self.read::<f32>(len)?,
+            Dtype::F64 => {
+                let values = self.read::<f64>(len)?;
+                let mut out = Vec::with_capacity(len);
+                for (i, v) in values.into_iter().enumerate() {
+                    let narrowed = v as f32;
+                    if v.is_finite() && !narrowed.is_finite() {
+                        return Err(IoError::OutOfRange {
+                            path: self.path.clone(),
+                            index: start + i,
+                            value: v,
+                        });
+                    }
+                    out.push(narrowed);
+                }
+                out
+            }
+            Dtype::C64 => {
+                return Err(IoError::UnsupportedDtype {
+                    path: self.path.clone(),
+                    descr: self.descr(),
+                    expected: "a real type (an integer or a float): complex values have no f32",
+                })
+            }
+        })
+    }
+
+    /// Reads the next `len` float16 elements as f32 (exactly): ndarray-npy has no float16, so the
+    /// bytes are decoded here in the header's byte order.
+    fn read_f16(&mut self, len: usize) -> Result<Vec<f32>, IoError> {
+        let bytes = self.next_bytes(len)?;
+        let mut raw = vec![0u8; bytes as usize];
+        self.reader
+            .read_exact(&mut raw)
+            .map_err(|e| read_error(&self.path, e))?;
+        self.remaining -= bytes;
+        let big_endian = self.descr().starts_with('>');
+        Ok(raw
+            .chunks_exact(2)
+            .map(|b| {
+                let bits = if big_endian {
+                    u16::from_be_bytes([b[0], b[1]])
+                } else {
+                    u16::from_le_bytes([b[0], b[1]])
+                };
+                half::f16::from_bits(bits).to_f32()
+            })
+            .collect())
+    }
+
     /// Reads the whole array in row-major (C) order, whatever the file's order.
     pub fn read_all<T: ReadableElement + Clone>(mut self) -> Result<ArrayD<T>, IoError> {
-        let shape = self.header.shape.clone();
         // The shape's product fits: `open` checked it against the file's length.
-        let len = shape.iter().product();
-        let values = self.read::<T>(len)?;
-        let array = ArrayD::from_shape_vec(IxDyn(&shape).set_f(self.is_fortran()), values)
-            .map_err(|e| corrupt(&self.path, e))?;
+        let values = self.read::<T>(self.header.shape.iter().product())?;
+        self.standard_layout(values)
+    }
+
+    /// [`read_all`](Self::read_all) of any real type as f32, converted as
+    /// [`read_f32`](Self::read_f32) converts.
+    pub fn read_all_f32(mut self) -> Result<ArrayD<f32>, IoError> {
+        let values = self.read_f32(self.header.shape.iter().product())?;
+        self.standard_layout(values)
+    }
+
+    /// `values` (all of the array, in the file's order) as an array in row-major order.
+    fn standard_layout<T: Clone>(&self, values: Vec<T>) -> Result<ArrayD<T>, IoError> {
+        let shape = IxDyn(&self.header.shape).set_f(self.is_fortran());
+        let array = ArrayD::from_shape_vec(shape, values).map_err(|e| corrupt(&self.path, e))?;
         Ok(if self.is_fortran() {
             array.as_standard_layout().into_owned()
         } else {
@@ -239,17 +346,20 @@ pub struct ComplexArray {
     pub data: Vec<Complex32>,
 }
 
-/// Reads a complex64 array, or a float32 array promoted to complex64 (imaginary part zero).
+/// Reads a complex64 array, or a float32, float64 or float16 array promoted to complex64
+/// (imaginary part zero; float64 and float16 converted to f32 as [`NpyReader::read_f32`] does).
 pub fn read_complex_npy(path: &Path) -> Result<ComplexArray, IoError> {
     let npy = NpyReader::open(path)?;
     let array: ArrayD<Complex32> = match npy.dtype() {
         Dtype::C64 => npy.read_all()?,
-        Dtype::F32 => npy.read_all::<f32>()?.mapv(|v| Complex32::new(v, 0.0)),
+        Dtype::F16 | Dtype::F32 | Dtype::F64 => {
+            npy.read_all_f32()?.mapv(|v| Complex32::new(v, 0.0))
+        }
         _ => {
             return Err(IoError::UnsupportedDtype {
                 path: path.into(),
                 descr: npy.descr(),
-                expected: "complex64 ('<c8') or float32 ('<f4')",
+                expected: "complex64 ('<c8'), float32 ('<f4'), float64 ('<f8') or float16 ('<f2')",
             })
         }
     };
@@ -417,12 +527,12 @@ mod tests {
             read_complex_npy(&missing),
             Err(IoError::Read { .. })
         ));
-        let f64s = dir.path().join("f64.npy");
-        ndarray::Array1::<f64>::zeros(3)
-            .write_npy(File::create(&f64s).unwrap())
+        let i64s = dir.path().join("i64.npy");
+        ndarray::Array1::<i64>::zeros(3)
+            .write_npy(File::create(&i64s).unwrap())
             .unwrap();
-        let err = read_complex_npy(&f64s).unwrap_err();
-        assert!(err.to_string().contains("<f8"), "{err}");
+        let err = read_complex_npy(&i64s).unwrap_err();
+        assert!(err.to_string().contains("<i8"), "{err}");
         let empty = dir.path().join("empty.npy");
         ndarray::Array2::<f32>::zeros((0, 3))
             .write_npy(File::create(&empty).unwrap())

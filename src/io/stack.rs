@@ -1,6 +1,7 @@
 //! Stacks of images: the one in-memory type ([`Stack`]) and the one reader and writer of stack
-//! files, `.npy` (u8, u16, f32, f64 → f32) and multi-page TIFF (8-bit and 16-bit unsigned, 32-bit
-//! float grayscale), read one image at a time so that a stack never has to fit in memory.
+//! files, `.npy` (u8, u16 and f32 kept; i16, u32, i32, f16, f64 → f32), multi-page TIFF (8-bit
+//! and 16-bit unsigned, 32-bit float grayscale) and folders of single-image TIFFs, read one image
+//! at a time so that a stack never has to fit in memory.
 //!
 //! Every size a file's header claims is checked against the file's length, with checked 64-bit
 //! arithmetic, before anything is allocated from it.
@@ -232,6 +233,94 @@ fn check_tiff_page(
 enum Source {
     Npy(NpyReader),
     Tiff(Box<Decoder<BufReader<File>>>),
+    /// A folder of single-image TIFFs: its files in order, each opened when its image is read.
+    Folder(Vec<PathBuf>),
+}
+
+/// The type a stack's images are held in: u8 and u16 as they are, every other real type as f32.
+fn held_as(dtype: Dtype) -> Dtype {
+    match dtype {
+        Dtype::U8 | Dtype::U16 => dtype,
+        _ => Dtype::F32,
+    }
+}
+
+/// Opens a TIFF file with decoder limits from its length; returns the decoder and the length.
+fn open_tiff_decoder(path: &Path) -> Result<(Decoder<BufReader<File>>, u64), IoError> {
+    let read = |e: std::io::Error| IoError::Read {
+        path: path.into(),
+        reason: e.to_string(),
+    };
+    let file = File::open(path).map_err(read)?;
+    let file_len = file.metadata().map_err(read)?.len();
+    // `Decoder::new` reads the first directory under the decoder's default limits.
+    let dec = Decoder::new(BufReader::new(file))
+        .map_err(|e| tiff_error(path, None, e))?
+        .with_limits(tiff_limits(file_len));
+    Ok((dec, file_len))
+}
+
+/// The `.tif` / `.tiff` files of `dir` (any case; not those whose name starts with `.`, such as
+/// the `._name.tif` files macOS leaves) in natural order ([`natural_cmp`]); other files and
+/// sub-folders are ignored.
+fn tiff_files_in(dir: &Path) -> Result<Vec<PathBuf>, IoError> {
+    let read = |e: std::io::Error| IoError::Read {
+        path: dir.into(),
+        reason: format!("listing the folder: {e}"),
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read)? {
+        let path = entry.map_err(read)?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !name.starts_with('.')
+            && matches!(ext.to_ascii_lowercase().as_str(), "tif" | "tiff")
+            && path.is_file()
+        {
+            files.push(path);
+        }
+    }
+    files.sort_by(|a, b| natural_cmp(&a.to_string_lossy(), &b.to_string_lossy()));
+    if files.is_empty() {
+        return Err(IoError::Read {
+            path: dir.into(),
+            reason: "the folder holds no .tif or .tiff file".into(),
+        });
+    }
+    Ok(files)
+}
+
+/// Natural order of names: runs of digits compare as numbers (`proj_2` before `proj_10`; with
+/// equal values the shorter run, `proj_2` before `proj_002`), everything else character by
+/// character, as file managers sort and as detector software numbers its frames.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (mut a, mut b) = (a, b);
+    loop {
+        let (Some(ca), Some(cb)) = (a.chars().next(), b.chars().next()) else {
+            return a.len().cmp(&b.len());
+        };
+        if ca.is_ascii_digit() && cb.is_ascii_digit() {
+            let run = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let (ra, rb) = (run(a), run(b));
+            let (da, db) = (&a[..ra], &b[..rb]);
+            let (ta, tb) = (da.trim_start_matches('0'), db.trim_start_matches('0'));
+            let order = ta
+                .len()
+                .cmp(&tb.len())
+                .then_with(|| ta.cmp(tb))
+                .then_with(|| ra.cmp(&rb));
+            if order != Ordering::Equal {
+                return order;
+            }
+            (a, b) = (&a[ra..], &b[rb..]);
+        } else {
+            if ca != cb {
+                return ca.cmp(&cb);
+            }
+            (a, b) = (&a[ca.len_utf8()..], &b[cb.len_utf8()..]);
+        }
+    }
 }
 
 /// Reads a stack file image by image.
@@ -258,8 +347,12 @@ impl std::fmt::Debug for StackReader {
 }
 
 impl StackReader {
-    /// Opens `.npy`, `.tif` or `.tiff` (by extension) and checks every image's size and type.
+    /// Opens a folder of single-image TIFFs ([`open_folder`](Self::open_folder)), or `.npy`,
+    /// `.tif` or `.tiff` (by extension), and checks every image's size and type.
     pub fn open(path: &Path) -> Result<Self, IoError> {
+        if path.is_dir() {
+            return Self::open_folder(path);
+        }
         let ext = path
             .extension()
             .and_then(|e| e.to_str())
@@ -270,7 +363,10 @@ impl StackReader {
             "tif" | "tiff" => Self::open_tiff(path),
             other => Err(IoError::Corrupt {
                 path: path.into(),
-                reason: format!("unsupported extension '{other}': expected .npy, .tif or .tiff"),
+                reason: format!(
+                    "unsupported extension '{other}': expected .npy, .tif, .tiff or a folder of \
+                     .tif files"
+                ),
             }),
         }
     }
@@ -285,7 +381,8 @@ impl StackReader {
         };
         if npy.dtype() == Dtype::C64 {
             return Err(unsupported(
-                "uint8, uint16, float32 or float64 for an image stack",
+                "a real type for an image stack (uint8, uint16, int16, uint32, int32, float16, \
+                 float32, float64)",
             ));
         }
         if npy.is_fortran() {
@@ -326,21 +423,7 @@ impl StackReader {
 
     /// Opens a multi-page TIFF whose pages all have one size and type.
     pub fn open_tiff(path: &Path) -> Result<Self, IoError> {
-        let file = File::open(path).map_err(|e| IoError::Read {
-            path: path.into(),
-            reason: e.to_string(),
-        })?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| IoError::Read {
-                path: path.into(),
-                reason: e.to_string(),
-            })?
-            .len();
-        // `Decoder::new` reads the first directory under the decoder's default limits.
-        let mut dec = Decoder::new(BufReader::new(file))
-            .map_err(|e| tiff_error(path, None, e))?
-            .with_limits(tiff_limits(file_len));
+        let (mut dec, file_len) = open_tiff_decoder(path)?;
         let mut first: Option<TiffPage> = None;
         let mut count = 0;
         let mut stored: u64 = 0;
@@ -403,6 +486,64 @@ impl StackReader {
         })
     }
 
+    /// Opens a folder of TIFF files of one image each, a stack of its files in natural order
+    /// ([`natural_cmp`]): every file's header is checked here (one page, the first file's size
+    /// and sample type, each size against the file's length); the pixels are read later, one
+    /// file per image.
+    pub fn open_folder(dir: &Path) -> Result<Self, IoError> {
+        let files = tiff_files_in(dir)?;
+        let frame_error = |file: &Path, reason: String| IoError::FolderFrame {
+            folder: dir.into(),
+            file: file.into(),
+            reason,
+        };
+        let mut first: Option<TiffPage> = None;
+        for file in &files {
+            let (mut dec, file_len) = open_tiff_decoder(file)?;
+            let page = check_tiff_page(file, &mut dec, 0, file_len)?;
+            if dec.more_images() {
+                return Err(frame_error(
+                    file,
+                    "holds more than one page; a folder holds one image per file (give a \
+                     multi-page TIFF as a file, not in a folder)"
+                        .into(),
+                ));
+            }
+            match first {
+                None => first = Some(page),
+                Some(f)
+                    if (f.height, f.width, f.dtype) != (page.height, page.width, page.dtype) =>
+                {
+                    return Err(frame_error(
+                        file,
+                        format!(
+                            "is {}x{} {:?}, but the first file, {}, is {}x{} {:?}: every image \
+                             of a stack has one size and sample type",
+                            page.height,
+                            page.width,
+                            page.dtype,
+                            files[0].display(),
+                            f.height,
+                            f.width,
+                            f.dtype
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        let first = first.expect("tiff_files_in returns at least one file");
+        Ok(Self {
+            path: dir.into(),
+            count: files.len(),
+            height: first.height,
+            width: first.width,
+            dtype: first.dtype,
+            next: 0,
+            source: Source::Folder(files),
+        })
+    }
+
     pub fn count(&self) -> usize {
         self.count
     }
@@ -412,12 +553,13 @@ impl StackReader {
     pub fn width(&self) -> usize {
         self.width
     }
-    /// The file's element type (f64 `.npy` stacks are read as f32).
+    /// The file's element type (the images of any type but u8 and u16 are read as f32).
     pub fn dtype(&self) -> Dtype {
         self.dtype
     }
+    /// Whether the stack is TIFF: a multi-page file or a folder of single-image files.
     pub fn is_tiff(&self) -> bool {
-        matches!(self.source, Source::Tiff(_))
+        matches!(self.source, Source::Tiff(_) | Source::Folder(_))
     }
 
     /// The next image (`None` after the last).
@@ -437,26 +579,57 @@ impl StackReader {
             Source::Npy(npy) => Ok(match self.dtype {
                 Dtype::U8 => Pixels::U8(npy.read(px)?),
                 Dtype::U16 => Pixels::U16(npy.read(px)?),
-                Dtype::F32 => Pixels::F32(npy.read(px)?),
-                Dtype::F64 => {
-                    Pixels::F32(npy.read::<f64>(px)?.into_iter().map(|v| v as f32).collect())
-                }
-                Dtype::C64 => unreachable!("open_npy refuses complex stacks"),
+                // Every other type (open_npy refused complex) converted once, here.
+                _ => Pixels::F32(npy.read_f32(px)?),
             }),
             Source::Tiff(dec) => {
                 if index > 0 {
                     dec.next_image()
                         .map_err(|e| tiff_error(&self.path, Some(index), e))?;
                 }
-                Ok(match self.dtype {
-                    Dtype::U8 => Pixels::U8(decode_page(&self.path, dec, index, px)?),
-                    Dtype::U16 => Pixels::U16(decode_page(&self.path, dec, index, px)?),
-                    Dtype::F32 => Pixels::F32(decode_page(&self.path, dec, index, px)?),
-                    Dtype::F64 | Dtype::C64 => unreachable!("open_tiff accepts u8, u16 and f32"),
-                })
+                decode_pixels(&self.path, dec, index, self.dtype, px)
+            }
+            Source::Folder(files) => {
+                let file = &files[index];
+                let (mut dec, file_len) = open_tiff_decoder(file)?;
+                // The file may have changed since the folder was opened: its page is checked
+                // again before its pixels are decoded into a buffer of the stack's size.
+                let page = check_tiff_page(file, &mut dec, 0, file_len)?;
+                if (page.height, page.width, page.dtype) != (self.height, self.width, self.dtype) {
+                    return Err(IoError::FolderFrame {
+                        folder: self.path.clone(),
+                        file: file.clone(),
+                        reason: format!(
+                            "is now {}x{} {:?}; it was {}x{} {:?} when the folder was opened",
+                            page.height,
+                            page.width,
+                            page.dtype,
+                            self.height,
+                            self.width,
+                            self.dtype
+                        ),
+                    });
+                }
+                decode_pixels(file, &mut dec, 0, self.dtype, px)
             }
         }
     }
+}
+
+/// Decodes the current page (`px` samples of `dtype`, which [`check_tiff_page`] accepted).
+fn decode_pixels(
+    path: &Path,
+    dec: &mut Decoder<BufReader<File>>,
+    page: usize,
+    dtype: Dtype,
+    px: usize,
+) -> Result<Pixels, IoError> {
+    Ok(match dtype {
+        Dtype::U8 => Pixels::U8(decode_page(path, dec, page, px)?),
+        Dtype::U16 => Pixels::U16(decode_page(path, dec, page, px)?),
+        Dtype::F32 => Pixels::F32(decode_page(path, dec, page, px)?),
+        other => unreachable!("check_tiff_page accepts u8, u16 and f32, not {other:?}"),
+    })
 }
 
 /// Decodes the current page into a buffer of `px` samples that this function allocates (a
@@ -494,10 +667,7 @@ pub(super) fn read_stack_from(
     let shape = [reader.count(), reader.height(), reader.width()];
     // The sizes were checked against the file when it was opened; whether they fit in this
     // machine's memory is checked here, before the first image is decoded.
-    let sample = match reader.dtype() {
-        Dtype::F64 => 4, // read as f32
-        d => d.bytes() as u64,
-    };
+    let sample = held_as(reader.dtype()).bytes() as u64;
     let bytes = shape
         .iter()
         .try_fold(sample, |acc, &d| acc.checked_mul(d as u64))
@@ -700,5 +870,47 @@ impl StackWriter {
         self.file
             .sync_all()
             .map_err(|e| write_error(path, format!("flushing the file: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Ordering::{Equal, Greater, Less};
+
+    #[test]
+    fn natural_order_compares_digit_runs_as_numbers() {
+        let mut names = vec![
+            "proj_10.tif",
+            "proj_2.tif",
+            "proj_002.tif",
+            "proj_1.tif",
+            "proj_0100.tif",
+            "proj_99.tif",
+            "flat_3.tif",
+            "proj_2b.tif",
+        ];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            [
+                "flat_3.tif",
+                "proj_1.tif",
+                "proj_2.tif",
+                "proj_2b.tif",
+                "proj_002.tif",
+                "proj_10.tif",
+                "proj_99.tif",
+                "proj_0100.tif",
+            ]
+        );
+        assert_eq!(natural_cmp("a", "a"), Equal);
+        assert_eq!(natural_cmp("a", "a1"), Less);
+        assert_eq!(natural_cmp("a1x", "a1"), Greater);
+        // Runs longer than any integer type still compare by value.
+        assert_eq!(
+            natural_cmp("s_100000000000000000000001", "s_99999999999999999999999"),
+            Greater
+        );
     }
 }

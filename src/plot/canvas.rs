@@ -236,6 +236,13 @@ impl<'a> Image<'a> {
         })
     }
 
+    pub(crate) fn height(&self) -> usize {
+        self.height
+    }
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+
     /// The smallest integer enlargement that makes the long side at least `min_side` pixels.
     pub(crate) fn scale_for(&self, min_side: usize) -> usize {
         min_side.div_ceil(self.height.max(self.width)).max(1)
