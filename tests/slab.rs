@@ -230,7 +230,7 @@ fn the_command_line_reconstructs_the_box_it_is_given() {
         (vec!["--slab", "4:6"], "minimum 6"),
         (vec!["--slab", "4:20"], "0:16"),
         (vec!["--roi", "2:14"], "X0:X1,Y0:Y1"),
-        (vec!["--slab", "3:9", "--binning", "2"], "multiples of 2"),
+        (vec!["--slab", "3:9", "--binning", "1"], "multiples of 2"),
         (vec!["--lamino-start-row", "4"], "--lamino-end-row"),
     ] {
         let o = run(&[&extra[..], &["--dry-run"]].concat());

@@ -14,10 +14,12 @@ use super::{Cli, CliResult};
 pub enum ApplyOp {
     /// FFT of the last K axes of a complex64 (or float32) .npy array; writes complex64 .npy.
     Fft {
+        /// complex64 or float32 .npy array.
         #[arg(long)]
         input: PathBuf,
-        #[arg(long)]
-        output: PathBuf,
+        /// complex64 .npy output (written complete or not at all).
+        #[arg(long, visible_alias = "output")]
+        out: PathBuf,
         /// Inverse transform (e^{+}) instead of forward (e^{-}).
         #[arg(long)]
         inverse: bool,
@@ -46,20 +48,20 @@ pub struct OperatorArgs {
     /// complex64 or float32 .npy array of the shape the operator reads.
     #[arg(long)]
     input: PathBuf,
-    /// complex64 .npy output.
-    #[arg(long)]
-    output: PathBuf,
+    /// complex64 .npy output (written complete or not at all).
+    #[arg(long, visible_alias = "output")]
+    out: PathBuf,
 }
 
 pub fn run(cli: &Cli, op: &ApplyOp) -> CliResult {
     match op {
         ApplyOp::Fft {
             input,
-            output,
+            out,
             inverse,
             axes,
             normalize,
-        } => fft(cli, input, output, *inverse, *axes, *normalize),
+        } => fft(cli, input, out, *inverse, *axes, *normalize),
         ApplyOp::Forward(a) => operator(cli, Apply::Forward, a),
         ApplyOp::Adjoint(a) => operator(cli, Apply::Adjoint, a),
         ApplyOp::Usfft1d(a) => operator(cli, Apply::Usfft1d, a),
@@ -141,7 +143,7 @@ fn operator(cli: &Cli, what: Apply, args: &OperatorArgs) -> CliResult {
     let data = op.apply_host(&ctx, what, &input.shape, &input.data)?;
     let shape = what.spaces().1.shape(&geometry);
     write_output(
-        &args.output,
+        &args.out,
         &ComplexArray { shape, data },
         &[&args.input, &args.geometry],
     )

@@ -146,6 +146,14 @@ pub enum BenchWhat {
     /// in-core (same process), one iteration of a large volume within a device budget with
     /// scratch files, and the memory plans of 512^3-2048^3 at several device budgets.
     Scale(ScaleArgs),
+    /// `lamino demo` with its defaults on this device (the size by the adapter, converged
+    /// ADMM-TV), timed: prints the time and the score as JSON and, on a software adapter, the
+    /// bound `demo` states; exits with an error when the run takes longer.
+    Demo {
+        /// Output directory of the demo run.
+        #[arg(long, default_value = "lamino-bench-demo")]
+        out: PathBuf,
+    },
 }
 
 // The options of `bench memo` (no doc comment: the variant's is the subcommand's help).
@@ -331,6 +339,7 @@ fn default_compared() -> Vec<MemoPolicy> {
 pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
     use lamino::bench;
     match what {
+        BenchWhat::Demo { out } => demo(cli, out)?,
         BenchWhat::Fft {
             json,
             repeats,
@@ -408,6 +417,37 @@ fn stripe_methods(method: &Option<String>) -> Result<Vec<StripeRemoval>, String>
         Some("sort") => vec![StripeRemoval::SORTING],
         Some(other) => return Err(format!("--method {other:?}: expected fw or sort")),
     })
+}
+
+/// `bench demo`: the demo's defaults, timed against the bound it states on a software adapter.
+fn demo(cli: &Cli, out: &std::path::Path) -> CliResult {
+    use super::demo::{run_demo, DemoArgs, SOFTWARE_BOUND_S};
+    let summary = run_demo(cli, &DemoArgs::defaults(out.to_path_buf()))?;
+    let total_s = summary["total_s"]
+        .as_f64()
+        .ok_or("the demo reported no time")?;
+    let software = summary["software"] == true;
+    let bound_s = software.then_some(SOFTWARE_BOUND_S);
+    println!(
+        "{}",
+        serde_json::json!({
+            "size": summary["size"],
+            "device": summary["device"],
+            "software": software,
+            "iterations": summary["iterations"],
+            "reconstruction_s": summary["reconstruction_s"],
+            "total_s": total_s,
+            "bound_s": bound_s,
+            "rel_l2": summary["score"]["rel_l2"],
+        })
+    );
+    match bound_s {
+        Some(bound) if total_s > bound => Err(format!(
+            "the demo took {total_s:.0} s on the software adapter, over the {bound:.0} s it states"
+        )
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// `bench scale`: the distributed runs, the cost model, or the runs and the plans.

@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod devices;
 mod flatfield;
+mod names;
 mod progress;
 mod reconstruct;
 mod score;
@@ -17,7 +18,7 @@ mod r#try;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use lamino::gpu::{DeviceOptions, DeviceSet, GpuContext};
 
@@ -31,17 +32,31 @@ pub type CliResult = Result<(), Box<dyn std::error::Error>>;
     about = "Laminography reconstruction on any GPU"
 )]
 pub struct Cli {
+    /// The adapter(s) of the commands that use a GPU (see their `--device`); also accepted
+    /// after the command, where its help shows it.
+    #[arg(long)]
+    device: Option<DeviceSet>,
+    /// Accept a software adapter (see the commands' `--allow-software-gpu`); also accepted after
+    /// the command.
+    #[arg(long)]
+    allow_software_gpu: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The device options of the commands that run on a GPU (not `score`, `simulate`, `devices`).
+#[derive(Args, Clone)]
+#[command(next_help_heading = "GPU options")]
+pub struct GpuArgs {
     /// Adapter to run on: an index from `lamino devices`, or "best" (hardware GPUs first).
     /// `reconstruct` and `demo` also take several: a list ("0,2") or "all" (every hardware GPU);
     /// each device computes its share of every stage, with the same bits as one device.
-    #[arg(long, global = true, default_value = "best")]
+    #[arg(long, global = true, default_value_t = DeviceSet::default())]
     device: DeviceSet,
     /// Accept a software adapter (lavapipe, WARP) when no hardware GPU exists. Also set by
     /// LAMINO_ALLOW_SOFTWARE_GPU=1. Meant for tests, CI and batch runs: it is slow.
     #[arg(long, global = true)]
     allow_software_gpu: bool,
-    #[command(subcommand)]
-    command: Command,
 }
 
 #[derive(Subcommand)]
@@ -56,17 +71,27 @@ enum Command {
     Apply {
         #[command(subcommand)]
         op: apply::ApplyOp,
+        #[command(flatten)]
+        gpu: GpuArgs,
     },
     /// Print benchmark figures.
     Bench {
         #[command(subcommand)]
         what: bench::BenchWhat,
+        #[command(flatten)]
+        gpu: GpuArgs,
     },
     /// Reconstruct a volume with ADMM-TV. INPUT: a DXchange `.h5` scan (normalised with its
     /// flats and darks, -log), a multi-page TIFF of intensities with an angle list, or `.npy`
     /// line integrals (ntheta, deth, detw) with `--geometry`. Writes DIR/recon.tif, DIR/recon.h5,
     /// DIR/report.json, DIR/preview_*.png and DIR/convergence.png.
-    Reconstruct(reconstruct::ReconstructArgs),
+    #[command(after_help = reconstruct::EXAMPLES)]
+    Reconstruct {
+        #[command(flatten)]
+        args: reconstruct::ReconstructArgs,
+        #[command(flatten)]
+        gpu: GpuArgs,
+    },
     /// Compare a volume with the truth: prints {"rel_l2", "psnr" (null when identical), "ssim"}
     /// as JSON and writes a truth | reconstruction | difference panel of the central slices
     /// (`--panel`).
@@ -74,31 +99,77 @@ enum Command {
     /// The built-in example: simulate a chip (a layered circuit slab) with Poisson noise,
     /// reconstruct it with the default parameters, write previews, the report, the score and a
     /// truth | reconstruction | difference panel (DIR/comparison.png).
-    Demo(demo::DemoArgs),
+    Demo {
+        #[command(flatten)]
+        args: demo::DemoArgs,
+        #[command(flatten)]
+        gpu: GpuArgs,
+    },
     /// Check this device: GPU FFTs against an f64 CPU reference on fixed signals (1D smooth and
     /// prime lengths, 2D, 3D), with the errors against the accuracy bound.
-    Selftest,
+    Selftest {
+        #[command(flatten)]
+        gpu: GpuArgs,
+    },
     /// Simulate a scan of a preset phantom (exact analytic projections, optional Poisson noise)
     /// and write it as DXchange HDF5 with the ground truth in /truth/volume.
     Simulate(simulate::SimulateArgs),
     /// Find the rotation axis and the tilt of a scan: reconstruct a thin slab for every
     /// candidate (--rotation-axis-range A:B:STEP, --tilt-range A:B:STEP), write one preview per
     /// candidate and the sharpness scores, print the best. Takes the inputs of `reconstruct`.
-    Try(r#try::TryArgs),
+    Try {
+        #[command(flatten)]
+        args: r#try::TryArgs,
+        #[command(flatten)]
+        gpu: GpuArgs,
+    },
     /// BaSiC flat-field / dark-field estimation and correction.
     Flatfield {
         #[command(subcommand)]
         op: flatfield::FlatfieldOp,
+        #[command(flatten)]
+        gpu: GpuArgs,
     },
 }
 
 impl Cli {
-    /// The device options of the global flags, for commands that run on one device.
+    /// The GPU options of the command, if it uses a GPU.
+    fn command_gpu(&self) -> Option<&GpuArgs> {
+        match &self.command {
+            Command::Apply { gpu, .. }
+            | Command::Bench { gpu, .. }
+            | Command::Reconstruct { gpu, .. }
+            | Command::Demo { gpu, .. }
+            | Command::Selftest { gpu }
+            | Command::Try { gpu, .. }
+            | Command::Flatfield { gpu, .. } => Some(gpu),
+            Command::Devices { .. } | Command::Score(_) | Command::Simulate(_) => None,
+        }
+    }
+
+    /// Folds the command's GPU options into the ones given before the command (one place for
+    /// the device methods to read); clap gives a `--device` after the command precedence.
+    fn merge_gpu_args(&mut self) {
+        let Some(gpu) = self.command_gpu().cloned() else {
+            return;
+        };
+        self.allow_software_gpu |= gpu.allow_software_gpu;
+        // The command's `--device` is its default unless given: a default never overrides a
+        // device named before the command.
+        if gpu.device != DeviceSet::default() {
+            self.device = Some(gpu.device);
+        }
+    }
+
+    /// The devices the options name (`best` unless `--device` was given).
+    fn device_set(&self) -> DeviceSet {
+        self.device.clone().unwrap_or_default()
+    }
+
+    /// The device options of the GPU flags, for commands that run on one device.
     fn device_options(&self) -> Result<DeviceOptions, String> {
-        match &self.device {
-            DeviceSet::One(selection) => {
-                Ok(DeviceOptions::new(*selection, self.allow_software_gpu))
-            }
+        match self.device_set() {
+            DeviceSet::One(selection) => Ok(DeviceOptions::new(selection, self.allow_software_gpu)),
             several => Err(format!(
                 "--device {several}: this command runs on one device; several devices apply to \
                  `reconstruct` and `demo`"
@@ -116,24 +187,26 @@ impl Cli {
     /// Under MPI, the devices of the rank that is number `local` among its node's ranks.
     #[cfg(feature = "mpi")]
     fn rank_contexts(&self, local: usize) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self.device.open_for_rank(self.allow_software_gpu, local)?;
+        let devices = self
+            .device_set()
+            .open_for_rank(self.allow_software_gpu, local)?;
         devices.iter().for_each(note_software);
         Ok(devices)
     }
 
-    /// The global flags as arguments, for a lamino this one starts.
+    /// The GPU flags as arguments before the command, for a lamino this one starts.
     #[cfg(feature = "mpi")]
     fn global_args(&self) -> Vec<String> {
-        let mut args = vec!["--device".to_string(), self.device.to_string()];
+        let mut args = vec!["--device".to_string(), self.device_set().to_string()];
         if self.allow_software_gpu {
             args.push("--allow-software-gpu".into());
         }
         args
     }
 
-    /// Every device the global options name (one unless `--device` lists several).
+    /// Every device the GPU options name (one unless `--device` lists several).
     fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self.device.open(self.allow_software_gpu)?;
+        let devices = self.device_set().open(self.allow_software_gpu)?;
         devices.iter().for_each(note_software);
         Ok(devices)
     }
@@ -150,21 +223,25 @@ fn note_software(ctx: &GpuContext) {
 fn run(cli: &Cli) -> CliResult {
     match &cli.command {
         Command::Devices { json } => devices::run(*json),
-        Command::Apply { op } => apply::run(cli, op),
-        Command::Bench { what } => bench::run(cli, what),
-        Command::Reconstruct(args) => reconstruct::run(cli, args),
+        Command::Apply { op, .. } => apply::run(cli, op),
+        Command::Bench { what, .. } => bench::run(cli, what),
+        Command::Reconstruct { args, .. } => reconstruct::run(cli, args),
         Command::Score(args) => score::run(args),
-        Command::Demo(args) => demo::run(cli, args),
-        Command::Selftest => selftest::run(cli),
+        Command::Demo { args, .. } => demo::run(cli, args),
+        Command::Selftest { .. } => selftest::run(cli),
         Command::Simulate(args) => simulate::run(args),
-        Command::Try(args) => r#try::run(cli, args),
-        Command::Flatfield { op } => flatfield::run(cli, op),
+        Command::Try { args, .. } => r#try::run(cli, args),
+        Command::Flatfield { op, .. } => flatfield::run(cli, op),
     }
 }
 
 /// Parses the command line, runs the command and prints its error, if any.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command()
+        .mut_subcommand("reconstruct", names::refuse_tomocupy_options)
+        .mut_subcommand("try", names::refuse_tomocupy_options);
+    let mut cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    cli.merge_gpu_args();
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -39,8 +39,9 @@ pub struct InputArgs {
     /// --flatfield), or `.npy` line integrals -ln(I/I0) in voxel units,
     /// shape (ntheta, deth, detw), with --geometry.
     input: PathBuf,
-    /// Laminographic tilt in degrees (phi = 90 + T), for scans that do not record it.
-    #[arg(long, allow_hyphen_values = true)]
+    /// Laminographic tilt in degrees from the tomography plane (0: plain CT; phi = 90 + T), for
+    /// scans that do not record it. The same angle as tomocupy's --lamino-angle.
+    #[arg(long, allow_hyphen_values = true, visible_alias = "lamino-angle")]
     tilt_deg: Option<f64>,
     /// For a TIFF intensity stack: a text file with one projection angle in degrees per line.
     #[arg(long)]
@@ -68,27 +69,31 @@ pub struct InputArgs {
 /// Preprocessing shared by `reconstruct` and `try`.
 #[derive(Args)]
 pub struct PreprocessArgs {
-    /// Bin the detector by 1, 2 or 4: counts (and white and dark fields) are summed over b x b
-    /// pixels before the -log (line integrals are averaged), and the volume's voxels are b times
-    /// larger, so its values (attenuation per voxel) are b times those of an unbinned
-    /// reconstruction. --rotation-axis stays in unbinned detector columns.
-    #[arg(long, default_value_t = 1, value_parser = parse_binning)]
-    binning: usize,
+    /// Bin the detector by 2^b, as tomocupy's --binning: 0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8
+    /// pixels. Counts (and white and dark fields) are summed over the binned pixels before the
+    /// -log (line integrals are averaged), and the volume's voxels are 2^b times larger, so its
+    /// values (attenuation per voxel) are 2^b times those of an unbinned reconstruction.
+    /// --rotation-axis stays in unbinned detector columns.
+    #[arg(long, default_value_t = 0, value_parser = super::names::parse_binning)]
+    binning: u32,
     /// Refuse a scan when flat/dark normalisation clamps more than this fraction of its pixels
     /// (transmission at or below zero: white field zero or below the dark, data at or below the
     /// dark). The clamped count is recorded in report.json either way.
     #[arg(long, default_value_t = MAX_CLAMPED_FRACTION, value_parser = parse_fraction)]
     max_clamped_fraction: f64,
-    /// Remove stripes from the sinograms (rings in the volume), after the -log: `fw` the
-    /// Fourier-wavelet method (Munch et al. 2009), `sort` the sorting method (Vo et al. 2018).
-    #[arg(long, value_enum)]
+    /// Remove stripes from the sinograms (rings in the volume), after the -log.
+    /// tomocupy's --remove-stripe-method; its `vo-all` is Vo et al.'s sorting step and two
+    /// more, of which lamino has the sorting step (`sort`).
+    #[arg(long, value_enum, visible_alias = "remove-stripe-method")]
     remove_stripe: Option<StripeMethod>,
     /// For `--remove-stripe fw`: wavelet levels (default log2(width) - 5, at least 1: stripes up
     /// to width/32 pixels wide).
     #[arg(long)]
     fw_level: Option<usize>,
-    /// For `--remove-stripe fw`: damping width in angular frequency samples (default 1).
-    #[arg(long)]
+    // The default in the help comes from the constant; `None` says it was not given.
+    #[arg(long, help = format!(
+        "For `--remove-stripe fw`: damping width in angular frequency samples (default {FW_SIGMA})"
+    ))]
     fw_sigma: Option<f64>,
     /// For `--remove-stripe sort`: median window across columns (default 21 for detectors wider
     /// than 2000 pixels, else 1 % of the width, at least 5).
@@ -103,28 +108,31 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_binning(s: &str) -> Result<usize, String> {
-    match s {
-        "1" => Ok(1),
-        "2" => Ok(2),
-        "4" => Ok(4),
-        _ => Err(format!("binning {s:?}: expected 1, 2 or 4")),
-    }
-}
-
-/// The stripe-removal methods of the command line.
+/// The stripe-removal methods of the command line, with tomocupy's names of methods lamino does
+/// not have (hidden: refused with what lamino offers).
 #[derive(Clone, Copy, ValueEnum)]
 enum StripeMethod {
+    /// No stripe removal (the default).
+    None,
     /// The Fourier-wavelet method (Munch et al. 2009).
     Fw,
     /// The sorting method (Vo et al. 2018, algorithm 3).
     Sort,
+    #[value(hide = true)]
+    VoAll,
+    #[value(hide = true)]
+    Ti,
 }
 
 impl PreprocessArgs {
+    /// The binning factor of `--binning` (the library's unit).
+    fn binning_factor(&self) -> usize {
+        super::names::binning_factor(self.binning)
+    }
+
     fn load_options(&self) -> LoadOptions {
         LoadOptions {
-            binning: self.binning,
+            binning: self.binning_factor(),
             max_clamped_fraction: self.max_clamped_fraction,
         }
     }
@@ -133,10 +141,19 @@ impl PreprocessArgs {
     fn stripe_removal(&self) -> Result<Option<StripeRemoval>, String> {
         let fw_options = self.fw_level.is_some() || self.fw_sigma.is_some();
         match self.remove_stripe {
-            None if fw_options || self.sort_size.is_some() => {
+            Some(StripeMethod::VoAll) => {
+                Err("--remove-stripe vo-all: lamino has the sorting step \
+                 of Vo et al.'s all-stripe removal as `--remove-stripe sort`, not its large- and \
+                 dead-stripe steps"
+                    .into())
+            }
+            Some(StripeMethod::Ti) => Err("--remove-stripe ti: lamino does not offer Titarenko's \
+                 method; it offers `fw` (Fourier-wavelet) and `sort` (Vo et al.'s sorting)"
+                .into()),
+            None | Some(StripeMethod::None) if fw_options || self.sort_size.is_some() => {
                 Err("--fw-level, --fw-sigma and --sort-size need --remove-stripe".into())
             }
-            None => Ok(None),
+            None | Some(StripeMethod::None) => Ok(None),
             Some(StripeMethod::Fw) if self.sort_size.is_some() => {
                 Err("--sort-size applies to --remove-stripe sort".into())
             }
@@ -181,11 +198,12 @@ impl PreprocessArgs {
         let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
         let mut projections = report_loaded(loaded, quiet);
         let g = projections.geometry().clone();
+        let b = self.binning_factor();
         let mut pre = Preprocessing {
-            binning: self.binning,
+            binning: b,
             stripe_removal: None,
             rotation_axis_source: AxisSource::Geometry,
-            rotation_axis: unbinned_column(g.rotation_axis(), self.binning),
+            rotation_axis: unbinned_column(g.rotation_axis(), b),
             axis_search: None,
             clamps,
             input_warnings,
@@ -209,14 +227,12 @@ impl PreprocessArgs {
             let angles = share(projections.geometry().ntheta());
             projections = projections.keep(angles)?;
         }
-        if self.binning > 1 && !quiet {
+        if b > 1 && !quiet {
             let g = projections.geometry();
             eprintln!(
-                "binned {b} x {b}: {} x {} detector, voxels {b} times larger (values {b} times \
-                 those of an unbinned reconstruction)",
-                g.deth,
-                g.detw,
-                b = self.binning
+                "binning {} = {b} x {b} pixels: {} x {} detector, voxels {b} times larger (values \
+                 {b} times those of an unbinned reconstruction)",
+                self.binning, g.deth, g.detw,
             );
         }
         Ok((projections, pre))
@@ -266,8 +282,8 @@ pub struct ReconstructArgs {
     /// The detector column the rotation axis projects onto, in unbinned pixels (sub-pixel; pixel
     /// w is centred at w; default: the detector's centre column, width/2, or the geometry file's
     /// `center`). `auto` searches it (see `lamino try`): over the default axis plus or minus an
-    /// eighth of the detector width, coarse to fine, at the scan's tilt.
-    #[arg(long)]
+    /// eighth of the detector width, coarse to fine, at the scan's tilt. tomopy's `center`.
+    #[arg(long, visible_alias = "center")]
     rotation_axis: Option<AxisChoice>,
     /// Boxed: the ranges would make this the one large variant of the command enum.
     #[command(flatten)]
@@ -280,18 +296,18 @@ pub struct ReconstructArgs {
     /// convergence test (the default).
     #[arg(long, conflicts_with = "max_iterations")]
     iterations: Option<usize>,
-    /// The most outer iterations a run that stops on convergence may take (default 300).
-    #[arg(long)]
-    max_iterations: Option<usize>,
-    /// Inner iterations per outer iteration (default 4).
-    #[arg(long)]
-    inner: Option<usize>,
-    /// TV weight (default 1e-3, for volumes of order 1 per voxel).
-    #[arg(long)]
-    alpha: Option<f64>,
-    /// Initial ADMM penalty (default 0.5).
-    #[arg(long)]
-    rho0: Option<f64>,
+    /// The most outer iterations a run that stops on convergence may take.
+    #[arg(long, default_value_t = AdmmParams::default().outer_iterations)]
+    max_iterations: usize,
+    /// Inner iterations per outer iteration.
+    #[arg(long, default_value_t = AdmmParams::default().inner_iterations)]
+    inner: usize,
+    /// TV weight (the default is for volumes of order 1 per voxel).
+    #[arg(long, default_value_t = AdmmParams::default().alpha)]
+    alpha: f64,
+    /// Initial ADMM penalty.
+    #[arg(long, default_value_t = AdmmParams::default().rho0)]
+    rho0: f64,
     /// Use the reference's Dai-Yuan inner iteration with this fixed step instead of exact-step CG.
     #[arg(long)]
     dai_yuan_step: Option<f64>,
@@ -405,7 +421,7 @@ impl VolumeArgs {
             }
             let near = |v: usize| (v + b / 2) / b * b;
             Err(format!(
-                "{name} {}:{} with --binning {b}: both ends must be multiples of {b} (nearest \
+                "{name} {}:{} with binning {b} x {b}: both ends must be multiples of {b} (nearest \
                  {}:{})",
                 r.start,
                 r.end,
@@ -437,12 +453,10 @@ impl VolumeArgs {
 /// How `reconstruct` estimates the open beam of projections without white fields.
 #[derive(Clone, Copy, ValueEnum)]
 enum OpenBeamMethod {
-    /// `lamino::flatfield::estimate_open_beam`.
+    /// A smooth surface fitted to the brightest projections at each pixel.
     Envelope,
-    /// The name the flat-field issue asked for. BaSiC itself cannot be used on projections: a
-    /// sample that is always in view is what every projection shares, so BaSiC puts it into
-    /// the flat-field (measured: relative L2 3.4 on a simulated scan). This runs the envelope
-    /// estimate and says so.
+    /// Accepted for BaSiC users; runs `envelope` and says so: BaSiC on projections puts a
+    /// sample that is always in view into the flat-field.
     Basic,
 }
 
@@ -453,23 +467,25 @@ struct MemoArgs {
     /// at least TAU; trades accuracy for time, no error bound), `certified:TOL` (reuse
     /// least-squares combinations of stored chunks while the reused chunks' input residuals
     /// together stay below TOL of each stage's input, with a bound on the error) or
-    /// `certified:auto[:SCALE[:FLOOR]]` (TOL follows the ADMM primal residual).
-    /// Default: off (see docs/memoization.md, "When to use it").
+    /// `certified:auto[:SCALE[:FLOOR]]` (TOL follows the ADMM primal residual); see
+    /// docs/memoization.md, "When to use it".
     #[arg(long, default_value_t = MemoPolicy::DEFAULT)]
     memo: MemoPolicy,
     /// The stages memoized: `all`, or a comma-separated list of usfft1d, usfft1d_adjoint,
-    /// usfft2d, usfft2d_adjoint (default: the 2D gridding stages, where reuse pays).
+    /// usfft2d, usfft2d_adjoint (the default is the 2D gridding stages, where reuse pays).
     #[arg(long, default_value_t = MemoStages::DEFAULT)]
     memo_stages: MemoStages,
-    /// Device memory for the memo cache (MiB, default 256).
-    #[arg(long = "memo-device-mib", value_parser = super::mib_as_bytes)]
-    memo_device_bytes: Option<u64>,
-    /// Host memory for the memo cache (MiB, default 1024).
-    #[arg(long = "memo-host-mib", value_parser = super::mib_as_bytes)]
-    memo_host_bytes: Option<u64>,
-    /// Rows per memoized chunk (default 8).
-    #[arg(long)]
-    memo_chunk: Option<usize>,
+    /// Device memory for the memo cache (MiB).
+    #[arg(long = "memo-device-mib", value_parser = super::mib_as_bytes,
+          default_value_t = MemoOptions::DEFAULT.device_bytes >> 20)]
+    memo_device_bytes: u64,
+    /// Host memory for the memo cache (MiB).
+    #[arg(long = "memo-host-mib", value_parser = super::mib_as_bytes,
+          default_value_t = MemoOptions::DEFAULT.host_bytes >> 20)]
+    memo_host_bytes: u64,
+    /// Rows per memoized chunk.
+    #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
+    memo_chunk: usize,
 }
 
 impl MemoArgs {
@@ -478,9 +494,9 @@ impl MemoArgs {
         MemoOptions {
             policy: self.memo,
             stages: self.memo_stages,
-            device_bytes: self.memo_device_bytes.unwrap_or(d.device_bytes),
-            host_bytes: self.memo_host_bytes.unwrap_or(d.host_bytes),
-            chunk_rows: self.memo_chunk.unwrap_or(d.chunk_rows),
+            device_bytes: self.memo_device_bytes,
+            host_bytes: self.memo_host_bytes,
+            chunk_rows: self.memo_chunk,
             ..d
         }
     }
@@ -488,22 +504,16 @@ impl MemoArgs {
 
 impl ReconstructArgs {
     fn solver_params(&self) -> AdmmParams {
-        let mut p = AdmmParams::default();
+        let mut p = AdmmParams {
+            outer_iterations: self.max_iterations,
+            inner_iterations: self.inner,
+            alpha: self.alpha,
+            rho0: self.rho0,
+            ..AdmmParams::default()
+        };
         if let Some(v) = self.iterations {
             p.outer_iterations = v;
             p.convergence = None;
-        }
-        if let Some(v) = self.max_iterations {
-            p.outer_iterations = v;
-        }
-        if let Some(v) = self.inner {
-            p.inner_iterations = v;
-        }
-        if let Some(v) = self.alpha {
-            p.alpha = v;
-        }
-        if let Some(v) = self.rho0 {
-            p.rho0 = v;
         }
         if let Some(step) = self.dai_yuan_step {
             p.inner = InnerSolver::DaiYuan { step };
@@ -678,6 +688,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     let params = args.solver_params();
     params.validate()?;
+    args.preprocess.stripe_removal()?;
     let first = is_first(&ranks);
     let options = RunOptions {
         memo: args.memo.options(),
@@ -697,7 +708,10 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             &args.input.projection_input()?,
             &args.preprocess.load_options(),
         )?;
-        let g = match args.volume.volume_box(&g, args.preprocess.binning)? {
+        let g = match args
+            .volume
+            .volume_box(&g, args.preprocess.binning_factor())?
+        {
             Some(b) => g.with_subvolume(&b)?,
             None => g,
         };
@@ -867,6 +881,60 @@ fn reconstruct_into(
     Ok(())
 }
 
+/// The solver parameters as the command line names them, one per line, with the default of
+/// each one that differs from it.
+fn parameter_table(p: &AdmmParams) -> String {
+    let d = AdmmParams::default();
+    let solver = |s: InnerSolver| match s {
+        InnerSolver::ConjugateGradient => "conjugate gradient (exact step)".to_string(),
+        InnerSolver::DaiYuan { step } => format!("Dai-Yuan, step {step} (--dai-yuan-step)"),
+    };
+    let stop = |p: &AdmmParams| match p.convergence {
+        Some(c) => format!(
+            "on convergence (change {:e}, primal {:e}, dual {:e}), at most {} iterations",
+            c.change, c.primal, c.dual, p.outer_iterations
+        ),
+        None => format!(
+            "after exactly {} iterations (--iterations)",
+            p.outer_iterations
+        ),
+    };
+    let rows = [
+        ("stop", stop(p), stop(&d)),
+        (
+            "--inner",
+            p.inner_iterations.to_string(),
+            d.inner_iterations.to_string(),
+        ),
+        ("--alpha", p.alpha.to_string(), d.alpha.to_string()),
+        ("--rho0", p.rho0.to_string(), d.rho0.to_string()),
+        ("inner solver", solver(p.inner), solver(d.inner)),
+    ];
+    let mut table = String::from("solver parameters:\n");
+    for (name, value, default) in rows {
+        let note = match value == default {
+            true => String::new(),
+            false => format!("   (default: {default})"),
+        };
+        table += &format!("  {name:<14}{value}{note}\n");
+    }
+    table
+}
+
+/// `lamino help reconstruct`'s examples.
+pub const EXAMPLES: &str = "\
+Examples:
+  # A DXchange scan, stopping on convergence, the axis searched
+  lamino reconstruct scan.h5 --rotation-axis auto --out rec
+  # Binned 4 x 4 (tomocupy's --binning 2), rings removed, the axis and tilt given
+  lamino reconstruct scan.h5 --binning 2 --remove-stripe fw --rotation-axis 1024.5 \\
+      --tilt-deg 30 --out rec-bin4
+  # A TIFF stack of intensities with white and dark fields
+  lamino reconstruct proj.tif --angles angles.txt --tilt-deg 30 --flats flats.tif \\
+      --darks darks.tif --out rec
+  # Line integrals with a geometry file, exactly 50 iterations, on two GPUs
+  lamino reconstruct data.npy --geometry geometry.json --iterations 50 --device 0,1 --out rec";
+
 /// The memory budgets of the command line (bytes).
 #[derive(Default)]
 pub(super) struct MemoryBudgets {
@@ -940,10 +1008,7 @@ pub(super) fn run_reconstruction<'a>(
                 .collect::<Vec<_>>()
                 .join(" + ")
         );
-        let defaults = AdmmParams::default();
-        if params != defaults {
-            eprintln!("solver parameters (changed from the defaults {defaults:?}): {params:?}");
-        }
+        eprint!("{}", parameter_table(&params));
         if o.memo.policy != MemoPolicy::DEFAULT {
             eprintln!(
                 "memo policy {} (default {}), chunks of {} rows",

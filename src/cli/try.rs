@@ -29,8 +29,8 @@ pub struct TryArgs {
     #[arg(long, value_parser = parse_range, allow_hyphen_values = true)]
     tilt_range: Option<[f64; 3]>,
     /// The rotation axis used while only the tilt is searched (unbinned columns; default: the
-    /// detector's centre column or the geometry file's `center`).
-    #[arg(long)]
+    /// detector's centre column or the geometry file's `center`). tomopy's `center`.
+    #[arg(long, visible_alias = "center")]
     rotation_axis: Option<f64>,
     /// Slices of the reconstructed slab (voxels of the binned volume). Default: chosen from the
     /// geometry, at most 8: the slab whose scored disc holds the most voxels while it stays on
