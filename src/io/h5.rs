@@ -671,6 +671,43 @@ impl ContiguousF32 {
 }
 
 #[cfg(test)]
+mod lzf_tests {
+    use super::*;
+
+    #[test]
+    fn lzf_literals_back_references_and_corrupt_streams() {
+        // "abc", then 3 bytes from 3 back; "a", then 4 bytes from 1 back (overlapping).
+        assert!(lzf_decompress(&[2, b'a', b'b', b'c', 0x20, 2], 6).unwrap() == b"abcabc");
+        assert!(lzf_decompress(&[0, b'a', 0x40, 0], 0).unwrap() == b"aaaaa");
+        // A long back reference: length 7 + 1 + 2 = 10.
+        assert!(lzf_decompress(&[0, b'z', 0xe0, 1, 0], 11).unwrap() == [b'z'; 11]);
+        for (stream, expected, why) in [
+            (&[2, b'a'][..], 0, "passes the end"),
+            (&[0x20, 0][..], 0, "before the start"),
+            (&[0, b'a', 0xe0][..], 0, "ends inside a token"),
+            (&[0, b'a', 0x40, 0][..], 3, "more than 3 bytes"),
+            (&[1, b'a', b'b'][..], 3, "expected 3"),
+        ] {
+            let err = lzf_decompress(stream, expected).unwrap_err();
+            assert!(err.contains(why), "{stream:?}: {err}");
+        }
+        // Every truncation of a valid stream is an error or a shorter output, never a panic.
+        let stream = [2, b'a', b'b', b'c', 0x20, 2, 0xe0, 3, 2];
+        for end in 0..stream.len() {
+            let _ = lzf_decompress(&stream[..end], 0);
+        }
+    }
+
+    #[test]
+    fn unsupported_filters_are_named() {
+        assert!(filter_name("filter id 32001") == "Blosc (32001)");
+        assert!(filter_name("filter id 32015") == "Zstandard (32015)");
+        assert!(filter_name("filter id 40000") == "filter id 40000");
+        assert!(filter_name("scaleoffset float E-scale") == "scaleoffset float E-scale");
+    }
+}
+
+#[cfg(test)]
 mod streamed_layout_tests {
     use super::*;
 

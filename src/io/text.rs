@@ -52,8 +52,9 @@ pub struct AngleList {
 }
 
 /// Parses an angle list: numbers separated by white space (any number per line), or CSV (a line
-/// with a comma): one column, or a header line and a column named like an angle (`angle`,
-/// `theta`, `rotation_angle`, ...; the only column otherwise). `#` starts a comment to the end of
+/// with a comma, or a first line starting with a letter or a quote, a header): one column, or a
+/// header line and a column named like an angle (`angle`, `theta`, `rotation_angle`, ...; the
+/// only column otherwise). `#` starts a comment to the end of
 /// the line; blank lines are skipped. The error says which line and why.
 pub fn parse_angle_list(text: &str) -> Result<AngleList, String> {
     let lines: Vec<(usize, &str)> = text
@@ -66,7 +67,11 @@ pub fn parse_angle_list(text: &str) -> Result<AngleList, String> {
         Ok(v) if v.is_finite() => Ok(v),
         _ => Err(format!("line {line}: {:?} is not a finite angle", t.trim())),
     };
-    if !lines.iter().any(|(_, line)| line.contains(',')) {
+    // A header line starts with a letter or a quote; a list with one is CSV even without commas.
+    let header_first = lines.first().is_some_and(|(_, line)| {
+        line.starts_with(|c: char| c.is_alphabetic() || c == '"' || c == '\'')
+    });
+    if !header_first && !lines.iter().any(|(_, line)| line.contains(',')) {
         let values = lines
             .iter()
             .flat_map(|&(i, line)| line.split_whitespace().map(move |t| (i, t)))
@@ -83,7 +88,7 @@ pub fn parse_angle_list(text: &str) -> Result<AngleList, String> {
             .map(|f| f.trim().trim_matches('"').trim().to_string())
             .collect()
     };
-    // Not reached without a line (one holds a comma); an empty list either way.
+    // Not reached without a line (one holds a comma or a header); an empty list either way.
     let Some(&(first_line, first)) = lines.first() else {
         return Ok(AngleList {
             values: Vec::new(),
