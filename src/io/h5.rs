@@ -95,20 +95,17 @@ impl SampleType {
 /// h5py's LZF filter, registered with the HDF Group as 32000.
 const LZF_FILTER: u16 = 32000;
 
-/// Filters registered with the HDF Group that lamino meets in the field, by id, so that an
-/// error names the filter rather than a number.
-const KNOWN_FILTERS: [(u16, &str); 11] = [
+/// Filters registered with the HDF Group that lamino meets in the field and does not decode (LZF
+/// and LZ4 it does), by id, so that an error names the filter rather than a number.
+const KNOWN_FILTERS: [(u16, &str); 8] = [
     (307, "bzip2"),
     (32001, "Blosc"),
-    (32004, "LZ4"),
     (32008, "bitshuffle"),
     (32013, "ZFP"),
     (32015, "Zstandard"),
-    (32016, "FCIDECOMP"),
     (32017, "SZ"),
     (32024, "SZ3"),
     (32026, "Blosc2"),
-    (32018, "JPEG-XR"),
 ];
 
 /// `what` of the reader's unsupported-filter error ("filter id 32001") with the filter's name
