@@ -207,6 +207,9 @@ fn a_tiny_tiff_claiming_a_huge_image_is_refused() {
             t,
             "--angles",
             a,
+            // One angle states no unit of its own.
+            "--theta-units",
+            "deg",
             "--tilt-deg",
             "30",
             "--flatfield",

@@ -190,6 +190,8 @@ fn a_measured_ct_scan_with_two_rows_is_normalised_centred_and_reconstructed() {
     let loaded = load_projections(&ProjectionInput::DXchange {
         path: FIXTURE.into(),
         tilt_deg: None,
+        angles: None,
+        theta_units: None,
     })
     .unwrap();
     let p = loaded.projections.with_rotation_axis(axis).unwrap();

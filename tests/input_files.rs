@@ -35,6 +35,7 @@ fn line_integrals(projections: PathBuf, fields_as_folders: bool) -> Result<Vec<f
     let input = ProjectionInput::TiffStack {
         path: projections,
         angles: fixture("angles.txt"),
+        theta_units: None,
         tilt_deg: 30.0,
         shading: Shading::Fields {
             flats: field("flats"),
@@ -191,6 +192,7 @@ fn float64_values_beyond_float32_are_refused_naming_their_index_and_nan_stays_na
     let input = ProjectionInput::TiffStack {
         path: path.clone(),
         angles,
+        theta_units: None,
         tilt_deg: 30.0,
         shading: Shading::Fields { flats, darks: None },
     };

@@ -151,12 +151,94 @@ def h5py_lzf_f32():
         dxchange_attrs(f, th)
 
 
+def h5py_theta_radians_f32():
+    """The scan of h5py_contiguous_f32.h5 with its angles in radians and no `units` attribute (as
+    scripts that write `theta = np.linspace(0, np.pi, n)` leave them), no tilt: lamino must refuse
+    to guess, and read them with --theta-units rad."""
+    with h5py.File("h5py_theta_radians_f32.h5", "w", libver="earliest") as f:
+        ex = f.create_group("exchange")
+        for name, v in stacks(10, np.float32):
+            ex.create_dataset(name, data=v)
+        ex.create_dataset("theta", data=np.deg2rad(theta(10)))
+
+
+def h5py_rotation_no_dark_u16():
+    """No /exchange/theta and no dark field: the angles as APS writers record the rotation,
+    /process/acquisition/rotation/{rotation_start, rotation_step, num_angles} (one-element
+    arrays, degrees, the fallback of dxchange's read_aps_32id), the same angles as theta(12)."""
+    with h5py.File("h5py_rotation_no_dark_u16.h5", "w") as f:
+        ex = f.create_group("exchange")
+        (_, data), (_, flats), _ = stacks(12, np.uint16)
+        ex.create_dataset("data", data=data, chunks=(4, DETH, DETW), compression="gzip")
+        ex.create_dataset("data_white", data=flats)
+        rot = f.create_group("process/acquisition/rotation")
+        rot.create_dataset("rotation_start", data=[0.0])
+        rot.create_dataset("rotation_step", data=[180.0 / 12])
+        rot.create_dataset("num_angles", data=[12])
+        f.attrs["implements"] = "exchange:measurement"
+
+
+def nxtomo_f32():
+    """The scan of h5py_contiguous_f32.h5 as the `nxtomo` package writes it (NXtomo): every frame
+    in /entry0000/instrument/detector/data in acquisition order (a dark, two flats, the first
+    half of the projections, an alignment frame (image_key_control -1), the other half, the
+    third flat, the second dark), rotation angles in degrees, pixel size 6.5e-6 m."""
+    import pint
+    from nxtomo import NXtomo
+    from nxtomo.nxobject.nxdetector import ImageKey
+
+    ureg = pint.get_application_registry()
+    (_, data), (_, flats), (_, darks) = stacks(10, np.float32)
+    th = theta(10)
+    frames = [darks[:1], flats[:2], data[:5], data[:1], data[5:], flats[2:], darks[1:]]
+    keys = (
+        [ImageKey.DARK_FIELD] + [ImageKey.FLAT_FIELD] * 2 + [ImageKey.PROJECTION] * 5
+        + [ImageKey.ALIGNMENT] + [ImageKey.PROJECTION] * 5 + [ImageKey.FLAT_FIELD]
+        + [ImageKey.DARK_FIELD]
+    )
+    angles = [0.0] * 3 + list(th[:5]) + [0.0] + list(th[5:]) + [180.0, 180.0]
+    nx = NXtomo()
+    nx.instrument.detector.data = np.concatenate(frames)
+    nx.instrument.detector.image_key_control = keys
+    nx.sample.rotation_angle = np.array(angles) * ureg.degree
+    nx.instrument.detector.x_pixel_size = 6.5e-6 * ureg.meter
+    nx.instrument.detector.y_pixel_size = 6.5e-6 * ureg.meter
+    nx.save("nxtomo_f32.nx", data_path="entry0000", overwrite=True)
+
+
+def h5py_blosc_f32():
+    """A plugin filter no build of lamino decodes without libhdf5's plugins: Blosc (id 32001,
+    written through hdf5plugin), so the error must name it."""
+    import hdf5plugin
+
+    with h5py.File("h5py_blosc_f32.h5", "w") as f:
+        ex = f.create_group("exchange")
+        for name, v in stacks(5, np.float32):
+            ex.create_dataset(name, data=v, chunks=(1, DETH, DETW), **hdf5plugin.Blosc())
+        th = ex.create_dataset("theta", data=theta(5))
+        dxchange_attrs(f, th)
+
+
+FIXTURES = [
+    h5py_contiguous_f32,
+    h5py_chunked_gzip_shuffle_u16,
+    h5py_v110_chunk_indexes_u16,
+    h5py_fixed_array_f64,
+    h5py_hdf5_2_format_f32,
+    h5py_big_endian_f32,
+    h5py_scaleoffset_u16,
+    h5py_lzf_f32,
+    h5py_theta_radians_f32,
+    h5py_rotation_no_dark_u16,
+    nxtomo_f32,
+    h5py_blosc_f32,
+]
+
 if __name__ == "__main__":
-    h5py_contiguous_f32()
-    h5py_chunked_gzip_shuffle_u16()
-    h5py_v110_chunk_indexes_u16()
-    h5py_fixed_array_f64()
-    h5py_hdf5_2_format_f32()
-    h5py_big_endian_f32()
-    h5py_scaleoffset_u16()
-    h5py_lzf_f32()
+    # `python3 make_fixtures.py NAME...` writes only those (the others keep their bytes).
+    import sys
+
+    wanted = set(sys.argv[1:])
+    for make in FIXTURES:
+        if not wanted or make.__name__ in wanted:
+            make()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
-use lamino::io::{OutputSet, MAX_CLAMPED_FRACTION};
+use lamino::io::{AngleUnit, OutputSet, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::operator::{Geometry, VolumeBox};
 use lamino::params::AdmmParams;
@@ -21,8 +21,8 @@ use lamino::preprocess::{
     AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
 };
 use lamino::recon::input::{
-    extension, input_geometry, load_projection_share, load_projections_with, LoadOptions,
-    LoadedProjections, ProjectionInput, Shading,
+    extension, input_geometry, load_projection_share, load_projections_with, InputError,
+    LoadOptions, LoadedProjections, ProjectionInput, Shading,
 };
 use lamino::recon::{CheckpointInterval, Reconstructor, Solved};
 use lamino::scan::Projections;
@@ -34,18 +34,25 @@ use super::{Cli, CliResult};
 /// Where the projections come from: the input routes shared by `reconstruct` and `try`.
 #[derive(Args)]
 pub struct InputArgs {
-    /// Projections: a DXchange `.h5` scan, a multi-page TIFF of intensities or a folder of
-    /// single-image TIFFs in natural name order (with --angles, --tilt-deg and --flats or
-    /// --flatfield), or `.npy` line integrals -ln(I/I0) in voxel units,
-    /// shape (ntheta, deth, detw), with --geometry.
+    /// Projections: an HDF5 scan (`.h5`, `.hdf5`, `.nxs`, `.nx`: DXchange or NeXus NXtomo), a
+    /// multi-page TIFF of intensities or a folder of single-image TIFFs in natural name order
+    /// (with --angles, --tilt-deg and --flats or --flatfield), or `.npy` line integrals
+    /// -ln(I/I0) in voxel units, shape (ntheta, deth, detw), with --geometry.
     input: PathBuf,
     /// Laminographic tilt in degrees from the tomography plane (0: plain CT; phi = 90 + T), for
     /// scans that do not record it. The same angle as tomocupy's --lamino-angle.
     #[arg(long, allow_hyphen_values = true, visible_alias = "lamino-angle")]
     tilt_deg: Option<f64>,
-    /// For a TIFF intensity stack: a text file with one projection angle in degrees per line.
+    /// Projection angles, one per projection: numbers separated by white space or CSV (one
+    /// column, or a header naming the angle column), `#` comments allowed. Needed for a TIFF
+    /// stack; for an HDF5 scan it replaces the file's angles (said on stderr and in report.json).
     #[arg(long)]
     angles: Option<PathBuf>,
+    /// The unit of the projection angles (the HDF5 scan's or --angles') where they state none;
+    /// a file stating another unit is an error. Without it, unit-less angles are degrees unless
+    /// they look like radians (all within 2 pi) or span under 7 degrees, which is refused.
+    #[arg(long, value_enum)]
+    theta_units: Option<ThetaUnits>,
     /// For a TIFF intensity stack: white fields (multi-page TIFF, folder of TIFFs or .npy),
     /// averaged.
     #[arg(long)]
@@ -105,6 +112,22 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
         _ => Err(format!("{s:?}: expected a fraction from 0 to 1")),
+    }
+}
+
+/// `--theta-units`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ThetaUnits {
+    Deg,
+    Rad,
+}
+
+impl From<ThetaUnits> for AngleUnit {
+    fn from(u: ThetaUnits) -> Self {
+        match u {
+            ThetaUnits::Deg => AngleUnit::Degrees,
+            ThetaUnits::Rad => AngleUnit::Radians,
+        }
     }
 }
 
@@ -535,7 +558,8 @@ impl InputArgs {
             .collect()
     }
 
-    /// The input route the arguments describe, or why they describe none.
+    /// The input route the arguments describe, or why they describe none. An option that
+    /// means nothing for the input's kind is an [`InputError::NotApplicable`].
     fn projection_input(&self) -> Result<ProjectionInput, Box<dyn std::error::Error>> {
         let path = self.input.clone();
         // A folder of single-image TIFFs is a TIFF stack, whatever its name.
@@ -544,12 +568,45 @@ impl InputArgs {
         } else {
             extension(&path)
         };
-        if self.flatfield.is_some() && !matches!(ext.as_str(), "tif" | "tiff") {
-            return Err(format!(
-                "--flatfield applies to TIFF intensity stacks; {} holds line integrals or its own \
-                 white fields",
-                path.display()
-            )
+        let theta_units = self.theta_units.map(AngleUnit::from);
+        let (kind, why, refused): (_, _, &[(&str, bool)]) = match ext.as_str() {
+            "npy" => (
+                "`.npy` line integrals",
+                "their geometry, angles and tilt come from --geometry",
+                &[
+                    ("--tilt-deg", self.tilt_deg.is_some()),
+                    ("--angles", self.angles.is_some()),
+                    ("--theta-units", self.theta_units.is_some()),
+                    ("--flats", self.flats.is_some()),
+                    ("--darks", self.darks.is_some()),
+                    ("--flatfield", self.flatfield.is_some()),
+                ],
+            ),
+            "h5" | "hdf5" | "nxs" | "nx" => (
+                "an HDF5 scan",
+                "it holds its own flat and dark fields, and its geometry comes from the file \
+                 (--angles, --theta-units, --tilt-deg)",
+                &[
+                    ("--flats", self.flats.is_some()),
+                    ("--darks", self.darks.is_some()),
+                    ("--flatfield", self.flatfield.is_some()),
+                    ("--geometry", self.geometry.is_some()),
+                ],
+            ),
+            "tif" | "tiff" => (
+                "a TIFF intensity stack",
+                "its geometry comes from --angles and --tilt-deg",
+                &[("--geometry", self.geometry.is_some())],
+            ),
+            _ => ("", "", &[]),
+        };
+        if let Some((option, _)) = refused.iter().find(|(_, given)| *given) {
+            return Err(InputError::NotApplicable {
+                option,
+                path,
+                kind,
+                why,
+            }
             .into());
         }
         Ok(match ext.as_str() {
@@ -560,10 +617,21 @@ impl InputArgs {
                     .clone()
                     .ok_or("`.npy` projections need --geometry G.json")?,
             },
-            "h5" | "hdf5" => ProjectionInput::DXchange {
-                path,
-                tilt_deg: self.tilt_deg,
-            },
+            "h5" | "hdf5" | "nxs" | "nx" => {
+                if let Some(angles) = &self.angles {
+                    eprintln!(
+                        "note: the angles of {} replace those of {}",
+                        angles.display(),
+                        path.display()
+                    );
+                }
+                ProjectionInput::DXchange {
+                    path,
+                    tilt_deg: self.tilt_deg,
+                    angles: self.angles.clone(),
+                    theta_units,
+                }
+            }
             "tif" | "tiff" => {
                 let angles = self
                     .angles
@@ -593,14 +661,15 @@ impl InputArgs {
                 ProjectionInput::TiffStack {
                     path,
                     angles,
+                    theta_units,
                     tilt_deg,
                     shading,
                 }
             }
             other => {
                 return Err(format!(
-                    "{}: unsupported projection format {other:?} (expected .h5, .tif, .npy or a folder \
-                     of .tif files)",
+                    "{}: unsupported projection format {other:?} (expected .h5, .hdf5, .nxs, .nx, \
+                     .tif, .npy or a folder of .tif files)",
                     path.display()
                 )
                 .into())

@@ -5,16 +5,21 @@
 //!   integer (1 to 8 bytes) or float32/float64 type, converted to f32 (detectors usually store
 //!   uint16).
 //! * `/exchange/data_white` `(nflat, deth, detw)` and `/exchange/data_dark` `(ndark, deth, detw)`:
-//!   flat and dark fields, same types.
+//!   flat and dark fields, same types. The darks are optional: a scan without them is read with
+//!   one zero dark frame (detectors whose offset is already subtracted).
 //! * `/exchange/theta` `(ntheta,)`: projection angles in **degrees** (written as f64, read from any
-//!   of those types); [`Scan::theta`] holds radians.
+//!   of those types); [`Scan::theta`] holds radians. Without it, the angles are
+//!   `rotation_start + i * rotation_step` from `/process/acquisition/rotation/` (dxchange's
+//!   `read_aps_32id` fallback; `num_angles` there, when present, must equal the projections).
 //! * `/lamino/phi_deg` (optional, scalar f64): lamino's tilt `phi` in degrees, the operator's
 //!   convention where 90 is plain tomography and 90 + T a laminographic tilt of T degrees. A
 //!   dataset rather than an attribute so that `h5ls -r` shows it next to the data.
 //! * `/truth/volume` (optional) `(n0, n1, n2)` f32: the ground truth of simulated scans.
 //!
-//! An attribute `units` on `/exchange/theta` may say `degrees` (the default, and what lamino
-//! writes) or `radians`; any other unit is refused rather than guessed.
+//! An attribute `units` on the angles (`/exchange/theta`, or `rotation_start`) may say `deg`,
+//! `degree(s)`, `rad` or `radian(s)`; any other unit is refused rather than guessed. Without one,
+//! the unit is `--theta-units` ([`ScanOptions::theta_units`]), else degrees unless the angles
+//! look like radians or span too little for a scan ([`angles_in_radians`]): never a silent guess.
 //!
 //! [`DxchangeReader`] opens a scan and reports its shapes, element types, angles and tilt without
 //! reading the stacks, then reads projections in blocks of angles (what the streaming mode needs);
@@ -47,6 +52,7 @@ const DATA: &str = "/exchange/data";
 const WHITE: &str = "/exchange/data_white";
 const DARK: &str = "/exchange/data_dark";
 const THETA: &str = "/exchange/theta";
+const ROTATION: &str = "/process/acquisition/rotation";
 const PHI: &str = "/lamino/phi_deg";
 const TRUTH: &str = "/truth/volume";
 
@@ -98,6 +104,7 @@ fn check(path: &Path, scan: &Scan) -> Result<(), IoError> {
     if scan.theta.len() != scan.data.shape[0] {
         return Err(IoError::ThetaLength {
             path: path.to_path_buf(),
+            angles: THETA.to_string(),
             theta: scan.theta.len(),
             projections: scan.data.shape[0],
         });
@@ -139,7 +146,12 @@ pub fn write_volume_h5(path: &Path, volume: &Stack) -> Result<(), IoError> {
 /// Reads a DXchange file, checking that the required datasets exist, that shapes agree
 /// (frames of the same detector size, one angle per projection) and that all values are finite.
 pub fn read_dxchange(path: &Path) -> Result<Scan, IoError> {
-    let reader = DxchangeReader::open(path)?;
+    read_dxchange_with(path, &ScanOptions::default())
+}
+
+/// [`read_dxchange`] with the angles' unit or the angles themselves given.
+pub fn read_dxchange_with(path: &Path, options: &ScanOptions) -> Result<Scan, IoError> {
+    let reader = DxchangeReader::open_with(path, options)?;
     let info = reader.info();
     Ok(Scan {
         data: reader.read_projections(0..info.projections.shape[0])?,
@@ -152,7 +164,7 @@ pub fn read_dxchange(path: &Path) -> Result<Scan, IoError> {
 }
 
 /// The dataset `name` of `file` if it exists, checked as a stack: three axes, none empty.
-fn volume_stack(
+pub(super) fn volume_stack(
     file: &H5File,
     path: &Path,
     name: &str,
@@ -220,10 +232,12 @@ pub struct ScanInfo {
     pub projections: StackInfo,
     /// `/exchange/data_white`.
     pub flats: StackInfo,
-    /// `/exchange/data_dark`.
-    pub darks: StackInfo,
+    /// `/exchange/data_dark`, when the scan has darks (else they are taken as zero).
+    pub darks: Option<StackInfo>,
     /// Projection angles in radians, one per projection.
     pub theta: Vec<f64>,
+    /// Where the angles came from: a dataset of the file, or the file that overrode them.
+    pub theta_source: String,
     /// Tilt in radians (pi/2 is plain tomography), when the file records it.
     pub phi: Option<f64>,
     /// `/truth/volume`, when the file has one.
@@ -239,14 +253,118 @@ pub struct DxchangeReader {
     info: ScanInfo,
     data: H5Dataset,
     flats: H5Dataset,
-    darks: H5Dataset,
+    darks: Option<H5Dataset>,
     truth: Option<H5Dataset>,
+}
+
+/// The unit of projection angles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AngleUnit {
+    Degrees,
+    Radians,
+}
+
+impl std::fmt::Display for AngleUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Degrees => "degrees",
+            Self::Radians => "radians",
+        })
+    }
+}
+
+impl AngleUnit {
+    /// The unit a `units` attribute names (`deg`, `degree`, `degrees`, `rad`, `radian`,
+    /// `radians`, any case), or `None`.
+    pub fn parse(units: &str) -> Option<Self> {
+        match units.trim().to_ascii_lowercase().as_str() {
+            "deg" | "degree" | "degrees" => Some(Self::Degrees),
+            "rad" | "radian" | "radians" => Some(Self::Radians),
+            _ => None,
+        }
+    }
+}
+
+/// The smallest span, in degrees, of angles without a stated unit that are taken as degrees: a
+/// laminography or tomography scan covers far more, while radians of a half or full turn span
+/// 3.1 or 6.3.
+pub const MIN_UNITLESS_SPAN_DEG: f64 = 7.0;
+
+/// Projection angles `values` (of `dataset` in `path`, for errors) in radians. Their unit is the
+/// one `stated` by the source (a `units` attribute), else `option` (`--theta-units`); the two
+/// must agree. Without either, they are degrees unless that is implausible: all within
+/// [-2 pi, 2 pi] (radians?) or spanning less than [`MIN_UNITLESS_SPAN_DEG`], which is refused
+/// with an error naming `--theta-units`.
+pub fn angles_in_radians(
+    path: &Path,
+    dataset: &str,
+    values: Vec<f64>,
+    stated: Option<&str>,
+    option: Option<AngleUnit>,
+) -> Result<Vec<f64>, IoError> {
+    finite(path, dataset, &values)?;
+    let stated = stated
+        .map(|units| {
+            AngleUnit::parse(units).ok_or_else(|| IoError::ThetaUnits {
+                path: path.to_path_buf(),
+                dataset: dataset.to_string(),
+                units: units.to_string(),
+            })
+        })
+        .transpose()?;
+    let unit = match (stated, option) {
+        (Some(stated), Some(option)) if stated != option => {
+            return Err(IoError::AngleUnitConflict {
+                path: path.to_path_buf(),
+                dataset: dataset.to_string(),
+                stated,
+                option,
+            })
+        }
+        (Some(unit), _) | (None, Some(unit)) => unit,
+        (None, None) => {
+            let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let turn = 2.0 * std::f64::consts::PI * (1.0 + 1e-9);
+            // Written so that a NaN (excluded above) could not pass as degrees.
+            let degrees = max - min >= MIN_UNITLESS_SPAN_DEG && min.abs().max(max.abs()) > turn;
+            if !degrees {
+                return Err(IoError::AmbiguousAngles {
+                    path: path.to_path_buf(),
+                    dataset: dataset.to_string(),
+                    min,
+                    max,
+                });
+            }
+            AngleUnit::Degrees
+        }
+    };
+    Ok(match unit {
+        AngleUnit::Degrees => values.into_iter().map(f64::to_radians).collect(),
+        AngleUnit::Radians => values,
+    })
+}
+
+/// How to read a scan's angles.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanOptions {
+    /// The unit of the file's angles (`--theta-units`): supplies it where the file states none;
+    /// a file stating another unit is an error.
+    pub theta_units: Option<AngleUnit>,
+    /// Angles in radians that replace the file's, one per projection, with the file they were
+    /// read from (`--angles FILE`).
+    pub theta: Option<(PathBuf, Vec<f64>)>,
 }
 
 impl DxchangeReader {
     /// Opens `path` and reads its metadata: the stacks' shapes and types (every one checked
     /// against the file's size and probed for decodability), the angles and the tilt.
     pub fn open(path: &Path) -> Result<Self, IoError> {
+        Self::open_with(path, &ScanOptions::default())
+    }
+
+    /// [`open`](Self::open) with the angles' unit or the angles themselves given.
+    pub fn open_with(path: &Path, options: &ScanOptions) -> Result<Self, IoError> {
         let file = H5File::open(path)?;
         let stack = |name: &str| volume_stack(&file, path, name);
         let required = |name: &str| {
@@ -257,9 +375,10 @@ impl DxchangeReader {
         };
         let (data, projections) = required(DATA)?;
         let (flats, flat_info) = required(WHITE)?;
-        let (darks, dark_info) = required(DARK)?;
+        let (darks, dark_info) = stack(DARK)?.unzip();
         let detector = &projections.shape[1..];
-        for (name, s) in [(WHITE, &flat_info), (DARK, &dark_info)] {
+        for (name, s) in [(WHITE, Some(&flat_info)), (DARK, dark_info.as_ref())] {
+            let Some(s) = s else { continue };
             if &s.shape[1..] != detector {
                 return Err(IoError::BadShape {
                     path: path.to_path_buf(),
@@ -270,7 +389,7 @@ impl DxchangeReader {
             }
         }
         let (truth, truth_info) = stack(TRUTH)?.unzip();
-        let theta = read_theta(&file, path, projections.shape[0])?;
+        let (theta, theta_source) = read_theta(&file, path, projections.shape[0], options)?;
         let phi = read_phi(&file, path)?;
         Ok(Self {
             file,
@@ -280,6 +399,7 @@ impl DxchangeReader {
                 flats: flat_info,
                 darks: dark_info,
                 theta,
+                theta_source,
                 phi,
                 truth: truth_info,
             },
@@ -315,9 +435,12 @@ impl DxchangeReader {
         self.read_rows(&self.flats, 0..self.info.flats.shape[0])
     }
 
-    /// All dark fields as f32.
+    /// All dark fields as f32; one zero frame when the scan has none.
     pub fn read_darks(&self) -> Result<Stack, IoError> {
-        self.read_rows(&self.darks, 0..self.info.darks.shape[0])
+        match &self.darks {
+            Some(d) => self.read_rows(d, 0..d.shape[0]),
+            None => Ok(zero_frame(self.info.projections.shape)),
+        }
     }
 
     /// The ground-truth volume of a simulated scan, if the file has one.
@@ -329,78 +452,147 @@ impl DxchangeReader {
     }
 
     fn read_rows(&self, d: &H5Dataset, rows: Range<usize>) -> Result<Stack, IoError> {
-        let frame = d.shape[1] * d.shape[2];
-        let values = self.file.read_rows_f32(d, rows.clone())?;
-        if values.len() != rows.len() * frame {
-            return Err(IoError::Hdf5 {
-                path: self.path.clone(),
-                dataset: d.name.clone(),
-                reason: format!(
-                    "read {} values for rows {rows:?}; expected {}",
-                    values.len(),
-                    rows.len() * frame
-                ),
-            });
-        }
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(IoError::NonFinite {
-                path: self.path.clone(),
-                dataset: d.name.clone(),
-                index: rows.start * frame + i,
-                value: values[i] as f64,
-            });
-        }
-        Ok(Stack {
-            shape: [rows.len(), d.shape[1], d.shape[2]],
-            values,
-        })
+        read_frames(&self.file, &self.path, d, rows)
     }
 }
 
-/// `/exchange/theta` in radians: one finite angle per projection, in the unit its `units`
-/// attribute names (degrees when it has none).
-fn read_theta(file: &H5File, path: &Path, projections: usize) -> Result<Vec<f64>, IoError> {
-    let d = file
-        .dataset(THETA)?
-        .ok_or_else(|| IoError::MissingDataset {
+/// One dark frame of zeros for projections of `shape` `(frames, rows, columns)`: the dark of a
+/// scan that records none.
+pub(super) fn zero_frame(shape: [usize; 3]) -> Stack {
+    Stack {
+        shape: [1, shape[1], shape[2]],
+        values: vec![0.0; shape[1] * shape[2]],
+    }
+}
+
+/// Frames `rows` of the stack `d` of `file` (at `path`) as f32, checked finite.
+pub(super) fn read_frames(
+    file: &H5File,
+    path: &Path,
+    d: &H5Dataset,
+    rows: Range<usize>,
+) -> Result<Stack, IoError> {
+    let frame = d.shape[1] * d.shape[2];
+    let values = file.read_rows_f32(d, rows.clone())?;
+    if values.len() != rows.len() * frame {
+        return Err(IoError::Hdf5 {
             path: path.to_path_buf(),
-            dataset: THETA.to_string(),
-        })?;
-    if d.shape.len() != 1 {
-        return Err(IoError::BadShape {
-            path: path.to_path_buf(),
-            dataset: THETA.to_string(),
-            shape: d.shape.clone(),
-            expected: "one axis (one angle per projection)".into(),
+            dataset: d.name.clone(),
+            reason: format!(
+                "read {} values for rows {rows:?}; expected {}",
+                values.len(),
+                rows.len() * frame
+            ),
         });
     }
-    if d.shape[0] != projections {
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(IoError::NonFinite {
+            path: path.to_path_buf(),
+            dataset: d.name.clone(),
+            index: rows.start * frame + i,
+            value: values[i] as f64,
+        });
+    }
+    Ok(Stack {
+        shape: [rows.len(), d.shape[1], d.shape[2]],
+        values,
+    })
+}
+
+/// The angles `options` give in place of those of the scan at `path`, with the file they came
+/// from, checked: one finite angle per projection.
+pub(super) fn given_theta(
+    path: &Path,
+    options: &ScanOptions,
+    projections: usize,
+) -> Result<Option<(Vec<f64>, String)>, IoError> {
+    let Some((source, theta)) = &options.theta else {
+        return Ok(None);
+    };
+    let source = source.display().to_string();
+    if theta.len() != projections {
         return Err(IoError::ThetaLength {
             path: path.to_path_buf(),
-            theta: d.shape[0],
+            angles: source,
+            theta: theta.len(),
             projections,
         });
     }
-    let in_degrees = match file.string_attr(&d, "units")? {
-        None => true,
-        Some(units) => match units.trim().to_ascii_lowercase().as_str() {
-            "deg" | "degree" | "degrees" => true,
-            "rad" | "radian" | "radians" => false,
-            _ => {
-                return Err(IoError::ThetaUnits {
-                    path: path.to_path_buf(),
-                    units,
-                })
-            }
-        },
+    finite(path, &source, theta)?;
+    Ok(Some((theta.clone(), source)))
+}
+
+/// The projection angles in radians, one per projection, and where they came from: the angles
+/// `options` give, else `/exchange/theta`, else `rotation_start + i * rotation_step` of
+/// `/process/acquisition/rotation` (in the unit [`angles_in_radians`] settles).
+fn read_theta(
+    file: &H5File,
+    path: &Path,
+    projections: usize,
+    options: &ScanOptions,
+) -> Result<(Vec<f64>, String), IoError> {
+    let length = |angles: &str, theta: usize| {
+        if theta == projections {
+            return Ok(());
+        }
+        Err(IoError::ThetaLength {
+            path: path.to_path_buf(),
+            angles: angles.to_string(),
+            theta,
+            projections,
+        })
     };
-    let theta = file.read_all_f64(&d)?;
-    finite(path, THETA, &theta)?;
-    Ok(if in_degrees {
-        theta.into_iter().map(f64::to_radians).collect()
-    } else {
-        theta
-    })
+    if let Some(given) = given_theta(path, options, projections)? {
+        return Ok(given);
+    }
+    if let Some(d) = file.dataset(THETA)? {
+        if d.shape.len() != 1 {
+            return Err(IoError::BadShape {
+                path: path.to_path_buf(),
+                dataset: THETA.to_string(),
+                shape: d.shape.clone(),
+                expected: "one axis (one angle per projection)".into(),
+            });
+        }
+        length(THETA, d.shape[0])?;
+        let units = file.string_attr(&d, "units")?;
+        let theta = file.read_all_f64(&d)?;
+        let theta = angles_in_radians(path, THETA, theta, units.as_deref(), options.theta_units)?;
+        return Ok((theta, THETA.to_string()));
+    }
+    let start_name = format!("{ROTATION}/rotation_start");
+    let scalar = |name: &str| -> Result<Option<(f64, Option<String>)>, IoError> {
+        let Some(d) = file.dataset(name)? else {
+            return Ok(None);
+        };
+        let values = file.read_all_f64(&d)?;
+        // APS writers store these as one-element arrays.
+        let [value] = values[..] else {
+            return Err(IoError::BadShape {
+                path: path.to_path_buf(),
+                dataset: name.to_string(),
+                shape: d.shape.clone(),
+                expected: "one value".into(),
+            });
+        };
+        finite(path, name, &[value])?;
+        Ok(Some((value, file.string_attr(&d, "units")?)))
+    };
+    let start = scalar(&start_name)?;
+    let step = scalar(&format!("{ROTATION}/rotation_step"))?;
+    let (Some((start, units)), Some((step, _))) = (start, step) else {
+        return Err(IoError::MissingDataset {
+            path: path.to_path_buf(),
+            dataset: format!("{THETA} (or {ROTATION}/rotation_start and rotation_step)"),
+        });
+    };
+    let source = format!("{ROTATION}/rotation_start + i * rotation_step");
+    if let Some((count, _)) = scalar(&format!("{ROTATION}/num_angles"))? {
+        length(&format!("{ROTATION}/num_angles"), count as usize)?;
+    }
+    let theta = (0..projections).map(|i| start + i as f64 * step).collect();
+    let theta = angles_in_radians(path, &source, theta, units.as_deref(), options.theta_units)?;
+    Ok((theta, source))
 }
 
 /// `/lamino/phi_deg` in radians, if present: one finite value.

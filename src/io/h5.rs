@@ -1,10 +1,12 @@
 //! The one module that calls the HDF5 libraries.
 //!
 //! Reading goes through `hdf5-reader` and writing through `hdf5-writer`: pure Rust, so building
-//! lamino needs no system HDF5. With the cargo feature `hdf5-sys`, a dataset the pure-Rust reader
-//! cannot decode (a filter it lacks, such as LZF or a plugin) is read through the system libhdf5
-//! (`hdf5-metno`) instead; without the feature such a dataset is an [`IoError::NeedsHdf5Sys`]
-//! naming the feature. Metadata (shapes, types, angles, attributes) is always read in Rust.
+//! lamino needs no system HDF5. The reader decodes deflate, shuffle, Fletcher-32, szip, n-bit and
+//! scale-offset itself, and LZF (h5py's filter 32000) through [`lzf_decompress`] registered here.
+//! With the cargo feature `hdf5-sys`, a dataset the pure-Rust reader cannot decode (a plugin
+//! filter such as Blosc) is read through the system libhdf5 (`hdf5-metno`) instead; without the
+//! feature such a dataset is an [`IoError::NeedsHdf5Sys`] naming the filter and the feature.
+//! Metadata (shapes, types, angles, attributes) is always read in Rust.
 //!
 //! Sizes read from a file are claims: every dataset's decoded size is checked against what the
 //! file's bytes can hold before anything is allocated for it (see [`MAX_COMPRESSION_RATIO`]).
@@ -16,7 +18,8 @@ use std::path::{Path, PathBuf};
 
 use hdf5_reader::error::Error as ReadError;
 use hdf5_reader::messages::datatype::Datatype;
-use hdf5_reader::{Hdf5File, SliceInfo, SliceInfoElem};
+use hdf5_reader::messages::filter_pipeline::FilterDescription;
+use hdf5_reader::{FilterRegistry, Hdf5File, OpenOptions, SliceInfo, SliceInfoElem};
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
 
 use super::IoError;
@@ -89,6 +92,102 @@ impl SampleType {
     }
 }
 
+/// h5py's LZF filter, registered with the HDF Group as 32000.
+const LZF_FILTER: u16 = 32000;
+
+/// Filters registered with the HDF Group that lamino meets in the field and does not decode (LZF
+/// and LZ4 it does), by id, so that an error names the filter rather than a number.
+const KNOWN_FILTERS: [(u16, &str); 8] = [
+    (307, "bzip2"),
+    (32001, "Blosc"),
+    (32008, "bitshuffle"),
+    (32013, "ZFP"),
+    (32015, "Zstandard"),
+    (32017, "SZ"),
+    (32024, "SZ3"),
+    (32026, "Blosc2"),
+];
+
+/// `what` of the reader's unsupported-filter error ("filter id 32001") with the filter's name
+/// when it is a known one ("Blosc (32001)").
+fn filter_name(what: &str) -> String {
+    let id = what
+        .strip_prefix("filter id ")
+        .and_then(|id| id.trim().parse::<u16>().ok());
+    match id.and_then(|id| KNOWN_FILTERS.iter().find(|(known, _)| *known == id)) {
+        Some((id, name)) => format!("{name} ({id})"),
+        None => what.to_string(),
+    }
+}
+
+/// The LZF filter as h5py registers it: client data `[version, lzf version, chunk bytes]`, the
+/// last the decoded size (0 when h5py did not know it).
+fn lzf_filter(
+    filter: &FilterDescription,
+    data: &[u8],
+    _element_size: usize,
+) -> hdf5_reader::error::Result<Vec<u8>> {
+    let expected = filter.client_data.get(2).copied().unwrap_or(0) as usize;
+    lzf_decompress(data, expected).map_err(|e| ReadError::DecompressionError(format!("LZF: {e}")))
+}
+
+/// Decodes an LZF stream (liblzf's format: a control byte below 32 starts a run of that many
+/// plus one literal bytes; any other is a back reference of length `ctrl >> 5` (7: plus the next
+/// byte) plus 2, at distance `(ctrl & 31) << 8` plus the next byte plus 1). `expected` is the
+/// decoded size when known (0: bounded by LZF's largest ratio, 88:1, instead). Every length and
+/// distance is checked: a corrupt stream is an error, never a read outside the buffers.
+pub(super) fn lzf_decompress(input: &[u8], expected: usize) -> Result<Vec<u8>, String> {
+    // A 3-byte back reference decodes to at most 264 bytes.
+    let limit = if expected > 0 {
+        expected
+    } else {
+        input.len().saturating_mul(88)
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(expected);
+    let mut i = 0;
+    let byte = |i: usize| {
+        input
+            .get(i)
+            .copied()
+            .ok_or_else(|| format!("the stream ends inside a token at byte {i}"))
+    };
+    while i < input.len() {
+        let ctrl = input[i] as usize;
+        i += 1;
+        if ctrl < 32 {
+            let run = input
+                .get(i..i + ctrl + 1)
+                .ok_or_else(|| format!("a literal run of {} bytes passes the end", ctrl + 1))?;
+            out.extend_from_slice(run);
+            i += ctrl + 1;
+        } else {
+            let mut len = ctrl >> 5;
+            if len == 7 {
+                len += byte(i)? as usize;
+                i += 1;
+            }
+            len += 2;
+            let distance = ((ctrl & 0x1f) << 8) + byte(i)? as usize + 1;
+            i += 1;
+            let start = out
+                .len()
+                .checked_sub(distance)
+                .ok_or_else(|| format!("a back reference of {distance} bytes before the start"))?;
+            // Byte by byte: the reference may overlap what it writes.
+            for k in start..start + len {
+                out.push(out[k]);
+            }
+        }
+        if out.len() > limit {
+            return Err(format!("decodes to more than {limit} bytes"));
+        }
+    }
+    if expected > 0 && out.len() != expected {
+        return Err(format!("decoded {} bytes; expected {expected}", out.len()));
+    }
+    Ok(out)
+}
+
 /// An HDF5 file open for reading.
 pub(super) struct H5File {
     path: PathBuf,
@@ -137,7 +236,10 @@ impl H5File {
                 path: path.to_path_buf(),
                 reason: e.to_string(),
             })?;
-        let file = Hdf5File::open(path).map_err(|e| match root(&e) {
+        let mut filters = FilterRegistry::new();
+        filters.register(LZF_FILTER, Box::new(lzf_filter));
+        let options = OpenOptions::default().with_filter_registry(filters);
+        let file = Hdf5File::open_with_options(path, options).map_err(|e| match root(&e) {
             // Too short to hold a superblock is a file that is not (or no longer) HDF5.
             ReadError::Io(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => IoError::Read {
                 path: path.to_path_buf(),
@@ -171,7 +273,7 @@ impl H5File {
             ReadError::UnsupportedFilter(what) => IoError::NeedsHdf5Sys {
                 path: self.path.clone(),
                 dataset: dataset.to_string(),
-                what: format!("the filter {what}"),
+                what: format!("the filter {}", filter_name(what)),
             },
             _ => IoError::Hdf5 {
                 path: self.path.clone(),
@@ -273,6 +375,26 @@ impl H5File {
         }
         let rows = 0..d.shape.first().copied().unwrap_or(1);
         self.read_pure(d, rows, |v| v)
+    }
+
+    /// The groups at the root of the file, each with its NeXus class (the `NX_class` attribute)
+    /// when it has one.
+    pub fn root_groups(&self) -> Result<Vec<(String, Option<String>)>, IoError> {
+        let failed = |e| self.error("/", e);
+        let root = self.file.root_group().map_err(failed)?;
+        let mut groups = Vec::new();
+        for group in root.groups().map_err(failed)? {
+            let class = group
+                .attributes()
+                .map_err(|e| self.error(group.name(), e))?
+                .into_iter()
+                .find(|a| a.name == "NX_class")
+                .map(|a| a.read_string())
+                .transpose()
+                .map_err(|e| self.error(group.name(), e))?;
+            groups.push((group.name().trim_start_matches('/').to_string(), class));
+        }
+        Ok(groups)
     }
 
     /// The string attribute `name` of `d`, if it has one.
@@ -542,6 +664,43 @@ impl ContiguousF32 {
             prefix,
             suffix: eof - data - bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod lzf_tests {
+    use super::*;
+
+    #[test]
+    fn lzf_literals_back_references_and_corrupt_streams() {
+        // "abc", then 3 bytes from 3 back; "a", then 4 bytes from 1 back (overlapping).
+        assert!(lzf_decompress(&[2, b'a', b'b', b'c', 0x20, 2], 6).unwrap() == b"abcabc");
+        assert!(lzf_decompress(&[0, b'a', 0x40, 0], 0).unwrap() == b"aaaaa");
+        // A long back reference: length 7 + 1 + 2 = 10.
+        assert!(lzf_decompress(&[0, b'z', 0xe0, 1, 0], 11).unwrap() == [b'z'; 11]);
+        for (stream, expected, why) in [
+            (&[2, b'a'][..], 0, "passes the end"),
+            (&[0x20, 0][..], 0, "before the start"),
+            (&[0, b'a', 0xe0][..], 0, "ends inside a token"),
+            (&[0, b'a', 0x40, 0][..], 3, "more than 3 bytes"),
+            (&[1, b'a', b'b'][..], 3, "expected 3"),
+        ] {
+            let err = lzf_decompress(stream, expected).unwrap_err();
+            assert!(err.contains(why), "{stream:?}: {err}");
+        }
+        // Every truncation of a valid stream is an error or a shorter output, never a panic.
+        let stream = [2, b'a', b'b', b'c', 0x20, 2, 0xe0, 3, 2];
+        for end in 0..stream.len() {
+            let _ = lzf_decompress(&stream[..end], 0);
+        }
+    }
+
+    #[test]
+    fn unsupported_filters_are_named() {
+        assert!(filter_name("filter id 32001") == "Blosc (32001)");
+        assert!(filter_name("filter id 32015") == "Zstandard (32015)");
+        assert!(filter_name("filter id 40000") == "filter id 40000");
+        assert!(filter_name("scaleoffset float E-scale") == "scaleoffset float E-scale");
     }
 }
 

@@ -13,14 +13,16 @@ mod dxchange;
 mod h5;
 mod normalize;
 mod npy;
+mod nxtomo;
 mod output_set;
 mod stack;
 mod text;
 mod volume;
 
 pub use dxchange::{
-    read_dxchange, read_volume_h5, write_dxchange, write_volume_h5, DxchangeReader, Scan, ScanInfo,
-    StackInfo,
+    angles_in_radians, read_dxchange, read_dxchange_with, read_volume_h5, write_dxchange,
+    write_volume_h5, AngleUnit, DxchangeReader, Scan, ScanInfo, ScanOptions, StackInfo,
+    MIN_UNITLESS_SPAN_DEG,
 };
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
@@ -32,9 +34,10 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, write_f32_npy, ComplexArray,
     Dtype, NpyReader,
 };
+pub use nxtomo::{NxtomoInfo, NxtomoReader, PixelSize};
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
-pub use text::{read_text, TextError, MAX_TEXT_BYTES};
+pub use text::{parse_angle_list, read_text, AngleList, TextError, MAX_TEXT_BYTES};
 pub use volume::{
     central_slices, central_slices_of, read_tiff_volume, write_tiff_volume, write_volume,
     write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
@@ -138,8 +141,33 @@ pub enum IoError {
         what: String,
     },
     /// The angles' `units` attribute names a unit other than degrees or radians.
-    #[error("{path}: /exchange/theta has units {units:?}; expected degrees or radians")]
-    ThetaUnits { path: PathBuf, units: String },
+    #[error("{path}: {dataset} has units {units:?}; expected degrees or radians")]
+    ThetaUnits {
+        path: PathBuf,
+        dataset: String,
+        units: String,
+    },
+    /// Angles without a stated unit that do not look like degrees: all within 2 pi (radians?) or
+    /// spanning less than [`MIN_UNITLESS_SPAN_DEG`] degrees.
+    #[error(
+        "{path}: {dataset} gives no unit and its angles run from {min} to {max}, which looks like \
+         radians (all within 2 pi) or a span too small for a scan in degrees; say which with \
+         --theta-units deg|rad"
+    )]
+    AmbiguousAngles {
+        path: PathBuf,
+        dataset: String,
+        min: f64,
+        max: f64,
+    },
+    /// The file states one angle unit and `--theta-units` another.
+    #[error("{path}: {dataset} says its angles are in {stated} but --theta-units says {option}; drop --theta-units or fix the file's units attribute")]
+    AngleUnitConflict {
+        path: PathBuf,
+        dataset: String,
+        stated: AngleUnit,
+        option: AngleUnit,
+    },
     /// A block of frames outside the dataset was asked for.
     #[error("{path}: rows {range:?} of {dataset} were asked for; it has {len}")]
     BadRange {
@@ -160,9 +188,10 @@ pub enum IoError {
         expected: String,
     },
     /// The angle list and the projections differ in length.
-    #[error("{path} has {theta} angles in /exchange/theta but {projections} projections in /exchange/data")]
+    #[error("{path} has {theta} angles in {angles} but {projections} projections")]
     ThetaLength {
         path: PathBuf,
+        angles: String,
         theta: usize,
         projections: usize,
     },

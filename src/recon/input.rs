@@ -3,9 +3,10 @@
 //!
 //! - [`ProjectionInput::LineIntegrals`]: `.npy` line integrals `-ln(I/I0)` in voxel units, shape
 //!   `(ntheta, deth, detw)`, with a geometry JSON file.
-//! - [`ProjectionInput::DXchange`]: a DXchange HDF5 scan, normalised with its own flats and darks.
-//! - [`ProjectionInput::TiffStack`]: a multi-page TIFF of intensities with an angle list (degrees,
-//!   one per line) and either white/dark fields or the open-beam estimate.
+//! - [`ProjectionInput::DXchange`]: an HDF5 scan, DXchange or NeXus NXtomo (told apart by what
+//!   the file holds), normalised with its own flats and darks (zero darks when it has none).
+//! - [`ProjectionInput::TiffStack`]: a multi-page TIFF of intensities with an angle list (see
+//!   [`read_angle_list_in`]) and either white/dark fields or the open-beam estimate.
 //!
 //! DXchange and TIFF scans give the reference's volume: `(deth, detw, detw)`.
 //!
@@ -20,8 +21,9 @@ use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::{
-    read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, ClampCount, DxchangeReader,
-    FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader, MAX_CLAMPED_FRACTION,
+    angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
+    read_volume_h5, AngleUnit, ClampCount, DxchangeReader, FieldMeans, IoError, NormalizeError,
+    NxtomoReader, Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION,
     RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
@@ -67,6 +69,15 @@ pub enum InputError {
     /// Something the input needs was not given.
     #[error("{0}")]
     Missing(String),
+    /// An option was given that means nothing for this kind of input: refused rather than
+    /// silently ignored.
+    #[error("{option} does not apply to {path} ({kind}): {why}")]
+    NotApplicable {
+        option: &'static str,
+        path: PathBuf,
+        kind: &'static str,
+        why: &'static str,
+    },
     /// Normalisation clamped so many pixels that the line integrals mean nothing.
     #[error(
         "{path}: {} of {} pixels ({:.2} %) had a transmission (I - D) / (F - D) below {RATIO_FLOOR:e} \
@@ -112,15 +123,21 @@ pub enum Shading {
 pub enum ProjectionInput {
     /// `.npy` line integrals and a geometry JSON file.
     LineIntegrals { path: PathBuf, geometry: PathBuf },
-    /// A DXchange scan; `tilt_deg` overrides (or supplies) the tilt it records.
+    /// An HDF5 scan (DXchange or NXtomo); `tilt_deg` overrides (or supplies) the tilt it
+    /// records, `angles` (an angle list, see [`read_angle_list_in`]) replaces its angles, and
+    /// `theta_units` gives the unit of the angles where the file or list states none.
     DXchange {
         path: PathBuf,
         tilt_deg: Option<f64>,
+        angles: Option<PathBuf>,
+        theta_units: Option<AngleUnit>,
     },
-    /// A TIFF intensity stack with its angles, tilt and shading.
+    /// A TIFF intensity stack with its angles (`theta_units`: their unit where the list states
+    /// none), tilt and shading.
     TiffStack {
         path: PathBuf,
         angles: PathBuf,
+        theta_units: Option<AngleUnit>,
         tilt_deg: f64,
         shading: Shading,
     },
@@ -197,15 +214,22 @@ pub fn load_projections_with(
                 clamps: None,
             })
         }
-        ProjectionInput::DXchange { path, tilt_deg } => {
-            projections_from_dxchange(path, *tilt_deg, options, &|count| 0..count)
+        ProjectionInput::DXchange {
+            path,
+            tilt_deg,
+            angles,
+            theta_units,
+        } => {
+            let scan = Hdf5Scan::open(path, angles.as_deref(), *theta_units)?;
+            projections_from_dxchange(path, *tilt_deg, scan, options, &|count| 0..count)
         }
         ProjectionInput::TiffStack {
             path,
             angles,
+            theta_units,
             tilt_deg,
             shading,
-        } => projections_from_tiff(path, angles, *tilt_deg, shading, options),
+        } => projections_from_tiff(path, angles, *theta_units, *tilt_deg, shading, options),
     }
 }
 
@@ -217,8 +241,15 @@ pub fn load_projection_share(
     options: &LoadOptions,
     share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
-    if let ProjectionInput::DXchange { path, tilt_deg } = input {
-        return projections_from_dxchange(path, *tilt_deg, options, share);
+    if let ProjectionInput::DXchange {
+        path,
+        tilt_deg,
+        angles,
+        theta_units,
+    } = input
+    {
+        let scan = Hdf5Scan::open(path, angles.as_deref(), *theta_units)?;
+        return projections_from_dxchange(path, *tilt_deg, scan, options, share);
     }
     let mut loaded = load_projections_with(input, options)?;
     let angles = share(loaded.projections.geometry().ntheta());
@@ -251,9 +282,14 @@ pub fn input_geometry(
         ProjectionInput::LineIntegrals { geometry, .. } => {
             Ok(bin_geometry(&Geometry::read_json(geometry)?, b)?)
         }
-        ProjectionInput::DXchange { path, tilt_deg } => {
-            let reader = DxchangeReader::open(path)?;
-            let info = reader.info();
+        ProjectionInput::DXchange {
+            path,
+            tilt_deg,
+            angles,
+            theta_units,
+        } => {
+            let scan = Hdf5Scan::open(path, angles.as_deref(), *theta_units)?;
+            let info = scan.info();
             let phi = tilt_phi(path, *tilt_deg, info.phi)?;
             let [_, deth, detw] = info.projections.shape;
             detector_geometry(deth, detw, info.theta.clone(), phi, b)
@@ -261,10 +297,11 @@ pub fn input_geometry(
         ProjectionInput::TiffStack {
             path,
             angles,
+            theta_units,
             tilt_deg,
             ..
         } => {
-            let theta = read_angle_list(angles)?;
+            let theta = read_angle_list_in(angles, *theta_units)?;
             let stack = StackReader::open(path)?;
             check_angle_count(path, angles, theta.len(), stack.count())?;
             let phi = (90.0 + tilt_deg).to_radians();
@@ -279,7 +316,8 @@ fn tilt_phi(path: &Path, tilt_deg: Option<f64>, recorded: Option<f64>) -> Result
         (Some(t), _) => Ok((90.0 + t).to_radians()),
         (None, Some(phi)) => Ok(phi),
         (None, None) => Err(InputError::Missing(format!(
-            "{} records no tilt (/lamino/phi_deg): pass --tilt-deg",
+            "{} records no tilt (lamino reads /lamino/phi_deg; NXtomo has no tilt field): pass \
+             --tilt-deg",
             path.display()
         ))),
     }
@@ -323,17 +361,117 @@ fn line_integral_buffer(
     Ok(Vec::with_capacity(len))
 }
 
-/// Line integrals of a DXchange scan, read, binned and normalised a block of angles at a time,
-/// so the raw and the normalised projections are never both held whole.
-/// Line integrals of the projections `share(count)` of a DXchange scan (read as that hyperslab).
+/// An open HDF5 scan of either layout lamino reads (boxed: one is held per load, and the two
+/// readers differ much in size).
+enum Hdf5Scan {
+    Dxchange(Box<DxchangeReader>),
+    Nxtomo(Box<NxtomoReader>),
+}
+
+impl Hdf5Scan {
+    /// Opens the scan at `path` with the angle list `angles` replacing its angles and
+    /// `theta_units` giving their unit: as DXchange when it has `/exchange/data`, else as NXtomo.
+    fn open(
+        path: &Path,
+        angles: Option<&Path>,
+        theta_units: Option<AngleUnit>,
+    ) -> Result<Self, InputError> {
+        let options = ScanOptions {
+            theta_units,
+            theta: angles
+                .map(|a| {
+                    Ok::<_, InputError>((a.to_path_buf(), read_angle_list_in(a, theta_units)?))
+                })
+                .transpose()?,
+        };
+        match DxchangeReader::open_with(path, &options) {
+            Err(IoError::MissingDataset { dataset, .. }) if dataset == "/exchange/data" => {
+                match NxtomoReader::open(path, &options) {
+                    Err(IoError::MissingDataset { .. }) => Err(IoError::MissingDataset {
+                        path: path.to_path_buf(),
+                        dataset: "/exchange/data (DXchange) or /<entry>/instrument/detector/data \
+                                  (NXtomo)"
+                            .into(),
+                    }
+                    .into()),
+                    other => Ok(Self::Nxtomo(Box::new(other?))),
+                }
+            }
+            other => Ok(Self::Dxchange(Box::new(other?))),
+        }
+    }
+
+    fn info(&self) -> &ScanInfo {
+        match self {
+            Self::Dxchange(r) => r.info(),
+            Self::Nxtomo(r) => &r.info().scan,
+        }
+    }
+
+    fn read_projections(&self, angles: Range<usize>) -> Result<Stack, IoError> {
+        match self {
+            Self::Dxchange(r) => r.read_projections(angles),
+            Self::Nxtomo(r) => r.read_projections(angles),
+        }
+    }
+
+    fn read_flats(&self) -> Result<Stack, IoError> {
+        match self {
+            Self::Dxchange(r) => r.read_flats(),
+            Self::Nxtomo(r) => r.read_flats(),
+        }
+    }
+
+    fn read_darks(&self) -> Result<Stack, IoError> {
+        match self {
+            Self::Dxchange(r) => r.read_darks(),
+            Self::Nxtomo(r) => r.read_darks(),
+        }
+    }
+
+    /// What a user must be told about how the scan was read: angles replaced, darks absent.
+    fn warnings(&self, path: &Path) -> Vec<String> {
+        let info = self.info();
+        let mut warnings = Vec::new();
+        if let Self::Dxchange(_) = self {
+            if info.theta_source != "/exchange/theta" {
+                warnings.push(format!(
+                    "angles of {} from {}",
+                    path.display(),
+                    info.theta_source
+                ));
+            }
+        }
+        if let Self::Nxtomo(r) = self {
+            warnings.push(format!(
+                "{} read as NXtomo (entry {}), angles from {}",
+                path.display(),
+                r.info().entry,
+                info.theta_source
+            ));
+        }
+        if info.darks.is_none() {
+            warnings.push(format!(
+                "{} has no dark fields: darks taken as zero (right only if the detector's offset \
+                 is already subtracted)",
+                path.display()
+            ));
+        }
+        warnings
+    }
+}
+
+/// Line integrals of the projections `share(count)` of an HDF5 scan (read as that hyperslab),
+/// read, binned and normalised a block of angles at a time, so the raw and the normalised
+/// projections are never both held whole.
 fn projections_from_dxchange(
     path: &Path,
     tilt_deg: Option<f64>,
+    reader: Hdf5Scan,
     options: &LoadOptions,
     share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
     let b = options.binning;
-    let reader = DxchangeReader::open(path)?;
     let info = reader.info().clone();
     let phi = tilt_phi(path, tilt_deg, info.phi)?;
     let [count, deth, detw] = info.projections.shape;
@@ -352,7 +490,7 @@ fn projections_from_dxchange(
         let block = reader.read_projections(start..(start + per_block).min(angles.end))?;
         clamped += means.append(&bin_frames(block, b)?, &mut values)?;
     }
-    let mut warnings = Vec::new();
+    let mut warnings = reader.warnings(path);
     let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
     Ok(LoadedProjections {
         projections: Projections::part(geometry, angles, values)?,
@@ -362,19 +500,36 @@ fn projections_from_dxchange(
     })
 }
 
-/// Projection angles from a text file of degrees separated by white space, in radians.
-pub fn read_angle_list(path: &Path) -> Result<Vec<f64>, InputError> {
+/// Projection angles from an angle list, in radians: numbers separated by white space, or CSV
+/// (see [`parse_angle_list`]); `#` comments and blank lines are skipped. Their unit is the one
+/// a CSV header names (`theta_deg`, `angle (rad)`), else `units`, else degrees when plausible
+/// (see [`angles_in_radians`]).
+pub fn read_angle_list_in(path: &Path, units: Option<AngleUnit>) -> Result<Vec<f64>, InputError> {
     let bad = |reason: String| InputError::Angles {
         path: path.into(),
         reason,
     };
     let text = crate::io::read_text(path).map_err(|e| bad(e.to_string()))?;
-    text.split_whitespace()
-        .map(|t| match t.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(v.to_radians()),
-            _ => Err(bad(format!("{t:?} is not a finite angle in degrees"))),
-        })
-        .collect()
+    let list = parse_angle_list(&text).map_err(bad)?;
+    if list.values.is_empty() {
+        return Err(bad("holds no angle".into()));
+    }
+    let what = match &list.column {
+        Some(column) => format!("the angle list's column {column:?}"),
+        None => "the angle list".into(),
+    };
+    Ok(angles_in_radians(
+        path,
+        &what,
+        list.values,
+        list.units,
+        units,
+    )?)
+}
+
+/// [`read_angle_list_in`] with no unit given.
+pub fn read_angle_list(path: &Path) -> Result<Vec<f64>, InputError> {
+    read_angle_list_in(path, None)
 }
 
 /// A multi-page TIFF or `.npy` intensity stack as f32 `(count, height, width)`.
@@ -387,12 +542,13 @@ pub fn read_intensity_stack(path: &Path) -> Result<Stack, InputError> {
 fn projections_from_tiff(
     path: &Path,
     angles: &Path,
+    theta_units: Option<AngleUnit>,
     tilt_deg: f64,
     shading: &Shading,
     options: &LoadOptions,
 ) -> Result<LoadedProjections, InputError> {
     let b = options.binning;
-    let theta = read_angle_list(angles)?;
+    let theta = read_angle_list_in(angles, theta_units)?;
     let mut pages = StackReader::open(path)?;
     let (count, raw_h, raw_w) = (pages.count(), pages.height(), pages.width());
     check_angle_count(path, angles, theta.len(), count)?;

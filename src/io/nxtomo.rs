@@ -1,0 +1,276 @@
+//! NeXus NXtomo files: the layout ESRF's tomography software and the `nxtomo` Python package
+//! write (`.nx`, `.nxs`, `.h5`, `.hdf5`).
+//!
+//! One entry group at the root (`NX_class = NXentry`, e.g. `/entry0000`) holds:
+//! * `instrument/detector/data` `(frames, rows, columns)`: every frame of the scan, projections,
+//!   flats and darks together, of any numeric type.
+//! * `instrument/detector/image_key` `(frames,)`: what each frame is: 0 a projection, 1 a flat
+//!   (white) field, 2 a dark field, 3 invalid (skipped). `image_key_control`, `nxtomo`'s
+//!   extension, is read instead when present: it keeps alignment frames apart (-1, skipped),
+//!   which `image_key` files as projections.
+//! * `sample/rotation_angle` `(frames,)`: the angle of each frame, with a `units` attribute
+//!   (`degree` as `nxtomo` writes it, or `rad`); the projections' angles are those of the frames
+//!   with key 0.
+//! * `instrument/detector/x_pixel_size`, `y_pixel_size` (optional scalars with `units`, `m` as
+//!   `nxtomo` writes them): the detector's pixel size, reported in [`NxtomoInfo`].
+//!
+//! NXtomo records no laminographic tilt: it comes from `--tilt-deg`. Darks are optional (one zero
+//! frame without them); flats are required.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::dxchange::{
+    angles_in_radians, given_theta, read_frames, volume_stack, zero_frame, ScanInfo, ScanOptions,
+    StackInfo,
+};
+use super::h5::{H5Dataset, H5File};
+use super::{IoError, Stack};
+
+/// A length with its unit as the file states it (`units` attribute).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PixelSize {
+    pub value: f64,
+    /// The `units` attribute (`m`, `um`, ...), when the file has one.
+    pub units: Option<String>,
+}
+
+/// What an NXtomo file holds, learned without reading its frames.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NxtomoInfo {
+    /// The entry group read, e.g. `/entry0000`.
+    pub entry: String,
+    /// Shapes (of the projections, flats and darks once separated), angles; no tilt, no truth.
+    pub scan: ScanInfo,
+    /// `instrument/detector/x_pixel_size`, when present.
+    pub x_pixel_size: Option<PixelSize>,
+    /// `instrument/detector/y_pixel_size`, when present.
+    pub y_pixel_size: Option<PixelSize>,
+}
+
+/// An open NXtomo file: the frames of each kind are found from `image_key` at
+/// [`open`](Self::open), read when asked for, projections in any block of angles.
+pub struct NxtomoReader {
+    file: H5File,
+    path: PathBuf,
+    info: NxtomoInfo,
+    data: H5Dataset,
+    /// Frame indices of the projections, flats and darks, in file order.
+    projections: Vec<usize>,
+    flats: Vec<usize>,
+    darks: Vec<usize>,
+}
+
+const ALIGNMENT: i64 = -1;
+const PROJECTION: i64 = 0;
+const FLAT: i64 = 1;
+const DARK: i64 = 2;
+const INVALID: i64 = 3;
+
+impl NxtomoReader {
+    /// Opens the NXtomo entry of `path`: the one root group holding
+    /// `instrument/detector/data` (an error names them when there are several).
+    pub fn open(path: &Path, options: &ScanOptions) -> Result<Self, IoError> {
+        let file = H5File::open(path)?;
+        let mut entries = Vec::new();
+        for (name, class) in file.root_groups()? {
+            let entry = format!("/{name}");
+            if let Some(found) =
+                volume_stack(&file, path, &format!("{entry}/instrument/detector/data"))?
+            {
+                entries.push((entry, class, found));
+            }
+        }
+        // An entry that says it is one wins over groups that merely look like one.
+        if entries.len() > 1 {
+            entries.retain(|(_, class, _)| class.as_deref() == Some("NXentry"));
+        }
+        let (entry, (data, stack)) = match entries.len() {
+            1 => {
+                let (entry, _, found) = entries.remove(0);
+                (entry, found)
+            }
+            0 => {
+                return Err(IoError::MissingDataset {
+                    path: path.to_path_buf(),
+                    dataset: "an NXtomo entry (/<entry>/instrument/detector/data)".into(),
+                })
+            }
+            _ => {
+                let names: Vec<&str> = entries.iter().map(|(e, _, _)| e.as_str()).collect();
+                return Err(IoError::Hdf5 {
+                    path: path.to_path_buf(),
+                    dataset: names.join(", "),
+                    reason: "several NXtomo entries; lamino reads files with one".into(),
+                });
+            }
+        };
+        let frames = stack.shape[0];
+        let per_frame = |name: &str| -> Result<H5Dataset, IoError> {
+            let d = file.dataset(name)?.ok_or_else(|| IoError::MissingDataset {
+                path: path.to_path_buf(),
+                dataset: name.to_string(),
+            })?;
+            if d.shape != [frames] {
+                return Err(IoError::BadShape {
+                    path: path.to_path_buf(),
+                    dataset: name.to_string(),
+                    shape: d.shape.clone(),
+                    expected: format!("({frames},), one value per frame of {}", data.name),
+                });
+            }
+            Ok(d)
+        };
+        let control = format!("{entry}/instrument/detector/image_key_control");
+        let key_name = match file.dataset(&control)? {
+            Some(_) => control,
+            None => format!("{entry}/instrument/detector/image_key"),
+        };
+        let keys = file.read_all_f64(&per_frame(&key_name)?)?;
+        let (mut projections, mut flats, mut darks) = (Vec::new(), Vec::new(), Vec::new());
+        for (frame, &key) in keys.iter().enumerate() {
+            // Keys are integers; a float dataset holding 0.0/1.0/2.0 is read as such.
+            match (key.fract() == 0.0).then_some(key as i64) {
+                Some(PROJECTION) => projections.push(frame),
+                Some(FLAT) => flats.push(frame),
+                Some(DARK) => darks.push(frame),
+                Some(INVALID | ALIGNMENT) => {}
+                _ => {
+                    return Err(IoError::Hdf5 {
+                        path: path.to_path_buf(),
+                        dataset: key_name,
+                        reason: format!(
+                            "frame {frame} has image key {key}; expected 0 (projection), 1 \
+                             (flat), 2 (dark), 3 (invalid) or -1 (alignment)"
+                        ),
+                    })
+                }
+            }
+        }
+        for (what, frames) in [("projections", &projections), ("flat fields", &flats)] {
+            if frames.is_empty() {
+                return Err(IoError::MissingDataset {
+                    path: path.to_path_buf(),
+                    dataset: format!("{what} ({key_name} has none)"),
+                });
+            }
+        }
+        let [_, rows, columns] = stack.shape;
+        let info = |count: usize| StackInfo {
+            shape: [count, rows, columns],
+            sample: stack.sample,
+        };
+        let (theta, theta_source) = match given_theta(path, options, projections.len())? {
+            Some(given) => given,
+            None => {
+                let name = format!("{entry}/sample/rotation_angle");
+                let d = per_frame(&name)?;
+                let units = file.string_attr(&d, "units")?;
+                let all = file.read_all_f64(&d)?;
+                let values = projections.iter().map(|&f| all[f]).collect();
+                let theta =
+                    angles_in_radians(path, &name, values, units.as_deref(), options.theta_units)?;
+                (theta, name)
+            }
+        };
+        let pixel = |axis: &str| -> Result<Option<PixelSize>, IoError> {
+            let name = format!("{entry}/instrument/detector/{axis}_pixel_size");
+            let Some(d) = file.dataset(&name)? else {
+                return Ok(None);
+            };
+            let [value] = file.read_all_f64(&d)?[..] else {
+                return Err(IoError::BadShape {
+                    path: path.to_path_buf(),
+                    dataset: name,
+                    shape: d.shape.clone(),
+                    expected: "one value (the pixel size)".into(),
+                });
+            };
+            if !(value.is_finite() && value > 0.0) {
+                return Err(IoError::Hdf5 {
+                    path: path.to_path_buf(),
+                    dataset: name,
+                    reason: format!("the pixel size is {value}; expected a positive length"),
+                });
+            }
+            let units = file.string_attr(&d, "units")?;
+            Ok(Some(PixelSize { value, units }))
+        };
+        let info = NxtomoInfo {
+            x_pixel_size: pixel("x")?,
+            y_pixel_size: pixel("y")?,
+            scan: ScanInfo {
+                projections: info(projections.len()),
+                flats: info(flats.len()),
+                darks: (!darks.is_empty()).then(|| info(darks.len())),
+                theta,
+                theta_source,
+                phi: None,
+                truth: None,
+            },
+            entry,
+        };
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            info,
+            data,
+            projections,
+            flats,
+            darks,
+        })
+    }
+
+    /// The entry, shapes, angles and pixel sizes.
+    pub fn info(&self) -> &NxtomoInfo {
+        &self.info
+    }
+
+    /// Projections `angles` (indices into the projections, in file order) as f32, shape
+    /// `(a1 - a0, rows, columns)`: each run of consecutive frames is read as one hyperslab.
+    pub fn read_projections(&self, angles: Range<usize>) -> Result<Stack, IoError> {
+        let n = self.projections.len();
+        if angles.start >= angles.end || angles.end > n {
+            return Err(IoError::BadRange {
+                path: self.path.clone(),
+                dataset: format!("the projections of {}", self.data.name),
+                range: angles,
+                len: n,
+            });
+        }
+        self.read_indexed(&self.projections[angles])
+    }
+
+    /// All flat fields as f32.
+    pub fn read_flats(&self) -> Result<Stack, IoError> {
+        self.read_indexed(&self.flats)
+    }
+
+    /// All dark fields as f32; one zero frame when the scan has none.
+    pub fn read_darks(&self) -> Result<Stack, IoError> {
+        if self.darks.is_empty() {
+            return Ok(zero_frame(self.info.scan.projections.shape));
+        }
+        self.read_indexed(&self.darks)
+    }
+
+    /// The frames `indices` (increasing), read run by run.
+    fn read_indexed(&self, indices: &[usize]) -> Result<Stack, IoError> {
+        let [_, rows, columns] = self.info.scan.projections.shape;
+        let mut values = Vec::with_capacity(indices.len() * rows * columns);
+        let mut start = 0;
+        while start < indices.len() {
+            let mut end = start + 1;
+            while end < indices.len() && indices[end] == indices[end - 1] + 1 {
+                end += 1;
+            }
+            let run = indices[start]..indices[end - 1] + 1;
+            values.extend(read_frames(&self.file, &self.path, &self.data, run)?.values);
+            start = end;
+        }
+        Ok(Stack {
+            shape: [indices.len(), rows, columns],
+            values,
+        })
+    }
+}
