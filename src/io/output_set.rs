@@ -214,7 +214,18 @@ impl OutputSet {
     /// (names in the output directory) or a file of the previous set that the commit would
     /// replace or remove: compared by file identity (device and inode on unix), so other
     /// spellings and hard links are caught too.
+    /// An input folder (a folder of TIFFs) that is the output directory is refused too: the
+    /// outputs would land among its frames and change what it holds.
     pub fn refuse_inputs(&self, outputs: &[&str], inputs: &[&Path]) -> Result<(), IoError> {
+        if let Some(input) = inputs
+            .iter()
+            .find(|i| i.is_dir() && same_file(i, &self.dir))
+        {
+            return Err(IoError::InputIsOutput {
+                input: input.to_path_buf(),
+                output: self.dir.clone(),
+            });
+        }
         let previous = self.previous_members();
         let names = outputs
             .iter()
@@ -460,6 +471,9 @@ mod tests {
         let err = set.refuse_inputs(&["x.npy"], &[&link]).unwrap_err();
         assert!(matches!(err, IoError::InputIsOutput { .. }), "{err}");
         assert!(set.refuse_inputs(&["y.npy"], &[&link]).is_ok());
+        // A folder of input frames that is the output directory.
+        let err = set.refuse_inputs(&["y.npy"], &[dir.path()]).unwrap_err();
+        assert!(matches!(err, IoError::InputIsOutput { .. }), "{err}");
     }
 
     #[test]
