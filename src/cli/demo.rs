@@ -76,6 +76,8 @@ fn demo(
         resume: false,
         quiet: false,
         ranks: None,
+        formats: lamino::recon::DEFAULT_FORMATS.to_vec(),
+        provenance: Some(lamino::recon::Provenance::now(None)),
     };
     let result = run_reconstruction(
         devices,

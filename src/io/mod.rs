@@ -17,11 +17,13 @@ mod output_set;
 mod stack;
 mod text;
 mod volume;
+mod zarr;
 
 pub use dxchange::{
     read_dxchange, read_volume_h5, write_dxchange, write_volume_h5, DxchangeReader, Scan, ScanInfo,
     StackInfo,
 };
+pub use dxchange::{read_pixel_size, CAMERA_PIXEL_SIZE_PATH, MAGNIFICATION_PATH, PIXEL_SIZE_PATHS};
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
 pub use normalize::{
@@ -36,9 +38,11 @@ pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use text::{read_text, TextError, MAX_TEXT_BYTES};
 pub use volume::{
-    central_slices, central_slices_of, read_tiff_volume, write_tiff_volume, write_volume,
-    write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
+    central_slices, central_slices_of, read_tiff_volume, write_calibrated_volume_files,
+    write_tiff_volume, write_volume, write_volume_as, write_volume_files, CentralSlice,
+    SlabVisitor, VolumeSlabs,
 };
+pub use zarr::{ome_metadata, pyramid_shapes, ZarrOptions, ZarrWriter};
 
 use std::path::{Path, PathBuf};
 use thiserror::Error;

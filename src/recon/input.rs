@@ -26,7 +26,7 @@ use crate::io::{
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
-use crate::scan::Projections;
+use crate::scan::{PixelSize, Projections};
 
 /// Errors reading a scan; each names the file or the option at fault.
 #[derive(Debug, Error)]
@@ -136,6 +136,9 @@ pub struct LoadedProjections {
     pub warnings: Vec<String>,
     /// How many pixels normalisation clamped (`None`: the input was line integrals already).
     pub clamps: Option<ClampCount>,
+    /// The detector's effective pixel size (unbinned) where the input records it (DXchange
+    /// metadata, [`crate::io::read_pixel_size`]); `None`: not recorded.
+    pub pixel_size: Option<PixelSize>,
 }
 
 /// The lower-case extension of `path` ("" when it has none).
@@ -195,6 +198,7 @@ pub fn load_projections_with(
                 notes: Vec::new(),
                 warnings: Vec::new(),
                 clamps: None,
+                pixel_size: None,
             })
         }
         ProjectionInput::DXchange { path, tilt_deg } => {
@@ -354,11 +358,26 @@ fn projections_from_dxchange(
     }
     let mut warnings = Vec::new();
     let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
+    let mut notes = Vec::new();
+    let pixel_size = match crate::io::read_pixel_size(path) {
+        Ok(Some((size, from))) => {
+            notes.push(format!("pixel size {} um (from {from})", size.value));
+            Some(size)
+        }
+        Ok(None) => None,
+        // Metadata only calibrates the outputs: a scan whose pixel size cannot be read is
+        // still reconstructed, in voxel units.
+        Err(e) => {
+            warnings.push(format!("the pixel size was not read: {e}"));
+            None
+        }
+    };
     Ok(LoadedProjections {
         projections: Projections::part(geometry, angles, values)?,
-        notes: Vec::new(),
+        notes,
         warnings,
         clamps: Some(clamps),
+        pixel_size,
     })
 }
 
@@ -445,6 +464,7 @@ fn projections_from_tiff(
         notes,
         warnings,
         clamps: Some(clamps),
+        pixel_size: None,
     })
 }
 
@@ -506,6 +526,7 @@ pub fn projections_from_scan(
         notes: Vec::new(),
         warnings,
         clamps: Some(clamps),
+        pixel_size: None,
     })
 }
 
