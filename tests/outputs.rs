@@ -9,10 +9,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 use lamino::io::{
-    ome_metadata, pyramid_shapes, read_tiff_volume, write_volume, OutputSet, Stack, ZarrOptions,
-    ZarrWriter,
+    ome_metadata, pyramid_shapes, read_tiff_volume, write_volume, OutputSet, PixelSize, Stack,
+    ZarrOptions, ZarrWriter,
 };
-use lamino::scan::PixelSize;
 use zarrs::array::Array;
 use zarrs::filesystem::FilesystemStore;
 use zarrs::group::Group;

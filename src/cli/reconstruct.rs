@@ -10,6 +10,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
+use lamino::io::PixelSize;
 use lamino::io::{OutputSet, StackFormat, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::params::AdmmParams;
@@ -23,7 +24,7 @@ use lamino::recon::input::{
     LoadedProjections, ProjectionInput, Shading,
 };
 use lamino::recon::{Provenance, Reconstructor, Solved};
-use lamino::scan::{PixelSize, Projections};
+use lamino::scan::Projections;
 
 use super::progress::bar;
 use super::{Cli, CliResult};

@@ -24,8 +24,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::h5::{H5Dataset, H5File, H5Writer, SampleType};
+use super::PixelSize;
 use super::{write_atomically, IoError, Stack};
-use crate::scan::PixelSize;
 
 /// A scan as stored in a DXchange file.
 #[derive(Debug, Clone, PartialEq)]

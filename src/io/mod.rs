@@ -14,6 +14,7 @@ mod h5;
 mod normalize;
 mod npy;
 mod output_set;
+mod pixel_size;
 mod stack;
 mod text;
 mod volume;
@@ -35,6 +36,7 @@ pub use npy::{
     Dtype, NpyReader,
 };
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
+pub use pixel_size::{LengthUnit, PixelSize};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use text::{read_text, TextError, MAX_TEXT_BYTES};
 pub use volume::{

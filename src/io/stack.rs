@@ -15,7 +15,7 @@ use tiff::tags::{CompressionMethod, SampleFormat, Tag};
 use super::h5::AttrValue;
 use super::npy::{f32_npy_header, Dtype, NpyReader};
 use super::IoError;
-use crate::scan::{LengthUnit, PixelSize};
+use super::{LengthUnit, PixelSize};
 
 /// `count` images (or z slices) of `height x width`, image-major and row-major: a volume
 /// `(n0, n1, n2)`, a scan's projections, flats or darks, or a stack read from a file.

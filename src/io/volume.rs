@@ -7,7 +7,7 @@ use std::path::Path;
 use super::output_set::stage_one;
 use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
 use super::IoError;
-use crate::scan::PixelSize;
+use super::PixelSize;
 
 /// What [`VolumeSlabs::visit_slabs`] calls with each slab: `(first z slice, values)`.
 pub type SlabVisitor<'v> = dyn FnMut(usize, &[f32]) -> Result<(), String> + 'v;

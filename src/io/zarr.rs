@@ -23,7 +23,7 @@ use zarrs::filesystem::FilesystemStore;
 use zarrs::group::GroupBuilder;
 
 use super::IoError;
-use crate::scan::PixelSize;
+use super::PixelSize;
 
 /// The shape of a volume's chunks and pyramid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

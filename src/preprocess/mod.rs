@@ -76,7 +76,7 @@ pub struct Preprocessing {
     pub input_warnings: Vec<String>,
     /// The detector's effective pixel size (unbinned): `--pixel-size`, else the input's
     /// metadata; `None`: unknown, and the outputs are in voxel units.
-    pub pixel_size: Option<crate::scan::PixelSize>,
+    pub pixel_size: Option<crate::io::PixelSize>,
 }
 
 /// Where the rotation axis of a reconstruction came from.

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
+use crate::io::PixelSize;
 use crate::io::{
     normalize, read_complex_npy, read_stack, read_tiff_volume, read_volume_h5, ClampCount,
     DxchangeReader, FieldMeans, IoError, NormalizeError, Scan, Stack, StackReader,
@@ -26,7 +27,7 @@ use crate::io::{
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
-use crate::scan::{PixelSize, Projections};
+use crate::scan::Projections;
 
 /// Errors reading a scan; each names the file or the option at fault.
 #[derive(Debug, Error)]

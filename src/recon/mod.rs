@@ -131,7 +131,7 @@ impl Reconstruction {
     /// binning; `None` when the pixel size is unknown.
     ///
     /// [`Preprocessing::pixel_size`]: crate::preprocess::Preprocessing::pixel_size
-    pub fn voxel_size(&self) -> Option<crate::scan::PixelSize> {
+    pub fn voxel_size(&self) -> Option<crate::io::PixelSize> {
         let pre = self.preprocessing.as_ref()?;
         Some(pre.pixel_size?.binned(pre.binning.max(1)))
     }
