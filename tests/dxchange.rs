@@ -351,6 +351,8 @@ fn an_nxtomo_file_holds_the_same_scan_as_its_dxchange_twin() {
     assert!(nx.read_projections(3..7).unwrap().values == dx.data.values[3 * 48..7 * 48]);
     let px = info.x_pixel_size.as_ref().unwrap();
     assert!(px.value == 6.5e-6 && px.units.as_deref() == Some("m"));
+    let um = px.micrometers().unwrap();
+    assert!((um.value - 6.5).abs() <= 1e-12, "{um:?}");
     assert!(info.y_pixel_size == info.x_pixel_size);
     // A DXchange file is no NXtomo file.
     match NxtomoReader::open(&fixture("h5py_contiguous_f32.h5"), &ScanOptions::default()) {

@@ -120,6 +120,8 @@ fn demo(
         resume: false,
         quiet: false,
         ranks: None,
+        formats: lamino::recon::DEFAULT_FORMATS.to_vec(),
+        provenance: Some(lamino::recon::Provenance::now(None)),
     };
     let result = run_reconstruction(
         devices,

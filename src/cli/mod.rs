@@ -83,8 +83,9 @@ enum Command {
     },
     /// Reconstruct a volume with ADMM-TV. INPUT: a DXchange `.h5` scan (normalised with its
     /// flats and darks, -log), a multi-page TIFF of intensities with an angle list, or `.npy`
-    /// line integrals (ntheta, deth, detw) with `--geometry`. Writes DIR/recon.tif, DIR/recon.h5,
-    /// DIR/report.json, DIR/preview_*.png and DIR/convergence.png.
+    /// line integrals (ntheta, deth, detw) with `--geometry`. Writes DIR/recon.tif, DIR/recon.h5
+    /// (or the --format chosen, DIR/recon.zarr among them), DIR/report.json, DIR/preview_*.png
+    /// and DIR/convergence.png.
     #[command(after_help = reconstruct::EXAMPLES)]
     Reconstruct {
         #[command(flatten)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 
 use lamino::gpu::GpuContext;
-use lamino::io::{AngleUnit, OutputSet, MAX_CLAMPED_FRACTION};
+use lamino::io::{AngleUnit, OutputSet, PixelSize, StackFormat, MAX_CLAMPED_FRACTION};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::operator::{Geometry, VolumeBox};
 use lamino::params::AdmmParams;
@@ -24,7 +24,7 @@ use lamino::recon::input::{
     extension, input_geometry, load_projection_share, load_projections_with, InputError,
     LoadOptions, LoadedProjections, ProjectionInput, Shading,
 };
-use lamino::recon::{CheckpointInterval, Reconstructor, Solved};
+use lamino::recon::{CheckpointInterval, Provenance, Reconstructor, Solved};
 use lamino::scan::Projections;
 
 use super::progress::IterationProgress;
@@ -73,6 +73,24 @@ pub struct InputArgs {
     geometry: Option<PathBuf>,
 }
 
+/// A volume file format of `reconstruct --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VolumeFormat {
+    Tiff,
+    H5,
+    Zarr,
+}
+
+impl VolumeFormat {
+    fn stack_format(self) -> StackFormat {
+        match self {
+            Self::Tiff => StackFormat::Tiff,
+            Self::H5 => StackFormat::Hdf5,
+            Self::Zarr => StackFormat::Zarr,
+        }
+    }
+}
+
 /// Preprocessing shared by `reconstruct` and `try`.
 #[derive(Args)]
 pub struct PreprocessArgs {
@@ -106,6 +124,20 @@ pub struct PreprocessArgs {
     /// than 2000 pixels, else 1 % of the width, at least 5).
     #[arg(long)]
     sort_size: Option<usize>,
+    /// The detector's effective pixel size at the sample in micrometres (tomocupy's
+    /// --pixel-size), for inputs that do not record it or to override a DXchange file's
+    /// metadata. The volume's voxels are this times --binning; the outputs carry it (ImageJ and
+    /// OME-Zarr metadata, recon.h5 attributes, report.json). Without it, or the file's, the
+    /// voxel size is unknown (unit "pixel").
+    #[arg(long, value_parser = parse_pixel_size)]
+    pixel_size: Option<PixelSize>,
+}
+
+fn parse_pixel_size(s: &str) -> Result<PixelSize, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(PixelSize::micrometers)
+        .ok_or_else(|| format!("{s:?}: expected a positive pixel size in micrometres"))
 }
 
 fn parse_fraction(s: &str) -> Result<f64, String> {
@@ -219,6 +251,13 @@ impl PreprocessArgs {
             _ => load_projections_with(&input, &options)?,
         };
         let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
+        let pixel_size = self.pixel_size.or(loaded.pixel_size);
+        if let (Some(given), Some(recorded), false) = (self.pixel_size, loaded.pixel_size, quiet) {
+            eprintln!(
+                "--pixel-size {} um overrides the {} um the input records",
+                given.value, recorded.value
+            );
+        }
         let mut projections = report_loaded(loaded, quiet);
         let g = projections.geometry().clone();
         let b = self.binning_factor();
@@ -230,6 +269,7 @@ impl PreprocessArgs {
             axis_search: None,
             clamps,
             input_warnings,
+            pixel_size,
         };
         if let Some(method) = stripes {
             let start = std::time::Instant::now();
@@ -315,6 +355,12 @@ pub struct ReconstructArgs {
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
+    /// The volume's files, comma-separated: `tiff` (recon.tif, float32 pages with ImageJ
+    /// metadata), `h5` (recon.h5, /volume), `zarr` (recon.zarr, OME-Zarr with a multiscale
+    /// pyramid, chunked and gzip-compressed: what napari opens natively and what volumes too
+    /// large for one TIFF need).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [VolumeFormat::Tiff, VolumeFormat::H5])]
+    format: Vec<VolumeFormat>,
     /// Run exactly N outer ADMM iterations (benchmarks, comparisons) instead of stopping on the
     /// convergence test (the default).
     #[arg(long, conflicts_with = "max_iterations")]
@@ -771,6 +817,8 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         resume: args.resume,
         quiet: args.quiet || !first,
         ranks,
+        formats: unique_formats(&args.format),
+        provenance: Some(Provenance::now(Some(args.input.input.clone()))),
     };
     if args.dry_run {
         let g = input_geometry(
@@ -1037,6 +1085,21 @@ pub(super) struct RunOptions {
     pub resume: bool,
     pub quiet: bool,
     pub ranks: MpiRanks,
+    /// The formats the volume is written in.
+    pub formats: Vec<StackFormat>,
+    /// The run, for the report.
+    pub provenance: Option<Provenance>,
+}
+
+/// `formats` in the order given, each once.
+fn unique_formats(formats: &[VolumeFormat]) -> Vec<StackFormat> {
+    let mut unique: Vec<StackFormat> = Vec::with_capacity(formats.len());
+    for format in formats.iter().map(|f| f.stack_format()) {
+        if !unique.contains(&format) {
+            unique.push(format);
+        }
+    }
+    unique
 }
 
 /// Reconstructs with progress and the stop signals handled (the checkpoint in `out`), and stages
@@ -1151,6 +1214,7 @@ pub(super) fn run_reconstruction<'a>(
             result.stop.describe()
         );
     }
-    solved.stage_outputs(set)?;
+    solved.report.provenance = o.provenance.clone();
+    solved.stage_outputs_as(set, &o.formats)?;
     Ok(solved)
 }

@@ -29,6 +29,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::h5::{H5Dataset, H5File, H5Writer, SampleType};
+use super::PixelSize;
 use super::{write_atomically, IoError, Stack};
 
 /// A scan as stored in a DXchange file.
@@ -622,5 +623,85 @@ fn finite(path: &Path, dataset: &str, values: &[f64]) -> Result<(), IoError> {
             index,
             value: values[index],
         }),
+    }
+}
+
+/// Where APS beamlines record the detector's effective pixel size (micrometres at the sample),
+/// in the order tomopy-cli's and tomocupy's readers try them.
+pub const PIXEL_SIZE_PATHS: [&str; 2] = [
+    "/measurement/instrument/detection_system/objective/resolution",
+    "/measurement/instrument/detector/actual_pixel_size_x",
+];
+/// The camera's own pixel size (micrometres) and the objective's magnification: older files
+/// record only these, and the pixel size at the sample is their quotient.
+pub const CAMERA_PIXEL_SIZE_PATH: &str = "/measurement/instrument/detector/pixel_size_x";
+pub const MAGNIFICATION_PATH: &str =
+    "/measurement/instrument/detection_system/objective/magnification";
+
+/// The effective pixel size `path` records ([`PIXEL_SIZE_PATHS`], else [`CAMERA_PIXEL_SIZE_PATH`]
+/// over [`MAGNIFICATION_PATH`]) and where it was read from; `None` when no such metadata holds a
+/// positive finite value (beamline software writes 0 for "not set").
+pub fn read_pixel_size(path: &Path) -> Result<Option<(PixelSize, String)>, IoError> {
+    let file = H5File::open(path)?;
+    // The first value of a scalar or one-element metadata dataset, if present.
+    let value = |name: &str| -> Result<Option<f64>, IoError> {
+        match file.dataset(name)? {
+            Some(d) => Ok(file.read_all_f64(&d)?.first().copied()),
+            None => Ok(None),
+        }
+    };
+    for name in PIXEL_SIZE_PATHS {
+        if let Some(size) = value(name)?.and_then(PixelSize::micrometers) {
+            return Ok(Some((size, name.to_string())));
+        }
+    }
+    let camera = value(CAMERA_PIXEL_SIZE_PATH)?;
+    let magnification = value(MAGNIFICATION_PATH)?;
+    Ok(match (camera, magnification) {
+        (Some(pixel), Some(m)) if m > 0.0 => PixelSize::micrometers(pixel / m).map(|size| {
+            (
+                size,
+                format!("{CAMERA_PIXEL_SIZE_PATH} / {MAGNIFICATION_PATH}"),
+            )
+        }),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod pixel_size_tests {
+    use super::*;
+
+    /// A file holding only the metadata `datasets` (scalars, as beamline software writes them).
+    fn metadata_file(dir: &Path, datasets: &[(&str, f64)]) -> PathBuf {
+        let path = dir.join(format!("m{}.h5", datasets.len()));
+        let mut file = H5Writer::default();
+        for (name, value) in datasets {
+            file.add(name, &[1], &[*value], &[]).unwrap();
+        }
+        file.write(&path).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_pixel_size_is_read_where_aps_beamlines_record_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |datasets: &[(&str, f64)]| {
+            read_pixel_size(&metadata_file(dir.path(), datasets))
+                .unwrap()
+                .map(|(size, from)| (size.value, from))
+        };
+        let [resolution, actual] = PIXEL_SIZE_PATHS;
+        assert!(read(&[(resolution, 0.65)]) == Some((0.65, resolution.to_string())));
+        // A zero (not set) falls through to the next place; the camera's pixel over the
+        // magnification last.
+        assert!(read(&[(resolution, 0.0), (actual, 1.3)]) == Some((1.3, actual.to_string())));
+        let camera = [(CAMERA_PIXEL_SIZE_PATH, 6.5), (MAGNIFICATION_PATH, 10.0)];
+        let (size, from) = read(&[(resolution, 0.0), camera[0], camera[1], ("/x", 0.0)]).unwrap();
+        assert!(
+            size == 0.65 && from.contains(MAGNIFICATION_PATH),
+            "{size} {from}"
+        );
+        assert!(read(&[("/exchange/other", 1.0)]).is_none());
     }
 }

@@ -602,9 +602,68 @@ fn root_group(name: &str, target: u64) -> Vec<u8> {
     object_header(&[(0x02, link_info), (0x0a, vec![0, 0]), (0x06, link)])
 }
 
+/// An attribute of the streamed dataset ([`ContiguousF32::with_attributes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum AttrValue {
+    /// A fixed-length, null-terminated ASCII or UTF-8 string (a scalar).
+    Text(String),
+    /// A vector of little-endian float64.
+    Floats(Vec<f64>),
+}
+
+/// An attribute message (version 3), byte for byte what `hdf5-writer` encodes for
+/// `AttributeBuilder::fixed_string` and `AttributeBuilder::vector::<f64>`.
+fn attribute(name: &str, value: &AttrValue) -> Vec<u8> {
+    let (datatype, dataspace, data) = match value {
+        AttrValue::Text(text) => {
+            let mut data = text.as_bytes().to_vec();
+            data.push(0);
+            // Class 3 (string), version 1; null-terminated; ASCII (0) or UTF-8 (1).
+            let encoding = u32::from(!text.is_ascii());
+            let mut datatype = (3u32 | (1 << 4) | ((encoding << 4) << 8))
+                .to_le_bytes()
+                .to_vec();
+            datatype.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            (datatype, vec![2, 0, 0, 0], data)
+        }
+        AttrValue::Floats(values) => {
+            // Class 1, version 1; little-endian IEEE float64: sign at bit 63, exponent at 52 of
+            // 11 bits, mantissa at 0 of 52 bits, bias 1023.
+            let mut datatype = (1u32 | (1 << 4) | ((0x20 | (63 << 8)) << 8))
+                .to_le_bytes()
+                .to_vec();
+            datatype.extend_from_slice(&8u32.to_le_bytes());
+            datatype.extend_from_slice(&0u16.to_le_bytes());
+            datatype.extend_from_slice(&64u16.to_le_bytes());
+            datatype.extend_from_slice(&[52, 11, 0, 52]);
+            datatype.extend_from_slice(&1023u32.to_le_bytes());
+            let mut dataspace = vec![2, 1, 0, 1];
+            dataspace.extend_from_slice(&(values.len() as u64).to_le_bytes());
+            let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (datatype, dataspace, data)
+        }
+    };
+    let mut bytes = vec![3, 0];
+    bytes.extend_from_slice(&((name.len() + 1) as u16).to_le_bytes());
+    bytes.extend_from_slice(&(datatype.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(&(dataspace.len() as u16).to_le_bytes());
+    bytes.push(u8::from(!name.is_ascii()));
+    bytes.extend_from_slice(name.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&datatype);
+    bytes.extend_from_slice(&dataspace);
+    bytes.extend_from_slice(&data);
+    bytes
+}
+
 /// The dataset header: shape, IEEE float32 little-endian, the default fill value (allocated
-/// late, written if set), and contiguous storage of `bytes` at `address`.
-fn f32_dataset(shape: &[u64], address: u64, bytes: u64) -> Vec<u8> {
+/// late, written if set), contiguous storage of `bytes` at `address`, and `attributes`.
+fn f32_dataset(
+    shape: &[u64],
+    address: u64,
+    bytes: u64,
+    attributes: &[(&str, AttrValue)],
+) -> Vec<u8> {
     let mut dataspace = vec![2, shape.len() as u8, 0, 1];
     for &n in shape {
         dataspace.extend_from_slice(&n.to_le_bytes());
@@ -624,25 +683,31 @@ fn f32_dataset(shape: &[u64], address: u64, bytes: u64) -> Vec<u8> {
     let mut layout = vec![3, 1];
     layout.extend_from_slice(&address.to_le_bytes());
     layout.extend_from_slice(&bytes.to_le_bytes());
-    object_header(&[
+    let mut messages = vec![
         (0x01, dataspace),
         (0x03, datatype),
         (0x05, fill_value),
         (0x08, layout),
-    ])
+    ];
+    messages.extend(
+        attributes
+            .iter()
+            .map(|(name, value)| (0x0c, attribute(name, value))),
+    );
+    object_header(&messages)
 }
 
 impl ContiguousF32 {
     /// The layout for a dataset `name` (a root-level name, 1 to 255 bytes of ASCII) of `shape`
-    /// (no axis of length zero).
-    pub fn new(name: &str, shape: &[usize]) -> Self {
+    /// (no axis of length zero) with `attributes` (each message under 64 KiB).
+    pub fn with_attributes(name: &str, shape: &[usize], attributes: &[(&str, AttrValue)]) -> Self {
         debug_assert!(name.is_ascii() && !name.is_empty() && name.len() <= 255);
         let shape: Vec<u64> = shape.iter().map(|&n| n as u64).collect();
         let bytes = shape.iter().product::<u64>() * 4;
         let root = SUPERBLOCK_BYTES;
         // Header lengths do not depend on the addresses they hold: size them with placeholders.
         let header = align8(root + root_group(name, 0).len() as u64);
-        let data = align8(header + f32_dataset(&shape, 0, bytes).len() as u64);
+        let data = align8(header + f32_dataset(&shape, 0, bytes, attributes).len() as u64);
         let eof = align8(data + bytes);
         let mut prefix = b"\x89HDF\r\n\x1a\n".to_vec();
         prefix.extend_from_slice(&[2, 8, 8, 0]);
@@ -654,7 +719,7 @@ impl ContiguousF32 {
         prefix.extend_from_slice(&checksum.to_le_bytes());
         for (at, part) in [
             (root, root_group(name, header)),
-            (header, f32_dataset(&shape, data, bytes)),
+            (header, f32_dataset(&shape, data, bytes, attributes)),
         ] {
             prefix.resize(at as usize, 0);
             prefix.extend_from_slice(&part);
@@ -721,7 +786,7 @@ mod streamed_layout_tests {
             let mut file = H5Writer::default();
             file.add("/volume", &shape, &values, &[]).unwrap();
             file.write(&general).unwrap();
-            let layout = ContiguousF32::new("volume", &shape);
+            let layout = ContiguousF32::with_attributes("volume", &shape, &[]);
             let mut streamed = layout.prefix.clone();
             for v in &values {
                 streamed.extend_from_slice(&v.to_le_bytes());
@@ -729,5 +794,36 @@ mod streamed_layout_tests {
             streamed.resize(streamed.len() + layout.suffix as usize, 0);
             assert_eq!(std::fs::read(&general).unwrap(), streamed, "{shape:?}");
         }
+    }
+
+    #[test]
+    fn streamed_attributes_are_the_general_writers_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shape, values) = ([2usize, 3, 4], vec![1.5f32; 24]);
+        let general = dir.path().join("general.h5");
+        let dataset = DatasetBuilder::typed_data("volume", vec![2, 3, 4], &values)
+            .unwrap()
+            .attribute(AttributeBuilder::fixed_string("units", "micrometer"))
+            .attribute(AttributeBuilder::vector("voxel_size", &[0.5f64, 0.25, 1e-3]).unwrap());
+        let plan = Hdf5Builder::new().dataset(dataset).into_plan().unwrap();
+        let file = std::fs::File::create(&general).unwrap();
+        Hdf5Writer::new(BufWriter::new(file), WriteOptions::default())
+            .finish(plan)
+            .unwrap();
+        let bytes = std::fs::read(&general).unwrap();
+        let layout = ContiguousF32::with_attributes(
+            "volume",
+            &shape,
+            &[
+                ("units", AttrValue::Text("micrometer".into())),
+                ("voxel_size", AttrValue::Floats(vec![0.5, 0.25, 1e-3])),
+            ],
+        );
+        let mut streamed = layout.prefix.clone();
+        for v in &values {
+            streamed.extend_from_slice(&v.to_le_bytes());
+        }
+        streamed.resize(streamed.len() + layout.suffix as usize, 0);
+        assert!(bytes == streamed);
     }
 }

@@ -15,15 +15,18 @@ mod normalize;
 mod npy;
 mod nxtomo;
 mod output_set;
+mod pixel_size;
 mod stack;
 mod text;
 mod volume;
+mod zarr;
 
 pub use dxchange::{
     angles_in_radians, read_dxchange, read_dxchange_with, read_volume_h5, write_dxchange,
     write_volume_h5, AngleUnit, DxchangeReader, Scan, ScanInfo, ScanOptions, StackInfo,
     MIN_UNITLESS_SPAN_DEG,
 };
+pub use dxchange::{read_pixel_size, CAMERA_PIXEL_SIZE_PATH, MAGNIFICATION_PATH, PIXEL_SIZE_PATHS};
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
 pub use normalize::{
@@ -34,14 +37,17 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, write_f32_npy, ComplexArray,
     Dtype, NpyReader,
 };
-pub use nxtomo::{NxtomoInfo, NxtomoReader, PixelSize};
+pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength};
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
+pub use pixel_size::{LengthUnit, PixelSize};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use text::{parse_angle_list, read_text, AngleList, TextError, MAX_TEXT_BYTES};
 pub use volume::{
-    central_slices, central_slices_of, read_tiff_volume, write_tiff_volume, write_volume,
-    write_volume_as, write_volume_files, CentralSlice, SlabVisitor, VolumeSlabs,
+    central_slices, central_slices_of, read_tiff_volume, write_calibrated_volume_files,
+    write_tiff_volume, write_volume, write_volume_as, write_volume_files, CentralSlice,
+    SlabVisitor, VolumeSlabs,
 };
+pub use zarr::{ome_metadata, pyramid_shapes, ZarrOptions, ZarrWriter};
 
 use std::path::{Path, PathBuf};
 use thiserror::Error;

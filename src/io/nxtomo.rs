@@ -25,14 +25,31 @@ use super::dxchange::{
     StackInfo,
 };
 use super::h5::{H5Dataset, H5File};
-use super::{IoError, Stack};
+use super::{IoError, PixelSize, Stack};
 
 /// A length with its unit as the file states it (`units` attribute).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PixelSize {
+pub struct StatedLength {
     pub value: f64,
     /// The `units` attribute (`m`, `um`, ...), when the file has one.
     pub units: Option<String>,
+}
+
+impl StatedLength {
+    /// The length in micrometres (the unit every output records), or `None` when the file states
+    /// no unit or one that is not a length: NeXus writes SI (`m`) unless the attribute says
+    /// otherwise, but a missing attribute is not guessed.
+    pub fn micrometers(&self) -> Option<PixelSize> {
+        let per_unit = match self.units.as_deref()?.trim() {
+            "m" | "meter" | "metre" | "meters" | "metres" => 1e6,
+            "mm" | "millimeter" | "millimetre" | "millimeters" | "millimetres" => 1e3,
+            "um" | "µm" | "μm" | "micrometer" | "micrometre" | "micrometers" | "micrometres"
+            | "micron" | "microns" => 1.0,
+            "nm" | "nanometer" | "nanometre" | "nanometers" | "nanometres" => 1e-3,
+            _ => return None,
+        };
+        PixelSize::micrometers(self.value * per_unit)
+    }
 }
 
 /// What an NXtomo file holds, learned without reading its frames.
@@ -43,9 +60,9 @@ pub struct NxtomoInfo {
     /// Shapes (of the projections, flats and darks once separated), angles; no tilt, no truth.
     pub scan: ScanInfo,
     /// `instrument/detector/x_pixel_size`, when present.
-    pub x_pixel_size: Option<PixelSize>,
+    pub x_pixel_size: Option<StatedLength>,
     /// `instrument/detector/y_pixel_size`, when present.
-    pub y_pixel_size: Option<PixelSize>,
+    pub y_pixel_size: Option<StatedLength>,
 }
 
 /// An open NXtomo file: the frames of each kind are found from `image_key` at
@@ -173,7 +190,7 @@ impl NxtomoReader {
                 (theta, name)
             }
         };
-        let pixel = |axis: &str| -> Result<Option<PixelSize>, IoError> {
+        let pixel = |axis: &str| -> Result<Option<StatedLength>, IoError> {
             let name = format!("{entry}/instrument/detector/{axis}_pixel_size");
             let Some(d) = file.dataset(&name)? else {
                 return Ok(None);
@@ -194,7 +211,7 @@ impl NxtomoReader {
                 });
             }
             let units = file.string_attr(&d, "units")?;
-            Ok(Some(PixelSize { value, units }))
+            Ok(Some(StatedLength { value, units }))
         };
         let info = NxtomoInfo {
             x_pixel_size: pixel("x")?,

@@ -77,6 +77,21 @@ fn sync(path: &Path) -> std::io::Result<()> {
     std::fs::File::open(path)?.sync_all()
 }
 
+/// The metadata file at the root of a Zarr v3 store: a directory holding one is an output that
+/// a new one may replace.
+const ZARR_METADATA: &str = "zarr.json";
+
+/// [`sync`] of a file, or of a directory with everything in it (an OME-Zarr output), children
+/// first.
+fn sync_tree(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            sync_tree(&entry?.path())?;
+        }
+    }
+    sync(path)
+}
+
 /// Whether the process that made a staging directory named `name` has ended. Only where
 /// processes can be looked up (Linux: `/proc`); elsewhere no staging directory is called stale.
 fn stale_staging(name: &str) -> bool {
@@ -270,22 +285,27 @@ impl OutputSet {
     /// paths written. An error before the first rename leaves the previous outputs unchanged
     /// (and says so).
     pub fn commit(mut self) -> Result<Vec<PathBuf>, IoError> {
+        let previous = self.previous_members();
         for name in &self.members {
             let staged = self.staging.join(name);
-            if let Err(e) = sync(&staged) {
+            if let Err(e) = sync_tree(&staged) {
                 let reason = write_error(&self.final_path(name), "flushing it to disk", e);
                 return Err(self.abandon(reason));
             }
-            if self.final_path(name).is_dir() {
+            let path = self.final_path(name);
+            // A directory output (OME-Zarr) replaces the one a previous run wrote; any other
+            // directory is the user's.
+            let replaceable =
+                staged.is_dir() && (previous.contains(name) || path.join(ZARR_METADATA).is_file());
+            if path.is_dir() && !replaceable {
                 let reason = write_error(
-                    &self.final_path(name),
+                    &path,
                     "moving it into place",
                     "a directory of that name is in the way",
                 );
                 return Err(self.abandon(reason));
             }
         }
-        let previous = self.previous_members();
         let manifest = match &self.manifest {
             Some(path) => {
                 let staged = self.staging.join(".manifest");
@@ -306,7 +326,22 @@ impl OutputSet {
         let mut written = Vec::with_capacity(self.members.len());
         for name in &self.members {
             let path = self.final_path(name);
+            // A directory cannot be renamed over a non-empty one: the previous one is moved
+            // aside, not deleted, until the new one is in place (then removed with the staging
+            // directory), and moved back if the new one cannot be.
+            let aside = self
+                .staging
+                .join(format!("{STAGING_PREFIX}replaced-{name}"));
+            let moved_aside = path.is_dir();
+            if moved_aside {
+                std::fs::rename(&path, &aside)
+                    .map_err(|e| write_error(&path, "moving the previous directory aside", e))?;
+            }
             std::fs::rename(self.staging.join(name), &path).map_err(|e| {
+                if moved_aside {
+                    // Best effort: the error says what was replaced either way.
+                    let _ = std::fs::rename(&aside, &path);
+                }
                 write_error(
                     &path,
                     "moving it into place",
@@ -322,7 +357,11 @@ impl OutputSet {
         }
         for stale in previous.iter().filter(|p| !self.members.contains(p)) {
             let path = self.final_path(stale);
-            match std::fs::remove_file(&path) {
+            let removed = match path.is_dir() {
+                true => std::fs::remove_dir_all(&path),
+                false => std::fs::remove_file(&path),
+            };
+            match removed {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(write_error(
                         &path,

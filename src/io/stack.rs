@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use tiff::decoder::{Decoder, Limits};
 use tiff::tags::{CompressionMethod, SampleFormat, Tag};
 
+use super::h5::AttrValue;
 use super::npy::{f32_npy_header, Dtype, NpyReader};
 use super::IoError;
+use super::{LengthUnit, PixelSize};
 
 /// `count` images (or z slices) of `height x width`, image-major and row-major: a volume
 /// `(n0, n1, n2)`, a scan's projections, flats or darks, or a stack read from a file.
@@ -708,6 +710,9 @@ pub enum StackFormat {
     Tiff,
     /// HDF5 with the stack as the contiguous float32 dataset `/volume` (`.h5`, `.hdf5`).
     Hdf5,
+    /// An OME-Zarr directory with a multiscale pyramid (`.zarr`, see [`super::zarr`]); written,
+    /// not read.
+    Zarr,
 }
 
 impl StackFormat {
@@ -717,6 +722,7 @@ impl StackFormat {
             "npy" => Some(Self::Npy),
             "tif" | "tiff" => Some(Self::Tiff),
             "h5" | "hdf5" => Some(Self::Hdf5),
+            "zarr" => Some(Self::Zarr),
             _ => None,
         }
     }
@@ -728,8 +734,9 @@ impl StackFormat {
 pub struct StackWriter {
     path: PathBuf,
     inner: WriterInner,
-    /// The file, to flush to disk at the end (TIFF writes through a handle of its own).
-    file: File,
+    /// The file, to flush to disk at the end (TIFF writes through a handle of its own); none for
+    /// a directory (OME-Zarr).
+    file: Option<File>,
     count: usize,
     written: usize,
     height: usize,
@@ -738,9 +745,50 @@ pub struct StackWriter {
 
 enum WriterInner {
     /// `.npy` and HDF5: a header, the values, and for HDF5 the padding to its end of file.
-    Raw { w: BufWriter<File>, suffix: u64 },
+    Raw {
+        w: BufWriter<File>,
+        suffix: u64,
+    },
     /// Unbuffered, so that every failed write is reported (a buffer's last flush on drop is not).
-    Tiff(Box<tiff::encoder::TiffEncoder<File>>),
+    /// With the ImageJ description (first page only) and the resolution tags of every page.
+    Tiff {
+        enc: Box<tiff::encoder::TiffEncoder<File>>,
+        description: Option<String>,
+        resolution: tiff::encoder::Rational,
+    },
+    Zarr(Box<super::zarr::ZarrWriter>),
+}
+
+/// `x` as a TIFF rational: six significant decimals within `u32`.
+fn rational(x: f64) -> tiff::encoder::Rational {
+    let d = (1e6 / x.max(1e-9)).min(1e6).round().max(1.0);
+    tiff::encoder::Rational {
+        n: (x * d).round().clamp(1.0, f64::from(u32::MAX)) as u32,
+        d: d as u32,
+    }
+}
+
+/// The attributes of `/volume` in HDF5: the axis order, the unit and the voxel size per axis.
+fn volume_attributes(voxel_size: Option<PixelSize>) -> Vec<(&'static str, AttrValue)> {
+    let (unit, size) = voxel_size.map_or(("pixel", 1.0), |v| (v.unit.name(), v.value));
+    let mut attributes = vec![
+        ("axes", AttrValue::Text("zyx".into())),
+        ("units", AttrValue::Text(unit.into())),
+        ("voxel_size", AttrValue::Floats(vec![size; 3])),
+    ];
+    if let Some(v) = voxel_size {
+        if v.unit == LengthUnit::Micrometer {
+            attributes.push(("element_size_um", AttrValue::Floats(vec![v.value; 3])));
+        }
+    }
+    attributes
+}
+
+/// The ImageJ description of a float32 stack of `count` slices with voxels of `voxel_size`
+/// (Fiji's and tifffile's calibration: `unit` and the z `spacing`; `pixel` when unknown).
+fn imagej_description(count: usize, voxel_size: Option<PixelSize>) -> String {
+    let (unit, spacing) = voxel_size.map_or(("pixel", 1.0), |v| (v.unit.imagej_name(), v.value));
+    format!("ImageJ=1.11a\nimages={count}\nslices={count}\nunit={unit}\nspacing={spacing}\nloop=false\n")
 }
 
 impl std::fmt::Debug for StackWriter {
@@ -774,9 +822,37 @@ impl StackWriter {
         height: usize,
         width: usize,
     ) -> Result<Self, IoError> {
-        let file = File::create(path).map_err(|e| write_error(path, e))?;
-        let handle = file.try_clone().map_err(|e| write_error(path, e))?;
+        Self::create_calibrated(path, format, [count, height, width], None)
+    }
+
+    /// [`create_as`](Self::create_as) for a volume `(count, height, width)` whose voxels are
+    /// cubes of `voxel_size` (`None`: unknown), which the file records: ImageJ metadata and
+    /// resolution tags in a TIFF, attributes on `/volume` in HDF5 (`units`, `axes` = `zyx`,
+    /// `voxel_size` per axis and, in micrometres, `element_size_um`, what Fiji's HDF5 plugin
+    /// reads), the `multiscales` metadata of OME-Zarr. `.npy` has no place for it.
+    pub fn create_calibrated(
+        path: &Path,
+        format: StackFormat,
+        [count, height, width]: [usize; 3],
+        voxel_size: Option<PixelSize>,
+    ) -> Result<Self, IoError> {
+        let shape = [count, height, width];
+        let file = match format {
+            // A directory of files, each flushed by the set that commits it.
+            StackFormat::Zarr => None,
+            _ => Some(File::create(path).map_err(|e| write_error(path, e))?),
+        };
+        let handle = || match &file {
+            Some(file) => file.try_clone().map_err(|e| write_error(path, e)),
+            None => Err(write_error(path, "no file")),
+        };
         let inner = match format {
+            StackFormat::Zarr => {
+                let options = super::zarr::ZarrOptions::for_shape(shape);
+                WriterInner::Zarr(Box::new(super::zarr::ZarrWriter::create(
+                    path, shape, voxel_size, options,
+                )?))
+            }
             StackFormat::Tiff => {
                 if u32::try_from(width).is_err() || u32::try_from(height).is_err() {
                     return Err(write_error(
@@ -784,20 +860,29 @@ impl StackWriter {
                         "TIFF pages are at most 2^32 - 1 pixels wide and high",
                     ));
                 }
-                WriterInner::Tiff(Box::new(
-                    tiff::encoder::TiffEncoder::new(handle).map_err(|e| write_error(path, e))?,
-                ))
+                WriterInner::Tiff {
+                    enc: Box::new(
+                        tiff::encoder::TiffEncoder::new(handle()?)
+                            .map_err(|e| write_error(path, e))?,
+                    ),
+                    description: Some(imagej_description(count, voxel_size)),
+                    // Pixels per unit, the unit being ImageJ's (ResolutionUnit none).
+                    resolution: rational(1.0 / voxel_size.map_or(1.0, |v| v.value)),
+                }
             }
             StackFormat::Npy | StackFormat::Hdf5 => {
-                let shape = [count, height, width];
                 let (header, suffix) = match format {
                     StackFormat::Npy => (f32_npy_header(&shape), 0),
                     _ => {
-                        let layout = super::h5::ContiguousF32::new(&super::h5::VOLUME[1..], &shape);
+                        let layout = super::h5::ContiguousF32::with_attributes(
+                            &super::h5::VOLUME[1..],
+                            &shape,
+                            &volume_attributes(voxel_size),
+                        );
                         (layout.prefix, layout.suffix)
                     }
                 };
-                let mut w = BufWriter::new(handle);
+                let mut w = BufWriter::new(handle()?);
                 w.write_all(&header).map_err(|e| write_error(path, e))?;
                 WriterInner::Raw { w, suffix }
             }
@@ -840,11 +925,27 @@ impl StackWriter {
                 }
                 w.write_all(&bytes).map_err(|e| write_error(path, e))?;
             }
-            WriterInner::Tiff(enc) => {
+            WriterInner::Tiff {
+                enc,
+                description,
+                resolution,
+            } => {
                 let (w, h) = (self.width as u32, self.height as u32);
-                enc.write_image::<tiff::encoder::colortype::Gray32Float>(w, h, image)
+                let mut page = enc
+                    .new_image::<tiff::encoder::colortype::Gray32Float>(w, h)
                     .map_err(|e| write_error(path, e))?;
+                let tags = page.encoder();
+                if let Some(text) = description.take() {
+                    tags.write_tag(Tag::ImageDescription, text.as_str())
+                        .map_err(|e| write_error(path, e))?;
+                }
+                for tag in [Tag::XResolution, Tag::YResolution] {
+                    tags.write_tag(tag, resolution.clone())
+                        .map_err(|e| write_error(path, e))?;
+                }
+                page.write_data(image).map_err(|e| write_error(path, e))?;
             }
+            WriterInner::Zarr(zarr) => zarr.write_image(image)?,
         }
         self.written += 1;
         Ok(())
@@ -865,11 +966,15 @@ impl StackWriter {
                     .and_then(|()| w.flush())
                     .map_err(|e| write_error(path, e))?;
             }
-            WriterInner::Tiff(enc) => drop(enc),
+            WriterInner::Tiff { enc, .. } => drop(enc),
+            WriterInner::Zarr(zarr) => zarr.finish()?,
         }
-        self.file
-            .sync_all()
-            .map_err(|e| write_error(path, format!("flushing the file: {e}")))
+        match self.file {
+            Some(file) => file
+                .sync_all()
+                .map_err(|e| write_error(path, format!("flushing the file: {e}"))),
+            None => Ok(()),
+        }
     }
 }
 

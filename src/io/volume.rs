@@ -7,6 +7,7 @@ use std::path::Path;
 use super::output_set::stage_one;
 use super::stack::{read_stack_from, Pixels, Stack, StackFormat, StackReader, StackWriter};
 use super::IoError;
+use super::PixelSize;
 
 /// What [`VolumeSlabs::visit_slabs`] calls with each slab: `(first z slice, values)`.
 pub type SlabVisitor<'v> = dyn FnMut(usize, &[f32]) -> Result<(), String> + 'v;
@@ -46,7 +47,7 @@ pub fn write_volume_as(
     format: StackFormat,
     volume: &dyn VolumeSlabs,
 ) -> Result<(), IoError> {
-    write_files(&[(path, format)], volume, |_, _| {})
+    write_files(&[(path, format)], volume, None, |_, _| {})
 }
 
 /// Writes `volume` to every `(path, format)` of `files` in one pass over its slabs (each file as
@@ -56,15 +57,26 @@ pub fn write_volume_files(
     files: &[(&Path, StackFormat)],
     volume: &dyn VolumeSlabs,
 ) -> Result<[CentralSlice; 3], IoError> {
+    write_calibrated_volume_files(files, volume, None)
+}
+
+/// [`write_volume_files`] of a volume whose voxels are cubes of `voxel_size` (`None`: unknown),
+/// which each file records in its format's way ([`StackWriter::create_calibrated`]).
+pub fn write_calibrated_volume_files(
+    files: &[(&Path, StackFormat)],
+    volume: &dyn VolumeSlabs,
+    voxel_size: Option<PixelSize>,
+) -> Result<[CentralSlice; 3], IoError> {
     let mut slices = CentralSlices::new(volume.shape());
-    write_files(files, volume, |z0, slab| slices.add(z0, slab))?;
+    write_files(files, volume, voxel_size, |z0, slab| slices.add(z0, slab))?;
     Ok(slices.finish())
 }
 
-/// [`write_volume_files`], handing every slab to `on_slab` too.
+/// [`write_calibrated_volume_files`], handing every slab to `on_slab` too.
 fn write_files(
     files: &[(&Path, StackFormat)],
     volume: &dyn VolumeSlabs,
+    voxel_size: Option<PixelSize>,
     mut on_slab: impl FnMut(usize, &[f32]),
 ) -> Result<(), IoError> {
     let [n0, n1, n2] = volume.shape();
@@ -79,7 +91,7 @@ fn write_files(
     }
     let mut writers = Vec::with_capacity(files.len());
     for ((path, format), (_, staged)) in files.iter().zip(&sets) {
-        let writer = StackWriter::create_as(staged, *format, n0, n1, n2)
+        let writer = StackWriter::create_calibrated(staged, *format, [n0, n1, n2], voxel_size)
             .map_err(|e| error(path, e.to_string()))?;
         writers.push(writer);
     }
@@ -118,11 +130,12 @@ fn write_files(
 }
 
 /// [`write_volume_as`] in the format `path`'s extension names (`.tif`, `.tiff`, `.h5`, `.hdf5`,
-/// `.npy`).
+/// `.npy`, `.zarr`).
 pub fn write_volume(path: &Path, volume: &dyn VolumeSlabs) -> Result<(), IoError> {
     let format = StackFormat::of_path(path).ok_or_else(|| IoError::Write {
         path: path.into(),
-        reason: "the extension names no volume format (.tif, .tiff, .h5, .hdf5 or .npy)".into(),
+        reason: "the extension names no volume format (.tif, .tiff, .h5, .hdf5, .npy or .zarr)"
+            .into(),
     })?;
     write_volume_as(path, format, volume)
 }

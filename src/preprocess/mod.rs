@@ -74,6 +74,9 @@ pub struct Preprocessing {
     pub clamps: Option<crate::io::ClampCount>,
     /// What loading the input warned of (printed too, unless `--quiet`).
     pub input_warnings: Vec<String>,
+    /// The detector's effective pixel size (unbinned): `--pixel-size`, else the input's
+    /// metadata; `None`: unknown, and the outputs are in voxel units.
+    pub pixel_size: Option<crate::io::PixelSize>,
 }
 
 /// Where the rotation axis of a reconstruction came from.

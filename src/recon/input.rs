@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::flatfield::{estimate_open_beam, FlatfieldError};
+use crate::io::PixelSize;
 use crate::io::{
     angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
     read_volume_h5, AngleUnit, ClampCount, DxchangeReader, FieldMeans, IoError, NormalizeError,
@@ -153,6 +154,9 @@ pub struct LoadedProjections {
     pub warnings: Vec<String>,
     /// How many pixels normalisation clamped (`None`: the input was line integrals already).
     pub clamps: Option<ClampCount>,
+    /// The detector's effective pixel size (unbinned) where the input records it (DXchange
+    /// metadata, [`crate::io::read_pixel_size`]); `None`: not recorded.
+    pub pixel_size: Option<PixelSize>,
 }
 
 /// The lower-case extension of `path` ("" when it has none).
@@ -212,6 +216,7 @@ pub fn load_projections_with(
                 notes: Vec::new(),
                 warnings: Vec::new(),
                 clamps: None,
+                pixel_size: None,
             })
         }
         ProjectionInput::DXchange {
@@ -429,6 +434,32 @@ impl Hdf5Scan {
         }
     }
 
+    /// The detector's pixel size the scan records, with where it was read: DXchange's metadata
+    /// paths ([`crate::io::read_pixel_size`]) or NXtomo's `x_pixel_size` with its unit.
+    fn pixel_size(&self, path: &Path) -> Result<Option<(PixelSize, String)>, IoError> {
+        match self {
+            Self::Dxchange(_) => crate::io::read_pixel_size(path),
+            Self::Nxtomo(r) => {
+                let info = r.info();
+                let Some(stated) = &info.x_pixel_size else {
+                    return Ok(None);
+                };
+                let from = format!("{}/instrument/detector/x_pixel_size", info.entry);
+                match stated.micrometers() {
+                    Some(size) => Ok(Some((size, from))),
+                    None => Err(IoError::Hdf5 {
+                        path: path.to_path_buf(),
+                        dataset: from,
+                        reason: format!(
+                            "the pixel size {} has no length unit lamino knows (units = {:?})",
+                            stated.value, stated.units
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+
     /// What a user must be told about how the scan was read: angles replaced, darks absent.
     fn warnings(&self, path: &Path) -> Vec<String> {
         let info = self.info();
@@ -492,11 +523,26 @@ fn projections_from_dxchange(
     }
     let mut warnings = reader.warnings(path);
     let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
+    let mut notes = Vec::new();
+    let pixel_size = match reader.pixel_size(path) {
+        Ok(Some((size, from))) => {
+            notes.push(format!("pixel size {} um (from {from})", size.value));
+            Some(size)
+        }
+        Ok(None) => None,
+        // Metadata only calibrates the outputs: a scan whose pixel size cannot be read is
+        // still reconstructed, in voxel units.
+        Err(e) => {
+            warnings.push(format!("the pixel size was not read: {e}"));
+            None
+        }
+    };
     Ok(LoadedProjections {
         projections: Projections::part(geometry, angles, values)?,
-        notes: Vec::new(),
+        notes,
         warnings,
         clamps: Some(clamps),
+        pixel_size,
     })
 }
 
@@ -601,6 +647,7 @@ fn projections_from_tiff(
         notes,
         warnings,
         clamps: Some(clamps),
+        pixel_size: None,
     })
 }
 
@@ -669,6 +716,7 @@ pub fn projections_from_scan(
         notes: Vec::new(),
         warnings: clamp_warning(clamps).into_iter().collect(),
         clamps: Some(clamps),
+        pixel_size: None,
     })
 }
 

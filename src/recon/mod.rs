@@ -30,7 +30,7 @@ use thiserror::Error;
 
 use crate::array::Residency;
 use crate::gpu::GpuContext;
-use crate::io::{OutputSet, SlabVisitor, VolumeSlabs};
+use crate::io::{OutputSet, SlabVisitor, StackFormat, VolumeSlabs};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
@@ -130,6 +130,69 @@ pub struct Reconstruction {
     /// With MPI ranks: what each rank did (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankReport>,
+    /// Which run made it, when the caller says so: at the top of `report.json`.
+    #[serde(skip)]
+    pub provenance: Option<Provenance>,
+}
+
+impl Reconstruction {
+    /// The edge of a voxel: the detector's pixel size ([`Preprocessing::pixel_size`]) times the
+    /// binning; `None` when the pixel size is unknown.
+    ///
+    /// [`Preprocessing::pixel_size`]: crate::preprocess::Preprocessing::pixel_size
+    pub fn voxel_size(&self) -> Option<crate::io::PixelSize> {
+        let pre = self.preprocessing.as_ref()?;
+        Some(pre.pixel_size?.binned(pre.binning.max(1)))
+    }
+}
+
+/// The run that made a reconstruction, for its report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance {
+    /// The projections' file (`None`: made in memory, such as a demo's scan).
+    pub input: Option<PathBuf>,
+    /// The program and its arguments as given.
+    pub command_line: Vec<String>,
+    /// When the run started, RFC 3339 in UTC to the second.
+    pub started: String,
+}
+
+impl Provenance {
+    /// This process's command line and the time now.
+    pub fn now(input: Option<PathBuf>) -> Self {
+        Self {
+            input,
+            command_line: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            started: rfc3339_utc(std::time::SystemTime::now()),
+        }
+    }
+}
+
+/// `time` as RFC 3339 in UTC to the second (`1970-01-01T00:00:00Z` for times before 1970).
+pub fn rfc3339_utc(time: std::time::SystemTime) -> String {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, day_secs) = (secs / 86_400, secs % 86_400);
+    // The proleptic Gregorian date of a day count (Howard Hinnant's days-to-civil algorithm, in
+    // eras of 400 years from 0000-03-01).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        day_secs / 3600,
+        day_secs / 60 % 60,
+        day_secs % 60
+    )
 }
 
 type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
@@ -474,6 +537,7 @@ impl<'a> Reconstructor<'a> {
             memo_device_bytes: solver.memo_device_bytes(),
             plan,
             ranks,
+            provenance: None,
         };
         // A slab holds at most SLAB_BYTES, and no more than the host budget leaves beside the
         // arrays the plan put in host memory; at least one slice. A volume on the device is read
@@ -578,6 +642,16 @@ impl Solved<'_> {
     pub fn stage_outputs(&self, set: &mut OutputSet) -> Result<(), crate::io::IoError> {
         stage_outputs(set, &self.report, self)
     }
+
+    /// [`stage_outputs`](Self::stage_outputs) with the volume in `formats`
+    /// ([`stage_outputs_as`]).
+    pub fn stage_outputs_as(
+        &self,
+        set: &mut OutputSet,
+        formats: &[StackFormat],
+    ) -> Result<(), crate::io::IoError> {
+        stage_outputs_as(set, &self.report, self, formats)
+    }
 }
 
 impl VolumeSlabs for Solved<'_> {
@@ -626,10 +700,11 @@ impl VolumeSlabs for Reconstruction {
 /// The kind of the [`OutputSet`] of a reconstruction ([`write_outputs`]).
 pub const OUTPUT_KIND: &str = "reconstruct";
 
-/// Every file [`stage_outputs`] may write (`convergence.png` only for a run with reports).
-pub const OUTPUT_NAMES: [&str; 7] = [
+/// Every file [`stage_outputs_as`] may write (`convergence.png` only for a run with reports).
+pub const OUTPUT_NAMES: [&str; 8] = [
     "recon.tif",
     "recon.h5",
+    "recon.zarr",
     "report.json",
     "preview_xy.png",
     "preview_xz.png",
@@ -658,17 +733,53 @@ pub fn stage_outputs(
     rec: &Reconstruction,
     volume: &dyn VolumeSlabs,
 ) -> Result<(), crate::io::IoError> {
-    use crate::io::{write_volume_files, IoError, StackFormat};
+    stage_outputs_as(set, rec, volume, &DEFAULT_FORMATS)
+}
+
+/// The formats [`stage_outputs`] writes the volume in: `recon.tif` and `recon.h5`.
+pub const DEFAULT_FORMATS: [StackFormat; 2] = [StackFormat::Tiff, StackFormat::Hdf5];
+
+/// The name of the volume's file in `format`: `recon.tif`, `recon.h5`, `recon.zarr` or
+/// `recon.npy`.
+pub fn volume_file_name(format: StackFormat) -> &'static str {
+    match format {
+        StackFormat::Tiff => "recon.tif",
+        StackFormat::Hdf5 => "recon.h5",
+        StackFormat::Zarr => "recon.zarr",
+        StackFormat::Npy => "recon.npy",
+    }
+}
+
+/// [`stage_outputs`] with the volume in each of `formats` (named by [`volume_file_name`]),
+/// calibrated with the report's [`Reconstruction::voxel_size`].
+pub fn stage_outputs_as(
+    set: &mut OutputSet,
+    rec: &Reconstruction,
+    volume: &dyn VolumeSlabs,
+    formats: &[StackFormat],
+) -> Result<(), crate::io::IoError> {
+    use crate::io::{write_calibrated_volume_files, IoError};
     use crate::plot::{write_convergence_png, write_slice_previews};
-    // One pass over the volume writes both files and gathers the previews' slices.
-    let (tif, h5) = (set.stage("recon.tif")?, set.stage("recon.h5")?);
-    let slices = write_volume_files(
-        &[(&tif, StackFormat::Tiff), (&h5, StackFormat::Hdf5)],
-        volume,
-    )?;
+    // One pass over the volume writes every file and gathers the previews' slices.
+    let mut files = Vec::with_capacity(formats.len());
+    for &format in formats {
+        files.push((set.stage(volume_file_name(format))?, format));
+    }
+    let files: Vec<(&std::path::Path, StackFormat)> =
+        files.iter().map(|(p, f)| (p.as_path(), *f)).collect();
+    let voxel_size = rec.voxel_size();
+    let slices = write_calibrated_volume_files(&files, volume, voxel_size)?;
     let report = set.stage("report.json")?;
-    let json =
-        serde_json::json!({ "lamino_version": env!("CARGO_PKG_VERSION"), "reconstruction": rec });
+    let provenance = rec.provenance.as_ref();
+    let json = serde_json::json!({
+        "lamino_version": env!("CARGO_PKG_VERSION"),
+        "input": provenance.map(|p| &p.input),
+        "command_line": provenance.map(|p| &p.command_line),
+        "started": provenance.map(|p| &p.started),
+        // null: unknown, the volume is in voxel units.
+        "voxel_size": voxel_size,
+        "reconstruction": rec,
+    });
     let text = serde_json::to_vec_pretty(&json).map_err(|e| IoError::Write {
         path: set.final_path("report.json"),
         reason: e.to_string(),
