@@ -187,8 +187,9 @@ fn reconstruct_writes_the_voxel_size_into_every_output() {
     let args = [
         "reconstruct",
         scan.to_str().unwrap(),
+        // tomocupy's exponent: 2 x 2 pixels.
         "--binning",
-        "2",
+        "1",
         "--pixel-size",
         "0.65",
         "--format",
