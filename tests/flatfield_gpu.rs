@@ -134,25 +134,11 @@ fn the_sorted_fit_refits_its_baseline_in_image_order() {
     let gpu = fit_prepared(common::ctx(), &prepared, 128, 128, &params, |_| {}).unwrap();
     let cpu = fit_prepared_oracle(&prepared, 128, 128, &params).unwrap();
     let truth: Vec<f32> = data.background.iter().map(|&v| v as f32).collect();
-    let r = correlation(&gpu.fields.baseline, &truth);
+    let r = common::correlation(&gpu.fields.baseline, &truth);
     let diff = max_relative_diff(&gpu.fields.baseline, &cpu.fields.baseline);
     eprintln!("sorted fit: baseline correlation {r:.6}, GPU vs oracle max relative |Δ| {diff:.2e}");
     assert!(r >= 0.999, "{r}");
     assert!(diff <= 1e-4, "{diff}");
-}
-
-fn correlation(x: &[f32], y: &[f32]) -> f64 {
-    let n = x.len() as f64;
-    let mean = |v: &[f32]| v.iter().map(|&a| a as f64).sum::<f64>() / n;
-    let (mx, my) = (mean(x), mean(y));
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (a, b) in x.iter().zip(y) {
-        let (a, b) = (*a as f64 - mx, *b as f64 - my);
-        sxy += a * b;
-        sxx += a * a;
-        syy += b * b;
-    }
-    sxy / (sxx * syy).sqrt()
 }
 
 #[test]

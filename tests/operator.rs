@@ -240,40 +240,8 @@ fn an_off_centre_rotation_axis_is_an_exact_shift_of_the_projections() {
         center: Some(centred.rotation_axis() - 2.63),
         ..centred.clone()
     };
-    let op = LaminoOperator::new(ctx(), &shifted, &OperatorOptions::default()).unwrap();
-    let (v, d) = (shifted.volume_len(), shifted.data_len());
-    for (fwd, adj, x, y) in [
-        (Apply::Fft2dAdjoint, Apply::Fft2d, d, d),
-        (Apply::Forward, Apply::Adjoint, v, d),
-    ] {
-        let mismatch = adjoint_mismatch(&op, fwd, adj, x, y);
-        eprintln!("axis 2.63 px off, {fwd:?}/{adj:?}: adjoint mismatch {mismatch:.2e}");
-        assert!(mismatch < 1e-5, "{fwd:?}/{adj:?}: {mismatch:.2e}");
-    }
-    let data = random(d, 13);
-    let f = rel_l2(
-        &run(ctx(), &op, Apply::Fft2dAdjoint, &data),
-        &fft2d_adjoint_direct(&shifted, &to_f64(&data)),
-    );
-    eprintln!("F_adj with the offset vs the f64 direct sum: rel. L2 {f:.2e}");
-    assert!(
-        f < 1e-6,
-        "F_adj with the offset vs the f64 direct sum: {f:.2e}"
-    );
-    let u = random(v, 14);
-    let cpu = lamino::reference::CpuOperator::new(&shifted, 2);
-    for (what, gpu, reference) in [
-        ("L", run(ctx(), &op, Apply::Forward, &u), cpu.forward(&u)),
-        (
-            "L*",
-            run(ctx(), &op, Apply::Adjoint, &data),
-            cpu.adjoint(&data),
-        ),
-    ] {
-        let err = rel_l2(&gpu, &to_f64(&reference));
-        eprintln!("{what} with the offset, GPU vs CPU: rel. L2 {err:.2e}");
-        assert!(err < 1e-5, "{what} with the offset, GPU vs CPU: {err:.2e}");
-    }
+    check_shifted_operator(&shifted, "the axis 2.63 px off", 13);
+    let u = random(shifted.volume_len(), 14);
     // Three columns to the right: the centred projections rolled by three columns (the DFT's
     // shift is circular), to f32 rounding.
     let three = Geometry {
@@ -551,46 +519,7 @@ fn a_volume_offset_is_a_per_angle_shift_of_the_projections() {
         center: Some(9.4),
         ..uneven_angles(small())
     };
-    let op = LaminoOperator::new(ctx(), &shifted, &OperatorOptions::default()).unwrap();
-    let (v, d) = (shifted.volume_len(), shifted.data_len());
-    for (fwd, adj, x, y) in [
-        (Apply::Fft2dAdjoint, Apply::Fft2d, d, d),
-        (Apply::Forward, Apply::Adjoint, v, d),
-    ] {
-        let mismatch = adjoint_mismatch(&op, fwd, adj, x, y);
-        eprintln!(
-            "offset {:?}, {fwd:?}/{adj:?}: adjoint mismatch {mismatch:.2e}",
-            shifted.offset
-        );
-        assert!(mismatch < 1e-5, "{fwd:?}/{adj:?}: {mismatch:.2e}");
-    }
-    let data = random(d, 23);
-    let f = rel_l2(
-        &run(ctx(), &op, Apply::Fft2dAdjoint, &data),
-        &fft2d_adjoint_direct(&shifted, &to_f64(&data)),
-    );
-    eprintln!("F_adj with the volume offset vs the f64 direct sum: rel. L2 {f:.2e}");
-    assert!(
-        f < 1e-6,
-        "F_adj with the volume offset vs the f64 direct sum: {f:.2e}"
-    );
-    let u = random(v, 24);
-    let cpu = lamino::reference::CpuOperator::new(&shifted, 2);
-    for (what, gpu, reference) in [
-        ("L", run(ctx(), &op, Apply::Forward, &u), cpu.forward(&u)),
-        (
-            "L*",
-            run(ctx(), &op, Apply::Adjoint, &data),
-            cpu.adjoint(&data),
-        ),
-    ] {
-        let err = rel_l2(&gpu, &to_f64(&reference));
-        eprintln!("{what} with the volume offset, GPU vs CPU: rel. L2 {err:.2e}");
-        assert!(
-            err < 1e-5,
-            "{what} with the volume offset, GPU vs CPU: {err:.2e}"
-        );
-    }
+    check_shifted_operator(&shifted, &format!("offset {:?}", shifted.offset), 23);
     // A sub-box of the default volume against the full volume holding it, zero elsewhere, in
     // the Fourier domain: A_sub u times the sub-volume's phases R is A_full of the embedded
     // volume at every frequency the operator does not clamp (to the gridding error of each,
@@ -646,4 +575,41 @@ fn a_volume_offset_is_a_per_angle_shift_of_the_projections() {
         got.len()
     );
     assert!(err < 1e-3, "sub-box vs full volume: {err:.2e}");
+}
+
+/// The checks every shifted geometry meets (`what` names the shift, `seed` the random inputs):
+/// L and L* (and F, F_adj) exact adjoints, F_adj equal to the f64 direct sum, and the GPU
+/// operator equal to the CPU one.
+fn check_shifted_operator(shifted: &Geometry, what: &str, seed: u64) {
+    let op = LaminoOperator::new(ctx(), shifted, &OperatorOptions::default()).unwrap();
+    let (v, d) = (shifted.volume_len(), shifted.data_len());
+    for (fwd, adj, x, y) in [
+        (Apply::Fft2dAdjoint, Apply::Fft2d, d, d),
+        (Apply::Forward, Apply::Adjoint, v, d),
+    ] {
+        let mismatch = adjoint_mismatch(&op, fwd, adj, x, y);
+        eprintln!("{what}, {fwd:?}/{adj:?}: adjoint mismatch {mismatch:.2e}");
+        assert!(mismatch < 1e-5, "{what}, {fwd:?}/{adj:?}: {mismatch:.2e}");
+    }
+    let data = random(d, seed);
+    let f = rel_l2(
+        &run(ctx(), &op, Apply::Fft2dAdjoint, &data),
+        &fft2d_adjoint_direct(shifted, &to_f64(&data)),
+    );
+    eprintln!("F_adj with {what} vs the f64 direct sum: rel. L2 {f:.2e}");
+    assert!(f < 1e-6, "F_adj with {what} vs the f64 direct sum: {f:.2e}");
+    let u = random(v, seed + 1);
+    let cpu = lamino::reference::CpuOperator::new(shifted, 2);
+    for (name, gpu, reference) in [
+        ("L", run(ctx(), &op, Apply::Forward, &u), cpu.forward(&u)),
+        (
+            "L*",
+            run(ctx(), &op, Apply::Adjoint, &data),
+            cpu.adjoint(&data),
+        ),
+    ] {
+        let err = rel_l2(&gpu, &to_f64(&reference));
+        eprintln!("{name} with {what}, GPU vs CPU: rel. L2 {err:.2e}");
+        assert!(err < 1e-5, "{name} with {what}, GPU vs CPU: {err:.2e}");
+    }
 }
