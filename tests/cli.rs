@@ -180,10 +180,13 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
         "--axes 3",
         &out,
     );
-    expect_failure(
-        &["--device", "gpu0", "devices"],
-        "invalid device selector",
-        &out,
+    // `devices` takes no GPU options after it: the selector goes before the command.
+    let o = lamino(&["--device", "gpu0", "devices"], false);
+    assert!(!o.status.success(), "a bad selector was accepted");
+    assert!(
+        stderr(&o).contains("invalid device selector"),
+        "{}",
+        stderr(&o)
     );
 }
 
