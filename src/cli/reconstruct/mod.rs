@@ -1,0 +1,458 @@
+//! `lamino reconstruct`: read a scan, preprocess it (binning, stripe removal, the rotation axis),
+//! reconstruct with ADMM-TV (progress bar or log lines; Ctrl-C, SIGTERM and SIGUSR1 stop after the
+//! current iteration and leave a checkpoint), write the outputs.
+//!
+//! This file is the command's flow; its rooms: `inputs` (the input routes), `preprocess`
+//! (binning, clamping, stripes, pixel size), `volume_box` (slab and ROI), `solve` (devices, MPI
+//! ranks, budgets and the reconstruction `demo` shares).
+
+mod inputs;
+mod preprocess;
+mod solve;
+mod volume_box;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Args, ValueEnum};
+
+use lamino::io::{OutputSet, StackFormat};
+use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
+use lamino::params::AdmmParams;
+use lamino::params::InnerSolver;
+use lamino::preprocess::{find_rotation_axis, AxisSearch, AxisSource, AUTO_AXIS_RANGE_FRACTION};
+use lamino::recon::input::input_geometry;
+use lamino::recon::{CheckpointInterval, Provenance};
+
+use super::signals::Interrupted;
+use super::{Cli, CliResult};
+
+pub(super) use inputs::report_loaded;
+pub use inputs::InputArgs;
+pub use preprocess::{binned_column, unbinned_column, PreprocessArgs};
+use solve::{is_first, open_devices, rank_share, reconstructor};
+pub(super) use solve::{run_reconstruction, MemoryBudgets, MpiRanks, RunOptions};
+pub(super) use volume_box::parse_span;
+use volume_box::VolumeArgs;
+
+/// A volume file format of `reconstruct --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VolumeFormat {
+    Tiff,
+    H5,
+    Zarr,
+}
+
+impl VolumeFormat {
+    fn stack_format(self) -> StackFormat {
+        match self {
+            Self::Tiff => StackFormat::Tiff,
+            Self::H5 => StackFormat::Hdf5,
+            Self::Zarr => StackFormat::Zarr,
+        }
+    }
+}
+
+/// `--rotation-axis`: a detector column or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AxisChoice {
+    Column(f64),
+    Auto,
+}
+
+impl FromStr for AxisChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Self::Column(v)),
+            _ => Err(format!(
+                "{s:?}: expected a detector column (pixels, e.g. 1023.5) or `auto`"
+            )),
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct ReconstructArgs {
+    #[command(flatten)]
+    input: InputArgs,
+    #[command(flatten)]
+    preprocess: PreprocessArgs,
+    /// The detector column the rotation axis projects onto, in unbinned pixels (sub-pixel; pixel
+    /// w is centred at w; default: the detector's centre column, width/2, or the geometry file's
+    /// `center`). `auto` searches it (see `lamino try`): over the default axis plus or minus an
+    /// eighth of the detector width, coarse to fine, at the scan's tilt. tomopy's `center`.
+    #[arg(long, visible_alias = "center")]
+    rotation_axis: Option<AxisChoice>,
+    /// Boxed: the ranges would make this the one large variant of the command enum.
+    #[command(flatten)]
+    volume: Box<VolumeArgs>,
+
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// The volume's files, comma-separated: `tiff` (recon.tif, float32 pages with ImageJ
+    /// metadata), `h5` (recon.h5, /volume), `zarr` (recon.zarr, OME-Zarr with a multiscale
+    /// pyramid, chunked and gzip-compressed: what napari opens natively and what volumes too
+    /// large for one TIFF need).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [VolumeFormat::Tiff, VolumeFormat::H5])]
+    format: Vec<VolumeFormat>,
+    /// Run exactly N outer ADMM iterations (benchmarks, comparisons) instead of stopping on the
+    /// convergence test (the default).
+    #[arg(long, conflicts_with = "max_iterations")]
+    iterations: Option<usize>,
+    /// The most outer iterations a run that stops on convergence may take.
+    #[arg(long, default_value_t = AdmmParams::default().outer_iterations)]
+    max_iterations: usize,
+    /// Inner iterations per outer iteration.
+    #[arg(long, default_value_t = AdmmParams::default().inner_iterations)]
+    inner: usize,
+    /// TV weight (the default is for volumes of order 1 per voxel).
+    #[arg(long, default_value_t = AdmmParams::default().alpha)]
+    alpha: f64,
+    /// Initial ADMM penalty.
+    #[arg(long, default_value_t = AdmmParams::default().rho0)]
+    rho0: f64,
+    /// Use the reference's Dai-Yuan inner iteration with this fixed step instead of exact-step CG.
+    #[arg(long)]
+    dai_yuan_step: Option<f64>,
+    /// Pad the detector laterally by a quarter of its width on each side (edge values), as the
+    /// reference does for samples wider than the field of view; cropped afterwards.
+    #[arg(long)]
+    pad: bool,
+    /// When to write the solver state to DIR/checkpoint.ckpt: every N outer iterations (`10`),
+    /// at the end of the first iteration a time after the last checkpoint (`90s`, `10m`, `1h`),
+    /// `never`, or `auto`: every 10 minutes once the run is expected (from the mean time per
+    /// iteration so far, at the most iterations it may take) to last more than 30 minutes. It
+    /// is always written when Ctrl-C, SIGTERM or SIGUSR1 stops a run (exit status 128 + the
+    /// signal's number).
+    #[arg(long, default_value_t = CheckpointInterval::Auto)]
+    checkpoint_every: CheckpointInterval,
+    /// Continue from DIR/checkpoint.ckpt.
+    #[arg(long)]
+    resume: bool,
+    /// No progress bar or parameter echo.
+    #[arg(long)]
+    quiet: bool,
+    /// Device memory the reconstruction may hold (MiB). Default: the device-local memory the
+    /// Vulkan driver reports, else 2048. Beyond it the arrays stream through the device in
+    /// chunks (same results, more transfers); too small for even one chunk is an error.
+    #[arg(long, value_parser = super::mib_as_bytes)]
+    max_device_memory: Option<u64>,
+    /// Host memory the arrays the device does not hold may take (MiB). Default: 70 % of the
+    /// machine's RAM. Beyond it they go to --scratch.
+    #[arg(long, value_parser = super::mib_as_bytes)]
+    max_host_memory: Option<u64>,
+    /// Directory for memory-mapped scratch files holding the arrays beyond --max-host-memory
+    /// (a fast local disk; the files have no name and vanish however the run ends).
+    #[arg(long)]
+    scratch: Option<PathBuf>,
+    /// Print the memory plan (in-core or streaming, chunk sizes, device / host / scratch bytes,
+    /// bytes moved per iteration) as JSON and stop: no projection is read, no GPU work is done.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    memo: MemoArgs,
+}
+
+/// Memoization of the operator's chunk computations across iterations.
+#[derive(Args)]
+struct MemoArgs {
+    /// `off`, `mlr:TAU` (the mLR paper's policy: reuse when the pooled keys' cosine similarity is
+    /// at least TAU; trades accuracy for time, no error bound), `certified:TOL` (reuse
+    /// least-squares combinations of stored chunks while the reused chunks' input residuals
+    /// together stay below TOL of each stage's input, with a bound on the error) or
+    /// `certified:auto[:SCALE[:FLOOR]]` (TOL follows the ADMM primal residual); see
+    /// docs/memoization.md, "When to use it".
+    #[arg(long, default_value_t = MemoPolicy::DEFAULT)]
+    memo: MemoPolicy,
+    /// The stages memoized: `all`, or a comma-separated list of usfft1d, usfft1d_adjoint,
+    /// usfft2d, usfft2d_adjoint (the default is the 2D gridding stages, where reuse pays).
+    #[arg(long, default_value_t = MemoStages::DEFAULT)]
+    memo_stages: MemoStages,
+    /// Device memory for the memo cache (MiB).
+    #[arg(long = "memo-device-mib", value_parser = super::mib_as_bytes,
+          default_value_t = MemoOptions::DEFAULT.device_bytes >> 20)]
+    memo_device_bytes: u64,
+    /// Host memory for the memo cache (MiB).
+    #[arg(long = "memo-host-mib", value_parser = super::mib_as_bytes,
+          default_value_t = MemoOptions::DEFAULT.host_bytes >> 20)]
+    memo_host_bytes: u64,
+    /// Rows per memoized chunk.
+    #[arg(long, default_value_t = MemoOptions::DEFAULT.chunk_rows)]
+    memo_chunk: usize,
+}
+
+impl MemoArgs {
+    fn options(&self) -> MemoOptions {
+        let d = MemoOptions::default();
+        MemoOptions {
+            policy: self.memo,
+            stages: self.memo_stages,
+            device_bytes: self.memo_device_bytes,
+            host_bytes: self.memo_host_bytes,
+            chunk_rows: self.memo_chunk,
+            ..d
+        }
+    }
+}
+
+impl ReconstructArgs {
+    fn solver_params(&self) -> AdmmParams {
+        let mut p = AdmmParams {
+            outer_iterations: self.max_iterations,
+            inner_iterations: self.inner,
+            alpha: self.alpha,
+            rho0: self.rho0,
+            ..AdmmParams::default()
+        };
+        if let Some(v) = self.iterations {
+            p.outer_iterations = v;
+            p.convergence = None;
+        }
+        if let Some(step) = self.dai_yuan_step {
+            p.inner = InnerSolver::DaiYuan { step };
+        }
+        p
+    }
+}
+
+pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
+    // Started by an MPI launcher: this process is one rank; an error on it stops them all.
+    #[cfg(feature = "mpi")]
+    if let Some(ranks) = lamino::distributed::ranks::Ranks::from_launcher()? {
+        return run_as(cli, args, Some(ranks.clone())).or_else(|e| {
+            eprintln!("error on rank {} of {}: {e}", ranks.rank(), ranks.size());
+            ranks.abort(1)
+        });
+    }
+    run_as(cli, args, None)
+}
+
+fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
+    // Parameters first: a bad one is reported before any file is read.
+    let params = args.solver_params();
+    params.validate()?;
+    args.preprocess.stripe_removal()?;
+    let first = is_first(&ranks);
+    let options = RunOptions {
+        memo: args.memo.options(),
+        budgets: MemoryBudgets {
+            device_bytes: args.max_device_memory,
+            host_bytes: args.max_host_memory,
+            scratch: args.scratch.clone(),
+        },
+        pad: args.pad,
+        checkpoint_every: Some(args.checkpoint_every),
+        resume: args.resume,
+        quiet: args.quiet || !first,
+        ranks,
+        formats: unique_formats(&args.format),
+        provenance: Some(Provenance::now(Some(args.input.input.clone()))),
+    };
+    if args.dry_run {
+        let g = input_geometry(
+            &args.input.projection_input()?,
+            &args.preprocess.load_options(),
+        )?;
+        let g = match args
+            .volume
+            .volume_box(&g, args.preprocess.binning_factor())?
+        {
+            Some(b) => g.with_subvolume(&b)?,
+            None => g,
+        };
+        let devices = open_devices(cli, &options.ranks)?;
+        let builder = options
+            .budgets
+            .apply(reconstructor(&devices, &options.ranks))
+            .params(params)
+            .memo(options.memo)
+            .lateral_padding(if options.pad { g.detw / 4 } else { 0 });
+        if !options.quiet {
+            if let Some(padding) = builder.padding(&g).describe(&g) {
+                eprintln!("{padding}");
+            }
+        }
+        let plan = builder.plan(&g)?;
+        if !options.quiet {
+            eprintln!("{plan}");
+        }
+        if first {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        }
+        return Ok(());
+    }
+    // Only the first rank writes: staging directories are named by process id, which ranks on
+    // other nodes may share.
+    let mut set = match first {
+        true => Some(OutputSet::begin(&args.out, lamino::recon::OUTPUT_KIND)?),
+        false => None,
+    };
+    if let Some(set) = &set {
+        let outputs: Vec<&str> = lamino::recon::OUTPUT_NAMES
+            .into_iter()
+            .chain([AXIS_SEARCH_CSV])
+            .collect();
+        set.refuse_inputs(&outputs, &args.input.files())?;
+    }
+    let result = reconstruct_into(cli, args, params, &options, set.as_mut());
+    let Some(set) = set else {
+        return result;
+    };
+    // A run a signal stopped keeps its exit status through the output set's message.
+    let stopped = result
+        .as_ref()
+        .err()
+        .and_then(|e| e.downcast_ref::<Interrupted>())
+        .cloned();
+    let ((), written) = match set.complete(result) {
+        Ok(done) => done,
+        Err(e) => {
+            return Err(match stopped {
+                Some(stopped) => stopped.retold(e.to_string()).into(),
+                None => e.into(),
+            })
+        }
+    };
+    if !options.quiet {
+        written
+            .iter()
+            .for_each(|path| eprintln!("wrote {}", path.display()));
+    }
+    Ok(())
+}
+
+/// How sure an axis search is, in words: the slab score's peak half width and, for CT, the
+/// Fourier estimate and how far the two disagree (columns).
+pub fn describe_axis_search(search: &AxisSearch) -> String {
+    let peak = match search.peak_half_width {
+        Some(w) => format!("the slab score halves {w:.2} columns from its peak"),
+        None => "the slab score has no interior peak".into(),
+    };
+    match (search.fourier_axis, search.disagreement) {
+        (Some(f), Some(d)) => format!(
+            "confidence: {peak} (slab search {:.2}, {} slices); Fourier estimate (Vo et al.) \
+             {f:.2}, {d:.2} columns apart; using the {}",
+            search.slab_axis,
+            search.slab.slices,
+            if search.method == "fourier" {
+                "Fourier estimate"
+            } else {
+                "slab search"
+            }
+        ),
+        _ => format!(
+            "confidence: {peak} (slab search {:.2}, {} slices)",
+            search.slab_axis, search.slab.slices
+        ),
+    }
+}
+
+/// Where `reconstruct --rotation-axis auto` writes the scores of its search.
+const AXIS_SEARCH_CSV: &str = "axis_search.csv";
+
+/// The reconstruction of [`run_as`] after its checks, with its outputs staged in `set` (the
+/// first rank's).
+fn reconstruct_into(
+    cli: &Cli,
+    args: &ReconstructArgs,
+    params: AdmmParams,
+    options: &RunOptions,
+    mut set: Option<&mut OutputSet>,
+) -> CliResult {
+    // The devices first: under MPI, a rank's share of the projections depends on how many
+    // devices every rank has. A rank reads only its share, unless the axis search needs them all.
+    let devices = open_devices(cli, &options.ranks)?;
+    let share = rank_share(&options.ranks);
+    let share = match args.rotation_axis {
+        Some(AxisChoice::Auto) => None,
+        _ => share
+            .as_ref()
+            .map(|s| s as &dyn Fn(usize) -> std::ops::Range<usize>),
+    };
+    let (projections, mut pre) = args
+        .preprocess
+        .load_share(&args.input, options.quiet, share)?;
+    let ctx = &devices[0];
+    let b = pre.binning;
+    let projections = match args.rotation_axis {
+        None => projections,
+        Some(AxisChoice::Column(c)) => {
+            pre.rotation_axis_source = AxisSource::Given;
+            pre.rotation_axis = c;
+            projections.with_rotation_axis(binned_column(c, b))?
+        }
+        Some(AxisChoice::Auto) => {
+            let g = projections.geometry();
+            let tilt = g.phi.to_degrees() - 90.0;
+            let start = std::time::Instant::now();
+            let search = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
+            let csv = args.out.join(AXIS_SEARCH_CSV);
+            if let Some(set) = set.as_deref_mut() {
+                let scored = search.passes.iter().flat_map(|p| &p.scored);
+                super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
+            }
+            eprintln!(
+                "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \
+                 {} passes, {:.1} s): {:.2}; scores in {}",
+                search.range[0],
+                search.range[1],
+                AUTO_AXIS_RANGE_FRACTION,
+                search.passes.len(),
+                start.elapsed().as_secs_f64(),
+                search.rotation_axis,
+                csv.display()
+            );
+            eprintln!("{}", describe_axis_search(&search));
+            pre.rotation_axis_source = AxisSource::Searched;
+            pre.rotation_axis = search.rotation_axis;
+            let axis = search.rotation_axis;
+            pre.axis_search = Some(search);
+            projections.with_rotation_axis(binned_column(axis, b))?
+        }
+    };
+    let projections = match args.volume.volume_box(projections.geometry(), b)? {
+        Some(volume) => projections.with_volume(&volume)?,
+        None => projections,
+    };
+    run_reconstruction(
+        &devices,
+        &projections,
+        params,
+        &args.out,
+        set,
+        options,
+        Some(pre),
+    )?;
+    Ok(())
+}
+
+/// `lamino help reconstruct`'s examples.
+pub const EXAMPLES: &str = "\
+Examples:
+  # A DXchange scan, stopping on convergence, the axis searched
+  lamino reconstruct scan.h5 --rotation-axis auto --out rec
+  # Binned 4 x 4 (tomocupy's --binning 2), rings removed, the axis and tilt given
+  lamino reconstruct scan.h5 --binning 2 --remove-stripe fw --rotation-axis 1024.5 \\
+      --tilt-deg 30 --out rec-bin4
+  # A TIFF stack of intensities with white and dark fields
+  lamino reconstruct proj.tif --angles angles.txt --tilt-deg 30 --flats flats.tif \\
+      --darks darks.tif --out rec
+  # Line integrals with a geometry file, exactly 50 iterations, on two GPUs
+  lamino reconstruct data.npy --geometry geometry.json --iterations 50 --device 0,1 --out rec";
+
+/// `formats` in the order given, each once.
+fn unique_formats(formats: &[VolumeFormat]) -> Vec<StackFormat> {
+    let mut unique: Vec<StackFormat> = Vec::with_capacity(formats.len());
+    for format in formats.iter().map(|f| f.stack_format()) {
+        if !unique.contains(&format) {
+            unique.push(format);
+        }
+    }
+    unique
+}

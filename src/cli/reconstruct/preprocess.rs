@@ -1,0 +1,217 @@
+//! The preprocessing options of `reconstruct` and `try`: binning, the clamping limit, stripe
+//! removal and the pixel size, and reading the projections with them.
+
+use clap::{Args, ValueEnum};
+
+use lamino::io::{PixelSize, MAX_CLAMPED_FRACTION};
+use lamino::preprocess::{remove_stripes, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA};
+use lamino::recon::input::{load_projection_share, load_projections_with, LoadOptions};
+use lamino::scan::Projections;
+
+use super::inputs::{report_loaded, InputArgs};
+
+/// Preprocessing shared by `reconstruct` and `try`.
+#[derive(Args)]
+pub struct PreprocessArgs {
+    /// Bin the detector by 2^b, as tomocupy's --binning: 0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8
+    /// pixels. Counts (and white and dark fields) are summed over the binned pixels before the
+    /// -log (line integrals are averaged), and the volume's voxels are 2^b times larger, so its
+    /// values (attenuation per voxel) are 2^b times those of an unbinned reconstruction.
+    /// --rotation-axis stays in unbinned detector columns.
+    #[arg(long, default_value_t = 0, value_parser = super::super::names::parse_binning)]
+    binning: u32,
+    /// Refuse a scan when flat/dark normalisation clamps more than this fraction of its pixels
+    /// (transmission at or below zero: white field zero or below the dark, data at or below the
+    /// dark). The clamped count is recorded in report.json either way.
+    #[arg(long, default_value_t = MAX_CLAMPED_FRACTION, value_parser = parse_fraction)]
+    max_clamped_fraction: f64,
+    /// Remove stripes from the sinograms (rings in the volume), after the -log.
+    /// tomocupy's --remove-stripe-method; its `vo-all` is Vo et al.'s sorting step and two
+    /// more, of which lamino has the sorting step (`sort`).
+    #[arg(long, value_enum, visible_alias = "remove-stripe-method")]
+    remove_stripe: Option<StripeMethod>,
+    /// For `--remove-stripe fw`: wavelet levels (default log2(width) - 5, at least 1: stripes up
+    /// to width/32 pixels wide).
+    #[arg(long)]
+    fw_level: Option<usize>,
+    // The default in the help comes from the constant; `None` says it was not given.
+    #[arg(long, help = format!(
+        "For `--remove-stripe fw`: damping width in angular frequency samples (default {FW_SIGMA})"
+    ))]
+    fw_sigma: Option<f64>,
+    /// For `--remove-stripe sort`: median window across columns (default 21 for detectors wider
+    /// than 2000 pixels, else 1 % of the width, at least 5).
+    #[arg(long)]
+    sort_size: Option<usize>,
+    /// The detector's effective pixel size at the sample in micrometres (tomocupy's
+    /// --pixel-size), for inputs that do not record it or to override a DXchange file's
+    /// metadata. The volume's voxels are this times --binning; the outputs carry it (ImageJ and
+    /// OME-Zarr metadata, recon.h5 attributes, report.json). Without it, or the file's, the
+    /// voxel size is unknown (unit "pixel").
+    #[arg(long, value_parser = parse_pixel_size)]
+    pixel_size: Option<PixelSize>,
+}
+
+fn parse_pixel_size(s: &str) -> Result<PixelSize, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(PixelSize::micrometers)
+        .ok_or_else(|| format!("{s:?}: expected a positive pixel size in micrometres"))
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s:?}: expected a fraction from 0 to 1")),
+    }
+}
+
+/// The stripe-removal methods of the command line, with tomocupy's names of methods lamino does
+/// not have (hidden: refused with what lamino offers).
+#[derive(Clone, Copy, ValueEnum)]
+enum StripeMethod {
+    /// No stripe removal (the default).
+    None,
+    /// The Fourier-wavelet method (Munch et al. 2009).
+    Fw,
+    /// The sorting method (Vo et al. 2018, algorithm 3).
+    Sort,
+    #[value(hide = true)]
+    VoAll,
+    #[value(hide = true)]
+    Ti,
+}
+
+impl PreprocessArgs {
+    /// The binning factor of `--binning` (the library's unit).
+    pub(super) fn binning_factor(&self) -> usize {
+        super::super::names::binning_factor(self.binning)
+    }
+
+    pub(super) fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            binning: self.binning_factor(),
+            max_clamped_fraction: self.max_clamped_fraction,
+        }
+    }
+
+    /// The stripe removal the options ask for, or why they contradict each other.
+    pub(super) fn stripe_removal(&self) -> Result<Option<StripeRemoval>, String> {
+        let fw_options = self.fw_level.is_some() || self.fw_sigma.is_some();
+        match self.remove_stripe {
+            Some(StripeMethod::VoAll) => {
+                Err("--remove-stripe vo-all: lamino has the sorting step \
+                 of Vo et al.'s all-stripe removal as `--remove-stripe sort`, not its large- and \
+                 dead-stripe steps"
+                    .into())
+            }
+            Some(StripeMethod::Ti) => Err("--remove-stripe ti: lamino does not offer Titarenko's \
+                 method; it offers `fw` (Fourier-wavelet) and `sort` (Vo et al.'s sorting)"
+                .into()),
+            None | Some(StripeMethod::None) if fw_options || self.sort_size.is_some() => {
+                Err("--fw-level, --fw-sigma and --sort-size need --remove-stripe".into())
+            }
+            None | Some(StripeMethod::None) => Ok(None),
+            Some(StripeMethod::Fw) if self.sort_size.is_some() => {
+                Err("--sort-size applies to --remove-stripe sort".into())
+            }
+            Some(StripeMethod::Fw) => Ok(Some(StripeRemoval::FourierWavelet {
+                level: self.fw_level,
+                sigma: self.fw_sigma.unwrap_or(FW_SIGMA),
+            })),
+            Some(StripeMethod::Sort) if fw_options => {
+                Err("--fw-level and --fw-sigma apply to --remove-stripe fw".into())
+            }
+            Some(StripeMethod::Sort) => Ok(Some(StripeRemoval::Sorting {
+                size: self.sort_size,
+            })),
+        }
+    }
+
+    /// Reads the projections binned and with stripes removed; prints what it did unless `quiet`.
+    pub fn load(
+        &self,
+        input: &InputArgs,
+        quiet: bool,
+    ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
+        self.load_share(input, quiet, None)
+    }
+
+    /// As [`load`](Self::load), keeping only the angles `share(ntheta)` when given (an MPI
+    /// rank's): without stripe removal, which needs every angle of each sinogram, only those
+    /// are read (a hyperslab of a DXchange scan).
+    pub fn load_share(
+        &self,
+        input: &InputArgs,
+        quiet: bool,
+        share: Option<&dyn Fn(usize) -> std::ops::Range<usize>>,
+    ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
+        let stripes = self.stripe_removal()?;
+        let options = self.load_options();
+        let input = input.projection_input()?;
+        let loaded = match (share, stripes) {
+            (Some(share), None) => load_projection_share(&input, &options, share)?,
+            _ => load_projections_with(&input, &options)?,
+        };
+        let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
+        let pixel_size = self.pixel_size.or(loaded.pixel_size);
+        if let (Some(given), Some(recorded), false) = (self.pixel_size, loaded.pixel_size, quiet) {
+            eprintln!(
+                "--pixel-size {} um overrides the {} um the input records",
+                given.value, recorded.value
+            );
+        }
+        let mut projections = report_loaded(loaded, quiet);
+        let g = projections.geometry().clone();
+        let b = self.binning_factor();
+        let mut pre = Preprocessing {
+            binning: b,
+            stripe_removal: None,
+            rotation_axis_source: AxisSource::Geometry,
+            rotation_axis: unbinned_column(g.rotation_axis(), b),
+            axis_search: None,
+            clamps,
+            input_warnings,
+            pixel_size,
+        };
+        if let Some(method) = stripes {
+            let start = std::time::Instant::now();
+            let method = method.resolved(g.detw);
+            projections = remove_stripes(&projections, method)?;
+            if !quiet {
+                eprintln!(
+                    "stripes removed ({method:?}) from {} sinograms of {} x {} in {:.2} s",
+                    g.deth,
+                    g.ntheta(),
+                    g.detw,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            pre.stripe_removal = Some(method);
+        }
+        if let Some(share) = share {
+            let angles = share(projections.geometry().ntheta());
+            projections = projections.keep(angles)?;
+        }
+        if b > 1 && !quiet {
+            let g = projections.geometry();
+            eprintln!(
+                "binning {} = {b} x {b} pixels: {} x {} detector, voxels {b} times larger (values \
+                 {b} times those of an unbinned reconstruction)",
+                self.binning, g.deth, g.detw,
+            );
+        }
+        Ok((projections, pre))
+    }
+}
+
+/// A column of the binned detector in unbinned columns (binned pixel j is centred on unbinned
+/// coordinate b j + (b - 1)/2).
+pub fn unbinned_column(c: f64, b: usize) -> f64 {
+    c * b as f64 + (b as f64 - 1.0) / 2.0
+}
+
+/// An unbinned detector column on the detector binned by `b`.
+pub fn binned_column(c: f64, b: usize) -> f64 {
+    (c - (b as f64 - 1.0) / 2.0) / b as f64
+}

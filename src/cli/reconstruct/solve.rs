@@ -1,0 +1,266 @@
+//! The reconstruction `reconstruct` and `demo` share: this process's devices (or an MPI rank's),
+//! the memory budgets, the parameter echo, progress, the stop signals and the staged outputs.
+
+use std::path::{Path, PathBuf};
+#[cfg(feature = "mpi")]
+use std::sync::Arc;
+
+use lamino::gpu::GpuContext;
+use lamino::io::{OutputSet, StackFormat};
+use lamino::memo::{MemoOptions, MemoPolicy};
+use lamino::params::{AdmmParams, InnerSolver};
+use lamino::preprocess::Preprocessing;
+use lamino::recon::{CheckpointInterval, Provenance, Reconstructor, Solved};
+use lamino::scan::Projections;
+
+use super::super::progress::IterationProgress;
+use super::super::signals::{Interrupted, StopSignals};
+use super::super::Cli;
+
+/// The MPI ranks this process is one of (never any without the `mpi` feature).
+#[cfg(feature = "mpi")]
+pub(in crate::cli) type MpiRanks = Option<Arc<lamino::distributed::ranks::Ranks>>;
+#[cfg(not(feature = "mpi"))]
+pub(in crate::cli) type MpiRanks = Option<std::convert::Infallible>;
+
+/// Whether this process writes the outputs and speaks: the first rank, or the only process.
+pub(super) fn is_first(ranks: &MpiRanks) -> bool {
+    #[cfg(feature = "mpi")]
+    return ranks.as_ref().is_none_or(|r| r.rank() == 0);
+    #[cfg(not(feature = "mpi"))]
+    ranks.is_none()
+}
+
+/// The devices of this process: the global options' devices, or under MPI this rank's (see
+/// [`lamino::gpu::DeviceSet::open_for_rank`]), of which every rank is told the number.
+pub(super) fn open_devices(
+    cli: &Cli,
+    ranks: &MpiRanks,
+) -> Result<Vec<GpuContext>, Box<dyn std::error::Error>> {
+    #[cfg(feature = "mpi")]
+    if let Some(r) = ranks {
+        let local = lamino::distributed::ranks::Ranks::local_rank().unwrap_or(r.rank());
+        let devices = cli.rank_contexts(local)?;
+        r.set_devices(devices.len())?;
+        return Ok(devices);
+    }
+    let _ = ranks;
+    Ok(cli.contexts()?)
+}
+
+/// The angles an MPI rank keeps, by the number of angles (`None` without ranks).
+pub(super) fn rank_share(
+    ranks: &MpiRanks,
+) -> Option<impl Fn(usize) -> std::ops::Range<usize> + '_> {
+    #[cfg(feature = "mpi")]
+    return ranks.as_ref().map(|r| move |n| r.home(r.rank(), n));
+    #[cfg(not(feature = "mpi"))]
+    ranks.as_ref().map(|r| move |_: usize| match *r {})
+}
+
+/// A reconstruction on `devices`, as one of `ranks` under MPI.
+pub(super) fn reconstructor<'a>(devices: &'a [GpuContext], ranks: &MpiRanks) -> Reconstructor<'a> {
+    let builder = Reconstructor::on_devices(devices);
+    #[cfg(feature = "mpi")]
+    if let Some(ranks) = ranks {
+        return builder.on_ranks(ranks.clone());
+    }
+    let _ = ranks;
+    builder
+}
+
+/// The solver parameters as the command line names them, one per line, with the default of
+/// each one that differs from it.
+fn parameter_table(p: &AdmmParams) -> String {
+    let d = AdmmParams::default();
+    let solver = |s: InnerSolver| match s {
+        InnerSolver::ConjugateGradient => "conjugate gradient (exact step)".to_string(),
+        InnerSolver::DaiYuan { step } => format!("Dai-Yuan, step {step} (--dai-yuan-step)"),
+    };
+    let stop = |p: &AdmmParams| match p.convergence {
+        Some(c) => format!(
+            "on convergence (change {:e}, primal {:e}, dual {:e}), at most {} iterations",
+            c.change, c.primal, c.dual, p.outer_iterations
+        ),
+        None => format!(
+            "after exactly {} iterations (--iterations)",
+            p.outer_iterations
+        ),
+    };
+    let rows = [
+        ("stop", stop(p), stop(&d)),
+        (
+            "--inner",
+            p.inner_iterations.to_string(),
+            d.inner_iterations.to_string(),
+        ),
+        ("--alpha", p.alpha.to_string(), d.alpha.to_string()),
+        ("--rho0", p.rho0.to_string(), d.rho0.to_string()),
+        ("inner solver", solver(p.inner), solver(d.inner)),
+    ];
+    let mut table = String::from("solver parameters:\n");
+    for (name, value, default) in rows {
+        let note = match value == default {
+            true => String::new(),
+            false => format!("   (default: {default})"),
+        };
+        table += &format!("  {name:<14}{value}{note}\n");
+    }
+    table
+}
+
+/// The memory budgets of the command line (bytes).
+#[derive(Default)]
+pub(in crate::cli) struct MemoryBudgets {
+    pub device_bytes: Option<u64>,
+    pub host_bytes: Option<u64>,
+    pub scratch: Option<PathBuf>,
+}
+
+impl MemoryBudgets {
+    pub(super) fn apply<'a>(&self, mut builder: Reconstructor<'a>) -> Reconstructor<'a> {
+        if let Some(bytes) = self.device_bytes {
+            builder = builder.device_memory_budget(bytes);
+        }
+        if let Some(bytes) = self.host_bytes {
+            builder = builder.host_memory_budget(bytes);
+        }
+        if let Some(dir) = &self.scratch {
+            builder = builder.scratch_dir(dir.clone());
+        }
+        builder
+    }
+}
+
+/// The run settings of the command line.
+pub(in crate::cli) struct RunOptions {
+    pub memo: MemoOptions,
+    pub budgets: MemoryBudgets,
+    pub pad: bool,
+    /// `None`: only when a signal stops the run.
+    pub checkpoint_every: Option<CheckpointInterval>,
+    pub resume: bool,
+    pub quiet: bool,
+    pub ranks: MpiRanks,
+    /// The formats the volume is written in.
+    pub formats: Vec<StackFormat>,
+    /// The run, for the report.
+    pub provenance: Option<Provenance>,
+}
+
+/// Reconstructs with progress and the stop signals handled (the checkpoint in `out`), and stages
+/// the outputs in `set` (absent on the ranks that write nothing). The volume is written a slab
+/// at a time from where the solver keeps it, so it never has to fit in host memory; the
+/// returned [`Solved`] still holds it.
+pub(in crate::cli) fn run_reconstruction<'a>(
+    devices: &'a [GpuContext],
+    projections: &Projections,
+    params: AdmmParams,
+    out: &Path,
+    set: Option<&mut OutputSet>,
+    o: &RunOptions,
+    preprocessing: Option<Preprocessing>,
+) -> Result<Solved<'a>, Box<dyn std::error::Error>> {
+    let g = projections.geometry();
+    if !o.quiet {
+        if g.offset != [0.0; 3] {
+            eprintln!(
+                "volume: a box of the default {}x{}x{}, its centre offset (z, y, x) = {:?} voxels",
+                g.deth, g.detw, g.detw, g.offset
+            );
+        }
+        eprintln!(
+            "reconstructing {}x{}x{} from {} projections of {}x{} (tilt {:.2} deg, rotation axis \
+             at column {:.2}) on {}",
+            g.n0,
+            g.n1,
+            g.n2,
+            g.ntheta(),
+            g.deth,
+            g.detw,
+            (g.phi - std::f64::consts::FRAC_PI_2).to_degrees().abs(),
+            g.rotation_axis(),
+            devices
+                .iter()
+                .map(|d| d.info().to_string())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+        eprint!("{}", parameter_table(&params));
+        if o.memo.policy != MemoPolicy::DEFAULT {
+            eprintln!(
+                "memo policy {} (default {}), chunks of {} rows",
+                o.memo.policy,
+                MemoPolicy::DEFAULT,
+                o.memo.chunk_rows
+            );
+        }
+    }
+    if o.memo.policy.trades_accuracy() {
+        eprintln!(
+            "warning: --memo {} reuses results without an error bound: it trades accuracy for time (`lamino bench memo` measures how much)",
+            o.memo.policy
+        );
+    }
+    // The checkpoint's directory (the output set's has made it on the first rank).
+    std::fs::create_dir_all(out)
+        .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
+    let checkpoint = out.join("checkpoint.ckpt");
+    let signals = StopSignals::install()
+        .map_err(|e| format!("cannot install the handlers of SIGINT, SIGTERM and SIGUSR1: {e}"))?;
+    let progress = IterationProgress::new(
+        params.outer_iterations,
+        o.quiet,
+        params.convergence.is_some(),
+    );
+    let mut builder = o
+        .budgets
+        .apply(reconstructor(devices, &o.ranks))
+        .params(params)
+        .memo(o.memo)
+        .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
+        .checkpoint_every(
+            checkpoint.clone(),
+            o.checkpoint_every.unwrap_or(CheckpointInterval::Never),
+        )
+        .cancel_flag(signals.flag())
+        .on_progress({
+            let progress = progress.clone();
+            move |p| progress.update(p)
+        });
+    if o.resume {
+        builder = builder.resume_from(checkpoint.clone());
+    }
+    if !o.quiet {
+        if let Some(padding) = builder.padding(g).describe(g) {
+            progress.suspend(|| eprintln!("{padding}"));
+        }
+    }
+    let plan = builder.plan(g)?;
+    if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
+        progress.suspend(|| eprintln!("{plan}"));
+    }
+    let mut solved = builder.solve(projections)?;
+    let Some(set) = set else {
+        return Ok(solved);
+    };
+    solved.report.preprocessing = preprocessing;
+    let result = &solved.report;
+    progress.finish();
+    if !result.completed {
+        let iteration = result.reports.last().map_or(0, |r| r.iteration + 1);
+        // The cancel flag is set by the stop signals only.
+        let (signal, number) = signals.received().unwrap_or(("a signal", 0));
+        return Err(Interrupted::new(signal, number, iteration, &checkpoint).into());
+    }
+    if !o.quiet {
+        let iterations = result.reports.last().map_or(0, |r| r.iteration + 1);
+        eprintln!(
+            "stopped after {iterations} outer iterations: {}",
+            result.stop.describe()
+        );
+    }
+    solved.report.provenance = o.provenance.clone();
+    solved.stage_outputs_as(set, &o.formats)?;
+    Ok(solved)
+}
