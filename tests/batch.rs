@@ -5,15 +5,18 @@
 //! writes checkpoints on time. (SIGINT and SIGKILL: tests/crash_safety.rs.)
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use lamino::io::write_dxchange;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 use lamino::solver::Checkpoint;
+
+use common::process::{lamino_command, recon_tif, signal, stderr_lines, succeeded};
 
 /// Iterations of the uninterrupted run (a signal sent after the first stops a run well before).
 const ITERATIONS: usize = 8;
@@ -36,14 +39,13 @@ fn scan(dir: &Path) -> PathBuf {
 }
 
 fn reconstruct(scan: &Path, out: &Path, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lamino"));
+    let mut cmd = lamino_command();
     cmd.arg("--allow-software-gpu")
         .arg("reconstruct")
         .arg(scan)
         .arg("--out")
         .arg(out)
         .args(extra)
-        .env_remove("LAMINO_FAULT_ABORT_CHECKPOINT")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
@@ -51,35 +53,7 @@ fn reconstruct(scan: &Path, out: &Path, extra: &[&str]) -> Command {
 
 /// Runs `cmd` to success and returns its stderr.
 fn finish(mut cmd: Command) -> String {
-    let o = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(o.status.success(), "{stderr}");
-    stderr
-}
-
-fn volume(out: &Path) -> Vec<u8> {
-    std::fs::read(out.join("recon.tif")).unwrap()
-}
-
-/// The lines of `child`'s stderr as they come.
-fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn signal(child: &Child, number: i32) {
-    // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
-    let sent = unsafe { libc::kill(child.id() as i32, number) };
-    assert!(sent == 0, "kill: {}", std::io::Error::last_os_error());
+    succeeded(&cmd.output().unwrap())
 }
 
 /// The uninterrupted run of `ITERATIONS` with stderr piped, shared by the tests (every test's
@@ -103,7 +77,7 @@ fn reference() -> &'static Reference {
             &["--iterations", &iterations],
         ));
         Reference {
-            volume: volume(&out),
+            volume: recon_tif(&out),
             stderr,
             checkpoint: out.join("checkpoint.ckpt").exists(),
         }
@@ -167,7 +141,7 @@ fn stopped_by_signal_resumes_to_the_uninterrupted_bits(number: i32, name: &str, 
         &["--iterations", &iterations, "--resume"],
     ));
     assert!(
-        volume(&out) == reference().volume,
+        recon_tif(&out) == reference().volume,
         "{name}: the resumed run differs"
     );
 }

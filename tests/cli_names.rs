@@ -3,17 +3,18 @@
 //! the commands that use a GPU, the parameter echo. Runs the binary; the GPU runs use the
 //! software adapter at 8^3.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray};
 use lamino::random::SplitMix64;
 
 /// lamino with `args`, without the software-adapter opt-in of the environment.
 fn lamino(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lamino"))
+    common::process::lamino_command()
         .args(args)
-        .env_remove("LAMINO_ALLOW_SOFTWARE_GPU")
         .output()
         .expect("run lamino")
 }

@@ -3,29 +3,22 @@
 //! interrupted with SIGINT, then resumed, ends with the volume of an uninterrupted run, bit for
 //! bit.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lamino::io::{write_dxchange, write_tiff_volume};
 use lamino::random::SplitMix64;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
-const ITERATIONS: &str = "6";
+use common::process::{lamino_command, recon_tif, succeeded};
 
-fn lamino() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lamino"));
-    cmd.arg("--allow-software-gpu")
-        .env_remove("LAMINO_FAULT_ABORT_CHECKPOINT");
-    cmd
-}
+const ITERATIONS: &str = "6";
 
 fn s(p: &Path) -> String {
     p.to_str().unwrap().to_string()
-}
-
-fn check(o: &Output) {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// Writes one simulated scan three ways and returns the input arguments of each route (the
@@ -91,16 +84,13 @@ fn inputs(dir: &Path) -> Vec<(&'static str, Vec<String>)> {
 }
 
 fn reconstruct(input: &[String], out: &Path, extra: &[&str]) -> Command {
-    let mut cmd = lamino();
-    cmd.arg("reconstruct")
+    let mut cmd = lamino_command();
+    cmd.arg("--allow-software-gpu")
+        .arg("reconstruct")
         .args(input)
         .args(["--out", &s(out), "--quiet"])
         .args(extra);
     cmd
-}
-
-fn volume(out: &Path) -> Vec<u8> {
-    std::fs::read(out.join("recon.tif")).unwrap()
 }
 
 #[test]
@@ -108,13 +98,13 @@ fn a_checkpoint_resumes_from_every_input_route_to_the_uninterrupted_bits() {
     let dir = tempfile::tempdir().unwrap();
     for (route, input) in inputs(dir.path()) {
         let full = dir.path().join(format!("{route}-full"));
-        check(
+        succeeded(
             &reconstruct(&input, &full, &["--iterations", ITERATIONS])
                 .output()
                 .unwrap(),
         );
         let split = dir.path().join(format!("{route}-split"));
-        check(
+        succeeded(
             &reconstruct(
                 &input,
                 &split,
@@ -123,13 +113,13 @@ fn a_checkpoint_resumes_from_every_input_route_to_the_uninterrupted_bits() {
             .output()
             .unwrap(),
         );
-        check(
+        succeeded(
             &reconstruct(&input, &split, &["--iterations", ITERATIONS, "--resume"])
                 .output()
                 .unwrap(),
         );
         assert!(
-            volume(&full) == volume(&split),
+            recon_tif(&full) == recon_tif(&split),
             "{route}: the resumed run differs from the uninterrupted one"
         );
     }
@@ -204,7 +194,7 @@ fn resume_refuses_an_edited_checkpoint_and_leaves_the_previous_outputs() {
     ];
     for (expected, edit) in cases {
         let out = dir.path().join(expected.replace(' ', "-"));
-        check(
+        succeeded(
             &reconstruct(
                 &input,
                 &out,
@@ -237,7 +227,7 @@ fn finish(input: &[String], out: &Path) {
     if ckpt.exists() {
         extra.push("--resume");
     }
-    check(&reconstruct(input, out, &extra).output().unwrap());
+    succeeded(&reconstruct(input, out, &extra).output().unwrap());
 }
 
 #[test]
@@ -246,7 +236,7 @@ fn runs_killed_at_seeded_moments_resume_to_the_uninterrupted_bits() {
     let (_, input) = inputs(dir.path()).remove(0);
     let reference = dir.path().join("reference");
     let start = Instant::now();
-    check(
+    succeeded(
         &reconstruct(
             &input,
             &reference,
@@ -274,7 +264,10 @@ fn runs_killed_at_seeded_moments_resume_to_the_uninterrupted_bits() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         finish(&input, &out);
-        assert!(volume(&out) == volume(&reference), "SIGKILL case {case}");
+        assert!(
+            recon_tif(&out) == recon_tif(&reference),
+            "SIGKILL case {case}"
+        );
     }
 
     // An abort in the middle of the 2nd and of the 5th checkpoint write: the file being
@@ -296,7 +289,7 @@ fn runs_killed_at_seeded_moments_resume_to_the_uninterrupted_bits() {
         assert!(!out.join("recon.tif").exists());
         finish(&input, &out);
         assert!(
-            volume(&out) == volume(&reference),
+            recon_tif(&out) == recon_tif(&reference),
             "abort in checkpoint write {n}"
         );
     }
@@ -308,7 +301,7 @@ fn sigint_stops_after_the_current_iteration_with_a_checkpoint_to_resume_from() {
     let dir = tempfile::tempdir().unwrap();
     let (_, input) = inputs(dir.path()).remove(0);
     let reference = dir.path().join("reference");
-    check(
+    succeeded(
         &reconstruct(&input, &reference, &["--iterations", ITERATIONS])
             .output()
             .unwrap(),
@@ -329,11 +322,7 @@ fn sigint_stops_after_the_current_iteration_with_a_checkpoint_to_resume_from() {
     while !ckpt.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::process::signal(&child, libc::SIGINT);
     let o = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -345,12 +334,12 @@ fn sigint_stops_after_the_current_iteration_with_a_checkpoint_to_resume_from() {
     assert!(stopped_at < 300, "SIGINT did not stop the run");
     // Resumed with the reference's iteration count, it ends on the reference's bits (when it
     // stopped before the reference's last iteration, as it does on any device this test meets).
-    check(
+    succeeded(
         &reconstruct(&input, &out, &["--iterations", ITERATIONS, "--resume"])
             .output()
             .unwrap(),
     );
     if stopped_at <= ITERATIONS.parse().unwrap() {
-        assert!(volume(&out) == volume(&reference));
+        assert!(recon_tif(&out) == recon_tif(&reference));
     }
 }

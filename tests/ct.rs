@@ -129,11 +129,7 @@ fn a_two_row_scan_of_odd_width_is_padded_and_cropped_back() {
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/ct/ct_2rows_31cols.h5");
 
 fn lamino(args: &[&str]) -> std::process::Output {
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lamino"))
-        .args(args)
-        .arg("--allow-software-gpu")
-        .output()
-        .unwrap();
+    let o = common::process::run_lamino(args);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "lamino {args:?}: {stderr}");
     o

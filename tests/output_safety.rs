@@ -13,7 +13,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use lamino::io::{write_tiff_volume, write_volume, STAGING_PREFIX};
 use lamino::random::SplitMix64;
@@ -30,7 +30,7 @@ enum Limit {
 }
 
 fn lamino(args: &[String], cwd: &Path, limit: Limit) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lamino"));
+    let mut cmd = common::process::lamino_command();
     cmd.arg("--allow-software-gpu")
         .args(args)
         .current_dir(cwd)

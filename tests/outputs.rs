@@ -5,8 +5,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
+
+use common::process::run_lamino;
 
 use lamino::io::{
     ome_metadata, pyramid_shapes, read_tiff_volume, write_volume, OutputSet, PixelSize, Stack,
@@ -163,14 +164,6 @@ fn a_zarr_directory_replaces_the_previous_one_whole_or_not_at_all() {
     assert!(std::fs::read(user.join("notes.txt")).unwrap() == b"keep");
 }
 
-fn lamino(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_lamino"))
-        .args(args)
-        .arg("--allow-software-gpu")
-        .output()
-        .unwrap()
-}
-
 /// The attribute `name` of `/volume` in the HDF5 file `path`, as f64 values or a string.
 fn h5_attr(path: &Path, name: &str) -> hdf5_reader::Attribute {
     let file = hdf5_reader::Hdf5File::open(path).unwrap();
@@ -200,7 +193,7 @@ fn reconstruct_writes_the_voxel_size_into_every_output() {
         "--out",
         out.to_str().unwrap(),
     ];
-    let o = lamino(&args);
+    let o = run_lamino(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let voxel = 1.3;
 
@@ -264,7 +257,7 @@ fn reconstruct_writes_the_voxel_size_into_every_output() {
     let mut args = args.to_vec();
     args.drain(4..8);
     args.extend(["--format", "h5"]);
-    let o = lamino(&args);
+    let o = run_lamino(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!out.join("recon.tif").exists() && !out.join("recon.zarr").exists());
     assert!(h5_attr(&h5, "units").read_string().unwrap() == "pixel");

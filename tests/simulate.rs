@@ -5,7 +5,6 @@
 mod common;
 
 use std::f64::consts::PI;
-use std::process::Command;
 
 use common::ctx;
 use lamino::io::{normalize, read_dxchange};
@@ -322,7 +321,7 @@ fn lamino_simulate_writes_a_scan_that_normalises_back_to_the_projections() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("chip.h5");
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_lamino"))
+        common::process::lamino_command()
             .arg("simulate")
             .args(args)
             .output()

@@ -1,4 +1,4 @@
-//! Soak: 500 outer iterations at 32^3 hold host and device memory flat (growth < 1 %), so a long
+//! Soak: 500 outer iterations at 16^3 hold host and device memory flat (growth < 1 %), so a long
 //! reconstruction cannot creep out of memory.
 
 mod common;
@@ -12,7 +12,7 @@ use lamino::solver::AdmmSolver;
 #[test]
 fn five_hundred_iterations_hold_host_and_device_memory_flat() {
     let ctx = common::new_context();
-    let n = 32;
+    let n = 16;
     let g = Geometry::cube(n, n, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
     let mut rng = SplitMix64::new(5);
     let data: Vec<f32> = (0..g.data_len())

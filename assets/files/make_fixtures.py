@@ -2,7 +2,7 @@
 writes them, and .npy arrays of the types and byte orders numpy saves.
 
 Run from this folder: `python3 make_fixtures.py` (needs `pip install tifffile numpy`). The values
-follow closed formulas that tests/input_files.rs recomputes:
+follow closed formulas that tests/inputs/files.rs recomputes:
 
     data[k]  = 100 + (37 * k) % 1000     k = flat (C-order) index into (12, 16, 16)
     flats[k] = 2000 + (13 * k) % 100     (3, 16, 16)

@@ -1,6 +1,9 @@
 //! Shared test harness: the GPU context (tests opt in to software adapters, and say which adapter
-//! they run on), seeded inputs and the FFT accuracy check.
+//! they run on), seeded inputs, the FFT accuracy check, and the `lamino` binary as tests start it
+//! (`process`).
 #![allow(dead_code)] // each test binary uses a different subset
+
+pub mod process;
 
 use std::sync::OnceLock;
 
@@ -25,7 +28,7 @@ pub fn new_context() -> GpuContext {
 /// `size` angles, 30 degree tilt, noiseless.
 pub fn simulate_scan(path: &std::path::Path, phantom: &str, size: usize) {
     let size = size.to_string();
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lamino"))
+    let o = process::lamino_command()
         .args([
             "simulate",
             "--phantom",

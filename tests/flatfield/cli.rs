@@ -1,11 +1,11 @@
 //! `lamino flatfield fit` / `apply` end to end on multi-page TIFF and .npy stacks, and the
 //! stack readers for every supported type.
 
-mod common;
+use crate::common::process::run_lamino;
 
 use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use lamino::flatfield::io::{read_fields, read_stack, StackReader};
 use lamino::flatfield::synthetic::{generate, Synthetic};
@@ -14,14 +14,6 @@ use lamino::metrics::nan_max;
 use ndarray::Array3;
 use ndarray_npy::WriteNpyExt;
 use tiff::encoder::{colortype, TiffEncoder};
-
-fn lamino(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lamino"))
-        .args(args)
-        .arg("--allow-software-gpu")
-        .output()
-        .expect("run lamino")
-}
 
 fn text(o: &Output) -> String {
     format!(
@@ -63,7 +55,7 @@ fn fit_and_apply_a_tiff_stack() {
     let stack = small_stack();
     write_tiff_u16(&stack_path, &stack);
     let fields_dir = dir.path().join("fields");
-    let out = lamino(&[
+    let out = run_lamino(&[
         "flatfield",
         "fit",
         stack_path.to_str().unwrap(),
@@ -103,7 +95,7 @@ fn fit_and_apply_a_tiff_stack() {
     assert!((mean - 1.0).abs() < 1e-4, "{mean}");
 
     let corrected_dir = dir.path().join("corrected");
-    let out = lamino(&[
+    let out = run_lamino(&[
         "flatfield",
         "apply",
         stack_path.to_str().unwrap(),
@@ -141,7 +133,7 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
         .write_npy(File::create(&npy).unwrap())
         .unwrap();
     let fields_dir = dir.path().join("fields");
-    let out = lamino(&[
+    let out = run_lamino(&[
         "flatfield",
         "fit",
         npy.to_str().unwrap(),
@@ -169,7 +161,7 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
     let mut enc = TiffEncoder::new(File::create(&rgb).unwrap()).unwrap();
     enc.write_image::<colortype::RGB8>(4, 4, &[7u8; 48])
         .unwrap();
-    let out = lamino(&[
+    let out = run_lamino(&[
         "flatfield",
         "fit",
         rgb.to_str().unwrap(),
@@ -183,7 +175,7 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
         text(&out)
     );
     // A bad parameter is refused before any work.
-    let out = lamino(&[
+    let out = run_lamino(&[
         "flatfield",
         "fit",
         npy.to_str().unwrap(),
@@ -197,7 +189,7 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
     // Every option is checked up front, naming its bound; nothing is written.
     let refused = dir.path().join("refused");
     let fit_with = |flag: &str, value: &str| {
-        lamino(&[
+        run_lamino(&[
             "flatfield",
             "fit",
             npy.to_str().unwrap(),
@@ -232,7 +224,7 @@ fn changed_parameters_are_echoed_and_bad_files_are_named() {
             text(&out)
         );
     }
-    let out = lamino(&[
+    let out = run_lamino(&[
         "flatfield",
         "apply",
         npy.to_str().unwrap(),

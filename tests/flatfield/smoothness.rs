@@ -5,9 +5,9 @@
 //!
 //! The full comparison (eleven synthetic stacks with the f64 oracle) is the ignored test
 //! `evaluation_against_the_standard_rule`, the real fixtures `evaluation_on_the_real_fixtures`:
-//! `cargo test --test flatfield_smoothness -- --ignored --nocapture`.
+//! `cargo test --test flatfield smoothness:: -- --ignored --nocapture`.
 
-mod common;
+use crate::common;
 
 use lamino::flatfield::io::read_stack;
 use lamino::flatfield::synthetic::{generate, Synthetic, SyntheticData};

@@ -118,7 +118,7 @@ fn s2_without_a_dark_field_hallucinates_none() {
     // ~700-count background; it is the background left after removing ā_V·w, which the
     // dark-field step smooths but cannot zero), so max |D| is 5.4-5.7 (bound 10), and that o_R
     // moves the flat-field by at most 3.5e-3 to 4.0e-3 (bound 0.008). The GPU fit gives the same
-    // figures, and both agree with BaSiCPy's own fits on real data (tests/flatfield_real.rs).
+    // figures, and both agree with BaSiCPy's own fits on real data (flatfield/real.rs).
     assert!(flat_rmse < 0.005, "{flat_rmse}");
     assert!(mean_dark.abs() < 1.0, "{mean_dark}");
     assert!(delta_rms < 0.002, "{delta_rms}");

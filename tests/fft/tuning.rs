@@ -4,9 +4,7 @@
 //! One test function: it points the cache at a temporary folder and asks for tuning of every plan
 //! before the first plan of the process (both settings are read from the environment).
 
-mod common;
-
-use common::{new_context, to_f64};
+use crate::common::{new_context, to_f64};
 use lamino::fft::{
     Direction, FftPlan, LaunchSource, Normalization, Strategy, FFT_CACHE_ENV, FFT_TUNE_ENV,
 };

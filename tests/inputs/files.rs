@@ -6,7 +6,6 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use lamino::io::{read_complex_npy, read_stack, IoError, Pixels, StackReader};
 use lamino::recon::input::{load_projections, InputError, ProjectionInput, Shading};
@@ -208,7 +207,7 @@ fn reconstruct(dir: &Path, kind: &str) -> Vec<u32> {
         _ => fixture(&format!("{name}_stack.tif")),
     };
     let out = dir.join(kind);
-    let o = Command::new(env!("CARGO_BIN_EXE_lamino"))
+    let o = crate::common::process::lamino_command()
         .arg("--allow-software-gpu")
         .arg("reconstruct")
         .arg(arg("proj"))

@@ -3,11 +3,9 @@
 //! [-0.5, 0.5] (fixed seeds), forward and inverse.
 //!
 //! The default suite covers every length 2..=1024 plus named sizes; the full sweep to 4096 runs with
-//! `cargo test --release --test fft_accuracy -- --ignored --nocapture`.
+//! `cargo test --release --test fft accuracy:: -- --ignored --nocapture`.
 
-mod common;
-
-use common::{ctx, fft_error_ratio, fft_error_ratio_with};
+use crate::common::{ctx, fft_error_ratio, fft_error_ratio_with};
 use lamino::fft::{Direction, Strategy};
 
 /// Checks lengths `lens` (batch of 3, so batching is exercised everywhere) with both strategies
@@ -49,7 +47,7 @@ fn every_length_from_2_to_1024() {
 }
 
 #[test]
-#[ignore = "full sweep: cargo test --release --test fft_accuracy -- --ignored --nocapture"]
+#[ignore = "full sweep: cargo test --release --test fft accuracy:: -- --ignored --nocapture"]
 fn every_length_from_2_to_4096() {
     sweep(2..=4096);
 }

@@ -1,9 +1,9 @@
 //! FFT plans beyond contiguous batches: strided and pitched layouts, data split across bindings,
 //! normalisation, determinism, and typed errors for bad plans.
 
-mod common;
+use crate::common;
 
-use common::{ctx, new_context, to_f64};
+use crate::common::{ctx, new_context, to_f64};
 use lamino::fft::{
     Algorithm, BatchDim, Direction, FftDescriptor, FftError, FftPlan, FftPlan1d, Layout,
     Normalization, Strategy,

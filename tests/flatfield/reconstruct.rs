@@ -2,7 +2,7 @@
 //! scan seen through a known vignette, reconstructed with the true flat, with no correction, and
 //! with the open beam estimated from the projections.
 
-mod common;
+use crate::common;
 
 use lamino::flatfield::estimate_open_beam;
 use lamino::metrics::score;

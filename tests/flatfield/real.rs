@@ -7,7 +7,7 @@
 //! re-fitted baseline is compared with the reference's per-image baseline in both presets.
 //! `cell_culture` has no reference fit and is not here.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

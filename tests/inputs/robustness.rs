@@ -8,7 +8,7 @@
 //! list and flat-field fields directories. The example assets (`assets/examples`) are the seeds of
 //! the geometry and angle-list cases, so they are parsed by every run.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

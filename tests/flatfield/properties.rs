@@ -2,7 +2,7 @@
 //! input, at production parameters. The invariance properties use S1 (docs/flatfield-method.md,
 //! "Synthetic stacks"), on which their thresholds were measured.
 
-mod common;
+use crate::common;
 
 use std::sync::OnceLock;
 

@@ -2,7 +2,7 @@
 //! "Synthetic stacks", "Properties"), at
 //! production parameters.
 
-mod common;
+use crate::common;
 
 use lamino::flatfield::synthetic::{generate, Synthetic};
 use lamino::flatfield::{fit, fit_prepared, fit_prepared_oracle, BasicParams, Fit, Pixels};

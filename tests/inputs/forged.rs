@@ -4,8 +4,10 @@
 
 use std::io::Cursor;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
+
+use crate::common::process::{lamino_command, output_within};
 
 use lamino::io::{read_stack, IoError, StackReader, MAX_TEXT_BYTES};
 use lamino::operator::{Geometry, GeometryError};
@@ -20,22 +22,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// Runs the binary with `args`, killing it past [`LIMIT`] (the test then fails by name).
 fn lamino(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lamino"))
-        .args(args)
-        .env_remove("LAMINO_ALLOW_SOFTWARE_GPU")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run lamino");
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > LIMIT {
-            child.kill().unwrap();
-            panic!("lamino {args:?} ran past {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    output_within(lamino_command().args(args), LIMIT)
 }
 
 /// Asserts that `o` is a clean refusal (exit status 1 or clap's 2, no signal) whose message
