@@ -64,6 +64,11 @@ impl Watch {
 
     /// Called by the solver (without the GIL) after each outer iteration.
     pub(crate) fn iteration(&self, p: &Progress) {
+        // The solver reads the flag before it reports, so one more iteration runs after the
+        // one that raised: it is neither reported nor checked again.
+        if self.cancel.load(Ordering::SeqCst) {
+            return;
+        }
         let result = Python::attach(|py| {
             py.check_signals()?;
             match &self.reporter {
