@@ -53,6 +53,15 @@ pub struct InputArgs {
     /// they look like radians (all within 2 pi) or span under 7 degrees, which is refused.
     #[arg(long, value_enum)]
     theta_units: Option<ThetaUnits>,
+    /// For an HDF5 scan: the dataset holding the laminographic tilt T (one value; degrees, or
+    /// radians when its `units` attribute says so), for files that record it where lamino does
+    /// not look (docs/input-formats.md). --tilt-deg overrides it (said).
+    #[arg(long)]
+    tilt_path: Option<String>,
+    /// For an HDF5 scan: the dataset holding the projection angles (one per projection, or per
+    /// frame of an NXtomo file), read instead of /exchange/theta or NXtomo's rotation_angle.
+    #[arg(long)]
+    theta_path: Option<String>,
     /// For a TIFF intensity stack: white fields (multi-page TIFF, folder of TIFFs or .npy),
     /// averaged.
     #[arg(long)]
@@ -251,6 +260,8 @@ impl PreprocessArgs {
             _ => load_projections_with(&input, &options)?,
         };
         let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
+        let (tilt_source, angles_source) =
+            (loaded.tilt_source.clone(), loaded.angles_source.clone());
         let pixel_size = self.pixel_size.or(loaded.pixel_size);
         if let (Some(given), Some(recorded), false) = (self.pixel_size, loaded.pixel_size, quiet) {
             eprintln!(
@@ -270,6 +281,8 @@ impl PreprocessArgs {
             clamps,
             input_warnings,
             pixel_size,
+            tilt_source: Some(tilt_source),
+            angles_source: Some(angles_source),
         };
         if let Some(method) = stripes {
             let start = std::time::Instant::now();
@@ -623,6 +636,8 @@ impl InputArgs {
                     ("--tilt-deg", self.tilt_deg.is_some()),
                     ("--angles", self.angles.is_some()),
                     ("--theta-units", self.theta_units.is_some()),
+                    ("--tilt-path", self.tilt_path.is_some()),
+                    ("--theta-path", self.theta_path.is_some()),
                     ("--flats", self.flats.is_some()),
                     ("--darks", self.darks.is_some()),
                     ("--flatfield", self.flatfield.is_some()),
@@ -642,7 +657,11 @@ impl InputArgs {
             "tif" | "tiff" => (
                 "a TIFF intensity stack",
                 "its geometry comes from --angles and --tilt-deg",
-                &[("--geometry", self.geometry.is_some())],
+                &[
+                    ("--geometry", self.geometry.is_some()),
+                    ("--tilt-path", self.tilt_path.is_some()),
+                    ("--theta-path", self.theta_path.is_some()),
+                ],
             ),
             _ => ("", "", &[]),
         };
@@ -676,6 +695,8 @@ impl InputArgs {
                     tilt_deg: self.tilt_deg,
                     angles: self.angles.clone(),
                     theta_units,
+                    tilt_path: self.tilt_path.clone(),
+                    theta_path: self.theta_path.clone(),
                 }
             }
             "tif" | "tiff" => {
@@ -829,7 +850,10 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             .volume
             .volume_box(&g, args.preprocess.binning_factor())?
         {
-            Some(b) => g.with_subvolume(&b)?,
+            Some(b) => {
+                let g = g.with_subvolume(&b)?;
+                g.with_detector_rows(g.shadow_rows())?
+            }
             None => g,
         };
         let devices = open_devices(cli, &options.ranks)?;
@@ -983,7 +1007,18 @@ fn reconstruct_into(
         }
     };
     let projections = match args.volume.volume_box(projections.geometry(), b)? {
-        Some(volume) => projections.with_volume(&volume)?,
+        Some(volume) => {
+            let deth = projections.geometry().deth;
+            let boxed = projections.with_volume(&volume)?;
+            let kept = boxed.geometry().deth;
+            if kept < deth && !args.quiet {
+                eprintln!(
+                    "slab: the operator uses the {kept} of {deth} detector rows the box projects \
+                     onto (its shadow, plus the gridding kernel's reach)"
+                );
+            }
+            boxed
+        }
         None => projections,
     };
     run_reconstruction(
@@ -1119,8 +1154,9 @@ pub(super) fn run_reconstruction<'a>(
     if !o.quiet {
         if g.offset != [0.0; 3] {
             eprintln!(
-                "volume: a box of the default {}x{}x{}, its centre offset (z, y, x) = {:?} voxels",
-                g.deth, g.detw, g.detw, g.offset
+                "volume: a box of the default volume, its centre offset (z, y, x) = {:?} voxels \
+                 from the plane and axis that project onto the detector's centre",
+                g.offset
             );
         }
         eprintln!(
