@@ -273,7 +273,7 @@ fn a_slab_is_projected_onto_the_rows_it_is_cut_to() {
             diff <= 1.1 * away + 1e-6,
             "tilt {tilt}: {diff:.3e} ({away:.3e} cut)"
         );
-        // Measured: 3.7e-5 at 0 degrees, 4.9e-2 at 20 and 5.6e-2 at 30.
+        // Measured: 3.7e-5 at 0 degrees, 5.1e-2 at 20 and 2.2e-2 at 30.
         let limit = if tilt == 0.0 { 1e-4 } else { 0.1 };
         assert!(away <= limit, "tilt {tilt}: {away:.3e}");
     }
