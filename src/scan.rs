@@ -214,10 +214,29 @@ impl Projections {
     }
 
     /// The same line integrals, reconstructed into the box `b` of the detector's default volume
-    /// only (a thin slab, an x/y region of interest: [`Geometry::with_subvolume`]).
+    /// only (a thin slab, an x/y region of interest: [`Geometry::with_subvolume`]), and cut to
+    /// the detector rows the box projects onto ([`Geometry::shadow_rows`]): the other rows carry
+    /// nothing the box's voxels explain, and the operator's data side (its 2D transforms and
+    /// gridding) then follows the box's size rather than the detector's.
     pub fn with_volume(self, b: &VolumeBox) -> Result<Self, ScanError> {
         let geometry = self.geometry.with_subvolume(b)?;
-        Ok(Self { geometry, ..self })
+        let rows = geometry.shadow_rows();
+        if rows == (0..geometry.deth) {
+            return Ok(Self { geometry, ..self });
+        }
+        let (deth, detw) = (geometry.deth, geometry.detw);
+        let values = self
+            .values
+            .chunks(deth * detw)
+            .flat_map(|frame| &frame[rows.start * detw..rows.end * detw])
+            .copied()
+            .collect();
+        let geometry = geometry.with_detector_rows(rows)?;
+        Ok(Self {
+            geometry,
+            values,
+            ..self
+        })
     }
 }
 

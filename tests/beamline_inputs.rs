@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
 use lamino::io::{read_dxchange, read_tiff_volume, AngleUnit, IoError, Scan, Stack};
 use lamino::operator::Geometry;
-use lamino::recon::input::{load_projections, read_angle_list_in, InputError, ProjectionInput};
+use lamino::recon::input::{
+    input_geometry, load_projections, read_angle_list_in, InputError, LoadOptions, ProjectionInput,
+};
 
 const SIZE: usize = 16;
 
@@ -154,6 +156,8 @@ fn hdf5_input(path: &Path, tilt_deg: Option<f64>, angles: Option<&Path>) -> Proj
         tilt_deg,
         angles: angles.map(Path::to_path_buf),
         theta_units: None,
+        tilt_path: None,
+        theta_path: None,
     }
 }
 
@@ -249,7 +253,9 @@ fn options_that_do_not_apply_to_an_input_are_refused_by_name() {
         (&npy, ["--angles", o], "`.npy` line integrals"),
         (&npy, ["--theta-units", "rad"], "`.npy` line integrals"),
         (&npy, ["--darks", o], "`.npy` line integrals"),
+        (&npy, ["--tilt-path", "/t"], "`.npy` line integrals"),
         (&tif, ["--geometry", o], "a TIFF intensity stack"),
+        (&tif, ["--theta-path", "/t"], "a TIFF intensity stack"),
     ] {
         let args = [
             "reconstruct",
@@ -305,4 +311,149 @@ fn angle_lists_follow_the_unit_rules() {
         read("# none\n", None),
         Err(InputError::Angles { .. })
     ));
+}
+
+/// `.npy` line integrals with a geometry file of any size, as the other inputs take: the scan
+/// cut to 15 rows and 13 columns, as a DXchange file (which the reconstruction pads) and as the
+/// line integrals that file loads to with their geometry: both load to the same values and
+/// geometry and reconstruct the same (15, 13, 13) volume, bit for bit.
+#[test]
+fn npy_line_integrals_of_any_size_reconstruct_as_the_other_inputs() {
+    let (_, scan) = simulated();
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| -> PathBuf { dir.path().join(name) };
+    let (h, w) = (15, 13);
+    let cut = |st: &Stack| {
+        let [n, rows, columns] = st.shape;
+        let mut values = Vec::with_capacity(n * h * w);
+        for frame in st.values.chunks(rows * columns) {
+            for row in frame.chunks(columns).skip(1).take(h) {
+                values.extend_from_slice(&row[2..2 + w]);
+            }
+        }
+        Stack {
+            shape: [n, h, w],
+            values,
+        }
+    };
+    let odd = Scan {
+        data: cut(&scan.data),
+        flats: cut(&scan.flats),
+        darks: cut(&scan.darks),
+        ..scan.clone()
+    };
+    write_variant(&p("odd.h5"), &odd, &degrees(scan), Some("degrees"), true);
+    let (values, g) = loaded(hdf5_input(&p("odd.h5"), None, None));
+    assert!([g.deth, g.detw, g.n0, g.n1, g.n2] == [h, w, h, w, w]);
+    g.write_json(&p("odd.json")).unwrap();
+    let array = ndarray::Array3::from_shape_vec((g.ntheta(), h, w), values.clone()).unwrap();
+    ndarray_npy::write_npy(p("odd.npy"), &array).unwrap();
+    let npy = ProjectionInput::LineIntegrals {
+        path: p("odd.npy"),
+        geometry: p("odd.json"),
+    };
+    assert!(loaded(npy) == (values, g));
+    let (from_h5, _) = reconstruct(&p("odd.h5"), &[], &p("h5"));
+    let (from_npy, _) = reconstruct(&p("odd.npy"), &["--geometry", s(&p("odd.json"))], &p("npy"));
+    assert!(from_npy.shape == [h, w, w], "{:?}", from_npy.shape);
+    assert!(from_npy == from_h5);
+}
+
+/// A fixture of `assets/dxchange/`.
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/dxchange")
+        .join(name)
+}
+
+/// The geometry of the HDF5 scan `path` read with `tilt_deg`, `--tilt-path` and `--theta-path`
+/// (the headers only), or the error.
+fn hdf5_geometry(
+    path: &Path,
+    tilt_deg: Option<f64>,
+    tilt_path: Option<&str>,
+    theta_path: Option<&str>,
+) -> Result<Geometry, InputError> {
+    let input = ProjectionInput::DXchange {
+        path: path.to_path_buf(),
+        tilt_deg,
+        angles: None,
+        theta_units: None,
+        tilt_path: tilt_path.map(str::to_string),
+        theta_path: theta_path.map(str::to_string),
+    };
+    input_geometry(&input, &LoadOptions::default())
+}
+
+/// Degrees of the tilt `T` of a geometry (phi = 90 + T).
+fn tilt_of(g: &Geometry) -> f64 {
+    g.phi.to_degrees() - 90.0
+}
+
+/// The tilt and angles where a beamline's own layout holds them (`--tilt-path`, `--theta-path`,
+/// both in radians by their `units`), and the NeXus rotation axis `vector` of an NXtomo file:
+/// read from the file, said on stderr and in report.json; `--tilt-deg` overrides a file's tilt,
+/// said when they differ; a file without a tilt names the options that give one.
+#[test]
+fn the_tilt_and_angles_are_read_where_the_file_records_them() {
+    let paths = fixture("h5py_tilt_theta_paths_u16.h5");
+    let (tilt, rotation) = (
+        "/measurement/sample/lamino_tilt",
+        "/measurement/sample/rotation_rad",
+    );
+    // Neither the angles nor the tilt are where DXchange keeps them.
+    let e = hdf5_geometry(&paths, Some(20.0), None, None).unwrap_err();
+    assert!(e.to_string().contains("/exchange/theta"), "{e}");
+    let e = hdf5_geometry(&paths, None, None, Some(rotation)).unwrap_err();
+    assert!(
+        e.to_string().contains("--tilt-deg") && e.to_string().contains("--tilt-path"),
+        "{e}"
+    );
+    let g = hdf5_geometry(&paths, None, Some(tilt), Some(rotation)).unwrap();
+    assert!((tilt_of(&g) - 20.0).abs() <= 1e-9, "{}", tilt_of(&g));
+    assert!(g.theta.len() == 12);
+    for (i, t) in g.theta.iter().enumerate() {
+        assert!((t.to_degrees() - 30.0 * i as f64).abs() <= 1e-9, "{i}: {t}");
+    }
+    let e = hdf5_geometry(&paths, None, Some("/nowhere"), Some(rotation)).unwrap_err();
+    assert!(e.to_string().contains("/nowhere (--tilt-path)"), "{e}");
+    // The option wins over the file's tilt.
+    let g = hdf5_geometry(&paths, Some(30.0), Some(tilt), Some(rotation)).unwrap();
+    assert!((tilt_of(&g) - 30.0).abs() <= 1e-9);
+
+    // NXtomo: the rotation axis leaning 25 degrees towards the beam.
+    let nx = fixture("nxtomo_tilted_f32.nx");
+    let g = hdf5_geometry(&nx, None, None, None).unwrap();
+    assert!((tilt_of(&g) - 25.0).abs() <= 1e-9, "{}", tilt_of(&g));
+    let plain = fixture("nxtomo_f32.nx");
+    let e = hdf5_geometry(&plain, None, None, None).unwrap_err();
+    assert!(e.to_string().contains("--tilt-deg"), "{e}");
+
+    // End to end: the sources on stderr and in report.json, the override said.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let args = ["--tilt-path", tilt, "--theta-path", rotation];
+    let (_, err) = reconstruct(&paths, &args, &out);
+    assert!(
+        err.contains(&format!(
+            "tilt 20.000000 degrees from {tilt} (units radians)"
+        )) && err.contains(&format!("angles from {rotation}")),
+        "{err}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let pre = &report["reconstruction"]["preprocessing"];
+    assert!(
+        pre["tilt_source"] == format!("{tilt} (units radians)"),
+        "{pre}"
+    );
+    assert!(pre["angles_source"] == rotation, "{pre}");
+    let (_, err) = reconstruct(&nx, &["--tilt-deg", "30"], &out);
+    assert!(
+        err.contains("--tilt-deg 30 overrides the tilt of 25.000000 degrees"),
+        "{err}"
+    );
+    assert!(input_warnings(&out)
+        .iter()
+        .any(|w| w.contains("overrides the tilt")));
 }

@@ -188,6 +188,8 @@ fn a_measured_ct_scan_with_two_rows_is_normalised_centred_and_reconstructed() {
         tilt_deg: None,
         angles: None,
         theta_units: None,
+        tilt_path: None,
+        theta_path: None,
     })
     .unwrap();
     let p = loaded.projections.with_rotation_axis(axis).unwrap();

@@ -270,6 +270,7 @@ fn radians_without_units_are_refused_and_read_with_the_unit_given() {
     let radians = ScanOptions {
         theta_units: Some(AngleUnit::Radians),
         theta: None,
+        ..Default::default()
     };
     let got = read_dxchange_with(&path, &radians).unwrap();
     let degrees = read_dxchange(&fixture("h5py_contiguous_f32.h5")).unwrap();
@@ -288,6 +289,7 @@ fn radians_without_units_are_refused_and_read_with_the_unit_given() {
     let agreeing = ScanOptions {
         theta_units: Some(AngleUnit::Degrees),
         theta: None,
+        ..Default::default()
     };
     assert!(read_dxchange_with(&fixture("h5py_contiguous_f32.h5"), &agreeing).unwrap() == degrees);
 }
@@ -318,12 +320,14 @@ fn angles_from_the_rotation_metadata_and_no_darks() {
     let given = ScanOptions {
         theta_units: None,
         theta: Some(("list.txt".into(), vec![0.5; 12])),
+        ..Default::default()
     };
     let r = DxchangeReader::open_with(&path, &given).unwrap();
     assert!(r.info().theta == [0.5; 12] && r.info().theta_source == "list.txt");
     let short = ScanOptions {
         theta_units: None,
         theta: Some(("list.txt".into(), vec![0.5; 11])),
+        ..Default::default()
     };
     match DxchangeReader::open_with(&path, &short) {
         Err(e @ IoError::ThetaLength { .. }) => {

@@ -206,6 +206,42 @@ def nxtomo_f32():
     nx.save("nxtomo_f32.nx", data_path="entry0000", overwrite=True)
 
 
+def h5py_tilt_theta_paths_u16():
+    """A beamline's own layout: the scan of h5py_rotation_no_dark_u16.h5 (uint16, no darks) with
+    no /exchange/theta and no rotation metadata, the angles in radians in
+    /measurement/sample/rotation_rad (units "rad") and the tilt T = 20 degrees in radians in
+    /measurement/sample/lamino_tilt (units "rad", a one-element array as EPICS writers store
+    scalars): read with --theta-path and --tilt-path."""
+    with h5py.File("h5py_tilt_theta_paths_u16.h5", "w") as f:
+        ex = f.create_group("exchange")
+        (_, data), (_, flats), _ = stacks(12, np.uint16)
+        ex.create_dataset("data", data=data)
+        ex.create_dataset("data_white", data=flats)
+        sample = f.create_group("measurement/sample")
+        rot = sample.create_dataset("rotation_rad", data=np.deg2rad(theta(12, np.float64) * 2))
+        rot.attrs["units"] = "rad"
+        tilt = sample.create_dataset("lamino_tilt", data=[np.deg2rad(20.0)])
+        tilt.attrs["units"] = "rad"
+        f.attrs["implements"] = "exchange:measurement"
+
+
+def nxtomo_tilted_f32():
+    """nxtomo_f32.nx's scan with its rotation axis tilted 25 degrees towards the beam, the NeXus
+    way: nxtomo (3.1.1) writes the entry, then h5py adds NXtransformations' attributes to
+    sample/rotation_angle: transformation_type "rotation" and the axis `vector`
+    (0, cos 25, sin 25) in the McStas frame (z along the beam, y up), which nxtomo itself does not
+    write for the sample."""
+    nxtomo_f32()
+    import shutil
+
+    shutil.copy("nxtomo_f32.nx", "nxtomo_tilted_f32.nx")
+    t = np.deg2rad(25.0)
+    with h5py.File("nxtomo_tilted_f32.nx", "a") as f:
+        rot = f["entry0000/sample/rotation_angle"]
+        rot.attrs["transformation_type"] = "rotation"
+        rot.attrs["vector"] = np.array([0.0, np.cos(t), np.sin(t)])
+
+
 def h5py_blosc_f32():
     """A plugin filter no build of lamino decodes without libhdf5's plugins: Blosc (id 32001,
     written through hdf5plugin), so the error must name it."""
@@ -232,6 +268,8 @@ FIXTURES = [
     h5py_rotation_no_dark_u16,
     nxtomo_f32,
     h5py_blosc_f32,
+    h5py_tilt_theta_paths_u16,
+    nxtomo_tilted_f32,
 ]
 
 if __name__ == "__main__":

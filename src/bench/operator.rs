@@ -21,6 +21,8 @@ pub struct OperatorBenchRecord {
     pub size: usize,
     /// The volume timed `(n0, n1, n2)`: the default n^3, or a slab of it (`--slab`).
     pub volume: [usize; 3],
+    /// The detector `(rows, columns)` timed: n x n, or a slab's shadow rows.
+    pub detector: [usize; 2],
     pub angles: usize,
     /// Median GPU time of the whole application, milliseconds.
     pub ms: f64,
@@ -122,6 +124,8 @@ pub fn bench_operator(
             z,
             ..VolumeBox::full(&cube)
         })?;
+        // The detector rows the slab projects onto, as `reconstruct --slab` cuts them.
+        let g = g.with_detector_rows(g.shadow_rows())?;
         records.extend(bench_geometry(ctx, &g, repeats)?);
     }
     Ok(records)
@@ -196,6 +200,7 @@ fn bench_geometry(
             operator: name,
             size: n,
             volume: [g.n0, g.n1, g.n2],
+            detector: [g.deth, g.detw],
             angles,
             ms,
             ms_u1,
@@ -298,12 +303,14 @@ pub fn print(
             print_json(&r)?;
         } else {
             println!(
-                "{:<2} n={} volume {}x{}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
+                "{:<2} n={} volume {}x{}x{} detector {}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
                 r.operator,
                 r.size,
                 r.volume[0],
                 r.volume[1],
                 r.volume[2],
+                r.detector[0],
+                r.detector[1],
                 r.angles,
                 r.ms,
                 r.ms_u1,

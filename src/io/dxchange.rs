@@ -13,7 +13,9 @@
 //!   `read_aps_32id` fallback; `num_angles` there, when present, must equal the projections).
 //! * `/lamino/phi_deg` (optional, scalar f64): lamino's tilt `phi` in degrees, the operator's
 //!   convention where 90 is plain tomography and 90 + T a laminographic tilt of T degrees. A
-//!   dataset rather than an attribute so that `h5ls -r` shows it next to the data.
+//!   dataset rather than an attribute so that `h5ls -r` shows it next to the data. DXchange has
+//!   no standard place for the tilt: [`ScanOptions::tilt_path`] names any dataset holding `T`
+//!   (read in its place), and [`ScanOptions::theta_path`] any holding the angles.
 //! * `/truth/volume` (optional) `(n0, n1, n2)` f32: the ground truth of simulated scans.
 //!
 //! An attribute `units` on the angles (`/exchange/theta`, or `rotation_start`) may say `deg`,
@@ -241,6 +243,11 @@ pub struct ScanInfo {
     pub theta_source: String,
     /// Tilt in radians (pi/2 is plain tomography), when the file records it.
     pub phi: Option<f64>,
+    /// Where [`phi`](Self::phi) was read (a dataset, or an attribute `dataset@name`).
+    pub phi_source: Option<String>,
+    /// Why the file's tilt could not be read although it names one, when `--tilt-deg`
+    /// ([`ScanOptions::tilt_deg`]) gives the tilt anyway (without it, that is an error).
+    pub phi_unread: Option<String>,
     /// `/truth/volume`, when the file has one.
     pub truth: Option<StackInfo>,
 }
@@ -355,6 +362,16 @@ pub struct ScanOptions {
     /// Angles in radians that replace the file's, one per projection, with the file they were
     /// read from (`--angles FILE`).
     pub theta: Option<(PathBuf, Vec<f64>)>,
+    /// A dataset of the file holding the angles (`--theta-path`), read in place of the layout's
+    /// own: one per projection (or, in an NXtomo file, one per frame), unit by the
+    /// [`angles_in_radians`] rules.
+    pub theta_path: Option<String>,
+    /// A dataset of the file holding the laminographic tilt `T` (`--tilt-path`): one value, in
+    /// degrees unless its `units` attribute says radians ([`read_tilt_dataset`]).
+    pub tilt_path: Option<String>,
+    /// The tilt `T` in degrees given on the command line (`--tilt-deg`): it overrides the
+    /// file's, so a file's tilt that cannot be read is then noted, not an error.
+    pub tilt_deg: Option<f64>,
 }
 
 impl DxchangeReader {
@@ -391,7 +408,12 @@ impl DxchangeReader {
         }
         let (truth, truth_info) = stack(TRUTH)?.unzip();
         let (theta, theta_source) = read_theta(&file, path, projections.shape[0], options)?;
-        let phi = read_phi(&file, path)?;
+        let tilt = match &options.tilt_path {
+            Some(name) => read_tilt_dataset(&file, path, name).map(Some),
+            None => read_phi(&file, path).map(|phi| phi.map(|phi| (phi, PHI.to_string()))),
+        };
+        let (tilt, phi_unread) = recorded_tilt(tilt, options)?;
+        let (phi, phi_source) = tilt.unzip();
         Ok(Self {
             file,
             path: path.to_path_buf(),
@@ -402,6 +424,8 @@ impl DxchangeReader {
                 theta,
                 theta_source,
                 phi,
+                phi_source,
+                phi_unread,
                 truth: truth_info,
             },
             data,
@@ -546,20 +570,21 @@ fn read_theta(
     if let Some(given) = given_theta(path, options, projections)? {
         return Ok(given);
     }
-    if let Some(d) = file.dataset(THETA)? {
-        if d.shape.len() != 1 {
-            return Err(IoError::BadShape {
+    let named = match &options.theta_path {
+        Some(name) => Some((
+            name.as_str(),
+            file.dataset(name)?.ok_or_else(|| IoError::MissingDataset {
                 path: path.to_path_buf(),
-                dataset: THETA.to_string(),
-                shape: d.shape.clone(),
-                expected: "one axis (one angle per projection)".into(),
-            });
-        }
-        length(THETA, d.shape[0])?;
-        let units = file.string_attr(&d, "units")?;
-        let theta = file.read_all_f64(&d)?;
-        let theta = angles_in_radians(path, THETA, theta, units.as_deref(), options.theta_units)?;
-        return Ok((theta, THETA.to_string()));
+                dataset: format!("{name} (--theta-path)"),
+            })?,
+        )),
+        None => file.dataset(THETA)?.map(|d| (THETA, d)),
+    };
+    if let Some((name, d)) = named {
+        let (values, units) = angle_dataset(file, path, name, &d)?;
+        length(name, values.len())?;
+        let theta = angles_in_radians(path, name, values, units.as_deref(), options.theta_units)?;
+        return Ok((theta, name.to_string()));
     }
     let start_name = format!("{ROTATION}/rotation_start");
     let scalar = |name: &str| -> Result<Option<(f64, Option<String>)>, IoError> {
@@ -612,6 +637,102 @@ fn read_phi(file: &H5File, path: &Path) -> Result<Option<f64>, IoError> {
     let phi = file.read_all_f64(&d)?;
     finite(path, PHI, &phi)?;
     Ok(phi.first().map(|p| p.to_radians()))
+}
+
+/// The values of the angle dataset `d` (`name` in `path`), which must have one axis, with its
+/// `units` attribute.
+pub(super) fn angle_dataset(
+    file: &H5File,
+    path: &Path,
+    name: &str,
+    d: &H5Dataset,
+) -> Result<(Vec<f64>, Option<String>), IoError> {
+    if d.shape.len() != 1 {
+        return Err(IoError::BadShape {
+            path: path.to_path_buf(),
+            dataset: name.to_string(),
+            shape: d.shape.clone(),
+            expected: "one axis (one angle per projection)".into(),
+        });
+    }
+    Ok((file.read_all_f64(d)?, file.string_attr(d, "units")?))
+}
+
+/// The tilt a dataset `name` of `file` records (`--tilt-path`): one finite value `T`, the
+/// laminographic tilt from the tomography plane as `--tilt-deg` and tomocupy's
+/// `--lamino-angle` take it, in degrees, or in radians when its `units` attribute says so (any
+/// other unit is refused); strictly between -90 and 90 degrees. Returns `phi = 90 + T` in
+/// radians with where it was read (the unit said).
+pub(super) fn read_tilt_dataset(
+    file: &H5File,
+    path: &Path,
+    name: &str,
+) -> Result<(f64, String), IoError> {
+    let d = file.dataset(name)?.ok_or_else(|| IoError::MissingDataset {
+        path: path.to_path_buf(),
+        dataset: format!("{name} (--tilt-path)"),
+    })?;
+    let [tilt] = file.read_all_f64(&d)?[..] else {
+        return Err(IoError::BadShape {
+            path: path.to_path_buf(),
+            dataset: name.to_string(),
+            shape: d.shape.clone(),
+            expected: "one value (the tilt)".into(),
+        });
+    };
+    finite(path, name, &[tilt])?;
+    let units = file.string_attr(&d, "units")?;
+    let unit = match units.as_deref() {
+        None => None,
+        Some(u) => Some(AngleUnit::parse(u).ok_or_else(|| IoError::ThetaUnits {
+            path: path.to_path_buf(),
+            dataset: name.to_string(),
+            units: u.to_string(),
+        })?),
+    };
+    let degrees = match unit {
+        Some(AngleUnit::Radians) => tilt.to_degrees(),
+        _ => tilt,
+    };
+    tilt_phi(path, name, degrees).map(|phi| {
+        let said = match unit {
+            Some(u) => format!("{name} (units {u})"),
+            None => format!("{name} (no units attribute: degrees, as --tilt-deg)"),
+        };
+        (phi, said)
+    })
+}
+
+/// `phi = 90 + T` in radians for a tilt of `degrees` read from `name`, which must lie strictly
+/// between -90 and 90.
+pub(super) fn tilt_phi(path: &Path, name: &str, degrees: f64) -> Result<f64, IoError> {
+    if degrees.abs() < 90.0 {
+        return Ok((90.0 + degrees).to_radians());
+    }
+    Err(IoError::Hdf5 {
+        path: path.to_path_buf(),
+        dataset: name.to_string(),
+        reason: format!(
+            "records a tilt of {degrees} degrees; a laminographic tilt lies strictly between -90              and 90 (0 is plain CT)"
+        ),
+    })
+}
+
+/// A tilt a file records: `phi` in radians and where it was read.
+pub(super) type RecordedTilt = (f64, String);
+
+/// The tilt a file records (`read`, with where from) as the scan will hold it: an error in
+/// reading it is the scan's error, unless `--tilt-deg` gives the tilt anyway, when the reason
+/// is kept to be said.
+pub(super) fn recorded_tilt(
+    read: Result<Option<RecordedTilt>, IoError>,
+    options: &ScanOptions,
+) -> Result<(Option<RecordedTilt>, Option<String>), IoError> {
+    match (read, options.tilt_deg) {
+        (Ok(tilt), _) => Ok((tilt, None)),
+        (Err(e), Some(_)) => Ok((None, Some(e.to_string()))),
+        (Err(e), None) => Err(e),
+    }
 }
 
 fn finite(path: &Path, dataset: &str, values: &[f64]) -> Result<(), IoError> {

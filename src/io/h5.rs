@@ -412,6 +412,39 @@ impl H5File {
             .map_err(|e| self.error(&what, e))
     }
 
+    /// The numeric attribute `name` of `d` (a scalar or an array of floats or integers, as h5py
+    /// writes Python numbers and tuples), as f64, if it has one: NeXus's `vector` of a
+    /// transformation, for one.
+    pub fn f64_attr(&self, d: &H5Dataset, name: &str) -> Result<Option<Vec<f64>>, IoError> {
+        if !d.dataset.attributes().iter().any(|a| a.name == name) {
+            return Ok(None);
+        }
+        let what = format!("{}@{name}", d.name);
+        let attr = d
+            .dataset
+            .attribute(name)
+            .map_err(|e| self.error(&what, e))?;
+        let widen = |v: Vec<i64>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
+        let values = match &attr.datatype {
+            Datatype::FloatingPoint { size: 8, .. } => attr.read_1d::<f64>(),
+            Datatype::FloatingPoint { size: 4, .. } => attr
+                .read_1d::<f32>()
+                .map(|v| v.into_iter().map(f64::from).collect()),
+            Datatype::FixedPoint { size: 8, .. } => attr.read_1d::<i64>().map(widen),
+            Datatype::FixedPoint { size: 4, .. } => attr
+                .read_1d::<i32>()
+                .map(|v| widen(v.into_iter().map(i64::from).collect())),
+            other => {
+                return Err(IoError::Hdf5 {
+                    path: self.path.clone(),
+                    dataset: what,
+                    reason: format!("a numeric attribute was expected, found {other:?}"),
+                })
+            }
+        };
+        values.map(Some).map_err(|e| self.error(&what, e))
+    }
+
     /// Reads rows `rows` (the whole dataset when it is a scalar) as the stored type and converts
     /// each value with `convert` from f64, which holds every stored value the conversion keeps
     /// (f32 targets round once either way).

@@ -14,15 +14,17 @@
 //! * `instrument/detector/x_pixel_size`, `y_pixel_size` (optional scalars with `units`, `m` as
 //!   `nxtomo` writes them): the detector's pixel size, reported in [`NxtomoInfo`].
 //!
-//! NXtomo records no laminographic tilt: it comes from `--tilt-deg`. Darks are optional (one zero
-//! frame without them); flats are required.
+//! NXtomo records no laminographic tilt; NeXus's NXtransformations `vector` attribute on
+//! `sample/rotation_angle`, when a writer adds it, gives the rotation axis and with it the tilt
+//! ([`axis_vector_tilt`]); else it comes from `--tilt-path` or `--tilt-deg`. Darks are optional
+//! (one zero frame without them); flats are required.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::dxchange::{
-    angles_in_radians, given_theta, read_frames, volume_stack, zero_frame, ScanInfo, ScanOptions,
-    StackInfo,
+    angle_dataset, angles_in_radians, given_theta, read_frames, read_tilt_dataset, recorded_tilt,
+    tilt_phi, volume_stack, zero_frame, ScanInfo, ScanOptions, StackInfo,
 };
 use super::h5::{H5Dataset, H5File};
 use super::{IoError, PixelSize, Stack};
@@ -177,19 +179,45 @@ impl NxtomoReader {
             shape: [count, rows, columns],
             sample: stack.sample,
         };
+        let rotation = format!("{entry}/sample/rotation_angle");
         let (theta, theta_source) = match given_theta(path, options, projections.len())? {
             Some(given) => given,
             None => {
-                let name = format!("{entry}/sample/rotation_angle");
-                let d = per_frame(&name)?;
-                let units = file.string_attr(&d, "units")?;
-                let all = file.read_all_f64(&d)?;
-                let values = projections.iter().map(|&f| all[f]).collect();
+                let name = options
+                    .theta_path
+                    .clone()
+                    .unwrap_or_else(|| rotation.clone());
+                let d = file
+                    .dataset(&name)?
+                    .ok_or_else(|| IoError::MissingDataset {
+                        path: path.to_path_buf(),
+                        dataset: name.clone(),
+                    })?;
+                let (all, units) = angle_dataset(&file, path, &name, &d)?;
+                // One angle per frame (NXtomo's own), or per projection (a `--theta-path`).
+                let values = match all.len() {
+                    n if n == frames => projections.iter().map(|&f| all[f]).collect(),
+                    n if n == projections.len() => all,
+                    n => {
+                        return Err(IoError::ThetaLength {
+                            path: path.to_path_buf(),
+                            angles: name,
+                            theta: n,
+                            projections: projections.len(),
+                        })
+                    }
+                };
                 let theta =
                     angles_in_radians(path, &name, values, units.as_deref(), options.theta_units)?;
                 (theta, name)
             }
         };
+        let tilt = match &options.tilt_path {
+            Some(name) => read_tilt_dataset(&file, path, name).map(Some),
+            None => axis_vector_tilt(&file, path, &rotation),
+        };
+        let (tilt, phi_unread) = recorded_tilt(tilt, options)?;
+        let (phi, phi_source) = tilt.unzip();
         let pixel = |axis: &str| -> Result<Option<StatedLength>, IoError> {
             let name = format!("{entry}/instrument/detector/{axis}_pixel_size");
             let Some(d) = file.dataset(&name)? else {
@@ -222,7 +250,9 @@ impl NxtomoReader {
                 darks: (!darks.is_empty()).then(|| info(darks.len())),
                 theta,
                 theta_source,
-                phi: None,
+                phi,
+                phi_source,
+                phi_unread,
                 truth: None,
             },
             entry,
@@ -290,4 +320,50 @@ impl NxtomoReader {
             values,
         })
     }
+}
+
+/// The laminographic tilt the rotation's axis gives, when the dataset `rotation` (NXtomo's
+/// `sample/rotation_angle`) carries NeXus's `vector` attribute (NXtransformations: the axis the
+/// rotation turns about, in the McStas frame, z along the beam and y up): `[0, 1, 0]` is plain
+/// tomography, and an axis leaning towards the beam, `[0, cos T, sin T]`, a tilt `T`. The
+/// `nxtomo` package does not write it (3.1 writes no sample transformation); software that
+/// follows the NeXus base class does. An axis leaning sideways (an x component: a roll) is not
+/// a tilt the operator models and is refused, as is one along the beam.
+fn axis_vector_tilt(
+    file: &H5File,
+    path: &Path,
+    rotation: &str,
+) -> Result<Option<(f64, String)>, IoError> {
+    let Some(d) = file.dataset(rotation)? else {
+        return Ok(None);
+    };
+    let Some(vector) = file.f64_attr(&d, "vector")? else {
+        return Ok(None);
+    };
+    let name = format!("{rotation}@vector");
+    let bad = |reason: String| IoError::Hdf5 {
+        path: path.to_path_buf(),
+        dataset: name.clone(),
+        reason,
+    };
+    let [x, y, z] = vector[..] else {
+        return Err(bad(format!("{vector:?}: expected three components")));
+    };
+    let norm = (x * x + y * y + z * z).sqrt();
+    if !(norm.is_finite() && norm > 0.0) {
+        return Err(bad(format!("{vector:?}: expected a finite, non-zero axis")));
+    }
+    if x.abs() > 1e-6 * norm {
+        return Err(bad(format!(
+            "{vector:?}: the rotation axis leans sideways (x, across the beam), which is not a \
+             laminographic tilt; give the tilt with --tilt-deg"
+        )));
+    }
+    // The axis as a line: [0, -1, 0] is the same vertical axis, turning the other way.
+    let degrees = (z * y.signum()).atan2(y.abs()).to_degrees();
+    let phi = tilt_phi(path, &name, degrees)?;
+    Ok(Some((
+        phi,
+        format!("{name} (NeXus NXtransformations axis {vector:?})"),
+    )))
 }

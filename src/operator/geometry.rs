@@ -309,6 +309,83 @@ impl Geometry {
         Ok(g)
     }
 
+    /// The detector rows `[start, end)` this geometry's volume projects onto at any of its
+    /// angles, with `m` rows more on each side (`m` the gridding kernel's half-width along the
+    /// rows, 4 at the default `eps`): the operator's projection of a voxel is band-limited, not
+    /// compactly supported, and its tails within that reach are kept; the rest is cut, as it
+    /// would wrap around the cropped detector's periodic transform. The range is even in length,
+    /// at least the kernel's minimum, and within `0..deth`; the whole detector when the volume's
+    /// shadow covers it (a cube) or nearly does.
+    ///
+    /// Voxel `(z, y, x)` (centred, with the offset) lands on row
+    /// `deth/2 + x sin(theta) cos(phi) - y cos(theta) cos(phi) + z sin(phi)`
+    /// ([`projection_shift`](Self::projection_shift)), so a box of `n0 x n1 x n2` voxels spans
+    /// `(n2 |sin(theta) cos(phi)| + n1 |cos(theta) cos(phi)| + n0 sin(phi)) / 2` rows either side of
+    /// its centre's row at angle `theta`.
+    pub fn shadow_rows(&self) -> Range<usize> {
+        let (sin_p, cos_p) = self.phi.sin_cos();
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for (t, theta) in self.theta.iter().enumerate() {
+            let (sin_t, cos_t) = theta.sin_cos();
+            let centre = self.projection_shift(t)[0];
+            let half = (self.n2 as f64 * (sin_t * cos_p).abs()
+                + self.n1 as f64 * (cos_t * cos_p).abs()
+                + self.n0 as f64 * sin_p)
+                / 2.0;
+            lo = lo.min(centre - half);
+            hi = hi.max(centre + half);
+        }
+        let reach = GriddingAxis::new(self.deth, self.eps).half_width as f64;
+        let origin = (self.deth / 2) as f64;
+        // One row more at the top: voxel j of an axis of n sits at j - n/2, up to n/2 - 1, but
+        // a voxel covers a row either side of its centre.
+        // A millionth of a row of slack: cos(pi/2) is 6e-17, not 0, and must not add rows.
+        let start = (origin + lo - reach - 1.0 + 1e-6).floor().max(0.0);
+        let end = (origin + hi + reach + 1.0 - 1e-6)
+            .ceil()
+            .min(self.deth as f64);
+        if start.partial_cmp(&end) != Some(std::cmp::Ordering::Less) {
+            // The volume projects off the detector (or the angles are empty): nothing to cut.
+            return 0..self.deth;
+        }
+        let (start, end) = (start as usize, end as usize);
+        let want = (end - start).next_multiple_of(2);
+        let want = gridding_minimum(want, self.eps)
+            .map_or(want, |m| m.next_multiple_of(2))
+            .max(want);
+        if want + 2 > self.deth {
+            return 0..self.deth;
+        }
+        let end = (start + want).min(self.deth - self.deth % 2);
+        end - want..end
+    }
+
+    /// This geometry with its detector cut to the rows `rows` (of `0..deth`, even in length): the
+    /// projections of the same volume, on a detector whose operator origin is row
+    /// `rows.start + len/2`. The volume's offset in z moves by the origin's move over
+    /// `sin(phi)`, so every voxel still projects onto the row it did (see
+    /// [`shadow_rows`](Self::shadow_rows), which gives the rows a volume needs).
+    pub fn with_detector_rows(&self, rows: Range<usize>) -> Result<Self, GeometryError> {
+        if rows.start >= rows.end || rows.end > self.deth {
+            return Err(GeometryError::BadBox {
+                axis: "detector rows",
+                start: rows.start,
+                end: rows.end,
+                reason: format!("must be a non-empty range within 0:{}", self.deth),
+            });
+        }
+        let len = rows.end - rows.start;
+        let moved = (rows.start + len / 2) as f64 - (self.deth / 2) as f64;
+        let [z0, y0, x0] = self.offset;
+        let g = Self {
+            deth: len,
+            offset: [z0 - moved / self.phi.sin(), y0, x0],
+            ..self.clone()
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
     /// Number of projection angles.
     pub fn ntheta(&self) -> usize {
         self.theta.len()
@@ -453,14 +530,21 @@ impl Geometry {
     /// Reads a geometry JSON file (`n0, n1, n2, deth, detw, theta, phi`, optional `eps`,
     /// `center` and `offset`).
     pub fn read_json(path: &Path) -> Result<Self, GeometryError> {
+        let g = Self::parse_json(path)?;
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Reads a geometry JSON file without [`validate`](Self::validate): for a scan's geometry,
+    /// whose sizes may be any (the reconstruction pads them, see `recon::padding`) and which
+    /// the scan's own check (`scan::validate_scan_geometry`) validates.
+    pub fn parse_json(path: &Path) -> Result<Self, GeometryError> {
         let err = |reason: String| GeometryError::File {
             path: path.display().to_string(),
             reason,
         };
         let text = crate::io::read_text(path).map_err(|e| err(e.to_string()))?;
-        let g: Self = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
-        g.validate()?;
-        Ok(g)
+        serde_json::from_str(&text).map_err(|e| err(e.to_string()))
     }
 
     /// Writes the geometry as JSON.
@@ -754,6 +838,49 @@ mod tests {
             ..VolumeBox::full(&g)
         });
         assert!(e.contains("y 10:50") && e.contains("0:48"), "{e}");
+    }
+
+    #[test]
+    fn a_box_is_cut_to_the_rows_it_projects_onto() {
+        let theta: Vec<f64> = (0..12).map(|i| i as f64 * 0.5).collect();
+        let g = Geometry::for_detector(64, 32, theta, 110f64.to_radians());
+        // The default volume's shadow covers its detector: nothing to cut.
+        assert!(g.shadow_rows() == (0..64));
+        let slab = g
+            .with_subvolume(&VolumeBox {
+                z: 40..48,
+                ..VolumeBox::full(&g)
+            })
+            .unwrap();
+        let rows = slab.shadow_rows();
+        assert!(
+            rows.len().is_multiple_of(2) && rows.len() < 64 && rows.end <= 64,
+            "{rows:?}"
+        );
+        let cut = slab.with_detector_rows(rows.clone()).unwrap();
+        assert!(cut.deth == rows.len() && (cut.n0, cut.n1, cut.n2) == (8, 32, 32));
+        // Every voxel lands on the detector row it did: the origin moved with the cut.
+        for t in 0..g.ntheta() {
+            let before = slab.projection_shift(t)[0] + 32.0;
+            let after = cut.projection_shift(t)[0] + (rows.start + rows.len() / 2) as f64;
+            assert!((before - after).abs() <= 1e-9, "{t}: {before} {after}");
+        }
+        // Plain CT: the slab's own rows plus the kernel's reach and a row each side.
+        let ct = Geometry {
+            phi: PI / 2.0,
+            ..slab.clone()
+        };
+        assert!(ct.shadow_rows() == (35..53), "{:?}", ct.shadow_rows());
+        for bad in [10..10, 60..70] {
+            assert!(matches!(
+                slab.with_detector_rows(bad),
+                Err(GeometryError::BadBox { .. })
+            ));
+        }
+        assert!(matches!(
+            slab.with_detector_rows(3..8),
+            Err(GeometryError::BadSize { name: "deth", .. })
+        ));
     }
 
     #[test]

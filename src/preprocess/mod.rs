@@ -77,6 +77,11 @@ pub struct Preprocessing {
     /// The detector's effective pixel size (unbinned): `--pixel-size`, else the input's
     /// metadata; `None`: unknown, and the outputs are in voxel units.
     pub pixel_size: Option<crate::io::PixelSize>,
+    /// Where the tilt came from (`--tilt-deg`, a dataset of the file, the geometry file).
+    pub tilt_source: Option<String>,
+    /// Where the projection angles came from (a dataset of the file, an angle list, the
+    /// geometry file).
+    pub angles_source: Option<String>,
 }
 
 /// Where the rotation axis of a reconstruction came from.

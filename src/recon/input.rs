@@ -127,11 +127,16 @@ pub enum ProjectionInput {
     /// An HDF5 scan (DXchange or NXtomo); `tilt_deg` overrides (or supplies) the tilt it
     /// records, `angles` (an angle list, see [`read_angle_list_in`]) replaces its angles, and
     /// `theta_units` gives the unit of the angles where the file or list states none.
+    ///
+    /// `tilt_path` and `theta_path` name datasets of the file holding the tilt `T` and the
+    /// angles where the layout's own places do not (`--tilt-path`, `--theta-path`).
     DXchange {
         path: PathBuf,
         tilt_deg: Option<f64>,
         angles: Option<PathBuf>,
         theta_units: Option<AngleUnit>,
+        tilt_path: Option<String>,
+        theta_path: Option<String>,
     },
     /// A TIFF intensity stack with its angles (`theta_units`: their unit where the list states
     /// none), tilt and shading.
@@ -157,6 +162,11 @@ pub struct LoadedProjections {
     /// The detector's effective pixel size (unbinned) where the input records it (DXchange
     /// metadata, [`crate::io::read_pixel_size`]); `None`: not recorded.
     pub pixel_size: Option<PixelSize>,
+    /// Where the tilt came from: `--tilt-deg`, a dataset of the file, the geometry file.
+    pub tilt_source: String,
+    /// Where the projection angles came from: a dataset of the file, an angle list, the
+    /// geometry file.
+    pub angles_source: String,
 }
 
 /// The lower-case extension of `path` ("" when it has none).
@@ -199,8 +209,11 @@ pub fn load_projections_with(
 ) -> Result<LoadedProjections, InputError> {
     let b = options.binning;
     match input {
-        ProjectionInput::LineIntegrals { path, geometry } => {
-            let geometry = Geometry::read_json(geometry)?;
+        ProjectionInput::LineIntegrals {
+            path,
+            geometry: geometry_path,
+        } => {
+            let geometry = read_scan_geometry(geometry_path)?;
             let array = read_complex_npy(path)?;
             let expected = vec![geometry.ntheta(), geometry.deth, geometry.detw];
             if array.shape != expected {
@@ -217,16 +230,13 @@ pub fn load_projections_with(
                 warnings: Vec::new(),
                 clamps: None,
                 pixel_size: None,
+                tilt_source: format!("{} (phi)", geometry_path.display()),
+                angles_source: format!("{} (theta)", geometry_path.display()),
             })
         }
-        ProjectionInput::DXchange {
-            path,
-            tilt_deg,
-            angles,
-            theta_units,
-        } => {
-            let scan = Hdf5Scan::open(path, angles.as_deref(), *theta_units)?;
-            projections_from_dxchange(path, *tilt_deg, scan, options, &|count| 0..count)
+        ProjectionInput::DXchange { .. } => {
+            let (scan, path, tilt_deg) = hdf5_scan(input)?;
+            projections_from_dxchange(path, tilt_deg, scan, options, &|count| 0..count)
         }
         ProjectionInput::TiffStack {
             path,
@@ -246,20 +256,26 @@ pub fn load_projection_share(
     options: &LoadOptions,
     share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
-    if let ProjectionInput::DXchange {
-        path,
-        tilt_deg,
-        angles,
-        theta_units,
-    } = input
-    {
-        let scan = Hdf5Scan::open(path, angles.as_deref(), *theta_units)?;
-        return projections_from_dxchange(path, *tilt_deg, scan, options, share);
+    if let Some(opened) = Hdf5Scan::open(input) {
+        let (scan, path, tilt_deg) = opened?;
+        return projections_from_dxchange(path, tilt_deg, scan, options, share);
     }
     let mut loaded = load_projections_with(input, options)?;
     let angles = share(loaded.projections.geometry().ntheta());
     loaded.projections = loaded.projections.keep(angles)?;
     Ok(loaded)
+}
+
+/// The geometry file of `.npy` line integrals: any volume and detector size of at least 1, as
+/// for the other inputs (the reconstruction pads them to what the operator takes, see
+/// [`crate::recon::padding`]); everything else checked as the operator checks it.
+fn read_scan_geometry(path: &Path) -> Result<Geometry, InputError> {
+    let g = Geometry::parse_json(path)?;
+    crate::scan::validate_scan_geometry(&g).map_err(|e| GeometryError::File {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(g)
 }
 
 /// The reference's geometry for a detector of `deth x detw` pixels, binned by `b`.
@@ -285,17 +301,12 @@ pub fn input_geometry(
     let b = options.binning;
     match input {
         ProjectionInput::LineIntegrals { geometry, .. } => {
-            Ok(bin_geometry(&Geometry::read_json(geometry)?, b)?)
+            Ok(bin_geometry(&read_scan_geometry(geometry)?, b)?)
         }
-        ProjectionInput::DXchange {
-            path,
-            tilt_deg,
-            angles,
-            theta_units,
-        } => {
-            let scan = Hdf5Scan::open(path, angles.as_deref(), *theta_units)?;
+        ProjectionInput::DXchange { .. } => {
+            let (scan, path, tilt_deg) = hdf5_scan(input)?;
             let info = scan.info();
-            let phi = tilt_phi(path, *tilt_deg, info.phi)?;
+            let phi = scan_tilt(path, tilt_deg, info)?.phi;
             let [_, deth, detw] = info.projections.shape;
             detector_geometry(deth, detw, info.theta.clone(), phi, b)
         }
@@ -315,14 +326,59 @@ pub fn input_geometry(
     }
 }
 
-/// The tilt `phi` (radians): `tilt_deg` given, else what the scan at `path` records.
-fn tilt_phi(path: &Path, tilt_deg: Option<f64>, recorded: Option<f64>) -> Result<f64, InputError> {
+/// [`Hdf5Scan::open`] for an input known to be an HDF5 scan.
+fn hdf5_scan(input: &ProjectionInput) -> Result<OpenedScan<'_>, InputError> {
+    Hdf5Scan::open(input).unwrap_or_else(|| {
+        Err(InputError::Missing(
+            "an HDF5 scan was expected (DXchange or NXtomo)".into(),
+        ))
+    })
+}
+
+/// A scan's tilt and what a user must be told about it.
+struct ScanTilt {
+    /// `phi` in radians (pi/2 is plain CT).
+    phi: f64,
+    /// Where it came from.
+    source: String,
+    /// `--tilt-deg` overriding a tilt the file records differently, or one it could not read.
+    warning: Option<String>,
+}
+
+/// The tilt of the HDF5 scan at `path` (`info`): `tilt_deg` given, else what the file records
+/// (its source said); a given tilt that differs from the file's wins, said.
+fn scan_tilt(path: &Path, tilt_deg: Option<f64>, info: &ScanInfo) -> Result<ScanTilt, InputError> {
+    let recorded = info.phi.zip(info.phi_source.as_ref());
+    let degrees = |phi: f64| phi.to_degrees() - 90.0;
     match (tilt_deg, recorded) {
-        (Some(t), _) => Ok((90.0 + t).to_radians()),
-        (None, Some(phi)) => Ok(phi),
+        (Some(t), recorded) => {
+            let warning = match (recorded, &info.phi_unread) {
+                (Some((phi, from)), _) if (degrees(phi) - t).abs() > 1e-9 => Some(format!(
+                    "--tilt-deg {t} overrides the tilt of {:.6} degrees that {} records in {from}",
+                    degrees(phi),
+                    path.display()
+                )),
+                (None, Some(why)) => Some(format!(
+                    "--tilt-deg {t} gives the tilt; the one {} names was not read: {why}",
+                    path.display()
+                )),
+                _ => None,
+            };
+            Ok(ScanTilt {
+                phi: (90.0 + t).to_radians(),
+                source: "--tilt-deg".into(),
+                warning,
+            })
+        }
+        (None, Some((phi, from))) => Ok(ScanTilt {
+            phi,
+            source: from.clone(),
+            warning: None,
+        }),
         (None, None) => Err(InputError::Missing(format!(
-            "{} records no tilt (lamino reads /lamino/phi_deg; NXtomo has no tilt field): pass \
-             --tilt-deg",
+            "{} records no tilt where lamino looks (/lamino/phi_deg; an NXtomo \
+             sample/rotation_angle's NeXus `vector`): pass --tilt-deg T, or --tilt-path \
+             /DATASET naming where the file holds it",
             path.display()
         ))),
     }
@@ -366,6 +422,9 @@ fn line_integral_buffer(
     Ok(Vec::with_capacity(len))
 }
 
+/// An open HDF5 scan with its path and the tilt given (`--tilt-deg`).
+type OpenedScan<'a> = (Hdf5Scan, &'a Path, Option<f64>);
+
 /// An open HDF5 scan of either layout lamino reads (boxed: one is held per load, and the two
 /// readers differ much in size).
 enum Hdf5Scan {
@@ -374,24 +433,47 @@ enum Hdf5Scan {
 }
 
 impl Hdf5Scan {
-    /// Opens the scan at `path` with the angle list `angles` replacing its angles and
-    /// `theta_units` giving their unit: as DXchange when it has `/exchange/data`, else as NXtomo.
-    fn open(
-        path: &Path,
-        angles: Option<&Path>,
-        theta_units: Option<AngleUnit>,
-    ) -> Result<Self, InputError> {
-        let options = ScanOptions {
+    /// Opens the HDF5 scan `input` describes (`None` for other inputs), with its angle list
+    /// replacing the file's angles, `theta_units` giving their unit and `tilt_path` /
+    /// `theta_path` naming where the file holds its tilt and angles: as DXchange when it has
+    /// `/exchange/data`, else as NXtomo. Returns the path and the tilt given too.
+    fn open(input: &ProjectionInput) -> Option<Result<OpenedScan<'_>, InputError>> {
+        let ProjectionInput::DXchange {
+            path,
+            tilt_deg,
+            angles,
             theta_units,
-            theta: angles
-                .map(|a| {
-                    Ok::<_, InputError>((a.to_path_buf(), read_angle_list_in(a, theta_units)?))
-                })
-                .transpose()?,
+            tilt_path,
+            theta_path,
+        } = input
+        else {
+            return None;
         };
-        match DxchangeReader::open_with(path, &options) {
+        let theta_units = *theta_units;
+        let open = || {
+            let options = ScanOptions {
+                theta_units,
+                theta: angles
+                    .as_deref()
+                    .map(|a| {
+                        Ok::<_, InputError>((a.to_path_buf(), read_angle_list_in(a, theta_units)?))
+                    })
+                    .transpose()?,
+                theta_path: theta_path.clone(),
+                tilt_path: tilt_path.clone(),
+                tilt_deg: *tilt_deg,
+            };
+            Ok((Self::open_with(path, &options)?, path.as_path(), *tilt_deg))
+        };
+        Some(open())
+    }
+
+    /// Opens the scan at `path` with `options`: as DXchange when it has `/exchange/data`, else as
+    /// NXtomo.
+    fn open_with(path: &Path, options: &ScanOptions) -> Result<Self, InputError> {
+        match DxchangeReader::open_with(path, options) {
             Err(IoError::MissingDataset { dataset, .. }) if dataset == "/exchange/data" => {
-                match NxtomoReader::open(path, &options) {
+                match NxtomoReader::open(path, options) {
                     Err(IoError::MissingDataset { .. }) => Err(IoError::MissingDataset {
                         path: path.to_path_buf(),
                         dataset: "/exchange/data (DXchange) or /<entry>/instrument/detector/data \
@@ -504,7 +586,8 @@ fn projections_from_dxchange(
 ) -> Result<LoadedProjections, InputError> {
     let b = options.binning;
     let info = reader.info().clone();
-    let phi = tilt_phi(path, tilt_deg, info.phi)?;
+    let tilt = scan_tilt(path, tilt_deg, &info)?;
+    let phi = tilt.phi;
     let [count, deth, detw] = info.projections.shape;
     let geometry = detector_geometry(deth, detw, info.theta, phi, b)?;
     let frame = [geometry.deth, geometry.detw];
@@ -522,8 +605,14 @@ fn projections_from_dxchange(
         clamped += means.append(&bin_frames(block, b)?, &mut values)?;
     }
     let mut warnings = reader.warnings(path);
+    warnings.extend(tilt.warning);
     let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
-    let mut notes = Vec::new();
+    let mut notes = vec![format!(
+        "tilt {:.6} degrees from {}; angles from {}",
+        phi.to_degrees() - 90.0,
+        tilt.source,
+        info.theta_source
+    )];
     let pixel_size = match reader.pixel_size(path) {
         Ok(Some((size, from))) => {
             notes.push(format!("pixel size {} um (from {from})", size.value));
@@ -543,6 +632,8 @@ fn projections_from_dxchange(
         warnings,
         clamps: Some(clamps),
         pixel_size,
+        tilt_source: tilt.source,
+        angles_source: info.theta_source,
     })
 }
 
@@ -648,6 +739,8 @@ fn projections_from_tiff(
         warnings,
         clamps: Some(clamps),
         pixel_size: None,
+        tilt_source: "--tilt-deg".into(),
+        angles_source: angles.display().to_string(),
     })
 }
 
@@ -697,7 +790,16 @@ pub fn projections_from_scan(
     scan: Scan,
     tilt_deg: Option<f64>,
 ) -> Result<LoadedProjections, InputError> {
-    let phi = tilt_phi(path, tilt_deg, scan.phi)?;
+    let (phi, tilt_source) = match (tilt_deg, scan.phi) {
+        (Some(t), _) => ((90.0 + t).to_radians(), "--tilt-deg".to_string()),
+        (None, Some(phi)) => (phi, "the scan's phi".to_string()),
+        (None, None) => {
+            return Err(InputError::Missing(format!(
+                "{} records no tilt: pass --tilt-deg",
+                path.display()
+            )))
+        }
+    };
     let [_, deth, detw] = scan.data.shape;
     let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
     let (projections, clamps) =
@@ -717,6 +819,8 @@ pub fn projections_from_scan(
         warnings: clamp_warning(clamps).into_iter().collect(),
         clamps: Some(clamps),
         pixel_size: None,
+        tilt_source,
+        angles_source: "the scan's theta".into(),
     })
 }
 

@@ -31,6 +31,15 @@ pub struct InputArgs {
     /// they look like radians (all within 2 pi) or span under 7 degrees, which is refused.
     #[arg(long, value_enum)]
     theta_units: Option<ThetaUnits>,
+    /// For an HDF5 scan: the dataset holding the laminographic tilt T (one value; degrees, or
+    /// radians when its `units` attribute says so), for files that record it where lamino does
+    /// not look (docs/input-formats.md). --tilt-deg overrides it (said).
+    #[arg(long)]
+    tilt_path: Option<String>,
+    /// For an HDF5 scan: the dataset holding the projection angles (one per projection, or per
+    /// frame of an NXtomo file), read instead of /exchange/theta or NXtomo's rotation_angle.
+    #[arg(long)]
+    theta_path: Option<String>,
     /// For a TIFF intensity stack: white fields (multi-page TIFF, folder of TIFFs or .npy),
     /// averaged.
     #[arg(long)]
@@ -109,6 +118,8 @@ impl InputArgs {
                     ("--tilt-deg", self.tilt_deg.is_some()),
                     ("--angles", self.angles.is_some()),
                     ("--theta-units", self.theta_units.is_some()),
+                    ("--tilt-path", self.tilt_path.is_some()),
+                    ("--theta-path", self.theta_path.is_some()),
                     ("--flats", self.flats.is_some()),
                     ("--darks", self.darks.is_some()),
                     ("--flatfield", self.flatfield.is_some()),
@@ -128,7 +139,11 @@ impl InputArgs {
             "tif" | "tiff" => (
                 "a TIFF intensity stack",
                 "its geometry comes from --angles and --tilt-deg",
-                &[("--geometry", self.geometry.is_some())],
+                &[
+                    ("--geometry", self.geometry.is_some()),
+                    ("--tilt-path", self.tilt_path.is_some()),
+                    ("--theta-path", self.theta_path.is_some()),
+                ],
             ),
             _ => ("", "", &[]),
         };
@@ -162,6 +177,8 @@ impl InputArgs {
                     tilt_deg: self.tilt_deg,
                     angles: self.angles.clone(),
                     theta_units,
+                    tilt_path: self.tilt_path.clone(),
+                    theta_path: self.theta_path.clone(),
                 }
             }
             "tif" | "tiff" => {

@@ -263,7 +263,10 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             .volume
             .volume_box(&g, args.preprocess.binning_factor())?
         {
-            Some(b) => g.with_subvolume(&b)?,
+            Some(b) => {
+                let g = g.with_subvolume(&b)?;
+                g.with_detector_rows(g.shadow_rows())?
+            }
             None => g,
         };
         let devices = open_devices(cli, &options.ranks)?;
@@ -417,7 +420,18 @@ fn reconstruct_into(
         }
     };
     let projections = match args.volume.volume_box(projections.geometry(), b)? {
-        Some(volume) => projections.with_volume(&volume)?,
+        Some(volume) => {
+            let deth = projections.geometry().deth;
+            let boxed = projections.with_volume(&volume)?;
+            let kept = boxed.geometry().deth;
+            if kept < deth && !args.quiet {
+                eprintln!(
+                    "slab: the operator uses the {kept} of {deth} detector rows the box projects \
+                     onto (its shadow, plus the gridding kernel's reach)"
+                );
+            }
+            boxed
+        }
         None => projections,
     };
     run_reconstruction(

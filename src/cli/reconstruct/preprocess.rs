@@ -154,6 +154,8 @@ impl PreprocessArgs {
             _ => load_projections_with(&input, &options)?,
         };
         let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
+        let (tilt_source, angles_source) =
+            (loaded.tilt_source.clone(), loaded.angles_source.clone());
         let pixel_size = self.pixel_size.or(loaded.pixel_size);
         if let (Some(given), Some(recorded), false) = (self.pixel_size, loaded.pixel_size, quiet) {
             eprintln!(
@@ -173,6 +175,8 @@ impl PreprocessArgs {
             clamps,
             input_warnings,
             pixel_size,
+            tilt_source: Some(tilt_source),
+            angles_source: Some(angles_source),
         };
         if let Some(method) = stripes {
             let start = std::time::Instant::now();

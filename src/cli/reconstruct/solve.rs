@@ -165,8 +165,9 @@ pub(in crate::cli) fn run_reconstruction<'a>(
     if !o.quiet {
         if g.offset != [0.0; 3] {
             eprintln!(
-                "volume: a box of the default {}x{}x{}, its centre offset (z, y, x) = {:?} voxels",
-                g.deth, g.detw, g.detw, g.offset
+                "volume: a box of the default volume, its centre offset (z, y, x) = {:?} voxels \
+                 from the plane and axis that project onto the detector's centre",
+                g.offset
             );
         }
         eprintln!(
