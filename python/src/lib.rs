@@ -5,8 +5,11 @@
 #![allow(dead_code)]
 
 mod arrays;
+mod basic;
 mod device;
 mod errors;
+mod operator;
+mod preprocess;
 
 use pyo3::prelude::*;
 
@@ -15,5 +18,8 @@ fn lamino(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     device::register(m)?;
+    operator::register(m)?;
+    preprocess::register(m)?;
+    basic::register(m)?;
     Ok(())
 }
