@@ -1,7 +1,7 @@
 """Type stubs of the lamino extension module (numpy in, numpy out; see docs/python.md)."""
 
 import os
-from typing import Any, Callable, Literal, Optional, Sequence, TypedDict, Union
+from typing import Any, Callable, Literal, Optional, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,78 @@ def devices() -> list[Adapter]: ...
 
 # ---- Reconstruction, simulation, scores (python/src/reconstruct.rs, simulate.rs) -------------
 
+ArrayLike = npt.ArrayLike
+Volume = npt.NDArray[np.float32]
+
+class Defaults(TypedDict):
+    alpha: float
+    max_iterations: int
+    inner_iterations: int
+    rho0: float
+    memo: str
+
+DEFAULTS: Defaults
+"""The solver's defaults, from the library's parameter definitions."""
+
+class IterationReport(TypedDict):
+    iteration: int
+    total: int
+    elapsed_s: float
+    eta_s: float
+    data_term: float
+    tv_term: float
+    dual_term: float
+    penalty_term: float
+    lagrangian: float
+    primal_residual: float
+    dual_residual: float
+    rho: float
+    change: float
+    primal_relative: float
+    dual_relative: float
+
+def reconstruct(
+    proj: ArrayLike,
+    theta: ArrayLike,
+    *,
+    tilt: float,
+    center: Optional[float] = None,
+    volume_shape: Optional[tuple[int, int, int]] = None,
+    alpha: float = ...,
+    max_iterations: int = ...,
+    iterations: Optional[int] = None,
+    memo: str = "off",
+    binning: int = 1,
+    remove_stripe: Optional[Literal["fw", "sort"]] = None,
+    device: Device = "best",
+    allow_software_gpu: Optional[bool] = None,
+    progress: Union[None, bool, Callable[[IterationReport], Any]] = None,
+) -> Volume:
+    """ADMM-TV volume (z, y, x) float32 from line integrals (ntheta, deth, detw); theta in
+    radians, tilt in degrees, binning a factor."""
+
+class SimulatedScan(TypedDict):
+    truth: Volume
+    projections: npt.NDArray[np.float32]
+    theta: npt.NDArray[np.float64]
+    tilt: float
+
+def simulate(
+    phantom: Literal["chip", "shepp", "blobs"] = "chip",
+    size: int = 64,
+    angles: int = 64,
+    tilt_deg: float = 30.0,
+    photons: Optional[float] = None,
+    seed: int = 0,
+) -> SimulatedScan: ...
+
+class Score(TypedDict):
+    rel_l2: float
+    psnr: Optional[float]
+    ssim: float
+
+def score(volume: ArrayLike, truth: ArrayLike) -> Score: ...
+
 # ---- Operator, preprocessing, BaSiC, files (python/src/operator.rs, basic.rs, preprocess.rs) --
 
 class Operator:
@@ -41,17 +113,17 @@ class Operator:
     def __init__(
         self,
         volume_shape: tuple[int, int, int],
-        theta: npt.ArrayLike,
+        theta: ArrayLike,
         tilt: float,
         *,
         detector_shape: Optional[tuple[int, int]] = None,
         center: Optional[float] = None,
         eps: float = 1e-3,
-        device: Optional[Device] = None,
+        device: Device = "best",
         allow_software_gpu: Optional[bool] = None,
     ) -> None: ...
-    def forward(self, volume: npt.ArrayLike) -> npt.NDArray[np.complex64]: ...
-    def adjoint(self, data: npt.ArrayLike) -> npt.NDArray[np.complex64]: ...
+    def forward(self, volume: ArrayLike) -> npt.NDArray[np.complex64]: ...
+    def adjoint(self, data: ArrayLike) -> npt.NDArray[np.complex64]: ...
     @property
     def volume_shape(self) -> tuple[int, int, int]: ...
     @property
@@ -60,9 +132,9 @@ class Operator:
     def center(self) -> float: ...
 
 def normalize(
-    proj: npt.ArrayLike, flat: npt.ArrayLike, dark: npt.ArrayLike
+    proj: ArrayLike, flat: ArrayLike, dark: ArrayLike
 ) -> npt.NDArray[np.float32]: ...
-def minus_log(proj: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
+def minus_log(proj: ArrayLike) -> npt.NDArray[np.float32]: ...
 def read_dxchange(
     path: Union[str, os.PathLike[str]], *, theta_units: Optional[Literal["deg", "rad"]] = None
 ) -> tuple[
@@ -73,7 +145,7 @@ def read_dxchange(
     Optional[float],
 ]: ...
 def remove_stripe(
-    tomo: npt.ArrayLike,
+    tomo: ArrayLike,
     method: Literal["fw", "sort"] = "fw",
     *,
     level: Optional[int] = None,
@@ -81,38 +153,18 @@ def remove_stripe(
     size: Optional[int] = None,
 ) -> npt.NDArray[np.float32]: ...
 
-class AxisScores(TypedDict):
-    center: npt.NDArray[np.float64]
-    tilt: npt.NDArray[np.float64]
-    score: npt.NDArray[np.float64]
-    best_center: float
-    best_tilt: float
-    refined_tilt: float
-    peak_half_width: Optional[float]
-    slab_slices: int
-
 def find_rotation_axis(
-    proj: npt.ArrayLike,
-    theta: npt.ArrayLike,
+    proj: ArrayLike,
+    theta: ArrayLike,
     tilt: float,
     *,
-    centers: Optional[npt.ArrayLike] = None,
-    tilts: Optional[npt.ArrayLike] = None,
+    centers: Optional[ArrayLike] = None,
+    tilts: Optional[ArrayLike] = None,
     slab_slices: Optional[int] = None,
     slab_z: float = 0.0,
-    device: Optional[Device] = None,
+    device: Device = "best",
     allow_software_gpu: Optional[bool] = None,
-) -> tuple[float, AxisScores]: ...
-
-class BasicReport(TypedDict):
-    lambda_flatfield: float
-    lambda_darkfield: float
-    reweighting_rounds: int
-    converged: bool
-    fallback: bool
-    brightness_spread: float
-    warnings: list[str]
-    changed_parameters: list[str]
+) -> tuple[float, dict[str, Any]]: ...
 
 class BaSiC:
     """BaSiC flat-field estimation with BaSiCPy's names; defaults from lamino's BasicParams."""
@@ -134,12 +186,12 @@ class BaSiC:
         darkfield_ratio: Optional[float] = None,
         flat_min: Optional[float] = None,
         clip_negative: Optional[bool] = None,
-        device: Optional[Device] = None,
+        device: Device = "best",
         allow_software_gpu: Optional[bool] = None,
     ) -> None: ...
-    def fit(self, images: npt.ArrayLike) -> None: ...
-    def transform(self, images: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
-    def fit_transform(self, images: npt.ArrayLike) -> npt.NDArray[np.float32]: ...
+    def fit(self, images: ArrayLike) -> None: ...
+    def transform(self, images: ArrayLike) -> npt.NDArray[np.float32]: ...
+    def fit_transform(self, images: ArrayLike) -> npt.NDArray[np.float32]: ...
     @property
     def flatfield(self) -> Optional[npt.NDArray[np.float32]]: ...
     @property
@@ -147,7 +199,7 @@ class BaSiC:
     @property
     def baseline(self) -> Optional[npt.NDArray[np.float32]]: ...
     @property
-    def report(self) -> Optional[BasicReport]: ...
+    def report(self) -> Optional[dict[str, Any]]: ...
     get_darkfield: bool
     smoothness_flatfield: Optional[float]
     smoothness_darkfield: Optional[float]

@@ -15,9 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::open;
+use crate::device::{device_options, DeviceArg, Lease};
 use crate::errors::{flatfield_error, input_error};
-use crate::preprocess::device_options_or_best;
 
 /// BaSiC flat-field and dark-field estimation (Peng et al., Nat. Commun. 8:14836, 2017), on
 /// the GPU, with BaSiCPy's names: switching from BaSiCPy is one import line for the
@@ -93,10 +92,9 @@ impl Basic {
         smoothness_darkfield=None, max_iterations=None, optimization_tol=None,
         max_reweight_iterations=None, reweighting_tol=None, working_size=None, epsilon=None,
         sort_intensity=None, smoothness=None, darkfield_ratio=None, flat_min=None,
-        clip_negative=None, device=None, allow_software_gpu=None))]
+        clip_negative=None, device=DeviceArg::from("best"), allow_software_gpu=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
-        py: Python<'_>,
         get_darkfield: Option<bool>,
         smoothness_flatfield: Option<f64>,
         smoothness_darkfield: Option<f64>,
@@ -111,7 +109,7 @@ impl Basic {
         darkfield_ratio: Option<f64>,
         flat_min: Option<f32>,
         clip_negative: Option<bool>,
-        device: Option<&Bound<'_, PyAny>>,
+        device: DeviceArg,
         allow_software_gpu: Option<bool>,
     ) -> PyResult<Self> {
         let d = BasicParams::default();
@@ -143,7 +141,7 @@ impl Basic {
         Ok(Self {
             params,
             transform_params,
-            device: device_options_or_best(py, device, allow_software_gpu)?,
+            device: device_options(device, allow_software_gpu)?,
             fitted: Mutex::new(None),
         })
     }
@@ -237,8 +235,9 @@ impl Basic {
         Ok(Some(d))
     }
 
-    #[getter]
-    fn get_darkfield(&self) -> bool {
+    // Named explicitly: PyO3 would strip the `get_` of the method's name.
+    #[getter(get_darkfield)]
+    fn estimates_darkfield(&self) -> bool {
         self.params.get_darkfield
     }
     #[getter]
@@ -324,9 +323,11 @@ impl Basic {
                 pre.push(image).map_err(flatfield_error)?;
             }
             let prepared = pre.finish(&self.params).map_err(flatfield_error)?;
-            let ctx = open(&self.device)?;
-            fit_prepared(&ctx, &prepared, height, width, &self.params, |_| {})
-                .map_err(flatfield_error)
+            let lease = Lease::take(&self.device)?;
+            let fit = fit_prepared(lease.ctx(), &prepared, height, width, &self.params, |_| {})
+                .map_err(flatfield_error)?;
+            lease.give_back();
+            Ok(fit)
         })?;
         Ok(Fitted {
             fields: fit.fields,
@@ -352,13 +353,16 @@ impl Basic {
         }
         let values = images.as_slice()?;
         let corrected = py.detach(|| -> PyResult<Vec<f32>> {
-            let ctx = open(&self.device)?;
-            let plan = TransformPlan::new(&ctx, fields, &self.transform_params)
+            let lease = Lease::take(&self.device)?;
+            let plan = TransformPlan::new(lease.ctx(), fields, &self.transform_params)
                 .map_err(flatfield_error)?;
             let mut out = Vec::with_capacity(values.len());
             for batch in values.chunks(plan.batch() * fields.height * fields.width) {
                 out.extend(plan.apply(batch).map_err(flatfield_error)?);
             }
+            // The plan's buffers go before the device is handed on.
+            drop(plan);
+            lease.give_back();
             Ok(out)
         })?;
         to_numpy(py, &shape, corrected)

@@ -4,6 +4,8 @@
 
 use lamino_core::gpu::list_adapters;
 use lamino_core::{DeviceOptions, DeviceSelection, GpuContext};
+use std::sync::Mutex;
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -29,30 +31,33 @@ fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
         .collect()
 }
 
-/// The device options of `device` (`"best"`, an adapter index as int or string) and
-/// `allow_software_gpu` (`None`: as `LAMINO_ALLOW_SOFTWARE_GPU` says; `True`/`False`: that,
-/// whatever the environment says).
+/// `device=`: `"best"` or an adapter index (an int, or its digits as a string).
+#[derive(FromPyObject)]
+pub(crate) enum DeviceArg {
+    Index(usize),
+    Name(String),
+}
+
+impl From<&str> for DeviceArg {
+    fn from(name: &str) -> Self {
+        Self::Name(name.to_string())
+    }
+}
+
+/// The device options of `device` and `allow_software_gpu` (`None`: as
+/// `LAMINO_ALLOW_SOFTWARE_GPU` says; `True`/`False`: that, whatever the environment says).
 pub(crate) fn device_options(
-    device: &Bound<'_, PyAny>,
+    device: DeviceArg,
     allow_software_gpu: Option<bool>,
 ) -> PyResult<DeviceOptions> {
-    let selection = if let Ok(index) = device.extract::<usize>() {
-        DeviceSelection::Index(index)
-    } else if let Ok(text) = device.extract::<String>() {
-        text.parse::<DeviceSelection>().map_err(|_| {
+    let selection = match device {
+        DeviceArg::Index(index) => DeviceSelection::Index(index),
+        DeviceArg::Name(text) => text.parse::<DeviceSelection>().map_err(|_| {
             input_error(
                 "device",
                 format!("{text:?}: expected \"best\" or an adapter index from lamino.devices()"),
             )
-        })?
-    } else {
-        return Err(input_error(
-            "device",
-            format!(
-                "{}: expected \"best\" or an adapter index from lamino.devices()",
-                device.repr()?
-            ),
-        ));
+        })?,
     };
     Ok(match allow_software_gpu {
         None => DeviceOptions::new(selection, false),
@@ -63,9 +68,48 @@ pub(crate) fn device_options(
     })
 }
 
-/// A device by `options` (call without the GIL: creating one takes a while).
-pub(crate) fn open(options: &DeviceOptions) -> PyResult<GpuContext> {
-    GpuContext::new(options).map_err(gpu_error)
+/// Devices opened by earlier calls and idle now, with the options they were opened for. Opening
+/// a device and compiling its kernels takes seconds (tens on a software adapter); a notebook
+/// calls again and again, so a call leases an idle device of its options, or opens one when
+/// none is idle (two threads at once get two devices).
+static IDLE: Mutex<Vec<(DeviceOptions, GpuContext)>> = Mutex::new(Vec::new());
+
+/// A device one call holds: back to [`IDLE`] by [`Lease::give_back`] once the call has ended
+/// well (or was interrupted between iterations); dropped with it after an error, which may have
+/// left the device unusable.
+pub(crate) struct Lease {
+    options: DeviceOptions,
+    ctx: GpuContext,
+}
+
+impl Lease {
+    /// An idle device of `options`, or a new one (call without the GIL: opening takes a while).
+    pub(crate) fn take(options: &DeviceOptions) -> PyResult<Self> {
+        let idle = {
+            let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+            let found = idle.iter().position(|(o, _)| o == options);
+            found.map(|i| idle.swap_remove(i).1)
+        };
+        let ctx = match idle {
+            Some(ctx) => ctx,
+            None => GpuContext::new(options).map_err(gpu_error)?,
+        };
+        Ok(Self {
+            options: *options,
+            ctx,
+        })
+    }
+
+    pub(crate) fn ctx(&self) -> &GpuContext {
+        &self.ctx
+    }
+
+    /// Returns the device to the idle ones, without the buffers the run left pooled in it.
+    pub(crate) fn give_back(self) {
+        self.ctx.release_idle_pools();
+        let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        idle.push((self.options, self.ctx));
+    }
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -127,6 +127,8 @@ pub(crate) fn recon_error(e: ReconError) -> PyErr {
     }
 }
 
+// Used by the file and BaSiC calls (python/src/preprocess.rs, basic.rs), built on this module.
+#[allow(dead_code)]
 pub(crate) fn io_error(e: IoError) -> PyErr {
     match e {
         IoError::HostMemory(e) => host_memory_error(e),
@@ -134,6 +136,8 @@ pub(crate) fn io_error(e: IoError) -> PyErr {
     }
 }
 
+// Used by the file and BaSiC calls (python/src/preprocess.rs, basic.rs), built on this module.
+#[allow(dead_code)]
 pub(crate) fn load_error(e: LoadError) -> PyErr {
     match e {
         LoadError::Io(e) => io_error(e),
@@ -166,6 +170,8 @@ pub(crate) fn preprocess_error(e: PreprocessError) -> PyErr {
     }
 }
 
+// Used by the file and BaSiC calls (python/src/preprocess.rs, basic.rs), built on this module.
+#[allow(dead_code)]
 pub(crate) fn flatfield_error(e: FlatfieldError) -> PyErr {
     match e {
         FlatfieldError::Io(e) => io_error(e),

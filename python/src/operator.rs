@@ -6,14 +6,14 @@
 use std::sync::{Mutex, PoisonError};
 
 use lamino_core::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, DEFAULT_EPS};
-use lamino_core::{Complex32, GpuContext};
+use lamino_core::Complex32;
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::arrays::{read_array, to_numpy};
-use crate::device::open;
-use crate::errors::{input_error, operator_error};
-use crate::preprocess::{checked_tilt, device_options_or_best};
+use crate::device::{device_options, DeviceArg, Lease};
+use crate::errors::{input_error, operator_error, LaminoError};
+use crate::preprocess::checked_tilt;
 
 /// The laminography operator ``L`` of one scan geometry, planned once on a GPU.
 ///
@@ -60,18 +60,40 @@ pub(crate) struct Operator {
     geometry: Geometry,
     /// The tilt as given (degrees).
     tilt: f64,
-    ctx: GpuContext,
+    /// The device's description, for `repr`.
+    device: String,
     /// One application at a time: the operator's spectrum and chunk buffers are shared by its
     /// applications, so two threads applying the same operator take turns (two operators run
-    /// at once).
-    operator: Mutex<LaminoOperator>,
+    /// at once). `None` only once `Drop` has taken it.
+    planned: Mutex<Option<Planned>>,
+}
+
+/// The operator and the device it was built on, held for the operator's life.
+struct Planned {
+    operator: LaminoOperator,
+    lease: Lease,
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let planned = self
+            .planned
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(Planned { operator, lease }) = planned.take() {
+            // The operator's buffers go first; its device then returns to the idle ones, so
+            // that the next call finds its kernels compiled.
+            drop(operator);
+            lease.give_back();
+        }
+    }
 }
 
 #[pymethods]
 impl Operator {
     #[new]
     #[pyo3(signature = (volume_shape, theta, tilt, *, detector_shape=None, center=None,
-        eps=DEFAULT_EPS, device=None, allow_software_gpu=None))]
+        eps=DEFAULT_EPS, device=DeviceArg::from("best"), allow_software_gpu=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -81,7 +103,7 @@ impl Operator {
         detector_shape: Option<(usize, usize)>,
         center: Option<f64>,
         eps: f64,
-        device: Option<&Bound<'_, PyAny>>,
+        device: DeviceArg,
         allow_software_gpu: Option<bool>,
     ) -> PyResult<Self> {
         let theta = read_array::<f64>(theta, "theta", 1)?.as_slice()?.to_vec();
@@ -99,18 +121,18 @@ impl Operator {
             center,
             offset: [0.0; 3],
         };
-        let options = device_options_or_best(py, device, allow_software_gpu)?;
-        let (ctx, operator) = py.detach(|| -> PyResult<_> {
-            let ctx = open(&options)?;
-            let operator = LaminoOperator::new(&ctx, &geometry, &OperatorOptions::default())
+        let options = device_options(device, allow_software_gpu)?;
+        let (lease, operator) = py.detach(|| -> PyResult<_> {
+            let lease = Lease::take(&options)?;
+            let operator = LaminoOperator::new(lease.ctx(), &geometry, &OperatorOptions::default())
                 .map_err(operator_error)?;
-            Ok((ctx, operator))
+            Ok((lease, operator))
         })?;
         Ok(Self {
             geometry,
             tilt,
-            ctx,
-            operator: Mutex::new(operator),
+            device: lease.ctx().info().to_string(),
+            planned: Mutex::new(Some(Planned { operator, lease })),
         })
     }
 
@@ -177,7 +199,7 @@ impl Operator {
             g.detw,
             g.rotation_axis(),
             g.eps,
-            self.ctx.info().to_string(),
+            self.device,
         )
     }
 }
@@ -204,15 +226,17 @@ impl Operator {
             ));
         }
         let values = input.as_slice()?;
-        let output = py.detach(|| {
-            let operator = self.operator.lock().unwrap_or_else(PoisonError::into_inner);
-            operator.apply_host(&self.ctx, what, &expected, values)
-        });
-        to_numpy(
-            py,
-            &to.shape(&self.geometry),
-            output.map_err(operator_error)?,
-        )
+        let output = py.detach(|| -> PyResult<_> {
+            let planned = self.planned.lock().unwrap_or_else(PoisonError::into_inner);
+            // Taken only by `Drop`, which no call can overlap; an error rather than a panic.
+            let Some(Planned { operator, lease }) = planned.as_ref() else {
+                return Err(LaminoError::new_err("the operator has been released"));
+            };
+            operator
+                .apply_host(lease.ctx(), what, &expected, values)
+                .map_err(operator_error)
+        })?;
+        to_numpy(py, &to.shape(&self.geometry), output)
     }
 }
 

@@ -15,10 +15,10 @@ use lamino_core::preprocess::{
 use lamino_core::Projections;
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{device_options, open};
+use crate::device::{device_options, DeviceArg, Lease};
 use crate::errors::{input_error, io_error, preprocess_error, scan_error, GeometryError};
 
 /// The step of the default rotation-axis candidates (columns): half a pixel, the step of every
@@ -300,7 +300,7 @@ fn remove_stripe<'py>(
 /// or slabs, ``GeometryError`` for bad angles or tilt, ``DeviceError``/``OutOfMemoryError``.
 #[pyfunction]
 #[pyo3(signature = (proj, theta, tilt, *, centers=None, tilts=None, slab_slices=None,
-    slab_z=0.0, device=None, allow_software_gpu=None))]
+    slab_z=0.0, device=DeviceArg::from("best"), allow_software_gpu=None))]
 #[allow(clippy::too_many_arguments)]
 fn find_rotation_axis<'py>(
     py: Python<'py>,
@@ -311,7 +311,7 @@ fn find_rotation_axis<'py>(
     tilts: Option<&Bound<'py, PyAny>>,
     slab_slices: Option<usize>,
     slab_z: f64,
-    device: Option<&Bound<'py, PyAny>>,
+    device: DeviceArg,
     allow_software_gpu: Option<bool>,
 ) -> PyResult<(f64, Bound<'py, PyDict>)> {
     let proj = read_array::<f32>(proj, "proj", 3)?;
@@ -344,7 +344,7 @@ fn find_rotation_axis<'py>(
             .collect::<PyResult<Vec<f64>>>()?,
         None => vec![tilt],
     };
-    let options = device_options_or_best(py, device, allow_software_gpu)?;
+    let options = device_options(device, allow_software_gpu)?;
     let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt).to_radians());
     let values = proj.as_slice()?;
     let result = py.detach(|| -> PyResult<_> {
@@ -352,8 +352,11 @@ fn find_rotation_axis<'py>(
         let candidates = grid(&axes, &tilts).map_err(preprocess_error)?;
         let g = projections.geometry();
         let slab = choose_slab(g, 1, &candidates, slab_slices, slab_z).map_err(preprocess_error)?;
-        let ctx = open(&options)?;
-        score_candidates(&ctx, &projections, 1, &candidates, &slab).map_err(preprocess_error)
+        let lease = Lease::take(&options)?;
+        let result = score_candidates(lease.ctx(), &projections, 1, &candidates, &slab)
+            .map_err(preprocess_error)?;
+        lease.give_back();
+        Ok(result)
     })?;
     let scores = PyDict::new(py);
     let column = |f: &dyn Fn(&lamino_core::preprocess::Scored) -> f64| -> PyResult<_> {
@@ -380,18 +383,6 @@ pub(crate) fn checked_tilt(tilt: f64) -> PyResult<f64> {
         Err(GeometryError::new_err(format!(
             "tilt = {tilt} degrees: must be finite and lie in (-90, 90) (0 is plain CT)"
         )))
-    }
-}
-
-/// The device options of an optional `device=` argument (`None`: `"best"`).
-pub(crate) fn device_options_or_best(
-    py: Python<'_>,
-    device: Option<&Bound<'_, PyAny>>,
-    allow_software_gpu: Option<bool>,
-) -> PyResult<lamino_core::DeviceOptions> {
-    match device {
-        Some(device) => device_options(device, allow_software_gpu),
-        None => device_options(PyString::new(py, "best").as_any(), allow_software_gpu),
     }
 }
 

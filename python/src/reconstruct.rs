@@ -1,0 +1,213 @@
+//! `lamino.reconstruct`: line integrals and angles in, the ADMM-TV volume out, through the same
+//! library path as `lamino reconstruct` on `.npy` line integrals with a geometry file (the
+//! geometry's volume and rotation axis, binning, stripe removal, then [`Reconstructor`]), so
+//! both give the same bits. The GPU work runs without the GIL.
+
+use lamino_core::memo::{MemoOptions, MemoPolicy};
+use lamino_core::preprocess::{bin_projections, remove_stripes, StripeRemoval, FW_SIGMA};
+use lamino_core::{AdmmParams, Geometry, Projections, Reconstructor};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::arrays::{read_array, shape3, to_numpy};
+use crate::device::{device_options, DeviceArg, Lease};
+use crate::errors::{input_error, preprocess_error, recon_error, scan_error};
+use crate::progress::{Reporter, Watch};
+
+/// The stripe removal `remove_stripe=` names, with lamino's default parameters.
+fn stripe_removal(method: Option<&str>) -> PyResult<Option<StripeRemoval>> {
+    match method {
+        None | Some("none") => Ok(None),
+        Some("fw") => Ok(Some(StripeRemoval::FourierWavelet {
+            level: None,
+            sigma: FW_SIGMA,
+        })),
+        Some("sort") => Ok(Some(StripeRemoval::Sorting { size: None })),
+        Some(other) => Err(input_error(
+            "remove_stripe",
+            format!("{other:?}: expected None, \"fw\" (Fourier-wavelet) or \"sort\" (Vo et al.)"),
+        )),
+    }
+}
+
+/// The solver parameters of the arguments, checked.
+fn solver_params(
+    alpha: f64,
+    max_iterations: usize,
+    iterations: Option<usize>,
+) -> PyResult<AdmmParams> {
+    let params = match iterations {
+        Some(n) => AdmmParams {
+            alpha,
+            ..AdmmParams::exactly(n)
+        },
+        None => AdmmParams {
+            alpha,
+            outer_iterations: max_iterations,
+            ..AdmmParams::default()
+        },
+    };
+    let name = match iterations {
+        Some(_) => "iterations",
+        None => "alpha/max_iterations",
+    };
+    params.validate().map_err(|e| input_error(name, e))?;
+    Ok(params)
+}
+
+/// Reconstruct a volume from laminography projections with ADMM-TV on the GPU.
+///
+/// Parameters
+/// ----------
+/// proj : ndarray, shape (ntheta, deth, detw)
+///     Line integrals -ln(I/I0) in units of the voxel size (tomopy's ``minus_log`` of its
+///     ``normalize``). C-contiguous float32 is read in place; any other real dtype or layout is
+///     converted once.
+/// theta : ndarray, shape (ntheta,)
+///     Projection angles in **radians**, as in tomopy (any order, any spacing).
+/// tilt : float
+///     Laminographic tilt in **degrees** from the tomography plane (0 is plain CT; tomocupy's
+///     ``lamino_angle``).
+/// center : float, optional
+///     Detector column (unbinned pixels, sub-pixel; pixel w is centred at w) that the rotation
+///     axis projects onto: tomopy's ``center``. Default ``detw / 2``.
+/// volume_shape : tuple of 3 ints, optional
+///     ``(nz, ny, nx)`` in unbinned voxels, centred on the rotation axis. Default
+///     ``(deth, detw, detw)``.
+/// alpha : float
+///     TV weight, in the units of the data (default ``lamino.DEFAULTS["alpha"]``).
+/// max_iterations : int
+///     The most outer iterations a run that stops on convergence may take (default
+///     ``lamino.DEFAULTS["max_iterations"]``).
+/// iterations : int, optional
+///     Run exactly this many outer iterations instead of stopping on convergence.
+/// memo : str
+///     Memoization policy: ``"off"``, ``"mlr:TAU"``, ``"certified:TOL"`` or
+///     ``"certified:auto"`` (see docs/memoization.md).
+/// binning : int
+///     Bin the detector by this **factor** (1 none, 2, 4, 8): line integrals are averaged over
+///     b x b pixels and the voxels are b times larger. (The command line's ``--binning`` is
+///     tomocupy's exponent: ``--binning 1`` is ``binning=2`` here.)
+/// remove_stripe : {None, "fw", "sort"}
+///     Remove stripes from the sinograms before reconstructing (Fourier-wavelet, Münch et al.;
+///     sorting, Vo et al.), with lamino's default parameters.
+/// device : int or str
+///     ``"best"`` (the best hardware GPU) or an index from ``lamino.devices()``.
+/// allow_software_gpu : bool, optional
+///     Accept a software adapter (lavapipe). Default: as ``LAMINO_ALLOW_SOFTWARE_GPU`` says.
+/// progress : callable or bool, optional
+///     ``True``: a progress bar on stderr; a callable: called after every outer iteration with
+///     a dict of the report terms (iteration, total, elapsed_s, eta_s, data_term, tv_term,
+///     lagrangian, change, ...). An exception it raises stops the run and is re-raised.
+///
+/// Returns
+/// -------
+/// ndarray, float32, shape (nz, ny, nx)
+///     The volume (z, y, x), z along the rotation axis; attenuation per (binned) voxel.
+///
+/// The GIL is released while the GPU works; Ctrl-C stops the run at the end of the current
+/// outer iteration and raises ``KeyboardInterrupt``. Errors raise ``lamino.LaminoError``
+/// subclasses (``GeometryError``, ``InputError``, ``DeviceError``, ``OutOfMemoryError``).
+#[pyfunction]
+#[pyo3(signature = (
+    proj, theta, *, tilt, center=None, volume_shape=None,
+    alpha=AdmmParams::default().alpha, max_iterations=AdmmParams::default().outer_iterations,
+    iterations=None, memo="off", binning=1, remove_stripe=None, device=DeviceArg::from("best"),
+    allow_software_gpu=None, progress=None,
+))]
+#[allow(clippy::too_many_arguments)]
+fn reconstruct<'py>(
+    py: Python<'py>,
+    proj: &Bound<'py, PyAny>,
+    theta: &Bound<'py, PyAny>,
+    tilt: f64,
+    center: Option<f64>,
+    volume_shape: Option<(usize, usize, usize)>,
+    alpha: f64,
+    max_iterations: usize,
+    iterations: Option<usize>,
+    memo: &str,
+    binning: usize,
+    remove_stripe: Option<&str>,
+    device: DeviceArg,
+    allow_software_gpu: Option<bool>,
+    progress: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // Every argument is checked before the device is opened.
+    let params = solver_params(alpha, max_iterations, iterations)?;
+    let memo = MemoOptions {
+        policy: memo
+            .parse::<MemoPolicy>()
+            .map_err(|e| input_error("memo", e))?,
+        ..MemoOptions::default()
+    };
+    let stripes = stripe_removal(remove_stripe)?;
+    let options = device_options(device, allow_software_gpu)?;
+    let watch = Watch::new(Reporter::from_arg(progress)?);
+    let proj = read_array::<f32>(proj, "proj", 3)?;
+    let theta = read_array::<f64>(theta, "theta", 1)?;
+    let [ntheta, deth, detw] = shape3(&proj);
+    let theta = theta.as_slice()?.to_vec();
+    if theta.len() != ntheta {
+        return Err(input_error(
+            "theta",
+            format!(
+                "{} angles for {ntheta} projections (proj has shape ({ntheta}, {deth}, {detw}))",
+                theta.len()
+            ),
+        ));
+    }
+    let phi = (90.0 + tilt).to_radians();
+    let mut geometry = Geometry {
+        center,
+        ..Geometry::for_detector(deth, detw, theta, phi)
+    };
+    if let Some((n0, n1, n2)) = volume_shape {
+        (geometry.n0, geometry.n1, geometry.n2) = (n0, n1, n2);
+    }
+    // The one copy of the input: the solver owns its projections.
+    let values = proj.as_slice()?.to_vec();
+    drop(proj);
+    let result = py.detach(|| -> PyResult<_> {
+        let lease = Lease::take(&options)?;
+        let mut projections = Projections::new(geometry, values).map_err(scan_error)?;
+        if binning != 1 {
+            projections = bin_projections(&projections, binning).map_err(preprocess_error)?;
+        }
+        if let Some(method) = stripes {
+            let method = method.resolved(projections.geometry().detw);
+            projections = remove_stripes(&projections, method).map_err(preprocess_error)?;
+        }
+        let volume = Reconstructor::new(lease.ctx())
+            .params(params)
+            .memo(memo)
+            .cancel_flag(watch.cancel.clone())
+            .on_progress(|p| watch.iteration(p))
+            .run(&projections)
+            .map_err(recon_error)?;
+        lease.give_back();
+        Ok(volume)
+    });
+    watch.finish(py)?;
+    let r = result?;
+    let g = &r.geometry;
+    Ok(to_numpy(py, &[g.n0, g.n1, g.n2], r.volume)?.into_any())
+}
+
+/// The defaults of the solver parameters, from the library's definitions.
+fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let p = AdmmParams::default();
+    let d = PyDict::new(py);
+    d.set_item("alpha", p.alpha)?;
+    d.set_item("max_iterations", p.outer_iterations)?;
+    d.set_item("inner_iterations", p.inner_iterations)?;
+    d.set_item("rho0", p.rho0)?;
+    d.set_item("memo", MemoPolicy::DEFAULT.to_string())?;
+    Ok(d)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(reconstruct, m)?)?;
+    m.add("DEFAULTS", defaults(m.py())?)?;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+"""lamino.reconstruct, simulate and score: the CLI's bits, progress, threads, Ctrl-C."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import lamino
+import numpy as np
+import pytest
+import tifffile
+
+SIZE, ANGLES, TILT = 16, 16, 30.0
+
+
+@pytest.fixture(scope="module")
+def scan():
+    return lamino.simulate("chip", size=SIZE, angles=ANGLES, tilt_deg=TILT)
+
+
+def test_simulate_gives_the_documented_arrays(scan):
+    assert scan["truth"].shape == (SIZE, SIZE, SIZE) and scan["truth"].dtype == np.float32
+    assert scan["projections"].shape == (ANGLES, SIZE, SIZE)
+    assert scan["projections"].dtype == np.float32
+    assert scan["theta"].dtype == np.float64
+    np.testing.assert_allclose(scan["theta"], 2 * np.pi * np.arange(ANGLES) / ANGLES)
+    assert scan["tilt"] == TILT
+    assert scan["projections"].max() > 0.1
+
+
+def test_same_bits_as_the_cli(scan, tmp_path, lamino_cli):
+    """The CLI on the same line integrals (.npy + geometry file) gives the same volume."""
+    center = SIZE / 2 + 0.5
+    volume = lamino.reconstruct(
+        scan["projections"], scan["theta"], tilt=scan["tilt"], center=center, iterations=2
+    )
+    np.save(tmp_path / "proj.npy", scan["projections"])
+    geometry = {
+        "n0": SIZE, "n1": SIZE, "n2": SIZE, "deth": SIZE, "detw": SIZE,
+        "theta": scan["theta"].tolist(), "phi": float(np.radians(90 + scan["tilt"])),
+        "center": center,
+    }
+    (tmp_path / "geometry.json").write_text(json.dumps(geometry))
+    subprocess.run(
+        [lamino_cli, "reconstruct", tmp_path / "proj.npy", "--geometry", tmp_path / "geometry.json",
+         "--iterations", "2", "--format", "tiff", "--quiet", "--allow-software-gpu",
+         "--out", tmp_path / "out"],
+        check=True,
+    )
+    cli = tifffile.imread(tmp_path / "out" / "recon.tif")
+    assert volume.dtype == np.float32 and volume.shape == cli.shape == (SIZE, SIZE, SIZE)
+    assert np.array_equal(volume.view(np.uint32), cli.astype(np.float32).view(np.uint32))
+    score = lamino.score(volume, scan["truth"])
+    assert score["rel_l2"] < 1.0
+
+
+def test_progress_callable_gets_every_iteration(scan, capsys):
+    seen = []
+    lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=3,
+                       progress=seen.append)
+    assert [d["iteration"] for d in seen] == [0, 1, 2]
+    assert all(d["total"] == 3 for d in seen)
+    assert {"data_term", "tv_term", "lagrangian", "change", "elapsed_s", "eta_s"} <= set(seen[0])
+    lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=2, progress=True)
+    err = capsys.readouterr().err
+    assert "reconstruct: 100%|" in err and "2/2" in err
+
+
+def test_an_exception_in_the_callback_stops_the_run(scan):
+    seen = []
+
+    def stop(d):
+        seen.append(d["iteration"])
+        raise RuntimeError("enough")
+
+    with pytest.raises(RuntimeError, match="enough"):
+        lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=50,
+                           progress=stop)
+    assert seen == [0]
+
+
+def test_the_gil_is_released_during_gpu_work(scan):
+    """The main thread keeps running Python while another thread reconstructs."""
+    times = []
+    worker = threading.Thread(target=lambda: lamino.reconstruct(
+        scan["projections"], scan["theta"], tilt=TILT, iterations=6,
+        progress=lambda d: times.append(time.monotonic())))
+    ticks = []
+    worker.start()
+    while worker.is_alive():
+        ticks.append(time.monotonic())
+    worker.join()
+    assert len(times) == 6
+    during = [t for t in ticks if times[0] < t < times[-1]]
+    assert len(during) >= 100, (len(during), times)
+
+
+def test_two_threads_reconstruct_at_once(scan):
+    """Two runs at once (each on a device of its own) give the bits of one run alone."""
+    alone = lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=3)
+    results = {}
+
+    def run(k):
+        results[k] = lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT,
+                                        iterations=3)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert np.array_equal(results[0], alone) and np.array_equal(results[1], alone)
+
+
+def test_ctrl_c_stops_within_one_iteration_and_the_device_stays_usable(scan):
+    script = textwrap.dedent("""
+        import sys, lamino
+        s = lamino.simulate("chip", size=16, angles=16, tilt_deg=30)
+        def report(d):
+            print("iteration", d["iteration"], flush=True)
+        try:
+            lamino.reconstruct(s["projections"], s["theta"], tilt=30, iterations=500,
+                               progress=report)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        v = lamino.reconstruct(s["projections"], s["theta"], tilt=30, iterations=1)
+        print("again", v.shape, flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in child.stdout:
+        lines.append(line.strip())
+        if line.startswith("iteration 1"):
+            child.send_signal(signal.SIGINT)
+            signalled = 1
+            break
+    rest = child.stdout.read().split("\n")
+    assert child.wait(timeout=120) == 0, lines + rest
+    iterations = [int(l.split()[1]) for l in lines + rest if l.startswith("iteration")]
+    # The signal arrives during iteration 2 at the latest: the run ends with it.
+    assert max(iterations) <= signalled + 2, iterations
+    assert "interrupted" in rest and "again (16, 16, 16)" in rest, rest
