@@ -1,5 +1,6 @@
 """Type stubs of the lamino extension module (numpy in, numpy out; see docs/python.md)."""
 
+import os
 from typing import Any, Callable, Literal, Optional, TypedDict, Union
 
 import numpy as np
@@ -105,5 +106,111 @@ class Score(TypedDict):
 def score(volume: ArrayLike, truth: ArrayLike) -> Score: ...
 
 # ---- Operator, preprocessing, BaSiC, files (python/src/operator.rs, basic.rs, preprocess.rs) --
-# The stubs of Operator, normalize, minus_log, read_dxchange, find_rotation_axis, remove_stripe
-# and BaSiC go here (written with those calls).
+
+class Operator:
+    """The laminography operator of one geometry, planned once; tilt in degrees, theta in radians."""
+
+    def __init__(
+        self,
+        volume_shape: tuple[int, int, int],
+        theta: ArrayLike,
+        tilt: float,
+        *,
+        detector_shape: Optional[tuple[int, int]] = None,
+        center: Optional[float] = None,
+        eps: float = 1e-3,
+        device: Device = "best",
+        allow_software_gpu: Optional[bool] = None,
+    ) -> None: ...
+    def forward(self, volume: ArrayLike) -> npt.NDArray[np.complex64]: ...
+    def adjoint(self, data: ArrayLike) -> npt.NDArray[np.complex64]: ...
+    @property
+    def volume_shape(self) -> tuple[int, int, int]: ...
+    @property
+    def data_shape(self) -> tuple[int, int, int]: ...
+    @property
+    def center(self) -> float: ...
+
+def normalize(
+    proj: ArrayLike, flat: ArrayLike, dark: ArrayLike
+) -> npt.NDArray[np.float32]: ...
+def minus_log(proj: ArrayLike) -> npt.NDArray[np.float32]: ...
+def read_dxchange(
+    path: Union[str, os.PathLike[str]], *, theta_units: Optional[Literal["deg", "rad"]] = None
+) -> tuple[
+    npt.NDArray[np.float32],
+    npt.NDArray[np.float32],
+    npt.NDArray[np.float32],
+    npt.NDArray[np.float64],
+    Optional[float],
+]: ...
+def remove_stripe(
+    tomo: ArrayLike,
+    method: Literal["fw", "sort"] = "fw",
+    *,
+    level: Optional[int] = None,
+    sigma: Optional[float] = None,
+    size: Optional[int] = None,
+) -> npt.NDArray[np.float32]: ...
+
+def find_rotation_axis(
+    proj: ArrayLike,
+    theta: ArrayLike,
+    tilt: float,
+    *,
+    centers: Optional[ArrayLike] = None,
+    tilts: Optional[ArrayLike] = None,
+    slab_slices: Optional[int] = None,
+    slab_z: float = 0.0,
+    device: Device = "best",
+    allow_software_gpu: Optional[bool] = None,
+) -> tuple[float, dict[str, Any]]: ...
+
+class BaSiC:
+    """BaSiC flat-field estimation with BaSiCPy's names; defaults from lamino's BasicParams."""
+
+    def __init__(
+        self,
+        *,
+        get_darkfield: Optional[bool] = None,
+        smoothness_flatfield: Optional[float] = None,
+        smoothness_darkfield: Optional[float] = None,
+        max_iterations: Optional[int] = None,
+        optimization_tol: Optional[float] = None,
+        max_reweight_iterations: Optional[int] = None,
+        reweighting_tol: Optional[float] = None,
+        working_size: Optional[int] = None,
+        epsilon: Optional[float] = None,
+        sort_intensity: Optional[bool] = None,
+        smoothness: Optional[Literal["standard", "auto-data"]] = None,
+        darkfield_ratio: Optional[float] = None,
+        flat_min: Optional[float] = None,
+        clip_negative: Optional[bool] = None,
+        device: Device = "best",
+        allow_software_gpu: Optional[bool] = None,
+    ) -> None: ...
+    def fit(self, images: ArrayLike) -> None: ...
+    def transform(self, images: ArrayLike) -> npt.NDArray[np.float32]: ...
+    def fit_transform(self, images: ArrayLike) -> npt.NDArray[np.float32]: ...
+    @property
+    def flatfield(self) -> Optional[npt.NDArray[np.float32]]: ...
+    @property
+    def darkfield(self) -> Optional[npt.NDArray[np.float32]]: ...
+    @property
+    def baseline(self) -> Optional[npt.NDArray[np.float32]]: ...
+    @property
+    def report(self) -> Optional[dict[str, Any]]: ...
+    get_darkfield: bool
+    smoothness_flatfield: Optional[float]
+    smoothness_darkfield: Optional[float]
+    max_iterations: int
+    optimization_tol: float
+    max_reweight_iterations: int
+    reweighting_tol: float
+    working_size: int
+    epsilon: float
+    sort_intensity: bool
+    smoothness: str
+    darkfield_ratio: float
+    flat_min: float
+    clip_negative: bool

@@ -5,17 +5,22 @@
 
 use ndarray::{ArrayD, IxDyn};
 use numpy::{
-    Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+    Complex32, Element, IntoPyArray, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyAnyMethods;
 
 use crate::errors::input_error;
 
-/// The element types lamino reads: `f32` (arrays) and `f64` (angles, scalars' lists).
+/// The element types lamino reads: `f32` (arrays), `f64` (angles, scalars' lists) and
+/// `Complex32` (the operator's arrays).
 pub(crate) trait Real: Element + Copy + Send + Sync {
     /// numpy's name of the dtype, for the conversion and the messages.
     const DTYPE: &'static str;
+    /// The numpy dtype kinds converted to it: real numbers, and complex ones for a complex type
+    /// (numpy would drop the imaginary part converting complex to real).
+    const KINDS: &'static [&'static str] = &["f", "i", "u"];
     fn is_finite(self) -> bool;
 }
 
@@ -30,6 +35,14 @@ impl Real for f64 {
     const DTYPE: &'static str = "float64";
     fn is_finite(self) -> bool {
         f64::is_finite(self)
+    }
+}
+
+impl Real for Complex32 {
+    const DTYPE: &'static str = "complex64";
+    const KINDS: &'static [&'static str] = &["c", "f", "i", "u"];
+    fn is_finite(self) -> bool {
+        self.re.is_finite() && self.im.is_finite()
     }
 }
 
@@ -53,12 +66,12 @@ pub(crate) fn read_array<'py, T: Real>(
                 input_error(name, format!("cannot be read as an array of numbers ({e})"))
             })?;
             let kind: String = converted.getattr("dtype")?.getattr("kind")?.extract()?;
-            if !matches!(kind.as_str(), "f" | "i" | "u") {
+            if !T::KINDS.contains(&kind.as_str()) {
                 let dtype = converted.getattr("dtype")?.str()?.to_string();
                 return Err(input_error(
                     name,
                     format!(
-                        "dtype {dtype} is not a real number type (expected {}, or another \
+                        "dtype {dtype} is not a number type lamino reads (expected {}, or another \
                          float or integer dtype, converted once)",
                         T::DTYPE
                     ),

@@ -2,8 +2,11 @@
 //! (no second implementation). Each file registers its own functions and classes.
 
 mod arrays;
+mod basic;
 mod device;
 mod errors;
+mod operator;
+mod preprocess;
 mod progress;
 mod reconstruct;
 mod simulate;
@@ -17,5 +20,8 @@ fn lamino(m: &Bound<'_, PyModule>) -> PyResult<()> {
     device::register(m)?;
     reconstruct::register(m)?;
     simulate::register(m)?;
+    operator::register(m)?;
+    preprocess::register(m)?;
+    basic::register(m)?;
     Ok(())
 }

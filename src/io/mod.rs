@@ -30,7 +30,7 @@ pub use dxchange::{read_pixel_size, CAMERA_PIXEL_SIZE_PATH, MAGNIFICATION_PATH, 
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
 pub(crate) use normalize::attenuation;
 pub use normalize::{
-    normalize, ClampCount, FieldMeans, NormalizeError, Normalized, MAX_CLAMPED_FRACTION,
+    minus_log, normalize, ClampCount, FieldMeans, NormalizeError, Normalized, MAX_CLAMPED_FRACTION,
     RATIO_FLOOR,
 };
 pub use npy::{

@@ -177,18 +177,54 @@ impl FieldMeans {
         check("data", block, Some(self.frame))?;
         let mut clamped = 0;
         out.extend(
-            block
-                .values
-                .chunks(block.frame_len())
-                .flat_map(|f| f.iter().zip(self.flat.iter().zip(&self.dark)))
-                .map(|(&i, (&f, &d))| {
-                    let den = f - d;
-                    let ratio = if den > 0.0 { (i as f64 - d) / den } else { 0.0 };
-                    attenuation(ratio, &mut clamped)
-                }),
+            self.ratios_f64(block)
+                .map(|ratio| attenuation(ratio, &mut clamped)),
         );
         Ok(clamped)
     }
+
+    /// tomopy's `normalize` of the projections `block` alone: the transmission ratios
+    /// `(I - D) / (F - D)`, computed in f64 and rounded once to f32, 0 where `F <= D` (tomopy
+    /// divides by 1e-6 there instead). [`minus_log`] of them is what [`append`](Self::append)
+    /// gives, up to the rounding of each ratio to f32 (at most one f32 step of the logarithm).
+    pub fn ratios(&self, block: &Stack) -> Result<Vec<f32>, NormalizeError> {
+        check("data", block, Some(self.frame))?;
+        Ok(self.ratios_f64(block).map(|ratio| ratio as f32).collect())
+    }
+
+    /// The ratios of [`ratios`](Self::ratios) in f64, of a checked block.
+    fn ratios_f64<'a>(&'a self, block: &'a Stack) -> impl Iterator<Item = f64> + 'a {
+        block
+            .values
+            .chunks(block.frame_len())
+            .flat_map(|f| f.iter().zip(self.flat.iter().zip(&self.dark)))
+            .map(|(&i, (&f, &d))| {
+                let den = f - d;
+                if den > 0.0 {
+                    (i as f64 - d) / den
+                } else {
+                    0.0
+                }
+            })
+    }
+}
+
+/// tomopy's `minus_log` in place: `-ln(x)` of every value, with values below [`RATIO_FLOOR`]
+/// (zero and negative ones included) raised to it first, where tomopy gives infinity or NaN;
+/// returns how many were raised. `what` names the array in the error for a NaN or infinity.
+pub fn minus_log(what: &'static str, values: &mut [f32]) -> Result<usize, NormalizeError> {
+    if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+        return Err(NormalizeError::NonFinite {
+            what,
+            index,
+            value: values[index],
+        });
+    }
+    let mut clamped = 0;
+    for v in values.iter_mut() {
+        *v = attenuation(*v as f64, &mut clamped);
+    }
+    Ok(clamped)
 }
 
 #[cfg(test)]
@@ -220,6 +256,46 @@ mod tests {
         }
         assert_eq!(n.clamped, 2);
         assert_eq!(n.projections.shape, [2, 1, 3]);
+    }
+
+    /// The two halves of tomopy's normalisation, `ratios` then `minus_log`, give the line
+    /// integrals of the one-step normalisation to one f32 step, clamping the same pixels.
+    #[test]
+    fn ratios_then_minus_log_is_the_normalisation() {
+        let flats = stack(
+            [2, 1, 4],
+            vec![100.0, 100.0, 100.0, 0.0, 120.0, 120.0, 120.0, 0.0],
+        );
+        let darks = stack([1, 1, 4], vec![10.0, 10.0, 10.0, 5.0]);
+        let data = stack(
+            [2, 1, 4],
+            vec![110.0, 60.0, 10.0, 7.0, 20.0, 46.78794, 3.0, 1.0],
+        );
+        let means = FieldMeans::new(&flats, &darks, [1, 4]).unwrap();
+        let mut ratios = means.ratios(&data).unwrap();
+        let expect_ratios = [1.0, 0.5, 0.0, 0.0, 0.1, 36.78794 / 100.0, -0.07, 0.0];
+        for (r, e) in ratios.iter().zip(expect_ratios) {
+            assert!((*r as f64 - e).abs() <= 1e-7, "{r} vs {e}");
+        }
+        let clamped = minus_log("ratios", &mut ratios).unwrap();
+        let one_step = normalize(&data, &flats, &darks).unwrap();
+        assert_eq!(clamped, one_step.clamped);
+        assert_eq!(clamped, 4);
+        for (a, b) in ratios.iter().zip(&one_step.projections.values) {
+            assert!(
+                (a - b).abs() <= f32::EPSILON * b.abs().max(1.0),
+                "{a} vs {b}"
+            );
+        }
+        let mut nan = vec![1.0, f32::NAN];
+        assert!(matches!(
+            minus_log("proj", &mut nan),
+            Err(NormalizeError::NonFinite {
+                what: "proj",
+                index: 1,
+                ..
+            })
+        ));
     }
 
     #[test]
