@@ -140,8 +140,9 @@ const U2_RANGES: u32 = 2u * (U2_TILE + 14u);
 
 var<workgroup> range_first: array<u32, U2_RANGES>;
 var<workgroup> range_len: array<u32, U2_RANGES>;
-// Where each range starts in the tile's list of points (ranges one after another).
-var<workgroup> range_start: array<u32, U2_RANGES>;
+// Where each range starts in the tile's list of points (ranges one after another), and the
+// list's length after the last.
+var<workgroup> range_start: array<u32, U2_RANGES + 1u>;
 var<workgroup> window_points: u32;
 // The batch: the x weights of each point at the tile's columns, and its value times its y
 // weights at the tile's rows.
@@ -214,11 +215,21 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
             range_start[k] = at;
             at += range_len[k];
         }
+        range_start[ranges] = at;
         window_points = at;
     }
     let total = workgroupUniformLoad(&window_points);
     let row = lid / U2_TILE;
     let col = lid % U2_TILE;
+    // The list is in window-row order, so the points whose base row is within the half-width of
+    // this cell's row (window rows row .. row + 2 my) are one span of it: the cell skips the rest
+    // (all of it is needed when the window covers the grid).
+    var span_lo = 0u;
+    var span_hi = total;
+    if (!whole_y) {
+        span_lo = range_start[min(row * segments, ranges)];
+        span_hi = range_start[min((row + 2u * u32(p.my) + 1u) * segments, ranges)];
+    }
     var acc = vec2<f32>(0.0, 0.0);
     for (var b0 = 0u; b0 < total; b0 += U2_BATCH) {
         let s = b0 + lid;
@@ -256,9 +267,9 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
             }
         }
         workgroupBarrier();
-        let count = min(U2_BATCH, total - b0);
-        for (var q = 0u; q < count; q++) {
-            acc += batch_wx[q][col] * batch_wyv[q][row];
+        let q_end = min(span_hi, b0 + U2_BATCH);
+        for (var q = max(span_lo, b0); q < q_end; q++) {
+            acc += batch_wx[q - b0][col] * batch_wyv[q - b0][row];
         }
         workgroupBarrier();
     }
