@@ -78,6 +78,17 @@ shared_constants!(
     }
 );
 
+shared_constants!(
+    /// Stage U2's constants (`shaders/operator/usfft2d.wgsl`).
+    usfft2d {
+        /// Side of the square grid tiles the adjoint's workgroups own, one workgroup per tile.
+        U2_TILE = 8;
+        /// The adjoint's workgroup: one invocation per cell of a tile, and points per batch.
+        U2_BATCH = 64;
+    }
+);
+const _: () = assert!(usfft2d::U2_BATCH == usfft2d::U2_TILE * usfft2d::U2_TILE);
+
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
 const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
 const FFT_PASS: &str = include_str!("../shaders/fft/pass.wgsl");
@@ -203,7 +214,10 @@ pub static USFFT1D: Shader = Shader {
 /// Stage U2 of the laminography operator.
 pub static USFFT2D: Shader = Shader {
     name: "operator/usfft2d",
-    parts: &[include_str!("../shaders/operator/usfft2d.wgsl")],
+    parts: &[
+        usfft2d::WGSL,
+        include_str!("../shaders/operator/usfft2d.wgsl"),
+    ],
     layout: GRIDDING,
 };
 

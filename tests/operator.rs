@@ -613,3 +613,27 @@ fn check_shifted_operator(shifted: &Geometry, what: &str, seed: u64) {
         assert!(err < 1e-5, "{name} with {what}, GPU vs CPU: {err:.2e}");
     }
 }
+
+#[test]
+fn the_tiled_u2_adjoint_handles_partial_tiles_and_windows_that_cover_the_grid() {
+    // The adjoint's workgroups own 8 x 8 tiles of each row's 2 n1 x 2 n2 grid. n1 = 6: a grid of
+    // 12 rows (a tile and a partial one, whose windows of base rows cover the grid); n2 = 14: 28
+    // columns (a partial last tile, windows wrapping around both ends).
+    let g = uneven_angles(Geometry {
+        n0: 8,
+        n1: 6,
+        n2: 14,
+        deth: 8,
+        detw: 14,
+        ..Geometry::cube(8, 5, TILT)
+    });
+    let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+    let cpu = lamino::reference::CpuOperator::new(&g, 2);
+    let d = random(g.data_len(), 21);
+    let gpu = run(ctx(), &op, Apply::Usfft2dAdjoint, &d);
+    let err = rel_l2(&gpu, &to_f64(&cpu.usfft2d_adjoint(&d)));
+    assert!(err < 1e-5, "U2*, GPU vs CPU: {err:.2e}");
+    let (s, d) = (g.spectrum_len(), g.data_len());
+    let mismatch = adjoint_mismatch(&op, Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d);
+    assert!(mismatch < 1e-5, "U2/U2*: {mismatch:.2e}");
+}

@@ -43,8 +43,14 @@ pub struct OperatorBenchRecord {
     /// Bytes the shared pool saves against workspace of each plan's own (the sum of the plans'
     /// needs minus the pool).
     pub fft_workspace_saved_bytes: u64,
+    /// Nonuniform points (deth z frequencies of every (y, x) column: deth * n1 * n2) gridded per
+    /// second by the U1 stage.
+    pub u1_points_per_s: f64,
     /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
     pub u2_points_per_s: f64,
+    /// The time of L* over the time of L (the same on both records): the adjoint does the
+    /// forward's arithmetic, so 1 is the goal.
+    pub adjoint_over_forward: f64,
     /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
     pub array_bytes: u64,
     /// Device memory the operator holds.
@@ -214,7 +220,9 @@ fn bench_geometry(
             fft_share_f: fft_f / ms_f,
             fft_workspace_bytes: workspace.0,
             fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
+            u1_points_per_s: g.spectrum_len() as f64 / (ms_u1 / 1e3),
             u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
+            adjoint_over_forward: 0.0,
             array_bytes,
             device_bytes: op.device_bytes(),
             cpu_ms,
@@ -223,6 +231,10 @@ fn bench_geometry(
             device: ctx.info().name.clone(),
         });
     }
+    let ratio = records[1].ms / records[0].ms;
+    records
+        .iter_mut()
+        .for_each(|r| r.adjoint_over_forward = ratio);
     Ok(records)
 }
 
@@ -303,7 +315,7 @@ pub fn print(
             print_json(&r)?;
         } else {
             println!(
-                "{:<2} n={} volume {}x{}x{} detector {}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U2 {:.3e} points/s, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
+                "{:<2} n={} volume {}x{}x{} detector {}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U1 {:.3e} U2 {:.3e} points/s, L*/L {:.2}, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
                 r.operator,
                 r.size,
                 r.volume[0],
@@ -319,7 +331,9 @@ pub fn print(
                 r.fft_share_u1,
                 r.fft_share_u2,
                 r.fft_share_f,
+                r.u1_points_per_s,
                 r.u2_points_per_s,
+                r.adjoint_over_forward,
                 r.cpu_ms,
                 r.speedup_vs_cpu,
                 r.fft_workspace_bytes as f64 / (1 << 20) as f64,
