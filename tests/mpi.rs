@@ -326,7 +326,7 @@ fn a_rank_killed_while_writing_its_part_leaves_the_previous_checkpoint() {
     let o = one_process(&reconstruct_args(&scan, &s(&whole), "3"));
     assert!(o.status.success(), "{}", stderr(&o));
     let mut resume = reconstruct_args(&scan, out.to_str().unwrap(), "3");
-    resume.push("--resume");
+    resume.extend(["--resume", "--checkpoint-every", "1"]);
     let o = one_process(&resume);
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value =
@@ -336,7 +336,8 @@ fn a_rank_killed_while_writing_its_part_leaves_the_previous_checkpoint() {
         std::fs::read(out.join("recon.tif")).unwrap()
             == std::fs::read(whole.join("recon.tif")).unwrap()
     );
-    // The next checkpoint removed the torn part and the first checkpoint's parts.
+    // The next checkpoint (one file, of one process) removed the torn part and the first
+    // checkpoint's parts.
     let files = checkpoint_files(&out);
     assert!(files == ["checkpoint.ckpt"], "{files:?}");
 }
@@ -393,8 +394,8 @@ fn two_ranks_write_the_one_process_outputs_holding_their_share_and_a_slab() {
     );
     assert!(zarr_one == zarr_two, "the OME-Zarr of 2 ranks differs");
     // Each rank held, while the volume was written, its share and at most one slab of it, as
-    // the resident pages of its volume array and the slices it held say (a page of slack at
-    // each end of its share, which need not start on a page).
+    // the resident pages of its volume array and the slices it held say (4 pages of slack: the
+    // pages at either end of its share and of the array may also hold other data).
     let volume = 32 * 32 * 32 * 4;
     let mut ranks = 0;
     for line in message
@@ -414,7 +415,7 @@ fn two_ranks_write_the_one_process_outputs_holding_their_share_and_a_slab() {
             "{line}"
         );
         assert!(held >= share, "the ledger misses the share: {line}");
-        assert!(held <= share + slab + 2 * 4096, "{line}");
+        assert!(held <= share + slab + 4 * 4096, "{line}");
         ranks += 1;
     }
     assert!(ranks == 2, "{message}");
