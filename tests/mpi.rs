@@ -1,6 +1,8 @@
 //! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2 and 3
-//! ranks, checkpoints that any number of ranks resumes, and a rank that fails or is killed ends
-//! the run with an error instead of leaving the others waiting.
+//! ranks, checkpoints written in parts by every rank that any number of ranks resumes, a rank
+//! killed while writing its part leaves the previous checkpoint, a rank that fails or is killed
+//! ends the run with an error instead of leaving the others waiting, and the outputs written
+//! from every rank's slices a slab at a time, no rank holding more than its share and a slab.
 #![cfg(feature = "mpi")]
 
 mod common;
@@ -169,8 +171,7 @@ fn a_killed_rank_ends_the_run_and_its_last_checkpoint_resumes_on_any_number_of_r
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(whole.join("recon.tif")).unwrap();
     let alone = dir.path().join("alone");
-    std::fs::create_dir(&alone).unwrap();
-    std::fs::copy(&checkpoint, alone.join("checkpoint.ckpt")).unwrap();
+    copy_checkpoint(&out, &alone);
     let mut resume = reconstruct_args(&scan, &out_arg, "8");
     resume.push("--resume");
     let o = mpirun(3, &resume).output().unwrap();
@@ -219,4 +220,203 @@ fn a_rank_that_fails_stops_every_rank_with_its_cause() {
         "{message}"
     );
     eprintln!("every rank stopped {took:?} after the start");
+}
+
+/// Copies the checkpoint in `from` (its manifest and parts) to a new directory `to`.
+fn copy_checkpoint(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name.to_string_lossy().starts_with("checkpoint.ckpt") {
+            std::fs::copy(from.join(&name), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// The files of the checkpoint in `dir`: the manifest and its parts.
+fn checkpoint_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checkpoint.ckpt"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// `mpirun` of one rank per entry of `env`, each with its environment (MPMD: `env` starts lamino
+/// with it), running lamino with `args`.
+fn mpirun_each(env: &[&[(&str, &str)]], args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe"])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    for (i, vars) in env.iter().enumerate() {
+        if i > 0 {
+            cmd.arg(":");
+        }
+        cmd.args(["-n", "1", "env"]);
+        cmd.args(vars.iter().map(|(k, v)| format!("{k}={v}")));
+        cmd.args([lamino(), "--allow-software-gpu"]).args(args);
+    }
+    cmd
+}
+
+#[test]
+fn a_checkpoint_in_parts_of_three_ranks_resumes_on_two_and_on_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = scan(dir.path());
+    let whole = dir.path().join("whole");
+    let o = one_process(&reconstruct_args(&scan, &s(&whole), "4"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expected = std::fs::read(whole.join("recon.tif")).unwrap();
+    // Three ranks, a checkpoint after each of 2 iterations: each rank writes its part.
+    let three = dir.path().join("three");
+    let three_arg = s(&three);
+    let mut args = reconstruct_args(&scan, &three_arg, "2");
+    args.extend(["--checkpoint-every", "1"]);
+    let o = mpirun(3, &args).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files = checkpoint_files(&three);
+    assert!(files.len() == 4, "a manifest and three parts: {files:?}");
+    for r in 0..3 {
+        assert!(
+            files.iter().any(|f| f.starts_with("checkpoint.ckpt.2-") && f.ends_with(&format!(".r{r}.part"))),
+            "rank {r}'s part of the last checkpoint: {files:?}"
+        );
+    }
+    // Two ranks and one process continue it to the uninterrupted result.
+    let two = dir.path().join("two");
+    copy_checkpoint(&three, &two);
+    let mut resume = reconstruct_args(&scan, two.to_str().unwrap(), "4");
+    resume.push("--resume");
+    let o = mpirun(2, &resume).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(two.join("recon.tif")).unwrap() == expected);
+    let alone = dir.path().join("alone");
+    copy_checkpoint(&three, &alone);
+    let mut resume = reconstruct_args(&scan, alone.to_str().unwrap(), "4");
+    resume.push("--resume");
+    let o = one_process(&resume);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(alone.join("recon.tif")).unwrap() == expected);
+}
+
+#[test]
+fn a_rank_killed_while_writing_its_part_leaves_the_previous_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = scan(dir.path());
+    let out = dir.path().join("killed");
+    let out_arg = s(&out);
+    let mut args = reconstruct_args(&scan, &out_arg, "4");
+    args.extend(["--checkpoint-every", "1"]);
+    // Rank 1 aborts (as a SIGKILL stops it) half-way through its part of the second checkpoint.
+    let o = mpirun_each(&[&[], &[("LAMINO_FAULT_ABORT_CHECKPOINT", "2")]], &args)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the run went on without rank 1");
+    let files = checkpoint_files(&out);
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("checkpoint.ckpt.2-") && f.ends_with(".r1.partial")),
+        "rank 1 was stopped inside its part: {files:?}"
+    );
+    // The first checkpoint is whole: one process resumes it to the uninterrupted result.
+    let whole = dir.path().join("whole");
+    let o = one_process(&reconstruct_args(&scan, &s(&whole), "3"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut resume = reconstruct_args(&scan, out.to_str().unwrap(), "3");
+    resume.extend(["--resume", "--checkpoint-every", "1"]);
+    let o = one_process(&resume);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["reconstruction"]["resumed_from"], 1);
+    assert!(
+        std::fs::read(out.join("recon.tif")).unwrap()
+            == std::fs::read(whole.join("recon.tif")).unwrap()
+    );
+    // The next checkpoint (one file, of one process) removed the torn part and the first
+    // checkpoint's parts.
+    let files = checkpoint_files(&out);
+    assert!(files == ["checkpoint.ckpt"], "{files:?}");
+}
+
+/// Every file under `dir`, by path relative to it, with its bytes.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let name = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                files.push((name, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn two_ranks_write_the_one_process_outputs_holding_their_share_and_a_slab() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = scan(dir.path());
+    let formats = ["--format", "tiff,zarr"];
+    let one = dir.path().join("one");
+    let mut args = reconstruct_args(&scan, one.to_str().unwrap(), "2");
+    args.extend(formats);
+    let o = one_process(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let two = dir.path().join("two");
+    let mut args = reconstruct_args(&scan, two.to_str().unwrap(), "2");
+    args.retain(|a| *a != "--quiet");
+    args.extend(formats);
+    let o = mpirun(2, &args).output().unwrap();
+    let message = stderr(&o);
+    assert!(o.status.success(), "{message}");
+    assert!(
+        std::fs::read(one.join("recon.tif")).unwrap()
+            == std::fs::read(two.join("recon.tif")).unwrap()
+    );
+    let (zarr_one, zarr_two) = (tree(&one.join("recon.zarr")), tree(&two.join("recon.zarr")));
+    assert!(
+        zarr_one.len() > 2,
+        "{:?}",
+        zarr_one.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    assert!(zarr_one == zarr_two, "the OME-Zarr of 2 ranks differs");
+    // Each rank held, while the volume was written, its share and at most one slab of it, as
+    // the resident pages of its volume array and the slices it held say (4 pages of slack: the
+    // pages at either end of its share and of the array may also hold other data).
+    let volume = 32 * 32 * 32 * 4;
+    let mut ranks = 0;
+    for line in message
+        .lines()
+        .filter(|l| l.starts_with("writing the volume, rank"))
+    {
+        let numbers: Vec<u64> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let [rank, held, share, slab] = numbers[..] else {
+            panic!("{line}")
+        };
+        eprintln!("{line}");
+        assert!(
+            rank == ranks && share == volume / 2 && slab <= volume,
+            "{line}"
+        );
+        assert!(held >= share, "the ledger misses the share: {line}");
+        assert!(held <= share + slab + 4 * 4096, "{line}");
+        ranks += 1;
+    }
+    assert!(ranks == 2, "{message}");
 }

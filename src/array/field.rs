@@ -518,6 +518,37 @@ impl Field {
         }
     }
 
+    /// Bytes of this host array resident in memory now (pages the system backs, as `mincore`
+    /// reports them; 0 for an array on the device): what an MPI rank's array really holds,
+    /// its planes and the fetched ones not yet let go.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        let Some(h) = self.host() else { return 0 };
+        let w = h.words.read().expect("host array poisoned");
+        let words = w.words();
+        const PAGE: usize = 4096;
+        let (start, len) = (words.as_ptr() as usize, std::mem::size_of_val(words));
+        if len == 0 {
+            return 0;
+        }
+        let first = start / PAGE * PAGE;
+        let pages = (start + len - first).div_ceil(PAGE);
+        let mut resident = vec![0u8; pages];
+        // Safety: [first, first + pages * PAGE) covers the array's memory from its page start;
+        // mincore only reports on the pages, one byte each into `resident`.
+        let r = unsafe {
+            libc::mincore(
+                first as *mut libc::c_void,
+                pages * PAGE,
+                resident.as_mut_ptr().cast(),
+            )
+        };
+        if r != 0 {
+            return len as u64;
+        }
+        resident.iter().filter(|&&b| b & 1 == 1).count() as u64 * PAGE as u64
+    }
+
     /// Returns the memory of the words outside this rank's planes to the system (they read as
     /// zero afterwards): the blocks fetched for a stage are not kept beyond it.
     #[cfg(feature = "mpi")]

@@ -184,11 +184,6 @@ impl Ranks {
             .push(field.clone());
     }
 
-    /// Waits for every rank.
-    pub(crate) fn barrier(&self) {
-        self.mpi.lock().expect("MPI poisoned").world.barrier();
-    }
-
     /// Every rank's `part`, in rank order.
     pub(crate) fn all_gather(&self, part: Vec<f32>) -> Vec<Vec<f32>> {
         let mpi = self.mpi.lock().expect("MPI poisoned");
@@ -266,7 +261,7 @@ impl Ranks {
     }
 
     /// The word ranges of `field` that rank `rank` keeps.
-    fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
+    pub(crate) fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
         let layout = field.layout();
         let planes = self.home(rank, layout.planes);
         planes.start * layout.plane_words..planes.end * layout.plane_words
@@ -343,20 +338,35 @@ impl Ranks {
         }
     }
 
-    /// Brings every plane of `field` to rank 0 (for its outputs); the other ranks keep theirs.
-    /// Collective.
-    pub(crate) fn gather_to_first(&self, field: &Field) {
-        let mut send: Vec<Vec<f32>> = vec![Vec::new(); self.size];
-        let mine = self.home_words(field, self.rank);
+    /// Every other rank's `part` on rank 0, one after the other in rank order (`None` on the
+    /// other ranks, which send theirs): what the first rank writes, a slab at a time, never the
+    /// whole of an array. The first rank's own part stays with it. Collective.
+    pub(crate) fn gather_to_first(&self, part: &[f32]) -> Option<Vec<f32>> {
+        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let root = mpi.world.process_at_rank(0);
         if self.rank != 0 {
-            send[0] = field.copy_runs(&[(mine.start, mine.len())]);
+            let count = Count::try_from(part.len()).expect("a slab's words fit an MPI count");
+            root.gather_into(&count);
+            root.gather_varcount_into(part);
+            self.bytes_sent
+                .fetch_add(4 * part.len() as u64, Ordering::Relaxed);
+            return None;
         }
-        let received = self.all_to_all(send);
-        if self.rank == 0 {
-            for (r, w) in received.iter().enumerate().skip(1) {
-                let home = self.home_words(field, r);
-                field.fill_runs(&[(home.start, home.len())], w);
-            }
+        let mut counts = vec![0 as Count; self.size];
+        root.gather_into_root(&(0 as Count), &mut counts[..]);
+        let displs = offsets(&counts);
+        let mut others = vec![0f32; counts.iter().sum::<Count>() as usize];
+        root.gather_varcount_into_root(
+            &[] as &[f32],
+            &mut PartitionMut::new(&mut others[..], &counts[..], &displs[..]),
+        );
+        Some(others)
+    }
+
+    /// Lets go of the blocks every array fetched from other ranks (see [`Field::release_away`]).
+    pub(crate) fn release_fetched(&self) {
+        for f in self.fields.lock().expect("fields poisoned").iter() {
+            f.release_away();
         }
     }
 }

@@ -503,7 +503,6 @@ impl<'a> Reconstructor<'a> {
         let completed = stop != StopReason::Cancelled;
         let iterations_s = loop_start.elapsed().as_secs_f64();
         let ranks = team.rank_reports(setup_s, iterations_s, setup_bytes);
-        team.gather_volume();
         let solver = team.solver();
         let report = Reconstruction {
             volume: Vec::new(),
@@ -610,6 +609,12 @@ impl Solved<'_> {
         self.slab_planes
     }
 
+    /// Bytes per slab: [`slab_planes`](Self::slab_planes) z slices of the volume the solver
+    /// holds (padded, when it is).
+    pub fn slab_bytes(&self) -> u64 {
+        (self.slab_planes * self.padded.n1 * self.padded.n2 * 4) as u64
+    }
+
     /// Reads `planes` z slices per slab (at least one, at most all).
     pub fn with_slab_planes(mut self, planes: usize) -> Self {
         self.slab_planes = planes.clamp(1, self.padded.n0);
@@ -638,6 +643,26 @@ impl Solved<'_> {
         Ok(set.complete(staged)?.1)
     }
 
+    /// The part of an MPI rank that writes nothing in the outputs' pass over the volume: it sends
+    /// the first rank, which writes them, the slices it keeps, one slab at a time (see
+    /// [`VolumeSlabs::visit_slabs`]). Collective; without MPI ranks it reads the volume once.
+    pub fn serve_volume(&self) -> Result<(), ReconError> {
+        self.visit_slabs(&mut |_, _| Ok(()))
+            .map_err(ReconError::Read)
+    }
+
+    /// The most bytes of the volume each MPI rank held while its slabs were read, in rank order
+    /// (see [`AdmmTeam::slab_ledger`]), with the bytes of its share; one entry without ranks.
+    /// Collective.
+    pub fn slab_ledger(&self) -> Vec<(u64, u64)> {
+        self.team
+            .slab_ledger()
+            .into_iter()
+            .enumerate()
+            .map(|(rank, held)| (held, self.team.volume_share_bytes(rank)))
+            .collect()
+    }
+
     /// Stages the outputs of [`write_outputs`] in `set` (which may hold other files of the run).
     pub fn stage_outputs(&self, set: &mut OutputSet) -> Result<(), crate::io::IoError> {
         stage_outputs(set, &self.report, self)
@@ -660,26 +685,32 @@ impl VolumeSlabs for Solved<'_> {
         [g.n0, g.n1, g.n2]
     }
 
+    /// Under MPI collective: every rank calls it (the ranks that write nothing through
+    /// [`Solved::serve_volume`]), and only the first rank's `visit` sees the slabs.
     fn visit_slabs(&self, visit: &mut SlabVisitor<'_>) -> Result<(), String> {
         let g = &self.padded;
         let shape = self.shape();
         // The slices of the unpadded volume, [z0, z0 + n0) of the padded one.
         let z0 = self.padding.volume[0][0];
+        // Every rank reads the same slabs.
+        let slab_planes = self.team.least(self.slab_planes as u64) as usize;
         let mut cropped = Vec::new();
-        for start in (z0..z0 + shape[0]).step_by(self.slab_planes) {
-            let end = (start + self.slab_planes).min(z0 + shape[0]);
-            let slab = self
+        for start in (z0..z0 + shape[0]).step_by(slab_planes) {
+            let end = (start + slab_planes).min(z0 + shape[0]);
+            let runs = self
                 .team
-                .solver()
-                .volume_planes(self.ctx, start..end)
+                .volume_slab(self.ctx, start..end)
                 .map_err(|e| format!("reading slices {start}..{end} of the volume: {e}"))?;
-            if [g.n1, g.n2] == [shape[1], shape[2]] {
-                visit(start - z0, &slab)?;
-            } else {
-                cropped.clear();
-                self.padding
-                    .crop_into(&slab, end - start, g, shape, &mut cropped);
-                visit(start - z0, &cropped)?;
+            for (first, slab) in runs {
+                if [g.n1, g.n2] == [shape[1], shape[2]] {
+                    visit(first - z0, &slab)?;
+                } else {
+                    cropped.clear();
+                    let planes = slab.len() / (g.n1 * g.n2);
+                    self.padding
+                        .crop_into(&slab, planes, g, shape, &mut cropped);
+                    visit(first - z0, &cropped)?;
+                }
             }
         }
         Ok(())

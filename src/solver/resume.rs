@@ -2,6 +2,7 @@
 //! one (bit for bit, in-core or streaming), and the team members' adopting of what one member
 //! read or resumed (the hash of the data, the iteration count, penalty and last report).
 
+use std::ops::Range;
 use std::path::Path;
 
 use super::admm::AdmmSolver;
@@ -17,22 +18,55 @@ impl AdmmSolver {
         [&f.u, &f.psi, &f.lambda, &f.grad_u, &f.au]
     }
 
-    /// Writes the complete solver state after the iterations done so far to `path`
-    /// (atomically), streaming each array a block at a time wherever it lives.
-    pub fn write_checkpoint(&self, ctx: &GpuContext, path: &Path) -> Result<(), SolverError> {
-        let arrays = self.checkpointed();
-        let checkpoint = Checkpoint {
+    /// The state a checkpoint records (the arrays stay where they are).
+    fn checkpoint_state(&self) -> Checkpoint {
+        Checkpoint {
             iteration: self.iteration,
             rho: self.rho,
             geometry: self.op.geometry().clone(),
             params: self.params,
             data_hash: self.data_hash,
             last_report: self.last,
-            lengths: arrays.map(|a| a.layout().words()),
-        };
-        checkpoint.write(path, |a, start, len| {
+            lengths: self.checkpointed().map(|a| a.layout().words()),
+        }
+    }
+
+    /// Writes the complete solver state after the iterations done so far to `path`
+    /// (atomically), streaming each array a block at a time wherever it lives.
+    pub fn write_checkpoint(&self, ctx: &GpuContext, path: &Path) -> Result<(), SolverError> {
+        let arrays = self.checkpointed();
+        self.checkpoint_state().write(path, |a, start, len| {
             Ok::<_, SolverError>(arrays[a].read_words(ctx, start, len)?)
         })
+    }
+
+    /// Writes MPI rank `rank`'s part of the checkpoint `path` of `generation`: words `words[a]`
+    /// of each checkpointed array `a` (see [`Checkpoint::write_part`]).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn write_checkpoint_part(
+        &self,
+        ctx: &GpuContext,
+        path: &Path,
+        generation: &str,
+        rank: usize,
+        words: [Range<usize>; 5],
+    ) -> Result<super::checkpoint::Part, SolverError> {
+        let arrays = self.checkpointed();
+        self.checkpoint_state()
+            .write_part(path, generation, rank, words, |a, start, len| {
+                Ok::<_, SolverError>(arrays[a].read_words(ctx, start, len)?)
+            })
+    }
+
+    /// Writes the manifest of the checkpoint `path` whose arrays are in `parts` (see
+    /// [`Checkpoint::write_manifest`]).
+    #[cfg(feature = "mpi")]
+    pub(crate) fn write_checkpoint_manifest(
+        &self,
+        path: &Path,
+        parts: Vec<super::checkpoint::Part>,
+    ) -> Result<(), SolverError> {
+        Ok(self.checkpoint_state().write_manifest(path, parts)?)
     }
 
     /// Continues from the checkpoint at `path`: the same geometry, data and parameters (the
@@ -40,13 +74,25 @@ impl AdmmSolver {
     /// bit for bit, whether either run was in-core or streaming. On an error the solver's state
     /// is undefined: build a new one.
     pub fn resume(&mut self, ctx: &GpuContext, path: &Path) -> Result<Checkpoint, SolverError> {
+        self.resume_share(ctx, path, None)
+    }
+
+    /// [`resume`](Self::resume) of the words `share[a]` of each checkpointed array `a` only (all
+    /// with `None`): an MPI rank reads the planes it keeps, never whole arrays.
+    pub(crate) fn resume_share(
+        &mut self,
+        ctx: &GpuContext,
+        path: &Path,
+        share: Option<&[Range<usize>; 5]>,
+    ) -> Result<Checkpoint, SolverError> {
         let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
         let geometry = self.op.geometry().fingerprint();
         let (data_hash, shape) = (self.data_hash, self.params.iterates_shape());
         let arrays = self.checkpointed();
         let lengths = arrays.map(|a| a.layout().words());
-        let checkpoint = Checkpoint::read_arrays(
+        let checkpoint = Checkpoint::read_share(
             path,
+            share,
             |c| {
                 // Bit-exact comparison: sizes, every angle, the tilt, the accuracy and the rotation axis.
                 if c.geometry.fingerprint() != geometry {

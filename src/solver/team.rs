@@ -5,6 +5,7 @@
 //! in plane order before the same finish as on one device, so identical devices give the bits of
 //! one device.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::admm::AdmmSolver;
@@ -42,6 +43,9 @@ pub struct AdmmTeam {
     sync: Arc<TeamSync>,
     #[cfg(feature = "mpi")]
     ranks: Option<Arc<crate::distributed::ranks::Ranks>>,
+    /// The most volume bytes held while reading it a slab at a time (see
+    /// [`AdmmTeam::slab_ledger`]).
+    slab_ledger: AtomicU64,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -215,6 +219,7 @@ impl AdmmTeam {
             sync,
             #[cfg(feature = "mpi")]
             ranks: None,
+            slab_ledger: AtomicU64::new(0),
         }
     }
 
@@ -284,18 +289,8 @@ impl AdmmTeam {
         Ok(team)
     }
 
-    /// Brings `fields` whole to the first MPI rank, which writes outputs and checkpoints;
-    /// nothing to do without ranks. Collective.
-    fn gather(&self, fields: &[&crate::array::Field]) {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            fields.iter().for_each(|f| ranks.gather_to_first(f));
-        }
-        let _ = fields;
-    }
-
-    /// Whether this process writes the outputs and checkpoints (the first MPI rank, or the only
-    /// process).
+    /// Whether this process writes the outputs and checkpoints' manifests (the first MPI rank,
+    /// or the only process).
     pub fn writes(&self) -> bool {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
@@ -305,25 +300,178 @@ impl AdmmTeam {
     }
 
     /// Writes a checkpoint of the state after the iterations done (see
-    /// [`AdmmSolver::write_checkpoint`]); with MPI ranks the first rank writes it, after every
-    /// rank sent it its planes. Collective.
+    /// [`AdmmSolver::write_checkpoint`]); with MPI ranks each rank writes the planes it keeps
+    /// as its part, and the first rank the manifest once every part is on disk (see
+    /// [`super::checkpoint`]). Collective.
     pub fn write_checkpoint(
         &self,
         devices: &[GpuContext],
         path: &std::path::Path,
     ) -> Result<(), SolverError> {
-        self.gather(&self.members[0].checkpointed());
-        let written = match self.writes() {
-            true => self.members[0].write_checkpoint(&devices[0], path),
-            false => Ok(()),
-        };
-        self.meet();
-        written
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return self.write_checkpoint_parts(ranks, &devices[0], path);
+        }
+        self.members[0].write_checkpoint(&devices[0], path)
     }
 
-    /// Brings the volume to the process that writes the outputs. Collective.
-    pub fn gather_volume(&self) {
-        self.gather(&[self.members[0].volume_field()]);
+    /// The words of each checkpointed array that MPI rank `rank` keeps.
+    #[cfg(feature = "mpi")]
+    fn home_words(
+        &self,
+        ranks: &crate::distributed::ranks::Ranks,
+        rank: usize,
+    ) -> [std::ops::Range<usize>; 5] {
+        self.members[0]
+            .checkpointed()
+            .map(|f| ranks.home_words(f, rank))
+    }
+
+    /// [`write_checkpoint`](Self::write_checkpoint) on MPI ranks. Collective: every rank learns
+    /// whether every part and the manifest were written, and returns an error naming the rank
+    /// that failed if one did (the previous checkpoint stays).
+    #[cfg(feature = "mpi")]
+    fn write_checkpoint_parts(
+        &self,
+        ranks: &crate::distributed::ranks::Ranks,
+        ctx: &GpuContext,
+        path: &std::path::Path,
+    ) -> Result<(), SolverError> {
+        use super::checkpoint::{Checkpoint, CheckpointError, Part};
+        let solver = &self.members[0];
+        // A name of this checkpoint's own: the iteration and the first rank's clock.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let clock = ranks.all_gather_words(&[clock])[0][0];
+        let generation = format!("{}-{clock:x}", solver.iterations_done());
+        let rank = ranks.rank();
+        let written = solver.write_checkpoint_part(
+            ctx,
+            path,
+            &generation,
+            rank,
+            self.home_words(ranks, rank),
+        );
+        let mine = match &written {
+            Ok(part) => [1, part.hash],
+            Err(_) => [0, 0],
+        };
+        let all = ranks.all_gather_words(&mine);
+        let failed = |rank: usize, what: &str| {
+            SolverError::Checkpoint(CheckpointError::Write {
+                path: path.into(),
+                reason: format!(
+                    "rank {rank} could not write {what}; the previous checkpoint stays"
+                ),
+            })
+        };
+        if let Some(other) = all.iter().position(|w| w[0] == 0) {
+            if let Ok(part) = &written {
+                // Best effort: a part no manifest names is removed by the next checkpoint.
+                let _ = std::fs::remove_file(path.with_file_name(&part.file));
+            }
+            written?;
+            return Err(failed(other, "its part"));
+        }
+        let parts: Vec<Part> = all
+            .iter()
+            .enumerate()
+            .map(|(r, w)| Part {
+                file: Checkpoint::part_path(path, &generation, r)
+                    .file_name()
+                    .expect("a part's path names a file")
+                    .to_string_lossy()
+                    .into_owned(),
+                words: self.home_words(ranks, r).map(|h| [h.start, h.end]),
+                hash: w[1],
+            })
+            .collect();
+        let manifest = match rank {
+            0 => solver.write_checkpoint_manifest(path, parts),
+            _ => Ok(()),
+        };
+        let done = ranks.all_gather_words(&[u64::from(manifest.is_ok())]);
+        manifest?;
+        match done[0][0] {
+            0 => Err(failed(0, "the manifest")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Z slices `planes` of the volume, on the process that writes the outputs, as runs of
+    /// whole slices `(first slice, values)` in order (none on the other MPI ranks, which send
+    /// the slices of them they keep): no rank holds more than its planes and one slab. Records
+    /// the most volume bytes this process held ([`slab_ledger`](Self::slab_ledger)).
+    /// Collective.
+    pub fn volume_slab(
+        &self,
+        ctx: &GpuContext,
+        planes: std::ops::Range<usize>,
+    ) -> Result<Vec<(usize, Vec<f32>)>, SolverError> {
+        let solver = &self.members[0];
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            let u = solver.volume_field();
+            let home = ranks.home(ranks.rank(), u.layout().planes);
+            // What the last stage fetched from other ranks is not kept while writing.
+            ranks.release_fetched();
+            let start = planes.start.clamp(home.start, home.end);
+            let mine = start..planes.end.clamp(start, home.end);
+            let part = solver.volume_planes(ctx, mine.clone())?;
+            let others = ranks.gather_to_first(&part);
+            let held = others.as_ref().map_or(0, |o| o.len()) + part.len();
+            self.slab_ledger
+                .fetch_max(u.resident_bytes() + 4 * held as u64, Ordering::Relaxed);
+            let runs = match others {
+                None => Vec::new(),
+                Some(others) => vec![(mine.start, part), (mine.end.max(planes.start), others)],
+            };
+            return Ok(runs.into_iter().filter(|(_, v)| !v.is_empty()).collect());
+        }
+        let slab = solver.volume_planes(ctx, planes.clone())?;
+        self.slab_ledger
+            .fetch_max(4 * slab.len() as u64, Ordering::Relaxed);
+        Ok(vec![(planes.start, slab)])
+    }
+
+    /// The most bytes of the volume each process held while [`volume_slab`](Self::volume_slab)
+    /// read it, in rank order (one entry without MPI ranks): on an MPI rank, the resident pages
+    /// of its volume array (its planes, and fetched ones it had not let go) and the slab's
+    /// slices it held. Collective.
+    pub fn slab_ledger(&self) -> Vec<u64> {
+        let mine = self.slab_ledger.load(Ordering::Relaxed);
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks.all_gather_words(&[mine]).concat();
+        }
+        vec![mine]
+    }
+
+    /// The least of `value` over the MPI ranks (`value` without ranks): what every rank agrees
+    /// on where their values may differ. Collective.
+    pub fn least(&self, value: u64) -> u64 {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks
+                .all_gather_words(&[value])
+                .concat()
+                .into_iter()
+                .min()
+                .unwrap_or(value);
+        }
+        value
+    }
+
+    /// The bytes of the volume MPI rank `rank` keeps (the whole volume without ranks).
+    pub fn volume_share_bytes(&self, rank: usize) -> u64 {
+        let u = self.members[0].volume_field();
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return 4 * ranks.home_words(u, rank).len() as u64;
+        }
+        let _ = rank;
+        u.layout().bytes()
     }
 
     /// Whether `flag` is set on any MPI rank (on this process otherwise). Collective.
@@ -381,14 +529,6 @@ impl AdmmTeam {
         Vec::new()
     }
 
-    /// Waits for every MPI rank (nothing to do otherwise).
-    fn meet(&self) {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            ranks.barrier();
-        }
-    }
-
     /// Memoizes the operator's gridding stages (one device only: the memo layer decides per
     /// chunk with the whole cache in view).
     pub fn set_memo(
@@ -427,8 +567,12 @@ impl AdmmTeam {
         devices: &[GpuContext],
         path: &std::path::Path,
     ) -> Result<Checkpoint, SolverError> {
+        #[cfg(feature = "mpi")]
+        let share = self.ranks.as_ref().map(|r| self.home_words(r, r.rank()));
+        #[cfg(not(feature = "mpi"))]
+        let share = None;
         let (first, others) = self.members.split_first_mut().expect("a team has a member");
-        let checkpoint = first.resume(&devices[0], path)?;
+        let checkpoint = first.resume_share(&devices[0], path, share.as_ref())?;
         for m in others {
             m.adopt_state(first);
         }

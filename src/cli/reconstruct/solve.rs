@@ -243,6 +243,11 @@ pub(in crate::cli) fn run_reconstruction<'a>(
     }
     let mut solved = builder.solve(projections)?;
     let Some(set) = set else {
+        // A rank that writes nothing sends the writing rank its slices of the volume.
+        if solved.report.completed {
+            solved.serve_volume()?;
+            solved.slab_ledger();
+        }
         return Ok(solved);
     };
     solved.report.preprocessing = preprocessing;
@@ -263,5 +268,15 @@ pub(in crate::cli) fn run_reconstruction<'a>(
     }
     solved.report.provenance = o.provenance.clone();
     solved.stage_outputs_as(set, &o.formats)?;
+    let ledger = solved.slab_ledger();
+    if !o.quiet && ledger.len() > 1 {
+        let slab = solved.slab_bytes();
+        for (rank, (held, share)) in ledger.iter().enumerate() {
+            eprintln!(
+                "writing the volume, rank {rank} held at most {held} bytes of it: its share \
+                 {share} bytes and slabs of at most {slab} bytes"
+            );
+        }
+    }
     Ok(solved)
 }

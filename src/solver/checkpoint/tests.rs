@@ -341,3 +341,206 @@ fn a_failed_write_leaves_the_previous_checkpoint() {
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert!(!path.with_extension("partial").exists());
 }
+
+/// The words of each array of `lengths` that member `index` of `members` keeps (each array cut
+/// into `members` contiguous shares, as MPI ranks keep them).
+fn shares(lengths: &[usize; 5], index: usize, members: usize) -> [Range<usize>; 5] {
+    lengths.map(|l| crate::distributed::shares::share_range(index, members, l))
+}
+
+/// Writes `c` as `members` parts of generation `generation` and their manifest.
+fn write_parts(
+    path: &Path,
+    c: &Checkpoint,
+    arrays: &[Vec<f32>; 5],
+    generation: &str,
+    members: usize,
+) {
+    let parts = (0..members)
+        .map(|r| {
+            c.write_part(
+                path,
+                generation,
+                r,
+                shares(&c.lengths, r, members),
+                |a, s, l| Ok::<_, CheckpointError>(arrays[a][s..s + l].to_vec()),
+            )
+            .unwrap()
+        })
+        .collect();
+    c.write_manifest(path, parts).unwrap();
+}
+
+/// What `read_share` hands the sink of `share`: every word it sinks, NaN elsewhere.
+fn read_back(
+    path: &Path,
+    share: Option<&[Range<usize>; 5]>,
+    lengths: &[usize; 5],
+) -> [Vec<f32>; 5] {
+    let mut back: [Vec<f32>; 5] = lengths.map(|l| vec![f32::NAN; l]);
+    Checkpoint::read_share(
+        path,
+        share,
+        |_| Ok::<_, CheckpointError>(()),
+        |a, start, words| {
+            back[a][start..start + words.len()].copy_from_slice(words);
+            Ok(())
+        },
+    )
+    .unwrap();
+    back
+}
+
+#[test]
+fn parts_of_three_ranks_read_back_whole_or_by_the_shares_of_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    write_parts(&path, &c, &arrays, "3-a", 3);
+    assert_eq!(Checkpoint::read(&path).unwrap(), c);
+    // One process: every word.
+    assert_eq!(read_back(&path, None, &c.lengths), arrays);
+    // Two ranks: each its share, nothing beyond it.
+    for r in 0..2 {
+        let share = shares(&c.lengths, r, 2);
+        let back = read_back(&path, Some(&share), &c.lengths);
+        for a in 0..5 {
+            for (i, (&got, &want)) in back[a].iter().zip(&arrays[a]).enumerate() {
+                match share[a].contains(&i) {
+                    true => assert!(got == want, "array {a} word {i}"),
+                    false => assert!(got.is_nan(), "array {a} word {i} outside the share"),
+                }
+            }
+        }
+    }
+    // A single file reads by shares too.
+    let single = dir.path().join("single.ckpt");
+    write(&single, &c, &arrays);
+    let share = shares(&c.lengths, 1, 2);
+    let bits = |a: [Vec<f32>; 5]| a.map(|v| v.iter().map(|w| w.to_bits()).collect::<Vec<_>>());
+    assert_eq!(
+        bits(read_back(&single, Some(&share), &c.lengths)),
+        bits(read_back(&path, Some(&share), &c.lengths))
+    );
+}
+
+#[test]
+fn a_manifest_replaces_the_previous_checkpoint_only_once_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    write_parts(&path, &c, &arrays, "3-a", 3);
+    let names = |dir: &Path| {
+        let mut n: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    // Parts of a later state written, its manifest not (a rank was killed): the previous
+    // checkpoint reads back whole.
+    let mut later = c.clone();
+    later.iteration = 4;
+    later.last_report = Some(report(3, 0.25));
+    let doubled: [Vec<f32>; 5] = arrays.clone().map(|a| a.iter().map(|v| 2.0 * v).collect());
+    let part = later
+        .write_part(&path, "4-b", 0, shares(&c.lengths, 0, 2), |a, s, l| {
+            Ok::<_, CheckpointError>(doubled[a][s..s + l].to_vec())
+        })
+        .unwrap();
+    std::fs::write(path.with_file_name("state.ckpt.4-b.r1.partial"), b"torn").unwrap();
+    assert_eq!(Checkpoint::read(&path).unwrap(), c);
+    assert_eq!(read_back(&path, None, &c.lengths), arrays);
+    // Once the manifest is in place, the earlier parts and the torn one are gone.
+    let other = later
+        .write_part(&path, "4-b", 1, shares(&c.lengths, 1, 2), |a, s, l| {
+            Ok::<_, CheckpointError>(doubled[a][s..s + l].to_vec())
+        })
+        .unwrap();
+    later.write_manifest(&path, vec![part, other]).unwrap();
+    assert_eq!(Checkpoint::read(&path).unwrap(), later);
+    assert_eq!(read_back(&path, None, &c.lengths), doubled);
+    assert_eq!(
+        names(dir.path()),
+        [
+            "state.ckpt",
+            "state.ckpt.4-b.r0.part",
+            "state.ckpt.4-b.r1.part"
+        ]
+    );
+    // A single-file checkpoint at the same path removes the parts.
+    write(&path, &c, &arrays);
+    assert_eq!(names(dir.path()), ["state.ckpt"]);
+}
+
+#[test]
+fn an_edited_manifest_a_damaged_part_and_another_checkpoint_s_part_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample();
+    write_parts(&path, &c, &arrays, "3-a", 2);
+    let manifest = std::fs::read(&path).unwrap();
+    // The header (iteration count, parts) is covered by the manifest's checksum.
+    for edit in [
+        (|h: &mut Value| h["data_hash"] = json!(98)) as Edit,
+        |h| h["parts"][0]["hash"] = json!(1),
+        |h| h["parts"][1]["words"][0][0] = json!(1),
+    ] {
+        let reason = corrupt_reason(&path, &edited(&manifest, edit, false));
+        assert!(reason.contains("checksum mismatch"), "{reason}");
+    }
+    // Edited and rehashed, parts that do not tile the arrays are refused by name.
+    let reason = corrupt_reason(
+        &path,
+        &edited(&manifest, |h| h["parts"][1]["words"][0][0] = json!(1), true),
+    );
+    assert!(reason.contains("the parts before it end at"), "{reason}");
+    let reason = corrupt_reason(
+        &path,
+        &edited(
+            &manifest,
+            |h| h["parts"][1]["file"] = json!("../x.part"),
+            true,
+        ),
+    );
+    assert!(reason.contains("beside the manifest"), "{reason}");
+    std::fs::write(&path, &manifest).unwrap();
+    // A bit flipped in a part.
+    let part = path.with_file_name("state.ckpt.3-a.r1.part");
+    let good = std::fs::read(&part).unwrap();
+    let mut bad = good.clone();
+    bad[20] ^= 1;
+    std::fs::write(&part, &bad).unwrap();
+    let e = Checkpoint::read(&path).unwrap_err();
+    assert!(
+        matches!(&e, CheckpointError::Corrupt { path: p, reason } if *p == part && reason.contains("checksum mismatch")),
+        "{e}"
+    );
+    // A rank whose share lies in the other part does not read the damaged one.
+    let share = shares(&c.lengths, 0, 2);
+    assert_eq!(
+        read_back(&path, Some(&share), &c.lengths)[0][..share[0].end],
+        arrays[0][..share[0].end]
+    );
+    // The part of another checkpoint, intact in itself.
+    let mut other = c.clone();
+    other.data_hash = 7;
+    write_parts(
+        &dir.path().join("other.ckpt"),
+        &other,
+        &arrays.clone().map(|a| a.iter().map(|v| v + 1.0).collect()),
+        "3-a",
+        2,
+    );
+    std::fs::copy(dir.path().join("other.ckpt.3-a.r1.part"), &part).unwrap();
+    let e = Checkpoint::read(&path).unwrap_err();
+    assert!(e.to_string().contains("another checkpoint"), "{e}");
+    // A missing part.
+    std::fs::remove_file(&part).unwrap();
+    let e = Checkpoint::read(&path).unwrap_err();
+    assert!(
+        matches!(&e, CheckpointError::Read { path: p, .. } if *p == part),
+        "{e}"
+    );
+}
