@@ -17,7 +17,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def lamino_cli():
-    """The command-line binary of the same checkout (built by cargo into the shared target/)."""
+    """The command-line binary of the same checkout: LAMINO_CLI when set (CI, where `cargo test`
+    has built it: building it again after `maturin develop` would recompile the core crate),
+    else built by cargo into the shared target/."""
+    if os.environ.get("LAMINO_CLI"):
+        return pathlib.Path(os.environ["LAMINO_CLI"])
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     subprocess.run(["cargo", "build", "-q", "--bin", "lamino"], cwd=ROOT, check=True)
     binary = target / "debug" / "lamino"
