@@ -163,7 +163,8 @@ pub enum ConvergenceBenchError {
     #[error("writing the convergence plot {path}: {source}")]
     Plot {
         path: std::path::PathBuf,
-        source: crate::plot::PlotError,
+        /// Boxed: the error of every bench driver carries this enum.
+        source: Box<crate::plot::PlotError>,
     },
 }
 
@@ -215,7 +216,10 @@ pub fn bench_convergence(
             let k = r.at_stop.as_ref().map_or(r.reports.len(), |(k, _, _)| *k);
             let path = dir.join(format!("convergence_{phantom}_{size}_{name}.png"));
             crate::plot::write_convergence_png(&path, &r.reports[..k], params.convergence.as_ref())
-                .map_err(|source| ConvergenceBenchError::Plot { path, source })?;
+                .map_err(|source| ConvergenceBenchError::Plot {
+                    path,
+                    source: Box::new(source),
+                })?;
         }
     }
     let default = StoppedRun::new(&default, &run, &reference.at_end, &truth);
