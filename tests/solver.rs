@@ -183,20 +183,31 @@ fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() 
 #[test]
 fn gpu_iterations_match_an_f64_cpu_implementation_of_the_same_iterations() {
     let (g, _, data) = setup(16);
-    let params = AdmmParams::exactly(5);
-    let mut gpu = AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
-    let mut cpu = lamino::reference::CpuAdmm::new(&g, &data, params, 2);
-    for it in 0..params.outer_iterations {
-        gpu.step(ctx()).unwrap();
-        cpu.step();
-        let got = gpu.volume(ctx()).unwrap();
-        let expect: Vec<f32> = cpu.volume().iter().map(|&v| v as f32).collect();
-        let diff = rel_err(&got, &expect);
-        eprintln!("outer iteration {it}: GPU vs CPU relative difference {diff:.2e}");
-        assert!(
-            diff < 1e-4,
-            "outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
-        );
+    // The default (over-relaxed) and plain ADMM.
+    let plain = AdmmParams {
+        outer_iterations: 5,
+        convergence: None,
+        ..AdmmParams::plain()
+    };
+    for params in [AdmmParams::exactly(5), plain] {
+        let a = params.relaxation;
+        let mut gpu =
+            AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
+        let mut cpu = lamino::reference::CpuAdmm::new(&g, &data, params, 2);
+        for it in 0..params.outer_iterations {
+            gpu.step(ctx()).unwrap();
+            cpu.step();
+            let got = gpu.volume(ctx()).unwrap();
+            let expect: Vec<f32> = cpu.volume().iter().map(|&v| v as f32).collect();
+            let diff = rel_err(&got, &expect);
+            eprintln!(
+                "relaxation {a}, outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
+            );
+            assert!(
+                diff < 1e-4,
+                "relaxation {a}, outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
+            );
+        }
     }
 }
 

@@ -44,10 +44,11 @@ pub enum BenchWhat {
         #[arg(long, default_value_t = 3)]
         iterations: usize,
     },
-    /// The default stopping rule against a long run: for each phantom, a noisy simulated scan
-    /// (seed 0) reconstructed for REFERENCE_ITERATIONS outer iterations, noting where the default
-    /// convergence test first passes; prints how far that volume is from the long run's (the
-    /// default is chosen so that this stays within 1 %) and both distances from the phantom.
+    /// The default solver and plain ADMM (the default before over-relaxation) against a long
+    /// run: for each phantom, a noisy simulated scan (seed 0) reconstructed by plain ADMM for
+    /// REFERENCE_ITERATIONS outer iterations; for each solver, where its convergence test first
+    /// passes (iterations, operator applications, time), how far that volume is from the long
+    /// run's and from the phantom.
     Convergence {
         /// One JSON object per line.
         #[arg(long)]
@@ -69,6 +70,9 @@ pub enum BenchWhat {
         /// Outer iterations of the long run the default is compared with.
         #[arg(long, default_value_t = 300)]
         reference_iterations: usize,
+        /// Writes the convergence history of each run into this (existing) directory.
+        #[arg(long)]
+        plots: Option<std::path::PathBuf>,
     },
     /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
     /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU, certified:TOL for eight
@@ -397,12 +401,14 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             photons,
             phantoms,
             reference_iterations,
+            plots,
         } => bench::convergence::print(
             &cli.context()?,
             *json,
             (*size, angles.unwrap_or(*size), *tilt_deg, *photons),
             phantoms,
             *reference_iterations,
+            plots.as_deref(),
         )?,
         BenchWhat::Memo(args) => memo(cli, args)?,
     }

@@ -64,6 +64,24 @@ impl Array {
     /// Whole-array reads and writes in one outer iteration of `params` (a read-modify-write
     /// counts two), from the order of operations in `solver::admm`.
     pub fn accesses(self, params: &AdmmParams) -> u64 {
+        let (added, saved) = self.relaxation_accesses(params);
+        self.accesses_plain(params) + added - saved
+    }
+
+    /// What over-relaxation changes: one pass writes `grad p = a grad u + (1 - a) psi` (reading
+    /// grad u, psi and grad p), which the shrinkage and the multiplier update then read instead
+    /// of grad u: (accesses added, accesses saved).
+    fn relaxation_accesses(self, params: &AdmmParams) -> (u64, u64) {
+        match (params.relaxation != 1.0, self) {
+            (true, Self::GradP) => (4, 0),
+            (true, Self::Psi) => (1, 0),
+            (true, Self::GradU) => (1, 2),
+            _ => (0, 0),
+        }
+    }
+
+    /// The accesses of plain ADMM (relaxation 1).
+    fn accesses_plain(self, params: &AdmmParams) -> u64 {
         let k = params.inner_iterations as u64;
         // The spectrum is written and read once by every application of A or A*.
         let (forward, adjoint) = operator_applications(params);

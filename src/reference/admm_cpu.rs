@@ -182,25 +182,35 @@ impl CpuAdmm {
             rr = rr_new;
         }
         let tau = self.params.alpha / rho;
+        // The over-relaxed split h = a grad u + (1 - a) psi (grad u itself for plain ADMM).
+        let a = self.params.relaxation;
+        let h: Vec<f64> = if a == 1.0 {
+            self.grad_u.clone()
+        } else {
+            self.grad_u
+                .iter()
+                .zip(&self.psi)
+                .map(|(g, p)| a * g + (1.0 - a) * p)
+                .collect()
+        };
         for i in 0..v {
-            let w = [0, 1, 2].map(|c| self.grad_u[c * v + i] + self.lambda[c * v + i] / rho);
+            let w = [0, 1, 2].map(|c| h[c * v + i] + self.lambda[c * v + i] / rho);
             let norm = (w[0] * w[0] + w[1] * w[1] + w[2] * w[2]).sqrt();
             let s = if norm > tau { 1.0 - tau / norm } else { 0.0 };
             for (c, wc) in w.iter().enumerate() {
                 self.psi[c * v + i] = s * wc;
             }
         }
-        let diff: Vec<f64> = self
+        self.lambda
+            .iter_mut()
+            .zip(h.iter().zip(&self.psi))
+            .for_each(|(l, (h, p))| *l += rho * (h - p));
+        let primal: f64 = self
             .grad_u
             .iter()
             .zip(&self.psi)
-            .map(|(h, p)| h - p)
-            .collect();
-        self.lambda
-            .iter_mut()
-            .zip(&diff)
-            .for_each(|(l, d)| *l += rho * d);
-        let primal = dot(&diff, &diff);
+            .map(|(g, p)| (g - p) * (g - p))
+            .sum();
         let dual = rho
             * rho
             * self

@@ -144,7 +144,11 @@ impl AdmmSolver {
             }
             InnerSolver::DaiYuan { .. } => self.record_dai_yuan(ctx, &mut rec)?,
         }
-        // psi = shrink(grad u + lambda/rho, alpha/rho); lambda += rho (grad u - psi); terms.
+        // h = a grad u + (1 - a) psi (h = grad u for plain ADMM);
+        // psi = shrink(h + lambda/rho, alpha/rho); lambda += rho (h - psi); terms.
+        if let Some(relax) = &o.relax {
+            relax.record(ctx, &mut rec)?;
+        }
         o.psi_shrink.record(ctx, &mut rec)?;
         o.lambda_update.record(ctx, &mut rec)?;
         VectorOp::record_all(ctx, &mut rec, &o.sums.iter().collect::<Vec<_>>())?;

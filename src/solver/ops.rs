@@ -36,6 +36,9 @@ pub(super) struct Ops {
     pub(super) dot_p_r: VectorOp,
     pub(super) u_move_fixed: VectorOp,
     pub(super) grad_u_move_fixed: VectorOp,
+    /// `grad p = a grad u + (1 - a) psi`: the over-relaxed split (absent for plain ADMM, where
+    /// the shrinkage reads grad u itself).
+    pub(super) relax: Option<VectorOp>,
     pub(super) psi_shrink: VectorOp,
     pub(super) lambda_update: VectorOp,
     pub(super) sums: Vec<VectorOp>,
@@ -196,8 +199,9 @@ impl Wiring<'_> {
 }
 
 impl Ops {
-    /// Every call site of the iteration on the arrays `f`.
-    pub(super) fn new(w: &Wiring<'_>, f: &Fields) -> Result<Self, GpuError> {
+    /// Every call site of the iteration on the arrays `f`, with over-relaxation factor
+    /// `relaxation`.
+    pub(super) fn new(w: &Wiring<'_>, f: &Fields, relaxation: f64) -> Result<Self, GpuError> {
         use Kernel::*;
         let field = Target::Field;
         let fixed = Coef::fixed;
@@ -205,6 +209,27 @@ impl Ops {
         let zero = Coef::ZERO;
         let one = Coef::ONE;
         let plain = [zero; 4];
+        // grad p is free once the inner solver is done: it holds the relaxed split.
+        let relax = (relaxation != 1.0)
+            .then(|| {
+                w.op(
+                    Lincomb,
+                    [Some(&f.grad_u), Some(&f.psi), None, None],
+                    field(&f.grad_p),
+                    [
+                        fixed(relaxation as f32),
+                        fixed((1.0 - relaxation) as f32),
+                        zero,
+                        zero,
+                    ],
+                )
+            })
+            .transpose()?;
+        let split = if relax.is_some() {
+            &f.grad_p
+        } else {
+            &f.grad_u
+        };
         Ok(Self {
             save_u_prev: w.copy(&f.u, &f.u_prev)?,
             save_h0: w.copy(&f.grad_u, &f.h0)?,
@@ -254,9 +279,10 @@ impl Ops {
             )?,
             u_move_fixed: w.add_scaled(slot::GAMMA, &f.p, &f.u)?,
             grad_u_move_fixed: w.add_scaled(slot::GAMMA, &f.grad_p, &f.grad_u)?,
+            relax,
             psi_shrink: w.op(
                 Shrink,
-                [Some(&f.grad_u), Some(&f.lambda), None, None],
+                [Some(split), Some(&f.lambda), None, None],
                 field(&f.psi),
                 [
                     times(slot::ALPHA_OVER_RHO),
@@ -267,7 +293,7 @@ impl Ops {
             )?,
             lambda_update: w.op(
                 Lincomb,
-                [Some(&f.grad_u), Some(&f.psi), None, None],
+                [Some(split), Some(&f.psi), None, None],
                 field(&f.lambda),
                 [times(slot::RHO), times(slot::NEG_RHO), zero, one],
             )?,

@@ -101,7 +101,7 @@ impl AdmmSolver {
             share,
             shape: [g.n0, g.n1, g.n2],
         };
-        let ops = Ops::new(&w, &fields)?;
+        let ops = Ops::new(&w, &fields, params.relaxation)?;
         let apps = Apps::new(&w, &op, &fields, n_fourier)?;
         let steps = ScalarSteps::new(ctx, &scalars)?;
         let spatial = spatial_projections(ctx, g, plan, staging.is_some(), member)?;
