@@ -11,7 +11,6 @@ use lamino_core::memory::HostMemoryError;
 use lamino_core::operator::{GeometryError as CoreGeometryError, OperatorError};
 use lamino_core::plan::PlanError;
 use lamino_core::preprocess::PreprocessError;
-use lamino_core::recon::input::InputError as LoadError;
 use lamino_core::simulate::SimulateError;
 use lamino_core::solver::SolverError;
 use lamino_core::{GpuError, IoError, ReconError, ScanError};
@@ -127,25 +126,9 @@ pub(crate) fn recon_error(e: ReconError) -> PyErr {
     }
 }
 
-// Used by the file and BaSiC calls (python/src/preprocess.rs, basic.rs), built on this module.
-#[allow(dead_code)]
 pub(crate) fn io_error(e: IoError) -> PyErr {
     match e {
         IoError::HostMemory(e) => host_memory_error(e),
-        e => InputError::new_err(e.to_string()),
-    }
-}
-
-// Used by the file and BaSiC calls (python/src/preprocess.rs, basic.rs), built on this module.
-#[allow(dead_code)]
-pub(crate) fn load_error(e: LoadError) -> PyErr {
-    match e {
-        LoadError::Io(e) => io_error(e),
-        LoadError::Geometry(e) => geometry_error(e),
-        LoadError::Flatfield(e) => flatfield_error(e),
-        LoadError::Projections(e) => scan_error(e),
-        LoadError::HostMemory(e) => host_memory_error(e),
-        LoadError::Preprocess(e) => preprocess_error(e),
         e => InputError::new_err(e.to_string()),
     }
 }
@@ -170,8 +153,6 @@ pub(crate) fn preprocess_error(e: PreprocessError) -> PyErr {
     }
 }
 
-// Used by the file and BaSiC calls (python/src/preprocess.rs, basic.rs), built on this module.
-#[allow(dead_code)]
 pub(crate) fn flatfield_error(e: FlatfieldError) -> PyErr {
     match e {
         FlatfieldError::Io(e) => io_error(e),
