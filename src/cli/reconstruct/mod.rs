@@ -117,6 +117,10 @@ pub struct ReconstructArgs {
     /// Initial ADMM penalty.
     #[arg(long, default_value_t = AdmmParams::default().rho0)]
     rho0: f64,
+    /// Over-relaxation factor of the ADMM splitting, 0 < a < 2; 1 is plain ADMM (Boyd et al.,
+    /// §3.4.3).
+    #[arg(long, default_value_t = AdmmParams::default().relaxation)]
+    relaxation: f64,
     /// Use the reference's Dai-Yuan inner iteration with this fixed step instead of exact-step CG.
     #[arg(long)]
     dai_yuan_step: Option<f64>,
@@ -208,6 +212,7 @@ impl ReconstructArgs {
             inner_iterations: self.inner,
             alpha: self.alpha,
             rho0: self.rho0,
+            relaxation: self.relaxation,
             ..AdmmParams::default()
         };
         if let Some(v) = self.iterations {

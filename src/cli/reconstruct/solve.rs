@@ -96,6 +96,11 @@ fn parameter_table(p: &AdmmParams) -> String {
         ),
         ("--alpha", p.alpha.to_string(), d.alpha.to_string()),
         ("--rho0", p.rho0.to_string(), d.rho0.to_string()),
+        (
+            "--relaxation",
+            p.relaxation.to_string(),
+            d.relaxation.to_string(),
+        ),
         ("inner solver", solver(p.inner), solver(d.inner)),
     ];
     let mut table = String::from("solver parameters:\n");
