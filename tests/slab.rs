@@ -93,6 +93,15 @@ fn full_and_box(phantom: &Phantom, b: &VolumeBox) -> ([Vec<f32>; 3], f64) {
     ([sub.volume, inside, crop(&truth, &g, b)], outside)
 }
 
+/// A box of the phantom.
+fn cuboid(centre: [f64; 3], half_size: [f64; 3], value: f64) -> Primitive {
+    Primitive::Cuboid(Cuboid {
+        centre,
+        half_size,
+        value,
+    })
+}
+
 /// The chip (a flat sample, z within [-0.3, 0.2] of the half side: planes 5 to 9 of 16)
 /// reconstructed in the slab of planes 4:12 alone and as part of the full cube. With all the
 /// material inside the slab the two solve the same problem but for the full volume's freedom
@@ -141,13 +150,6 @@ fn an_xy_region_of_interest_matches_the_same_box_of_the_full_volume() {
     };
     // Boxes inside the region of interest (centred coordinates x -5..3, y -2..6, whole planes
     // 0..16 in z), with half-integer faces so that rasterising them is exact.
-    let cuboid = |centre: [f64; 3], half_size: [f64; 3], value| {
-        Primitive::Cuboid(Cuboid {
-            centre,
-            half_size,
-            value,
-        })
-    };
     let phantom = Phantom {
         primitives: vec![
             cuboid([-1.5, 1.5, -0.5], [2.0, 2.0, 1.0], 0.5),
@@ -291,13 +293,6 @@ fn a_slab_cut_to_its_rows_reconstructs_as_on_the_whole_detector() {
     const ITERATIONS: usize = 20;
     let theta: Vec<f64> = (0..24).map(|i| (i as f64 * 15.0).to_radians()).collect();
     let g = Geometry::for_detector(48, 24, theta, 110f64.to_radians());
-    let cuboid = |centre: [f64; 3], half_size: [f64; 3], value| {
-        Primitive::Cuboid(Cuboid {
-            centre,
-            half_size,
-            value,
-        })
-    };
     let phantom = Phantom {
         primitives: vec![
             cuboid([0.5, 0.5, -0.5], [8.0, 6.0, 2.0], 1.0),
