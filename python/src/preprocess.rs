@@ -166,7 +166,7 @@ fn read_dxchange<'py>(
         .transpose()?;
     let options = ScanOptions {
         theta_units,
-        theta: None,
+        ..ScanOptions::default()
     };
     let scan = py
         .detach(|| read_dxchange_with(&path, &options))
