@@ -2,9 +2,12 @@
 //! written to the cache file, and the next plan of the same problem takes it from there.
 //!
 //! One test function: it points the cache at a temporary folder and asks for tuning of every plan
-//! before the first plan of the process (both settings are read from the environment).
+//! before the first plan of the process (both settings are read from the environment), so it is
+//! a test binary of its own: in a binary with other tests their plans would be tuned too.
 
-use crate::common::{new_context, to_f64};
+mod common;
+
+use common::{new_context, to_f64};
 use lamino::fft::{
     Direction, FftPlan, LaunchSource, Normalization, Strategy, FFT_CACHE_ENV, FFT_TUNE_ENV,
 };
