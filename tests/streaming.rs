@@ -365,18 +365,27 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
     use lamino::params::InnerSolver;
     let p = projections(32);
     let g = p.geometry();
-    // At 1/2 most arrays and the U2 tables stay on the device; at 1/8 the two most used arrays;
-    // at 1/12 none.
-    for (inner, fraction) in [
-        (InnerSolver::ConjugateGradient, 2),
-        (InnerSolver::ConjugateGradient, 8),
-        (InnerSolver::ConjugateGradient, 12),
-        (InnerSolver::DaiYuan { step: 1.0 }, 8),
-        (InnerSolver::DaiYuan { step: 1.0 }, 12),
+    // Plain ADMM (4 CG steps): at 1/2 most arrays and the U2 tables stay on the device; at 1/8
+    // the two most used arrays; at 1/12 none. The default (over-relaxed: one more pass over the
+    // gradient arrays, 2 CG steps) at 1/8 and 1/12.
+    let plain = AdmmParams {
+        outer_iterations: 2,
+        convergence: None,
+        ..AdmmParams::plain()
+    };
+    let default = AdmmParams::exactly(2);
+    for (inner, fraction, base) in [
+        (InnerSolver::ConjugateGradient, 2, &plain),
+        (InnerSolver::ConjugateGradient, 8, &plain),
+        (InnerSolver::ConjugateGradient, 12, &plain),
+        (InnerSolver::DaiYuan { step: 1.0 }, 8, &plain),
+        (InnerSolver::DaiYuan { step: 1.0 }, 12, &plain),
+        (InnerSolver::ConjugateGradient, 8, &default),
+        (InnerSolver::ConjugateGradient, 12, &default),
     ] {
         let params = AdmmParams {
             inner,
-            ..AdmmParams::exactly(2)
+            ..*base
         };
         let ctx = common::new_context();
         let scratch = tempfile::tempdir().unwrap();
