@@ -383,10 +383,7 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         (InnerSolver::ConjugateGradient, 8, &default),
         (InnerSolver::ConjugateGradient, 12, &default),
     ] {
-        let params = AdmmParams {
-            inner,
-            ..*base
-        };
+        let params = AdmmParams { inner, ..*base };
         let ctx = common::new_context();
         let scratch = tempfile::tempdir().unwrap();
         let host_arrays: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
