@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use hdf5_reader::error::Error as ReadError;
 use hdf5_reader::messages::datatype::Datatype;
 use hdf5_reader::messages::filter_pipeline::FilterDescription;
-use hdf5_reader::{FilterRegistry, Hdf5File, OpenOptions, SliceInfo, SliceInfoElem};
+use hdf5_reader::{Attribute, FilterRegistry, Hdf5File, OpenOptions, SliceInfo, SliceInfoElem};
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
 
 use super::IoError;
@@ -397,8 +397,8 @@ impl H5File {
         Ok(groups)
     }
 
-    /// The string attribute `name` of `d`, if it has one.
-    pub fn string_attr(&self, d: &H5Dataset, name: &str) -> Result<Option<String>, IoError> {
+    /// The attribute `name` of `d`, if it has one, with its name for errors (`dataset@name`).
+    fn attribute(&self, d: &H5Dataset, name: &str) -> Result<Option<(Attribute, String)>, IoError> {
         if !d.dataset.attributes().iter().any(|a| a.name == name) {
             return Ok(None);
         }
@@ -407,6 +407,14 @@ impl H5File {
             .dataset
             .attribute(name)
             .map_err(|e| self.error(&what, e))?;
+        Ok(Some((attr, what)))
+    }
+
+    /// The string attribute `name` of `d`, if it has one.
+    pub fn string_attr(&self, d: &H5Dataset, name: &str) -> Result<Option<String>, IoError> {
+        let Some((attr, what)) = self.attribute(d, name)? else {
+            return Ok(None);
+        };
         attr.read_string()
             .map(Some)
             .map_err(|e| self.error(&what, e))
@@ -416,14 +424,9 @@ impl H5File {
     /// writes Python numbers and tuples), as f64, if it has one: NeXus's `vector` of a
     /// transformation, for one.
     pub fn f64_attr(&self, d: &H5Dataset, name: &str) -> Result<Option<Vec<f64>>, IoError> {
-        if !d.dataset.attributes().iter().any(|a| a.name == name) {
+        let Some((attr, what)) = self.attribute(d, name)? else {
             return Ok(None);
-        }
-        let what = format!("{}@{name}", d.name);
-        let attr = d
-            .dataset
-            .attribute(name)
-            .map_err(|e| self.error(&what, e))?;
+        };
         let widen = |v: Vec<i64>| v.into_iter().map(|x| x as f64).collect::<Vec<f64>>();
         let values = match &attr.datatype {
             Datatype::FloatingPoint { size: 8, .. } => attr.read_1d::<f64>(),
