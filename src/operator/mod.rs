@@ -28,6 +28,7 @@ mod application;
 mod build;
 mod fft2d;
 mod geometry;
+mod gridding;
 mod record;
 mod sizing;
 mod stages;
@@ -38,9 +39,8 @@ mod u1;
 mod u2;
 
 pub use application::Application;
-pub use geometry::{
-    DetectorPhases, Geometry, GeometryError, GriddingAxis, VolumeBox, DEFAULT_EPS, MIN_EPS,
-};
+pub use geometry::{DetectorPhases, Geometry, GeometryError, VolumeBox, DEFAULT_EPS, MIN_EPS};
+pub use gridding::GriddingAxis;
 pub use stages::{Apply, Space, Stage};
 pub use staging::{Sink, Source};
 pub(crate) use steps::Block;

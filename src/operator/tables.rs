@@ -2,7 +2,8 @@
 //! once. Forward and adjoint read the same f32 weights, so they are exact adjoints of each other up
 //! to summation rounding, and every sum runs in a fixed order (no atomics): same input, same bits.
 
-use super::geometry::{Geometry, GriddingAxis};
+use super::geometry::Geometry;
+use super::gridding::GriddingAxis;
 
 /// Stage U1 (1D gridding along z): forward taps per detector row and their transpose per cell.
 #[derive(Debug, Clone)]
