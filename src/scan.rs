@@ -215,29 +215,56 @@ impl Projections {
 
     /// The same line integrals, reconstructed into the box `b` of the detector's default volume
     /// only (a thin slab, an x/y region of interest: [`Geometry::with_subvolume`]), and cut to
-    /// the detector rows the box projects onto ([`Geometry::shadow_rows`]): the other rows carry
-    /// nothing the box's voxels explain, and the operator's data side (its 2D transforms and
-    /// gridding) then follows the box's size rather than the detector's.
+    /// the detector rows and columns the box projects onto ([`boxed_geometry`]): the rest of the
+    /// detector carries nothing the box's voxels explain, and the operator's data side (its 2D
+    /// transforms and gridding) then follows the box's size rather than the detector's.
     pub fn with_volume(self, b: &VolumeBox) -> Result<Self, ScanError> {
-        let geometry = self.geometry.with_subvolume(b)?;
-        let rows = geometry.shadow_rows();
-        if rows == (0..geometry.deth) {
+        let (deth, detw) = (self.geometry.deth, self.geometry.detw);
+        let (geometry, [rows, columns]) = boxed_geometry(&self.geometry, b)?;
+        if [&rows, &columns] == [&(0..deth), &(0..detw)] {
             return Ok(Self { geometry, ..self });
         }
-        let (deth, detw) = (geometry.deth, geometry.detw);
         let values = self
             .values
             .chunks(deth * detw)
-            .flat_map(|frame| &frame[rows.start * detw..rows.end * detw])
+            .flat_map(|frame| frame[rows.start * detw..rows.end * detw].chunks(detw))
+            .flat_map(|row| &row[columns.clone()])
             .copied()
             .collect();
-        let geometry = geometry.with_detector_rows(rows)?;
         Ok(Self {
             geometry,
             values,
             ..self
         })
     }
+}
+
+/// The geometry of the box `b` of `g`'s default volume ([`Geometry::with_subvolume`]) on the
+/// detector rows and columns it projects onto ([`Geometry::shadow_rows`],
+/// [`Geometry::shadow_columns`]), and those `[rows, columns]` of `g`'s detector. The columns
+/// keep the rotation axis where it was on the detector (`center` moves with the cut's first
+/// column), so every voxel still projects onto the pixel it did.
+pub fn boxed_geometry(
+    g: &Geometry,
+    b: &VolumeBox,
+) -> Result<(Geometry, [Range<usize>; 2]), GeometryError> {
+    let boxed = g.with_subvolume(b)?;
+    let rows = boxed.shadow_rows();
+    let boxed = match rows == (0..boxed.deth) {
+        true => boxed,
+        false => boxed.with_detector_rows(rows.clone())?,
+    };
+    let columns = boxed.shadow_columns();
+    if columns == (0..boxed.detw) {
+        return Ok((boxed, [rows, columns]));
+    }
+    let cut = Geometry {
+        detw: columns.len(),
+        center: Some(boxed.rotation_axis() - columns.start as f64),
+        ..boxed
+    };
+    cut.validate()?;
+    Ok((cut, [rows, columns]))
 }
 
 /// How many rows and columns `[before, after]` a detector is padded by (edge values).

@@ -365,58 +365,74 @@ fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
+/// The outputs of 2 and 3 ranks are those of one process, byte for byte: `recon.tif`, written
+/// by the first rank from every rank's slices, and every file of `recon.zarr`, whose chunks each
+/// rank writes itself (chunks of 8 x 16 x 16 and a pyramid of 32^3, 16^3 and 8^3: 4, 2 and 1
+/// rows of chunks, so rows and pyramid slices cross the ranks' boundaries, 0:16:32 and
+/// 0:11:22:32). No rank held more of the volume than its share and a slab, counting its part
+/// of the OME-Zarr (its rows of chunks and the boundary slices it received).
 #[test]
-fn two_ranks_write_the_one_process_outputs_holding_their_share_and_a_slab() {
+fn ranks_write_the_one_process_outputs_each_its_zarr_chunks_holding_their_share_and_a_slab() {
     let dir = tempfile::tempdir().unwrap();
     let scan = scan(dir.path());
-    let formats = ["--format", "tiff,zarr"];
+    let formats = ["--format", "tiff,zarr", "--zarr-chunks", "8,16,16"];
     let one = dir.path().join("one");
     let mut args = reconstruct_args(&scan, one.to_str().unwrap(), "2");
     args.extend(formats);
     let o = one_process(&args);
     assert!(o.status.success(), "{}", stderr(&o));
-    let two = dir.path().join("two");
-    let mut args = reconstruct_args(&scan, two.to_str().unwrap(), "2");
-    args.retain(|a| *a != "--quiet");
-    args.extend(formats);
-    let o = mpirun(2, &args).output().unwrap();
-    let message = stderr(&o);
-    assert!(o.status.success(), "{message}");
-    assert!(
-        std::fs::read(one.join("recon.tif")).unwrap()
-            == std::fs::read(two.join("recon.tif")).unwrap()
-    );
-    let (zarr_one, zarr_two) = (tree(&one.join("recon.zarr")), tree(&two.join("recon.zarr")));
-    assert!(
-        zarr_one.len() > 2,
-        "{:?}",
-        zarr_one.iter().map(|f| &f.0).collect::<Vec<_>>()
-    );
-    assert!(zarr_one == zarr_two, "the OME-Zarr of 2 ranks differs");
-    // Each rank held, while the volume was written, its share and at most one slab of it, as
-    // the resident pages of its volume array and the slices it held say (4 pages of slack: the
-    // pages at either end of its share and of the array may also hold other data).
-    let volume = 32 * 32 * 32 * 4;
-    let mut ranks = 0;
-    for line in message
-        .lines()
-        .filter(|l| l.starts_with("writing the volume, rank"))
-    {
-        let numbers: Vec<u64> = line
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect();
-        let [rank, held, share, slab] = numbers[..] else {
-            panic!("{line}")
-        };
-        eprintln!("{line}");
+    let zarr_one = tree(&one.join("recon.zarr"));
+    let names: Vec<&String> = zarr_one.iter().map(|f| &f.0).collect();
+    // The group's and 3 levels' metadata, 4 x 2 x 2 + 2 + 1 chunks.
+    assert!(zarr_one.len() == 4 + 16 + 2 + 1, "{names:?}");
+    for ranks in [2, 3] {
+        let out = dir.path().join(format!("ranks-{ranks}"));
+        let mut args = reconstruct_args(&scan, out.to_str().unwrap(), "2");
+        args.retain(|a| *a != "--quiet");
+        args.extend(formats);
+        let o = mpirun(ranks, &args).output().unwrap();
+        let message = stderr(&o);
+        assert!(o.status.success(), "{message}");
         assert!(
-            rank == ranks && share == volume / 2 && slab <= volume,
-            "{line}"
+            std::fs::read(one.join("recon.tif")).unwrap()
+                == std::fs::read(out.join("recon.tif")).unwrap()
         );
-        assert!(held >= share, "the ledger misses the share: {line}");
-        assert!(held <= share + slab + 4 * 4096, "{line}");
-        ranks += 1;
+        let zarr = tree(&out.join("recon.zarr"));
+        assert!(
+            zarr.iter().map(|f| &f.0).eq(names.iter().copied()),
+            "{ranks} ranks: {:?}",
+            zarr.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
+        for ((name, a), (_, b)) in zarr_one.iter().zip(&zarr) {
+            assert!(a == b, "{ranks} ranks changed recon.zarr/{name}");
+        }
+        // Each rank held, while the volume was written, its share and at most one slab of it,
+        // as the resident pages of its volume array, the slices it held and its OME-Zarr part's
+        // buffers say (4 pages of slack: the pages at either end of its share and of the array
+        // may also hold other data).
+        let plane = 32 * 32 * 4;
+        let mut seen = 0;
+        for line in message
+            .lines()
+            .filter(|l| l.starts_with("writing the volume, rank"))
+        {
+            let numbers: Vec<u64> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            let [rank, held, share, slab] = numbers[..] else {
+                panic!("{line}")
+            };
+            eprintln!("{ranks} ranks: {line}");
+            let planes = lamino::distributed::shares::share_range(rank as usize, ranks, 32).len();
+            assert!(
+                rank == seen && share == (planes * plane) as u64 && slab <= 32 * plane as u64,
+                "{line}"
+            );
+            assert!(held >= share, "the ledger misses the share: {line}");
+            assert!(held <= share + slab + 4 * 4096, "{line}");
+            seen += 1;
+        }
+        assert!(seen == ranks as u64, "{message}");
     }
-    assert!(ranks == 2, "{message}");
 }

@@ -121,6 +121,7 @@ fn demo(
         quiet: false,
         ranks: None,
         formats: lamino::recon::DEFAULT_FORMATS.to_vec(),
+        zarr: None,
         provenance: Some(lamino::recon::Provenance::now(None)),
     };
     let result = run_reconstruction(

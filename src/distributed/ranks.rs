@@ -363,6 +363,17 @@ impl Ranks {
         Some(others)
     }
 
+    /// What every rank sent this one, concatenated in rank order, where each rank sends at most
+    /// one message `(rank, values)`: the slices at the boundaries of the ranks' parts of an
+    /// OME-Zarr volume that each writes in parallel (see [`crate::io::ZarrPart`]). Collective.
+    pub(crate) fn send_to_one(&self, message: Option<(usize, Vec<f32>)>) -> Vec<f32> {
+        let mut send = vec![Vec::new(); self.size];
+        if let Some((to, values)) = message {
+            send[to] = values;
+        }
+        self.all_to_all(send).concat()
+    }
+
     /// Lets go of the blocks every array fetched from other ranks (see [`Field::release_away`]).
     pub(crate) fn release_fetched(&self) {
         for f in self.fields.lock().expect("fields poisoned").iter() {

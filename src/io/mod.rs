@@ -47,7 +47,7 @@ pub use volume::{
     write_tiff_volume, write_volume, write_volume_as, write_volume_files, CentralSlice,
     SlabVisitor, VolumeSlabs,
 };
-pub use zarr::{ome_metadata, pyramid_shapes, ZarrOptions, ZarrWriter};
+pub use zarr::{create_store, ome_metadata, pyramid_shapes, ZarrOptions, ZarrPart, ZarrWriter};
 
 use std::path::{Path, PathBuf};
 use thiserror::Error;

@@ -362,6 +362,47 @@ impl Geometry {
         end - want..end
     }
 
+    /// The detector columns `[start, end)` this geometry's volume projects onto at any of its
+    /// angles, with the gridding kernel's reach and a column more on each side, as
+    /// [`shadow_rows`](Self::shadow_rows) for the rows: voxel `(z, y, x)` (centred, with the
+    /// offset) lands on column `rotation_axis + x cos(theta) + y sin(theta)` whatever its `z`, so
+    /// a box of `n1 x n2` voxels spans `(n2 |cos(theta)| + n1 |sin(theta)|) / 2` columns either
+    /// side of its centre's column. The range also holds the rotation axis (a cut detector keeps
+    /// the axis on it, see [`validate`](Self::validate)). Even in length, at least the kernel's
+    /// minimum, within `0..detw`; the whole detector when the shadow covers it or nearly does.
+    pub fn shadow_columns(&self) -> Range<usize> {
+        let origin = (self.detw / 2) as f64;
+        let axis = self.rotation_axis() - origin;
+        let (mut lo, mut hi) = (axis, axis);
+        for (t, theta) in self.theta.iter().enumerate() {
+            let (sin_t, cos_t) = theta.sin_cos();
+            let centre = self.projection_shift(t)[1];
+            let half = (self.n2 as f64 * cos_t.abs() + self.n1 as f64 * sin_t.abs()) / 2.0;
+            lo = lo.min(centre - half);
+            hi = hi.max(centre + half);
+        }
+        let reach = GriddingAxis::new(self.detw, self.eps).half_width as f64;
+        // As for the rows: a voxel covers a column either side of its centre, and a millionth
+        // of slack keeps sin(pi) = 1e-16 from adding a column.
+        let start = (origin + lo - reach - 1.0 + 1e-6).floor().max(0.0);
+        let end = (origin + hi + reach + 1.0 - 1e-6)
+            .ceil()
+            .min(self.detw as f64);
+        if start.partial_cmp(&end) != Some(std::cmp::Ordering::Less) {
+            return 0..self.detw;
+        }
+        let (start, end) = (start as usize, end as usize);
+        let want = (end - start).next_multiple_of(2);
+        let want = gridding_minimum(want, self.eps)
+            .map_or(want, |m| m.next_multiple_of(2))
+            .max(want);
+        if want + 2 > self.detw {
+            return 0..self.detw;
+        }
+        let end = (start + want).min(self.detw - self.detw % 2);
+        end - want..end
+    }
+
     /// This geometry with its detector cut to the rows `rows` (of `0..deth`, even in length): the
     /// projections of the same volume, on a detector whose operator origin is row
     /// `rows.start + len/2`. The volume's offset in z moves by the origin's move over

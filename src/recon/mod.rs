@@ -30,7 +30,9 @@ use thiserror::Error;
 
 use crate::array::Residency;
 use crate::gpu::GpuContext;
-use crate::io::{OutputSet, SlabVisitor, StackFormat, VolumeSlabs};
+use crate::io::{
+    create_store, OutputSet, SlabVisitor, StackFormat, VolumeSlabs, ZarrOptions, ZarrPart,
+};
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
@@ -72,6 +74,9 @@ pub enum ReconError {
     /// The volume could not be read back from where the solver keeps it.
     #[error("cannot read the volume: {0}")]
     Read(String),
+    /// An output that could not be written.
+    #[error(transparent)]
+    Write(#[from] crate::io::IoError),
 }
 
 /// What the progress callback receives after every outer iteration.
@@ -649,6 +654,98 @@ impl Solved<'_> {
     pub fn serve_volume(&self) -> Result<(), ReconError> {
         self.visit_slabs(&mut |_, _| Ok(()))
             .map_err(ReconError::Read)
+    }
+
+    /// Writes the volume as OME-Zarr to `path` with `options` (the default of the volume's shape
+    /// when `None`): the first MPI rank (the only process without ranks) writes the metadata into
+    /// `path`, the directory it staged; the other ranks pass `None` and learn the path from it.
+    /// Then every rank writes the chunks of its own z slices, read a slab at a time where the
+    /// solver keeps them, exchanging only the slices at the boundaries of the ranks' parts
+    /// ([`ZarrPart`]): the files are those one process writes, byte for byte. Collective.
+    pub fn write_zarr(
+        &self,
+        path: Option<&std::path::Path>,
+        options: Option<ZarrOptions>,
+    ) -> Result<(), ReconError> {
+        let shape = self.shape();
+        let options = options.unwrap_or_else(|| ZarrOptions::for_shape(shape));
+        let created = path.map(|p| create_store(p, shape, self.report.voxel_size(), options));
+        let ready = match &created {
+            Some(Ok(())) => path,
+            _ => None,
+        };
+        // Every rank takes part in the exchange, the first also when it failed.
+        let shared = self.team.first_rank_path(ready);
+        if let Some(Err(e)) = created {
+            return Err(e.into());
+        }
+        let path = shared.ok_or_else(|| {
+            ReconError::Read("the first MPI rank could not create the OME-Zarr directory".into())
+        })?;
+        let z0 = self.padding.volume[0][0];
+        let bounds = self.team.volume_part_bounds(z0..z0 + shape[0]);
+        let rank = self.team.rank();
+        let mut part = ZarrPart::open(&path, shape, options, &bounds, rank)?;
+        let g = &self.padded;
+        let mine = z0 + bounds[rank]..z0 + bounds[rank + 1];
+        let mut cropped = Vec::new();
+        for start in mine.clone().step_by(self.slab_planes.max(1)) {
+            let end = (start + self.slab_planes).min(mine.end);
+            let slab = self
+                .team
+                .own_volume_slab(self.ctx, start..end)
+                .map_err(|e| {
+                    ReconError::Read(format!("reading slices {start}..{end} of the volume: {e}"))
+                })?;
+            let images = match [g.n1, g.n2] == [shape[1], shape[2]] {
+                true => &slab[..],
+                false => {
+                    cropped.clear();
+                    self.padding
+                        .crop_into(&slab, end - start, g, shape, &mut cropped);
+                    &cropped[..]
+                }
+            };
+            for image in images.chunks(shape[1] * shape[2]) {
+                part.push_image(image)?;
+            }
+            // The slab and, at most, everything the part held while taking it.
+            self.team
+                .note_held(4 * (slab.len() + cropped.len()) as u64 + part.held_bytes());
+        }
+        let held = part.finish(&mut |message| Ok(self.team.send_to_one(message)))?;
+        self.team.note_held(held);
+        Ok(())
+    }
+
+    /// Writes the outputs of [`stage_outputs_as`] with the volume in `formats` on every MPI rank
+    /// at once (collective; without ranks, this process alone): the first rank stages them in
+    /// `set` (the others pass `None`). `recon.zarr` is written by every rank in parallel
+    /// ([`write_zarr`](Self::write_zarr), with `zarr` its options) into the first rank's staged
+    /// directory, which appears with the rest of the set at its commit; the other files by the
+    /// first rank from every rank's slices, a slab at a time.
+    pub fn stage_outputs_on_ranks(
+        &self,
+        mut set: Option<&mut OutputSet>,
+        formats: &[StackFormat],
+        zarr: Option<ZarrOptions>,
+    ) -> Result<(), ReconError> {
+        if formats.contains(&StackFormat::Zarr) {
+            let staged = match set.as_deref_mut() {
+                Some(set) => Some(set.stage(volume_file_name(StackFormat::Zarr))?),
+                None => None,
+            };
+            self.write_zarr(staged.as_deref(), zarr)?;
+        }
+        let rest: Vec<StackFormat> = formats
+            .iter()
+            .copied()
+            .filter(|f| *f != StackFormat::Zarr)
+            .collect();
+        match set {
+            Some(set) => Ok(stage_outputs_as(set, &self.report, self, &rest)?),
+            None => self.serve_volume(),
+        }
     }
 
     /// The most bytes of the volume each MPI rank held while its slabs were read, in rank order

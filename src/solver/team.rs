@@ -435,6 +435,101 @@ impl AdmmTeam {
         Ok(vec![(planes.start, slab)])
     }
 
+    /// The z slices of `planes` each MPI rank keeps, as the bounds of their runs relative to
+    /// `planes.start`, in rank order (`[0, len]` without ranks): how the ranks divide the volume
+    /// when each writes its own part of it ([`crate::io::ZarrPart`]).
+    pub fn volume_part_bounds(&self, planes: std::ops::Range<usize>) -> Vec<usize> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            let total = self.members[0].volume_field().layout().planes;
+            let mut bounds: Vec<usize> = (0..ranks.size())
+                .map(|r| ranks.home(r, total).start.clamp(planes.start, planes.end))
+                .collect();
+            bounds.push(planes.end);
+            return bounds.into_iter().map(|b| b - planes.start).collect();
+        }
+        vec![0, planes.len()]
+    }
+
+    /// This process's index among the MPI ranks (0 without ranks).
+    pub fn rank(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks.rank();
+        }
+        0
+    }
+
+    /// Z slices `planes` of the volume, which this process keeps (an MPI rank's home; any
+    /// without ranks), read without the other ranks: each writes its own part. Records what
+    /// this process holds with them in the ledger ([`slab_ledger`](Self::slab_ledger)); the
+    /// caller adds what it holds besides ([`note_held`](Self::note_held)).
+    pub fn own_volume_slab(
+        &self,
+        ctx: &GpuContext,
+        planes: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, SolverError> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            // What the last stage fetched from other ranks is not kept while writing.
+            ranks.release_fetched();
+        }
+        let solver = &self.members[0];
+        let slab = solver.volume_planes(ctx, planes)?;
+        self.note_held(4 * slab.len() as u64);
+        Ok(slab)
+    }
+
+    /// Records in the ledger that this process holds `bytes` of the volume besides its volume
+    /// array's resident pages (MPI ranks) or beside nothing (one process, whose array the
+    /// ledger does not count, as in [`volume_slab`](Self::volume_slab)).
+    pub fn note_held(&self, bytes: u64) {
+        #[cfg(feature = "mpi")]
+        if self.ranks.is_some() {
+            let resident = self.members[0].volume_field().resident_bytes();
+            self.slab_ledger
+                .fetch_max(resident + bytes, Ordering::Relaxed);
+            return;
+        }
+        self.slab_ledger.fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// What every MPI rank sent this one in an exchange where each sends at most one message
+    /// `(rank, values)`, in rank order (nothing without ranks, where there is no one to send
+    /// to). Collective.
+    pub fn send_to_one(&self, message: Option<(usize, Vec<f32>)>) -> Vec<f32> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            return ranks.send_to_one(message);
+        }
+        let _ = message;
+        Vec::new()
+    }
+
+    /// `path` of the first MPI rank on every rank (`path` without ranks): where the first rank
+    /// staged a directory the others write into; `None` when the first rank has none. Collective.
+    pub fn first_rank_path(&self, path: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+        #[cfg(feature = "mpi")]
+        if let Some(ranks) = &self.ranks {
+            use std::os::unix::ffi::{OsStrExt, OsStringExt};
+            // A leading word says whether there is a path; then one byte a word.
+            let mine: Vec<u64> = match path {
+                Some(p) => std::iter::once(1)
+                    .chain(p.as_os_str().as_bytes().iter().map(|&b| u64::from(b)))
+                    .collect(),
+                None => vec![0],
+            };
+            let first = ranks.all_gather_words(&mine).swap_remove(0);
+            return match first.split_first() {
+                Some((1, bytes)) => Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(
+                    bytes.iter().map(|&b| b as u8).collect(),
+                ))),
+                _ => None,
+            };
+        }
+        path.map(std::path::Path::to_path_buf)
+    }
+
     /// The most bytes of the volume each process held while [`volume_slab`](Self::volume_slab)
     /// read it, in rank order (one entry without MPI ranks): on an MPI rank, the resident pages
     /// of its volume array (its planes, and fetched ones it had not let go) and the slab's

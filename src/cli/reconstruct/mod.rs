@@ -101,6 +101,11 @@ pub struct ReconstructArgs {
     /// large for one TIFF need).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [VolumeFormat::Tiff, VolumeFormat::H5])]
     format: Vec<VolumeFormat>,
+    /// recon.zarr's chunk shape Z,Y,X (voxels, each clamped to its level's side), with pyramid
+    /// levels added while the smallest side is above the chunk's smallest side (default: chunks
+    /// of up to 64 x 256 x 256, levels down to a smallest side of 64). Needs `--format zarr`.
+    #[arg(long, value_parser = parse_zarr_chunks)]
+    zarr_chunks: Option<lamino::io::ZarrOptions>,
     /// Run exactly N outer ADMM iterations (benchmarks, comparisons) instead of stopping on the
     /// convergence test (the default).
     #[arg(long, conflicts_with = "max_iterations")]
@@ -257,8 +262,14 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         quiet: args.quiet || !first,
         ranks,
         formats: unique_formats(&args.format),
+        zarr: args.zarr_chunks,
         provenance: Some(Provenance::now(Some(args.input.input.clone()))),
     };
+    if args.zarr_chunks.is_some() && !options.formats.contains(&StackFormat::Zarr) {
+        return Err(
+            "--zarr-chunks: the volume is not written as OME-Zarr (add zarr to --format)".into(),
+        );
+    }
     if args.dry_run {
         let g = input_geometry(
             &args.input.projection_input()?,
@@ -268,10 +279,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             .volume
             .volume_box(&g, args.preprocess.binning_factor())?
         {
-            Some(b) => {
-                let g = g.with_subvolume(&b)?;
-                g.with_detector_rows(g.shadow_rows())?
-            }
+            Some(b) => lamino::scan::boxed_geometry(&g, &b)?.0,
             None => g,
         };
         let devices = open_devices(cli, &options.ranks)?;
@@ -426,13 +434,14 @@ fn reconstruct_into(
     };
     let projections = match args.volume.volume_box(projections.geometry(), b)? {
         Some(volume) => {
-            let deth = projections.geometry().deth;
+            let (deth, detw) = (projections.geometry().deth, projections.geometry().detw);
             let boxed = projections.with_volume(&volume)?;
-            let kept = boxed.geometry().deth;
-            if kept < deth && !args.quiet {
+            let kept = [boxed.geometry().deth, boxed.geometry().detw];
+            if kept != [deth, detw] && !args.quiet {
                 eprintln!(
-                    "slab: the operator uses the {kept} of {deth} detector rows the box projects \
-                     onto (its shadow, plus the gridding kernel's reach)"
+                    "slab/roi: the operator uses the {} of {deth} detector rows and {} of {detw} \
+                     columns the box projects onto (its shadow, plus the gridding kernel's reach)",
+                    kept[0], kept[1]
                 );
             }
             boxed
@@ -464,6 +473,27 @@ Examples:
       --darks darks.tif --out rec
   # Line integrals with a geometry file, exactly 50 iterations, on two GPUs
   lamino reconstruct data.npy --geometry geometry.json --iterations 50 --device 0,1 --out rec";
+
+/// `Z,Y,X`: recon.zarr's chunk shape, each at least 1; the pyramid goes down to the chunk's
+/// smallest side.
+fn parse_zarr_chunks(s: &str) -> Result<lamino::io::ZarrOptions, String> {
+    let bad = || format!("{s:?}: expected Z,Y,X (voxels, each at least 1)");
+    let sides: Vec<usize> = s
+        .split(',')
+        .map(|v| v.trim().parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let [z, y, x] = sides[..] else {
+        return Err(bad());
+    };
+    if z.min(y).min(x) == 0 {
+        return Err(bad());
+    }
+    Ok(lamino::io::ZarrOptions {
+        chunk: [z, y, x],
+        min_side: z.min(y).min(x),
+        gzip_level: lamino::io::ZarrOptions::for_shape([1, 1, 1]).gzip_level,
+    })
+}
 
 /// `formats` in the order given, each once.
 fn unique_formats(formats: &[VolumeFormat]) -> Vec<StackFormat> {

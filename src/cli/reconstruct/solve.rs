@@ -149,6 +149,8 @@ pub(in crate::cli) struct RunOptions {
     pub ranks: MpiRanks,
     /// The formats the volume is written in.
     pub formats: Vec<StackFormat>,
+    /// recon.zarr's chunks and pyramid (`None`: the default for the volume's shape).
+    pub zarr: Option<lamino::io::ZarrOptions>,
     /// The run, for the report.
     pub provenance: Option<Provenance>,
 }
@@ -250,7 +252,7 @@ pub(in crate::cli) fn run_reconstruction<'a>(
     let Some(set) = set else {
         // A rank that writes nothing sends the writing rank its slices of the volume.
         if solved.report.completed {
-            solved.serve_volume()?;
+            solved.stage_outputs_on_ranks(None, &o.formats, o.zarr)?;
             solved.slab_ledger();
         }
         return Ok(solved);
@@ -272,7 +274,7 @@ pub(in crate::cli) fn run_reconstruction<'a>(
         );
     }
     solved.report.provenance = o.provenance.clone();
-    solved.stage_outputs_as(set, &o.formats)?;
+    solved.stage_outputs_on_ranks(Some(set), &o.formats, o.zarr)?;
     let ledger = solved.slab_ledger();
     if !o.quiet && ledger.len() > 1 {
         let slab = solved.slab_bytes();
