@@ -2,7 +2,8 @@
 //! ranks, checkpoints written in parts by every rank that any number of ranks resumes, a rank
 //! killed while writing its part leaves the previous checkpoint, a rank that fails or is killed
 //! ends the run with an error instead of leaving the others waiting, and the outputs written
-//! from every rank's slices a slab at a time, no rank holding more than its share and a slab.
+//! from every rank's slices a slab at a time (`recon.zarr` by every rank, each its chunks), no
+//! rank holding more than its share and a slab.
 #![cfg(feature = "mpi")]
 
 mod common;

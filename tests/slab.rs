@@ -1,6 +1,8 @@
 //! Thin slabs and x/y regions of interest (issue 28): a volume that is a box of the detector's
 //! default volume, reconstructed alone, against the same box of the full reconstruction, on
-//! flat phantoms whose material lies inside the box; and the command line's `--slab`,
+//! flat phantoms whose material lies inside the box; a slab cut to its detector rows and a
+//! region of interest cut to its detector columns against the same box on the whole detector;
+//! and the command line's `--slab`,
 //! `--lamino-start-row`/`--lamino-end-row` and `--roi`.
 
 mod common;

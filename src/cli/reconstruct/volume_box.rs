@@ -25,7 +25,8 @@ pub(super) struct VolumeArgs {
     lamino_end_row: Option<usize>,
     /// Reconstruct only x columns X0:X1 and y rows Y0:Y1 (half-open, unbinned voxels) of the
     /// default volume's detw x detw plane, centred on the rotation axis: an x/y region of
-    /// interest. Lengths as for --slab.
+    /// interest (the operator then uses only the detector columns it projects onto). Lengths as
+    /// for --slab.
     #[arg(long, value_parser = parse_roi)]
     roi: Option<[Range<usize>; 2]>,
 }
