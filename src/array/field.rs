@@ -149,6 +149,7 @@ impl BlockView {
 enum HostWords {
     Ram(Vec<f32>),
     Mapped(memmap2::MmapMut),
+    Share(ShareMap),
 }
 
 impl HostWords {
@@ -156,6 +157,7 @@ impl HostWords {
         match self {
             Self::Ram(v) => v,
             Self::Mapped(m) => bytemuck::cast_slice(&m[..]),
+            Self::Share(m) => m.words(),
         }
     }
 
@@ -163,6 +165,131 @@ impl HostWords {
         match self {
             Self::Ram(v) => v,
             Self::Mapped(m) => bytemuck::cast_slice_mut(&mut m[..]),
+            Self::Share(m) => m.words_mut(),
+        }
+    }
+
+    /// Bytes of scratch file behind the words (0 in memory).
+    fn scratch_bytes(&self) -> u64 {
+        match self {
+            Self::Ram(_) => 0,
+            Self::Mapped(m) => m.len() as u64,
+            Self::Share(m) => m.file_bytes,
+        }
+    }
+}
+
+/// The page size `madvise`, `mincore` and `mmap` work in: 4 KiB on the systems lamino runs on
+/// (x86-64 and arm64 Linux with 4 KiB pages).
+const PAGE: usize = 4096;
+
+/// An MPI rank's scratch array: one contiguous range of addresses for the whole array, of which
+/// only the pages holding the rank's planes (its home, rounded out to whole pages) are a scratch
+/// file; the other pages are anonymous memory that takes room only while it holds blocks fetched
+/// for a stage (and is let go after it, [`Field::release_away`]). So the rank's scratch file is
+/// its share of the array, not the whole of it, while every word keeps its place in the array
+/// and the code that reads and writes words stays the same.
+struct ShareMap {
+    base: *mut f32,
+    /// Words of the array.
+    len: usize,
+    /// Bytes of the address range (the array's, rounded up to whole pages).
+    mapped: usize,
+    /// Bytes of the scratch file mapped over the home's pages.
+    file_bytes: u64,
+}
+
+// Safety: the map is owned by one HostArray, whose RwLock orders every access to its words;
+// the pointer is not shared otherwise.
+unsafe impl Send for ShareMap {}
+unsafe impl Sync for ShareMap {}
+
+impl ShareMap {
+    /// Words `home` of an array of `len` words in a scratch file in `dir`, the rest in
+    /// anonymous memory, all zero.
+    fn new(dir: &Path, len: usize, home: Range<usize>) -> Result<Self, StorageError> {
+        use fs4::FileExt;
+        let err = |reason: String| StorageError::Scratch {
+            dir: dir.into(),
+            reason,
+        };
+        let mapped = (4 * len).div_ceil(PAGE).max(1) * PAGE;
+        // Safety: a fresh private anonymous mapping (no address asked for); checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                mapped,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(err(format!(
+                "cannot reserve {mapped} bytes of addresses: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // From here on, dropping `map` unmaps the whole range, also on the errors below.
+        let mut map = Self {
+            base: base.cast(),
+            len,
+            mapped,
+            file_bytes: 0,
+        };
+        let lo = 4 * home.start / PAGE * PAGE;
+        let hi = (4 * home.end).div_ceil(PAGE) * PAGE;
+        let hi = hi.min(mapped);
+        if home.is_empty() || hi <= lo {
+            return Ok(map);
+        }
+        let file = tempfile::tempfile_in(dir).map_err(|e| err(e.to_string()))?;
+        let bytes = (hi - lo) as u64;
+        file.allocate(bytes)
+            .map_err(|e| err(format!("cannot reserve {bytes} bytes: {e}")))?;
+        use std::os::fd::AsRawFd;
+        // Safety: [base + lo, base + hi) lies in the range reserved above, page-aligned;
+        // MAP_FIXED replaces those anonymous pages by the file's (unnamed, private to this
+        // process, so nothing else maps or resizes it while the map lives). The mapping keeps
+        // the file open after `file` is dropped.
+        let at = unsafe {
+            libc::mmap(
+                base.cast::<u8>().add(lo).cast(),
+                hi - lo,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(err(format!(
+                "cannot map {bytes} bytes of scratch file: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        map.file_bytes = bytes;
+        Ok(map)
+    }
+
+    fn words(&self) -> &[f32] {
+        // Safety: `len` words from `base` lie within the mapping, readable and zero-initialised
+        // (anonymous or file pages), alive while `self` is.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    fn words_mut(&mut self) -> &mut [f32] {
+        // Safety: as in `words`, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+}
+
+impl Drop for ShareMap {
+    fn drop(&mut self) {
+        // Safety: the range is the one mapped in `new`, unmapped once.
+        unsafe {
+            libc::munmap(self.base.cast(), self.mapped);
         }
     }
 }
@@ -287,7 +414,15 @@ impl Field {
                     bytes: layout.bytes(),
                 },
             )?)),
-            Residency::Scratch(dir) => host(HostWords::Mapped(scratch_map(dir, layout.bytes())?)),
+            // An MPI rank's scratch file holds its planes only.
+            Residency::Scratch(dir) => match &home {
+                Some(p) => host(HostWords::Share(ShareMap::new(
+                    dir,
+                    layout.words(),
+                    p.start * layout.plane_words..p.end * layout.plane_words,
+                )?)),
+                None => host(HostWords::Mapped(scratch_map(dir, layout.bytes())?)),
+            },
         };
         Ok(Self(Arc::new(Inner {
             label: label.to_string(),
@@ -300,6 +435,22 @@ impl Field {
     /// The array's layout.
     pub fn layout(&self) -> PlaneLayout {
         self.0.layout
+    }
+
+    /// Bytes of scratch file this array holds: the whole array's in one process, an MPI rank's
+    /// planes (rounded out to whole pages) on a rank; 0 for an array in memory or on the device.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.host().map_or(0, |h| {
+            h.words.read().expect("host array poisoned").scratch_bytes()
+        })
+    }
+
+    /// Bytes of the planes this process keeps: an MPI rank's home, else the whole array.
+    pub fn home_bytes(&self) -> u64 {
+        match self.host().and_then(|h| h.home.as_ref()) {
+            Some(home) => 4 * home.len() as u64,
+            None => self.layout().bytes(),
+        }
     }
 
     /// Where the array lives.
@@ -526,7 +677,6 @@ impl Field {
         let Some(h) = self.host() else { return 0 };
         let w = h.words.read().expect("host array poisoned");
         let words = w.words();
-        const PAGE: usize = 4096;
         let (start, len) = (words.as_ptr() as usize, std::mem::size_of_val(words));
         if len == 0 {
             return 0;
@@ -556,15 +706,20 @@ impl Field {
         let Some(h) = self.host() else { return };
         let Some(home) = &h.home else { return };
         let mut w = h.words.write().expect("host array poisoned");
-        let HostWords::Ram(v) = &mut *w else { return };
-        const PAGE: usize = 4096;
-        let base = v.as_mut_ptr() as usize;
+        // A one-process scratch file has no home; a rank's scratch share keeps its planes in the
+        // file, whose pages the whole pages outside the home never touch.
+        let words = match &mut *w {
+            HostWords::Ram(v) => &mut v[..],
+            HostWords::Share(m) => m.words_mut(),
+            HostWords::Mapped(_) => return,
+        };
+        let (base, len) = (words.as_mut_ptr() as usize, words.len());
         let address = |word: usize| base + 4 * word;
         // Whole pages only: a page that also holds words of this rank's planes stays.
-        for (lo, hi) in [(0, home.start), (home.end, v.len())] {
+        for (lo, hi) in [(0, home.start), (home.end, len)] {
             let (lo, hi) = (address(lo).div_ceil(PAGE) * PAGE, address(hi) / PAGE * PAGE);
             if hi > lo {
-                // Safety: [lo, hi) lies within the vector's allocation and is page-aligned; its
+                // Safety: [lo, hi) lies within the array's memory and is page-aligned; its
                 // contents are dropped on purpose and read back as zeros, a valid f32.
                 unsafe {
                     libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
@@ -600,8 +755,28 @@ impl Drop for Pending {
 
 #[cfg(test)]
 mod tests {
-    use super::BlockView;
+    use super::{BlockView, ShareMap, PAGE};
     use std::collections::HashSet;
+
+    /// A rank's scratch array: its file holds the pages of its home words only, every word of
+    /// the array reads back what was written, and the file has no name.
+    #[test]
+    fn a_share_map_backs_only_the_home_pages_with_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // 5000 words (20000 bytes); home 1500..3100 is bytes 6000..12400: pages 1, 2 and 3.
+        // At the array's end, 4000..5000 is bytes 16000..20000: pages 3 and 4.
+        for (home, pages) in [(1500..3100, 3), (4000..5000, 2), (0..0, 0), (0..5000, 5)] {
+            let mut m = ShareMap::new(dir.path(), 5000, home.clone()).unwrap();
+            assert!(m.file_bytes == (pages * PAGE) as u64, "{home:?}");
+            assert!(m.words().iter().all(|&w| w == 0.0), "{home:?}");
+            for (i, w) in m.words_mut().iter_mut().enumerate() {
+                *w = i as f32;
+            }
+            let same = m.words().iter().enumerate().all(|(i, &w)| w == i as f32);
+            assert!(same, "{home:?}");
+        }
+        assert!(std::fs::read_dir(dir.path()).unwrap().count() == 0);
+    }
 
     fn words(b: &BlockView) -> HashSet<usize> {
         b.runs().flat_map(|(s, l)| s..s + l).collect()

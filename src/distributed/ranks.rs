@@ -260,6 +260,12 @@ impl Ranks {
         received
     }
 
+    /// `send[r]` to rank r, for every r; returns what each rank sent here, in rank order: for
+    /// exchanges outside the arrays' homes (the sinograms of stripe removal). Collective.
+    pub(crate) fn all_to_all_values(&self, send: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+        self.all_to_all(send)
+    }
+
     /// The word ranges of `field` that rank `rank` keeps.
     pub(crate) fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
         let layout = field.layout();
@@ -374,12 +380,40 @@ impl Ranks {
         self.all_to_all(send).concat()
     }
 
+    /// This rank's scratch files: what its arrays hold in them against the planes they keep
+    /// there (see [`Field::scratch_bytes`]).
+    pub fn scratch_ledger(&self) -> ScratchLedger {
+        let fields = self.fields.lock().expect("fields poisoned");
+        let mut ledger = ScratchLedger::default();
+        for f in fields.iter().filter(|f| f.scratch_bytes() > 0) {
+            ledger.arrays += 1;
+            ledger.file_bytes += f.scratch_bytes();
+            ledger.share_bytes += f.home_bytes();
+            ledger.whole_bytes += f.layout().bytes();
+        }
+        ledger
+    }
+
     /// Lets go of the blocks every array fetched from other ranks (see [`Field::release_away`]).
     pub(crate) fn release_fetched(&self) {
         for f in self.fields.lock().expect("fields poisoned").iter() {
             f.release_away();
         }
     }
+}
+
+/// A rank's scratch files ([`Ranks::scratch_ledger`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScratchLedger {
+    /// Arrays in scratch files.
+    pub arrays: usize,
+    /// Bytes of their scratch files on this rank: the planes it keeps, each array's rounded out
+    /// to whole pages (at most two more pages an array).
+    pub file_bytes: u64,
+    /// Bytes of the planes this rank keeps of them.
+    pub share_bytes: u64,
+    /// Bytes of the whole arrays, every rank's planes together.
+    pub whole_bytes: u64,
 }
 
 /// Runs of a field in one rank's home: as (field, start, length) triples to send, and as runs.

@@ -86,6 +86,8 @@ pub struct NpyReader {
     remaining: u64,
     /// Data bytes in all (the element index of an error counts from the data's start).
     data_bytes: u64,
+    /// Where the data start in the file.
+    data_start: u64,
 }
 
 impl std::fmt::Debug for NpyReader {
@@ -171,6 +173,7 @@ impl NpyReader {
             reader,
             remaining: actual,
             data_bytes: actual,
+            data_start,
         })
     }
 
@@ -209,6 +212,26 @@ impl NpyReader {
     /// The index (from the data's start, in the file's order) of the next element.
     fn next_index(&self) -> usize {
         ((self.data_bytes - self.remaining) / self.dtype.bytes() as u64) as usize
+    }
+
+    /// Moves to element `index` (in the file's order, from the data's start): the next read
+    /// starts there. What lies before it is never read, so a part of a large array (an MPI
+    /// rank's angles) costs only its own bytes.
+    pub fn seek(&mut self, index: usize) -> Result<(), IoError> {
+        let at = (index as u64)
+            .checked_mul(self.dtype.bytes() as u64)
+            .filter(|&b| b <= self.data_bytes)
+            .ok_or_else(|| {
+                corrupt(
+                    &self.path,
+                    format!("element {index} requested, past the end of the data"),
+                )
+            })?;
+        self.reader
+            .seek(SeekFrom::Start(self.data_start + at))
+            .map_err(|e| read_error(&self.path, e))?;
+        self.remaining = self.data_bytes - at;
+        Ok(())
     }
 
     /// Reads the next `len` elements; `T` must be the file's element type.
@@ -454,6 +477,27 @@ mod tests {
         let f = read_complex_npy(&fpath).unwrap();
         assert_eq!(f.shape, vec![2, 2]);
         assert_eq!(f.data[3], Complex32::new(3.0, 0.0));
+    }
+
+    /// A seek reads from any element on, in any order; past the end is an error naming it.
+    #[test]
+    fn a_seek_reads_any_part_of_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.npy");
+        let values: Vec<f32> = (0..60).map(|v| v as f32).collect();
+        write_f32_npy(&path, &[5, 3, 4], &values).unwrap();
+        let mut npy = NpyReader::open(&path).unwrap();
+        npy.seek(24).unwrap();
+        assert!(npy.read_f32(12).unwrap() == values[24..36]);
+        npy.seek(0).unwrap();
+        assert!(npy.read_f32(60).unwrap() == values);
+        npy.seek(59).unwrap();
+        assert!(npy.read_f32(1).unwrap() == [59.0]);
+        assert!(npy.read_f32(1).is_err());
+        npy.seek(60).unwrap();
+        assert!(npy.read_f32(1).is_err());
+        let e = npy.seek(61).unwrap_err().to_string();
+        assert!(e.contains("element 61") && e.contains("s.npy"), "{e}");
     }
 
     #[test]

@@ -107,23 +107,25 @@ pub fn bin_frames(stack: Stack, b: usize) -> Result<Stack, PreprocessError> {
 }
 
 /// Line integrals binned by `b`: the mean over each `b x b` block (the block's sum over `b^2`),
-/// with the geometry of [`bin_geometry`].
+/// with the geometry of [`bin_geometry`]. Only the angles held are binned (an MPI rank's share
+/// stays its share).
 pub fn bin_projections(p: &Projections, b: usize) -> Result<Projections, PreprocessError> {
     let g = p.geometry();
     let geometry = bin_geometry(g, b)?;
     if b == 1 {
         return Ok(p.clone());
     }
+    let angles = p.angles();
     let sums = bin_frames(
         Stack {
-            shape: [g.ntheta(), g.deth, g.detw],
+            shape: [angles.len(), g.deth, g.detw],
             values: p.values().to_vec(),
         },
         b,
     )?;
     let inv = 1.0 / (b * b) as f32;
     let values = sums.values.iter().map(|v| v * inv).collect();
-    Ok(Projections::new(geometry, values)?)
+    Ok(Projections::part(geometry, angles, values)?)
 }
 
 #[cfg(test)]

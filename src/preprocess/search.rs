@@ -482,6 +482,51 @@ pub fn find_rotation_axis(
     })
 }
 
+/// [`find_rotation_axis`] on MPI ranks, each holding its share of the angles (`projections`,
+/// contiguous, in rank order): the first rank gathers the others' projections, searches, and
+/// tells every rank the axis. One rank searches rather than each on its own copy: the search's
+/// slabs sum over every angle, and only a sum over them in one order gives the bits of one
+/// process; a search on detector rows split among the ranks would need those sums combined
+/// across ranks, in another order. The first rank holds every angle while it searches (the
+/// others only their share) and lets go of the others' afterwards. Returns the axis (unbinned
+/// columns) on every rank and the search on the first. Collective.
+#[cfg(feature = "mpi")]
+pub fn find_rotation_axis_on_ranks(
+    ctx: &GpuContext,
+    ranks: &crate::distributed::ranks::Ranks,
+    projections: &Projections,
+    binning: usize,
+    tilt_deg: f64,
+) -> Result<(f64, Option<AxisSearch>), PreprocessError> {
+    let g = projections.geometry();
+    let search = match ranks.gather_to_first(projections.values()) {
+        None => None,
+        Some(others) => {
+            let mut values = projections.values().to_vec();
+            values.extend_from_slice(&others);
+            drop(others);
+            let whole = Projections::new(g.clone(), values)?;
+            Some(find_rotation_axis(
+                ctx, &whole, binning, tilt_deg, None, 0.0,
+            ))
+        }
+    };
+    // The first rank's axis, or NaN when its search failed: the others stop with its cause
+    // given by the first rank, not with an axis of their own.
+    let axis = match &search {
+        Some(Ok(s)) => s.rotation_axis,
+        _ => f64::NAN,
+    };
+    let told = f64::from_bits(ranks.all_gather_words(&[axis.to_bits()])[0][0]);
+    let search = search.transpose()?;
+    if !told.is_finite() {
+        return Err(PreprocessError::BadSearch(
+            "the first rank's axis search failed (its error is printed by it)".into(),
+        ));
+    }
+    Ok((told, search))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

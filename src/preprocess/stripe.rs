@@ -140,6 +140,96 @@ pub fn remove_stripes(
     Ok(Projections::new(g.clone(), values)?)
 }
 
+/// What [`remove_stripes_on_ranks`] held on this rank.
+#[cfg(feature = "mpi")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripeShare {
+    /// The detector rows whose sinograms this rank corrected.
+    pub rows: std::ops::Range<usize>,
+    /// The most projection values this rank's buffers held at once: its angles' projections,
+    /// the parts of them on their way to other ranks and its rows' sinograms (MPI's own copies
+    /// during an exchange not counted).
+    pub values_held: usize,
+}
+
+/// [`remove_stripes`] on MPI ranks, each holding a contiguous share of the angles (`p` is this
+/// rank's, [`Projections::angles`]): a stripe lives in a sinogram (one detector row, every
+/// angle), so the ranks first exchange their projections so that each holds the whole sinograms
+/// of its share of the detector rows, correct them there (each row as one process corrects it:
+/// the same bits), and exchange them back to their angles. No rank holds more than its angles
+/// and its rows of the projections besides what is in flight. Collective.
+#[cfg(feature = "mpi")]
+pub fn remove_stripes_on_ranks(
+    ranks: &crate::distributed::ranks::Ranks,
+    p: Projections,
+    method: StripeRemoval,
+) -> Result<(Projections, StripeShare), PreprocessError> {
+    use crate::distributed::shares::share_range;
+    method.check()?;
+    let g = p.geometry().clone();
+    let (ntheta, deth, detw) = (g.ntheta(), g.deth, g.detw);
+    let (size, rank) = (ranks.size(), ranks.rank());
+    let mine = p.angles();
+    // Every rank's angles, as they hold them (their shares need not be computed alike here).
+    let angles: Vec<std::ops::Range<usize>> = ranks
+        .all_gather_words(&[mine.start as u64, mine.end as u64])
+        .iter()
+        .map(|w| w[0] as usize..w[1] as usize)
+        .collect();
+    let rows: Vec<std::ops::Range<usize>> = (0..size).map(|r| share_range(r, size, deth)).collect();
+    let my_rows = rows[rank].clone();
+    let row_at = |t: usize, v: usize| (t * deth + v) * detw;
+    // Projections of my angles, rows of rank s, to rank s: angle by angle, row by row.
+    let send: Vec<Vec<f32>> = rows
+        .iter()
+        .map(|r| {
+            let values = p.values();
+            (0..mine.len())
+                .flat_map(|t| values[row_at(t, r.start)..row_at(t, r.end)].iter().copied())
+                .collect()
+        })
+        .collect();
+    let mut held = p.values().len() + send.iter().map(Vec::len).sum::<usize>();
+    drop(p);
+    let received = ranks.all_to_all_values(send);
+    let n_rows = my_rows.len();
+    // My rows' sinograms, `(ntheta, n_rows, detw)`, angles in order (rank q sent its angles').
+    let mut sinograms = vec![0f32; ntheta * n_rows * detw];
+    for (q, part) in received.iter().enumerate() {
+        let at = angles[q].start * n_rows * detw;
+        sinograms[at..at + part.len()].copy_from_slice(part);
+    }
+    held = held.max(received.iter().map(Vec::len).sum::<usize>() + sinograms.len());
+    drop(received);
+    if n_rows > 0 {
+        remove_stripes_in_place(&mut sinograms, [ntheta, n_rows, detw], method)?;
+    }
+    // Back to their angles: rank q gets my rows of its angles.
+    let back: Vec<Vec<f32>> = angles
+        .iter()
+        .map(|a| sinograms[a.start * n_rows * detw..a.end * n_rows * detw].to_vec())
+        .collect();
+    held = held.max(back.iter().map(Vec::len).sum::<usize>() + sinograms.len());
+    drop(sinograms);
+    let returned = ranks.all_to_all_values(back);
+    let mut values = vec![0f32; mine.len() * deth * detw];
+    for (r, part) in returned.iter().enumerate() {
+        let n = rows[r].len() * detw;
+        for t in 0..mine.len() {
+            values[row_at(t, rows[r].start)..row_at(t, rows[r].end)]
+                .copy_from_slice(&part[t * n..(t + 1) * n]);
+        }
+    }
+    held = held.max(returned.iter().map(Vec::len).sum::<usize>() + values.len());
+    Ok((
+        Projections::part(g, mine, values)?,
+        StripeShare {
+            rows: my_rows,
+            values_held: held,
+        },
+    ))
+}
+
 /// [`remove_stripes`] on line integrals `(ntheta, deth, detw)` in place.
 pub fn remove_stripes_in_place(
     values: &mut [f32],

@@ -23,13 +23,14 @@ use crate::flatfield::{estimate_open_beam, FlatfieldError};
 use crate::io::PixelSize;
 use crate::io::{
     angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
-    read_volume_h5, AngleUnit, ClampCount, DxchangeReader, FieldMeans, IoError, NormalizeError,
-    NxtomoReader, Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION,
-    RATIO_FLOOR,
+    read_volume_h5, AngleUnit, ClampCount, Dtype, DxchangeReader, FieldMeans, IoError,
+    NormalizeError, NpyReader, NxtomoReader, Scan, ScanInfo, ScanOptions, Stack, StackReader,
+    MAX_CLAMPED_FRACTION, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_frames, bin_geometry, bin_projections, PreprocessError};
 use crate::scan::{Projections, ScanError};
+use num_complex::Complex32;
 
 /// Errors reading a scan; each names the file or the option at fault.
 #[derive(Debug, Error)]
@@ -167,6 +168,9 @@ pub struct LoadedProjections {
     /// Where the projection angles came from: a dataset of the file, an angle list, the
     /// geometry file.
     pub angles_source: String,
+    /// Projections (frames) decoded from the file: every angle's, or an MPI rank's share only
+    /// ([`load_projection_share`]); flats and darks are not counted.
+    pub frames_read: usize,
 }
 
 /// The lower-case extension of `path` ("" when it has none).
@@ -207,36 +211,26 @@ pub fn load_projections_with(
     input: &ProjectionInput,
     options: &LoadOptions,
 ) -> Result<LoadedProjections, InputError> {
-    let b = options.binning;
+    load_projection_share(input, options, &|count| 0..count)
+}
+
+/// The projections of the angles `share(ntheta)` only, for an MPI rank: only those are read
+/// (flats and darks whole): a hyperslab of a DXchange scan, the pages of a TIFF stack (or the
+/// images of an `.npy` one) by index, the frames of `.npy` line integrals at their offset. The
+/// one exception is the open-beam estimate of a TIFF stack without flats, which fits one surface
+/// to every projection: that stack is read whole and the other angles dropped.
+pub fn load_projection_share(
+    input: &ProjectionInput,
+    options: &LoadOptions,
+    share: &dyn Fn(usize) -> Range<usize>,
+) -> Result<LoadedProjections, InputError> {
     match input {
-        ProjectionInput::LineIntegrals {
-            path,
-            geometry: geometry_path,
-        } => {
-            let geometry = read_scan_geometry(geometry_path)?;
-            let array = read_complex_npy(path)?;
-            let expected = vec![geometry.ntheta(), geometry.deth, geometry.detw];
-            if array.shape != expected {
-                return Err(InputError::Shape {
-                    path: path.clone(),
-                    got: array.shape,
-                    expected: format!("the geometry needs (ntheta, deth, detw) = {expected:?}"),
-                });
-            }
-            let values = array.data.iter().map(|c| c.re).collect();
-            Ok(LoadedProjections {
-                projections: bin_projections(&Projections::new(geometry, values)?, b)?,
-                notes: Vec::new(),
-                warnings: Vec::new(),
-                clamps: None,
-                pixel_size: None,
-                tilt_source: format!("{} (phi)", geometry_path.display()),
-                angles_source: format!("{} (theta)", geometry_path.display()),
-            })
+        ProjectionInput::LineIntegrals { path, geometry } => {
+            line_integrals_share(path, geometry, options.binning, share)
         }
         ProjectionInput::DXchange { .. } => {
             let (scan, path, tilt_deg) = hdf5_scan(input)?;
-            projections_from_dxchange(path, tilt_deg, scan, options, &|count| 0..count)
+            projections_from_dxchange(path, tilt_deg, scan, options, share)
         }
         ProjectionInput::TiffStack {
             path,
@@ -244,26 +238,76 @@ pub fn load_projections_with(
             theta_units,
             tilt_deg,
             shading,
-        } => projections_from_tiff(path, angles, *theta_units, *tilt_deg, shading, options),
+        } => projections_from_tiff(
+            path,
+            angles,
+            *theta_units,
+            *tilt_deg,
+            shading,
+            options,
+            share,
+        ),
     }
 }
 
-/// The projections of the angles `share(ntheta)` only, for an MPI rank: a DXchange scan is read as
-/// that hyperslab of its projections (flats and darks whole); other inputs are read whole and the
+/// `.npy` line integrals `(ntheta, deth, detw)` (complex64, or a real float type promoted as
+/// [`read_complex_npy`] does) of the angles `share(ntheta)`, read from their offset in the file,
+/// binned by `b`. A Fortran-ordered file holds no angle contiguously: it is read whole and the
 /// other angles dropped.
-pub fn load_projection_share(
-    input: &ProjectionInput,
-    options: &LoadOptions,
+fn line_integrals_share(
+    path: &Path,
+    geometry_path: &Path,
+    b: usize,
     share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
-    if let Some(opened) = Hdf5Scan::open(input) {
-        let (scan, path, tilt_deg) = opened?;
-        return projections_from_dxchange(path, tilt_deg, scan, options, share);
-    }
-    let mut loaded = load_projections_with(input, options)?;
-    let angles = share(loaded.projections.geometry().ntheta());
-    loaded.projections = loaded.projections.keep(angles)?;
-    Ok(loaded)
+    let geometry = read_scan_geometry(geometry_path)?;
+    let expected = vec![geometry.ntheta(), geometry.deth, geometry.detw];
+    let angles = share(geometry.ntheta());
+    let mut npy = NpyReader::open(path)?;
+    let shape_error = |got: Vec<usize>| InputError::Shape {
+        path: path.into(),
+        got,
+        expected: format!("the geometry needs (ntheta, deth, detw) = {expected:?}"),
+    };
+    let frame = geometry.deth * geometry.detw;
+    let projections = if npy.is_fortran() {
+        let array = read_complex_npy(path)?;
+        if array.shape != expected {
+            return Err(shape_error(array.shape));
+        }
+        let values = array.data.iter().map(|c| c.re).collect();
+        Projections::new(geometry, values)?.keep(angles.clone())?
+    } else {
+        if npy.shape() != expected {
+            return Err(shape_error(npy.shape().to_vec()));
+        }
+        npy.seek(angles.start * frame)?;
+        let len = angles.len() * frame;
+        let values = match npy.dtype() {
+            Dtype::C64 => npy.read::<Complex32>(len)?.iter().map(|c| c.re).collect(),
+            Dtype::F16 | Dtype::F32 | Dtype::F64 => npy.read_f32(len)?,
+            _ => {
+                return Err(IoError::UnsupportedDtype {
+                    path: path.into(),
+                    descr: npy.descr(),
+                    expected: "complex64 ('<c8'), float32 ('<f4'), float64 ('<f8') or float16 \
+                               ('<f2')",
+                }
+                .into())
+            }
+        };
+        Projections::part(geometry, angles.clone(), values)?
+    };
+    Ok(LoadedProjections {
+        projections: bin_projections(&projections, b)?,
+        notes: Vec::new(),
+        warnings: Vec::new(),
+        clamps: None,
+        pixel_size: None,
+        tilt_source: format!("{} (phi)", geometry_path.display()),
+        angles_source: format!("{} (theta)", geometry_path.display()),
+        frames_read: angles.len(),
+    })
 }
 
 /// The geometry file of `.npy` line integrals: any volume and detector size of at least 1, as
@@ -627,13 +671,14 @@ fn projections_from_dxchange(
         }
     };
     Ok(LoadedProjections {
-        projections: Projections::part(geometry, angles, values)?,
+        projections: Projections::part(geometry, angles.clone(), values)?,
         notes,
         warnings,
         clamps: Some(clamps),
         pixel_size,
         tilt_source: tilt.source,
         angles_source: info.theta_source,
+        frames_read: angles.len(),
     })
 }
 
@@ -674,8 +719,9 @@ pub fn read_intensity_stack(path: &Path) -> Result<Stack, InputError> {
     Ok(read_stack(path)?.into_f32())
 }
 
-/// Line integrals from a multi-page TIFF of intensities, with angles from a text file and the
-/// shading from white and dark fields or the open-beam estimate.
+/// Line integrals of the angles `share(count)` from a multi-page TIFF (or `.npy` stack) of
+/// intensities, with angles from a text file and the shading from white and dark fields or the
+/// open-beam estimate.
 fn projections_from_tiff(
     path: &Path,
     angles: &Path,
@@ -683,6 +729,7 @@ fn projections_from_tiff(
     tilt_deg: f64,
     shading: &Shading,
     options: &LoadOptions,
+    share: &dyn Fn(usize) -> Range<usize>,
 ) -> Result<LoadedProjections, InputError> {
     let b = options.binning;
     let theta = read_angle_list_in(angles, theta_units)?;
@@ -691,8 +738,10 @@ fn projections_from_tiff(
     check_angle_count(path, angles, theta.len(), count)?;
     let geometry = detector_geometry(raw_h, raw_w, theta, (90.0 + tilt_deg).to_radians(), b)?;
     let (deth, detw) = (geometry.deth, geometry.detw);
+    let share = share(count);
     let mut notes = Vec::new();
     let mut warnings = Vec::new();
+    let mut frames_read = 0;
     let (values, clamped) = match shading {
         Shading::Fields { flats, darks } => {
             let flats = bin_frames(read_intensity_stack(flats)?, b)?;
@@ -705,9 +754,15 @@ fn projections_from_tiff(
             };
             // Page by page: the raw stack is never held whole beside the line integrals.
             let means = FieldMeans::new(&flats, &darks, [deth, detw])?;
-            let mut values = line_integral_buffer(path, count, deth, detw)?;
+            let mut values = line_integral_buffer(path, share.len(), deth, detw)?;
             let mut clamped = 0;
-            while let Some(page) = pages.next_image() {
+            pages.seek(share.start)?;
+            for _ in share.clone() {
+                let page = pages.next_image().ok_or_else(|| IoError::Corrupt {
+                    path: path.into(),
+                    reason: format!("page {frames_read} of {count} is missing"),
+                })?;
+                frames_read += 1;
                 let page = Stack {
                     shape: [1, raw_h, raw_w],
                     values: page?,
@@ -721,6 +776,7 @@ fn projections_from_tiff(
             // The estimate needs every projection at once.
             drop(pages);
             let data = bin_frames(read_intensity_stack(path)?, b)?;
+            frames_read = count;
             let beam = estimate_open_beam(&data.values, count, deth, detw)?;
             notes.push(format!(
                 "open beam estimated from the projections: a smooth surface on {:.0} % of the \
@@ -729,18 +785,20 @@ fn projections_from_tiff(
                 beam.residual_std
             ));
             warnings.extend(beam.warnings.iter().cloned());
-            beam.line_integrals(&data.values)
+            let frame = deth * detw;
+            beam.line_integrals(&data.values[share.start * frame..share.end * frame])
         }
     };
     let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
     Ok(LoadedProjections {
-        projections: Projections::new(geometry, values)?,
+        projections: Projections::part(geometry, share, values)?,
         notes,
         warnings,
         clamps: Some(clamps),
         pixel_size: None,
         tilt_source: "--tilt-deg".into(),
         angles_source: angles.display().to_string(),
+        frames_read,
     })
 }
 
@@ -800,7 +858,7 @@ pub fn projections_from_scan(
             )))
         }
     };
-    let [_, deth, detw] = scan.data.shape;
+    let [ntheta, deth, detw] = scan.data.shape;
     let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
     let (projections, clamps) =
         Projections::from_intensities(geometry, &scan.data, &scan.flats, &scan.darks).map_err(
@@ -821,6 +879,7 @@ pub fn projections_from_scan(
         pixel_size: None,
         tilt_source,
         angles_source: "the scan's theta".into(),
+        frames_read: ntheta,
     })
 }
 

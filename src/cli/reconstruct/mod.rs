@@ -369,6 +369,34 @@ pub fn describe_axis_search(search: &AxisSearch) -> String {
     }
 }
 
+/// Stages the scores of `search` in `set` (the writing rank's) and says what it found
+/// (`start`: when it began).
+fn report_axis_search(
+    search: &AxisSearch,
+    out: &std::path::Path,
+    set: Option<&mut OutputSet>,
+    start: std::time::Instant,
+) -> CliResult {
+    let csv = out.join(AXIS_SEARCH_CSV);
+    if let Some(set) = set {
+        let scored = search.passes.iter().flat_map(|p| &p.scored);
+        super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
+    }
+    eprintln!(
+        "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \
+         {} passes, {:.1} s): {:.2}; scores in {}",
+        search.range[0],
+        search.range[1],
+        AUTO_AXIS_RANGE_FRACTION,
+        search.passes.len(),
+        start.elapsed().as_secs_f64(),
+        search.rotation_axis,
+        csv.display()
+    );
+    eprintln!("{}", describe_axis_search(search));
+    Ok(())
+}
+
 /// Where `reconstruct --rotation-axis auto` writes the scores of its search.
 const AXIS_SEARCH_CSV: &str = "axis_search.csv";
 
@@ -382,18 +410,15 @@ fn reconstruct_into(
     mut set: Option<&mut OutputSet>,
 ) -> CliResult {
     // The devices first: under MPI, a rank's share of the projections depends on how many
-    // devices every rank has. A rank reads only its share, unless the axis search needs them all.
+    // devices every rank has. A rank reads only its share.
     let devices = open_devices(cli, &options.ranks)?;
     let share = rank_share(&options.ranks);
-    let share = match args.rotation_axis {
-        Some(AxisChoice::Auto) => None,
-        _ => share
-            .as_ref()
-            .map(|s| s as &dyn Fn(usize) -> std::ops::Range<usize>),
-    };
-    let (projections, mut pre) = args
-        .preprocess
-        .load_share(&args.input, options.quiet, share)?;
+    let share = share
+        .as_ref()
+        .map(|s| s as &dyn Fn(usize) -> std::ops::Range<usize>);
+    let (projections, mut pre) =
+        args.preprocess
+            .load_share(&args.input, options.quiet, share, &options.ranks)?;
     let ctx = &devices[0];
     let b = pre.binning;
     let projections = match args.rotation_axis {
@@ -407,28 +432,29 @@ fn reconstruct_into(
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
-            let search = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
-            let csv = args.out.join(AXIS_SEARCH_CSV);
-            if let Some(set) = set.as_deref_mut() {
-                let scored = search.passes.iter().flat_map(|p| &p.scored);
-                super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
-            }
-            eprintln!(
-                "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \
-                 {} passes, {:.1} s): {:.2}; scores in {}",
-                search.range[0],
-                search.range[1],
-                AUTO_AXIS_RANGE_FRACTION,
-                search.passes.len(),
-                start.elapsed().as_secs_f64(),
-                search.rotation_axis,
-                csv.display()
-            );
-            eprintln!("{}", describe_axis_search(&search));
+            // Under MPI the first rank searches on every rank's angles and tells the others.
+            #[cfg(feature = "mpi")]
+            let searched = match &options.ranks {
+                Some(r) => {
+                    lamino::preprocess::find_rotation_axis_on_ranks(ctx, r, &projections, b, tilt)?
+                }
+                None => {
+                    let s = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
+                    (s.rotation_axis, Some(s))
+                }
+            };
+            #[cfg(not(feature = "mpi"))]
+            let searched = {
+                let s = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
+                (s.rotation_axis, Some(s))
+            };
+            let (axis, search) = searched;
             pre.rotation_axis_source = AxisSource::Searched;
-            pre.rotation_axis = search.rotation_axis;
-            let axis = search.rotation_axis;
-            pre.axis_search = Some(search);
+            pre.rotation_axis = axis;
+            if let Some(search) = search {
+                report_axis_search(&search, &args.out, set.as_deref_mut(), start)?;
+                pre.axis_search = Some(search);
+            }
             projections.with_rotation_axis(binned_column(axis, b))?
         }
     };

@@ -134,25 +134,43 @@ impl PreprocessArgs {
         input: &InputArgs,
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
-        self.load_share(input, quiet, None)
+        self.load_share(input, quiet, None, &None)
     }
 
-    /// As [`load`](Self::load), keeping only the angles `share(ntheta)` when given (an MPI
-    /// rank's): without stripe removal, which needs every angle of each sinogram, only those
-    /// are read (a hyperslab of a DXchange scan).
+    /// As [`load`](Self::load), reading only the angles `share(ntheta)` when given (an MPI
+    /// rank's, one of `ranks`; see [`load_projection_share`]). Stripe removal, which needs
+    /// every angle of each sinogram, then runs on the ranks together, each on its share of the
+    /// detector rows ([`lamino::preprocess::remove_stripes_on_ranks`]).
     pub fn load_share(
         &self,
         input: &InputArgs,
         quiet: bool,
         share: Option<&dyn Fn(usize) -> std::ops::Range<usize>>,
+        ranks: &super::solve::MpiRanks,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let stripes = self.stripe_removal()?;
         let options = self.load_options();
         let input = input.projection_input()?;
-        let loaded = match (share, stripes) {
-            (Some(share), None) => load_projection_share(&input, &options, share)?,
-            _ => load_projections_with(&input, &options)?,
+        let loaded = match share {
+            Some(share) => load_projection_share(&input, &options, share)?,
+            None => load_projections_with(&input, &options)?,
         };
+        #[cfg(feature = "mpi")]
+        if let (Some(r), false) = (ranks, quiet) {
+            let p = &loaded.projections;
+            let angles = p.angles();
+            eprintln!(
+                "rank {} of {}: read {} of {} projections (its angles {}..{}), {} projection \
+                 values",
+                r.rank(),
+                r.size(),
+                loaded.frames_read,
+                p.geometry().ntheta(),
+                angles.start,
+                angles.end,
+                p.values().len()
+            );
+        }
         let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
         let (tilt_source, angles_source) =
             (loaded.tilt_source.clone(), loaded.angles_source.clone());
@@ -181,7 +199,8 @@ impl PreprocessArgs {
         if let Some(method) = stripes {
             let start = std::time::Instant::now();
             let method = method.resolved(g.detw);
-            projections = remove_stripes(&projections, method)?;
+            projections =
+                remove_stripes_here(projections, method, share.and(ranks.as_ref()), quiet)?;
             if !quiet {
                 eprintln!(
                     "stripes removed ({method:?}) from {} sinograms of {} x {} in {:.2} s",
@@ -193,10 +212,6 @@ impl PreprocessArgs {
             }
             pre.stripe_removal = Some(method);
         }
-        if let Some(share) = share {
-            let angles = share(projections.geometry().ntheta());
-            projections = projections.keep(angles)?;
-        }
         if b > 1 && !quiet {
             let g = projections.geometry();
             eprintln!(
@@ -207,6 +222,45 @@ impl PreprocessArgs {
         }
         Ok((projections, pre))
     }
+}
+
+/// The projections with stripes removed: by the MPI ranks together when `ranks` is given (each
+/// holding its share of the angles), else here.
+#[cfg(feature = "mpi")]
+fn remove_stripes_here(
+    projections: Projections,
+    method: StripeRemoval,
+    ranks: Option<&std::sync::Arc<lamino::distributed::ranks::Ranks>>,
+    quiet: bool,
+) -> Result<Projections, Box<dyn std::error::Error>> {
+    let Some(r) = ranks else {
+        return Ok(remove_stripes(&projections, method)?);
+    };
+    let held = projections.values().len();
+    let (mine, stripes) = lamino::preprocess::remove_stripes_on_ranks(r, projections, method)?;
+    if !quiet {
+        eprintln!(
+            "rank {} of {}: stripes removed from the sinograms of detector rows {}..{}, holding \
+             at most {} projection values at once (its angles {held})",
+            r.rank(),
+            r.size(),
+            stripes.rows.start,
+            stripes.rows.end,
+            stripes.values_held
+        );
+    }
+    Ok(mine)
+}
+
+/// The projections with stripes removed (no MPI ranks in this build).
+#[cfg(not(feature = "mpi"))]
+fn remove_stripes_here(
+    projections: Projections,
+    method: StripeRemoval,
+    _ranks: Option<&std::convert::Infallible>,
+    _quiet: bool,
+) -> Result<Projections, Box<dyn std::error::Error>> {
+    Ok(remove_stripes(&projections, method)?)
 }
 
 /// A column of the binned detector in unbinned columns (binned pixel j is centred on unbinned

@@ -249,6 +249,22 @@ pub(in crate::cli) fn run_reconstruction<'a>(
         progress.suspend(|| eprintln!("{plan}"));
     }
     let mut solved = builder.solve(projections)?;
+    #[cfg(feature = "mpi")]
+    if let (Some(ranks), false) = (&o.ranks, o.quiet) {
+        let s = ranks.scratch_ledger();
+        if s.arrays > 0 {
+            eprintln!(
+                "rank {} of {}: scratch files of {} bytes for its planes of {} bytes of {} arrays \
+                 ({} bytes whole)",
+                ranks.rank(),
+                ranks.size(),
+                s.file_bytes,
+                s.share_bytes,
+                s.arrays,
+                s.whole_bytes
+            );
+        }
+    }
     let Some(set) = set else {
         // A rank that writes nothing sends the writing rank its slices of the volume.
         if solved.report.completed {

@@ -253,6 +253,24 @@ impl StackReader {
         matches!(self.source, Source::Tiff(_) | Source::Folder(_))
     }
 
+    /// Moves to image `index`: the next [`next_image`](Self::next_image) reads it. The images
+    /// before it are not decoded (a TIFF page is found by its directory, an `.npy` image by its
+    /// offset, a folder's by its file), so a part of a stack (an MPI rank's angles) costs only
+    /// its own pages.
+    pub fn seek(&mut self, index: usize) -> Result<(), IoError> {
+        if index > self.count {
+            return Err(IoError::Corrupt {
+                path: self.path.clone(),
+                reason: format!("image {index} requested of a stack of {}", self.count),
+            });
+        }
+        if let Source::Npy(npy) = &mut self.source {
+            npy.seek(index * self.height * self.width)?;
+        }
+        self.next = index;
+        Ok(())
+    }
+
     /// The next image (`None` after the last).
     pub fn next_image(&mut self) -> Option<Result<Pixels, IoError>> {
         if self.next >= self.count {
@@ -274,10 +292,10 @@ impl StackReader {
                 _ => Pixels::F32(npy.read_f32(px)?),
             }),
             Source::Tiff(dec) => {
-                if index > 0 {
-                    dec.next_image()
-                        .map_err(|e| tiff_error(&self.path, Some(index), e))?;
-                }
+                // `open` walked every page's directory, so any page is found directly: pages
+                // need not be read in order (see `seek`).
+                dec.seek_to_image(index)
+                    .map_err(|e| tiff_error(&self.path, Some(index), e))?;
                 decode_pixels(&self.path, dec, index, self.dtype, px)
             }
             Source::Folder(files) => {
@@ -350,4 +368,40 @@ pub(super) fn read_stack_from(
         shape: shape.to_vec(),
     })?;
     Ok(Stack { shape, values })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Images are read by index from a multi-page TIFF and an `.npy` stack, in any order, and
+    /// an index past the stack is refused by name.
+    #[test]
+    fn a_seek_reads_the_image_of_any_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = |i: usize| -> Vec<f32> { (0..6).map(|v| (10 * i + v) as f32).collect() };
+        let tif = dir.path().join("s.tif");
+        let mut w = StackWriter::create(&tif, 4, 2, 3).unwrap();
+        for i in 0..4 {
+            w.write_image(&image(i)).unwrap();
+        }
+        w.finish().unwrap();
+        let npy = dir.path().join("s.npy");
+        let all: Vec<f32> = (0..4).flat_map(image).collect();
+        crate::io::write_f32_npy(&npy, &[4, 2, 3], &all).unwrap();
+        for path in [tif, npy] {
+            let mut r = StackReader::open(&path).unwrap();
+            for i in [2, 3, 0, 1, 1] {
+                r.seek(i).unwrap();
+                let Pixels::F32(got) = r.next_image().unwrap().unwrap() else {
+                    panic!("f32 images")
+                };
+                assert!(got == image(i), "{path:?} image {i}");
+            }
+            r.seek(4).unwrap();
+            assert!(r.next_image().is_none());
+            let e = r.seek(5).unwrap_err().to_string();
+            assert!(e.contains("image 5 requested of a stack of 4"), "{e}");
+        }
+    }
 }

@@ -1,0 +1,239 @@
+//! MPI ranks keep only their share of the inputs and of the scratch files (feature `mpi`, run
+//! under Open MPI's `mpirun`): a TIFF stack and `.npy` line integrals are read a rank's angles
+//! at a time, stripe removal runs on each rank's detector rows, the axis search on the first
+//! rank tells the others the axis, scratch files hold a rank's planes only, and each gives the
+//! one-process volume bit for bit.
+#![cfg(feature = "mpi")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use lamino::io::{write_f32_npy, StackWriter};
+use lamino::recon::input::projections_from_scan;
+use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+
+/// Side of the simulated scans (voxels, detector pixels and angles).
+const SIZE: usize = 32;
+
+fn lamino() -> &'static str {
+    env!("CARGO_BIN_EXE_lamino")
+}
+
+/// `mpirun` for 2 ranks running lamino with `args` (software adapter allowed; as root, as CI
+/// runs, mpirun must be told that this is intended).
+fn two_ranks(args: &[String]) -> Output {
+    Command::new("mpirun")
+        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+        .arg(lamino())
+        .arg("--allow-software-gpu")
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap()
+}
+
+fn one_process(args: &[String]) -> Output {
+    Command::new(lamino())
+        .arg("--allow-software-gpu")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// The numbers of the line of `text` that starts with `prefix`, in order (every run of digits).
+fn numbers_after(text: &str, prefix: &str) -> Vec<usize> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{text}"));
+    line[prefix.len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().unwrap())
+        .collect()
+}
+
+/// Runs `reconstruct input extra --out DIR` as one process and on 2 ranks; asserts both succeed
+/// with the same `recon.tif`, byte for byte, and returns the ranks' stderr.
+fn same_volume_on_two_ranks(dir: &Path, input: &Path, extra: &[&str]) -> String {
+    let args = |out: &Path| -> Vec<String> {
+        let mut a = vec!["reconstruct".to_string(), s(input)];
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a.extend(["--iterations", "2", "--out"].map(String::from));
+        a.push(s(out));
+        a
+    };
+    let (one, two) = (dir.join("one"), dir.join("two"));
+    let o = one_process(&args(&one));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = two_ranks(&args(&two));
+    let text = stderr(&o);
+    assert!(o.status.success(), "{text}");
+    let expected = std::fs::read(one.join("recon.tif")).unwrap();
+    let got = std::fs::read(two.join("recon.tif")).unwrap();
+    assert!(got == expected, "2 ranks differ from one process\n{text}");
+    text
+}
+
+// Only the first rank speaks (the others run as with --quiet): its lines are checked.
+
+/// The first rank read only its angles, the first half: `F` frames of `N`, its angles `a..b`.
+fn check_reads(text: &str) {
+    let n = numbers_after(text, "rank 0 of 2: read ");
+    assert!(
+        n == [SIZE / 2, SIZE, 0, SIZE / 2, SIZE / 2 * SIZE * SIZE],
+        "{n:?}"
+    );
+}
+
+/// Stripe removal corrected the first rank's half of the detector rows and held at most twice
+/// its share of the projections (its angles or its rows, and their copies on their way to the
+/// other rank).
+fn check_stripes(text: &str) {
+    let n = numbers_after(text, "rank 0 of 2: stripes removed");
+    let [a, b, held, angles_values] = n[..] else {
+        panic!("{n:?}")
+    };
+    assert!(
+        [a, b, angles_values] == [0, SIZE / 2, SIZE.pow(3) / 2],
+        "{n:?}"
+    );
+    assert!(held <= 2 * angles_values, "{n:?}");
+}
+
+/// A noisy simulated chip scan at a 30 degree tilt (intensities, flats and darks).
+fn scan() -> lamino::io::Scan {
+    simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Chip,
+        size: SIZE,
+        angles: SIZE,
+        tilt_deg: 30.0,
+        photons: Some(1e5),
+        seed: 7,
+        rotation_axis: None,
+    })
+    .unwrap()
+    .scan
+}
+
+fn write_stack(path: &Path, stack: &lamino::io::Stack) {
+    let [n, h, w] = stack.shape;
+    let mut writer = StackWriter::create(path, n, h, w).unwrap();
+    for frame in stack.values.chunks(h * w) {
+        writer.write_image(frame).unwrap();
+    }
+    writer.finish().unwrap();
+}
+
+/// A TIFF stack of intensities with its flats, darks and angle list: the arguments after the
+/// stack's path.
+fn tiff_input(dir: &Path) -> (PathBuf, Vec<String>) {
+    let scan = scan();
+    let p = |name: &str| dir.join(name);
+    write_stack(&p("proj.tif"), &scan.data);
+    write_stack(&p("flats.tif"), &scan.flats);
+    write_stack(&p("darks.tif"), &scan.darks);
+    let degrees: Vec<String> = scan
+        .theta
+        .iter()
+        .map(|t| format!("{}", t.to_degrees()))
+        .collect();
+    std::fs::write(p("angles.txt"), degrees.join("\n")).unwrap();
+    let args = [
+        "--angles",
+        &s(&p("angles.txt")),
+        "--tilt-deg",
+        "30",
+        "--flats",
+        &s(&p("flats.tif")),
+        "--darks",
+        &s(&p("darks.tif")),
+    ]
+    .map(String::from)
+    .to_vec();
+    (p("proj.tif"), args)
+}
+
+/// `.npy` line integrals with their geometry file: the arguments after the array's path.
+fn npy_input(dir: &Path) -> (PathBuf, Vec<String>) {
+    let loaded = projections_from_scan(Path::new("simulated"), scan(), Some(30.0)).unwrap();
+    let p = loaded.projections;
+    let g = p.geometry();
+    let (npy, json) = (dir.join("data.npy"), dir.join("geometry.json"));
+    write_f32_npy(&npy, &[g.ntheta(), g.deth, g.detw], p.values()).unwrap();
+    g.write_json(&json).unwrap();
+    (npy, vec!["--geometry".into(), s(&json)])
+}
+
+#[test]
+fn two_ranks_read_their_angles_of_a_tiff_stack_and_remove_stripes_on_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, mut args) = tiff_input(dir.path());
+    args.extend(["--remove-stripe", "fw", "--rotation-axis", "auto"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = same_volume_on_two_ranks(dir.path(), &input, &args);
+    check_reads(&text);
+    check_stripes(&text);
+    // The first rank searched and told the other the axis.
+    assert!(
+        text.matches("rotation axis searched").count() == 1,
+        "{text}"
+    );
+}
+
+#[test]
+fn two_ranks_read_their_angles_of_npy_line_integrals_and_remove_stripes_on_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, mut args) = npy_input(dir.path());
+    args.extend(["--remove-stripe", "sort", "--rotation-axis", "auto"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let text = same_volume_on_two_ranks(dir.path(), &input, &args);
+    check_reads(&text);
+    check_stripes(&text);
+    // The first rank searched and told the other the axis.
+    assert!(
+        text.matches("rotation axis searched").count() == 1,
+        "{text}"
+    );
+}
+
+/// Streaming with scratch files (device and host budgets too small for the arrays): each rank's
+/// scratch files hold its planes of each array, rounded out to whole pages, not the whole array.
+#[test]
+fn two_ranks_streaming_keep_only_their_planes_in_scratch_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, args) = npy_input(dir.path());
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let scratch_arg = s(&scratch);
+    args.extend([
+        "--max-device-memory",
+        "4",
+        "--max-host-memory",
+        "1",
+        "--scratch",
+        &scratch_arg,
+    ]);
+    let text = same_volume_on_two_ranks(dir.path(), &input, &args);
+    const PAGE: usize = 4096;
+    let n = numbers_after(&text, "rank 0 of 2: scratch files of ");
+    let [file, share, arrays, whole] = n[..] else {
+        panic!("{n:?}")
+    };
+    assert!(arrays > 0 && share > 0, "{n:?}");
+    assert!(share <= file && file <= share + 2 * PAGE * arrays, "{n:?}");
+    assert!(
+        2 * share <= whole + 2 * PAGE * arrays && file < whole,
+        "{n:?}"
+    );
+    assert!(std::fs::read_dir(&scratch).unwrap().count() == 0);
+}
