@@ -1,4 +1,4 @@
-"""The type stubs (python/lamino.pyi) cover every public name of the module, and only those."""
+"""The type stubs (python/lamino/__init__.pyi) cover every public name of the module, and only those."""
 
 import ast
 import pathlib
