@@ -137,15 +137,3 @@ pub(crate) fn to_numpy<'py, T: Real>(
     })?;
     Ok(array.into_pyarray(py))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::unravel;
-
-    #[test]
-    fn unravel_is_c_order() {
-        assert!(unravel(0, &[2, 3, 4]) == vec![0, 0, 0]);
-        assert!(unravel(5, &[2, 3, 4]) == vec![0, 1, 1]);
-        assert!(unravel(23, &[2, 3, 4]) == vec![1, 2, 3]);
-    }
-}

@@ -9,13 +9,12 @@ use lamino_core::flatfield::{
     fit_prepared, BasicParams, Fields, FitReport, FlatfieldError, Preprocessor, Smoothness,
     TransformParams, TransformPlan,
 };
-use lamino_core::DeviceOptions;
 use numpy::{PyArrayDyn, PyReadonlyArrayDyn};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{device_options, DeviceArg, Lease};
+use crate::device::{DeviceArg, Devices, Lease};
 use crate::errors::{flatfield_error, input_error};
 
 /// BaSiC flat-field and dark-field estimation (Peng et al., Nat. Commun. 8:14836, 2017), on
@@ -75,7 +74,7 @@ use crate::errors::{flatfield_error, input_error};
 pub(crate) struct Basic {
     params: BasicParams,
     transform_params: TransformParams,
-    device: DeviceOptions,
+    device: Devices,
     fitted: Mutex<Option<Fitted>>,
 }
 
@@ -92,7 +91,7 @@ impl Basic {
         smoothness_darkfield=None, max_iterations=None, optimization_tol=None,
         max_reweight_iterations=None, reweighting_tol=None, working_size=None, epsilon=None,
         sort_intensity=None, smoothness=None, darkfield_ratio=None, flat_min=None,
-        clip_negative=None, device=DeviceArg::from("best"), allow_software_gpu=None))]
+        clip_negative=None, device=DeviceArg::default(), allow_software_gpu=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         get_darkfield: Option<bool>,
@@ -141,7 +140,7 @@ impl Basic {
         Ok(Self {
             params,
             transform_params,
-            device: device_options(device, allow_software_gpu)?,
+            device: Devices::one(device, allow_software_gpu)?,
             fitted: Mutex::new(None),
         })
     }

@@ -2,8 +2,8 @@
 //! the command line's policy: `"best"` takes the best hardware GPU; a software adapter (lavapipe)
 //! runs only when the caller opts in, by the argument or `LAMINO_ALLOW_SOFTWARE_GPU=1`.
 
-use lamino_core::gpu::list_adapters;
-use lamino_core::{DeviceOptions, DeviceSelection, GpuContext};
+use lamino_core::gpu::{list_adapters, software_opt_in_from_env, DeviceSet};
+use lamino_core::{DeviceSelection, GpuContext};
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
@@ -31,84 +31,128 @@ fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
         .collect()
 }
 
-/// `device=`: `"best"` or an adapter index (an int, or its digits as a string).
+/// `device=`: `"best"`, an adapter index (an int, or its digits as a string), several adapters
+/// (a list of indices, or the command line's `"0,2"`; an index twice opens its adapter twice),
+/// or `"all"` (every hardware GPU), as the command line's `--device` takes them.
 #[derive(FromPyObject)]
 pub(crate) enum DeviceArg {
     Index(usize),
     Name(String),
+    List(Vec<usize>),
 }
 
-impl From<&str> for DeviceArg {
-    fn from(name: &str) -> Self {
-        Self::Name(name.to_string())
+/// `"best"`: the command line's default `--device`.
+impl Default for DeviceArg {
+    fn default() -> Self {
+        Self::Name(DeviceSet::default().to_string())
     }
 }
 
-/// The device options of `device` and `allow_software_gpu` (`None`: as
-/// `LAMINO_ALLOW_SOFTWARE_GPU` says; `True`/`False`: that, whatever the environment says).
-pub(crate) fn device_options(
-    device: DeviceArg,
-    allow_software_gpu: Option<bool>,
-) -> PyResult<DeviceOptions> {
-    let selection = match device {
-        DeviceArg::Index(index) => DeviceSelection::Index(index),
-        DeviceArg::Name(text) => text.parse::<DeviceSelection>().map_err(|_| {
-            input_error(
-                "device",
-                format!("{text:?}: expected \"best\" or an adapter index from lamino.devices()"),
-            )
-        })?,
-    };
-    Ok(match allow_software_gpu {
-        None => DeviceOptions::new(selection, false),
-        Some(allow_software) => DeviceOptions {
-            selection,
-            allow_software,
-        },
-    })
+/// The devices a call runs on: the adapters `device=` names, and whether a software adapter
+/// may be one of them (`allow_software_gpu=`, or `LAMINO_ALLOW_SOFTWARE_GPU` when it is `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Devices {
+    set: DeviceSet,
+    allow_software: bool,
 }
 
-/// Devices opened by earlier calls and idle now, with the options they were opened for. Opening
-/// a device and compiling its kernels takes seconds (tens on a software adapter); a notebook
-/// calls again and again, so a call leases an idle device of its options, or opens one when
-/// none is idle (two threads at once get two devices).
-static IDLE: Mutex<Vec<(DeviceOptions, GpuContext)>> = Mutex::new(Vec::new());
-
-/// A device one call holds: back to [`IDLE`] by [`Lease::give_back`] once the call has ended
-/// well (or was interrupted between iterations); dropped with it after an error, which may have
-/// left the device unusable.
-pub(crate) struct Lease {
-    options: DeviceOptions,
-    ctx: GpuContext,
-}
-
-impl Lease {
-    /// An idle device of `options`, or a new one (call without the GIL: opening takes a while).
-    pub(crate) fn take(options: &DeviceOptions) -> PyResult<Self> {
-        let idle = {
-            let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-            let found = idle.iter().position(|(o, _)| o == options);
-            found.map(|i| idle.swap_remove(i).1)
-        };
-        let ctx = match idle {
-            Some(ctx) => ctx,
-            None => GpuContext::new(options).map_err(gpu_error)?,
+impl Devices {
+    /// The devices of `device` and `allow_software_gpu` (`None`: as
+    /// `LAMINO_ALLOW_SOFTWARE_GPU` says; `True`/`False`: that, whatever the environment says),
+    /// for a call that runs on every device named (`reconstruct`).
+    pub(crate) fn several(device: DeviceArg, allow_software_gpu: Option<bool>) -> PyResult<Self> {
+        let set = match device {
+            DeviceArg::Index(index) => DeviceSet::One(DeviceSelection::Index(index)),
+            DeviceArg::Name(text) => text.parse::<DeviceSet>().map_err(|_| {
+                input_error(
+                    "device",
+                    format!(
+                        "{text:?}: expected \"best\", \"all\", an adapter index from \
+                         lamino.devices() or a list of them"
+                    ),
+                )
+            })?,
+            DeviceArg::List(indices) if indices.is_empty() => {
+                return Err(input_error("device", "[]: name at least one adapter"))
+            }
+            DeviceArg::List(indices) => DeviceSet::List(indices),
         };
         Ok(Self {
-            options: *options,
-            ctx,
+            set,
+            allow_software: allow_software_gpu.unwrap_or_else(software_opt_in_from_env),
         })
     }
 
-    pub(crate) fn ctx(&self) -> &GpuContext {
-        &self.ctx
+    /// As [`several`](Self::several), for a call that runs on one device: several are refused,
+    /// as the command line refuses them for its one-device commands.
+    pub(crate) fn one(device: DeviceArg, allow_software_gpu: Option<bool>) -> PyResult<Self> {
+        let devices = Self::several(device, allow_software_gpu)?;
+        if devices.set.is_several() {
+            return Err(input_error(
+                "device",
+                format!(
+                    "{}: this call runs on one device; several devices apply to \
+                     lamino.reconstruct",
+                    devices.set
+                ),
+            ));
+        }
+        Ok(devices)
+    }
+}
+
+/// Devices opened by earlier calls and idle now, with the `device=` they were opened for.
+/// Opening a device and compiling its kernels takes seconds (tens on a software adapter); a
+/// notebook calls again and again, so a call leases idle devices of its arguments, or opens them
+/// when none are idle (two threads at once get devices of their own).
+static IDLE: Mutex<Vec<(Devices, Vec<GpuContext>)>> = Mutex::new(Vec::new());
+
+/// The devices one call holds: back to [`IDLE`] by [`Lease::give_back`] once the call has ended
+/// well (or was interrupted between iterations); dropped with it after an error, which may have
+/// left a device unusable.
+pub(crate) struct Lease {
+    devices: Devices,
+    contexts: Vec<GpuContext>,
+}
+
+impl Lease {
+    /// Idle devices of `devices`, or new ones (call without the GIL: opening takes a while).
+    pub(crate) fn take(devices: &Devices) -> PyResult<Self> {
+        let idle = {
+            let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+            let found = idle.iter().position(|(d, _)| d == devices);
+            found.map(|i| idle.swap_remove(i).1)
+        };
+        let contexts = match idle {
+            Some(contexts) => contexts,
+            None => devices
+                .set
+                .open_with_policy(devices.allow_software)
+                .map_err(gpu_error)?,
+        };
+        Ok(Self {
+            devices: devices.clone(),
+            contexts,
+        })
     }
 
-    /// Returns the device to the idle ones, without the buffers the run left pooled in it.
+    /// The device of a call that runs on one ([`Devices::one`]).
+    pub(crate) fn ctx(&self) -> &GpuContext {
+        &self.contexts[0]
+    }
+
+    /// Every device leased, in the order `device=` names them.
+    pub(crate) fn contexts(&self) -> &[GpuContext] {
+        &self.contexts
+    }
+
+    /// Returns the devices to the idle ones, without the buffers the run left pooled in them.
     pub(crate) fn give_back(self) {
-        self.ctx.release_idle_pools();
+        for ctx in &self.contexts {
+            ctx.release_idle_pools();
+        }
         let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-        idle.push((self.options, self.ctx));
+        idle.push((self.devices, self.contexts));
     }
 }
 

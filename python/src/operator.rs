@@ -11,7 +11,7 @@ use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::arrays::{read_array, to_numpy};
-use crate::device::{device_options, DeviceArg, Lease};
+use crate::device::{DeviceArg, Devices, Lease};
 use crate::errors::{input_error, operator_error, LaminoError};
 use crate::preprocess::checked_tilt;
 
@@ -93,7 +93,7 @@ impl Drop for Operator {
 impl Operator {
     #[new]
     #[pyo3(signature = (volume_shape, theta, tilt, *, detector_shape=None, center=None,
-        eps=DEFAULT_EPS, device=DeviceArg::from("best"), allow_software_gpu=None))]
+        eps=DEFAULT_EPS, device=DeviceArg::default(), allow_software_gpu=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -121,7 +121,7 @@ impl Operator {
             center,
             offset: [0.0; 3],
         };
-        let options = device_options(device, allow_software_gpu)?;
+        let options = Devices::one(device, allow_software_gpu)?;
         let (lease, operator) = py.detach(|| -> PyResult<_> {
             let lease = Lease::take(&options)?;
             let operator = LaminoOperator::new(lease.ctx(), &geometry, &OperatorOptions::default())

@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{device_options, DeviceArg, Lease};
+use crate::device::{DeviceArg, Devices, Lease};
 use crate::errors::{input_error, io_error, preprocess_error, scan_error, GeometryError};
 
 /// The step of the default rotation-axis candidates (columns): half a pixel, the step of every
@@ -300,7 +300,7 @@ fn remove_stripe<'py>(
 /// or slabs, ``GeometryError`` for bad angles or tilt, ``DeviceError``/``OutOfMemoryError``.
 #[pyfunction]
 #[pyo3(signature = (proj, theta, tilt, *, centers=None, tilts=None, slab_slices=None,
-    slab_z=0.0, device=DeviceArg::from("best"), allow_software_gpu=None))]
+    slab_z=0.0, device=DeviceArg::default(), allow_software_gpu=None))]
 #[allow(clippy::too_many_arguments)]
 fn find_rotation_axis<'py>(
     py: Python<'py>,
@@ -344,7 +344,7 @@ fn find_rotation_axis<'py>(
             .collect::<PyResult<Vec<f64>>>()?,
         None => vec![tilt],
     };
-    let options = device_options(device, allow_software_gpu)?;
+    let options = Devices::one(device, allow_software_gpu)?;
     let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt).to_radians());
     let values = proj.as_slice()?;
     let result = py.detach(|| -> PyResult<_> {

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{device_options, DeviceArg, Lease};
+use crate::device::{DeviceArg, Devices, Lease};
 use crate::errors::{input_error, preprocess_error, recon_error, scan_error};
 use crate::progress::{Reporter, Watch};
 
@@ -91,8 +91,11 @@ fn solver_params(
 /// remove_stripe : {None, "fw", "sort"}
 ///     Remove stripes from the sinograms before reconstructing (Fourier-wavelet, Münch et al.;
 ///     sorting, Vo et al.), with lamino's default parameters.
-/// device : int or str
-///     ``"best"`` (the best hardware GPU) or an index from ``lamino.devices()``.
+/// device : int, str or list of int
+///     ``"best"`` (the best hardware GPU), an index from ``lamino.devices()``, several indices
+///     (a list, or ``"0,2"``: each device computes its share of every iteration, with the bits
+///     of one device when they are alike) or ``"all"`` (every hardware GPU), as the command
+///     line's ``--device``.
 /// allow_software_gpu : bool, optional
 ///     Accept a software adapter (lavapipe). Default: as ``LAMINO_ALLOW_SOFTWARE_GPU`` says.
 /// progress : callable or bool, optional
@@ -112,7 +115,7 @@ fn solver_params(
 #[pyo3(signature = (
     proj, theta, *, tilt, center=None, volume_shape=None,
     alpha=AdmmParams::default().alpha, max_iterations=AdmmParams::default().outer_iterations,
-    iterations=None, memo="off", binning=1, remove_stripe=None, device=DeviceArg::from("best"),
+    iterations=None, memo="off", binning=1, remove_stripe=None, device=DeviceArg::default(),
     allow_software_gpu=None, progress=None,
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -142,7 +145,7 @@ fn reconstruct<'py>(
         ..MemoOptions::default()
     };
     let stripes = stripe_removal(remove_stripe)?;
-    let options = device_options(device, allow_software_gpu)?;
+    let devices = Devices::several(device, allow_software_gpu)?;
     let watch = Watch::new(Reporter::from_arg(progress)?);
     let proj = read_array::<f32>(proj, "proj", 3)?;
     let theta = read_array::<f64>(theta, "theta", 1)?;
@@ -169,7 +172,7 @@ fn reconstruct<'py>(
     let values = proj.as_slice()?.to_vec();
     drop(proj);
     let result = py.detach(|| -> PyResult<_> {
-        let lease = Lease::take(&options)?;
+        let lease = Lease::take(&devices)?;
         let mut projections = Projections::new(geometry, values).map_err(scan_error)?;
         if binning != 1 {
             projections = bin_projections(&projections, binning).map_err(preprocess_error)?;
@@ -178,13 +181,21 @@ fn reconstruct<'py>(
             let method = method.resolved(projections.geometry().detw);
             projections = remove_stripes(&projections, method).map_err(preprocess_error)?;
         }
-        let volume = Reconstructor::new(lease.ctx())
+        let solved = Reconstructor::on_devices(lease.contexts())
             .params(params)
             .memo(memo)
             .cancel_flag(watch.cancel.clone())
             .on_progress(|p| watch.iteration(p))
-            .run(&projections)
+            .solve(&projections)
             .map_err(recon_error)?;
+        // The volume leaves the solver as one host array (the command line writes it a slab at
+        // a time instead): the projections and the buffers the run left pooled are freed first,
+        // so that the array takes their place rather than adding to the run's peak.
+        drop(projections);
+        for ctx in lease.contexts() {
+            ctx.release_idle_pools();
+        }
+        let volume = solved.into_reconstruction().map_err(recon_error)?;
         lease.give_back();
         Ok(volume)
     });
@@ -195,7 +206,7 @@ fn reconstruct<'py>(
 }
 
 /// The defaults of the solver parameters, from the library's definitions.
-fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let p = AdmmParams::default();
     let d = PyDict::new(py);
     d.set_item("alpha", p.alpha)?;

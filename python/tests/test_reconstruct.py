@@ -69,6 +69,8 @@ def test_volume_shape_is_the_volume_returned(scan):
     volume = lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=1,
                                 volume_shape=(8, SIZE, SIZE))
     assert volume.shape == (8, SIZE, SIZE) and volume.flags.c_contiguous
+    # The Rust buffer handed over, not a copy: the array's memory belongs to a Rust container.
+    assert not volume.flags.owndata and type(volume.base).__name__ == "PySliceContainer"
 
 
 def test_progress_callable_gets_every_iteration(scan, capsys):

@@ -1,11 +1,11 @@
-"""The type stubs (python/lamino.pyi) cover every public name of the module, and only those."""
+"""The type stubs (python/lamino/__init__.pyi) cover every public name of the module, and only those."""
 
 import ast
 import pathlib
 
 import lamino
 
-STUBS = pathlib.Path(__file__).resolve().parents[1] / "lamino.pyi"
+STUBS = pathlib.Path(__file__).resolve().parents[1] / "lamino" / "__init__.pyi"
 # Names the stubs define for typing only (dict shapes and aliases), not module attributes.
 TYPING_ONLY = {"Adapter", "Device", "ArrayLike", "Volume", "Defaults", "IterationReport",
                "SimulatedScan", "Score"}

@@ -370,8 +370,16 @@ impl DeviceSet {
 
     /// A context on every device of the set (see [`GpuContext::new`] for the policy).
     pub fn open(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
-        let allow_software =
-            DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software;
+        self.open_with_policy(
+            DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software,
+        )
+    }
+
+    /// Like [`open`](Self::open), with software adapters allowed exactly when `allow_software`
+    /// says so, whatever [`SOFTWARE_OPT_IN_ENV`](super::SOFTWARE_OPT_IN_ENV) says: for callers
+    /// whose own argument overrides the environment (the Python package's
+    /// `allow_software_gpu=False`).
+    pub fn open_with_policy(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
         open_each(
             self.selections(&list_adapters(), allow_software)?,
             allow_software,

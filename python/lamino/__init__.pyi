@@ -1,7 +1,8 @@
-"""Type stubs of the lamino extension module (numpy in, numpy out; see docs/python.md)."""
+"""Type stubs of the lamino package: the extension lamino._lamino as the package re-exports it
+(numpy in, numpy out; see docs/python.md)."""
 
 import os
-from typing import Any, Callable, Literal, Optional, TypedDict, Union
+from typing import Any, Callable, Literal, Optional, Sequence, TypedDict, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -76,7 +77,7 @@ def reconstruct(
     memo: str = "off",
     binning: int = 1,
     remove_stripe: Optional[Literal["fw", "sort"]] = None,
-    device: Device = "best",
+    device: Union[Device, Sequence[int]] = "best",
     allow_software_gpu: Optional[bool] = None,
     progress: Union[None, bool, Callable[[IterationReport], Any]] = None,
 ) -> Volume:
