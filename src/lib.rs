@@ -90,10 +90,15 @@ pub mod shaders;
 pub mod simulate;
 pub mod solver;
 
-pub use gpu::{list_adapters, DeviceOptions, DeviceSelection, GpuContext, GpuError};
+pub use gpu::{
+    list_adapters, DeviceOptions, DeviceSelection, GpuContext, GpuError, SliceAxis, SliceMode,
+    SlicePass,
+};
 pub use io::{write_volume, IoError, Stack, VolumeSlabs};
 pub use num_complex::{self, Complex32};
 pub use operator::Geometry;
 pub use params::AdmmParams;
-pub use recon::{CheckpointInterval, Progress, ReconError, Reconstruction, Reconstructor, Solved};
+pub use recon::{
+    CheckpointInterval, IterateView, Progress, ReconError, Reconstruction, Reconstructor, Solved,
+};
 pub use scan::{Projections, ScanError};

@@ -276,6 +276,14 @@ pub static PREPROCESS_BACKPROJECT: Shader = Shader {
     layout: &[R, R, RW, U],
 };
 
+/// The three orthogonal slices of a volume as grey RGBA8 or values, for an application's
+/// textures (`crate::gpu::SlicePass`): volume, output words, parameters.
+pub static VIEWER_SLICES: Shader = Shader {
+    name: "viewer/slices",
+    parts: &[include_str!("../shaders/viewer/slices.wgsl")],
+    layout: &[R, RW, U],
+};
+
 /// Every shader, for validation.
 pub static ALL: &[&Shader] = &[
     &FFT_PASS_SHARED,
@@ -300,4 +308,5 @@ pub static ALL: &[&Shader] = &[
     &PREPROCESS_PAD_ROWS,
     &PREPROCESS_RAMP,
     &PREPROCESS_BACKPROJECT,
+    &VIEWER_SLICES,
 ];

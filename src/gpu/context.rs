@@ -60,7 +60,12 @@ impl GpuContext {
         let info = summaries[index].clone();
         let core = Device::open(adapter, &info)?;
         let device_local = vulkan_device_local_bytes(adapter);
-        Ok(Self {
+        Ok(Self::on_device(core, info, device_local))
+    }
+
+    /// A context on `core`, with nothing cached yet.
+    fn on_device(core: Device, info: AdapterSummary, device_local: Option<u64>) -> Self {
+        Self {
             core,
             info,
             binding_limit_override: None,
@@ -70,7 +75,53 @@ impl GpuContext {
             scratch: Mutex::default(),
             timeline: Mutex::default(),
             device_local,
-        })
+        }
+    }
+
+    /// A context on a device an application created itself (its renderer's), so that lamino's
+    /// buffers live on the device the application draws with and can be copied into its textures
+    /// without a host round trip ([`crate::gpu::SlicePass`]). `adapter` is the one the device was
+    /// requested from; ask for [`device_descriptor`](Self::device_descriptor) (the adapter's
+    /// limits) or the kernels are limited to what the application requested. The device policy
+    /// is the CLI's: a software adapter (lavapipe, WARP) only with `allow_software` or
+    /// [`SOFTWARE_OPT_IN_ENV`](super::SOFTWARE_OPT_IN_ENV) set, else
+    /// [`GpuError::SoftwareAdapterRefused`]. The context installs its error capture and
+    /// device-loss callback on the device (replacing the application's): errors the
+    /// application's own work causes surface at lamino's next wait or check.
+    pub fn from_wgpu(
+        adapter: &wgpu::Adapter,
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        allow_software: bool,
+    ) -> Result<Self, GpuError> {
+        let allow_software =
+            DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software;
+        // The index `lamino devices` would list it under (0 if this process's enumeration does
+        // not see it, as with an adapter of a surface-only backend).
+        let wanted = adapter.get_info();
+        let index = adapters()
+            .iter()
+            .position(|a| a.get_info() == wanted)
+            .unwrap_or(0);
+        let info = summarize(index, adapter);
+        if info.software && !allow_software {
+            return Err(GpuError::SoftwareAdapterRefused {
+                index,
+                name: info.name,
+            });
+        }
+        Ok(Self::on_device(
+            Device::adopt(device, queue),
+            info,
+            vulkan_device_local_bytes(adapter),
+        ))
+    }
+
+    /// The device descriptor lamino asks for on `adapter` (the adapter's own limits, GPU
+    /// timestamps where available): what an application that shares its device with lamino
+    /// ([`from_wgpu`](Self::from_wgpu)) requests its device with.
+    pub fn device_descriptor(adapter: &wgpu::Adapter) -> wgpu::DeviceDescriptor<'static> {
+        Device::descriptor(adapter)
     }
 
     /// Caps the bytes of one storage binding below the device limit. Tests use this to exercise

@@ -28,25 +28,38 @@ pub(crate) struct Device {
 impl Device {
     /// Creates a device on `adapter` (described by `info`) with the adapter's full limits.
     pub(super) fn open(adapter: &wgpu::Adapter, info: &AdapterSummary) -> Result<Self, GpuError> {
-        // wgpu's default limits are far below what devices offer (16 KiB workgroup memory, 256
-        // invocations, 256 MiB buffers): request the adapter's own.
-        let limits = adapter.limits();
-        let wanted = wgpu::Features::TIMESTAMP_QUERY;
-        let features = adapter.features() & wanted;
-        let desc = wgpu::DeviceDescriptor {
-            label: Some("lamino"),
-            required_features: features,
-            required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
-            memory_hints: wgpu::MemoryHints::Performance,
-            trace: wgpu::Trace::Off,
-        };
+        let desc = Self::descriptor(adapter);
         let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
             GpuError::DeviceCreation {
                 adapter: info.to_string(),
                 reason: e.to_string(),
             }
         })?;
+        Ok(Self::adopt(device, queue))
+    }
+
+    /// What lamino asks of a device on `adapter`. wgpu's default limits are far below what
+    /// devices offer (16 KiB workgroup memory, 256 invocations, 256 MiB buffers): the adapter's
+    /// own, with GPU timestamps where it has them.
+    pub(super) fn descriptor(adapter: &wgpu::Adapter) -> wgpu::DeviceDescriptor<'static> {
+        let wanted = wgpu::Features::TIMESTAMP_QUERY;
+        wgpu::DeviceDescriptor {
+            label: Some("lamino"),
+            required_features: adapter.features() & wanted,
+            required_limits: adapter.limits(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }
+    }
+
+    /// Works on a device and queue created elsewhere (an application's renderer), with the
+    /// limits and features it was created with. Installs lamino's error capture and device-loss
+    /// callback on it: they replace the application's, and errors its own work causes surface
+    /// at lamino's next wait or check.
+    pub(super) fn adopt(device: wgpu::Device, queue: wgpu::Queue) -> Self {
+        let limits = device.limits();
+        let features = device.features();
         let uncaptured: ErrorSlot = Arc::default();
         let slot = uncaptured.clone();
         // Errors outside a scope would panic by default; keep them and raise them as typed errors
@@ -63,7 +76,7 @@ impl Device {
                 *l = Some(format!("{reason:?}: {message}"));
             }
         });
-        Ok(Self {
+        Self {
             device,
             queue,
             limits,
@@ -72,7 +85,7 @@ impl Device {
             counters: Counters::default(),
             uncaptured,
             lost,
-        })
+        }
     }
 
     /// Largest buffer in bytes.

@@ -69,6 +69,10 @@ pub enum GpuError {
         requested: u64,
         limit: u64,
     },
+    /// Slices of a volume that cannot be drawn as asked ([`crate::gpu::SlicePass`]): a slice
+    /// outside the volume, an empty grey window, a texture of another size or format.
+    #[error("cannot draw the slices of the volume: {0}")]
+    Slices(String),
     /// Another device of a multi-device run failed, so this one stopped too.
     #[error("device {member} of the run stopped ({cause}), so every device stopped")]
     TeamStopped { member: usize, cause: String },

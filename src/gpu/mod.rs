@@ -14,7 +14,8 @@
 //! - `kernel`: compiled pipelines;
 //! - `context`: [`GpuContext`], which owns all of the above for one device;
 //! - `bind`: kernels bound to buffer ranges;
-//! - `recorder`: recording and submitting work on a context.
+//! - `recorder`: recording and submitting work on a context;
+//! - `slices`: the three orthogonal slices of a volume into an application's textures.
 
 mod adapter;
 mod bind;
@@ -25,6 +26,7 @@ mod kernel;
 mod memory;
 mod readback;
 mod recorder;
+mod slices;
 mod traffic;
 
 /// The binding vocabulary belongs to the shader catalogue; re-exported here because a
@@ -41,6 +43,9 @@ pub use kernel::{Kernel, KernelSpec};
 pub use memory::GpuBuffer;
 pub use readback::Completion;
 pub use recorder::Recorder;
+pub use slices::{
+    host_slice_words, DeviceVolume, SliceAxis, SliceLayout, SliceMode, SlicePass, VolumeLayout,
+};
 pub use traffic::{DeviceBusy, Traffic};
 
 /// A context on the best adapter, software allowed: the crate's unit tests opt in, as CI does.

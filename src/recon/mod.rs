@@ -201,6 +201,70 @@ pub fn rfc3339_utc(time: std::time::SystemTime) -> String {
 }
 
 type ProgressFn<'a> = Box<dyn FnMut(&Progress) + 'a>;
+type IterateFn<'a> = Box<dyn FnMut(&IterateView<'_>) + 'a>;
+
+/// The current iterate after an outer iteration, where the solver keeps it: what
+/// [`Reconstructor::on_iterate`] hands its callback. An application draws it without a host
+/// round trip when it is on the device ([`on_device`](Self::on_device), with
+/// [`crate::gpu::SlicePass`]), or reads a host copy ([`read_volume`](Self::read_volume)) when
+/// the volume streams.
+pub struct IterateView<'v> {
+    /// The outer iteration just done (0 first).
+    pub iteration: usize,
+    ctx: &'v GpuContext,
+    /// Whether the volume array is the one device's own (one device, no MPI ranks).
+    single: bool,
+    team: &'v AdmmTeam,
+    padded: &'v Geometry,
+    padding: &'v Padding,
+}
+
+impl IterateView<'_> {
+    /// The device the run's first solver works on (the one [`on_device`](Self::on_device)'s
+    /// buffer lives on).
+    pub fn ctx(&self) -> &GpuContext {
+        self.ctx
+    }
+
+    /// Where the shown volume `(n0, n1, n2)` of the input geometry lies in the solver's padded
+    /// array.
+    pub fn layout(&self) -> crate::gpu::VolumeLayout {
+        let g = &self.padded;
+        let v = &self.padding.volume;
+        crate::gpu::VolumeLayout {
+            padded: [g.n0, g.n1, g.n2],
+            origin: [v[0][0], v[1][0], v[2][0]],
+            shape: [
+                g.n0 - v[0][0] - v[0][1],
+                g.n1 - v[1][0] - v[1][1],
+                g.n2 - v[2][0] - v[2][1],
+            ],
+        }
+    }
+
+    /// The volume's device buffer on [`ctx`](Self::ctx), when the whole volume lives there (it
+    /// is valid until the callback returns; work recorded on it queues behind the iteration's);
+    /// `None` when it streams from host memory or scratch files, or the run shares its arrays
+    /// among several devices or MPI ranks.
+    pub fn on_device(&self) -> Option<crate::gpu::DeviceVolume<'_>> {
+        let buffer = self.team.solver().volume_field().device_buffer()?;
+        self.single.then(|| crate::gpu::DeviceVolume {
+            buffer,
+            layout: self.layout(),
+        })
+    }
+
+    /// A host copy of the solver's whole (padded) array, laid out as [`layout`](Self::layout)
+    /// says: read from the device, host memory or scratch files. Collective under MPI ranks
+    /// (every rank's callback must call it; only the first rank's copy holds the volume).
+    pub fn read_volume(&self) -> Result<Vec<f32>, ReconError> {
+        let slab = self
+            .team
+            .volume_slab(self.ctx, 0..self.padded.n0)
+            .map_err(|e| ReconError::Read(format!("reading the current iterate: {e}")))?;
+        Ok(slab.into_iter().flat_map(|(_, values)| values).collect())
+    }
+}
 
 /// Builder of a reconstruction run.
 pub struct Reconstructor<'a> {
@@ -216,6 +280,7 @@ pub struct Reconstructor<'a> {
     resume: Option<PathBuf>,
     cancel: Option<Arc<AtomicBool>>,
     progress: Option<ProgressFn<'a>>,
+    iterate: Option<IterateFn<'a>>,
     device_budget: Option<u64>,
     host_budget: Option<u64>,
     scratch: Option<PathBuf>,
@@ -244,6 +309,7 @@ impl<'a> Reconstructor<'a> {
             resume: None,
             cancel: None,
             progress: None,
+            iterate: None,
             device_budget: None,
             host_budget: None,
             scratch: None,
@@ -347,6 +413,14 @@ impl<'a> Reconstructor<'a> {
     /// Called after every outer iteration.
     pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'a) -> Self {
         self.progress = Some(Box::new(f));
+        self
+    }
+
+    /// Called after every outer iteration (after [`on_progress`](Self::on_progress)'s callback)
+    /// with a view of the current iterate where the solver keeps it: an application draws its
+    /// slices from the device without a host round trip ([`IterateView::on_device`]).
+    pub fn on_iterate(mut self, f: impl FnMut(&IterateView<'_>) + 'a) -> Self {
+        self.iterate = Some(Box::new(f));
         self
     }
 
@@ -499,6 +573,20 @@ impl<'a> Reconstructor<'a> {
                     report,
                     elapsed_s: elapsed.as_secs_f64(),
                     eta_s,
+                });
+            }
+            if let Some(f) = self.iterate.as_mut() {
+                #[cfg(feature = "mpi")]
+                let ranks = self.ranks.is_some();
+                #[cfg(not(feature = "mpi"))]
+                let ranks = false;
+                f(&IterateView {
+                    iteration: report.iteration,
+                    ctx: self.ctx,
+                    single: self.devices.len() == 1 && !ranks,
+                    team: &team,
+                    padded: &g,
+                    padding: &padding,
                 });
             }
             if cancelled && !finished {
