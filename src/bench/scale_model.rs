@@ -22,14 +22,19 @@ pub struct ScaleModelMeasurement {
     /// `ms_per_iteration` over the time a copy of `touched_bytes` takes.
     pub copy_equivalents: f64,
     pub device: String,
+    /// The largest binding the model's plans were made with: the target's
+    /// (`--model-max-binding`), or this device's where that is smaller (a plan's chunk buffers
+    /// are sized through this device).
+    pub model_max_binding_bytes: u64,
 }
 
 /// `lamino bench scale --model`: measures the cost of an iteration on this device at side
 /// `measure_size`, then models every size of `sizes` on each of `ranks`, with the measured copy
-/// equivalents and copy bandwidth wherever `inputs` leaves them 0.
+/// equivalents and copy bandwidth wherever `inputs` leaves them 0, the plans' bindings at most
+/// `max_binding_bytes`.
 pub fn bench_scale_model(
     options: &crate::gpu::DeviceOptions,
-    measure_size: usize,
+    (measure_size, max_binding_bytes): (usize, u64),
     mut inputs: crate::plan::cluster_model::ClusterInputs,
     sizes: &[usize],
     ranks: &[usize],
@@ -59,10 +64,12 @@ pub fn bench_scale_model(
     if inputs.device_gbps <= 0.0 {
         inputs.device_gbps = copy;
     }
+    // The plans of the target: this device's context with the target's binding limit.
+    let modelled = GpuContext::new(options)?.with_max_binding_bytes(max_binding_bytes);
     let mut points = Vec::new();
     for &n in sizes {
         let target = crate::operator::Geometry::cube(n, n, SCALE_PHI);
-        points.extend(model(&ctx, &target, &params, &inputs, ranks)?);
+        points.extend(model(&modelled, &target, &params, &inputs, ranks)?);
     }
     Ok((
         ScaleModelMeasurement {
@@ -74,6 +81,7 @@ pub fn bench_scale_model(
             copy_gbps: copy,
             copy_equivalents,
             device,
+            model_max_binding_bytes: modelled.max_binding_bytes(),
         },
         points,
     ))
@@ -84,12 +92,18 @@ pub fn bench_scale_model(
 pub fn print(
     options: &crate::gpu::DeviceOptions,
     json: bool,
-    measure_size: usize,
+    (measure_size, max_binding_bytes): (usize, u64),
     inputs: crate::plan::cluster_model::ClusterInputs,
     (sizes, ranks): (&[usize], &[usize]),
 ) -> Result<(), BenchError> {
     use crate::plan::cluster_model::communication_dominates_from;
-    let (measured, points) = bench_scale_model(options, measure_size, inputs, sizes, ranks)?;
+    let (measured, points) = bench_scale_model(
+        options,
+        (measure_size, max_binding_bytes),
+        inputs,
+        sizes,
+        ranks,
+    )?;
     if json {
         print_json(&measured)?;
         for p in &points {
@@ -118,10 +132,19 @@ pub fn print(
     } else {
         measured.copy_equivalents
     };
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "modelled GPU: {} GiB, copy {gbps:.1} GB/s, {equivalents:.1} copy-equivalents per byte, bus {} \
-         GB/s; node network {} GB/s shared by {} GPUs, {} us per message; host {} GiB per rank",
+        "modelled GPU: {} GiB, largest buffer {:.0} MiB, largest binding {:.0} MiB{}, copy {gbps:.1} \
+         GB/s, {equivalents:.1} copy-equivalents per byte, bus {} GB/s; node network {} GB/s shared \
+         by {} GPUs, {} us per message; host {} GiB per rank",
         inputs.device_bytes >> 30,
+        mib(inputs.max_buffer_bytes),
+        mib(measured.model_max_binding_bytes),
+        if measured.model_max_binding_bytes < max_binding_bytes {
+            format!(" (this device's; {:.0} MiB asked)", mib(max_binding_bytes))
+        } else {
+            String::new()
+        },
         inputs.bus_gbps,
         inputs.network_gbps,
         inputs.gpus_per_node,
@@ -129,10 +152,10 @@ pub fn print(
         inputs.host_bytes >> 30
     );
     println!(
-        "{:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>6} {:>9} {:>9}",
+        "{:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>10} {:>9} {:>6} {:>13} {:>7} {:>9} {:>9}",
         "size",
         "GPUs",
-        "mode",
+        "each rank",
         "device s",
         "bus s",
         "net s",
@@ -140,13 +163,17 @@ pub fn print(
         "iter s",
         "speedup",
         "eff",
-        "comm",
+        "overlap s",
+        "exposed s",
+        "eff",
+        "bound",
+        "device",
         "net GB",
         "host GiB"
     );
     for p in &points {
         println!(
-            "{:>5} {:>5} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.4} {:>10.3} {:>8.2} {:>6.2} {:>6.2} {:>9.2} {:>9.1}",
+            "{:>5} {:>5} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.4} {:>10.3} {:>8.2} {:>6.2} {:>10.3} {:>9.3} {:>6.2} {:>13} {:>7.2} {:>9.2} {:>9.1}",
             p.size,
             p.ranks,
             format!("{:?}", p.mode),
@@ -157,7 +184,11 @@ pub fn print(
             p.iteration_s,
             p.speedup,
             p.efficiency,
-            p.communication_share,
+            p.overlapped_s,
+            p.exposed_communication_s,
+            p.overlapped_efficiency,
+            p.bound,
+            p.device_share,
             p.network_bytes_per_rank as f64 / 1e9,
             (p.host_bytes_per_rank + p.scratch_bytes_per_rank) as f64 / (1u64 << 30) as f64
         );

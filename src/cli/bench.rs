@@ -280,6 +280,14 @@ pub struct ScaleModelArgs {
     /// Host memory of one rank, GiB (beyond it, node-local scratch).
     #[arg(long = "model-host-gib", default_value = "128", value_parser = super::gib_as_bytes)]
     pub model_host_bytes: u64,
+    /// Largest buffer of one GPU, GiB: a rank's share of an array beyond it streams. Default:
+    /// the GPU's memory (wgpu on NVIDIA's Vulkan driver sets no lower buffer limit).
+    #[arg(long = "model-max-buffer-gib", value_parser = super::gib_as_bytes)]
+    pub model_max_buffer_bytes: Option<u64>,
+    /// Largest storage binding of one GPU, MiB (wgpu on NVIDIA's Vulkan driver: i32::MAX bytes,
+    /// just under 2048 MiB); this device's limit where that is smaller.
+    #[arg(long = "model-max-binding", default_value = "2047", value_parser = super::mib_as_bytes)]
+    pub model_max_binding_bytes: u64,
     /// Copy bandwidth of one GPU, GB/s (read + write); 0: this device's, measured.
     #[arg(long, default_value_t = 0.0)]
     pub model_device_gbps: f64,
@@ -475,6 +483,7 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
         let inputs = lamino::plan::cluster_model::ClusterInputs {
             device_bytes: m.model_device_bytes,
             host_bytes: m.model_host_bytes,
+            max_buffer_bytes: m.model_max_buffer_bytes.unwrap_or(m.model_device_bytes),
             device_gbps: m.model_device_gbps,
             bus_gbps: m.model_bus_gbps,
             network_gbps: m.model_network_gbps,
@@ -485,7 +494,7 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
         return Ok(scale_model::print(
             &cli.device_options()?,
             args.json,
-            m.model_measure_size,
+            (m.model_measure_size, m.model_max_binding_bytes),
             inputs,
             (&m.model_sizes, &m.model_ranks),
         )?);

@@ -150,7 +150,8 @@ pub(super) fn halo_passes(params: &AdmmParams) -> Vec<(&'static [Array], Array, 
     }
 }
 
-/// Bytes the halos of the vector passes add to the host arrays' traffic per outer iteration:
+/// Bytes the halos of the vector passes add to the host arrays' traffic per outer iteration, over
+/// `portion`'s planes:
 /// a pass runs over windows of whole planes (as `solver::vector` sizes them: every binding, and
 /// every host array's block with room for the halo in a staging buffer), and each window after
 /// the first uploads one plane of each host input beyond the planes it computes.
@@ -158,7 +159,7 @@ pub(super) fn halo_bytes(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
-    staging_words: usize,
+    (staging_words, portion): (usize, super::Portion),
     on_host: impl Fn(Array) -> bool,
 ) -> u64 {
     let binding_words =
@@ -167,7 +168,7 @@ pub(super) fn halo_bytes(
         .into_iter()
         .map(|(inputs, output, runs)| {
             let layout = |a: Array| a.layout(g);
-            let planes = layout(output).planes;
+            let planes = portion.planes(layout(output).planes);
             let mut per_window = planes;
             // A binding holds an input's window with its halo, the output's without; a staging
             // buffer keeps room for the halo whichever host array it carries.

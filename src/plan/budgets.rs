@@ -35,6 +35,9 @@ pub struct Budgets {
     pub host_source: BudgetSource,
     /// Where arrays that do not fit the host budget go; none: such a plan is refused.
     pub scratch: Option<PathBuf>,
+    /// The largest buffer of the device planned for, where that is not this device (plans on
+    /// paper for another GPU, `bench scale --model-max-buffer`); none: this device's.
+    pub max_buffer_bytes: Option<u64>,
 }
 
 impl Budgets {
@@ -46,7 +49,15 @@ impl Budgets {
             host_bytes,
             host_source: BudgetSource::Given,
             scratch,
+            max_buffer_bytes: None,
         }
+    }
+
+    /// These budgets for a device whose largest buffer is `bytes` (plans on paper only: a run
+    /// allocates on this device, whose own limit holds).
+    pub fn for_max_buffer(mut self, bytes: u64) -> Self {
+        self.max_buffer_bytes = Some(bytes);
+        self
     }
 
     /// The defaults on this machine and device, overridden by what the caller gives.
@@ -74,6 +85,7 @@ impl Budgets {
             host_bytes,
             host_source,
             scratch,
+            max_buffer_bytes: None,
         }
     }
 }

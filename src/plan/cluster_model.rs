@@ -17,24 +17,36 @@
 //! - device time: the bytes the iteration's passes touch (`Array::accesses`, the operator's
 //!   internal work folded in) over K, times a measured number of copy-equivalents per byte,
 //!   over the device's copy bandwidth;
-//! - bus time: the host <-> device bytes of the memory plan for K times the device and host
-//!   memory (the planner sees the K ranks' memory as one), over K, over the bus bandwidth;
-//!   transfers overlap computation, so the two count as their maximum;
+//! - bus time: the host <-> device bytes of the rank's own memory plan ([`plan_member`]: its
+//!   share of every array against one GPU's memory and largest buffer, so a rank whose shares
+//!   fit is in-core and moves nothing), over the bus bandwidth; transfers overlap computation,
+//!   so the two count as their maximum;
 //! - network time: the all-to-all and halo bytes over the rank's share of its node's network
 //!   bandwidth (ranks of one node share it; traffic inside a node is counted at network speed),
-//!   plus a latency per message: (K - 1) per all-to-all and ceil(log2 K) per reduction. It is
-//!   not overlapped (an all-to-all sits between two stages).
+//!   plus a latency per message: (K - 1) per all-to-all and ceil(log2 K) per reduction.
+//!
+//! Two iteration times: `iteration_s` with nothing overlapped (an all-to-all sits between two
+//! stages), and `overlapped_s` with the exchanges pipelined: the blocks of group i + 1 of a
+//! stage's chunks travel (one all-to-all per group, K - 1 messages each) while group i
+//! computes, so an application's exchange is hidden behind its own compute except for the first
+//! group's part (1/g of it) and whatever it takes beyond that compute; of the group counts g from
+//! 1 (nothing overlapped) to the stage's chunks, in powers of two, the one that leaves the least
+//! exposed (more groups hide more bytes and cost more messages). The compute an application can
+//! hide behind is the iteration's compute (device or bus time) times the operator stages' part
+//! of the bytes the iteration touches, over the applications (pessimistic: the stages' FFTs cost
+//! more per byte than the vector passes). Not hidden: the halos of the gradient and divergence
+//! passes, and the one reduction per CG step (and per outer iteration), whose latency counts.
 //!
 //! What the model leaves out, and which way it errs: the copy-equivalents per byte are measured
 //! at a small size and taken as size-independent (the FFTs' work per byte grows with the log of
-//! the length: optimistic for the device at 2048^3); each rank's operator buffers are counted
-//! once, not K times (optimistic for residency); overlap of the exchanges with the stages
-//! (pessimistic).
+//! the length: optimistic for the device at 2048^3); chunk buffers sized by this device's
+//! largest binding when the target's is larger (`bench scale --model-max-binding` can only
+//! lower it: optimistic for residency, the operator's buffers being smaller).
 
 use serde::Serialize;
 
 use super::arrays::halo_passes;
-use super::{operator_applications, plan_on_paper, Array, Budgets, Mode, PlanError};
+use super::{operator_applications, plan_member, Array, Budgets, Mode, PlanError, Portion};
 use crate::gpu::GpuContext;
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
@@ -46,6 +58,8 @@ pub struct ClusterInputs {
     pub device_bytes: u64,
     /// Host memory of one rank, bytes (beyond it, arrays go to node-local scratch).
     pub host_bytes: u64,
+    /// The largest buffer of one GPU, bytes: a share beyond it cannot be resident.
+    pub max_buffer_bytes: u64,
     /// Copy bandwidth of one GPU (bytes read + written per second), GB/s.
     pub device_gbps: f64,
     /// Host <-> device bandwidth of one GPU, GB/s.
@@ -65,13 +79,13 @@ pub struct ClusterPoint {
     pub size: usize,
     pub angles: usize,
     pub ranks: usize,
-    /// In-core or streaming, for the ranks' memory together.
+    /// In-core or streaming: each rank's plan (rank 0's, which holds the largest shares).
     pub mode: Mode,
     pub device_s: f64,
     pub bus_s: f64,
     pub network_s: f64,
     pub latency_s: f64,
-    /// `max(device, bus) + network + latency`.
+    /// `max(device, bus) + network + latency`: nothing overlapped.
     pub iteration_s: f64,
     /// Iteration time on one GPU over this one.
     pub speedup: f64,
@@ -79,6 +93,19 @@ pub struct ClusterPoint {
     pub efficiency: f64,
     /// `(network + latency) / iteration`.
     pub communication_share: f64,
+    /// The iteration with the exchanges pipelined behind the stages' compute (see the module).
+    pub overlapped_s: f64,
+    /// Network and latency time left exposed in it.
+    pub exposed_communication_s: f64,
+    /// One GPU's iteration over `overlapped_s`.
+    pub overlapped_speedup: f64,
+    /// `overlapped_speedup / ranks`: the parallel efficiency.
+    pub overlapped_efficiency: f64,
+    /// The largest term of the overlapped iteration: "device", "bus" or "communication".
+    pub bound: &'static str,
+    /// `device / overlapped`: the part of the overlapped iteration the GPU computes, the
+    /// efficiency against K GPUs that never wait (for the bus or the network).
+    pub device_share: f64,
     pub bus_bytes_per_rank: u64,
     pub network_bytes_per_rank: u64,
     /// Host state of one rank (its share of the arrays not on the devices), bytes.
@@ -148,6 +175,9 @@ pub fn model(
             let mut p = point(ctx, g, params, inputs, k.max(1))?;
             p.speedup = single_s / p.iteration_s;
             p.efficiency = p.speedup / p.ranks as f64;
+            // One GPU exchanges nothing: its overlapped iteration is its iteration.
+            p.overlapped_speedup = single_s / p.overlapped_s;
+            p.overlapped_efficiency = p.overlapped_speedup / p.ranks as f64;
             Ok(p)
         })
         .collect()
@@ -162,20 +192,43 @@ fn point(
     k: usize,
 ) -> Result<ClusterPoint, PlanError> {
     let budgets = Budgets::given(
-        inputs.device_bytes.saturating_mul(k as u64),
-        inputs.host_bytes.saturating_mul(k as u64),
+        inputs.device_bytes,
+        inputs.host_bytes,
         Some("scratch".into()),
-    );
-    let plan = plan_on_paper(ctx, g, params, &OperatorOptions::default(), &budgets)?;
+    )
+    .for_max_buffer(inputs.max_buffer_bytes);
+    // Rank 0 holds the largest share of every array (the first ranks take the extra planes).
+    let portion = Portion {
+        member: 0,
+        members: k,
+    };
+    let plan = plan_member(
+        ctx,
+        g,
+        params,
+        &OperatorOptions::default(),
+        &budgets,
+        portion,
+    )?;
     let touched = touched_bytes(g, params) as f64;
     let device_s = inputs.copy_equivalents * touched / k as f64 / (inputs.device_gbps * 1e9);
-    let bus_bytes = plan.bytes_moved_per_iteration / k as u64;
+    let bus_bytes = plan.bytes_moved_per_iteration;
     let bus_s = bus_bytes as f64 / (inputs.bus_gbps * 1e9);
     let network_bytes = network_bytes_per_rank(g, params, k);
     let per_rank_network = inputs.network_gbps / inputs.gpus_per_node.max(1) as f64;
     let network_s = network_bytes as f64 / (per_rank_network * 1e9);
     let latency_s = latency_s(params, k, inputs.latency_us);
     let iteration_s = device_s.max(bus_s) + network_s + latency_s;
+    let compute_s = device_s.max(bus_s);
+    let exposed = exposed_communication_s(g, params, inputs, k, (compute_s, plan.chunks));
+    let overlapped_s = compute_s + exposed;
+    let bound = if exposed > compute_s {
+        "communication"
+    } else if bus_s > device_s {
+        "bus"
+    } else {
+        "device"
+    };
     Ok(ClusterPoint {
         size: g.n0,
         angles: g.ntheta(),
@@ -189,11 +242,73 @@ fn point(
         speedup: 1.0,
         efficiency: 1.0,
         communication_share: (network_s + latency_s) / iteration_s,
+        overlapped_s,
+        exposed_communication_s: exposed,
+        overlapped_speedup: 1.0,
+        overlapped_efficiency: 1.0,
+        bound,
+        device_share: device_s / overlapped_s,
         bus_bytes_per_rank: bus_bytes,
         network_bytes_per_rank: network_bytes,
-        host_bytes_per_rank: plan.host_bytes / k as u64,
-        scratch_bytes_per_rank: plan.scratch_bytes / k as u64,
+        host_bytes_per_rank: plan.host_bytes,
+        scratch_bytes_per_rank: plan.scratch_bytes,
     })
+}
+
+/// Bytes the operator's stages read and write of the iteration's [`touched_bytes`]: every
+/// application reads its input (a volume or the data), writes and reads the spectrum and writes
+/// its output.
+fn operator_touched_bytes(g: &Geometry, params: &AdmmParams) -> u64 {
+    let (forward, adjoint) = operator_applications(params);
+    let volume = Array::P.layout(g).bytes();
+    let data = Array::Ap.layout(g).bytes();
+    let spectrum = Array::Spectrum.layout(g).bytes();
+    (forward + adjoint) * (volume + 2 * spectrum + data)
+}
+
+/// The network and latency time an iteration on `k` ranks leaves exposed when each
+/// application's all-to-all is pipelined behind its stages' `compute_s` share (see the module):
+/// per application, the least over group counts `g` (powers of two up to the fewer of the U1 and
+/// U2 chunks) of `max(0, e - c) + min(e, c) / g` for an exchange of `e` seconds (its bytes and
+/// one all-to-all's latency per group) beside `c` seconds of compute; plus the halos and the
+/// reductions' latency, not hidden. With `g = 1` it is the iteration's communication with nothing
+/// overlapped, so overlap never costs.
+fn exposed_communication_s(
+    g: &Geometry,
+    params: &AdmmParams,
+    inputs: &ClusterInputs,
+    k: usize,
+    (compute_s, (cy, ck, _)): (f64, (usize, usize, usize)),
+) -> f64 {
+    if k <= 1 {
+        return 0.0;
+    }
+    let (forward, adjoint) = operator_applications(params);
+    let applications = (forward + adjoint) as f64;
+    let kk = k as u64;
+    let spectrum = Array::Spectrum.layout(g).bytes();
+    let exchange_bytes = (forward + adjoint) * spectrum * (kk - 1) / (kk * kk);
+    let halo_bytes = network_bytes_per_rank(g, params, k) - exchange_bytes;
+    let per_rank_network = inputs.network_gbps / inputs.gpus_per_node.max(1) as f64 * 1e9;
+    let chunks =
+        g.n1.div_ceil(cy.max(1))
+            .min(g.deth.div_ceil(ck.max(1)))
+            .max(1);
+    let operator_share = operator_touched_bytes(g, params) as f64 / touched_bytes(g, params) as f64;
+    let compute = compute_s * operator_share.min(1.0) / applications;
+    let exposed = |groups: usize| {
+        let exchange = exchange_bytes as f64 / per_rank_network / applications
+            + (groups * (k - 1)) as f64 * inputs.latency_us * 1e-6;
+        (exchange - compute).max(0.0) + exchange.min(compute) / groups as f64
+    };
+    let per_application = std::iter::successors(Some(1usize), |g| Some(g * 2))
+        .take_while(|&g| g <= chunks)
+        .map(exposed)
+        .fold(f64::INFINITY, f64::min);
+    let reductions = (params.inner_iterations as f64 + 1.0) * (k as f64).log2().ceil();
+    applications * per_application
+        + halo_bytes as f64 / per_rank_network
+        + reductions * inputs.latency_us * 1e-6
 }
 
 /// The fewest ranks at which communication takes more than half of the iteration, if any.
@@ -259,6 +374,7 @@ mod tests {
         let inputs = ClusterInputs {
             device_bytes: 1 << 30,
             host_bytes: 64 << 30,
+            max_buffer_bytes: 1 << 30,
             device_gbps: 1000.0,
             bus_gbps: 25.0,
             network_gbps: 25.0,
@@ -292,6 +408,24 @@ mod tests {
             let sum = p.device_s.max(p.bus_s) + p.network_s + p.latency_s;
             assert!((p.iteration_s - sum).abs() <= 1e-12 * sum, "{p:?}");
         }
+        // Overlap hides part of the communication, never adds to it, and hides nothing of the
+        // compute; one GPU exchanges nothing.
+        assert!(points[0].exposed_communication_s == 0.0);
+        assert!((points[0].overlapped_s - points[0].iteration_s).abs() <= 1e-12);
+        for p in &points {
+            let compute = p.device_s.max(p.bus_s);
+            assert!(p.overlapped_s <= p.iteration_s * (1.0 + 1e-12), "{p:?}");
+            assert!(p.overlapped_s >= compute, "{p:?}");
+            assert!((p.overlapped_s - compute - p.exposed_communication_s).abs() <= 1e-12);
+            let expected = if p.exposed_communication_s > compute {
+                "communication"
+            } else if p.bus_s > p.device_s {
+                "bus"
+            } else {
+                "device"
+            };
+            assert_eq!(p.bound, expected, "{p:?}");
+        }
         // The speed-up does not depend on which other points are modelled.
         let later = model(&ctx, &g, &params, &inputs, &[8]).unwrap();
         assert!((later[0].speedup - points[3].speedup).abs() < 1e-9);
@@ -303,5 +437,39 @@ mod tests {
                 .find(|p| p.communication_share > 0.5)
                 .map(|p| p.ranks)
         );
+    }
+
+    /// Each rank plans its own memory: with a GPU of a quarter of what one in-core iteration
+    /// needs, one GPU streams, and from the K whose shares fit every rank is in-core and moves
+    /// nothing over the bus.
+    #[test]
+    fn ranks_whose_shares_fit_are_in_core_and_move_nothing_over_the_bus() {
+        let ctx = crate::gpu::test_context();
+        let g = geometry(128);
+        let params = AdmmParams::default();
+        let need = crate::plan::MemoryPlan::in_core(&ctx, &g, &params, &OperatorOptions::default())
+            .unwrap()
+            .device_bytes;
+        let inputs = ClusterInputs {
+            device_bytes: need / 4,
+            host_bytes: 64 << 30,
+            max_buffer_bytes: need,
+            device_gbps: 1000.0,
+            bus_gbps: 25.0,
+            network_gbps: 25.0,
+            gpus_per_node: 4,
+            latency_us: 5.0,
+            copy_equivalents: 4.0,
+        };
+        let points = model(&ctx, &g, &params, &inputs, &[1, 2, 8, 16]).unwrap();
+        assert_eq!(points[0].mode, Mode::Streaming);
+        assert!(points[0].bus_bytes_per_rank > 0);
+        for p in &points[2..] {
+            assert_eq!(p.mode, Mode::InCore, "{p:?}");
+            assert_eq!(p.bus_bytes_per_rank, 0, "{p:?}");
+            assert!(p.bus_s == 0.0, "{p:?}");
+            // In-core, the rank's host memory holds nothing of the iteration.
+            assert_eq!(p.host_bytes_per_rank + p.scratch_bytes_per_rank, 0, "{p:?}");
+        }
     }
 }

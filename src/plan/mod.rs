@@ -11,10 +11,12 @@
 mod arrays;
 mod budgets;
 pub mod cluster_model;
+mod ranks;
 
 use arrays::halo_bytes;
 pub use arrays::{operator_applications, Array};
 pub use budgets::{BudgetSource, Budgets, DEFAULT_DEVICE_BUDGET, DEFAULT_HOST_FRACTION};
+pub use ranks::{member_plans, plan_member, MemberPlan, Portion};
 
 use std::path::PathBuf;
 
@@ -118,6 +120,12 @@ pub struct MemoryPlan {
     /// reductions' readback (tested).
     pub bytes_moved_per_iteration: u64,
     pub budgets: Budgets,
+    /// The part of every array the plan is for: the whole, or one member's share
+    /// ([`plan_member`]); the bytes above are that part's.
+    pub portion: Portion,
+    /// For a run of several devices or MPI ranks: each member's own plan (its shares against its
+    /// device), which says whether its shares fit its device. Empty for one device.
+    pub members: Vec<MemberPlan>,
 }
 
 impl MemoryPlan {
@@ -161,7 +169,7 @@ impl MemoryPlan {
         options: &OperatorOptions,
     ) -> Result<Self, PlanError> {
         let budgets = Budgets::given(u64::MAX, u64::MAX, None);
-        let fixed = fixed_device_bytes(ctx, g, options, 0, &Residency::Device)?;
+        let fixed = fixed_bytes(ctx, g, options, 0, true, Portion::WHOLE)?;
         assemble(
             ctx,
             g,
@@ -169,7 +177,7 @@ impl MemoryPlan {
             *options,
             (0, fixed),
             (Array::BY_TRAFFIC.len(), true),
-            budgets,
+            (budgets, Portion::WHOLE),
         )
     }
 }
@@ -232,23 +240,46 @@ impl std::fmt::Display for MemoryPlan {
             f,
             "  moved between host and device per outer iteration: {:.2} GiB",
             gib(self.bytes_moved_per_iteration)
-        )
+        )?;
+        if !self.members.is_empty() {
+            write!(
+                f,
+                "\n  the devices stream the arrays above; each one's own plan of its shares:"
+            )?;
+        }
+        for m in &self.members {
+            let mode = match m.mode {
+                Mode::InCore => "in-core (its shares fit its device)",
+                Mode::Streaming => "streaming",
+            };
+            write!(
+                f,
+                "\n    rank {} device {}: {mode}, shares {:.2} GiB, device {:.2} GiB, host {:.2} \
+                 GiB, scratch {:.2} GiB, moved {:.2} GiB per outer iteration",
+                m.rank,
+                m.device,
+                gib(m.share_bytes),
+                gib(m.device_bytes),
+                gib(m.host_bytes),
+                gib(m.scratch_bytes),
+                gib(m.bytes_moved_per_iteration)
+            )?;
+        }
+        Ok(())
     }
 }
 
 /// Device bytes that do not depend on the arrays' residency: the operator with `options` (its U2
-/// tables where `u2_tables` says), the solver's scalars and reduction buffers, and for streaming
-/// the staging buffers and readback pool.
+/// tables as one chunk's slice buffers), the solver's scalars and reduction buffers, and for
+/// streaming the staging buffers and readback pool.
 fn fixed_device_bytes(
     ctx: &GpuContext,
     g: &Geometry,
     options: &OperatorOptions,
     staging_words: usize,
-    u2_tables: &Residency,
 ) -> Result<u64, PlanError> {
-    // The operator's estimate includes its spectrum, which the plan places like any array; its
-    // U2 tables count whole when resident, as one chunk's slice buffers otherwise.
-    let operator = LaminoOperator::estimate_device_bytes(ctx, g, options, u2_tables)?
+    // The operator's estimate includes its spectrum, which the plan places like any array.
+    let operator = LaminoOperator::estimate_device_bytes(ctx, g, options, &Residency::Host)?
         - Array::Spectrum.layout(g).bytes();
     // Sixteen reductions, each with one partial sum per workgroup of a window of planes (at most
     // one binding; a workgroup's slack per plane) and two per plane.
@@ -261,6 +292,26 @@ fn fixed_device_bytes(
     // The staging buffers and a readback pool of two output blocks.
     let streaming = 7 * staging_words as u64 * 4;
     Ok(operator + reductions + scalars + streaming)
+}
+
+/// [`fixed_device_bytes`] for `portion`, with its rows of the U2 tables when `tables_resident`:
+/// resident tables hold the portion's rows beyond the one chunk's slice already counted (for
+/// the whole arrays, every row: the operator's own estimate with resident tables).
+fn fixed_bytes(
+    ctx: &GpuContext,
+    g: &Geometry,
+    options: &OperatorOptions,
+    staging_words: usize,
+    tables_resident: bool,
+    portion: Portion,
+) -> Result<u64, PlanError> {
+    let streamed = fixed_device_bytes(ctx, g, options, staging_words)?;
+    if !tables_resident {
+        return Ok(streamed);
+    }
+    let chunk_rows = LaminoOperator::chunk_sizes(ctx, g, options)?.1;
+    let row = LaminoOperator::u2_table_bytes(g) / g.deth as u64;
+    Ok(streamed + portion.planes(g.deth).saturating_sub(chunk_rows) as u64 * row)
 }
 
 /// Staging words per unit of each stage's chunk (a y row, a detector row, a projection) and the
@@ -339,7 +390,7 @@ pub fn plan_shared(
     caps: &OperatorOptions,
     budgets: &Budgets,
 ) -> Result<MemoryPlan, PlanError> {
-    let p = plan_streaming(ctx, g, params, caps, budgets, true)?;
+    let p = plan_streaming(ctx, g, params, caps, budgets, true, Portion::WHOLE)?;
     check_scratch(budgets, &p)?;
     Ok(p)
 }
@@ -353,11 +404,11 @@ pub fn plan_on_paper(
     caps: &OperatorOptions,
     budgets: &Budgets,
 ) -> Result<MemoryPlan, PlanError> {
-    plan_streaming(ctx, g, params, caps, budgets, false)
+    plan_streaming(ctx, g, params, caps, budgets, false, Portion::WHOLE)
 }
 
 /// The in-core plan when everything fits (unless `shared`), else the streaming plan, with no
-/// array on the device when `shared`.
+/// array on the device when `shared`; of `portion` of every array.
 fn plan_streaming(
     ctx: &GpuContext,
     g: &Geometry,
@@ -365,15 +416,23 @@ fn plan_streaming(
     caps: &OperatorOptions,
     budgets: &Budgets,
     shared: bool,
+    portion: Portion,
 ) -> Result<MemoryPlan, PlanError> {
     g.validate().map_err(OperatorError::from)?;
     let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
-    if let Some(plan) = plan_in_core(ctx, g, params, caps, budgets, budget, shared)? {
+    if let Some(plan) = plan_in_core(ctx, g, params, caps, budgets, budget, shared, portion)? {
         return Ok(plan);
     }
     let (words, fixed, options) = streaming_chunks(ctx, g, caps, budgets, budget)?;
-    let (resident, tables_resident, fixed) =
-        streaming_residency(ctx, g, params, &options, (words, fixed), budget, shared)?;
+    let (resident, tables_resident, fixed) = streaming_residency(
+        ctx,
+        g,
+        params,
+        &options,
+        (words, fixed),
+        (budget, budgets),
+        (shared, portion),
+    )?;
     // The spatial projections stay on the host in streaming mode: setup streams them.
     assemble(
         ctx,
@@ -382,18 +441,20 @@ fn plan_streaming(
         options,
         (words, fixed),
         (resident, tables_resident),
-        budgets.clone(),
+        (budgets.clone(), portion),
     )
 }
 
-/// A device array is one buffer: one beyond the device's largest buffer cannot be resident.
-fn fits_a_buffer(ctx: &GpuContext, bytes: u64) -> bool {
-    bytes <= ctx.max_buffer_bytes()
+/// A device array is one buffer: one beyond the largest buffer of the device planned for
+/// ([`Budgets::max_buffer_bytes`], else this device's) cannot be resident.
+fn fits_a_buffer(ctx: &GpuContext, budgets: &Budgets, bytes: u64) -> bool {
+    bytes <= budgets.max_buffer_bytes.unwrap_or(ctx.max_buffer_bytes())
 }
 
-/// The in-core plan, if every array and the operator fit the `budget` (and each array one
-/// buffer); when `shared`, the plan whose devices take the in-core chunks with nothing resident,
-/// if their blocks fit the staging buffers.
+/// The in-core plan of `portion`, if its share of every array and the operator fit the
+/// `budget` (and each share one buffer); when `shared`, the plan whose devices take the in-core
+/// chunks with nothing resident, if their blocks fit the staging buffers.
+#[allow(clippy::too_many_arguments)]
 fn plan_in_core(
     ctx: &GpuContext,
     g: &Geometry,
@@ -402,18 +463,19 @@ fn plan_in_core(
     budgets: &Budgets,
     budget: u64,
     shared: bool,
+    portion: Portion,
 ) -> Result<Option<MemoryPlan>, PlanError> {
     let everything: u64 = Array::BY_TRAFFIC
         .iter()
-        .map(|a| a.layout(g).bytes())
+        .map(|&a| portion.held_bytes(a, g))
         .sum::<u64>()
         // The spatial projections during setup.
-        + g.data_len() as u64 * 4;
-    let in_core_fixed = fixed_device_bytes(ctx, g, caps, 0, &Residency::Device)?;
+        + portion.projection_bytes(g);
+    let in_core_fixed = fixed_bytes(ctx, g, caps, 0, true, portion)?;
     let all_fit_buffers = Array::BY_TRAFFIC
         .iter()
-        .all(|a| fits_a_buffer(ctx, a.layout(g).bytes()))
-        && fits_a_buffer(ctx, u2_coordinates_bytes(g));
+        .all(|&a| fits_a_buffer(ctx, budgets, portion.share_bytes(a, g)))
+        && fits_a_buffer(ctx, budgets, portion.u2_coordinates_bytes(g));
     if !(all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget) {
         return Ok(None);
     }
@@ -425,7 +487,7 @@ fn plan_in_core(
             *caps,
             (0, in_core_fixed),
             (Array::BY_TRAFFIC.len(), true),
-            budgets.clone(),
+            (budgets.clone(), portion),
         )
         .map(Some);
     }
@@ -439,7 +501,7 @@ fn plan_in_core(
         max_chunk_rows: Some(chunks.1),
         max_chunk_angles: Some(chunks.2),
     };
-    let fixed = fixed_device_bytes(ctx, g, &options, words, &Residency::Device)?;
+    let fixed = fixed_bytes(ctx, g, &options, words, true, portion)?;
     if words as u64 * 4 <= ctx.max_binding_bytes() && fixed <= budget {
         return assemble(
             ctx,
@@ -448,7 +510,7 @@ fn plan_in_core(
             options,
             (words, fixed),
             (0, true),
-            budgets.clone(),
+            (budgets.clone(), portion),
         )
         .map(Some);
     }
@@ -477,7 +539,7 @@ fn streaming_chunks(
     };
     let minimum = staging_words_for(g, (1, 1, 1));
     let smallest = options_for(minimum).expect("the minimum fits itself");
-    let smallest_fixed = fixed_device_bytes(ctx, g, &smallest, minimum, &Residency::Host)?;
+    let smallest_fixed = fixed_device_bytes(ctx, g, &smallest, minimum)?;
     if smallest_fixed > budget {
         return Err(PlanError::DeviceBudget {
             budget: budgets.device_bytes,
@@ -498,7 +560,7 @@ fn streaming_chunks(
             break;
         }
         let Some(o) = options_for(next) else { break };
-        let f = fixed_device_bytes(ctx, g, &o, next, &Residency::Host)?;
+        let f = fixed_device_bytes(ctx, g, &o, next)?;
         if f > share.max(smallest_fixed) || o == options {
             break;
         }
@@ -507,26 +569,27 @@ fn streaming_chunks(
     Ok((words, fixed, options))
 }
 
-/// Streaming residency: as many arrays on the device as fit the `budget` after the `fixed`
-/// bytes, most accessed per byte first (none when `shared`), and the whole U2 tables in their
-/// place in that order (bytes moved per byte held) if they fit there or after the last array.
-/// Returns how many arrays of [`Array::BY_TRAFFIC`] are resident, whether the tables are, and
-/// the fixed bytes with the tables.
+/// Streaming residency of `portion`: as many of its shares on the device as fit the `budget`
+/// after the `fixed` bytes, most accessed per byte first (none when `shared`), and its rows of
+/// the U2 tables in their place in that order (bytes moved per byte held) if they fit there or
+/// after the last array. Returns how many arrays of [`Array::BY_TRAFFIC`] are resident, whether
+/// the tables are, and the fixed bytes with the tables.
 fn streaming_residency(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
     options: &OperatorOptions,
     (words, fixed): (usize, u64),
-    budget: u64,
-    shared: bool,
+    (budget, budgets): (u64, &Budgets),
+    (shared, portion): (bool, Portion),
 ) -> Result<(usize, bool, u64), PlanError> {
-    let tables_extra = fixed_device_bytes(ctx, g, options, words, &Residency::Device)? - fixed;
-    let tables_rate = u2_table_traffic(g, params) as f64 / LaminoOperator::u2_table_bytes(g) as f64;
+    let tables_extra = fixed_bytes(ctx, g, options, words, true, portion)? - fixed;
+    let tables_rate =
+        u2_table_traffic(g, params, portion) as f64 / portion.u2_table_bytes(g).max(1) as f64;
     let mut tables_resident = false;
     // Resident tables are whole buffers, the coordinates the largest: beyond the device's
     // largest buffer they stream however large the budget.
-    let mut tables_considered = !fits_a_buffer(ctx, u2_coordinates_bytes(g));
+    let mut tables_considered = !fits_a_buffer(ctx, budgets, portion.u2_coordinates_bytes(g));
     let mut resident = 0;
     let mut used = fixed;
     for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {
@@ -539,10 +602,10 @@ fn streaming_residency(
         } else {
             std::slice::from_ref(a)
         };
-        let bytes: u64 = group.iter().map(|a| a.layout(g).bytes()).sum();
+        let bytes: u64 = group.iter().map(|&a| portion.held_bytes(a, g)).sum();
         let traffic: u64 = group
             .iter()
-            .map(|a| a.layout(g).bytes() * a.accesses(params))
+            .map(|&a| portion.share_bytes(a, g) * a.accesses(params))
             .sum();
         if !tables_considered && (traffic as f64) < tables_rate * bytes as f64 {
             tables_considered = true;
@@ -555,7 +618,7 @@ fn streaming_residency(
             || used + bytes > budget
             || !group
                 .iter()
-                .all(|a| fits_a_buffer(ctx, a.layout(g).bytes()))
+                .all(|&a| fits_a_buffer(ctx, budgets, portion.share_bytes(a, g)))
         {
             break;
         }
@@ -571,20 +634,17 @@ fn streaming_residency(
     Ok((resident, tables_resident, fixed))
 }
 
-/// Bytes of U2 table slices uploaded per outer iteration when the tables are not resident: a
-/// forward U2 chunk uploads its slice of the coordinates, an adjoint chunk all three tables.
-fn u2_table_traffic(g: &Geometry, params: &AdmmParams) -> u64 {
+/// Bytes of U2 table slices `portion` uploads per outer iteration when the tables are not
+/// resident: a forward U2 chunk uploads its slice of the coordinates, an adjoint chunk all three
+/// tables.
+fn u2_table_traffic(g: &Geometry, params: &AdmmParams, portion: Portion) -> u64 {
     let (forward, adjoint) = operator_applications(params);
-    forward * u2_coordinates_bytes(g) + adjoint * LaminoOperator::u2_table_bytes(g)
+    forward * portion.u2_coordinates_bytes(g) + adjoint * portion.u2_table_bytes(g)
 }
 
-/// Bytes of the U2 coordinates (one (x, y) pair of f32 per data point), the largest table.
-fn u2_coordinates_bytes(g: &Geometry) -> u64 {
-    8 * (g.deth * g.ntheta() * g.detw) as u64
-}
-
-/// The plan with `staging_words` (0: in-core) and `fixed` device bytes, the first `resident`
-/// arrays of [`Array::BY_TRAFFIC`] on the device, and the U2 tables there if `tables_resident`.
+/// The plan of `portion` with `staging_words` (0: in-core) and `fixed` device bytes, the first
+/// `resident` arrays of [`Array::BY_TRAFFIC`] on the device, and the U2 tables there if
+/// `tables_resident`.
 fn assemble(
     ctx: &GpuContext,
     g: &Geometry,
@@ -592,7 +652,7 @@ fn assemble(
     operator: OperatorOptions,
     (staging_words, fixed): (usize, u64),
     (resident, tables_resident): (usize, bool),
-    budgets: Budgets,
+    (budgets, portion): (Budgets, Portion),
 ) -> Result<MemoryPlan, PlanError> {
     let mode = if staging_words == 0 {
         Mode::InCore
@@ -604,7 +664,7 @@ fn assemble(
         .enumerate()
         .map(|(i, &array)| ArrayPlan {
             array,
-            bytes: array.layout(g).bytes(),
+            bytes: portion.held_bytes(array, g),
             residency: if i < resident {
                 Residency::Device
             } else {
@@ -615,7 +675,7 @@ fn assemble(
         .collect();
     // U2 tables that are not resident are held on the host; read at every application, more
     // than any host array per byte, they are the last to go to scratch.
-    let u2_table_bytes = LaminoOperator::u2_table_bytes(g);
+    let u2_table_bytes = portion.u2_table_bytes(g);
     let mut u2_tables = if tables_resident {
         Residency::Device
     } else {
@@ -665,7 +725,7 @@ fn assemble(
     let tables_moved = if tables_resident {
         0
     } else {
-        u2_table_traffic(g, params)
+        u2_table_traffic(g, params, portion)
     };
     let on_host = |array: Array| {
         arrays
@@ -673,11 +733,11 @@ fn assemble(
             .any(|a| a.array == array && a.residency != Residency::Device)
     };
     let moved = tables_moved
-        + halo_bytes(ctx, g, params, staging_words, on_host)
+        + halo_bytes(ctx, g, params, (staging_words, portion), on_host)
         + arrays
             .iter()
             .filter(|a| a.residency != Residency::Device)
-            .map(|a| a.bytes * a.accesses_per_iteration)
+            .map(|a| portion.share_bytes(a.array, g) * a.accesses_per_iteration)
             .sum::<u64>();
     let chunks = LaminoOperator::chunk_sizes(ctx, g, &operator)?;
     Ok(MemoryPlan {
@@ -695,5 +755,7 @@ fn assemble(
         scratch_bytes: scratch,
         bytes_moved_per_iteration: moved,
         budgets,
+        portion,
+        members: Vec::new(),
     })
 }

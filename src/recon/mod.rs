@@ -36,7 +36,7 @@ use crate::io::{
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
-use crate::plan::{plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
+use crate::plan::{member_plans, plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
     AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
@@ -491,6 +491,20 @@ impl<'a> Reconstructor<'a> {
             plan.device_bytes += self.memo.device_bytes;
             plan.budgets.device_bytes = device;
             plan.budgets.host_bytes = host;
+        }
+        if self.sharers() > 1 {
+            // Each member's own plan: its shares against its device. The host budget was
+            // checked by the plan above; a member's host bytes say what it would hold there.
+            let devices = self.devices.len().max(1);
+            #[cfg(feature = "mpi")]
+            let ranks = self.ranks.as_ref().map_or(1, |r| r.size());
+            #[cfg(not(feature = "mpi"))]
+            let ranks = 1;
+            let mut own = Budgets::given(device, u64::MAX, None);
+            own.device_source = plan.budgets.device_source;
+            plan.members =
+                member_plans(self.ctx, g, &self.params, &options, &own, (ranks, devices))
+                    .map_err(ReconError::Plan)?;
         }
         Ok(plan)
     }
