@@ -1,5 +1,5 @@
-//! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2 and 3
-//! ranks, checkpoints written in parts by every rank that any number of ranks resumes, a rank
+//! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2, 3
+//! and 4 ranks (and the spectrum's bytes each rank sends, owned by U2's chunks), checkpoints written in parts by every rank that any number of ranks resumes, a rank
 //! killed while writing its part leaves the previous checkpoint, a rank that fails or is killed
 //! ends the run with an error instead of leaving the others waiting, and the outputs written
 //! from every rank's slices a slab at a time (`recon.zarr` by every rank, each its chunks), no
@@ -72,8 +72,9 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     let o = one_process(&reconstruct_args(&scan, &one, "3"));
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(Path::new(&one).join("recon.tif")).unwrap();
-    // 2 and 3 ranks of one device, and 2 ranks of two devices each (one adapter opened twice).
-    for (ranks, devices) in [(2, "best"), (3, "best"), (2, "0,0")] {
+    // 2, 3 and 4 ranks of one device, and 2 ranks of two devices each (one adapter opened
+    // twice).
+    for (ranks, devices) in [(2, "best"), (3, "best"), (4, "best"), (2, "0,0")] {
         let out = dir.path().join(format!("ranks-{ranks}-{devices}"));
         let out_arg = s(&out);
         let mut args = vec!["--device", devices];
@@ -89,12 +90,53 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
             serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
         let per_rank = report["reconstruction"]["ranks"].as_array().unwrap();
         assert_eq!(per_rank.len(), ranks);
+        let spectrum = spectrum_bytes(&report["reconstruction"], ranks, devices.split(',').count());
         for (r, entry) in per_rank.iter().enumerate() {
             assert_eq!(entry["rank"], r);
             assert!(entry["bytes_sent"].as_u64().unwrap() > 0, "{entry}");
             assert!(entry["iterations_s"].as_f64().unwrap() > 0.0, "{entry}");
+            let sent = entry["iteration_bytes_by_array"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["array"].as_str().unwrap().starts_with("spectrum"))
+                .unwrap()["bytes"]
+                .as_u64();
+            assert!(
+                sent == Some(spectrum[r]),
+                "{ranks} ranks: rank {r} sent {sent:?} bytes of the spectrum, not {}",
+                spectrum[r]
+            );
         }
     }
+}
+
+/// The bytes of the spectrum each of `ranks` ranks of `devices` devices sends during the
+/// iterations of the run `reconstruction` reports, when each keeps the detector rows of its
+/// share of U2's chunks: in every A, U1 writes all rows of its y chunks and sends those of other
+/// homes; in every A*, U1* of the other ranks reads its rows of their y chunks. U2 and U2* read
+/// and write at home.
+fn spectrum_bytes(reconstruction: &serde_json::Value, ranks: usize, devices: usize) -> Vec<u64> {
+    use lamino::distributed::shares::chunk_planes;
+    let g = &reconstruction["geometry"];
+    let dim = |key: &str| g[key].as_u64().unwrap() as usize;
+    let (n1, n2, deth) = (dim("n1"), dim("n2"), dim("deth"));
+    let chunks = &reconstruction["plan"]["chunks"];
+    let chunk = |i: usize| chunks[i].as_u64().unwrap() as usize;
+    let params: lamino::params::AdmmParams =
+        serde_json::from_value(reconstruction["params"].clone()).unwrap();
+    let (forward, adjoint) = lamino::plan::operator_applications(&params);
+    let iterations = reconstruction["reports"].as_array().unwrap().len() as u64;
+    (0..ranks)
+        .map(|r| {
+            let group = r * devices..(r + 1) * devices;
+            let members = ranks * devices;
+            let rows = chunk_planes(group.clone(), members, deth, chunk(1)).len() as u64;
+            let ys = chunk_planes(group, members, n1, chunk(0)).len() as u64;
+            let words = forward * (deth as u64 - rows) * ys + adjoint * rows * (n1 as u64 - ys);
+            iterations * words * n2 as u64 * 8
+        })
+        .collect()
 }
 
 /// The processes mpirun started, by rank (from their environment).

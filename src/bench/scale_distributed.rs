@@ -1,6 +1,7 @@
 //! `lamino bench scale --distributed` (feature `mpi`): one simulated scan reconstructed as one
 //! process and as K MPI ranks (`mpirun -n K` on this machine, each a `lamino reconstruct`), with
-//! the time of an outer iteration and the bytes each rank sent during it.
+//! the time of an outer iteration, the bytes each rank sent during it (and of which arrays), and
+//! the bytes the cost model counts for that run's geometry and parameters.
 
 use super::{print_json, BenchError};
 use crate::simulate::PhantomKind;
@@ -41,6 +42,11 @@ struct DistributedRun {
     iteration_ms: f64,
     /// Bytes each rank sent to the others per outer iteration.
     bytes_sent_per_iteration: Vec<u64>,
+    /// Of those, the blocks of each array, per rank: (array, bytes per outer iteration).
+    array_bytes_per_iteration: Vec<Vec<(String, u64)>>,
+    /// What the cost model counts per rank and outer iteration for this run's geometry and
+    /// parameters ([`crate::plan::cluster_model::network_bytes_per_rank`]).
+    model_bytes_per_iteration: u64,
 }
 
 /// Reconstructs a simulated `size`^3 chip for `iterations` outer iterations on each number of
@@ -107,37 +113,80 @@ pub fn print(
                 reason,
             })?;
         let r = &report["reconstruction"];
+        let parsed = |key: &str| {
+            r.get(key)
+                .cloned()
+                .ok_or_else(|| DistributedBenchError::Report {
+                    path: report_path.clone(),
+                    reason: format!("it has no reconstruction.{key}"),
+                })
+        };
+        let unparsed = |e: serde_json::Error| DistributedBenchError::Report {
+            path: report_path.clone(),
+            reason: e.to_string(),
+        };
+        let geometry: crate::operator::Geometry =
+            serde_json::from_value(parsed("geometry")?).map_err(unparsed)?;
+        let params: crate::params::AdmmParams =
+            serde_json::from_value(parsed("params")?).map_err(unparsed)?;
         let done = r["reports"].as_array().map_or(0, |a| a.len()).max(1);
+        let ranks_reports = r["ranks"].as_array().cloned().unwrap_or_default();
+        let per_iteration = |v: &serde_json::Value| v.as_u64().unwrap_or(0) / done as u64;
         let run = DistributedRun {
             size,
             ranks: k,
             iterations: done,
             wall_s,
             iteration_ms: r["iterations_s"].as_f64().unwrap_or(f64::NAN) * 1e3 / done as f64,
-            bytes_sent_per_iteration: r["ranks"]
-                .as_array()
-                .map(|ranks| {
-                    ranks
-                        .iter()
-                        .map(|e| e["iteration_bytes_sent"].as_u64().unwrap_or(0) / done as u64)
+            bytes_sent_per_iteration: match k {
+                1 => vec![0],
+                _ => ranks_reports
+                    .iter()
+                    .map(|e| per_iteration(&e["iteration_bytes_sent"]))
+                    .collect(),
+            },
+            array_bytes_per_iteration: ranks_reports
+                .iter()
+                .map(|e| {
+                    e["iteration_bytes_by_array"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| {
+                            let name = a["array"].as_str().unwrap_or("?").to_string();
+                            (name, per_iteration(&a["bytes"]))
+                        })
                         .collect()
                 })
-                .unwrap_or_else(|| vec![0]),
+                .collect(),
+            model_bytes_per_iteration: crate::plan::cluster_model::network_bytes_per_rank(
+                &geometry, &params, k,
+            ),
         };
         if json {
             print_json(&run)?;
         } else {
+            let mb = |b: u64| format!("{:.2}", b as f64 / 1e6);
             println!(
                 "{size}^3, {k} rank(s): {:.0} ms per outer iteration, {:.1} s in all; sent per \
-                 iteration by each rank: {} MB",
+                 iteration by each rank: {} MB (the cost model: {} MB)",
                 run.iteration_ms,
                 run.wall_s,
                 run.bytes_sent_per_iteration
                     .iter()
-                    .map(|b| format!("{:.1}", *b as f64 / 1e6))
+                    .map(|&b| mb(b))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                mb(run.model_bytes_per_iteration),
             );
+            if let Some(first) = run.array_bytes_per_iteration.first() {
+                let arrays: Vec<String> = first
+                    .iter()
+                    .filter(|(_, b)| *b > 0)
+                    .map(|(a, b)| format!("{a} {}", mb(*b)))
+                    .collect();
+                println!("  rank 0's blocks by array, MB: {}", arrays.join(", "));
+            }
         }
     }
     Ok(())

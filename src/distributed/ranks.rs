@@ -25,7 +25,7 @@ use mpi::traits::*;
 use mpi::Count;
 use thiserror::Error;
 
-use super::shares::share_range;
+use super::shares::chunk_planes;
 use crate::array::{BlockView, Field};
 
 /// Environment variables that MPI launchers set (Open MPI's mpirun, PMI and PMIx, as srun uses):
@@ -77,8 +77,11 @@ pub struct Ranks {
     rank: usize,
     size: usize,
     /// The arrays with a home, in the order every rank registers them.
-    fields: Mutex<Vec<Field>>,
+    fields: Mutex<Vec<Owned>>,
     bytes_sent: AtomicU64,
+    /// Of those, the bytes of each registered array's words sent by the exchanges, in
+    /// registration order.
+    array_bytes_sent: Mutex<Vec<u64>>,
     /// Devices of each rank (the same on every rank).
     devices: AtomicUsize,
 }
@@ -115,6 +118,7 @@ impl Ranks {
             size,
             fields: Mutex::default(),
             bytes_sent: AtomicU64::new(0),
+            array_bytes_sent: Mutex::default(),
             devices: AtomicUsize::new(1),
         })))
     }
@@ -169,19 +173,53 @@ impl Ranks {
 
     /// The planes of `planes` that rank `rank` keeps: the shares of its devices, together.
     pub fn home(&self, rank: usize, planes: usize) -> Range<usize> {
-        let d = self.devices();
-        let first = share_range(rank * d, self.size * d, planes);
-        let last = share_range(rank * d + d - 1, self.size * d, planes);
-        first.start..last.end
+        self.chunk_home(rank, planes, 1)
     }
 
-    /// Adds an array with a home to the exchanges (every rank registers the same arrays in the
-    /// same order).
-    pub(crate) fn register(&self, field: &Field) {
-        self.fields
+    /// The planes of `planes` that rank `rank` keeps when a stage reads the array in chunks of
+    /// `chunk` planes: those of its devices' shares of the chunks, so that the stage reads its
+    /// chunks at home.
+    pub fn chunk_home(&self, rank: usize, planes: usize, chunk: usize) -> Range<usize> {
+        let d = self.devices();
+        chunk_planes(rank * d..(rank + 1) * d, self.size * d, planes, chunk)
+    }
+
+    /// Every rank's [`chunk_home`](Self::chunk_home), in rank order.
+    pub(crate) fn chunk_homes(&self, planes: usize, chunk: usize) -> Vec<Range<usize>> {
+        (0..self.size)
+            .map(|r| self.chunk_home(r, planes, chunk))
+            .collect()
+    }
+
+    /// Adds an array with a home to the exchanges: `homes[r]` the planes rank r keeps (every
+    /// rank registers the same arrays, with the same homes, in the same order).
+    pub(crate) fn register(&self, field: &Field, homes: Vec<Range<usize>>) {
+        assert_eq!(homes.len(), self.size, "a home for every rank");
+        self.fields.lock().expect("fields poisoned").push(Owned {
+            field: field.clone(),
+            homes,
+        });
+        self.array_bytes_sent
             .lock()
-            .expect("fields poisoned")
-            .push(field.clone());
+            .expect("bytes poisoned")
+            .push(0);
+    }
+
+    /// Bytes of each registered array's words this rank sent so far, by the array's label, in
+    /// registration order.
+    pub fn array_bytes_sent(&self) -> Vec<(String, u64)> {
+        let fields = self.fields.lock().expect("fields poisoned");
+        let sent = self.array_bytes_sent.lock().expect("bytes poisoned");
+        fields
+            .iter()
+            .zip(sent.iter())
+            .map(|(o, &b)| (o.field.label().to_string(), b))
+            .collect()
+    }
+
+    /// Counts `words` words of registered array number `index` as sent.
+    fn count_array_words(&self, index: usize, words: usize) {
+        self.array_bytes_sent.lock().expect("bytes poisoned")[index] += 4 * words as u64;
     }
 
     /// Every rank's `part`, in rank order.
@@ -266,21 +304,30 @@ impl Ranks {
         self.all_to_all(send)
     }
 
-    /// The word ranges of `field` that rank `rank` keeps.
+    /// The word ranges of `field` that rank `rank` keeps: its registered home, or (an array
+    /// not registered) the rank's share of its planes.
     pub(crate) fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
         let layout = field.layout();
-        let planes = self.home(rank, layout.planes);
+        let planes = self
+            .fields
+            .lock()
+            .expect("fields poisoned")
+            .iter()
+            .find(|o| o.field.same(field))
+            .map_or_else(|| self.home(rank, layout.planes), |o| o.homes[rank].clone());
         planes.start * layout.plane_words..planes.end * layout.plane_words
     }
 
     /// For each rank, the parts of `runs` of field number `index` in its home (none for this
     /// rank's own).
-    fn by_home(&self, field: &Field, index: usize, runs: &[(usize, usize)]) -> Vec<HomeParts> {
+    fn by_home(&self, owned: &Owned, index: usize, runs: &[(usize, usize)]) -> Vec<HomeParts> {
+        let plane_words = owned.field.layout().plane_words;
         (0..self.size)
             .map(|r| {
                 let mut parts = HomeParts::default();
                 if r != self.rank {
-                    let home = self.home_words(field, r);
+                    let planes = &owned.homes[r];
+                    let home = planes.start * plane_words..planes.end * plane_words;
                     for &(s, l) in runs {
                         let (a, b) = (s.max(home.start), (s + l).min(home.end));
                         if a < b {
@@ -303,27 +350,29 @@ impl Ranks {
         let fields = self.fields.lock().expect("fields poisoned").clone();
         let mut triples: Vec<Vec<u64>> = vec![Vec::new(); self.size];
         let mut words: Vec<Vec<f32>> = vec![Vec::new(); self.size];
-        for (i, f) in fields.iter().enumerate() {
-            let away = f.take_away_runs();
-            for (r, parts) in self.by_home(f, i, &away).into_iter().enumerate() {
+        for (i, o) in fields.iter().enumerate() {
+            let away = o.field.take_away_runs();
+            for (r, parts) in self.by_home(o, i, &away).into_iter().enumerate() {
                 triples[r].extend(parts.triples);
-                words[r].extend(f.copy_runs(&parts.runs));
+                let sent = o.field.copy_runs(&parts.runs);
+                self.count_array_words(i, sent.len());
+                words[r].extend(sent);
             }
         }
         let (triples, words) = (self.all_to_all(triples), self.all_to_all(words));
         for (t, w) in triples.iter().zip(&words) {
             fill_triples(&fields, t, w);
         }
-        for f in &fields {
-            f.release_away();
+        for o in &fields {
+            o.field.release_away();
         }
         let mut requests: Vec<Vec<u64>> = vec![Vec::new(); self.size];
         for (field, view) in reads {
-            let Some(i) = fields.iter().position(|f| f.same(field)) else {
+            let Some(i) = fields.iter().position(|o| o.field.same(field)) else {
                 continue;
             };
             let runs: Vec<(usize, usize)> = view.runs().collect();
-            for (r, parts) in self.by_home(field, i, &runs).into_iter().enumerate() {
+            for (r, parts) in self.by_home(&fields[i], i, &runs).into_iter().enumerate() {
                 requests[r].extend(parts.triples);
             }
         }
@@ -333,7 +382,10 @@ impl Ranks {
             .map(|t| {
                 t.chunks_exact(3)
                     .flat_map(|t| {
-                        fields[t[0] as usize].copy_runs(&[(t[1] as usize, t[2] as usize)])
+                        self.count_array_words(t[0] as usize, t[2] as usize);
+                        fields[t[0] as usize]
+                            .field
+                            .copy_runs(&[(t[1] as usize, t[2] as usize)])
                     })
                     .collect()
             })
@@ -385,7 +437,7 @@ impl Ranks {
     pub fn scratch_ledger(&self) -> ScratchLedger {
         let fields = self.fields.lock().expect("fields poisoned");
         let mut ledger = ScratchLedger::default();
-        for f in fields.iter().filter(|f| f.scratch_bytes() > 0) {
+        for f in fields.iter().map(|o| &o.field).filter(|f| f.scratch_bytes() > 0) {
             ledger.arrays += 1;
             ledger.file_bytes += f.scratch_bytes();
             ledger.share_bytes += f.home_bytes();
@@ -396,8 +448,8 @@ impl Ranks {
 
     /// Lets go of the blocks every array fetched from other ranks (see [`Field::release_away`]).
     pub(crate) fn release_fetched(&self) {
-        for f in self.fields.lock().expect("fields poisoned").iter() {
-            f.release_away();
+        for o in self.fields.lock().expect("fields poisoned").iter() {
+            o.field.release_away();
         }
     }
 }
@@ -416,6 +468,14 @@ pub struct ScratchLedger {
     pub whole_bytes: u64,
 }
 
+/// An array with a home on every rank.
+#[derive(Clone)]
+struct Owned {
+    field: Field,
+    /// The planes each rank keeps, in rank order.
+    homes: Vec<Range<usize>>,
+}
+
 /// Runs of a field in one rank's home: as (field, start, length) triples to send, and as runs.
 #[derive(Default)]
 struct HomeParts {
@@ -424,11 +484,13 @@ struct HomeParts {
 }
 
 /// Writes `words` into the (field, start, length) runs of `triples`, one after the other.
-fn fill_triples(fields: &[Field], triples: &[u64], words: &[f32]) {
+fn fill_triples(fields: &[Owned], triples: &[u64], words: &[f32]) {
     let mut at = 0;
     for t in triples.chunks_exact(3) {
         let (start, len) = (t[1] as usize, t[2] as usize);
-        fields[t[0] as usize].fill_runs(&[(start, len)], &words[at..at + len]);
+        fields[t[0] as usize]
+            .field
+            .fill_runs(&[(start, len)], &words[at..at + len]);
         at += len;
     }
 }

@@ -11,3 +11,49 @@ pub fn share_range(index: usize, members: usize, count: usize) -> Range<usize> {
     let start = index * base + index.min(extra);
     start..start + base + usize::from(index < extra)
 }
+
+/// The planes of `planes` that members `group` of `members` compute together when a stage
+/// takes the planes in chunks of `chunk` (the last one shorter), each member its
+/// [`share_range`] of the chunks: what a rank of those members keeps for that stage to read and
+/// write at home.
+pub fn chunk_planes(
+    group: Range<usize>,
+    members: usize,
+    planes: usize,
+    chunk: usize,
+) -> Range<usize> {
+    let chunk = chunk.max(1);
+    let count = planes.div_ceil(chunk);
+    let first = share_range(group.start, members, count).start;
+    let end = share_range(group.end - 1, members, count).end;
+    (first * chunk).min(planes)..(end * chunk).min(planes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_planes_tile_the_planes_along_the_chunks_of_each_group() {
+        for (planes, chunk, ranks, devices) in [(64, 8, 3, 1), (37, 4, 4, 2), (10, 3, 5, 1)] {
+            let members = ranks * devices;
+            let mut next = 0;
+            for r in 0..ranks {
+                let group = r * devices..(r + 1) * devices;
+                let home = chunk_planes(group.clone(), members, planes, chunk);
+                assert_eq!(home.start, next);
+                // The home starts where the group's first chunk does and holds exactly the
+                // planes of its chunks.
+                let count = planes.div_ceil(chunk);
+                let chunks = share_range(group.start, members, count).start
+                    ..share_range(group.end - 1, members, count).end;
+                let held: usize = chunks.map(|c| chunk.min(planes - c * chunk)).sum();
+                assert_eq!(home.len(), held);
+                next = home.end;
+            }
+            assert_eq!(next, planes);
+        }
+        // Chunks of one plane are the planes' shares.
+        assert_eq!(chunk_planes(1..2, 3, 10, 1), share_range(1, 3, 10));
+    }
+}

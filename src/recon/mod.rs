@@ -542,7 +542,6 @@ impl<'a> Reconstructor<'a> {
             resumed_from = Some(team.resume(self.devices, path)?.iteration);
         }
         let setup_s = start.elapsed().as_secs_f64();
-        let setup_bytes = team.bytes_sent();
         let loop_start = Instant::now();
         let first = team.solver().iterations_done();
         let mut reports = Vec::new();
@@ -609,7 +608,7 @@ impl<'a> Reconstructor<'a> {
         };
         let completed = stop != StopReason::Cancelled;
         let iterations_s = loop_start.elapsed().as_secs_f64();
-        let ranks = team.rank_reports(setup_s, iterations_s, setup_bytes);
+        let ranks = team.rank_reports(setup_s, iterations_s);
         let solver = team.solver();
         let report = Reconstruction {
             volume: Vec::new(),

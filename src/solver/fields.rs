@@ -64,15 +64,16 @@ pub(crate) struct TeamArrays {
 
 impl TeamArrays {
     /// The arrays of `plan`, which holds none on the device, made by `field` (label, layout,
-    /// residency).
+    /// residency), the spectrum by `spectrum`.
     fn with(
         g: &Geometry,
         plan: &MemoryPlan,
         field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+        spectrum: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
     ) -> Result<Self, SolverError> {
         Ok(Self {
             fields: Fields::new(g, plan, &field)?,
-            spectrum: field(
+            spectrum: spectrum(
                 "spectrum (deth, n1, n2)",
                 Array::Spectrum.layout(g),
                 plan.residency(Array::Spectrum),
@@ -87,13 +88,15 @@ impl TeamArrays {
 
     /// The arrays of a team of threads, shared.
     pub fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, SolverError> {
-        Self::with(g, plan, |label, layout, residency| {
-            Field::new(ctx, label, layout, residency)
-        })
+        let field =
+            |label: &str, layout, residency: &Residency| Field::new(ctx, label, layout, residency);
+        Self::with(g, plan, field, field)
     }
 
     /// This MPI rank's arrays: its home planes of each (registered with `ranks` for the
-    /// exchanges, in the same order on every rank).
+    /// exchanges, in the same order on every rank). The spectrum's home is the detector rows of
+    /// the rank's share of U2's chunks, which U2 and U2* then read and write at home; the
+    /// other arrays' homes are the rank's share of their planes, which the vector passes read.
     #[cfg(feature = "mpi")]
     pub fn on_ranks(
         ctx: &GpuContext,
@@ -101,11 +104,18 @@ impl TeamArrays {
         plan: &MemoryPlan,
         ranks: &crate::distributed::ranks::Ranks,
     ) -> Result<Self, SolverError> {
-        Self::with(g, plan, |label, layout, residency| {
-            let home = ranks.home(ranks.rank(), layout.planes);
-            let field = Field::with_home(ctx, label, layout, residency, Some(home))?;
-            ranks.register(&field);
+        let owned = |label: &str, layout: PlaneLayout, residency: &Residency, chunk: usize| {
+            let homes = ranks.chunk_homes(layout.planes, chunk);
+            let home = Some(homes[ranks.rank()].clone());
+            let field = Field::with_home(ctx, label, layout, residency, home)?;
+            ranks.register(&field, homes);
             Ok(field)
-        })
+        };
+        Self::with(
+            g,
+            plan,
+            |label, layout, residency| owned(label, layout, residency, 1),
+            |label, layout, residency| owned(label, layout, residency, plan.chunks.1),
+        )
     }
 }

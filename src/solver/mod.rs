@@ -33,4 +33,4 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::SolverError;
 pub use projections::ProjectionBlocks;
 pub use report::{IterationReport, StopReason};
-pub use team::{AdmmTeam, RankReport};
+pub use team::{AdmmTeam, ArrayBytes, RankReport};

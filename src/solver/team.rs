@@ -24,7 +24,7 @@ use crate::plan::MemoryPlan;
 use serde::Serialize;
 
 /// What one MPI rank of a reconstruction did.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RankReport {
     pub rank: usize,
     pub setup_s: f64,
@@ -33,6 +33,17 @@ pub struct RankReport {
     pub bytes_sent: u64,
     /// Of those, the bytes sent during the outer iterations.
     pub iteration_bytes_sent: u64,
+    /// Of those, the blocks of each array (the rest are reductions and agreements), in the
+    /// order the arrays are registered.
+    pub iteration_bytes_by_array: Vec<ArrayBytes>,
+}
+
+/// Bytes of one array's blocks that an MPI rank sent.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArrayBytes {
+    /// The array's label (`u`, `spectrum (deth, n1, n2)`, `A u`, ...).
+    pub array: String,
+    pub bytes: u64,
 }
 
 /// A solver on one or more devices, or one MPI rank's part of a solver on every rank; with one
@@ -46,6 +57,10 @@ pub struct AdmmTeam {
     /// The most volume bytes held while reading it a slab at a time (see
     /// [`AdmmTeam::slab_ledger`]).
     slab_ledger: AtomicU64,
+    /// The bytes this MPI rank had sent when the first outer iteration began: in all, and of
+    /// each array (see [`AdmmTeam::rank_reports`]).
+    #[cfg(feature = "mpi")]
+    setup_sent: Option<(u64, Vec<(String, u64)>)>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -220,6 +235,8 @@ impl AdmmTeam {
             #[cfg(feature = "mpi")]
             ranks: None,
             slab_ledger: AtomicU64::new(0),
+            #[cfg(feature = "mpi")]
+            setup_sent: None,
         }
     }
 
@@ -581,32 +598,23 @@ impl AdmmTeam {
         flag
     }
 
-    /// Bytes this MPI rank sent to others so far (0 without ranks).
-    pub fn bytes_sent(&self) -> u64 {
+    /// Every MPI rank's setup and iteration times and bytes sent, those before the first outer
+    /// iteration counted as setup (empty without ranks). Collective.
+    pub fn rank_reports(&self, setup_s: f64, iterations_s: f64) -> Vec<RankReport> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            return ranks.bytes_sent();
-        }
-        0
-    }
-
-    /// Every MPI rank's setup and iteration times and bytes sent, of which `setup_bytes` before
-    /// the iterations (empty without ranks). Collective.
-    pub fn rank_reports(
-        &self,
-        setup_s: f64,
-        iterations_s: f64,
-        setup_bytes: u64,
-    ) -> Vec<RankReport> {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            let sent = ranks.bytes_sent();
-            let mine = [
+            let (sent, by_array) = (ranks.bytes_sent(), ranks.array_bytes_sent());
+            let (setup, setup_by_array) = self
+                .setup_sent
+                .clone()
+                .unwrap_or_else(|| (sent, by_array.clone()));
+            let mut mine = vec![
                 setup_s.to_bits(),
                 iterations_s.to_bits(),
                 sent,
-                sent - setup_bytes,
+                sent - setup,
             ];
+            mine.extend(by_array.iter().zip(&setup_by_array).map(|(a, s)| a.1 - s.1));
             return ranks
                 .all_gather_words(&mine)
                 .iter()
@@ -617,10 +625,18 @@ impl AdmmTeam {
                     iterations_s: f64::from_bits(w[1]),
                     bytes_sent: w[2],
                     iteration_bytes_sent: w[3],
+                    iteration_bytes_by_array: by_array
+                        .iter()
+                        .zip(&w[4..])
+                        .map(|((array, _), &bytes)| ArrayBytes {
+                            array: array.clone(),
+                            bytes,
+                        })
+                        .collect(),
                 })
                 .collect();
         }
-        let _ = (setup_s, iterations_s, setup_bytes);
+        let _ = (setup_s, iterations_s);
         Vec::new()
     }
 
@@ -641,6 +657,10 @@ impl AdmmTeam {
     /// Runs one outer iteration on every device and reports its terms (the same on each).
     pub fn step(&mut self, devices: &[GpuContext]) -> Result<IterationReport, SolverError> {
         assert_eq!(devices.len(), self.members.len(), "one context per member");
+        #[cfg(feature = "mpi")]
+        if let (Some(ranks), None) = (&self.ranks, &self.setup_sent) {
+            self.setup_sent = Some((ranks.bytes_sent(), ranks.array_bytes_sent()));
+        }
         if let [solver] = &mut self.members[..] {
             return solver.step(&devices[0]);
         }
