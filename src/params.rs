@@ -44,15 +44,6 @@ pub struct AdmmParams {
     /// written before it existed, which ran plain ADMM.
     #[serde(default = "plain_relaxation")]
     pub relaxation: f64,
-    /// Inexact inner solve (exact-step CG only): an outer iteration's CG stops before
-    /// `inner_iterations` steps once `|r| <= c max(rho |grad u - psi|, rho |grad u - grad u_prev|)`
-    /// with the previous outer iteration's residuals, so the subproblem's error shrinks with the
-    /// outer residuals (a summable sequence, as inexact ADMM needs: Eckstein & Bertsekas 1992);
-    /// the first outer iteration, with no residuals yet, takes `inner_iterations` steps and every
-    /// iteration at least one. `None` takes exactly `inner_iterations` steps. Absent from
-    /// checkpoints written before it existed, which took the fixed count.
-    #[serde(default)]
-    pub inner_tolerance: Option<f64>,
 }
 
 /// The relaxation of plain ADMM (what checkpoints without the field ran).
@@ -70,7 +61,6 @@ impl Default for AdmmParams {
             rho0: 0.125,
             convergence: Some(Convergence::DEFAULT),
             relaxation: 1.7,
-            inner_tolerance: None,
         }
     }
 }
@@ -149,11 +139,6 @@ impl AdmmParams {
                 self.relaxation.to_string(),
                 "between 0 and 2 (ADMM diverges outside)",
             );
-        }
-        if let Some(c) = self.inner_tolerance {
-            if !(c.is_finite() && c > 0.0) {
-                return bad("inner_tolerance", c.to_string(), "finite and > 0");
-            }
         }
         if let Some(c) = self.convergence {
             for (name, v) in [
@@ -247,10 +232,6 @@ mod tests {
                 ..AdmmParams::default()
             },
             AdmmParams {
-                inner_tolerance: Some(0.0),
-                ..AdmmParams::default()
-            },
-            AdmmParams {
                 convergence: Some(Convergence {
                     change: 0.0,
                     ..Convergence::DEFAULT
@@ -267,7 +248,6 @@ mod tests {
             "dai_yuan_step",
             "relaxation",
             "relaxation",
-            "inner_tolerance",
             "convergence.change",
         ]) {
             let e = p.validate().unwrap_err();

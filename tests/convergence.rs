@@ -6,9 +6,10 @@
 
 mod common;
 
-use lamino::bench::{applications, converge_then_continue, noisy_projections};
+use lamino::bench::{converge_then_continue, noisy_projections};
 use lamino::metrics::rel_l2;
 use lamino::params::AdmmParams;
+use lamino::plan::operator_applications;
 use lamino::recon::Reconstructor;
 use lamino::scan::Projections;
 use lamino::simulate::PhantomKind;
@@ -41,8 +42,8 @@ fn check(phantom: PhantomKind) -> (usize, Vec<f32>) {
         .at_stop
         .unwrap_or_else(|| panic!("{phantom}: the default test never passed in {LONG_RUN}"));
     let difference = rel_l2(&at_k, &run.at_end);
-    let (forward, adjoint) = applications(&params, &run.reports[..k]);
-    let applications = forward + adjoint;
+    let (forward, adjoint) = operator_applications(&params);
+    let applications = k as u64 * (forward + adjoint);
     eprintln!(
         "{phantom}: the default stops after {k} iterations ({applications} applications), {:.3} % from the {LONG_RUN}-iteration volume",
         100.0 * difference

@@ -89,18 +89,6 @@ fn run_to_stop(
     })
 }
 
-/// Applications of A and of A* that the iterations of `reports` made under `params`, each with
-/// the inner iterations it took.
-pub fn applications(params: &AdmmParams, reports: &[IterationReport]) -> (u64, u64) {
-    reports.iter().fold((0, 0), |(f, a), r| {
-        let (df, da) = crate::plan::operator_applications(&AdmmParams {
-            inner_iterations: r.inner_iterations,
-            ..*params
-        });
-        (f + df, a + da)
-    })
-}
-
 /// One solver's run to its stopping test, measured against the reference volume.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoppedRun {
@@ -124,10 +112,11 @@ impl StoppedRun {
         use crate::metrics::rel_l2;
         let stop = run.at_stop.as_ref();
         let k = stop.map(|(k, _, _)| *k);
+        let (forward, adjoint) = crate::plan::operator_applications(params);
         Self {
             outer_iterations: k,
-            inner_iterations: k.map(|k| run.reports[..k].iter().map(|r| r.inner_iterations).sum()),
-            applications: k.map(|k| applications(params, &run.reports[..k])),
+            inner_iterations: k.map(|k| k * params.inner_iterations),
+            applications: k.map(|k| (k as u64 * forward, k as u64 * adjoint)),
             seconds: stop.map(|(_, _, s)| *s),
             to_reference: stop.map(|(_, v, _)| rel_l2(v, reference)),
             to_truth: stop.map(|(_, v, _)| rel_l2(v, truth)),

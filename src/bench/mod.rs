@@ -23,7 +23,7 @@ pub mod stripes;
 
 pub use admm::{bench_admm, AdmmBenchRecord};
 pub use convergence::{
-    applications, bench_convergence, converge_then_continue, noisy_projections, ConvergedPrefix,
+    bench_convergence, converge_then_continue, noisy_projections, ConvergedPrefix,
     ConvergenceBenchError, ConvergenceBenchRecord, StoppedRun,
 };
 pub use fft::{bench_fft_shape, fft_bench_shapes, FftBenchRecord};

@@ -166,7 +166,6 @@ mod tests {
             lagrangian: 1.0,
             primal_residual: 1.0,
             dual_residual: 1.0,
-            inner_iterations: 2,
         };
         let p = Progress {
             iteration: 4,

@@ -190,7 +190,6 @@ mod tests {
             change: scale * 1e-2,
             primal_relative: scale * 1e-2,
             dual_relative: scale * 1e-1,
-            inner_iterations: 2,
         }
     }
 

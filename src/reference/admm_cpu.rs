@@ -22,9 +22,6 @@ pub struct CpuAdmm {
     lambda: Vec<f64>,
     grad_u: Vec<f64>,
     au: Vec<Complex64>,
-    /// The last iteration's `(rho, |grad u - psi|^2, rho^2 |grad u - grad u_prev|^2)`: the
-    /// inexact inner solve's tolerance.
-    last: Option<(f64, f64, f64)>,
 }
 
 fn to32(x: &[f64]) -> Vec<Complex32> {
@@ -62,7 +59,6 @@ impl CpuAdmm {
             lambda: vec![0.0; 3 * v],
             grad_u: vec![0.0; 3 * v],
             au: vec![Complex64::new(0.0, 0.0); g.data_len()],
-            last: None,
         }
     }
 
@@ -127,8 +123,8 @@ impl CpuAdmm {
             .collect()
     }
 
-    /// One outer iteration, as `AdmmSolver::step` does it; returns the CG steps it took.
-    pub fn step(&mut self) -> usize {
+    /// One outer iteration, as `AdmmSolver::step` does it.
+    pub fn step(&mut self) {
         let (rho, inv_n, v) = (self.rho, 1.0 / self.n_fourier, self.u.len());
         let g: Vec<f64> = self
             .psi
@@ -150,15 +146,7 @@ impl CpuAdmm {
         let mut rr = dot(&r, &r);
         let mut p = vec![0.0; v];
         let mut beta = 0.0;
-        // The inexact inner solve's stopping norm (`AdmmParams::inner_tolerance`).
-        let stop = self
-            .params
-            .inner_tolerance
-            .zip(self.last)
-            .map(|(c, (rho, primal, dual))| c * (rho * primal.sqrt()).max(dual.sqrt()));
-        let steps = self.params.inner_iterations;
-        let mut taken = steps;
-        for k in 0..steps {
+        for _ in 0..self.params.inner_iterations {
             if rr == 0.0 {
                 break;
             }
@@ -192,12 +180,6 @@ impl CpuAdmm {
             let rr_new = dot(&r, &r);
             beta = rr_new / rr;
             rr = rr_new;
-            if let Some(t) = stop.filter(|_| k + 1 < steps) {
-                if rr <= t * t {
-                    taken = k + 1;
-                    break;
-                }
-            }
         }
         let tau = self.params.alpha / rho;
         // The over-relaxed split h = a grad u + (1 - a) psi (grad u itself for plain ADMM).
@@ -237,13 +219,11 @@ impl CpuAdmm {
                 .zip(&h0)
                 .map(|(a, b)| (a - b) * (a - b))
                 .sum::<f64>();
-        self.last = Some((self.rho, primal, dual));
         if primal > 10.0 * dual {
             self.rho *= 2.0;
         } else if dual > 10.0 * primal {
             self.rho /= 2.0;
         }
-        taken
     }
 
     /// The current volume.

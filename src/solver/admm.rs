@@ -2,9 +2,7 @@
 //! step length and direction coefficients are computed on the GPU (`shaders/solver/scalars.wgsl`)
 //! and the vector kernels read them, so the host waits once per outer iteration, for the one
 //! small readback of every reduction result (the Lagrangian terms, the convergence measures and
-//! the penalty decision need them). The inexact inner solve
-//! ([`AdmmParams::inner_tolerance`]) also waits after each CG step but the last, to decide
-//! whether to take the next.
+//! the penalty decision need them).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -139,16 +137,13 @@ impl AdmmSolver {
         let mut rec = ctx.recorder("admm");
         o.save_u_prev.record(ctx, &mut rec)?;
         o.save_h0.record(ctx, &mut rec)?;
-        let inner_iterations = match self.params.inner {
+        match self.params.inner {
             InnerSolver::ConjugateGradient => {
                 self.record_residual(ctx, &mut rec)?;
-                self.record_conjugate_gradient(ctx, &mut rec)?
+                self.record_conjugate_gradient(ctx, &mut rec)?;
             }
-            InnerSolver::DaiYuan { .. } => {
-                self.record_dai_yuan(ctx, &mut rec)?;
-                self.params.inner_iterations
-            }
-        };
+            InnerSolver::DaiYuan { .. } => self.record_dai_yuan(ctx, &mut rec)?,
+        }
         // h = a grad u + (1 - a) psi (h = grad u for plain ADMM);
         // psi = shrink(h + lambda/rho, alpha/rho); lambda += rho (h - psi); terms.
         if let Some(relax) = &o.relax {
@@ -198,7 +193,6 @@ impl AdmmSolver {
             change: relative(at(sum::CHANGE).sqrt(), norm_u),
             primal_relative: relative(primal.sqrt(), norm_gu.max(norm_psi)),
             dual_relative: relative(dual.sqrt(), norm_lambda.max(rho * norm_gu)),
-            inner_iterations,
         };
         // `certified:auto` takes the tolerance of the next iteration's reuses from the residual.
         if let Some(memo) = &self.memo {
@@ -225,28 +219,16 @@ impl AdmmSolver {
         Ok(())
     }
 
-    /// The CG residual norm below which this outer iteration's inner solve stops early (see
-    /// [`AdmmParams::inner_tolerance`]): `None` without the option or before the first report.
-    pub(super) fn inner_stop(&self) -> Option<f64> {
-        let c = self.params.inner_tolerance?;
-        let last = self.last.as_ref()?;
-        Some(c * (last.rho * last.primal_residual.sqrt()).max(last.dual_residual.sqrt()))
-    }
-
     /// Conjugate gradient on `(1/N) Re A*A + rho grad* grad` with the exact step, from the
     /// residual in r: each step `p = r + beta p`, `A p`, `grad p`, the step length on the GPU,
-    /// `u, A u, grad u += s (p, A p, grad p)` and `r -= s H p` with `H p` never stored. With an
-    /// inner tolerance the host reads `|r|^2` after each step but the last (a wait per step)
-    /// and stops once it is below the tolerance. Returns the steps taken.
+    /// `u, A u, grad u += s (p, A p, grad p)` and `r -= s H p` with `H p` never stored.
     fn record_conjugate_gradient(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
-    ) -> Result<usize, SolverError> {
+    ) -> Result<(), SolverError> {
         let o = &self.ops;
-        let stop = self.inner_stop();
-        let steps = self.params.inner_iterations;
-        for k in 0..steps {
+        for k in 0..self.params.inner_iterations {
             if k > 0 {
                 rec.dispatch(&self.steps.cg_beta, 1);
             }
@@ -261,17 +243,8 @@ impl AdmmSolver {
             self.record_operator(ctx, rec, &self.apps.r_sub_data_curvature)?;
             o.r_sub_tv_curvature.record(ctx, rec)?;
             o.dot_rr_new.record(ctx, rec)?;
-            if let Some(tolerance) = stop.filter(|_| k + 1 < steps) {
-                ctx.submit(std::mem::replace(rec, ctx.recorder("admm")))?;
-                ctx.complete_downloads()?;
-                let rr = self.scalars.read_sums(ctx)?[sum::RR_NEW.0 as usize];
-                // NaN continues to the end of the iteration, where the host reports it.
-                if rr <= tolerance * tolerance {
-                    return Ok(k + 1);
-                }
-            }
         }
-        Ok(steps)
+        Ok(())
     }
 
     /// The reference's inner solver (`cg_lam_ext`): Dai-Yuan directions with a fixed step `gamma`

@@ -32,10 +32,6 @@ pub struct IterationReport {
     pub primal_relative: f64,
     /// `rho |grad u_k - grad u_{k-1}| / max(|lambda|, rho |grad u|)`.
     pub dual_relative: f64,
-    /// Inner (CG or Dai-Yuan) iterations this outer iteration took (absent from checkpoints
-    /// written before it existed).
-    #[serde(default)]
-    pub inner_iterations: usize,
 }
 
 impl IterationReport {
@@ -100,7 +96,6 @@ pub(super) fn report_values(r: &IterationReport) -> impl Iterator<Item = (&'stat
         change,
         primal_relative,
         dual_relative,
-        inner_iterations: _,
     } = *r;
     [
         ("data_term", data_term),

@@ -22,7 +22,6 @@ fn report(iteration: usize, rho: f64) -> IterationReport {
         change: 1e-2,
         primal_relative: 2e-2,
         dual_relative: 3e-2,
-        inner_iterations: 2,
     }
 }
 
