@@ -437,7 +437,11 @@ impl Ranks {
     pub fn scratch_ledger(&self) -> ScratchLedger {
         let fields = self.fields.lock().expect("fields poisoned");
         let mut ledger = ScratchLedger::default();
-        for f in fields.iter().map(|o| &o.field).filter(|f| f.scratch_bytes() > 0) {
+        for f in fields
+            .iter()
+            .map(|o| &o.field)
+            .filter(|f| f.scratch_bytes() > 0)
+        {
             ledger.arrays += 1;
             ledger.file_bytes += f.scratch_bytes();
             ledger.share_bytes += f.home_bytes();
