@@ -5,8 +5,9 @@
 use serde::Serialize;
 
 use crate::array::PlaneLayout;
+use crate::distributed::shares::share_range;
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, Space};
+use crate::operator::{Geometry, LaminoOperator, Space};
 use crate::params::{AdmmParams, InnerSolver};
 
 /// The solver's arrays.
@@ -159,7 +160,7 @@ pub(super) fn halo_bytes(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
-    (staging_words, portion): (usize, super::Portion),
+    (staging_words, portion): (usize, Portion),
     on_host: impl Fn(Array) -> bool,
 ) -> u64 {
     let binding_words =
@@ -191,4 +192,62 @@ pub(super) fn halo_bytes(
             runs * (windows - 1) * host_plane_bytes
         })
         .sum()
+}
+
+/// The part of every array a plan is for: member `member` of `members` holds one contiguous
+/// share of each array's planes (z slices of the volume side, detector rows of the spectrum and
+/// the U2 tables, angles of the data side), as the distributed mode's homes are cut. The whole
+/// arrays are the portion of the only member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Portion {
+    pub member: usize,
+    pub members: usize,
+}
+
+impl Portion {
+    /// Every array whole: one process on one device.
+    pub const WHOLE: Portion = Portion {
+        member: 0,
+        members: 1,
+    };
+
+    /// The member's planes of `planes`.
+    pub fn planes(self, planes: usize) -> usize {
+        share_range(self.member, self.members.max(1), planes).len()
+    }
+
+    /// Bytes of the member's share of `array`: what it reads and writes of it per access.
+    pub fn share_bytes(self, array: Array, g: &Geometry) -> u64 {
+        let layout = array.layout(g);
+        self.planes(layout.planes) as u64 * layout.plane_words as u64 * 4
+    }
+
+    /// Bytes the member holds of `array`: its share, and of the spectrum a second share when
+    /// there are several members, since each application of A or A* changes the spectrum's
+    /// owner (an all-to-all from the blocks U1 writes to the rows U2 reads) and the received
+    /// blocks need room beside the sent ones.
+    pub fn held_bytes(self, array: Array, g: &Geometry) -> u64 {
+        let share = self.share_bytes(array, g);
+        if array == Array::Spectrum && self.members > 1 {
+            2 * share
+        } else {
+            share
+        }
+    }
+
+    /// Bytes of the member's rows of the U2 tables.
+    pub fn u2_table_bytes(self, g: &Geometry) -> u64 {
+        self.planes(g.deth) as u64 * (LaminoOperator::u2_table_bytes(g) / g.deth as u64)
+    }
+
+    /// Bytes of the member's rows of the U2 coordinates (one (x, y) pair of f32 per data point),
+    /// the largest table.
+    pub fn u2_coordinates_bytes(self, g: &Geometry) -> u64 {
+        8 * (self.planes(g.deth) * g.ntheta() * g.detw) as u64
+    }
+
+    /// Bytes of the member's angles of the spatial projections (held during setup).
+    pub fn projection_bytes(self, g: &Geometry) -> u64 {
+        4 * (self.planes(g.ntheta()) * g.deth * g.detw) as u64
+    }
 }

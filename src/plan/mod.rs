@@ -14,9 +14,9 @@ pub mod cluster_model;
 mod ranks;
 
 use arrays::halo_bytes;
-pub use arrays::{operator_applications, Array};
+pub use arrays::{operator_applications, Array, Portion};
 pub use budgets::{BudgetSource, Budgets, DEFAULT_DEVICE_BUDGET, DEFAULT_HOST_FRACTION};
-pub use ranks::{member_plans, plan_member, MemberPlan, Portion};
+pub use ranks::{member_plans, plan_member, MemberPlan};
 
 use std::path::PathBuf;
 

@@ -5,69 +5,10 @@
 
 use serde::Serialize;
 
-use super::{plan_streaming, Array, Budgets, MemoryPlan, Mode, PlanError};
-use crate::distributed::shares::share_range;
+use super::{plan_streaming, Budgets, MemoryPlan, Mode, PlanError, Portion};
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
+use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
-
-/// The part of every array a plan is for: member `member` of `members` holds one contiguous
-/// share of each array's planes (z slices of the volume side, detector rows of the spectrum and
-/// the U2 tables, angles of the data side), as the distributed mode's homes are cut. The whole
-/// arrays are the portion of the only member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Portion {
-    pub member: usize,
-    pub members: usize,
-}
-
-impl Portion {
-    /// Every array whole: one process on one device.
-    pub const WHOLE: Portion = Portion {
-        member: 0,
-        members: 1,
-    };
-
-    /// The member's planes of `planes`.
-    pub fn planes(self, planes: usize) -> usize {
-        share_range(self.member, self.members.max(1), planes).len()
-    }
-
-    /// Bytes of the member's share of `array`: what it reads and writes of it per access.
-    pub fn share_bytes(self, array: Array, g: &Geometry) -> u64 {
-        let layout = array.layout(g);
-        self.planes(layout.planes) as u64 * layout.plane_words as u64 * 4
-    }
-
-    /// Bytes the member holds of `array`: its share, and of the spectrum a second share when
-    /// there are several members, since each application of A or A* changes the spectrum's
-    /// owner (an all-to-all from the blocks U1 writes to the rows U2 reads) and the received
-    /// blocks need room beside the sent ones.
-    pub fn held_bytes(self, array: Array, g: &Geometry) -> u64 {
-        let share = self.share_bytes(array, g);
-        if array == Array::Spectrum && self.members > 1 {
-            2 * share
-        } else {
-            share
-        }
-    }
-
-    /// Bytes of the member's rows of the U2 tables.
-    pub fn u2_table_bytes(self, g: &Geometry) -> u64 {
-        self.planes(g.deth) as u64 * (LaminoOperator::u2_table_bytes(g) / g.deth as u64)
-    }
-
-    /// Bytes of the member's rows of the U2 coordinates (one (x, y) pair of f32 per data point),
-    /// the largest table.
-    pub fn u2_coordinates_bytes(self, g: &Geometry) -> u64 {
-        8 * (self.planes(g.deth) * g.ntheta() * g.detw) as u64
-    }
-
-    /// Bytes of the member's angles of the spatial projections (held during setup).
-    pub fn projection_bytes(self, g: &Geometry) -> u64 {
-        4 * (self.planes(g.ntheta()) * g.deth * g.detw) as u64
-    }
-}
 
 /// What one member's plan says, for the plan's report (`reconstruct --dry-run`) and the cost
 /// model: whether its shares fit its device (in-core) or stream, and its bytes.
@@ -151,6 +92,8 @@ pub fn member_plans(
 mod tests {
     use super::*;
     use crate::array::Residency;
+    use crate::operator::LaminoOperator;
+    use crate::plan::Array;
     use crate::plan::{plan_on_paper, MemoryPlan};
 
     fn geometry(n: usize) -> Geometry {
