@@ -12,29 +12,10 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::process::{mpirun, run_lamino};
+
 fn lamino() -> &'static str {
     env!("CARGO_BIN_EXE_lamino")
-}
-
-/// `mpirun` for `ranks` ranks running lamino with `args` (software adapter allowed). As root
-/// (CI) mpirun needs to be told that this is intended.
-fn mpirun(ranks: usize, args: &[&str]) -> Command {
-    let mut cmd = Command::new("mpirun");
-    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n"])
-        .arg(ranks.to_string())
-        .arg(lamino())
-        .arg("--allow-software-gpu")
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
-    cmd
-}
-
-fn one_process(args: &[&str]) -> Output {
-    Command::new(lamino())
-        .arg("--allow-software-gpu")
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -69,7 +50,7 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     let dir = tempfile::tempdir().unwrap();
     let scan = scan(dir.path());
     let one = s(&dir.path().join("one"));
-    let o = one_process(&reconstruct_args(&scan, &one, "3"));
+    let o = run_lamino(&reconstruct_args(&scan, &one, "3"));
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(Path::new(&one).join("recon.tif")).unwrap();
     // 2, 3 and 4 ranks of one device, and 2 ranks of two devices each (one adapter opened
@@ -210,7 +191,7 @@ fn a_killed_rank_ends_the_run_and_its_last_checkpoint_resumes_on_any_number_of_r
     eprintln!("the run ended {took:?} after rank 1 was killed");
     // The last checkpoint resumes, on 3 ranks and on one process, to the uninterrupted result.
     let whole = dir.path().join("whole");
-    let o = one_process(&reconstruct_args(&scan, &s(&whole), "8"));
+    let o = run_lamino(&reconstruct_args(&scan, &s(&whole), "8"));
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(whole.join("recon.tif")).unwrap();
     let alone = dir.path().join("alone");
@@ -222,7 +203,7 @@ fn a_killed_rank_ends_the_run_and_its_last_checkpoint_resumes_on_any_number_of_r
     assert!(std::fs::read(out.join("recon.tif")).unwrap() == expected);
     let mut resume = reconstruct_args(&scan, alone.to_str().unwrap(), "8");
     resume.push("--resume");
-    let o = one_process(&resume);
+    let o = run_lamino(&resume);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read(alone.join("recon.tif")).unwrap() == expected);
 }
@@ -309,7 +290,7 @@ fn a_checkpoint_in_parts_of_three_ranks_resumes_on_two_and_on_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let scan = scan(dir.path());
     let whole = dir.path().join("whole");
-    let o = one_process(&reconstruct_args(&scan, &s(&whole), "4"));
+    let o = run_lamino(&reconstruct_args(&scan, &s(&whole), "4"));
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(whole.join("recon.tif")).unwrap();
     // Three ranks, a checkpoint after each of 2 iterations: each rank writes its part.
@@ -339,7 +320,7 @@ fn a_checkpoint_in_parts_of_three_ranks_resumes_on_two_and_on_one_process() {
     copy_checkpoint(&three, &alone);
     let mut resume = reconstruct_args(&scan, alone.to_str().unwrap(), "4");
     resume.push("--resume");
-    let o = one_process(&resume);
+    let o = run_lamino(&resume);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read(alone.join("recon.tif")).unwrap() == expected);
 }
@@ -366,11 +347,11 @@ fn a_rank_killed_while_writing_its_part_leaves_the_previous_checkpoint() {
     );
     // The first checkpoint is whole: one process resumes it to the uninterrupted result.
     let whole = dir.path().join("whole");
-    let o = one_process(&reconstruct_args(&scan, &s(&whole), "3"));
+    let o = run_lamino(&reconstruct_args(&scan, &s(&whole), "3"));
     assert!(o.status.success(), "{}", stderr(&o));
     let mut resume = reconstruct_args(&scan, out.to_str().unwrap(), "3");
     resume.extend(["--resume", "--checkpoint-every", "1"]);
-    let o = one_process(&resume);
+    let o = run_lamino(&resume);
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
@@ -422,7 +403,7 @@ fn ranks_write_the_one_process_outputs_each_its_zarr_chunks_holding_their_share_
     let one = dir.path().join("one");
     let mut args = reconstruct_args(&scan, one.to_str().unwrap(), "2");
     args.extend(formats);
-    let o = one_process(&args);
+    let o = run_lamino(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let zarr_one = tree(&one.join("recon.zarr"));
     let names: Vec<&String> = zarr_one.iter().map(|f| &f.0).collect();

@@ -5,8 +5,12 @@
 //! one-process volume bit for bit.
 #![cfg(feature = "mpi")]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+use common::process::{mpirun, run_lamino, succeeded};
 
 use lamino::io::{write_f32_npy, StackWriter};
 use lamino::recon::input::projections_from_scan;
@@ -14,31 +18,6 @@ use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
 /// Side of the simulated scans (voxels, detector pixels and angles).
 const SIZE: usize = 32;
-
-fn lamino() -> &'static str {
-    env!("CARGO_BIN_EXE_lamino")
-}
-
-/// `mpirun` for 2 ranks running lamino with `args` (software adapter allowed; as root, as CI
-/// runs, mpirun must be told that this is intended).
-fn two_ranks(args: &[String]) -> Output {
-    Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
-        .arg(lamino())
-        .arg("--allow-software-gpu")
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap()
-}
-
-fn one_process(args: &[String]) -> Output {
-    Command::new(lamino())
-        .arg("--allow-software-gpu")
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -61,6 +40,10 @@ fn numbers_after(text: &str, prefix: &str) -> Vec<usize> {
         .collect()
 }
 
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// Runs `reconstruct input extra --out DIR` as one process and on 2 ranks; asserts both succeed
 /// with the same `recon.tif`, byte for byte, and returns the ranks' stderr.
 fn same_volume_on_two_ranks(dir: &Path, input: &Path, extra: &[&str]) -> String {
@@ -72,9 +55,8 @@ fn same_volume_on_two_ranks(dir: &Path, input: &Path, extra: &[&str]) -> String 
         a
     };
     let (one, two) = (dir.join("one"), dir.join("two"));
-    let o = one_process(&args(&one));
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = two_ranks(&args(&two));
+    succeeded(&run_lamino(&strs(&args(&one))));
+    let o = mpirun(2, &strs(&args(&two))).output().unwrap();
     let text = stderr(&o);
     assert!(o.status.success(), "{text}");
     let expected = std::fs::read(one.join("recon.tif")).unwrap();

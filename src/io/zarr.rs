@@ -138,6 +138,26 @@ fn error(path: &Path, doing: &str, e: impl std::fmt::Display) -> IoError {
     }
 }
 
+/// Stores the whole `n1 x n2` slices `z` of level `k` (`row`, in z order) in its `array`: the
+/// one write of both the one-process writer and a rank's part.
+fn store_slices(
+    array: &Array<FilesystemStore>,
+    path: &Path,
+    k: usize,
+    z: std::ops::Range<usize>,
+    [n1, n2]: [usize; 2],
+    row: &[f32],
+) -> Result<(), IoError> {
+    let subset = [z.start as u64..z.end as u64, 0..n1 as u64, 0..n2 as u64];
+    array.store_array_subset(&subset, row).map_err(|e| {
+        error(
+            path,
+            &format!("writing slices {}..{} of level {k}", z.start, z.end),
+            e,
+        )
+    })
+}
+
 /// `plane` (`n1 x n2`) binned 2 x 2 in y and x: the mean of each block's voxels (fewer at an
 /// odd edge).
 fn bin_plane(plane: &[f32], n1: usize, n2: usize) -> Vec<f32> {
@@ -299,17 +319,14 @@ impl ZarrWriter {
         let held = level.row.len() / (n1 * n2);
         if held == level.rows || level.z0 + held == n0 {
             let z1 = level.z0 + held;
-            let subset = [level.z0 as u64..z1 as u64, 0..n1 as u64, 0..n2 as u64];
-            level
-                .array
-                .store_array_subset(&subset, &level.row[..])
-                .map_err(|e| {
-                    error(
-                        &self.path,
-                        &format!("writing slices {}..{z1} of level {k}", level.z0),
-                        e,
-                    )
-                })?;
+            store_slices(
+                &level.array,
+                &self.path,
+                k,
+                level.z0..z1,
+                [n1, n2],
+                &level.row,
+            )?;
             level.row.clear();
             level.z0 = z1;
         }
@@ -522,17 +539,14 @@ impl ZarrPart {
         if held == 0 || level.z0 + held < z1 {
             return Ok(());
         }
-        let subset = [level.z0 as u64..z1 as u64, 0..n1 as u64, 0..n2 as u64];
-        level
-            .array
-            .store_array_subset(&subset, &level.row[..])
-            .map_err(|e| {
-                error(
-                    &self.path,
-                    &format!("writing slices {}..{z1} of level {k}", level.z0),
-                    e,
-                )
-            })?;
+        store_slices(
+            &level.array,
+            &self.path,
+            k,
+            level.z0..z1,
+            [n1, n2],
+            &level.row,
+        )?;
         level.row.clear();
         Ok(())
     }

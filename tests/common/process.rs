@@ -26,6 +26,19 @@ pub fn run_lamino(args: &[&str]) -> Output {
         .expect("run lamino")
 }
 
+/// `mpirun` for `ranks` ranks running `lamino --allow-software-gpu ARGS` (the MPI tests, feature
+/// `mpi`). As root (CI) mpirun needs to be told that this is intended.
+pub fn mpirun(ranks: usize, args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-n"])
+        .arg(ranks.to_string())
+        .arg(env!("CARGO_BIN_EXE_lamino"))
+        .arg("--allow-software-gpu")
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    cmd
+}
+
 /// Runs `cmd` with its output captured; a run past `limit` is killed and fails the test (a hang
 /// is a failure, not a stuck test binary).
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
