@@ -116,7 +116,10 @@ fn check_search(text: &str, ranks: usize, angles: usize) {
     );
     let candidates = 2 * (SIZE / 8) * 2 + 1;
     let most = 2 * candidates * lamino::preprocess::DEFAULT_SLAB_SLICES * SIZE * SIZE;
-    assert!(slab_values > 0 && slab_values <= most, "{n:?} (at most {most})");
+    assert!(
+        slab_values > 0 && slab_values <= most,
+        "{n:?} (at most {most})"
+    );
 }
 
 /// A noisy simulated chip scan at a 30 degree tilt (intensities, flats and darks).

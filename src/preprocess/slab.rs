@@ -365,7 +365,8 @@ pub(super) fn sum_slabs(
     }
     for t0 in held.clone().step_by(chunk) {
         let angles = chunk.min(held.end - t0);
-        filter.upload_rows(ctx, values, g, &rows, t0 - held.start..t0 - held.start + angles);
+        let first = t0 - held.start;
+        filter.upload_rows(ctx, values, g, &rows, first..first + angles);
         let cs: Vec<[f32; 2]> = g.theta[t0..t0 + angles]
             .iter()
             .map(|t| [t.cos() as f32, t.sin() as f32])
@@ -373,7 +374,11 @@ pub(super) fn sum_slabs(
         ctx.write(&trig, 0, &cs);
         for (p, u) in poses.iter().zip(&params) {
             let accumulate = continued || t0 > held.start;
-            ctx.write(u, 0, std::slice::from_ref(&params_of(p, angles, accumulate)));
+            ctx.write(
+                u,
+                0,
+                std::slice::from_ref(&params_of(p, angles, accumulate)),
+            );
         }
         let mut rec = ctx.recorder("search slab");
         filter.record(&mut rec);
@@ -741,7 +746,9 @@ mod tests {
         assert!(bits(&continued) == bits(&whole));
         let chunked = crate::gpu::test_context()
             .with_max_binding_bytes((3 * rows.len() * pitch_for(g.detw) * 8) as u64);
-        assert!(slab_chunk_angles(&chunked, g, &slab, rows.len(), pitch_for(g.detw), 12).unwrap() == 3);
+        assert!(
+            slab_chunk_angles(&chunked, g, &slab, rows.len(), pitch_for(g.detw), 12).unwrap() == 3
+        );
         assert!(bits(&sum(&chunked, 0..12, None)) == bits(&whole));
     }
 }

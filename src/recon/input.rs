@@ -22,9 +22,8 @@ use crate::flatfield::FlatfieldError;
 use crate::io::PixelSize;
 use crate::io::{
     angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
-    read_volume_h5, AngleUnit, ClampCount, DxchangeReader, IoError, NormalizeError,
-    NxtomoReader, Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION,
-    RATIO_FLOOR,
+    read_volume_h5, AngleUnit, ClampCount, DxchangeReader, IoError, NormalizeError, NxtomoReader,
+    Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION, RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_geometry, PreprocessError};
@@ -423,7 +422,6 @@ impl Hdf5Scan {
             Self::Nxtomo(r) => &r.info().scan,
         }
     }
-
 }
 
 /// Projection angles from an angle list, in radians: numbers separated by white space, or CSV
@@ -563,4 +561,3 @@ pub fn read_volume(path: &Path) -> Result<Stack, InputError> {
         }),
     }
 }
-
