@@ -35,9 +35,9 @@
 //! Candidates' axes are columns of the unbinned detector (what `--rotation-axis` takes), tilts
 //! are degrees (`phi = 90 + tilt`).
 
-use serde::Serialize;
-
 use std::ops::Range;
+
+use serde::Serialize;
 
 use super::center_vo::{find_center_vo_of_sinogram, mean_sinogram};
 use super::slab::{
