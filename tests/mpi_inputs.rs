@@ -1,8 +1,8 @@
 //! MPI ranks keep only their share of the inputs and of the scratch files (feature `mpi`, run
 //! under Open MPI's `mpirun`): a TIFF stack and `.npy` line integrals are read a rank's angles
-//! at a time, stripe removal runs on each rank's detector rows, the axis search on the first
-//! rank tells the others the axis, scratch files hold a rank's planes only, and each gives the
-//! one-process volume bit for bit.
+//! at a time, stripe removal runs on each rank's detector rows, the axis search sums each rank's
+//! angles in turn (the scores of one process, the first rank telling the others the axis),
+//! scratch files hold a rank's planes only, and each gives the one-process volume bit for bit.
 #![cfg(feature = "mpi")]
 
 mod common;
@@ -44,9 +44,10 @@ fn strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-/// Runs `reconstruct input extra --out DIR` as one process and on 2 ranks; asserts both succeed
-/// with the same `recon.tif`, byte for byte, and returns the ranks' stderr.
-fn same_volume_on_two_ranks(dir: &Path, input: &Path, extra: &[&str]) -> String {
+/// Runs `reconstruct input extra --out DIR` as one process and on `ranks` ranks; asserts both
+/// succeed with the same `recon.tif` (and, where the axis was searched, the same scores in
+/// `axis_search.csv`), byte for byte, and returns the ranks' stderr.
+fn same_volume_on_ranks(ranks: usize, dir: &Path, input: &Path, extra: &[&str]) -> String {
     let args = |out: &Path| -> Vec<String> {
         let mut a = vec!["reconstruct".to_string(), s(input)];
         a.extend(extra.iter().map(|x| x.to_string()));
@@ -54,14 +55,19 @@ fn same_volume_on_two_ranks(dir: &Path, input: &Path, extra: &[&str]) -> String 
         a.push(s(out));
         a
     };
-    let (one, two) = (dir.join("one"), dir.join("two"));
+    let (one, many) = (dir.join("one"), dir.join("ranks"));
     succeeded(&run_lamino(&strs(&args(&one))));
-    let o = mpirun(2, &strs(&args(&two))).output().unwrap();
+    let o = mpirun(ranks, &strs(&args(&many))).output().unwrap();
     let text = stderr(&o);
     assert!(o.status.success(), "{text}");
-    let expected = std::fs::read(one.join("recon.tif")).unwrap();
-    let got = std::fs::read(two.join("recon.tif")).unwrap();
-    assert!(got == expected, "2 ranks differ from one process\n{text}");
+    for file in ["recon.tif", "axis_search.csv"] {
+        let expected = std::fs::read(one.join(file)).ok();
+        let got = std::fs::read(many.join(file)).ok();
+        assert!(
+            got == expected,
+            "{file}: {ranks} ranks differ from one process\n{text}"
+        );
+    }
     text
 }
 
@@ -89,6 +95,31 @@ fn check_stripes(text: &str) {
         "{n:?}"
     );
     assert!(held <= 2 * angles_values, "{n:?}");
+}
+
+/// The first of `ranks` ranks searched the axis on its share of the `angles` angles, holding at
+/// most that share and its binned copy (binned by 2 at least: a quarter of it), and two passes'
+/// worth of slab sums: at most `2 x candidates x slices x SIZE^2`, with the most candidates of
+/// a pass (the first, half a pixel apart over the default range of +- SIZE/8 columns) and the
+/// most slices of a chosen slab. Neither grows with the scan's other angles.
+fn check_search(text: &str, ranks: usize, angles: usize) {
+    let n = numbers_after(text, &format!("rank 0 of {ranks}: axis searched"));
+    let [a, b, held, slab_values] = n[..] else {
+        panic!("{n:?}")
+    };
+    let share = angles.div_ceil(ranks);
+    assert!([a, b] == [0, share], "{n:?}");
+    let share_values = share * SIZE * SIZE;
+    assert!(
+        held >= share_values && held <= share_values + share_values / 4,
+        "{n:?}"
+    );
+    let candidates = 2 * (SIZE / 8) * 2 + 1;
+    let most = 2 * candidates * lamino::preprocess::DEFAULT_SLAB_SLICES * SIZE * SIZE;
+    assert!(
+        slab_values > 0 && slab_values <= most,
+        "{n:?} (at most {most})"
+    );
 }
 
 /// A noisy simulated chip scan at a 30 degree tilt (intensities, flats and darks).
@@ -161,10 +192,11 @@ fn two_ranks_read_their_angles_of_a_tiff_stack_and_remove_stripes_on_their_rows(
     let (input, mut args) = tiff_input(dir.path());
     args.extend(["--remove-stripe", "fw", "--rotation-axis", "auto"].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let text = same_volume_on_two_ranks(dir.path(), &input, &args);
+    let text = same_volume_on_ranks(2, dir.path(), &input, &args);
     check_reads(&text);
     check_stripes(&text);
-    // The first rank searched and told the other the axis.
+    check_search(&text, 2, SIZE);
+    // The first rank scored and told the other the axis.
     assert!(
         text.matches("rotation axis searched").count() == 1,
         "{text}"
@@ -177,12 +209,52 @@ fn two_ranks_read_their_angles_of_npy_line_integrals_and_remove_stripes_on_their
     let (input, mut args) = npy_input(dir.path());
     args.extend(["--remove-stripe", "sort", "--rotation-axis", "auto"].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let text = same_volume_on_two_ranks(dir.path(), &input, &args);
+    let text = same_volume_on_ranks(2, dir.path(), &input, &args);
     check_reads(&text);
     check_stripes(&text);
-    // The first rank searched and told the other the axis.
+    check_search(&text, 2, SIZE);
+    // The first rank scored and told the other the axis.
     assert!(
         text.matches("rotation axis searched").count() == 1,
+        "{text}"
+    );
+}
+
+/// A plain CT scan (tilt 0, 360 degrees) with its rotation axis off centre, as `.npy` line
+/// integrals: the arguments after the array's path.
+fn ct_npy_input(dir: &Path) -> (PathBuf, Vec<String>) {
+    let scan = simulated_scan(&ScanSpec {
+        phantom: PhantomKind::Blobs,
+        size: SIZE,
+        angles: SIZE,
+        tilt_deg: 0.0,
+        photons: Some(1e5),
+        seed: 5,
+        rotation_axis: Some(SIZE as f64 / 2.0 + 1.3),
+    })
+    .unwrap()
+    .scan;
+    let loaded = projections_from_scan(Path::new("simulated"), scan, Some(0.0)).unwrap();
+    let p = loaded.projections;
+    let g = p.geometry();
+    let (npy, json) = (dir.join("ct.npy"), dir.join("ct.json"));
+    write_f32_npy(&npy, &[g.ntheta(), g.deth, g.detw], p.values()).unwrap();
+    g.write_json(&json).unwrap();
+    (npy, vec!["--geometry".into(), s(&json)])
+}
+
+/// Three ranks search the axis of a CT scan: the slab sums pass through the middle rank, and
+/// each rank sends the first its rows of Vo et al.'s mean sinogram. The scores, the axis and the
+/// volume are those of one process.
+#[test]
+fn three_ranks_search_the_axis_of_a_ct_scan_in_turn_with_the_scores_of_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, mut args) = ct_npy_input(dir.path());
+    args.extend(["--rotation-axis", "auto"].map(String::from));
+    let text = same_volume_on_ranks(3, dir.path(), &input, &strs(&args));
+    check_search(&text, 3, SIZE);
+    assert!(
+        text.matches("rotation axis searched").count() == 1 && text.contains("Fourier estimate"),
         "{text}"
     );
 }
@@ -205,7 +277,7 @@ fn two_ranks_streaming_keep_only_their_planes_in_scratch_files() {
         "--scratch",
         &scratch_arg,
     ]);
-    let text = same_volume_on_two_ranks(dir.path(), &input, &args);
+    let text = same_volume_on_ranks(2, dir.path(), &input, &args);
     const PAGE: usize = 4096;
     let n = numbers_after(&text, "rank 0 of 2: scratch files of ");
     let [file, share, arrays, whole] = n[..] else {

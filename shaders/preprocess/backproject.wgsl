@@ -1,15 +1,17 @@
 // Backprojection of filtered projections into a thin slab of the volume, for one candidate
-// rotation axis and tilt: every voxel sums, over the angles of one chunk, the bilinearly
-// interpolated filtered value where its ray meets the detector.
+// rotation axis and tilt: every voxel adds, over the angles of one chunk, the bilinearly
+// interpolated filtered value where its ray meets the detector to its running sum.
 //
 // Voxel (s, y, x) of the slab sits at r = (x - n2/2, y - n1/2, z_first + s) (voxel units from
 // the volume centre). At angle theta with tilt phi it meets the detector at
 //   column w = r . e1 + center,        e1 = (cos theta, sin theta, 0)
 //   row    v = r . e2 + row_origin,    e2 = (sin theta cos phi, -cos theta cos phi, sin phi)
 // (row_origin = deth/2 minus the first staged row). Samples outside the staged rows or the
-// detector's columns count as zero. The sum is multiplied by `scale` (sin phi: the laminographic
-// backprojection's transfer function is 1/(sin phi |k_u|) per angle, and the ramp filter supplies
-// only |k_u|).
+// detector's columns count as zero. The slab holds the running sum, unscaled: a chunk continues
+// it angle by angle (`accumulate`), so the sum has one order, every angle in turn, whatever the
+// chunks and whichever MPI rank holds them. The host multiplies it by sin phi after the last
+// angle (the laminographic backprojection's transfer function is 1/(sin phi |k_u|) per angle, and
+// the ramp filter supplies only |k_u|).
 
 struct BackprojectParams {
     n1: u32,
@@ -25,9 +27,9 @@ struct BackprojectParams {
     sin_phi: f32,
     row_origin: f32,
     z_first: f32,
-    scale: f32,
     pad1: f32,
     pad2: f32,
+    pad3: f32,
 }
 
 @group(0) @binding(0) var<storage, read> filtered: array<vec2<f32>>;
@@ -61,6 +63,9 @@ fn backproject(
     let ry = f32(y) - f32(p.n1 / 2u);
     let rz = p.z_first + f32(s);
     var sum = 0.0;
+    if (p.accumulate == 1u) {
+        sum = slab[g];
+    }
     for (var a = 0u; a < p.angles; a = a + 1u) {
         let cs = trig[a];
         let w = rx * cs.x + ry * cs.y + p.center;
@@ -75,9 +80,5 @@ fn backproject(
         let bottom = (1.0 - fw) * sample(a, vi + 1, wi) + fw * sample(a, vi + 1, wi + 1);
         sum = sum + (1.0 - fv) * top + fv * bottom;
     }
-    if (p.accumulate == 1u) {
-        slab[g] = slab[g] + p.scale * sum;
-    } else {
-        slab[g] = p.scale * sum;
-    }
+    slab[g] = sum;
 }

@@ -510,3 +510,33 @@ fn offsets(counts: &[Count]) -> Vec<Count> {
         })
         .collect()
 }
+
+/// Point to point: the ranks of the axis search passing their slab sums along.
+impl Ranks {
+    /// Sends `values` to rank `to` alone (its length, then the values in pieces an MPI count
+    /// holds), which takes them with [`receive_from`](Self::receive_from): the ranks of the
+    /// axis search passing their slab sums along, one after the other. Blocks until `to` takes
+    /// them where MPI does not buffer them.
+    pub(crate) fn send_to<T: Equivalence>(&self, to: usize, values: &[T]) {
+        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let destination = mpi.world.process_at_rank(to as i32);
+        destination.send(&(values.len() as u64));
+        for piece in values.chunks(ROUND_ELEMENTS as usize) {
+            destination.send(piece);
+        }
+        self.bytes_sent
+            .fetch_add(std::mem::size_of_val(values) as u64, Ordering::Relaxed);
+    }
+
+    /// What rank `from` sends this one with [`send_to`](Self::send_to).
+    pub(crate) fn receive_from<T: Equivalence + Copy + Default>(&self, from: usize) -> Vec<T> {
+        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let source = mpi.world.process_at_rank(from as i32);
+        let (len, _) = source.receive::<u64>();
+        let mut values = vec![T::default(); len as usize];
+        for piece in values.chunks_mut(ROUND_ELEMENTS as usize) {
+            source.receive_into(piece);
+        }
+        values
+    }
+}

@@ -68,15 +68,49 @@ fn center_vo(
     coarse_width: usize,
 ) -> Result<f64, PreprocessError> {
     let g = projections.geometry();
-    let Some(rows) = half_turn(g) else {
-        return Err(PreprocessError::BadSearch(format!(
+    let sino = mean_sinogram(projections, vo_rows(g)?);
+    center_of_sinogram(g, &sino, range, coarse_width)
+}
+
+/// The angles of the sinogram Vo et al.'s method reads: the first half turn ([`half_turn`]),
+/// or why the scan has none.
+fn vo_rows(g: &Geometry) -> Result<usize, PreprocessError> {
+    half_turn(g).ok_or_else(|| {
+        PreprocessError::BadSearch(format!(
             "the Fourier centre estimate (Vo et al.) needs a plain CT scan (tilt 0) with \
              equispaced angles over 180 or 360 degrees; this scan has tilt {} deg and {} angles",
             g.phi.to_degrees() - 90.0,
             g.ntheta()
-        )));
-    };
+        ))
+    })
+}
+
+/// [`find_center_vo`] of the scan of geometry `g` from its [`mean_sinogram`] (every angle of
+/// [`vo_rows`], joined in angle order): what MPI ranks holding a share of the angles each
+/// contribute their rows to.
+pub(super) fn find_center_vo_of_sinogram(
+    g: &Geometry,
+    sino: &[f64],
+    range: [f64; 2],
+) -> Result<f64, PreprocessError> {
+    center_of_sinogram(g, sino, range, VO_COARSE_WIDTH)
+}
+
+/// The centre of the mean sinogram `sino` (`(vo_rows(g), detw)`) over the columns `range`.
+fn center_of_sinogram(
+    g: &Geometry,
+    sino: &[f64],
+    range: [f64; 2],
+    coarse_width: usize,
+) -> Result<f64, PreprocessError> {
+    let rows = vo_rows(g)?;
     let w = g.detw;
+    if sino.len() != rows * w {
+        return Err(PreprocessError::Shape {
+            got: sino.len(),
+            shape: vec![rows, w],
+        });
+    }
     let last = (w - 1) as f64;
     if !(range[0].is_finite() && range[1].is_finite() && range[0] <= range[1])
         || w < 4
@@ -89,14 +123,13 @@ fn center_vo(
         )));
     }
     let (lo, hi) = (range[0].max(1.0), range[1].min(last - 1.0));
-    let sino = mean_sinogram(projections, rows);
     // Coarse: columns binned by a power of two to at most `coarse_width` (and at least 4).
     let mut bin = 1;
     while w / bin > coarse_width.max(4) {
         bin *= 2;
     }
     let mut best = if bin > 1 {
-        let binned = bin_columns(&sino, rows, w, bin);
+        let binned = bin_columns(sino, rows, w, bin);
         let to_binned = |c: f64| (c - (bin as f64 - 1.0) / 2.0) / bin as f64;
         let wb = w / bin;
         let c = best_whole_flip(
@@ -108,12 +141,12 @@ fn center_vo(
         );
         c * bin as f64 + (bin as f64 - 1.0) / 2.0
     } else {
-        best_whole_flip(&sino, rows, w, lo, hi)
+        best_whole_flip(sino, rows, w, lo, hi)
     };
     if bin > 1 {
         let reach = bin as f64;
         best = best_whole_flip(
-            &sino,
+            sino,
             rows,
             w,
             (best - reach).max(lo),
@@ -121,7 +154,7 @@ fn center_vo(
         );
     }
     // Fine: fractional flips within half a column, then the parabola.
-    let metric = Metric::new(&sino, rows, w);
+    let metric = Metric::new(sino, rows, w);
     let steps = (0.5 / VO_FINE_STEP).round() as i64;
     let candidates: Vec<f64> = (-steps..=steps)
         .map(|i| best + i as f64 * VO_FINE_STEP)
@@ -146,15 +179,19 @@ fn center_vo(
     Ok(centre)
 }
 
-/// The mean over the detector's rows of the first `rows` angles' projections, `(rows, detw)`.
-fn mean_sinogram(projections: &Projections, rows: usize) -> Vec<f64> {
+/// The mean over the detector's rows of the projections of the first `rows` angles, of those
+/// `projections` holds: `(angles, detw)`, one row per angle held among them, in order (an MPI
+/// rank's rows of the whole sinogram; every row when every angle is held).
+pub(super) fn mean_sinogram(projections: &Projections, rows: usize) -> Vec<f64> {
     let g = projections.geometry();
     let values = projections.values();
-    let mut sino = vec![0.0; rows * g.detw];
-    for t in 0..rows {
+    let held = projections.angles();
+    let angles = held.start.min(rows)..held.end.min(rows);
+    let mut sino = vec![0.0; angles.len() * g.detw];
+    for (i, t) in angles.map(|t| t - held.start).enumerate() {
         for v in 0..g.deth {
             let row = &values[(t * g.deth + v) * g.detw..(t * g.deth + v + 1) * g.detw];
-            for (s, &x) in sino[t * g.detw..(t + 1) * g.detw].iter_mut().zip(row) {
+            for (s, &x) in sino[i * g.detw..(i + 1) * g.detw].iter_mut().zip(row) {
                 *s += x as f64 / g.deth as f64;
             }
         }

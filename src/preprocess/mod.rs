@@ -13,12 +13,12 @@ mod stripe;
 
 pub use binning::{bin_frames, bin_geometry, bin_projections};
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
-#[cfg(feature = "mpi")]
-pub use search::find_rotation_axis_on_ranks;
 pub use search::{
     candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch, Scored,
     SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
 };
+#[cfg(feature = "mpi")]
+pub use search::{find_rotation_axis_on_ranks, AxisSearchShare};
 pub use slab::{choose_slab, slab_reference, Candidate, Slab, DEFAULT_SLAB_SLICES};
 pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGMA};
 #[cfg(feature = "mpi")]

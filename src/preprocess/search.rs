@@ -35,12 +35,15 @@
 //! Candidates' axes are columns of the unbinned detector (what `--rotation-axis` takes), tilts
 //! are degrees (`phi = 90 + tilt`).
 
+use std::ops::Range;
+
 use serde::Serialize;
 
+use super::center_vo::{find_center_vo_of_sinogram, mean_sinogram};
 use super::slab::{
-    backproject_slabs, choose_slab, fitted_radius, footprint, pose, Candidate, Pose, Slab,
+    choose_slab, fitted_radius, footprint, pose, scale_slabs, sum_slabs, Candidate, Pose, Slab,
 };
-use super::{bin_projections, find_center_vo, half_turn, PreprocessError};
+use super::{bin_geometry, bin_projections, half_turn, PreprocessError};
 use crate::gpu::GpuContext;
 use crate::operator::Geometry;
 use crate::scan::Projections;
@@ -230,7 +233,27 @@ pub fn score_candidates(
     candidates: &[Candidate],
     slab: &Slab,
 ) -> Result<SearchResult, PreprocessError> {
-    let g = projections.geometry();
+    score_held(ctx, &AllHere, projections, binning, candidates, slab)?
+        .ok_or_else(|| PreprocessError::BadSearch("one process scores its own slabs".into()))
+}
+
+/// What every candidate's slab needs before its angles are summed: the poses, the scored
+/// disc's radius and the detector rows the slab projects onto.
+struct Prepared {
+    poses: Vec<Pose>,
+    radius: f64,
+    rows: Range<usize>,
+}
+
+/// Checks a scoring pass (the candidates, the binning, the slab and the memory of its slabs)
+/// and prepares it.
+fn prepare(
+    ctx: &GpuContext,
+    g: &Geometry,
+    binning: usize,
+    candidates: &[Candidate],
+    slab: &Slab,
+) -> Result<Prepared, PreprocessError> {
     if candidates.is_empty() {
         return Err(PreprocessError::BadSearch("no candidates to score".into()));
     }
@@ -259,11 +282,57 @@ pub fn score_candidates(
     let poses: Vec<Pose> = candidates.iter().map(|c| pose(c, binning)).collect();
     let radius = fitted_radius(g, slab, &poses)?;
     let (rows, _) = footprint(g, slab, &poses);
-    let slabs = backproject_slabs(ctx, projections, &poses, slab, rows)?;
+    Ok(Prepared {
+        poses,
+        radius,
+        rows,
+    })
+}
+
+/// [`score_candidates`] of the angles `holder` holds: every rank prepares and sums its angles,
+/// and the scoring rank scores (`None` on the others).
+fn score_held(
+    ctx: &GpuContext,
+    holder: &dyn Holder,
+    projections: &Projections,
+    binning: usize,
+    candidates: &[Candidate],
+    slab: &Slab,
+) -> Result<Option<SearchResult>, PreprocessError> {
+    let g = projections.geometry();
+    let prepared = prepare(ctx, g, binning, candidates, slab);
+    let voxels = slab.slices * g.n1 * g.n2;
+    let here = prepared.as_ref().ok().map(|p| {
+        move |start: Option<&[f32]>| {
+            sum_slabs(ctx, projections, &p.poses, slab, p.rows.clone(), start)
+        }
+    });
+    let sums = holder.sum_every_angle(
+        candidates.len() * voxels,
+        here.as_ref().map(|f| f as SumHere<'_>),
+    );
+    let prepared = prepared?;
+    let Some(mut sums) = sums? else {
+        return Ok(None);
+    };
+    scale_slabs(&mut sums, voxels, &prepared.poses);
+    score_slabs(g, binning, candidates, slab, prepared.radius, &sums).map(Some)
+}
+
+/// The search's outcome from every candidate's slab (`slabs`: one after the other, scaled).
+fn score_slabs(
+    g: &Geometry,
+    binning: usize,
+    candidates: &[Candidate],
+    slab: &Slab,
+    radius: f64,
+    slabs: &[f32],
+) -> Result<SearchResult, PreprocessError> {
     let (n1, n2) = (g.n1, g.n2);
+    let voxels = slab.slices * n1 * n2;
     let scored: Vec<Scored> = candidates
         .iter()
-        .zip(&slabs)
+        .zip(slabs.chunks_exact(voxels))
         .map(|(&candidate, s)| Scored {
             candidate,
             score: gradient_energy(s, slab.slices, n1, n2, radius),
@@ -282,7 +351,7 @@ pub fn score_candidates(
     let (refined, peak_half_width) = refine(&scored, best_index);
     let middle = slab.slices / 2;
     let previews = slabs
-        .iter()
+        .chunks_exact(voxels)
         .map(|s| s[middle * n1 * n2..(middle + 1) * n1 * n2].to_vec())
         .collect();
     Ok(SearchResult {
@@ -363,8 +432,8 @@ pub struct AxisSearch {
     pub method: &'static str,
     /// The slab search's axis (unbinned columns).
     pub slab_axis: f64,
-    /// Vo et al.'s Fourier estimate ([`find_center_vo`]; unbinned columns) for plain CT scans
-    /// over 180 or 360 degrees ([`half_turn`]), `None` otherwise.
+    /// Vo et al.'s Fourier estimate ([`find_center_vo`](super::find_center_vo); unbinned
+    /// columns) for plain CT scans over 180 or 360 degrees ([`half_turn`]), `None` otherwise.
     pub fourier_axis: Option<f64>,
     /// `|slab_axis - fourier_axis|` (unbinned columns): two independent methods agreeing to a
     /// fraction of a column is the strongest sign the axis is right.
@@ -390,8 +459,8 @@ pub struct AxisSearch {
 /// last pass at the projections' own resolution searches half a pixel either side with
 /// [`AUTO_AXIS_FINE_STEP`], and the parabola through the winner and its neighbours gives the axis.
 /// For a plain CT scan over 180 or 360 degrees Vo et al.'s Fourier estimate over the same range
-/// is computed too, and is the axis (the field's standard for CT; see [`find_center_vo`]); both
-/// are returned, with their disagreement.
+/// is computed too, and is the axis (the field's standard for CT; see
+/// [`find_center_vo`](super::find_center_vo)); both are returned, with their disagreement.
 /// `binning` is the factor `projections` were already binned by; the result is in unbinned
 /// columns. Every pass scores a slab of `slices` (`None`: chosen for that pass's binning by
 /// [`choose_slab`]) centred `z_offset` voxels from the volume's centre.
@@ -403,6 +472,78 @@ pub fn find_rotation_axis(
     slices: Option<usize>,
     z_offset: f64,
 ) -> Result<AxisSearch, PreprocessError> {
+    let (_, search, _) = search_held(
+        ctx,
+        &AllHere,
+        projections,
+        binning,
+        tilt_deg,
+        slices,
+        z_offset,
+    )?;
+    search.ok_or_else(|| PreprocessError::BadSearch("one process scores its own slabs".into()))
+}
+
+/// Sums one pass of the search over every angle: the angles' slab sums of
+/// [`sum_slabs`](super::slab::sum_slabs) for the pass's candidates, one after the other.
+/// `here(start)` sums the angles held here continuing `start` (`None`: this process could not
+/// prepare the pass, and sums nothing).
+type SumHere<'a> = &'a dyn Fn(Option<&[f32]>) -> Result<Vec<f32>, PreprocessError>;
+
+/// Who holds the angles a search sums over: one process all of them ([`AllHere`]), or MPI ranks
+/// each its share ([`OnRanks`]). Either way every slab voxel sums every angle in angle order, so
+/// the axis has the bits of one process.
+trait Holder {
+    /// The sums over every angle (`words` values) where the slabs are scored, `None` elsewhere;
+    /// an error where this process or one before it failed.
+    fn sum_every_angle(
+        &self,
+        words: usize,
+        here: Option<SumHere<'_>>,
+    ) -> Result<Option<Vec<f32>>, PreprocessError>;
+
+    /// The scoring process's `value` (NaN where it failed), on every process.
+    fn tell(&self, value: f64) -> f64;
+
+    /// Every process's `rows` (rows of a sinogram of its angles) in angle order, where the
+    /// slabs are scored; `None` elsewhere.
+    fn join_rows(&self, rows: Vec<f64>) -> Option<Vec<f64>>;
+}
+
+/// One process holding every angle.
+struct AllHere;
+
+impl Holder for AllHere {
+    fn sum_every_angle(
+        &self,
+        _words: usize,
+        here: Option<SumHere<'_>>,
+    ) -> Result<Option<Vec<f32>>, PreprocessError> {
+        here.map(|sum| sum(None)).transpose()
+    }
+
+    fn tell(&self, value: f64) -> f64 {
+        value
+    }
+
+    fn join_rows(&self, rows: Vec<f64>) -> Option<Vec<f64>> {
+        Some(rows)
+    }
+}
+
+/// [`find_rotation_axis`] on the angles `holder` holds: every process sums its angles of each
+/// pass, the scoring one scores and tells the others each pass's winner. Returns the axis on
+/// every process, the search where it was scored, and the most projection values this process
+/// held at once (its projections and, in a binned pass, their binned copy).
+fn search_held(
+    ctx: &GpuContext,
+    holder: &dyn Holder,
+    projections: &Projections,
+    binning: usize,
+    tilt_deg: f64,
+    slices: Option<usize>,
+    z_offset: f64,
+) -> Result<(f64, Option<AxisSearch>, usize), PreprocessError> {
     let g = projections.geometry();
     let b0 = binning.max(1) as f64;
     // The geometry's axis and the range, in unbinned columns.
@@ -413,17 +554,18 @@ pub fn find_rotation_axis(
     while extra < 8 && g.detw / (2 * extra) >= AUTO_COARSE_WIDTH {
         extra *= 2;
     }
-    while extra > 1 && bin_projections(projections, extra).is_err() {
+    while extra > 1 && bin_geometry(g, extra).is_err() {
         extra /= 2;
     }
+    let mut held = projections.values().len();
     let mut passes = Vec::new();
     let (mut lo, mut hi) = (range[0], range[1]);
-    let mut step;
-    loop {
-        step = 0.5 * b0 * extra as f64;
+    let (best, step) = loop {
+        let step = 0.5 * b0 * extra as f64;
         let binned;
         let source = if extra > 1 {
             binned = bin_projections(projections, extra)?;
+            held = held.max(projections.values().len() + binned.values().len());
             &binned
         } else {
             projections
@@ -438,35 +580,56 @@ pub fn find_rotation_axis(
             slices,
             z_offset,
         )?;
-        let result = score_candidates(ctx, source, pass_binning, &candidates, &slab)?;
-        let best = result.best.rotation_axis;
-        passes.push(result);
+        let best = told_pass(
+            ctx,
+            holder,
+            source,
+            pass_binning,
+            (&candidates, &slab),
+            &mut passes,
+            |r| r.best.rotation_axis,
+        )?;
         if extra == 1 {
-            break;
+            break (best, step);
         }
         lo = best - 2.0 * step;
         hi = best + 2.0 * step;
         extra /= 2;
-    }
+    };
     // The fine pass: one step of the last pass either side of its winner.
-    let best = passes.last().expect("one pass").best.rotation_axis;
     let fine = AUTO_AXIS_FINE_STEP * b0;
     let axes = candidate_range(best - step, best + step + 1e-9 * fine, fine)?;
     let candidates = grid(&axes, &[tilt_deg])?;
     let slab = choose_slab(g, binning.max(1), &candidates, slices, z_offset)?;
-    let result = score_candidates(ctx, projections, binning.max(1), &candidates, &slab)?;
-    let slab_axis = result.refined.rotation_axis;
-    let (peak_half_width, slab) = (result.peak_half_width, result.slab);
-    passes.push(result);
+    let slab_axis = told_pass(
+        ctx,
+        holder,
+        projections,
+        binning.max(1),
+        (&candidates, &slab),
+        &mut passes,
+        |r| r.refined.rotation_axis,
+    )?;
     let fourier_axis = match half_turn(g) {
-        Some(_) => {
+        Some(rows) => {
             let binned = range.map(|c| (c - (b0 - 1.0) / 2.0) / b0);
-            Some(find_center_vo(projections, binned)? * b0 + (b0 - 1.0) / 2.0)
+            let axis = holder
+                .join_rows(mean_sinogram(projections, rows))
+                .map(|sino| find_center_vo_of_sinogram(g, &sino, binned));
+            let mine = match &axis {
+                Some(Ok(a)) => *a,
+                _ => f64::NAN,
+            };
+            let told = holder.tell(mine);
+            axis.transpose()?;
+            Some(finite_or_failed(told)? * b0 + (b0 - 1.0) / 2.0)
         }
         None => None,
     };
-    Ok(AxisSearch {
-        rotation_axis: fourier_axis.unwrap_or(slab_axis),
+    let axis = fourier_axis.unwrap_or(slab_axis);
+    let last = passes.last().map(|l| (l.peak_half_width, l.slab));
+    let search = last.map(|(peak_half_width, slab)| AxisSearch {
+        rotation_axis: axis,
         method: if fourier_axis.is_some() {
             "fourier"
         } else {
@@ -479,17 +642,72 @@ pub fn find_rotation_axis(
         slab,
         range,
         passes,
-    })
+    });
+    Ok((axis, search, held))
+}
+
+/// Scores one pass of `candidates` on `slab` (kept in `passes` where scored) and returns
+/// `value` of its result as the scoring process tells it to every process.
+fn told_pass(
+    ctx: &GpuContext,
+    holder: &dyn Holder,
+    projections: &Projections,
+    binning: usize,
+    (candidates, slab): (&[Candidate], &Slab),
+    passes: &mut Vec<SearchResult>,
+    value: fn(&SearchResult) -> f64,
+) -> Result<f64, PreprocessError> {
+    let result = score_held(ctx, holder, projections, binning, candidates, slab);
+    let mine = match &result {
+        Ok(Some(r)) => value(r),
+        _ => f64::NAN,
+    };
+    let told = holder.tell(mine);
+    passes.extend(result?);
+    finite_or_failed(told)
+}
+
+/// A value told by the scoring rank, or the error of its failure (NaN).
+fn finite_or_failed(told: f64) -> Result<f64, PreprocessError> {
+    if told.is_finite() {
+        Ok(told)
+    } else {
+        Err(failed_elsewhere())
+    }
+}
+
+/// The error of a rank whose search stopped because another rank's failed.
+fn failed_elsewhere() -> PreprocessError {
+    PreprocessError::BadSearch(
+        "the axis search failed on another rank (its error is printed by it)".into(),
+    )
+}
+
+/// What [`find_rotation_axis_on_ranks`] held on this rank.
+#[cfg(feature = "mpi")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AxisSearchShare {
+    /// The angles whose sums this rank computed: its share.
+    pub angles: Range<usize>,
+    /// The most projection values it held at once: its share, and during a binned pass the
+    /// share's binned copy.
+    pub values_held: usize,
+    /// The most slab values it held at once: the sums over the angles before its own as
+    /// received, and its own continuation of them (each a pass's candidates x slab voxels).
+    pub slab_values_held: usize,
 }
 
 /// [`find_rotation_axis`] on MPI ranks, each holding its share of the angles (`projections`,
-/// contiguous, in rank order): the first rank gathers the others' projections, searches, and
-/// tells every rank the axis. One rank searches rather than each on its own copy: the search's
-/// slabs sum over every angle, and only a sum over them in one order gives the bits of one
-/// process; a search on detector rows split among the ranks would need those sums combined
-/// across ranks, in another order. The first rank holds every angle while it searches (the
-/// others only their share) and lets go of the others' afterwards. Returns the axis (unbinned
-/// columns) on every rank and the search on the first. Collective.
+/// contiguous, in rank order), none holding more. Every slab voxel's sum runs over the angles in
+/// order, so the ranks take turns: the first sums its angles into every candidate's slab and
+/// sends the sums to the second, which continues them with its angles, and so on; the last sends
+/// the finished sums to the first, which scores them and tells every rank the pass's winner (one
+/// double). The sums are those of one process, bit for bit, for any number of ranks. A rank
+/// holds its share, its binned copy during a binned pass, and two passes' worth of slab sums
+/// (the sums received and its continuation), what one process holds of them too. For a plain CT
+/// scan each rank contributes the rows of Vo et al.'s mean sinogram of its angles (a row of
+/// `detw` doubles per angle of the first half turn). Returns the axis (unbinned columns) on
+/// every rank, the search on the first and what this rank held. Collective.
 #[cfg(feature = "mpi")]
 pub fn find_rotation_axis_on_ranks(
     ctx: &GpuContext,
@@ -497,34 +715,84 @@ pub fn find_rotation_axis_on_ranks(
     projections: &Projections,
     binning: usize,
     tilt_deg: f64,
-) -> Result<(f64, Option<AxisSearch>), PreprocessError> {
-    let g = projections.geometry();
-    let search = match ranks.gather_to_first(projections.values()) {
-        None => None,
-        Some(others) => {
-            let mut values = projections.values().to_vec();
-            values.extend_from_slice(&others);
-            drop(others);
-            let whole = Projections::new(g.clone(), values)?;
-            Some(find_rotation_axis(
-                ctx, &whole, binning, tilt_deg, None, 0.0,
-            ))
+) -> Result<(f64, Option<AxisSearch>, AxisSearchShare), PreprocessError> {
+    let holder = OnRanks {
+        ranks,
+        slab_values_held: std::cell::Cell::new(0),
+    };
+    let (axis, search, held) =
+        search_held(ctx, &holder, projections, binning, tilt_deg, None, 0.0)?;
+    let share = AxisSearchShare {
+        angles: projections.angles(),
+        values_held: held,
+        slab_values_held: holder.slab_values_held.get(),
+    };
+    Ok((axis, search, share))
+}
+
+/// MPI ranks each holding its share of the angles, in rank order; the first scores.
+#[cfg(feature = "mpi")]
+struct OnRanks<'a> {
+    ranks: &'a crate::distributed::ranks::Ranks,
+    /// The most slab values held at once so far.
+    slab_values_held: std::cell::Cell<usize>,
+}
+
+#[cfg(feature = "mpi")]
+impl Holder for OnRanks<'_> {
+    fn sum_every_angle(
+        &self,
+        words: usize,
+        here: Option<SumHere<'_>>,
+    ) -> Result<Option<Vec<f32>>, PreprocessError> {
+        let (rank, size) = (self.ranks.rank(), self.ranks.size());
+        // Sums of the wrong length (none) say that a rank before failed.
+        let before = (rank > 0).then(|| self.ranks.receive_from::<f32>(rank - 1));
+        let mine = match (here, &before) {
+            (None, _) => Ok(None),
+            (Some(_), Some(b)) if b.len() != words => Err(failed_elsewhere()),
+            (Some(sum), before) => sum(before.as_deref()).map(Some),
+        };
+        let held = before.as_ref().map_or(0, Vec::len) + words;
+        self.slab_values_held
+            .set(self.slab_values_held.get().max(held));
+        drop(before);
+        let sums = match &mine {
+            Ok(Some(s)) => &s[..],
+            _ => &[][..],
+        };
+        self.ranks.send_to((rank + 1) % size, sums);
+        let summed = mine.map(|s| s.is_some());
+        if rank != 0 {
+            return summed.map(|_| None);
         }
-    };
-    // The first rank's axis, or NaN when its search failed: the others stop with its cause
-    // given by the first rank, not with an axis of their own.
-    let axis = match &search {
-        Some(Ok(s)) => s.rotation_axis,
-        _ => f64::NAN,
-    };
-    let told = f64::from_bits(ranks.all_gather_words(&[axis.to_bits()])[0][0]);
-    let search = search.transpose()?;
-    if !told.is_finite() {
-        return Err(PreprocessError::BadSearch(
-            "the first rank's axis search failed (its error is printed by it)".into(),
-        ));
+        // The last rank's sums are received whatever happened here: it sends them anyway.
+        let last = self.ranks.receive_from::<f32>(size - 1);
+        if !summed? {
+            return Ok(None);
+        }
+        if last.len() != words {
+            return Err(failed_elsewhere());
+        }
+        Ok(Some(last))
     }
-    Ok((told, search))
+
+    fn tell(&self, value: f64) -> f64 {
+        f64::from_bits(self.ranks.all_gather_words(&[value.to_bits()])[0][0])
+    }
+
+    fn join_rows(&self, rows: Vec<f64>) -> Option<Vec<f64>> {
+        let (rank, size) = (self.ranks.rank(), self.ranks.size());
+        if rank != 0 {
+            self.ranks.send_to(0, &rows);
+            return None;
+        }
+        let mut all = rows;
+        for r in 1..size {
+            all.extend(self.ranks.receive_from::<f64>(r));
+        }
+        Some(all)
+    }
 }
 
 #[cfg(test)]

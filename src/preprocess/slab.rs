@@ -284,23 +284,38 @@ struct BackprojectParams {
     sin_phi: f32,
     row_origin: f32,
     z_first: f32,
-    scale: f32,
-    pad: [f32; 2],
+    pad: [f32; 3],
 }
 
-/// Slabs `(slices, n1, n2)` of `projections` backprojected for every pose, on the GPU.
-pub(super) fn backproject_slabs(
+/// The slabs' sums over every angle ([`sum_slabs`]; `voxels` each, one after the other) times
+/// `sin(phi)` of their pose: the backprojection, in f32 as the device would scale it.
+pub(super) fn scale_slabs(sums: &mut [f32], voxels: usize, poses: &[Pose]) {
+    for (s, p) in sums.chunks_exact_mut(voxels).zip(poses) {
+        let scale = p.sin_phi as f32;
+        s.iter_mut().for_each(|v| *v *= scale);
+    }
+}
+
+/// For every pose, the sums `(slices, n1, n2)` over the angles `projections` holds (its
+/// [`Projections::angles`]) of the filtered values each slab voxel's ray meets, unscaled, on the
+/// GPU, one pose's after the other: continuing `start` (the sums over the angles before these,
+/// laid out alike) where given, angle after angle in order. The sum's order is every angle in turn however the angles are chunked or
+/// split among MPI ranks, so one process and any number of ranks summing their angles one after
+/// the other give the same bits.
+pub(super) fn sum_slabs(
     ctx: &GpuContext,
     projections: &Projections,
     poses: &[Pose],
     slab: &Slab,
     rows: Range<usize>,
-) -> Result<Vec<Vec<f32>>, PreprocessError> {
+    start: Option<&[f32]>,
+) -> Result<Vec<f32>, PreprocessError> {
     let g = projections.geometry();
     let values = projections.values();
+    let held = projections.angles();
     let nrows = rows.len();
     let pitch = pitch_for(g.detw);
-    let chunk = slab_chunk_angles(ctx, g, slab, nrows, pitch)?;
+    let chunk = slab_chunk_angles(ctx, g, slab, nrows, pitch, held.len())?;
     let voxels = slab.slices * g.n1 * g.n2;
     let filter = RowFilter::new(ctx, g, chunk, nrows, pitch)?;
     let backproject = ctx.kernel(&KernelSpec {
@@ -323,14 +338,18 @@ pub(super) fn backproject_slabs(
         sin_phi: p.sin_phi as f32,
         row_origin: ((g.deth / 2) as f64 - rows.start as f64) as f32,
         z_first: slab.z_first() as f32,
-        scale: p.sin_phi as f32,
-        pad: [0.0; 2],
+        pad: [0.0; 3],
     };
+    let continued = start.is_some();
+    let mut start = start.map(|s| s.chunks_exact(voxels));
     let mut slabs = Vec::with_capacity(poses.len());
     let mut params = Vec::with_capacity(poses.len());
     let mut bound = Vec::with_capacity(poses.len());
     for p in poses {
         let out = ctx.storage_buffer("search slab", voxels as u64 * 4)?;
+        if let Some(sums) = start.as_mut().and_then(Iterator::next) {
+            ctx.write(&out, 0, sums);
+        }
         let u = ctx.uniform("backproject params", &params_of(p, 0, false))?;
         bound.push(backproject.bind(
             ctx,
@@ -344,16 +363,22 @@ pub(super) fn backproject_slabs(
         slabs.push(out);
         params.push(u);
     }
-    for t0 in (0..g.ntheta()).step_by(chunk) {
-        let angles = chunk.min(g.ntheta() - t0);
-        filter.upload_rows(ctx, values, g, &rows, t0..t0 + angles);
+    for t0 in held.clone().step_by(chunk) {
+        let angles = chunk.min(held.end - t0);
+        let first = t0 - held.start;
+        filter.upload_rows(ctx, values, g, &rows, first..first + angles);
         let cs: Vec<[f32; 2]> = g.theta[t0..t0 + angles]
             .iter()
             .map(|t| [t.cos() as f32, t.sin() as f32])
             .collect();
         ctx.write(&trig, 0, &cs);
         for (p, u) in poses.iter().zip(&params) {
-            ctx.write(u, 0, std::slice::from_ref(&params_of(p, angles, t0 > 0)));
+            let accumulate = continued || t0 > held.start;
+            ctx.write(
+                u,
+                0,
+                std::slice::from_ref(&params_of(p, angles, accumulate)),
+            );
         }
         let mut rec = ctx.recorder("search slab");
         filter.record(&mut rec);
@@ -362,20 +387,23 @@ pub(super) fn backproject_slabs(
         }
         ctx.submit(rec)?;
     }
-    slabs
-        .iter()
-        .map(|s| Ok(ctx.read::<f32>(s, 0, voxels)?))
-        .collect()
+    let mut sums = Vec::with_capacity(poses.len() * voxels);
+    for s in &slabs {
+        sums.extend(ctx.read::<f32>(s, 0, voxels)?);
+    }
+    Ok(sums)
 }
 
-/// Angles per chunk of a search pass: as many as one storage binding holds of the slab's
-/// `nrows` detector rows (padded to `pitch`); refuses a slab whose rows or voxels do not fit one.
+/// Angles per chunk of a search pass over `held` angles: as many as one storage binding holds
+/// of the slab's `nrows` detector rows (padded to `pitch`); refuses a slab whose rows or voxels
+/// do not fit one.
 fn slab_chunk_angles(
     ctx: &GpuContext,
     g: &Geometry,
     slab: &Slab,
     nrows: usize,
     pitch: usize,
+    held: usize,
 ) -> Result<usize, PreprocessError> {
     let angle_bytes = (nrows * pitch * 8) as u64;
     let fit = (ctx.max_binding_bytes() / angle_bytes.max(1)) as usize;
@@ -386,7 +414,7 @@ fn slab_chunk_angles(
             ctx.max_binding_bytes()
         )));
     }
-    let chunk = fit.min(g.ntheta());
+    let chunk = fit.min(held).max(1);
     let voxels = slab.slices * g.n1 * g.n2;
     if (voxels * 4) as u64 > ctx.max_binding_bytes() {
         return Err(PreprocessError::BadSearch(format!(
@@ -430,7 +458,9 @@ impl RowFilter {
         let data = ctx.storage_buffer("search rows", chunk as u64 * angle_bytes)?;
         let raw = ctx.storage_buffer("search raw rows", raw_len as u64 * 4)?;
         let shape = [chunk * nrows, pitch];
-        let forward = FftPlan::new(
+        // Specialised whatever the batch: a shared pipeline (small batches) rounds differently
+        // from a specialised one, and an MPI rank's chunks hold fewer angles than one process's.
+        let forward = FftPlan::specialized(
             ctx,
             &shape,
             1,
@@ -438,7 +468,7 @@ impl RowFilter {
             Normalization::None,
             &data,
         )?;
-        let inverse = FftPlan::new(
+        let inverse = FftPlan::specialized(
             ctx,
             &shape,
             1,
@@ -498,8 +528,9 @@ impl RowFilter {
         })
     }
 
-    /// Uploads detector rows `rows` of projections `angles` of `values` (row-major
-    /// `(ntheta, deth, detw)`), one angle after the other.
+    /// Uploads detector rows `rows` of the projections `angles` of `values` (row-major
+    /// `(angles held, deth, detw)`; `angles` counted from the first held), one angle after the
+    /// other.
     fn upload_rows(
         &self,
         ctx: &GpuContext,
@@ -675,5 +706,49 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn sums_over_angles_split_or_chunked_have_the_bits_of_one_sum() {
+        // The search's sums run over the angles in order whatever holds them: summed in two
+        // parts (MPI ranks' shares), the second continuing the first, or in chunks of three
+        // angles (a small storage binding), they give the bits of one sum over every angle.
+        let scan = crate::simulate::simulated_scan(&crate::simulate::ScanSpec {
+            phantom: crate::simulate::PhantomKind::Blobs,
+            size: 16,
+            angles: 12,
+            tilt_deg: 30.0,
+            photons: None,
+            seed: 1,
+            rotation_axis: None,
+        })
+        .unwrap();
+        let p = Projections::new(scan.geometry, scan.line_integrals).unwrap();
+        let g = p.geometry();
+        let candidates = grid(&[7.5, 8.0, 8.5], &[30.0]).unwrap();
+        let poses: Vec<Pose> = candidates.iter().map(|c| pose(c, 1)).collect();
+        let slab = Slab {
+            slices: 4,
+            z_offset: 0.0,
+        };
+        let (rows, _) = footprint(g, &slab, &poses);
+        let ctx = crate::gpu::test_context();
+        let sum = |ctx: &GpuContext, angles: Range<usize>, start: Option<&[f32]>| {
+            let part = p.clone().keep(angles).unwrap();
+            sum_slabs(ctx, &part, &poses, &slab, rows.clone(), start).unwrap()
+        };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        let whole = sum(&ctx, 0..12, None);
+        assert!(whole.len() == 3 * 4 * 16 * 16 && whole.iter().any(|&v| v != 0.0));
+        let first = sum(&ctx, 0..5, None);
+        assert!(bits(&first) != bits(&whole));
+        let continued = sum(&ctx, 5..12, Some(&first));
+        assert!(bits(&continued) == bits(&whole));
+        let chunked = crate::gpu::test_context()
+            .with_max_binding_bytes((3 * rows.len() * pitch_for(g.detw) * 8) as u64);
+        assert!(
+            slab_chunk_angles(&chunked, g, &slab, rows.len(), pitch_for(g.detw), 12).unwrap() == 3
+        );
+        assert!(bits(&sum(&chunked, 0..12, None)) == bits(&whole));
     }
 }

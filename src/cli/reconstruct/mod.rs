@@ -432,11 +432,31 @@ fn reconstruct_into(
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
-            // Under MPI the first rank searches on every rank's angles and tells the others.
+            // Under MPI every rank sums its angles in turn, the first scores and tells the others.
             #[cfg(feature = "mpi")]
             let searched = match &options.ranks {
                 Some(r) => {
-                    lamino::preprocess::find_rotation_axis_on_ranks(ctx, r, &projections, b, tilt)?
+                    let (axis, search, share) = lamino::preprocess::find_rotation_axis_on_ranks(
+                        ctx,
+                        r,
+                        &projections,
+                        b,
+                        tilt,
+                    )?;
+                    if !options.quiet {
+                        eprintln!(
+                            "rank {} of {}: axis searched on its angles {}..{} (the ranks summing \
+                             theirs in turn), holding at most {} projection values and {} slab \
+                             values at once",
+                            r.rank(),
+                            r.size(),
+                            share.angles.start,
+                            share.angles.end,
+                            share.values_held,
+                            share.slab_values_held
+                        );
+                    }
+                    (axis, search)
                 }
                 None => {
                     let s = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
