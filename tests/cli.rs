@@ -996,6 +996,19 @@ fn bench_convergence_reports_where_the_default_stops_against_a_longer_run() {
     assert!((0.0..=0.01).contains(&d), "{r}");
     let truth = r["reference_to_truth"].as_f64().unwrap();
     assert!(truth > 0.0 && truth < 1.0, "{r}");
+    // Where each run first came within 0.5 % of the reference: plain ADMM's run is the
+    // reference's own first iterations, so it gets there within them.
+    assert_eq!(r["reached_within"], 0.005, "{r}");
+    for run in ["default", "plain"] {
+        let reached = &r[run]["reached"];
+        let k = reached["outer_iterations"].as_u64().expect("reached");
+        assert!((1..=100).contains(&k), "{r}");
+        assert!(reached["to_reference"].as_f64().unwrap() <= 0.005, "{r}");
+    }
+    assert!(
+        r["reached_applications_ratio"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
 }
 
 #[test]

@@ -24,7 +24,7 @@ pub mod stripes;
 pub use admm::{bench_admm, AdmmBenchRecord};
 pub use convergence::{
     bench_convergence, converge_then_continue, noisy_projections, ConvergedPrefix,
-    ConvergenceBenchError, ConvergenceBenchRecord, StoppedRun,
+    ConvergenceBenchError, ConvergenceBenchRecord, Reached, StoppedRun, REACHED,
 };
 pub use fft::{bench_fft_shape, fft_bench_shapes, FftBenchRecord};
 pub use operator::{bench_operator, OperatorArrays, OperatorBenchRecord};
