@@ -224,7 +224,7 @@ mod tests {
         assert_eq!([lo, hi], [0.0, (pixels - 1) as f32]);
         // The median of the finite values, whichever way round the percentiles are given.
         let finite = pixels - 1;
-        let [lo, _] = window(layout, &words, [50.0, 50.0]);
+        let [lo, _] = window(layout, &words, [50.0, 100.0]);
         let median_rank = ((finite - 1) as f32 * 0.5).round() as usize;
         let mut sorted: Vec<f32> = (0..pixels).map(|v| v as f32).collect();
         sorted.remove(layout.image(SliceAxis::Xy).1 * layout.image(SliceAxis::Xy).2);

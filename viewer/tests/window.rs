@@ -27,9 +27,10 @@ const SPEC: ScanSpec = ScanSpec {
 const ITERATIONS: usize = 4;
 
 /// The least Pearson correlation between the screenshot's xy slice and the phantom's. Measured
-/// 0.9 here (4 iterations of the default ADMM-TV on this noisy 32^3 chip through the 1st-99th
-/// percentile window); a blank, shifted, transposed or wrongly windowed image falls far below.
-const MIN_CORRELATION: f64 = 0.6;
+/// 0.981 (4 iterations of the default ADMM-TV on this noisy 32^3 chip, through the 1st to 99th
+/// percentile window); the chip's xy slice is rows of pads, so a blank, shifted or transposed
+/// image, or another slice, falls far below.
+const MIN_CORRELATION: f64 = 0.8;
 
 /// The longest a run of the viewer may take before the test calls it hung.
 const TIMEOUT: Duration = Duration::from_secs(900);
