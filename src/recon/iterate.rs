@@ -163,7 +163,7 @@ mod tests {
             let (device, host) = slices(&pass, &last);
             assert_eq!(device.is_some(), !streams);
             assert!(device.is_none_or(|d| d == host));
-            let shown = shown.into_inner();
+            let shown = shown.borrow();
             assert_eq!(shown.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1]);
             assert!(
                 shown[1].1 == host,

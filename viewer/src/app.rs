@@ -790,13 +790,26 @@ impl App {
     }
 }
 
-/// Writes a screenshot as PNG.
+/// Writes a screenshot as an RGB PNG (the window is opaque), compressed hard: screenshots go
+/// into documentation.
 fn save_png(image: &ColorImage, path: &Path) -> Result<(), String> {
+    use image::ImageEncoder;
     let [w, h] = image.size;
-    let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
-    let buffer = image::RgbaImage::from_raw(w as u32, h as u32, bytes)
-        .ok_or("the screenshot's size does not match its pixels")?;
-    buffer
-        .save_with_format(path, image::ImageFormat::Png)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let rgb: Vec<u8> = image
+        .pixels
+        .iter()
+        .flat_map(|c| {
+            let [r, g, b, _] = c.to_array();
+            [r, g, b]
+        })
+        .collect();
+    let write = |e: String| format!("cannot write {}: {e}", path.display());
+    let file = std::fs::File::create(path).map_err(|e| write(e.to_string()))?;
+    image::codecs::png::PngEncoder::new_with_quality(
+        std::io::BufWriter::new(file),
+        image::codecs::png::CompressionType::Best,
+        image::codecs::png::FilterType::Adaptive,
+    )
+    .write_image(&rgb, w as u32, h as u32, image::ExtendedColorType::Rgb8)
+    .map_err(|e| write(e.to_string()))
 }
