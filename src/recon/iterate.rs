@@ -136,7 +136,7 @@ mod tests {
             .plan(&g)
             .unwrap();
         assert_eq!(in_core.mode, Mode::InCore);
-        for budget in [None, Some(in_core.device_bytes / 8)] {
+        for budget in [None, Some(in_core.device_bytes / 4)] {
             let shown = RefCell::new(Vec::new());
             let mut builder = Reconstructor::new(&ctx)
                 .params(params)
