@@ -437,14 +437,19 @@ impl App {
             }
             if self.exit == Some(ExitStep::Screenshot) {
                 self.print_slice_rects(&image);
-                match self.args.save.clone() {
-                    Some(path) => {
-                        self.exit = Some(ExitStep::Saving);
-                        self.send(Command::Save(path));
-                    }
-                    None => self.finish_exit(),
-                }
+                self.save_and_exit();
             }
+        }
+    }
+
+    /// --exit after the screenshot: saves the volume when asked to, then ends.
+    fn save_and_exit(&mut self) {
+        match self.args.save.clone() {
+            Some(path) => {
+                self.exit = Some(ExitStep::Saving);
+                self.send(Command::Save(path));
+            }
+            None => self.finish_exit(),
         }
     }
 
@@ -532,6 +537,7 @@ impl eframe::App for App {
             });
         egui::CentralPanel::default().show(ui, |ui| self.view(ui));
         match self.exit {
+            Some(ExitStep::Capture) if self.args.screenshot.is_none() => self.save_and_exit(),
             Some(ExitStep::Capture) => {
                 // This frame shows the last slices: capture it.
                 let sender = self.screenshots.0.clone();
