@@ -1,11 +1,12 @@
 //! The current iterate as an application sees it after each outer iteration
-//! ([`super::Reconstructor::on_iterate`]): on the device, or a host copy where it streams.
+//! ([`super::Reconstructor::on_iterate`]), and the last one once the run is over
+//! ([`Solved::iterate_view`]): on the device, or a host copy where it streams.
 
 use crate::gpu::GpuContext;
 use crate::operator::Geometry;
 use crate::solver::AdmmTeam;
 
-use super::{Padding, ReconError};
+use super::{Padding, ReconError, Solved};
 
 /// The current iterate after an outer iteration, where the solver keeps it: what
 /// [`Reconstructor::on_iterate`] hands its callback. An application draws it without a host
@@ -67,5 +68,111 @@ impl IterateView<'_> {
             .volume_slab(self.ctx, 0..self.padded.n0)
             .map_err(|e| ReconError::Read(format!("reading the current iterate: {e}")))?;
         Ok(slab.into_iter().flat_map(|(_, values)| values).collect())
+    }
+}
+
+impl Solved<'_> {
+    /// The finished run's volume as [`Reconstructor::on_iterate`] showed each iterate, so that
+    /// an application keeps drawing slices of it (from the device where it is resident) after
+    /// the run, for as long as it keeps the `Solved`. Its `iteration` is the last one done (0
+    /// when none was).
+    ///
+    /// [`Reconstructor::on_iterate`]: super::Reconstructor::on_iterate
+    pub fn iterate_view(&self) -> IterateView<'_> {
+        IterateView {
+            iteration: self.report.reports.last().map_or(0, |r| r.iteration),
+            ctx: self.ctx,
+            single: self.single,
+            team: &self.team,
+            padded: &self.padded,
+            padding: &self.padding,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::super::Reconstructor;
+    use crate::gpu::{host_slice_words, test_context, SliceMode, SlicePass, VolumeLayout};
+    use crate::operator::Geometry;
+    use crate::params::AdmmParams;
+    use crate::plan::Mode;
+    use crate::scan::Projections;
+
+    /// The slices (z, y, x) = `AT` as values, from the device where the view has the volume
+    /// there, else from its host copy; and always from the host copy.
+    const AT: [usize; 3] = [9, 5, 11];
+
+    fn slices(pass: &SlicePass, view: &super::IterateView<'_>) -> (Option<Vec<u32>>, Vec<u32>) {
+        let ctx = view.ctx();
+        let device = view.on_device().map(|volume| {
+            pass.record(ctx, volume, AT, SliceMode::Values).unwrap();
+            pass.read_words(ctx).unwrap()
+        });
+        let host = view.read_volume().unwrap();
+        let from_host = host_slice_words(&host, view.layout(), AT, SliceMode::Values).unwrap();
+        (device, from_host)
+    }
+
+    /// Every iterate on_iterate shows, and the finished run's iterate_view, give the same slices
+    /// from the device and from the host copy, and the last of them are the returned volume's:
+    /// in core (the volume on the device, padded laterally so that the shown part starts inside
+    /// the solver's array) and streaming (no device buffer to show).
+    #[test]
+    fn the_iterate_views_show_the_volume_the_run_returns() {
+        let ctx = test_context();
+        let n = 16;
+        let g = Geometry::cube(n, 8, 1.92);
+        let values = (0..g.ntheta() * g.deth * g.detw)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
+            .collect();
+        let p = Projections::new(g.clone(), values).unwrap();
+        let params = AdmmParams::exactly(2);
+        let pass = SlicePass::new(&ctx, [n, n, n]).unwrap();
+        let in_core = Reconstructor::new(&ctx)
+            .lateral_padding(4)
+            .plan(&g)
+            .unwrap();
+        assert_eq!(in_core.mode, Mode::InCore);
+        for budget in [None, Some(in_core.device_bytes / 4)] {
+            let shown = RefCell::new(Vec::new());
+            let mut builder = Reconstructor::new(&ctx)
+                .params(params)
+                .lateral_padding(4)
+                .on_iterate(|view| {
+                    let layout = view.layout();
+                    assert_eq!(layout.shape, [n, n, n]);
+                    assert!(layout.origin[2] > 0, "{layout:?}");
+                    let (device, host) = slices(&pass, view);
+                    assert_eq!(device.is_some(), budget.is_none(), "{budget:?}");
+                    if let Some(device) = device {
+                        assert!(device == host, "iteration {}", view.iteration);
+                    }
+                    shown.borrow_mut().push((view.iteration, host));
+                });
+            if let Some(bytes) = budget {
+                builder = builder.device_memory_budget(bytes);
+            }
+            let solved = builder.solve(&p).unwrap();
+            let streams = solved.report.plan.mode == Mode::Streaming;
+            assert_eq!(streams, budget.is_some());
+            let last = solved.iterate_view();
+            assert_eq!(last.iteration, 1);
+            let (device, host) = slices(&pass, &last);
+            assert_eq!(device.is_some(), !streams);
+            assert!(device.is_none_or(|d| d == host));
+            let shown = shown.borrow();
+            assert_eq!(shown.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1]);
+            assert!(
+                shown[1].1 == host,
+                "on_iterate's last iterate is the final one"
+            );
+            let volume = solved.into_reconstruction().unwrap().volume;
+            let whole = VolumeLayout::whole([n, n, n]);
+            let returned = host_slice_words(&volume, whole, AT, SliceMode::Values).unwrap();
+            assert!(returned == host, "the slices are the returned volume's");
+        }
     }
 }

@@ -485,6 +485,7 @@ impl<'a> Reconstructor<'a> {
         let setup_s = start.elapsed().as_secs_f64();
         let loop_start = Instant::now();
         let first = team.solver().iterations_done();
+        let single = self.single();
         let mut reports = Vec::new();
         let total = self.params.outer_iterations;
         let mut schedule = self
@@ -530,14 +531,10 @@ impl<'a> Reconstructor<'a> {
                 });
             }
             if let Some(f) = self.iterate.as_mut() {
-                #[cfg(feature = "mpi")]
-                let ranks = self.ranks.is_some();
-                #[cfg(not(feature = "mpi"))]
-                let ranks = false;
                 f(&IterateView {
                     iteration: report.iteration,
                     ctx: self.ctx,
-                    single: self.devices.len() == 1 && !ranks,
+                    single,
                     team: &team,
                     padded: &g,
                     padding: &padding,
@@ -604,6 +601,7 @@ impl<'a> Reconstructor<'a> {
         Ok(Solved {
             ctx: self.ctx,
             team,
+            single,
             padded: g,
             padding,
             slab_planes,
@@ -613,6 +611,15 @@ impl<'a> Reconstructor<'a> {
 }
 
 impl Reconstructor<'_> {
+    /// Whether the run's volume array is its one device's own (one device, no MPI ranks).
+    fn single(&self) -> bool {
+        #[cfg(feature = "mpi")]
+        if self.ranks.is_some() {
+            return false;
+        }
+        self.devices.len() == 1
+    }
+
     /// The solver of this run: on this process's devices, or this rank's part.
     fn team(
         &self,

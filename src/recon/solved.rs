@@ -25,6 +25,8 @@ pub const SLAB_BYTES: u64 = 64 << 20;
 pub struct Solved<'a> {
     pub(super) ctx: &'a GpuContext,
     pub(super) team: AdmmTeam,
+    /// Whether the volume array is the one device's own (one device, no MPI ranks).
+    pub(super) single: bool,
     /// The geometry the solver ran on (padded).
     pub(super) padded: Geometry,
     pub(super) padding: Padding,

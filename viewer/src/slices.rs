@@ -1,0 +1,245 @@
+//! The xy, xz and yz slices of the current iterate in textures the UI draws. Where the volume is
+//! on the device, the core crate's [`SlicePass`] writes them there and copies them into the
+//! textures: the images never leave the device. Where it streams, they are made on the host from
+//! [`IterateView::read_volume`] and uploaded. Either way the grey window comes from percentiles of
+//! the three slices' values (for a volume on the device, read back: three slices of `f32`, not
+//! the images).
+
+use std::time::Instant;
+
+use eframe::egui;
+use eframe::egui_wgpu::RenderState;
+use eframe::wgpu;
+use lamino::gpu::{host_slice_words, SliceLayout, VolumeLayout};
+use lamino::{Geometry, GpuContext, IterateView, SliceAxis, SliceMode, SlicePass};
+
+/// What the UI chose to see: the slices' indices and the grey window's percentiles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Display {
+    /// `(z, y, x)` of the xy, xz and yz slices.
+    pub at: [usize; 3],
+    /// The values at these percentiles of the three slices are black and white.
+    pub percentiles: [f32; 2],
+}
+
+impl Display {
+    /// The central slices with a window over the 1st to 99th percentiles.
+    pub fn centred(shape: [usize; 3]) -> Self {
+        Self {
+            at: shape.map(|n| n / 2),
+            percentiles: [1.0, 99.0],
+        }
+    }
+}
+
+/// What a draw did.
+#[derive(Debug, Clone, Copy)]
+pub struct Drawn {
+    /// The outer iteration drawn (0 first).
+    pub iteration: usize,
+    /// The values drawn black and white.
+    pub window: [f32; 2],
+    /// Whether the images were made on the device (else from a host copy: the volume streams).
+    pub on_device: bool,
+    /// Seconds the draw took (passes, the values read back or the host copy, the copies).
+    pub seconds: f64,
+}
+
+/// The slice pass of one volume shape and the textures it draws into.
+pub struct SliceTargets {
+    pass: SlicePass,
+    textures: [wgpu::Texture; 3],
+}
+
+impl SliceTargets {
+    /// Targets for the volume of `geometry` in `textures` (made by [`create_textures`]).
+    pub fn new(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        textures: [wgpu::Texture; 3],
+    ) -> Result<Self, String> {
+        let shape = [geometry.n0, geometry.n1, geometry.n2];
+        let pass = SlicePass::new(ctx, shape).map_err(|e| e.to_string())?;
+        Ok(Self { pass, textures })
+    }
+
+    /// Draws the slices of `view` as `display` says into the textures.
+    pub fn draw(&self, view: &IterateView<'_>, display: Display) -> Result<Drawn, String> {
+        let started = Instant::now();
+        let ctx = view.ctx();
+        let layout = view.layout();
+        let at = [0, 1, 2].map(|axis| display.at[axis].min(layout.shape[axis] - 1));
+        let e = |e: lamino::GpuError| e.to_string();
+        let on_device = match view.on_device() {
+            Some(volume) => {
+                self.pass
+                    .record(ctx, volume, at, SliceMode::Values)
+                    .map_err(e)?;
+                let values = self.pass.read_words(ctx).map_err(e)?;
+                let [lo, hi] = window(self.pass.layout(), &values, display.percentiles);
+                self.pass
+                    .record(ctx, volume, at, SliceMode::Grey { lo, hi })
+                    .map_err(e)?;
+                Some([lo, hi])
+            }
+            None => None,
+        };
+        let window = match on_device {
+            Some(window) => window,
+            None => {
+                let host = view.read_volume().map_err(|e| e.to_string())?;
+                self.upload_from_host(ctx, &host, layout, at, display)?
+            }
+        };
+        let [xy, xz, yz] = &self.textures;
+        self.pass.copy_to_textures(ctx, [xy, xz, yz]).map_err(e)?;
+        Ok(Drawn {
+            iteration: view.iteration,
+            window,
+            on_device: on_device.is_some(),
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Makes the grey slices of a host copy of the volume and puts them in the pass's output.
+    fn upload_from_host(
+        &self,
+        ctx: &GpuContext,
+        host: &[f32],
+        layout: VolumeLayout,
+        at: [usize; 3],
+        display: Display,
+    ) -> Result<[f32; 2], String> {
+        let e = |e: lamino::GpuError| e.to_string();
+        let values = host_slice_words(host, layout, at, SliceMode::Values).map_err(e)?;
+        let [lo, hi] = window(self.pass.layout(), &values, display.percentiles);
+        let grey = host_slice_words(host, layout, at, SliceMode::Grey { lo, hi }).map_err(e)?;
+        self.pass.upload_words(ctx, &grey).map_err(e)?;
+        Ok([lo, hi])
+    }
+}
+
+/// The values at `percentiles` of the finite values of the three slices in `words` (as
+/// [`SliceMode::Values`] writes them); a window one unit wide around them when they are equal
+/// (an all-zero first iterate), so that every window drawn is valid.
+fn window(layout: SliceLayout, words: &[u32], percentiles: [f32; 2]) -> [f32; 2] {
+    let mut values: Vec<f32> = SliceAxis::ALL
+        .into_iter()
+        .flat_map(|axis| layout.slice(words, axis))
+        .map(f32::from_bits)
+        .filter(|v| v.is_finite())
+        .collect();
+    if values.is_empty() {
+        return [0.0, 1.0];
+    }
+    values.sort_unstable_by(f32::total_cmp);
+    let at = |p: f32| {
+        let rank = (p.clamp(0.0, 100.0) / 100.0 * (values.len() - 1) as f32).round();
+        values[rank as usize]
+    };
+    let (lo, hi) = (
+        at(percentiles[0].min(percentiles[1])),
+        at(percentiles[0].max(percentiles[1])),
+    );
+    if lo < hi {
+        [lo, hi]
+    } else {
+        [lo - 0.5, lo + 0.5]
+    }
+}
+
+/// `(width, height)` of each slice of a volume of `shape`, in the order xy, xz, yz.
+pub fn slice_sizes(shape: [usize; 3]) -> [[usize; 2]; 3] {
+    let layout = SliceLayout::new(shape);
+    SliceAxis::ALL.map(|axis| {
+        let (_, width, height) = layout.image(axis);
+        [width, height]
+    })
+}
+
+/// The xy, xz and yz textures of a volume of `shape` on the UI's device, registered with its
+/// renderer: sRGB grey (what the pass writes is what the screen shows), copied into, sampled.
+pub fn create_textures(
+    render: &RenderState,
+    shape: [usize; 3],
+) -> ([wgpu::Texture; 3], [egui::TextureId; 3]) {
+    let textures = slice_sizes(shape).map(|[width, height]| {
+        render.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("lamino-viewer slice"),
+            size: wgpu::Extent3d {
+                width: width as u32,
+                height: height as u32,
+                depth_or_array_layers: 1,
+            },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba8UnormSrgb,
+            usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
+            view_formats: &[],
+        })
+    });
+    let mut renderer = render.renderer.write();
+    let ids = [0, 1, 2].map(|i| {
+        let view = textures[i].create_view(&wgpu::TextureViewDescriptor::default());
+        // Voxels as squares, not blurred.
+        renderer.register_native_texture(&render.device, &view, wgpu::FilterMode::Nearest)
+    });
+    (textures, ids)
+}
+
+/// Frees the textures [`create_textures`] registered.
+pub fn free_textures(render: &RenderState, ids: [egui::TextureId; 3]) {
+    let mut renderer = render.renderer.write();
+    for id in &ids {
+        renderer.free_texture(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_takes_percentiles_of_the_three_slices_finite_values() {
+        let shape = [2, 3, 4];
+        let layout = SliceLayout::new(shape);
+        // Values 0..n of every slice pixel, one NaN among them; the pitch's padding words are 0
+        // and must not count.
+        let mut words = vec![0u32; layout.words()];
+        let mut next = 0.0f32;
+        for axis in SliceAxis::ALL {
+            let (first, width, height) = layout.image(axis);
+            for r in 0..height {
+                for c in 0..width {
+                    words[first + r * layout.pitch + c] = next.to_bits();
+                    next += 1.0;
+                }
+            }
+        }
+        let pixels = next as usize;
+        words[layout.image(SliceAxis::Xz).0] = f32::NAN.to_bits();
+        // 0 and 100: the smallest and largest finite values.
+        let [lo, hi] = window(layout, &words, [0.0, 100.0]);
+        assert_eq!([lo, hi], [0.0, (pixels - 1) as f32]);
+        // The median of the finite values, whichever way round the percentiles are given.
+        let finite = pixels - 1;
+        let [lo, _] = window(layout, &words, [50.0, 100.0]);
+        let median_rank = ((finite - 1) as f32 * 0.5).round() as usize;
+        let mut sorted: Vec<f32> = (0..pixels).map(|v| v as f32).collect();
+        sorted.remove(layout.image(SliceAxis::Xy).1 * layout.image(SliceAxis::Xy).2);
+        assert_eq!(lo, sorted[median_rank]);
+        assert_eq!(
+            window(layout, &words, [90.0, 10.0]),
+            window(layout, &words, [10.0, 90.0])
+        );
+        // Equal values (the all-zero first iterate): a valid window around them.
+        let zeros = vec![0u32; layout.words()];
+        assert_eq!(window(layout, &zeros, [1.0, 99.0]), [-0.5, 0.5]);
+    }
+
+    #[test]
+    fn slice_sizes_are_width_by_height_of_xy_xz_yz() {
+        assert_eq!(slice_sizes([2, 3, 4]), [[4, 3], [4, 2], [3, 2]]);
+    }
+}

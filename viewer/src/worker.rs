@@ -1,0 +1,309 @@
+//! The worker thread: it opens a scan, plans and runs the reconstruction on the UI's device, draws
+//! the slices of every iterate into the UI's textures ([`crate::slices`]) and saves the volume.
+//! The UI sends it [`Command`]s; it answers with [`Event`]s and a repaint request. While a run
+//! goes on it hears nothing but the cancel flag: the commands wait for the run's end.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use eframe::wgpu;
+use lamino::io::write_dxchange;
+use lamino::recon::input::{load_projections_with, LoadOptions, ProjectionInput};
+use lamino::simulate::{simulated_scan, ScanSpec};
+use lamino::solver::IterationReport;
+use lamino::{
+    write_volume, AdmmParams, CheckpointInterval, GpuContext, Projections, Reconstructor, Solved,
+};
+
+use crate::slices::{Display, Drawn, SliceTargets};
+
+/// Where a scan comes from.
+#[derive(Debug, Clone)]
+pub enum ScanSource {
+    /// A simulated scan, written as DXchange in the work directory (as `lamino simulate` writes
+    /// it) and opened from there like any scan: `lamino reconstruct` of that file reads the same
+    /// projections.
+    Simulate(ScanSpec),
+    /// A file the library's readers open (DXchange/NXtomo HDF5, a TIFF stack with its options).
+    File(ProjectionInput),
+}
+
+/// What the UI asks of the worker.
+pub enum Command {
+    Open(ScanSource),
+    /// The textures the slices of the opened scan's volume are drawn into.
+    Targets(Box<[wgpu::Texture; 3]>),
+    /// Runs `params` from the start, or from the checkpoint of the last cancelled run.
+    Start {
+        params: AdmmParams,
+        resume: bool,
+    },
+    /// Draws the slices of the last iterate again (the display settings changed).
+    Redraw,
+    Save(PathBuf),
+}
+
+/// What the worker tells the UI.
+pub enum Event {
+    Opened {
+        /// `(n0, n1, n2)` of the volume.
+        shape: [usize; 3],
+        /// The scan's file (the simulated one for a simulation) and what loading it said.
+        summary: String,
+        /// The memory plan, as `lamino reconstruct --dry-run` prints it.
+        plan: String,
+        /// Whether the plan streams the volume through the device (slices from a host copy).
+        streams: bool,
+    },
+    Progress {
+        report: IterationReport,
+        total: usize,
+        elapsed_s: f64,
+        eta_s: f64,
+    },
+    Slices(Drawn),
+    Finished {
+        stop: String,
+        completed: bool,
+        /// Seconds each outer iteration took (from the progress callbacks, slice updates
+        /// included).
+        iteration_s: Vec<f64>,
+    },
+    Saved(PathBuf),
+    Failed(String),
+}
+
+/// The worker's ends of the channels, the display settings the UI changes, and the cancel flag.
+pub struct Link {
+    pub commands: Receiver<Command>,
+    pub events: Sender<Event>,
+    pub repaint: eframe::egui::Context,
+    pub display: Arc<Mutex<Display>>,
+    pub cancel: Arc<AtomicBool>,
+    /// Where simulated scans and the checkpoint go.
+    pub work_dir: PathBuf,
+    /// The device memory the reconstruction may hold (default: the library's).
+    pub device_budget: Option<u64>,
+    /// Whether the slices are drawn after every outer iteration (else once at the end).
+    pub live: bool,
+}
+
+impl Link {
+    fn send(&self, event: Event) {
+        // The UI has gone when this fails: the worker ends with the next command it fails to read.
+        let _ = self.events.send(event);
+        self.repaint.request_repaint();
+    }
+}
+
+/// The worker's loop, until the UI drops its end of the commands.
+pub fn run(ctx: GpuContext, link: Link) {
+    let checkpoint = link.work_dir.join("checkpoint.ckpt");
+    let mut projections: Option<Projections> = None;
+    let mut targets: Option<Rc<SliceTargets>> = None;
+    let mut solved: Option<Solved<'_>> = None;
+    while let Ok(command) = link.commands.recv() {
+        let result = match command {
+            Command::Open(source) => {
+                solved = None;
+                targets = None;
+                projections = None;
+                open(&ctx, &link, &source).map(|(p, event)| {
+                    projections = Some(p);
+                    link.send(event);
+                })
+            }
+            Command::Targets(textures) => match &projections {
+                Some(p) => SliceTargets::new(&ctx, p.geometry(), *textures).map(|t| {
+                    targets = Some(Rc::new(t));
+                }),
+                None => Err("no scan is open".into()),
+            },
+            Command::Start { params, resume } => match &projections {
+                Some(p) => {
+                    solved = None;
+                    reconstruct(&ctx, &link, p, params, targets.clone(), &checkpoint, resume).map(
+                        |(s, event)| {
+                            solved = Some(s);
+                            link.send(event);
+                        },
+                    )
+                }
+                None => Err("no scan is open".into()),
+            },
+            Command::Redraw => match (&solved, &targets) {
+                (Some(s), Some(t)) => redraw(&link, s, t),
+                _ => Ok(()),
+            },
+            Command::Save(path) => match &solved {
+                Some(s) => write_volume(&path, s)
+                    .map(|()| link.send(Event::Saved(path)))
+                    .map_err(|e| e.to_string()),
+                None => Err("nothing to save: no reconstruction has run".into()),
+            },
+        };
+        if let Err(e) = result {
+            link.send(Event::Failed(e));
+        }
+    }
+}
+
+/// Loads `source` and plans its reconstruction.
+fn open(
+    ctx: &GpuContext,
+    link: &Link,
+    source: &ScanSource,
+) -> Result<(Projections, Event), String> {
+    let input = match source {
+        ScanSource::File(input) => input.clone(),
+        ScanSource::Simulate(spec) => {
+            let path = link.work_dir.join(format!(
+                "simulated-{}-{}.h5",
+                spec.phantom.name(),
+                spec.size
+            ));
+            let simulated = simulated_scan(spec).map_err(|e| e.to_string())?;
+            write_dxchange(&path, &simulated.scan).map_err(|e| e.to_string())?;
+            ProjectionInput::DXchange {
+                path,
+                tilt_deg: None,
+                angles: None,
+                theta_units: None,
+                tilt_path: None,
+                theta_path: None,
+            }
+        }
+    };
+    let loaded =
+        load_projections_with(&input, &LoadOptions::default()).map_err(|e| e.to_string())?;
+    let g = loaded.projections.geometry();
+    let plan = with_budget(Reconstructor::new(ctx), link)
+        .plan(g)
+        .map_err(|e| e.to_string())?;
+    let mut summary = format!(
+        "{}: {} projections of {} x {}, tilt {:.2} deg ({}), volume {} x {} x {}",
+        input_path(&input).display(),
+        g.ntheta(),
+        g.deth,
+        g.detw,
+        (g.phi - std::f64::consts::FRAC_PI_2).to_degrees().abs(),
+        loaded.tilt_source,
+        g.n0,
+        g.n1,
+        g.n2
+    );
+    for note in loaded.notes.iter().chain(&loaded.warnings) {
+        summary += &format!("\n{note}");
+    }
+    let event = Event::Opened {
+        shape: [g.n0, g.n1, g.n2],
+        summary,
+        plan: plan.to_string(),
+        streams: plan.mode == lamino::plan::Mode::Streaming,
+    };
+    Ok((loaded.projections, event))
+}
+
+fn input_path(input: &ProjectionInput) -> &Path {
+    match input {
+        ProjectionInput::LineIntegrals { path, .. }
+        | ProjectionInput::DXchange { path, .. }
+        | ProjectionInput::TiffStack { path, .. } => path,
+    }
+}
+
+fn with_budget<'a>(builder: Reconstructor<'a>, link: &Link) -> Reconstructor<'a> {
+    match link.device_budget {
+        Some(bytes) => builder.device_memory_budget(bytes),
+        None => builder,
+    }
+}
+
+/// Runs the reconstruction, drawing the slices after every outer iteration (or once at the end
+/// when the display is not live); a cancelled run leaves its state in `checkpoint`.
+fn reconstruct<'a>(
+    ctx: &'a GpuContext,
+    link: &Link,
+    projections: &Projections,
+    params: AdmmParams,
+    targets: Option<Rc<SliceTargets>>,
+    checkpoint: &Path,
+    resume: bool,
+) -> Result<(Solved<'a>, Event), String> {
+    link.cancel.store(false, Ordering::SeqCst);
+    let events = link.events.clone();
+    let repaint = link.repaint.clone();
+    let mut last = 0.0;
+    let times = Rc::new(RefCell::new(Vec::new()));
+    let mut builder = with_budget(Reconstructor::new(ctx), link)
+        .params(params)
+        .checkpoint_every(checkpoint.to_path_buf(), CheckpointInterval::Never)
+        .cancel_flag(link.cancel.clone())
+        .on_progress({
+            let times = times.clone();
+            move |p| {
+                times.borrow_mut().push(p.elapsed_s - last);
+                last = p.elapsed_s;
+                let _ = events.send(Event::Progress {
+                    report: p.report,
+                    total: p.total,
+                    elapsed_s: p.elapsed_s,
+                    eta_s: p.eta_s,
+                });
+                repaint.request_repaint();
+            }
+        });
+    if let (true, Some(targets)) = (link.live, targets.clone()) {
+        let events = link.events.clone();
+        let repaint = link.repaint.clone();
+        let display = link.display.clone();
+        builder = builder.on_iterate(move |view| {
+            let settings = *display.lock().unwrap();
+            let event = match targets.draw(view, settings) {
+                Ok(drawn) => Event::Slices(drawn),
+                Err(e) => Event::Failed(e),
+            };
+            let _ = events.send(event);
+            repaint.request_repaint();
+        });
+    }
+    if resume {
+        if !checkpoint.exists() {
+            return Err(format!(
+                "no checkpoint to resume from ({}): cancel a run first",
+                checkpoint.display()
+            ));
+        }
+        builder = builder.resume_from(checkpoint.to_path_buf());
+    }
+    let started = Instant::now();
+    let solved = builder.solve(projections).map_err(|e| e.to_string())?;
+    if let (false, Some(targets)) = (link.live, &targets) {
+        redraw(link, &solved, targets)?;
+    }
+    let report = &solved.report;
+    let event = Event::Finished {
+        stop: format!(
+            "{} after {} outer iterations in {:.1} s",
+            report.stop.describe(),
+            report.reports.last().map_or(0, |r| r.iteration + 1),
+            started.elapsed().as_secs_f64()
+        ),
+        completed: report.completed,
+        iteration_s: times.take(),
+    };
+    Ok((solved, event))
+}
+
+/// Draws the slices of the finished run's volume with the display settings now.
+fn redraw(link: &Link, solved: &Solved<'_>, targets: &SliceTargets) -> Result<(), String> {
+    let settings = *link.display.lock().unwrap();
+    let drawn = targets.draw(&solved.iterate_view(), settings)?;
+    link.send(Event::Slices(drawn));
+    Ok(())
+}
