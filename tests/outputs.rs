@@ -11,7 +11,7 @@ use common::process::run_lamino;
 
 use lamino::io::{
     ome_metadata, pyramid_shapes, read_tiff_volume, write_volume, OutputSet, PixelSize, Stack,
-    ZarrOptions, ZarrWriter,
+    ZarrOptions, ZarrPart,
 };
 use zarrs::array::Array;
 use zarrs::filesystem::FilesystemStore;
@@ -79,11 +79,11 @@ fn a_zarr_pyramid_reads_back_with_its_values_block_means_and_metadata() {
         gzip_level: 4,
     };
     let voxel = PixelSize::micrometers(0.65).unwrap();
-    let mut writer = ZarrWriter::create(&path, v.shape, Some(voxel), options).unwrap();
+    let mut writer = ZarrPart::create_whole(&path, v.shape, Some(voxel), options).unwrap();
     for slice in v.values.chunks(10 * 9) {
-        writer.write_image(slice).unwrap();
+        writer.push_image(slice).unwrap();
     }
-    writer.finish().unwrap();
+    writer.finish_alone().unwrap();
 
     let shapes = pyramid_shapes(v.shape, 2);
     assert!(shapes == [[13, 10, 9], [7, 5, 5], [4, 3, 3], [2, 2, 2]]);
@@ -141,9 +141,10 @@ fn a_zarr_directory_replaces_the_previous_one_whole_or_not_at_all() {
     let mut failing = OutputSet::begin(dir.path(), "t").unwrap();
     let staged = failing.stage("v.zarr").unwrap();
     let mut writer =
-        ZarrWriter::create(&staged, [3, 4, 5], None, ZarrOptions::for_shape([3, 4, 5])).unwrap();
-    writer.write_image(&[9.0; 20]).unwrap();
-    let err = failing.complete(writer.finish()).unwrap_err();
+        ZarrPart::create_whole(&staged, [3, 4, 5], None, ZarrOptions::for_shape([3, 4, 5]))
+            .unwrap();
+    writer.push_image(&[9.0; 20]).unwrap();
+    let err = failing.complete(writer.finish_alone()).unwrap_err();
     assert!(err.to_string().contains("1 of the 3 slices"), "{err}");
     assert!(read_level(&path, 0).1 == first.values);
     // A complete one replaces it; only the new volume is left.

@@ -47,7 +47,7 @@ pub use volume::{
     write_tiff_volume, write_volume, write_volume_as, write_volume_files, CentralSlice,
     SlabVisitor, VolumeSlabs,
 };
-pub use zarr::{create_store, ome_metadata, pyramid_shapes, ZarrOptions, ZarrPart, ZarrWriter};
+pub use zarr::{create_store, ome_metadata, pyramid_shapes, ZarrOptions, ZarrPart};
 
 use std::path::{Path, PathBuf};
 use thiserror::Error;

@@ -9,9 +9,11 @@
 //! `2^k` times the volume's) and the shift of a binned voxel's centre (a translation of
 //! `(2^k - 1) / 2` voxels of level 0), so every level lies on the same physical grid.
 //!
-//! The volume arrives a z slice at a time, in order ([`ZarrWriter::write_image`]); each level
-//! holds one row of chunks (`chunk[0]` slices) and stores it once complete, so the host holds a
-//! few chunk rows, never the volume.
+//! One writer, [`ZarrPart`], writes a run of z slices of the volume: all of them in one process
+//! ([`ZarrPart::create_whole`]), or each MPI rank its own ([`ZarrPart::open`]), the files the
+//! same byte for byte. The slices arrive one at a time, in order ([`ZarrPart::push_image`]);
+//! each level holds one row of chunks (`chunk[0]` slices) and stores it once complete, so the
+//! host holds a few chunk rows, never the volume.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,33 +106,6 @@ pub fn ome_metadata(name: &str, levels: usize, voxel_size: Option<PixelSize>) ->
     })
 }
 
-/// One resolution level being written: its array and the row of chunks being filled.
-struct Level {
-    array: Array<FilesystemStore>,
-    shape: [usize; 3],
-    rows: usize,
-    /// Slices `z0..` of the row being filled.
-    row: Vec<f32>,
-    z0: usize,
-    /// The y/x-binned even slice of a pair, waiting for its odd partner (next level's input).
-    pending: Option<Vec<f32>>,
-}
-
-/// Writes a volume to an OME-Zarr directory a z slice at a time (see the module docs).
-pub struct ZarrWriter {
-    path: PathBuf,
-    levels: Vec<Level>,
-    written: usize,
-}
-
-impl std::fmt::Debug for ZarrWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZarrWriter")
-            .field("path", &self.path)
-            .finish()
-    }
-}
-
 fn error(path: &Path, doing: &str, e: impl std::fmt::Display) -> IoError {
     IoError::Write {
         path: path.into(),
@@ -138,8 +113,7 @@ fn error(path: &Path, doing: &str, e: impl std::fmt::Display) -> IoError {
     }
 }
 
-/// Stores the whole `n1 x n2` slices `z` of level `k` (`row`, in z order) in its `array`: the
-/// one write of both the one-process writer and a rank's part.
+/// Stores the whole `n1 x n2` slices `z` of level `k` (`row`, in z order) in its `array`.
 fn store_slices(
     array: &Array<FilesystemStore>,
     path: &Path,
@@ -255,98 +229,6 @@ fn level_arrays(
     Ok(levels)
 }
 
-impl ZarrWriter {
-    /// Creates the OME-Zarr directory `path` (which must not exist) for a volume of `shape`
-    /// with voxels of `voxel_size`, and writes its metadata.
-    pub fn create(
-        path: &Path,
-        shape: [usize; 3],
-        voxel_size: Option<PixelSize>,
-        options: ZarrOptions,
-    ) -> Result<Self, IoError> {
-        create_store(path, shape, voxel_size, options)?;
-        let levels = level_arrays(path, shape, options)?
-            .into_iter()
-            .map(|(array, shape, rows)| Level {
-                array,
-                shape,
-                rows,
-                row: Vec::new(),
-                z0: 0,
-                pending: None,
-            })
-            .collect();
-        Ok(Self {
-            path: path.into(),
-            levels,
-            written: 0,
-        })
-    }
-
-    /// Appends the next z slice (`n1 x n2`, row-major) of level 0.
-    pub fn write_image(&mut self, image: &[f32]) -> Result<(), IoError> {
-        let [n0, n1, n2] = self.levels[0].shape;
-        if image.len() != n1 * n2 || self.written == n0 {
-            return Err(error(
-                &self.path,
-                "writing a slice",
-                format!(
-                    "slice {} of {} values for a volume of {n0} slices of {n1} x {n2}",
-                    self.written,
-                    image.len()
-                ),
-            ));
-        }
-        self.written += 1;
-        self.push(0, image.to_vec())
-    }
-
-    /// Adds the next slice of level `k` and what it completes of the levels below.
-    fn push(&mut self, k: usize, plane: Vec<f32>) -> Result<(), IoError> {
-        let [n0, n1, n2] = self.levels[k].shape;
-        if k + 1 < self.levels.len() {
-            let binned = bin_plane(&plane, n1, n2);
-            let level = &mut self.levels[k];
-            let z = level.z0 + level.row.len() / (n1 * n2);
-            match level.pending.take() {
-                None if z + 1 == n0 => self.push(k + 1, binned)?,
-                None => self.levels[k].pending = Some(binned),
-                Some(even) => self.push(k + 1, pair_mean(&even, &binned))?,
-            }
-        }
-        let level = &mut self.levels[k];
-        level.row.extend_from_slice(&plane);
-        let held = level.row.len() / (n1 * n2);
-        if held == level.rows || level.z0 + held == n0 {
-            let z1 = level.z0 + held;
-            store_slices(
-                &level.array,
-                &self.path,
-                k,
-                level.z0..z1,
-                [n1, n2],
-                &level.row,
-            )?;
-            level.row.clear();
-            level.z0 = z1;
-        }
-        Ok(())
-    }
-
-    /// Checks that every slice came (each level's last row is stored with its last slice).
-    pub fn finish(self) -> Result<(), IoError> {
-        let n0 = self.levels[0].shape[0];
-        if self.written != n0 {
-            return Err(error(
-                &self.path,
-                "finishing the volume",
-                format!("{} of the {n0} slices announced", self.written),
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// What [`ZarrPart::finish`] exchanges through: sends this part's message (to a part, values)
 /// if any and returns what every part sent this one, concatenated in part order.
 pub type PartExchange<'a> = dyn FnMut(Option<(usize, Vec<f32>)>) -> Result<Vec<f32>, String> + 'a;
@@ -383,9 +265,9 @@ fn part_of(bounds: &[usize], p: usize) -> usize {
 }
 
 /// Writes the chunks of one of several parts of an OME-Zarr volume whose metadata exists
-/// ([`create_store`]), each part (an MPI rank) holding a run of z slices of level 0: the files
-/// are byte for byte those [`ZarrWriter`] writes for the whole volume, and no chunk is written
-/// by two parts.
+/// ([`create_store`]), each part (an MPI rank) holding a run of z slices of level 0, or of the
+/// one part that is the whole volume ([`create_whole`](Self::create_whole)): the files are byte
+/// for byte the same however the volume is divided, and no chunk is written by two parts.
 ///
 /// Part `r` pushes its slices `bounds[r]..bounds[r + 1]` in order ([`push_image`]
 /// (Self::push_image)); it computes the slice `p / 2` of the next level when it holds slice `p`
@@ -417,6 +299,19 @@ impl std::fmt::Debug for ZarrPart {
 }
 
 impl ZarrPart {
+    /// Creates the OME-Zarr directory `path` (which must not exist) for a volume of `shape` with
+    /// voxels of `voxel_size`, writes its metadata and returns the one part that is the whole
+    /// volume (what one process writes alone; [`finish_alone`](Self::finish_alone) ends it).
+    pub fn create_whole(
+        path: &Path,
+        shape: [usize; 3],
+        voxel_size: Option<PixelSize>,
+        options: ZarrOptions,
+    ) -> Result<Self, IoError> {
+        create_store(path, shape, voxel_size, options)?;
+        Self::open(path, shape, options, &[0, shape[0]], 0)
+    }
+
     /// The part `part` of the parts `bounds` (`bounds[0] = 0 <= bounds[1] <= ... = n0`, the
     /// slices of level 0 each part holds) of the store `path` of a volume of `shape`, written
     /// with `options` (those the store was created with).
@@ -617,21 +512,40 @@ impl ZarrPart {
                 .map_err(|e| error(&self.path, "exchanging slices with the other writers", e))?;
             self.incoming(step, values)?;
         }
-        let end = self.levels[0].bounds[self.part + 1];
+        let bounds = &self.levels[0].bounds;
+        let (start, end) = (bounds[self.part], bounds[self.part + 1]);
+        if self.next != end {
+            return Err(error(
+                &self.path,
+                "finishing the volume",
+                format!(
+                    "part {} (slices {start}..{end} of level 0): {} of the {} slices announced",
+                    self.part,
+                    self.next - start,
+                    end - start
+                ),
+            ));
+        }
         for (k, level) in self.levels.iter().enumerate() {
-            if self.next != end || !level.row.is_empty() || level.pending.is_some() {
+            if !level.row.is_empty() || level.pending.is_some() {
                 return Err(error(
                     &self.path,
                     "finishing the volume",
                     format!(
-                        "part {} of level {k}: slices {}..{end} of level 0 announced, {} came, \
-                         and a row or a slice of the pyramid is incomplete",
-                        self.part, self.levels[0].bounds[self.part], self.next
+                        "part {} of level {k}: a row or a slice of the pyramid is incomplete",
+                        self.part
                     ),
                 ));
             }
         }
         Ok(self.held_bytes())
+    }
+
+    /// Finishes the part that is the whole volume ([`create_whole`](Self::create_whole)): it has
+    /// no other part to exchange slices with (one of several parts finishes through theirs,
+    /// [`finish`](Self::finish)). Returns the most bytes it held at once.
+    pub fn finish_alone(self) -> Result<u64, IoError> {
+        self.finish(&mut |_| Ok(Vec::new()))
     }
 }
 
@@ -674,11 +588,11 @@ mod tests {
             .collect();
         let dir = tempfile::tempdir().unwrap();
         let whole = dir.path().join("whole.zarr");
-        let mut writer = ZarrWriter::create(&whole, shape, None, options).unwrap();
+        let mut writer = ZarrPart::create_whole(&whole, shape, None, options).unwrap();
         for image in volume.chunks(n1 * n2) {
-            writer.write_image(image).unwrap();
+            writer.push_image(image).unwrap();
         }
-        writer.finish().unwrap();
+        let mut most = writer.finish_alone().unwrap();
         let split = dir.path().join("split").join("whole.zarr");
         std::fs::create_dir(split.parent().unwrap()).unwrap();
         create_store(&split, shape, None, options).unwrap();
@@ -703,7 +617,6 @@ mod tests {
                 part.incoming(step, values).unwrap();
             }
         }
-        let mut most = 0;
         for part in parts {
             most = most.max(part.finish(&mut |_| Ok(Vec::new())).unwrap());
         }

@@ -67,7 +67,7 @@ enum WriterInner {
         description: Option<String>,
         resolution: tiff::encoder::Rational,
     },
-    Zarr(Box<super::super::zarr::ZarrWriter>),
+    Zarr(Box<super::super::zarr::ZarrPart>),
 }
 
 /// `x` as a TIFF rational: six significant decimals within `u32`.
@@ -160,7 +160,7 @@ impl StackWriter {
         let inner = match format {
             StackFormat::Zarr => {
                 let options = super::super::zarr::ZarrOptions::for_shape(shape);
-                WriterInner::Zarr(Box::new(super::super::zarr::ZarrWriter::create(
+                WriterInner::Zarr(Box::new(super::super::zarr::ZarrPart::create_whole(
                     path, shape, voxel_size, options,
                 )?))
             }
@@ -256,7 +256,7 @@ impl StackWriter {
                 }
                 page.write_data(image).map_err(|e| write_error(path, e))?;
             }
-            WriterInner::Zarr(zarr) => zarr.write_image(image)?,
+            WriterInner::Zarr(zarr) => zarr.push_image(image)?,
         }
         self.written += 1;
         Ok(())
@@ -278,7 +278,9 @@ impl StackWriter {
                     .map_err(|e| write_error(path, e))?;
             }
             WriterInner::Tiff { enc, .. } => drop(enc),
-            WriterInner::Zarr(zarr) => zarr.finish()?,
+            WriterInner::Zarr(zarr) => {
+                zarr.finish_alone()?;
+            }
         }
         match self.file {
             Some(file) => file
