@@ -1,6 +1,11 @@
 """Python against the command line on the same scan: wall time and peak host memory, in one run.
 
-    python python/benches/overhead.py [SIZE] [ITERATIONS]   (default 64 and 5)
+    python python/benches/overhead.py [SIZE] [ITERATIONS] [--angles N] [--binning B]
+
+The simulated chip scan of SIZE^3 (default 64) with SIZE angles (or N), ITERATIONS (default 5)
+outer iterations. `--binning B` repeats every detector pixel B x B times and reconstructs with
+binning B: the same SIZE^3 solve from B^2 times the input, so that a copy of the input shows
+against what the solver holds (python/tests/test_memory.py runs that comparison).
 
 Both run in a fresh process (the interpreter with numpy and lamino imported, against the
 binary), on the same line integrals (.npy) with the same geometry, and write their volume; the
@@ -23,6 +28,7 @@ peaks lower than one that compiles them (25 MiB at 32^3 on lavapipe), and whiche
 second would find the other's.
 """
 
+import argparse
 import json
 import os
 import pathlib
@@ -79,6 +85,17 @@ with open(f"{tmp}/python.json", "w") as f:
 """
 
 
+def scan(size, angles, binning):
+    """The simulated chip scan (30 degree tilt) with every detector pixel repeated `binning` x
+    `binning` times: line integrals `(angles, size * binning, size * binning)`, angles, tilt."""
+    import lamino
+    import numpy as np
+
+    s = lamino.simulate("chip", size=size, angles=angles, tilt_deg=30)
+    proj = np.repeat(np.repeat(s["projections"], binning, axis=1), binning, axis=2)
+    return proj, s["theta"], s["tilt"]
+
+
 def cli_binary():
     """The `lamino` binary of this checkout's dev profile (the profile `maturin develop` builds)."""
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -87,8 +104,8 @@ def cli_binary():
 
 def spawned(args, env):
     """Exit status, wall seconds and peak RSS (MiB) of `args`, started by the small spawner."""
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", SPAWN, *map(str, args)],
-                         env=env, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", SPAWN, *map(str, args)], env=env,
+                         check=True, capture_output=True, text=True).stdout
     status, wall, peak, spawner = out.split()
     assert status == "0", f"{args[0]} failed with status {status}"
     # Below the spawner's peak, ru_maxrss is the spawner's: no figure of the child's.
@@ -125,8 +142,8 @@ def compare(tmp, proj, theta, tilt, iterations, binning=1, calls=1, cli=None):
         "--quiet", "--allow-software-gpu", "--out", tmp / "out"], env)
     _, cli_rest = spawned([cli, "--version"], env)
     volume = np.load(tmp / "python.npy")
-    same = np.array_equal(volume.view(np.uint32),
-                          tifffile.imread(tmp / "out" / "recon.tif").astype(np.float32).view(np.uint32))
+    cli_volume = tifffile.imread(tmp / "out" / "recon.tif").astype(np.float32)
+    same = np.array_equal(volume.view(np.uint32), cli_volume.view(np.uint32))
     mib = [k / 1024 for k in py["peaks"]]
     return {
         "input_mib": proj.nbytes / 2**20,
@@ -144,24 +161,31 @@ def compare(tmp, proj, theta, tilt, iterations, binning=1, calls=1, cli=None):
 
 
 def main():
-    import lamino
-
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    iterations = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    s = lamino.simulate("chip", size=size, angles=size, tilt_deg=30)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("size", type=int, nargs="?", default=64)
+    parser.add_argument("iterations", type=int, nargs="?", default=5)
+    parser.add_argument("--angles", type=int)
+    parser.add_argument("--binning", type=int, default=1, choices=[1, 2, 4, 8])
+    a = parser.parse_args()
+    size, iterations, angles = a.size, a.iterations, a.angles or a.size
+    proj, theta, tilt = scan(size, angles, a.binning)
     with tempfile.TemporaryDirectory() as tmp:
-        f = compare(tmp, s["projections"], s["theta"], s["tilt"], iterations, calls=2)
-    print(f"{size}^3, {size} angles, {iterations} iterations; input {f['input_mib']:.1f} MiB, "
+        f = compare(tmp, proj, theta, tilt, iterations, binning=a.binning, calls=2)
+    if a.binning > 1:
+        print(f"line integrals {proj.shape} binned {a.binning} x {a.binning}:")
+    print(f"{size}^3, {angles} angles, {iterations} iterations; input {f['input_mib']:.1f} MiB, "
           f"volume {f['volume_mib']:.1f} MiB; Mesa's shader cache off on both sides")
     print(f"python: {f['python_s']:.2f} s, peak RSS {f['python_peak']:.1f} MiB; "
           f"before the call {f['python_before']:.1f} MiB: the call added "
           f"{f['python_added']:.1f} MiB; {f['python_after']:.1f} MiB after it (the device kept "
-          f"for the next call); a second call: {f['python_seconds'][1]:.2f} s, peak {f['python_peaks'][1]:.1f} MiB")
+          f"for the next call); a second call: {f['python_seconds'][1]:.2f} s, peak "
+          f"{f['python_peaks'][1]:.1f} MiB")
     print(f"cli:    {f['cli_s']:.2f} s, peak RSS {f['cli_peak']:.1f} MiB; at rest (lamino "
           f"--version) {f['cli_rest']:.1f} MiB: the run added {f['cli_added']:.1f} MiB")
-    print(f"ratio python/cli: time {f['python_s'] / f['cli_s']:.3f}, peak RSS {f['python_peak'] / f['cli_peak']:.3f}; added memory "
-          f"python - cli {f['python_added'] - f['cli_added']:+.1f} MiB (bound: one copy of the "
-          f"input, {f['input_mib']:.1f} MiB); same bits: {f['same_bits']}")
+    print(f"ratio python/cli: time {f['python_s'] / f['cli_s']:.3f}, peak RSS "
+          f"{f['python_peak'] / f['cli_peak']:.3f}; added memory python - cli "
+          f"{f['python_added'] - f['cli_added']:+.1f} MiB (bound: one copy of the input, "
+          f"{f['input_mib']:.1f} MiB); same bits: {f['same_bits']}")
 
 
 if __name__ == "__main__":
