@@ -102,17 +102,19 @@ def cli_binary():
     return target / "debug" / "lamino"
 
 
-def spawned(args, env):
-    """Exit status, wall seconds and peak RSS (MiB) of `args`, started by the small spawner."""
+def spawned(args, env, at_most=False):
+    """Exit status, wall seconds and peak RSS (MiB) of `args`, started by the small spawner.
+    `at_most`: a peak below the spawner's is given as the spawner's (a bound from above)."""
     out = subprocess.run([sys.executable, "-I", "-S", "-c", SPAWN, *map(str, args)], env=env,
                          check=True, capture_output=True, text=True).stdout
     status, wall, peak, spawner = out.split()
     assert status == "0", f"{args[0]} failed with status {status}"
-    # Below the spawner's peak, ru_maxrss is the spawner's: no figure of the child's.
-    assert int(peak) > int(spawner), (
+    # Below the spawner's peak, ru_maxrss is the spawner's: no figure of the child's, only a
+    # bound from above.
+    assert at_most or int(peak) > int(spawner), (
         f"{args[0]}'s peak ({peak} KiB) is not above the spawner's ({spawner} KiB): it "
         f"cannot be told apart")
-    return float(wall), int(peak) / 1024
+    return float(wall), max(int(peak), int(spawner) if at_most else 0) / 1024
 
 
 def compare(tmp, proj, theta, tilt, iterations, binning=1, calls=1, cli=None):
@@ -140,7 +142,9 @@ def compare(tmp, proj, theta, tilt, iterations, binning=1, calls=1, cli=None):
         cli, "reconstruct", tmp / "proj.npy", "--geometry", tmp / "geometry.json",
         "--iterations", iterations, "--binning", binning.bit_length() - 1, "--format", "tiff",
         "--quiet", "--allow-software-gpu", "--out", tmp / "out"], env)
-    _, cli_rest = spawned([cli, "--version"], env)
+    # The binary at rest may peak below the spawner (8.4 against 8.7 MiB): then the spawner's
+    # peak stands for it, which can only lower what the CLI's run is said to add.
+    _, cli_rest = spawned([cli, "--version"], env, at_most=True)
     volume = np.load(tmp / "python.npy")
     cli_volume = tifffile.imread(tmp / "out" / "recon.tif").astype(np.float32)
     same = np.array_equal(volume.view(np.uint32), cli_volume.view(np.uint32))
