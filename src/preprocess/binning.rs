@@ -87,8 +87,16 @@ pub fn bin_frames(stack: Stack, b: usize) -> Result<Stack, PreprocessError> {
     if b == 1 {
         return Ok(stack);
     }
-    let mut values = Vec::with_capacity(count * hb * wb);
-    for frame in stack.values.chunks_exact(h * w) {
+    Ok(block_sums(&stack.values, [count, h, w], b))
+}
+
+/// The sums (formed in f64) of the `b x b` blocks of every frame of `values`, frames of
+/// `[count, h, w]`, the edge pixels [`bin_geometry`] drops left out. It reads `values` where they
+/// lie: [`bin_projections`] bins a scan without a second copy of it.
+fn block_sums(values: &[f32], [count, h, w]: [usize; 3], b: usize) -> Stack {
+    let (hb, wb) = (binned_len(h, b), binned_len(w, b));
+    let mut sums = Vec::with_capacity(count * hb * wb);
+    for frame in values.chunks_exact(h * w) {
         for i in 0..hb {
             for j in 0..wb {
                 let mut sum = 0.0f64;
@@ -96,14 +104,14 @@ pub fn bin_frames(stack: Stack, b: usize) -> Result<Stack, PreprocessError> {
                     let row = &frame[r * w + b * j..r * w + b * (j + 1)];
                     sum += row.iter().map(|&v| v as f64).sum::<f64>();
                 }
-                values.push(sum as f32);
+                sums.push(sum as f32);
             }
         }
     }
-    Ok(Stack {
+    Stack {
         shape: [count, hb, wb],
-        values,
-    })
+        values: sums,
+    }
 }
 
 /// Line integrals binned by `b`: the mean over each `b x b` block (the block's sum over `b^2`),
@@ -116,13 +124,8 @@ pub fn bin_projections(p: &Projections, b: usize) -> Result<Projections, Preproc
         return Ok(p.clone());
     }
     let angles = p.angles();
-    let sums = bin_frames(
-        Stack {
-            shape: [angles.len(), g.deth, g.detw],
-            values: p.values().to_vec(),
-        },
-        b,
-    )?;
+    // The sizes are checked by bin_geometry.
+    let sums = block_sums(p.values(), [angles.len(), g.deth, g.detw], b);
     let inv = 1.0 / (b * b) as f32;
     let values = sums.values.iter().map(|v| v * inv).collect();
     Ok(Projections::part(geometry, angles, values)?)
