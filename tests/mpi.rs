@@ -89,6 +89,62 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
                 spectrum[r]
             );
         }
+        if (ranks, devices) == (2, "best") {
+            in_core_ranks_move_only_what_they_exchange(&report["reconstruction"]);
+        }
+    }
+}
+
+/// Two ranks of one device each, both in-core (their planes fit their devices): each moves over
+/// its bus only what it exchanges with the other, which the ranks' ledger counts on the
+/// network's side: it downloads what it sends (the blocks it wrote for the other's planes, and
+/// those of its planes the other reads) and uploads what it receives, each once, and besides
+/// those only the reductions' plane sums (its own down, every rank's up: 8 bytes a plane, at
+/// most sixteen reductions per CG step and one more step's worth per outer iteration).
+fn in_core_ranks_move_only_what_they_exchange(reconstruction: &serde_json::Value) {
+    let members = reconstruction["plan"]["members"].as_array().unwrap();
+    assert!(
+        members.iter().all(|m| m["mode"] == "in_core"),
+        "{members:?}"
+    );
+    let ranks = reconstruction["ranks"].as_array().unwrap();
+    let iterations = reconstruction["reports"].as_array().unwrap().len() as u64;
+    // The blocks each rank sent per outer iteration (reductions and agreements are not blocks).
+    let sent: Vec<u64> = ranks
+        .iter()
+        .map(|e| {
+            let arrays = e["iteration_bytes_by_array"].as_array().unwrap();
+            arrays.iter().map(|a| a["bytes"].as_u64().unwrap()).sum::<u64>() / iterations
+        })
+        .collect();
+    let g = &reconstruction["geometry"];
+    // Reductions run over the volume's z slices or the data's angles.
+    let planes = g["n0"]
+        .as_u64()
+        .unwrap()
+        .max(g["theta"].as_array().unwrap().len() as u64);
+    let params: lamino::params::AdmmParams =
+        serde_json::from_value(reconstruction["params"].clone()).unwrap();
+    let reductions = 16 * (1 + params.inner_iterations as u64) * 16 * planes;
+    for (r, e) in ranks.iter().enumerate() {
+        let bus: u64 = e["bus_bytes_per_iteration"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .sum();
+        let received = sent[1 - r];
+        eprintln!(
+            "rank {r}: {bus} bytes over the bus per iteration; sent {} and received {received} \
+             bytes of blocks",
+            sent[r]
+        );
+        assert!(
+            received <= bus && bus <= sent[r] + received + reductions,
+            "rank {r}: {bus} bytes over the bus per iteration, sent {} bytes of blocks and \
+             received {received}",
+            sent[r]
+        );
     }
 }
 
