@@ -116,7 +116,13 @@ fn check_team_matches_one(
 }
 
 /// Whether each member of a team of `devices` devices is in-core under `shared`.
-fn in_core(ctx: &GpuContext, p: &Projections, params: &AdmmParams, shared: &MemoryPlan, devices: usize) -> Vec<bool> {
+fn in_core(
+    ctx: &GpuContext,
+    p: &Projections,
+    params: &AdmmParams,
+    shared: &MemoryPlan,
+    devices: usize,
+) -> Vec<bool> {
     member_plans(ctx, p.geometry(), params, shared, (1, devices))
         .unwrap()
         .iter()
@@ -219,9 +225,20 @@ fn in_core_members_give_the_bits_and_move_only_what_they_exchange() {
     eprintln!(
         "bus bytes per iteration: in-core {:?}, streaming {:?}, the plan's share of a streaming \
          member {:?}",
-        incore.iteration_bus.iter().map(|b| b / iterations).collect::<Vec<_>>(),
-        streaming.iteration_bus.iter().map(|b| b / iterations).collect::<Vec<_>>(),
-        members.iter().map(|m| m.bytes_moved_per_iteration).collect::<Vec<_>>(),
+        incore
+            .iteration_bus
+            .iter()
+            .map(|b| b / iterations)
+            .collect::<Vec<_>>(),
+        streaming
+            .iteration_bus
+            .iter()
+            .map(|b| b / iterations)
+            .collect::<Vec<_>>(),
+        members
+            .iter()
+            .map(|m| m.bytes_moved_per_iteration)
+            .collect::<Vec<_>>(),
     );
     for m in 0..2 {
         // The streaming member moves its shares as planned and the exchanged blocks besides

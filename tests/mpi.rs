@@ -1,5 +1,6 @@
 //! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2, 3
-//! and 4 ranks (and the spectrum's bytes each rank sends, owned by U2's chunks), checkpoints written in parts by every rank that any number of ranks resumes, a rank
+//! and 4 ranks, in-core and streaming (and the spectrum's bytes each rank sends, owned by U2's
+//! chunks; an in-core rank moves over its bus only what it exchanges), checkpoints written in parts by every rank that any number of ranks resumes, a rank
 //! killed while writing its part leaves the previous checkpoint, a rank that fails or is killed
 //! ends the run with an error instead of leaving the others waiting, and the outputs written
 //! from every rank's slices a slab at a time (`recon.zarr` by every rank, each its chunks), no
@@ -54,12 +55,24 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(Path::new(&one).join("recon.tif")).unwrap();
     // 2, 3 and 4 ranks of one device, and 2 ranks of two devices each (one adapter opened
-    // twice).
-    for (ranks, devices) in [(2, "best"), (3, "best"), (4, "best"), (2, "0,0")] {
-        let out = dir.path().join(format!("ranks-{ranks}-{devices}"));
+    // twice), each device keeping its planes (in-core: they fit the default budget); and 2
+    // ranks whose 3 MiB leave no room for their planes beside the team's plan (streaming).
+    for (ranks, devices, budget) in [
+        (2, "best", None),
+        (3, "best", None),
+        (4, "best", None),
+        (2, "0,0", None),
+        (2, "best", Some("3")),
+    ] {
+        let out = dir
+            .path()
+            .join(format!("ranks-{ranks}-{devices}-{budget:?}"));
         let out_arg = s(&out);
         let mut args = vec!["--device", devices];
         args.extend(reconstruct_args(&scan, &out_arg, "3"));
+        if let Some(mib) = budget {
+            args.extend(["--max-device-memory", mib]);
+        }
         let o = mpirun(ranks, &args).output().unwrap();
         assert!(o.status.success(), "{ranks} ranks: {}", stderr(&o));
         let got = std::fs::read(out.join("recon.tif")).unwrap();
@@ -71,6 +84,15 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
             serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
         let per_rank = report["reconstruction"]["ranks"].as_array().unwrap();
         assert_eq!(per_rank.len(), ranks);
+        let members = report["reconstruction"]["plan"]["members"]
+            .as_array()
+            .unwrap();
+        let mode = if budget.is_none() {
+            "in_core"
+        } else {
+            "streaming"
+        };
+        assert!(members.iter().all(|m| m["mode"] == mode), "{members:?}");
         let spectrum = spectrum_bytes(&report["reconstruction"], ranks, devices.split(',').count());
         for (r, entry) in per_rank.iter().enumerate() {
             assert_eq!(entry["rank"], r);
@@ -89,7 +111,7 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
                 spectrum[r]
             );
         }
-        if (ranks, devices) == (2, "best") {
+        if (ranks, devices, budget) == (2, "best", None) {
             in_core_ranks_move_only_what_they_exchange(&report["reconstruction"]);
         }
     }
@@ -102,11 +124,6 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
 /// those only the reductions' plane sums (its own down, every rank's up: 8 bytes a plane, at
 /// most sixteen reductions per CG step and one more step's worth per outer iteration).
 fn in_core_ranks_move_only_what_they_exchange(reconstruction: &serde_json::Value) {
-    let members = reconstruction["plan"]["members"].as_array().unwrap();
-    assert!(
-        members.iter().all(|m| m["mode"] == "in_core"),
-        "{members:?}"
-    );
     let ranks = reconstruction["ranks"].as_array().unwrap();
     let iterations = reconstruction["reports"].as_array().unwrap().len() as u64;
     // The blocks each rank sent per outer iteration (reductions and agreements are not blocks).
@@ -114,7 +131,11 @@ fn in_core_ranks_move_only_what_they_exchange(reconstruction: &serde_json::Value
         .iter()
         .map(|e| {
             let arrays = e["iteration_bytes_by_array"].as_array().unwrap();
-            arrays.iter().map(|a| a["bytes"].as_u64().unwrap()).sum::<u64>() / iterations
+            arrays
+                .iter()
+                .map(|a| a["bytes"].as_u64().unwrap())
+                .sum::<u64>()
+                / iterations
         })
         .collect();
     let g = &reconstruction["geometry"];

@@ -360,8 +360,10 @@ fn pieces(block: &BlockView, home: &Range<usize>) -> Vec<Piece> {
     let mut at = 0;
     for (start, len) in block.runs() {
         let end = start + len;
-        let (a, b) = (start.clamp(home.start, home.end), end.clamp(home.start, home.end));
-        for (lo, hi, inside) in [(start, a, false), (a, b, true), (b, end, false)] {
+        let before = (start, end.min(home.start), false);
+        let inside = (start.max(home.start), end.min(home.end), true);
+        let after = (start.max(home.end), end, false);
+        for (lo, hi, inside) in [before, inside, after] {
             if lo < hi {
                 out.push(Piece {
                     at: at + lo - start,
@@ -737,7 +739,10 @@ impl Field {
         h.pending
             .lock()
             .expect("pending downloads poisoned")
-            .extend(runs.iter().map(|&(s, l)| (id, BlockView::words_range(s, l))));
+            .extend(
+                runs.iter()
+                    .map(|&(s, l)| (id, BlockView::words_range(s, l))),
+            );
         let pending = Pending(self.clone(), id);
         Box::new(move |bytes: &[u8]| {
             let field = &pending.0;
@@ -777,8 +782,11 @@ impl Field {
         ctx: &GpuContext,
         planes: Range<usize>,
     ) -> Result<(), GpuError> {
-        let h = self.host().expect("only host arrays keep planes on a device");
-        let words = planes.start * self.layout().plane_words..planes.end * self.layout().plane_words;
+        let h = self
+            .host()
+            .expect("only host arrays keep planes on a device");
+        let words =
+            planes.start * self.layout().plane_words..planes.end * self.layout().plane_words;
         let buffer = ctx.storage_buffer(
             &format!("{} (planes {planes:?})", self.label()),
             4 * words.len() as u64,
@@ -858,7 +866,10 @@ impl Field {
         let (home, buffer) = match (home, tap) {
             (Some(home), None) => home,
             (home, tap) => {
-                assert!(home.is_none(), "a tapped download writes the host array only");
+                assert!(
+                    home.is_none(),
+                    "a tapped download writes the host array only"
+                );
                 let scatter = self.scatter(*block);
                 let done: Completion = match tap {
                     Some(tap) => Box::new(move |bytes: &[u8]| {
@@ -1117,6 +1128,36 @@ mod tests {
             assert!(same, "{home:?}");
         }
         assert!(std::fs::read_dir(dir.path()).unwrap().count() == 0);
+    }
+
+    /// A block's runs split at a home's edges: every word once, in block order, each piece
+    /// wholly in or out of the home, whatever side of it the runs lie on.
+    #[test]
+    fn pieces_split_a_block_at_the_edges_of_a_home() {
+        // 6 planes of 20 words; the block takes words 4..12 of every plane.
+        let block = BlockView {
+            offset: 4,
+            strides: [20, 20, 1],
+            extents: [6, 1, 8],
+            words: 1,
+        };
+        for home in [0..0, 30..70, 0..120, 45..47, 100..130, 8..9] {
+            let p = super::pieces(&block, &home);
+            let mut at = 0;
+            let mut all = Vec::new();
+            for piece in &p {
+                assert_eq!(piece.at, at, "{home:?} {p:?}");
+                at += piece.len;
+                let words = piece.start..piece.start + piece.len;
+                assert!(
+                    words.clone().all(|w| home.contains(&w) == piece.home),
+                    "{home:?}"
+                );
+                all.extend(words);
+            }
+            let expected: Vec<usize> = block.runs().flat_map(|(s, l)| s..s + l).collect();
+            assert_eq!(all, expected, "{home:?}");
+        }
     }
 
     fn words(b: &BlockView) -> HashSet<usize> {

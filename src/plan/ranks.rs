@@ -271,7 +271,10 @@ mod tests {
             }
             assert_eq!(next, a.layout(&g).planes, "{a:?}");
         }
-        assert_eq!(plans[1].portion.home(Array::Spectrum, &g, rows).start % rows, 0);
+        assert_eq!(
+            plans[1].portion.home(Array::Spectrum, &g, rows).start % rows,
+            0
+        );
         // One member's homes do not fit beside the team's plan: it streams.
         let one = member_plans(&ctx, &g, &params, &shared, (1, 1)).unwrap();
         assert_eq!(one[0].mode, Mode::Streaming, "{:?}", one[0]);
