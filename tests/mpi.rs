@@ -1,5 +1,6 @@
 //! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2, 3
-//! and 4 ranks (and the spectrum's bytes each rank sends, owned by U2's chunks), checkpoints written in parts by every rank that any number of ranks resumes, a rank
+//! and 4 ranks, in-core and streaming (and the spectrum's bytes each rank sends, owned by U2's
+//! chunks; an in-core rank moves over its bus only what it exchanges), checkpoints written in parts by every rank that any number of ranks resumes, a rank
 //! killed while writing its part leaves the previous checkpoint, a rank that fails or is killed
 //! ends the run with an error instead of leaving the others waiting, and the outputs written
 //! from every rank's slices a slab at a time (`recon.zarr` by every rank, each its chunks), no
@@ -54,12 +55,24 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     assert!(o.status.success(), "{}", stderr(&o));
     let expected = std::fs::read(Path::new(&one).join("recon.tif")).unwrap();
     // 2, 3 and 4 ranks of one device, and 2 ranks of two devices each (one adapter opened
-    // twice).
-    for (ranks, devices) in [(2, "best"), (3, "best"), (4, "best"), (2, "0,0")] {
-        let out = dir.path().join(format!("ranks-{ranks}-{devices}"));
+    // twice), each device keeping its planes (in-core: they fit the default budget); and 2
+    // ranks whose 3 MiB leave no room for their planes beside the team's plan (streaming).
+    for (ranks, devices, budget) in [
+        (2, "best", None),
+        (3, "best", None),
+        (4, "best", None),
+        (2, "0,0", None),
+        (2, "best", Some("3")),
+    ] {
+        let out = dir
+            .path()
+            .join(format!("ranks-{ranks}-{devices}-{budget:?}"));
         let out_arg = s(&out);
         let mut args = vec!["--device", devices];
         args.extend(reconstruct_args(&scan, &out_arg, "3"));
+        if let Some(mib) = budget {
+            args.extend(["--max-device-memory", mib]);
+        }
         let o = mpirun(ranks, &args).output().unwrap();
         assert!(o.status.success(), "{ranks} ranks: {}", stderr(&o));
         let got = std::fs::read(out.join("recon.tif")).unwrap();
@@ -71,6 +84,15 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
             serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
         let per_rank = report["reconstruction"]["ranks"].as_array().unwrap();
         assert_eq!(per_rank.len(), ranks);
+        let members = report["reconstruction"]["plan"]["members"]
+            .as_array()
+            .unwrap();
+        let mode = if budget.is_none() {
+            "in_core"
+        } else {
+            "streaming"
+        };
+        assert!(members.iter().all(|m| m["mode"] == mode), "{members:?}");
         let spectrum = spectrum_bytes(&report["reconstruction"], ranks, devices.split(',').count());
         for (r, entry) in per_rank.iter().enumerate() {
             assert_eq!(entry["rank"], r);
@@ -89,6 +111,61 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
                 spectrum[r]
             );
         }
+        if (ranks, devices, budget) == (2, "best", None) {
+            in_core_ranks_move_only_what_they_exchange(&report["reconstruction"]);
+        }
+    }
+}
+
+/// Two ranks of one device each, both in-core (their planes fit their devices): each moves over
+/// its bus only what it exchanges with the other, which the ranks' ledger counts on the
+/// network's side: it downloads what it sends (the blocks it wrote for the other's planes, and
+/// those of its planes the other reads) and uploads what it receives, each once, and besides
+/// those only the reductions' plane sums (its own down, every rank's up: 8 bytes a plane, at
+/// most sixteen reductions per CG step and one more step's worth per outer iteration).
+fn in_core_ranks_move_only_what_they_exchange(reconstruction: &serde_json::Value) {
+    let ranks = reconstruction["ranks"].as_array().unwrap();
+    let iterations = reconstruction["reports"].as_array().unwrap().len() as u64;
+    // The blocks each rank sent per outer iteration (reductions and agreements are not blocks).
+    let sent: Vec<u64> = ranks
+        .iter()
+        .map(|e| {
+            let arrays = e["iteration_bytes_by_array"].as_array().unwrap();
+            arrays
+                .iter()
+                .map(|a| a["bytes"].as_u64().unwrap())
+                .sum::<u64>()
+                / iterations
+        })
+        .collect();
+    let g = &reconstruction["geometry"];
+    // Reductions run over the volume's z slices or the data's angles.
+    let planes = g["n0"]
+        .as_u64()
+        .unwrap()
+        .max(g["theta"].as_array().unwrap().len() as u64);
+    let params: lamino::params::AdmmParams =
+        serde_json::from_value(reconstruction["params"].clone()).unwrap();
+    let reductions = 16 * (1 + params.inner_iterations as u64) * 16 * planes;
+    for (r, e) in ranks.iter().enumerate() {
+        let bus: u64 = e["bus_bytes_per_iteration"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .sum();
+        let received = sent[1 - r];
+        eprintln!(
+            "rank {r}: {bus} bytes over the bus per iteration; sent {} and received {received} \
+             bytes of blocks",
+            sent[r]
+        );
+        assert!(
+            received <= bus && bus <= sent[r] + received + reductions,
+            "rank {r}: {bus} bytes over the bus per iteration, sent {} bytes of blocks and \
+             received {received}",
+            sent[r]
+        );
     }
 }
 

@@ -44,6 +44,8 @@ struct DistributedRun {
     bytes_sent_per_iteration: Vec<u64>,
     /// Of those, the blocks of each array, per rank: (array, bytes per outer iteration).
     array_bytes_per_iteration: Vec<Vec<(String, u64)>>,
+    /// Host <-> device bytes of each rank's devices per outer iteration.
+    bus_bytes_per_iteration: Vec<u64>,
     /// What the cost model counts per rank and outer iteration for this run's geometry and
     /// parameters ([`crate::plan::cluster_model::network_bytes_per_rank`]).
     model_bytes_per_iteration: u64,
@@ -159,6 +161,13 @@ pub fn print(
                         .collect()
                 })
                 .collect(),
+            bus_bytes_per_iteration: match k {
+                1 => vec![bus_sum(&r["bus_bytes_per_iteration"])],
+                _ => ranks_reports
+                    .iter()
+                    .map(|e| bus_sum(&e["bus_bytes_per_iteration"]))
+                    .collect(),
+            },
             model_bytes_per_iteration: crate::plan::cluster_model::network_bytes_per_rank(
                 &geometry, &params, k,
             ),
@@ -187,7 +196,21 @@ pub fn print(
                     .collect();
                 println!("  rank 0's blocks by array, MB: {}", arrays.join(", "));
             }
+            let bus: Vec<String> = run.bus_bytes_per_iteration.iter().map(|&b| mb(b)).collect();
+            println!(
+                "  over the bus per iteration by each rank's devices, MB: {}",
+                bus.join(", ")
+            );
         }
     }
     Ok(())
+}
+
+/// The sum of a report's per-device bytes (a list of numbers).
+fn bus_sum(v: &serde_json::Value) -> u64 {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_u64)
+        .sum()
 }

@@ -344,9 +344,10 @@ impl Ranks {
     }
 
     /// Sends the blocks this rank downloaded outside its home to their homes, lets go of the
-    /// blocks fetched for the last stage, then fetches from their homes the parts of `reads`
-    /// (the blocks the next stage reads) beyond this rank's home. Collective.
-    pub(crate) fn exchange(&self, reads: &[(Field, BlockView)]) {
+    /// blocks fetched for the last stage, then asks the homes for the parts of `reads` (the
+    /// blocks the next stage reads) beyond this rank's home, and learns what the other ranks ask
+    /// of its home ([`Asked`]; [`answer`](Self::answer) sends and receives them). Collective.
+    pub(crate) fn send_home_and_ask(&self, reads: &[(Field, BlockView)]) -> Asked {
         let fields = self.fields.lock().expect("fields poisoned").clone();
         let mut triples: Vec<Vec<u64>> = vec![Vec::new(); self.size];
         let mut words: Vec<Vec<f32>> = vec![Vec::new(); self.size];
@@ -377,22 +378,34 @@ impl Ranks {
             }
         }
         let asked = self.all_to_all(requests.clone());
+        Asked {
+            fields: fields.into_iter().map(|o| o.field).collect(),
+            requests,
+            asked,
+        }
+    }
+
+    /// Sends every rank the parts of this rank's home it asked for, and receives those this
+    /// rank asked for ([`send_home_and_ask`](Self::send_home_and_ask)). Collective.
+    pub(crate) fn answer(&self, asked: &Asked) {
+        let fields = &asked.fields;
         let replies: Vec<Vec<f32>> = asked
+            .asked
             .iter()
             .map(|t| {
                 t.chunks_exact(3)
                     .flat_map(|t| {
                         self.count_array_words(t[0] as usize, t[2] as usize);
-                        fields[t[0] as usize]
-                            .field
-                            .copy_runs(&[(t[1] as usize, t[2] as usize)])
+                        fields[t[0] as usize].copy_runs(&[(t[1] as usize, t[2] as usize)])
                     })
                     .collect()
             })
             .collect();
         let replies = self.all_to_all(replies);
-        for (t, w) in requests.iter().zip(&replies) {
-            fill_triples(&fields, t, w);
+        for (t, w) in asked.requests.iter().zip(&replies) {
+            for (t, w) in runs_of(t).zip(split_runs(t, w)) {
+                fields[t.0].fill_runs(&[(t.1, t.2)], w);
+            }
         }
     }
 
@@ -489,13 +502,55 @@ struct HomeParts {
 
 /// Writes `words` into the (field, start, length) runs of `triples`, one after the other.
 fn fill_triples(fields: &[Owned], triples: &[u64], words: &[f32]) {
+    for (t, w) in runs_of(triples).zip(split_runs(triples, words)) {
+        fields[t.0].field.fill_runs(&[(t.1, t.2)], w);
+    }
+}
+
+/// The (field, start, length) runs of `triples`.
+fn runs_of(triples: &[u64]) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    triples
+        .chunks_exact(3)
+        .map(|t| (t[0] as usize, t[1] as usize, t[2] as usize))
+}
+
+/// `words` cut into the runs of `triples`, in order.
+fn split_runs<'a>(triples: &'a [u64], words: &'a [f32]) -> impl Iterator<Item = &'a [f32]> + 'a {
     let mut at = 0;
-    for t in triples.chunks_exact(3) {
-        let (start, len) = (t[1] as usize, t[2] as usize);
-        fields[t[0] as usize]
-            .field
-            .fill_runs(&[(start, len)], &words[at..at + len]);
+    runs_of(triples).map(move |(_, _, len)| {
+        let part = &words[at..at + len];
         at += len;
+        part
+    })
+}
+
+/// What the ranks asked each other for in an exchange ([`Ranks::send_home_and_ask`]).
+#[derive(Clone)]
+pub(crate) struct Asked {
+    /// The registered arrays, in order.
+    fields: Vec<Field>,
+    /// (field, start, length) triples this rank asked each rank for.
+    requests: Vec<Vec<u64>>,
+    /// The triples each rank asked this one for.
+    asked: Vec<Vec<u64>>,
+}
+
+impl Asked {
+    /// The runs of each array the other ranks asked this rank for: (array, (start, length)
+    /// runs).
+    pub fn runs(&self) -> Vec<(Field, Vec<(usize, usize)>)> {
+        let mut by_field: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.fields.len()];
+        for t in &self.asked {
+            for (f, start, len) in runs_of(t) {
+                by_field[f].push((start, len));
+            }
+        }
+        self.fields
+            .iter()
+            .cloned()
+            .zip(by_field)
+            .filter(|(_, runs)| !runs.is_empty())
+            .collect()
     }
 }
 

@@ -10,6 +10,12 @@
 //! host arrays have landed, and meets the others. Every member records the same sequence of
 //! synchronisation points; a member that fails [`abort`](TeamSync::abort)s the team, so the
 //! others return an error at their next meeting instead of waiting for it forever.
+//!
+//! A member whose memory plan is in-core keeps its planes of every array on its device
+//! ([`Field::keep_on_device`]); the host arrays stay the medium of the exchanges. At a sync the
+//! members tell each other the blocks their next stage reads: each downloads the words of them
+//! it holds newer than the host, and after the meeting writes into its device the words of its
+//! planes that others wrote on the host. So only the blocks it exchanges cross its bus.
 
 use std::any::Any;
 use std::ops::Range;
@@ -33,11 +39,16 @@ struct State {
     result: Option<Box<dyn Any + Send>>,
 }
 
+/// The team's arrays some members keep planes of on their devices.
+type Homed = Mutex<Vec<Field>>;
+
 /// The meeting point of a team's members: a barrier that a failing member can break.
 pub(crate) struct TeamSync {
     members: usize,
     state: Mutex<State>,
     met: Condvar,
+    /// The arrays of which members keep planes on their devices.
+    homed: Homed,
 }
 
 impl TeamSync {
@@ -49,7 +60,40 @@ impl TeamSync {
                 ..State::default()
             }),
             met: Condvar::new(),
+            homed: Mutex::default(),
         })
+    }
+
+    /// Adds `fields` to the arrays whose planes members may keep on their devices (every
+    /// array the members share).
+    pub fn add_homed(&self, fields: &[Field]) {
+        self.homed
+            .lock()
+            .expect("homed arrays poisoned")
+            .extend(fields.iter().cloned());
+    }
+
+    /// The arrays whose planes members may keep on their devices.
+    fn homed(&self) -> Vec<Field> {
+        self.homed.lock().expect("homed arrays poisoned").clone()
+    }
+
+    /// Writes into `ctx`'s device the words of its planes that are newer on the host.
+    pub fn host_to_device(&self, ctx: &GpuContext) -> Result<(), GpuError> {
+        for f in self.homed() {
+            f.host_to_device(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Brings every word `ctx`'s device holds newer than the host to the host, and waits for
+    /// it: before the host arrays are read whole (checkpoints, outputs).
+    pub fn device_to_host(&self, ctx: &GpuContext) -> Result<(), GpuError> {
+        let mut rec = ctx.recorder("planes to the host");
+        for f in self.homed() {
+            f.record_home_to_host(ctx, &mut rec)?;
+        }
+        Share::land(ctx, &mut rec)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -196,24 +240,68 @@ impl Share {
     }
 
     /// Submits what `rec` holds, waits until this member's downloads have landed in the host
-    /// arrays, and meets the others: after it, every block any member wrote is readable, and
-    /// (for MPI ranks) the blocks `reads` names are here.
+    /// arrays, and meets the others: after it, every block any member wrote is readable where
+    /// the reader reads it (the host array, or the reader's device for its own planes), and the
+    /// blocks `reads` names (this member's next stage's) are here. Members that keep planes on
+    /// their devices first download the words of the others' `reads` they hold newer than the
+    /// host, and after the meeting write into their devices the words of their planes others
+    /// wrote on the host.
     pub fn sync(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
-        #[cfg_attr(not(feature = "mpi"), allow(unused_variables))] reads: impl FnOnce() -> Reads,
+        reads: impl FnOnce() -> Reads,
     ) -> Result<(), GpuError> {
         Self::land(ctx, rec)?;
         match &self.meeting {
-            Meeting::Threads(sync) => sync.meet(),
+            Meeting::Threads(sync) => {
+                let all = sync.with_first(self.index, reads(), |all| all)?;
+                let others = all
+                    .iter()
+                    .enumerate()
+                    .filter(|(m, _)| *m != self.index)
+                    .flat_map(|(_, r)| r);
+                Self::to_host(ctx, rec, others)?;
+                sync.meet()?;
+                sync.host_to_device(ctx)
+            }
             #[cfg(feature = "mpi")]
             Meeting::Ranks {
                 ranks,
                 local,
                 device,
-            } => local.with_first(*device, reads(), |all| ranks.exchange(&all.concat())),
+            } => {
+                // The blocks downloaded outside the rank's planes go home, and every rank learns
+                // what the others' next stages read of its planes.
+                let (asked, all) = local.with_first(*device, reads(), |all| {
+                    (ranks.send_home_and_ask(&all.concat()), all)
+                })?;
+                let others = all
+                    .iter()
+                    .enumerate()
+                    .filter(|(d, _)| d != device)
+                    .flat_map(|(_, r)| r);
+                for (field, runs) in asked.runs() {
+                    field.record_to_host(ctx, rec, runs)?;
+                }
+                Self::to_host(ctx, rec, others)?;
+                local.with_first(*device, (), |_| ranks.answer(&asked))?;
+                local.host_to_device(ctx)
+            }
         }
+    }
+
+    /// Downloads the words of `reads` this member holds newer on its device than the host, and
+    /// waits until they landed.
+    fn to_host<'a>(
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        reads: impl Iterator<Item = &'a (Field, BlockView)>,
+    ) -> Result<(), GpuError> {
+        for (field, view) in reads.filter(|(f, _)| f.has_homes()) {
+            field.record_to_host(ctx, rec, view.runs())?;
+        }
+        Self::land(ctx, rec)
     }
 
     /// Submits what `rec` holds and waits until this member's downloads have landed.

@@ -296,6 +296,12 @@ impl GpuContext {
             .unwrap_or_default()
     }
 
+    /// This device's identity among the contexts alive now (two contexts on one adapter are
+    /// two devices): what a team's arrays key the planes each device keeps by.
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.core.ledger) as usize
+    }
+
     /// Submissions, waits and bytes moved since the context was created.
     pub fn traffic(&self) -> Traffic {
         self.core.counters.snapshot()

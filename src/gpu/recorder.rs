@@ -216,6 +216,23 @@ impl Recorder {
         Ok(())
     }
 
+    /// Copies `bytes` from byte `from` of `source` to byte `to` of `target` on the device, after
+    /// the commands recorded before it: no host <-> device traffic.
+    pub fn copy(
+        &mut self,
+        (source, from): (&GpuBuffer, u64),
+        (target, to): (&GpuBuffer, u64),
+        bytes: u64,
+    ) {
+        if bytes == 0 {
+            return;
+        }
+        drop(self.pass.take());
+        let encoder = self.encoder.as_mut().expect("recorder already finished");
+        encoder.copy_buffer_to_buffer(&source.buffer, from, &target.buffer, to, bytes);
+        self.commands = true;
+    }
+
     /// Submits what the current segment holds (uploads first) and starts a new segment.
     pub fn flush(&mut self, ctx: &GpuContext) -> Result<(), GpuError> {
         self.submit_segment(ctx, false)?;

@@ -26,25 +26,16 @@ impl LaminoOperator {
                 Step::Fft(id) => self.ffts.record(*id, rec),
                 Step::Upload { field, role, view } => {
                     let staging = staging.expect("host arrays have staging");
-                    rec.upload_with(ctx, staging.buffer(*role), 0, || field.gather(ctx, view))?;
+                    field.record_in(ctx, rec, staging.buffer(*role), view)?;
                 }
                 Step::Fill {
                     field,
                     buffer,
                     view,
-                } => rec.upload_with(ctx, buffer, 0, || field.gather(ctx, view))?,
+                } => field.record_in(ctx, rec, buffer, view)?,
                 Step::Download { field, view } => {
                     let staging = staging.expect("host arrays have staging");
-                    let bytes = view.len_words() as u64 * 4;
-                    let scatter = field.scatter(*view);
-                    let done: Completion = match tap.take() {
-                        Some(tap) => Box::new(move |bytes: &[u8]| {
-                            tap(bytes);
-                            scatter(bytes);
-                        }),
-                        None => scatter,
-                    };
-                    rec.download(ctx, staging.buffer(Role::Out), 0, bytes, done)?;
+                    field.record_out(ctx, rec, staging.buffer(Role::Out), view, tap.take())?;
                 }
             }
         }

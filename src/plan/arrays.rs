@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::array::PlaneLayout;
-use crate::distributed::shares::share_range;
+use crate::distributed::shares::{chunk_planes, share_range};
 use crate::gpu::GpuContext;
 use crate::operator::{Geometry, LaminoOperator, Space};
 use crate::params::{AdmmParams, InnerSolver};
@@ -214,6 +214,23 @@ impl Portion {
     /// The member's planes of `planes`.
     pub fn planes(self, planes: usize) -> usize {
         share_range(self.member, self.members.max(1), planes).len()
+    }
+
+    /// The planes of `array` the member keeps as its home in a team run: its share of the
+    /// planes, and of the spectrum the detector rows of its share of U2's chunks of `u2_rows`
+    /// rows, which U2 and U2* then read and write at home. (An MPI rank's home is its members'
+    /// homes together.)
+    pub fn home(self, array: Array, g: &Geometry, u2_rows: usize) -> std::ops::Range<usize> {
+        let planes = array.layout(g).planes;
+        let chunk = if array == Array::Spectrum { u2_rows } else { 1 };
+        let members = self.members.max(1);
+        chunk_planes(self.member..self.member + 1, members, planes, chunk)
+    }
+
+    /// Bytes of the member's home of `array` ([`home`](Self::home)).
+    pub fn home_bytes(self, array: Array, g: &Geometry, u2_rows: usize) -> u64 {
+        let layout = array.layout(g);
+        self.home(array, g, u2_rows).len() as u64 * layout.plane_words as u64 * 4
     }
 
     /// Bytes of the member's share of `array`: what it reads and writes of it per access.

@@ -323,14 +323,7 @@ pub fn communication_dominates_from(points: &[ClusterPoint]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn geometry(n: usize) -> Geometry {
-        Geometry::cube(
-            n,
-            n,
-            std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6,
-        )
-    }
+    use crate::plan::test_geometry as geometry;
 
     #[test]
     fn one_rank_exchanges_nothing_and_the_exchange_follows_the_spectrum() {

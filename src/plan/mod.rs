@@ -70,6 +70,17 @@ const CHUNK_SHARE: f64 = 0.5;
 /// one (the uniforms of every bound kernel, FFT twiddle tables, wgpu's own small buffers).
 const PACKED_SHARE: f64 = 0.9;
 
+/// The cube the planner's tests plan: `n` voxels a side seen at `n` angles, tilted 30 degrees
+/// from the beam's normal.
+#[cfg(test)]
+fn test_geometry(n: usize) -> Geometry {
+    Geometry::cube(
+        n,
+        n,
+        std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6,
+    )
+}
+
 /// In-core or streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -187,9 +198,13 @@ impl std::fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let b = &self.budgets;
-        let mode = match self.mode {
-            Mode::InCore => "in-core (every array on the device)",
-            Mode::Streaming => {
+        let mode = match (self.mode, self.members.is_empty()) {
+            (_, false) => {
+                "shared by the devices below (every array in host memory, through which they \
+                 exchange blocks; each device follows its own plan of its shares)"
+            }
+            (Mode::InCore, true) => "in-core (every array on the device)",
+            (Mode::Streaming, true) => {
                 "streaming (arrays beyond the device budget pass through it in chunks)"
             }
         };
@@ -244,13 +259,17 @@ impl std::fmt::Display for MemoryPlan {
         if !self.members.is_empty() {
             write!(
                 f,
-                "\n  the devices stream the arrays above; each one's own plan of its shares:"
+                "\n  each device's plan of its shares, which the run follows (chunks and staging \
+                 as above):"
             )?;
         }
         for m in &self.members {
             let mode = match m.mode {
-                Mode::InCore => "in-core (its shares fit its device)",
-                Mode::Streaming => "streaming",
+                Mode::InCore => {
+                    "in-core (its shares stay on its device; only the blocks it exchanges with \
+                     the others cross its bus)"
+                }
+                Mode::Streaming => "streaming its shares through its staging buffers",
             };
             write!(
                 f,

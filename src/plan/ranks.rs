@@ -1,11 +1,17 @@
 //! Plans of one member of a team (a device of several, or an MPI rank's device): its share of
 //! every array ([`Portion`], the shares as [`crate::distributed::shares`] assigns them) against its
 //! own device budget and buffer limits, so that where the shares fit, the member is in-core
-//! however large the whole arrays are ([`plan_member`], [`member_plans`]).
+//! however large the whole arrays are. [`plan_member`] plans a member with chunks of its own
+//! (the cost model's plans); [`member_plans`] says what each member of a run does under the
+//! team's plan, which the run follows: a member whose homes fit its device keeps them there.
 
 use serde::Serialize;
 
-use super::{plan_streaming, Budgets, MemoryPlan, Mode, PlanError, Portion};
+use super::{
+    assemble, fits_a_buffer, plan_streaming, Array, Budgets, MemoryPlan, Mode, PlanError, Portion,
+    PACKED_SHARE,
+};
+use crate::array::Residency;
 use crate::gpu::GpuContext;
 use crate::operator::{Geometry, OperatorOptions};
 use crate::params::AdmmParams;
@@ -22,12 +28,14 @@ pub struct MemberPlan {
     pub mode: Mode,
     /// Arrays whose share is on the device (of [`Array::BY_TRAFFIC`]).
     pub resident_arrays: usize,
-    /// Bytes of the member's shares of every array (and the spectrum's exchange room).
+    /// Bytes of the member's shares of every array.
     pub share_bytes: u64,
     pub device_bytes: u64,
     pub host_bytes: u64,
     pub scratch_bytes: u64,
-    /// Its host <-> device bytes per outer iteration.
+    /// Its host <-> device bytes per outer iteration for its own shares. A member of a team
+    /// moves the blocks it exchanges with the others over the bus besides (not planned: the
+    /// run's report counts them).
     pub bytes_moved_per_iteration: u64,
 }
 
@@ -48,11 +56,12 @@ impl MemberPlan {
     }
 }
 
-/// The plan of member `portion` of a team: its shares of every array within `budgets` (one
-/// device's memory and one member's host memory), in-core when they all fit the device budget
-/// and each share one buffer, else streaming with the most accessed shares resident. Chunks as
-/// the plan of one device with those budgets. Nothing is allocated and the scratch directory is
-/// not looked at.
+/// The plan of member `portion` of a team with chunks of its own: its shares of every array
+/// within `budgets` (one device's memory and one member's host memory), in-core when they all
+/// fit the device budget and each share one buffer, else streaming with the most accessed
+/// shares resident. Chunks as the plan of one device with those budgets. Nothing is allocated
+/// and the scratch directory is not looked at. (A run's members take the team's chunks:
+/// [`member_plans`].)
 pub fn plan_member(
     ctx: &GpuContext,
     g: &Geometry,
@@ -64,21 +73,68 @@ pub fn plan_member(
     plan_streaming(ctx, g, params, caps, budgets, false, portion)
 }
 
-/// The plans of every member of `ranks` ranks of `devices` devices each (members numbered rank
-/// by rank, as the team numbers them), each within `budgets`.
+/// What member `portion` of a team does under the team's plan `shared` ([`super::plan_shared`]:
+/// its chunks, staging buffers and U2 tables, which every member takes): in-core where its
+/// homes of every array ([`Portion::home`]) fit its device budget beside what `shared` holds
+/// there, each in one buffer (it then keeps them on its device for the whole run, and only the
+/// blocks it exchanges with the others cross the bus); else it streams its share of the
+/// arrays through its staging buffers as `shared` says.
+pub fn team_member_plan(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    shared: &MemoryPlan,
+    portion: Portion,
+) -> Result<MemoryPlan, PlanError> {
+    let rows = shared.chunks.1;
+    let homes: u64 = Array::BY_TRAFFIC
+        .iter()
+        .map(|&a| portion.home_bytes(a, g, rows))
+        .sum();
+    let budget = (shared.budgets.device_bytes as f64 * PACKED_SHARE) as u64;
+    let fit = shared.device_bytes.saturating_add(homes) <= budget
+        && Array::BY_TRAFFIC
+            .iter()
+            .all(|&a| fits_a_buffer(ctx, &shared.budgets, portion.home_bytes(a, g, rows)));
+    let tables = shared.u2_tables == Residency::Device;
+    let resident = if fit { Array::BY_TRAFFIC.len() } else { 0 };
+    let mut p = assemble(
+        ctx,
+        g,
+        params,
+        shared.operator,
+        (shared.staging_words, shared.device_bytes),
+        (resident, tables),
+        (shared.budgets.clone(), portion),
+    )?;
+    if fit {
+        // The homes, not the shares with the spectrum's exchange room: the blocks a member
+        // exchanges pass through its staging buffers. Its planes stay in host memory too,
+        // the medium of the exchanges, and streaming it would move nothing.
+        p.mode = Mode::InCore;
+        for a in &mut p.arrays {
+            a.bytes = portion.home_bytes(a.array, g, rows);
+        }
+        p.device_bytes = shared.device_bytes + homes;
+        p.host_bytes = homes;
+    }
+    Ok(p)
+}
+
+/// What every member of a run of `ranks` ranks of `devices` devices each does under the team's
+/// plan `shared` ([`team_member_plan`]; members numbered rank by rank, as the team numbers them).
 pub fn member_plans(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
-    caps: &OperatorOptions,
-    budgets: &Budgets,
+    shared: &MemoryPlan,
     (ranks, devices): (usize, usize),
 ) -> Result<Vec<MemberPlan>, PlanError> {
     let members = ranks.max(1) * devices.max(1);
     (0..members)
         .map(|member| {
             let portion = Portion { member, members };
-            let p = plan_member(ctx, g, params, caps, budgets, portion)?;
+            let p = team_member_plan(ctx, g, params, shared, portion)?;
             Ok(MemberPlan::of(
                 member / devices.max(1),
                 member % devices.max(1),
@@ -91,18 +147,9 @@ pub fn member_plans(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::array::Residency;
     use crate::operator::LaminoOperator;
-    use crate::plan::Array;
+    use crate::plan::test_geometry as geometry;
     use crate::plan::{plan_on_paper, MemoryPlan};
-
-    fn geometry(n: usize) -> Geometry {
-        Geometry::cube(
-            n,
-            n,
-            std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6,
-        )
-    }
 
     #[test]
     fn the_members_shares_make_the_whole_and_the_spectrum_has_room_for_its_exchange() {
@@ -158,18 +205,17 @@ mod tests {
         let as_one = Budgets::given(device * k, u64::MAX, None).for_max_buffer(buffer);
         let pooled = plan_on_paper(&ctx, &g, &params, &caps, &as_one).unwrap();
         assert_eq!(pooled.mode, Mode::Streaming, "no whole array fits a buffer");
-        let plans = member_plans(&ctx, &g, &params, &caps, &one, (k as usize, 1)).unwrap();
-        assert_eq!(plans.len(), k as usize);
-        for m in &plans {
+        for member in 0..k as usize {
+            let portion = Portion {
+                member,
+                members: k as usize,
+            };
+            let m = plan_member(&ctx, &g, &params, &caps, &one, portion).unwrap();
             assert_eq!(m.mode, Mode::InCore, "{m:?}");
             assert_eq!(m.bytes_moved_per_iteration, 0, "{m:?}");
             assert!(m.device_bytes <= device, "{m:?}");
-            assert_eq!(m.resident_arrays, Array::BY_TRAFFIC.len());
+            assert_eq!(m.resident_arrays(), Array::BY_TRAFFIC.len());
         }
-        // Members are numbered rank by rank, as the team numbers them.
-        let two = member_plans(&ctx, &g, &params, &caps, &one, (2, 2)).unwrap();
-        let ids: Vec<_> = two.iter().map(|m| (m.rank, m.device)).collect();
-        assert_eq!(ids, [(0, 0), (0, 1), (1, 0), (1, 1)]);
         // A member with too little memory for its shares streams them, moving its part only.
         let small = Budgets::given(need / 8, u64::MAX, None);
         let whole = plan_on_paper(&ctx, &g, &params, &caps, &small).unwrap();
@@ -183,5 +229,56 @@ mod tests {
         assert!(half.bytes_moved_per_iteration < whole.bytes_moved_per_iteration);
         assert!(half.host_bytes < whole.host_bytes);
         assert!(half.arrays.iter().any(|a| a.residency == Residency::Device));
+    }
+
+    /// A run's members take the team's plan (its chunks): a member whose homes fit its device
+    /// beside what that plan holds there is in-core with exactly its homes on the device, a
+    /// member with less memory streams its share as the team's plan does; members are
+    /// numbered rank by rank.
+    #[test]
+    fn a_runs_members_are_in_core_where_their_homes_fit_beside_the_teams_plan() {
+        let ctx = crate::gpu::test_context();
+        let g = geometry(32);
+        let params = AdmmParams::default();
+        let caps = OperatorOptions::default();
+        let need = MemoryPlan::in_core(&ctx, &g, &params, &caps)
+            .unwrap()
+            .device_bytes;
+        let budgets = Budgets::given(need / 2, u64::MAX / 4, None);
+        let shared = crate::plan::plan_shared(&ctx, &g, &params, &caps, &budgets).unwrap();
+        assert_eq!(shared.resident_arrays(), 0);
+        let plans = member_plans(&ctx, &g, &params, &shared, (2, 2)).unwrap();
+        let ids: Vec<_> = plans.iter().map(|m| (m.rank, m.device)).collect();
+        assert_eq!(ids, [(0, 0), (0, 1), (1, 0), (1, 1)]);
+        let rows = shared.chunks.1;
+        for m in &plans {
+            let homes: u64 = Array::BY_TRAFFIC
+                .iter()
+                .map(|&a| m.portion.home_bytes(a, &g, rows))
+                .sum();
+            assert_eq!(m.mode, Mode::InCore, "{m:?}");
+            assert_eq!(m.share_bytes, homes);
+            assert_eq!(m.device_bytes, shared.device_bytes + homes);
+            assert!(m.device_bytes <= need / 2);
+        }
+        // The homes tile every array, and the spectrum's follow U2's chunks.
+        for a in Array::BY_TRAFFIC {
+            let mut next = 0;
+            for m in &plans {
+                let home = m.portion.home(a, &g, rows);
+                assert_eq!(home.start, next, "{a:?}");
+                next = home.end;
+            }
+            assert_eq!(next, a.layout(&g).planes, "{a:?}");
+        }
+        assert_eq!(
+            plans[1].portion.home(Array::Spectrum, &g, rows).start % rows,
+            0
+        );
+        // One member's homes do not fit beside the team's plan: it streams.
+        let one = member_plans(&ctx, &g, &params, &shared, (1, 1)).unwrap();
+        assert_eq!(one[0].mode, Mode::Streaming, "{:?}", one[0]);
+        assert_eq!(one[0].resident_arrays, 0);
+        assert!(one[0].bytes_moved_per_iteration > 0);
     }
 }

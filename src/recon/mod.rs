@@ -136,6 +136,10 @@ pub struct Reconstruction {
     pub memo_stats: Option<MemoStats>,
     /// Device memory of the memo layer's caches.
     pub memo_device_bytes: u64,
+    /// Host <-> device bytes each of this process's devices moved per outer iteration (the mean
+    /// over the iterations run, checkpoints' transfers included): what a streaming device moves
+    /// of its arrays, and what an in-core member of a team exchanges with the others.
+    pub bus_bytes_per_iteration: Vec<u64>,
     /// With MPI ranks: what each rank did (empty otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankReport>,
@@ -434,18 +438,15 @@ impl<'a> Reconstructor<'a> {
             plan.budgets.host_bytes = host;
         }
         if self.sharers() > 1 {
-            // Each member's own plan: its shares against its device. The host budget was
-            // checked by the plan above; a member's host bytes say what it would hold there.
+            // Each member's plan under the team's: in-core where its homes fit its device
+            // (the run keeps them there), else streaming its share.
             let devices = self.devices.len().max(1);
             #[cfg(feature = "mpi")]
             let ranks = self.ranks.as_ref().map_or(1, |r| r.size());
             #[cfg(not(feature = "mpi"))]
             let ranks = 1;
-            let mut own = Budgets::given(device, u64::MAX, None);
-            own.device_source = plan.budgets.device_source;
-            plan.members =
-                member_plans(self.ctx, g, &self.params, &options, &own, (ranks, devices))
-                    .map_err(ReconError::Plan)?;
+            plan.members = member_plans(self.ctx, g, &self.params, &plan, (ranks, devices))
+                .map_err(ReconError::Plan)?;
         }
         Ok(plan)
     }
@@ -483,6 +484,11 @@ impl<'a> Reconstructor<'a> {
             resumed_from = Some(team.resume(self.devices, path)?.iteration);
         }
         let setup_s = start.elapsed().as_secs_f64();
+        let bus = |d: &GpuContext| {
+            let t = d.traffic();
+            t.bytes_uploaded + t.bytes_downloaded
+        };
+        let bus_before: Vec<u64> = self.devices.iter().map(bus).collect();
         let loop_start = Instant::now();
         let first = team.solver().iterations_done();
         let single = self.single();
@@ -531,6 +537,7 @@ impl<'a> Reconstructor<'a> {
                 });
             }
             if let Some(f) = self.iterate.as_mut() {
+                team.bring_to_host(self.devices)?;
                 f(&IterateView {
                     iteration: report.iteration,
                     ctx: self.ctx,
@@ -546,7 +553,16 @@ impl<'a> Reconstructor<'a> {
         };
         let completed = stop != StopReason::Cancelled;
         let iterations_s = loop_start.elapsed().as_secs_f64();
-        let ranks = team.rank_reports(setup_s, iterations_s);
+        let iterations = (reports.len() as u64).max(1);
+        let bus_bytes_per_iteration: Vec<u64> = self
+            .devices
+            .iter()
+            .zip(bus_before)
+            .map(|(d, before)| (bus(d) - before) / iterations)
+            .collect();
+        // The volume is read from the host arrays.
+        team.bring_to_host(self.devices)?;
+        let ranks = team.rank_reports(setup_s, iterations_s, &bus_bytes_per_iteration);
         let solver = team.solver();
         let report = Reconstruction {
             volume: Vec::new(),
@@ -579,6 +595,7 @@ impl<'a> Reconstructor<'a> {
             memo_stats: solver.memo_stats(),
             memo_device_bytes: solver.memo_device_bytes(),
             plan,
+            bus_bytes_per_iteration,
             ranks,
             provenance: None,
         };

@@ -7,7 +7,7 @@ use super::projections::projections_layout;
 use crate::array::{Field, PlaneLayout, Residency, StorageError};
 use crate::gpu::GpuContext;
 use crate::operator::Geometry;
-use crate::plan::{Array, MemoryPlan};
+use crate::plan::{Array, MemoryPlan, Portion};
 
 /// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u (a
 /// checkpoint holds them) and the data D; the rest is rebuilt every outer iteration.
@@ -55,7 +55,30 @@ impl Fields {
     }
 }
 
-/// The arrays the members of a multi-device team share, all in host memory (or scratch).
+impl Fields {
+    /// Every array with what the planner calls it.
+    fn planned(&self) -> [(Array, &Field); 13] {
+        [
+            (Array::U, &self.u),
+            (Array::UPrev, &self.u_prev),
+            (Array::Psi, &self.psi),
+            (Array::Lambda, &self.lambda),
+            (Array::GradU, &self.grad_u),
+            (Array::GradUPrev, &self.h0),
+            (Array::R, &self.r),
+            (Array::P, &self.p),
+            (Array::GradP, &self.grad_p),
+            (Array::RPrev, &self.r_prev),
+            (Array::DHat, &self.dhat),
+            (Array::Au, &self.au),
+            (Array::Ap, &self.ap),
+        ]
+    }
+}
+
+/// The arrays the members of a multi-device team share, all in host memory (or scratch); a
+/// member whose plan is in-core keeps its planes of them on its device
+/// ([`keep_on_device`](TeamArrays::keep_on_device)).
 pub(crate) struct TeamArrays {
     pub(super) fields: Fields,
     pub(super) spectrum: Field,
@@ -84,6 +107,34 @@ impl TeamArrays {
                 &plan.projections_residency(g),
             )?,
         })
+    }
+
+    /// The arrays the members share through the iterations, each with what the planner calls
+    /// it (every one but the spatial projections, which only the setup reads).
+    fn planned(&self) -> Vec<(Array, &Field)> {
+        let mut all = self.fields.planned().to_vec();
+        all.push((Array::Spectrum, &self.spectrum));
+        all
+    }
+
+    /// The arrays whose planes members may keep on their devices.
+    pub fn homed(&self) -> Vec<Field> {
+        self.planned().into_iter().map(|(_, f)| f.clone()).collect()
+    }
+
+    /// Keeps member `portion`'s homes of every array ([`Portion::home`], with U2's chunks of
+    /// `plan`) on `ctx`'s device for the whole run: the member's plan is in-core.
+    pub fn keep_on_device(
+        &self,
+        ctx: &GpuContext,
+        g: &Geometry,
+        plan: &MemoryPlan,
+        portion: Portion,
+    ) -> Result<(), SolverError> {
+        for (array, field) in self.planned() {
+            field.keep_on_device(ctx, portion.home(array, g, plan.chunks.1))?;
+        }
+        Ok(())
     }
 
     /// The arrays of a team of threads, shared.

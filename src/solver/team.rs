@@ -3,7 +3,9 @@
 //! into one contiguous share per device (see [`crate::distributed::team`]). A chunk's result does not
 //! depend on the device that computes it, and a reduction combines the plane sums of all shares
 //! in plane order before the same finish as on one device, so identical devices give the bits of
-//! one device.
+//! one device. Each member follows its own memory plan ([`crate::plan::member_plans`]): where its
+//! homes of the arrays fit its device it keeps them there, so that only the blocks it exchanges
+//! with the others cross its bus; else it streams its share through its staging buffers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use crate::gpu::GpuContext;
 use crate::memo::MemoOptions;
 use crate::operator::Geometry;
 use crate::params::AdmmParams;
-use crate::plan::MemoryPlan;
+use crate::plan::{member_plans, MemoryPlan, Mode, Portion};
 use serde::Serialize;
 
 /// What one MPI rank of a reconstruction did.
@@ -36,6 +38,9 @@ pub struct RankReport {
     /// Of those, the blocks of each array (the rest are reductions and agreements), in the
     /// order the arrays are registered.
     pub iteration_bytes_by_array: Vec<ArrayBytes>,
+    /// Host <-> device bytes each of the rank's devices moved per outer iteration
+    /// ([`crate::recon::Reconstruction::bus_bytes_per_iteration`]).
+    pub bus_bytes_per_iteration: Vec<u64>,
 }
 
 /// Bytes of one array's blocks that an MPI rank sent.
@@ -149,6 +154,19 @@ fn on_members<M: Send, T: Send>(
     }
 }
 
+/// Whether each member of `(ranks, devices)` is in-core under the team's `plan` (keeps its homes
+/// on its device), members numbered rank by rank.
+fn in_core_members(
+    ctx: &GpuContext,
+    geometry: &Geometry,
+    params: &AdmmParams,
+    plan: &MemoryPlan,
+    team: (usize, usize),
+) -> Result<Vec<bool>, SolverError> {
+    let plans = member_plans(ctx, geometry, params, plan, team)?;
+    Ok(plans.iter().map(|m| m.mode == Mode::InCore).collect())
+}
+
 /// A team's plan keeps every array in host memory.
 fn check_shared(plan: &MemoryPlan) -> Result<(), SolverError> {
     if plan.resident_arrays() > 0
@@ -182,13 +200,25 @@ impl AdmmTeam {
                 check_shared(plan)?;
                 let arrays = TeamArrays::new(first, geometry, plan)?;
                 let sync = TeamSync::new(devices.len());
-                let member = |index: usize| (&arrays, Share::new(index, &sync));
+                sync.add_homed(&arrays.homed());
+                let in_core = in_core_members(first, geometry, &params, plan, (1, devices.len()))?;
+                // A member whose plan is in-core keeps its homes on its device from the start.
+                let member = |index: usize, ctx: &GpuContext| {
+                    if in_core[index] {
+                        let portion = Portion {
+                            member: index,
+                            members: devices.len(),
+                        };
+                        arrays.keep_on_device(ctx, geometry, plan, portion)?;
+                    }
+                    Ok::<_, SolverError>((&arrays, Share::new(index, &sync)))
+                };
                 let mut members = on_members(
                     &sync,
                     devices,
                     vec![(); devices.len()],
                     |(), ctx| {
-                        let (arrays, share) = member(0);
+                        let (arrays, share) = member(0, ctx)?;
                         AdmmSolver::build(
                             ctx,
                             geometry,
@@ -200,7 +230,7 @@ impl AdmmTeam {
                     },
                     // The first member alone reads the projections.
                     |i, (), ctx| {
-                        let (arrays, share) = member(i);
+                        let (arrays, share) = member(i, ctx)?;
                         AdmmSolver::build(
                             ctx,
                             geometry,
@@ -260,7 +290,21 @@ impl AdmmTeam {
         );
         let arrays = TeamArrays::on_ranks(&devices[0], geometry, plan, ranks)?;
         let local = TeamSync::new(devices.len());
-        let share = |device: usize| Share::rank_device(ranks, &local, device);
+        local.add_homed(&arrays.homed());
+        let team = (ranks.size(), devices.len());
+        let in_core = in_core_members(&devices[0], geometry, &params, plan, team)?;
+        // A member whose plan is in-core keeps its homes on its device from the start.
+        let share = |device: usize, ctx: &GpuContext| {
+            let share = Share::rank_device(ranks, &local, device);
+            if in_core[share.index] {
+                let portion = Portion {
+                    member: share.index,
+                    members: share.members,
+                };
+                arrays.keep_on_device(ctx, geometry, plan, portion)?;
+            }
+            Ok::<_, SolverError>(share)
+        };
         // The rank's first device reads the rank's projections.
         let home = ranks.home(ranks.rank(), geometry.ntheta());
         let mut members = on_members(
@@ -268,11 +312,11 @@ impl AdmmTeam {
             devices,
             vec![(); devices.len()],
             |(), ctx| {
-                let member = Some((&arrays, &share(0)));
+                let member = Some((&arrays, &share(0, ctx)?));
                 AdmmSolver::build(ctx, geometry, Some((data, home)), params, plan, member)
             },
             |d, (), ctx| {
-                let member = Some((&arrays, &share(d)));
+                let member = Some((&arrays, &share(d, ctx)?));
                 AdmmSolver::build(ctx, geometry, None::<(&[f32], _)>, params, plan, member)
             },
         )?;
@@ -325,6 +369,7 @@ impl AdmmTeam {
         devices: &[GpuContext],
         path: &std::path::Path,
     ) -> Result<(), SolverError> {
+        self.bring_to_host(devices)?;
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             return self.write_checkpoint_parts(ranks, &devices[0], path);
@@ -598,9 +643,10 @@ impl AdmmTeam {
         flag
     }
 
-    /// Every MPI rank's setup and iteration times and bytes sent, those before the first outer
-    /// iteration counted as setup (empty without ranks). Collective.
-    pub fn rank_reports(&self, setup_s: f64, iterations_s: f64) -> Vec<RankReport> {
+    /// Every MPI rank's setup and iteration times, bytes sent, those before the first outer
+    /// iteration counted as setup, and `bus` (its devices' bytes over the bus per iteration)
+    /// (empty without ranks). Collective.
+    pub fn rank_reports(&self, setup_s: f64, iterations_s: f64, bus: &[u64]) -> Vec<RankReport> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             let (sent, by_array) = (ranks.bytes_sent(), ranks.array_bytes_sent());
@@ -615,6 +661,9 @@ impl AdmmTeam {
                 sent - setup,
             ];
             mine.extend(by_array.iter().zip(&setup_by_array).map(|(a, s)| a.1 - s.1));
+            // Every rank has as many devices.
+            mine.extend(bus);
+            let arrays = by_array.len();
             return ranks
                 .all_gather_words(&mine)
                 .iter()
@@ -627,16 +676,17 @@ impl AdmmTeam {
                     iteration_bytes_sent: w[3],
                     iteration_bytes_by_array: by_array
                         .iter()
-                        .zip(&w[4..])
+                        .zip(&w[4..4 + arrays])
                         .map(|((array, _), &bytes)| ArrayBytes {
                             array: array.clone(),
                             bytes,
                         })
                         .collect(),
+                    bus_bytes_per_iteration: w[4 + arrays..].to_vec(),
                 })
                 .collect();
         }
-        let _ = (setup_s, iterations_s);
+        let _ = (setup_s, iterations_s, bus);
         Vec::new()
     }
 
@@ -691,7 +741,33 @@ impl AdmmTeam {
         for m in others {
             m.adopt_state(first);
         }
+        // Members that keep planes on their devices take them from the host arrays.
+        for ctx in devices {
+            self.sync.host_to_device(ctx)?;
+        }
         Ok(checkpoint)
+    }
+
+    /// Brings the planes members keep on their devices to the host arrays (where they are
+    /// newer there), so that the host arrays hold the current state: before the volume or a
+    /// checkpoint is read from them. A reading of words a device holds newer is refused
+    /// otherwise. This process's devices only: each MPI rank brings its own.
+    pub fn bring_to_host(&self, devices: &[GpuContext]) -> Result<(), SolverError> {
+        if self.members.len() > 1 || self.is_ranks() {
+            for ctx in devices {
+                self.sync.device_to_host(ctx)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this team is one MPI rank's part.
+    fn is_ranks(&self) -> bool {
+        #[cfg(feature = "mpi")]
+        if self.ranks.is_some() {
+            return true;
+        }
+        false
     }
 
     /// The first device's solver: the shared arrays (volume, checkpoints) and the reports.

@@ -117,19 +117,12 @@ impl VectorOp {
         for d in &self.dispatches {
             for (field, role, view) in &d.uploads {
                 let staging = staging.expect("host arrays have staging");
-                rec.upload_with(ctx, staging.buffer(*role), 0, || field.gather(ctx, view))?;
+                field.record_in(ctx, rec, staging.buffer(*role), view)?;
             }
             rec.dispatch(&d.bound, d.groups);
             if let Some((field, view)) = &d.download {
                 let staging = staging.expect("host arrays have staging");
-                let bytes = view.len_words() as u64 * 4;
-                rec.download(
-                    ctx,
-                    staging.buffer(Role::Out),
-                    0,
-                    bytes,
-                    field.scatter(*view),
-                )?;
+                field.record_out(ctx, rec, staging.buffer(Role::Out), view, None)?;
             }
         }
         Ok(())
