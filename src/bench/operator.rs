@@ -152,19 +152,7 @@ fn bench_geometry(
     let arrays = OperatorArrays::new(ctx, &g)?;
     ctx.write(arrays.volume.buffer(), 0, &volume);
     ctx.write(arrays.data.buffer(), 0, &data);
-    let time = |what: Apply| -> Result<(f64, &'static str), crate::operator::OperatorError> {
-        let application = arrays.application(ctx, &op, what)?;
-        let mut times = Vec::new();
-        let mut how = "wall";
-        for i in 0..=repeats {
-            let (ms, h) = time_once(ctx, |rec| op.record(ctx, rec, &application))?;
-            if i > 0 {
-                times.push(ms);
-                how = h;
-            }
-        }
-        Ok((median(times), how))
-    };
+    let time = |what: Apply| time_application(ctx, &op, &arrays, what, repeats);
     let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, op.chunks(), repeats)?;
     let workspace = op.fft_workspace_bytes();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -236,6 +224,129 @@ fn bench_geometry(
         .iter_mut()
         .for_each(|r| r.adjoint_over_forward = ratio);
     Ok(records)
+}
+
+/// Median time of `repeats` applications of `what` (after one untimed), milliseconds, and how
+/// it was timed.
+fn time_application(
+    ctx: &GpuContext,
+    op: &crate::operator::LaminoOperator,
+    arrays: &OperatorArrays,
+    what: crate::operator::Apply,
+    repeats: usize,
+) -> Result<(f64, &'static str), crate::operator::OperatorError> {
+    let application = arrays.application(ctx, op, what)?;
+    let mut times = Vec::new();
+    let mut how = "wall";
+    for i in 0..=repeats {
+        let (ms, h) = time_once(ctx, |rec| op.record(ctx, rec, &application))?;
+        if i > 0 {
+            times.push(ms);
+            how = h;
+        }
+    }
+    Ok((median(times), how))
+}
+
+/// One line of `lamino bench operator --stage S --json`: one gridding stage alone.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageBenchRecord {
+    /// "U1", "U1*", "U2" or "U2*".
+    pub stage: &'static str,
+    /// Detector side n (n x n pixels, n^3 voxels).
+    pub size: usize,
+    pub angles: usize,
+    /// Median time of the stage, milliseconds.
+    pub ms: f64,
+    /// Nonuniform points gridded per second (U1: deth * n1 * n2; U2: ntheta * deth * detw).
+    pub points_per_s: f64,
+    pub timing: &'static str,
+    pub device: String,
+}
+
+/// A gridding stage `lamino bench operator --stage` times alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GriddingStage {
+    U1,
+    U1Adjoint,
+    U2,
+    U2Adjoint,
+}
+
+impl GriddingStage {
+    /// The stage as `--stage` names it, with its name in the records.
+    pub const ALL: [(&'static str, Self, &'static str); 4] = [
+        ("u1", Self::U1, "U1"),
+        ("u1-adjoint", Self::U1Adjoint, "U1*"),
+        ("u2", Self::U2, "U2"),
+        ("u2-adjoint", Self::U2Adjoint, "U2*"),
+    ];
+
+    fn name(self) -> &'static str {
+        Self::ALL.iter().find(|e| e.1 == self).map_or("", |e| e.2)
+    }
+
+    fn apply(self) -> crate::operator::Apply {
+        use crate::operator::Apply;
+        match self {
+            Self::U1 => Apply::Usfft1d,
+            Self::U1Adjoint => Apply::Usfft1dAdjoint,
+            Self::U2 => Apply::Usfft2d,
+            Self::U2Adjoint => Apply::Usfft2dAdjoint,
+        }
+    }
+}
+
+/// Times the gridding stage `stage` alone for an `n`^3 volume and `angles` projections at a 20
+/// degree tilt: no whole application, no FFT share, no CPU reference, so that a run holds little
+/// besides the stage (what an instruction count under callgrind needs: the difference between
+/// two repeat counts is the stage's own).
+pub fn bench_stage(
+    ctx: &GpuContext,
+    n: usize,
+    angles: usize,
+    repeats: usize,
+    stage: GriddingStage,
+) -> Result<StageBenchRecord, crate::operator::OperatorError> {
+    use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
+    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let points = match stage {
+        GriddingStage::U1 | GriddingStage::U1Adjoint => g.spectrum_len(),
+        GriddingStage::U2 | GriddingStage::U2Adjoint => g.data_len(),
+    };
+    let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default())?;
+    let arrays = OperatorArrays::new(ctx, &g)?;
+    let (ms, timing) = time_application(ctx, &op, &arrays, stage.apply(), repeats)?;
+    Ok(StageBenchRecord {
+        stage: stage.name(),
+        size: n,
+        angles,
+        ms,
+        points_per_s: points as f64 / (ms / 1e3),
+        timing,
+        device: ctx.info().name.clone(),
+    })
+}
+
+/// Prints one gridding stage alone (see [`bench_stage`]): the median of `repeats`.
+pub fn print_stage(
+    ctx: &GpuContext,
+    json: bool,
+    size: usize,
+    angles: usize,
+    repeats: usize,
+    stage: GriddingStage,
+) -> Result<(), BenchError> {
+    let r = bench_stage(ctx, size, angles, repeats.max(1), stage)?;
+    if json {
+        print_json(&r)?;
+    } else {
+        println!(
+            "{:<3} n={} angles={}: {:.2} ms, {:.3e} points/s [{}]",
+            r.stage, r.size, r.angles, r.ms, r.points_per_s, r.timing
+        );
+    }
+    Ok(())
 }
 
 /// GPU time of the FFTs of the stages U1, U2 and F of one operator application: plans of the

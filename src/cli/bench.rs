@@ -100,6 +100,10 @@ pub enum BenchWhat {
         /// `reconstruct --slab`), printed after the cube's.
         #[arg(long, value_parser = super::reconstruct::parse_span)]
         slab: Option<std::ops::Range<usize>>,
+        /// Time only this gridding stage (u1, u1-adjoint, u2, u2-adjoint): no whole
+        /// application, no CPU reference; a short run to profile or count instructions on.
+        #[arg(long, value_parser = parse_gridding_stage, conflicts_with = "slab")]
+        stage: Option<lamino::bench::operator::GriddingStage>,
     },
     /// The axis/tilt search (`lamino try`): one and several candidates on simulated chips of
     /// each size, the time per candidate and the interpolation rate, and what that gives for a
@@ -337,6 +341,18 @@ pub enum MemoParts {
     Comparison,
 }
 
+fn parse_gridding_stage(s: &str) -> Result<lamino::bench::operator::GriddingStage, String> {
+    use lamino::bench::operator::GriddingStage;
+    GriddingStage::ALL
+        .iter()
+        .find(|e| e.0 == s)
+        .map(|e| e.1)
+        .ok_or_else(|| {
+            let names: Vec<_> = GriddingStage::ALL.iter().map(|e| e.0).collect();
+            format!("unknown stage {s:?}: one of {}", names.join(", "))
+        })
+}
+
 fn default_compared() -> Vec<MemoPolicy> {
     vec![
         MemoPolicy::CertifiedAuto {
@@ -363,6 +379,7 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             angles,
             repeats,
             slab,
+            stage: None,
         } => bench::operator::print(
             &cli.context()?,
             *json,
@@ -370,6 +387,21 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             angles.unwrap_or(*size),
             *repeats,
             slab.clone(),
+        )?,
+        BenchWhat::Operator {
+            json,
+            size,
+            angles,
+            repeats,
+            stage: Some(stage),
+            ..
+        } => bench::operator::print_stage(
+            &cli.context()?,
+            *json,
+            *size,
+            angles.unwrap_or(*size),
+            *repeats,
+            *stage,
         )?,
         BenchWhat::Admm {
             json,
