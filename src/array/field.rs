@@ -697,38 +697,7 @@ impl Field {
     /// runs (or is dropped unrun, with its recording), readers and writers of words of the
     /// block wait for it.
     pub(crate) fn scatter(&self, block: BlockView) -> Completion {
-        let h = self.host().expect("only host arrays are scattered into");
-        let id = h.next.fetch_add(1, Ordering::Relaxed);
-        h.pending
-            .lock()
-            .expect("pending downloads poisoned")
-            .push((id, block));
-        let pending = Pending(self.clone(), id);
-        Box::new(move |bytes: &[u8]| {
-            let field = &pending.0;
-            let h = field.host().expect("a host array");
-            {
-                let mut w = h.words.write().expect("host array poisoned");
-                let words = w.words_mut();
-                // The readback buffer's bytes are not necessarily 4-aligned in memory: copy.
-                let values: Vec<f32> = bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
-                let mut at = 0;
-                for (start, len) in block.runs() {
-                    words[start..start + len].copy_from_slice(&values[at..at + len]);
-                    at += len;
-                }
-            }
-            h.written_on_host(block.runs());
-            if let Some(home) = &h.home {
-                let mut away = h.away.lock().expect("runs away poisoned");
-                for (start, len) in block.runs() {
-                    away.extend(outside(start..start + len, home));
-                }
-            }
-        })
+        self.scatter_runs(block.runs().collect())
     }
 
     /// The completion of a download of the words of `runs`, one after the other, into this
