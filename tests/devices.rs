@@ -240,11 +240,11 @@ fn in_core_members_give_the_bits_and_move_only_what_they_exchange() {
             .map(|m| m.bytes_moved_per_iteration)
             .collect::<Vec<_>>(),
     );
-    for m in 0..2 {
+    for (m, member) in members.iter().enumerate().take(2) {
         // The streaming member moves its shares as planned and the exchanged blocks besides
         // (which its planned bytes count too, as part of its share's blocks); the in-core one
         // moves only those blocks: at most what streaming adds beyond its own planes' passes.
-        let planned = members[m].bytes_moved_per_iteration * iterations;
+        let planned = member.bytes_moved_per_iteration * iterations;
         assert!(streaming.iteration_bus[m] >= planned, "member {m}");
         assert!(incore.iteration_bus[m] > 0, "member {m} exchanges blocks");
         assert!(

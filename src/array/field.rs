@@ -378,10 +378,13 @@ fn pieces(block: &BlockView, home: &Range<usize>) -> Vec<Piece> {
     out
 }
 
-/// The pieces outside the home grouped into runs contiguous in the block: (position in the
-/// block, words, their (start, length) runs in the array).
-fn host_groups(pieces: &[Piece]) -> Vec<(usize, usize, Vec<(usize, usize)>)> {
-    let mut groups: Vec<(usize, usize, Vec<(usize, usize)>)> = Vec::new();
+/// Pieces of a block contiguous in it: (position in the block, words, their (start, length)
+/// runs in the array).
+type HostGroup = (usize, usize, Vec<(usize, usize)>);
+
+/// The pieces outside the home grouped into runs contiguous in the block.
+fn host_groups(pieces: &[Piece]) -> Vec<HostGroup> {
+    let mut groups: Vec<HostGroup> = Vec::new();
     for p in pieces.iter().filter(|p| !p.home) {
         match groups.last_mut() {
             Some((at, len, runs)) if *at + *len == p.at => {
