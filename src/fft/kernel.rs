@@ -18,6 +18,12 @@ const MAX_SUB: usize = 8192;
 /// On lavapipe 512 and 1024 run about twice as fast privately as in workgroup memory (512^2 x 32:
 /// 127 -> 69 ms); a 4096-point private kernel did not finish compiling in ten minutes.
 pub(crate) const MAX_PRIVATE_SUB: usize = 1024;
+/// Largest sub-length a CPU rasteriser gets a private kernel for by default; longer ones go to two
+/// levels of rows. Private kernels take the longer to compile the longer their array (LLVM 15,
+/// lavapipe, specialised 1D plans of 64 MiB): sub 128 compiled in ~15 s, 256 in ~48 s and 512 in
+/// more than ten minutes, while two levels compiled 256 in ~2 s and ran it faster (648 against 804
+/// ms). A process pays that compile on its first transform; tuning may still pick them.
+const SOFTWARE_PRIVATE_SUB: usize = 128;
 /// Problems with at least this many elements get kernels specialised to their sizes; smaller ones
 /// share one pipeline per size class (compiling a pipeline costs far more than running them).
 pub(crate) const SPECIALIZE_MIN_ELEMS: u64 = 1 << 16;
@@ -193,7 +199,7 @@ impl Launch {
                     return two_level;
                 }
             }
-            if sub <= MAX_PRIVATE_SUB {
+            if sub <= SOFTWARE_PRIVATE_SUB {
                 return Self {
                     exchange: Exchange::Private,
                     threads: 1,
@@ -210,10 +216,10 @@ impl Launch {
         shared(threads, (64 / threads).max(1), strided)
     }
 
-    /// The two-level launch of sub-length `sub`, where one row per invocation no longer fits (the
-    /// private kernels) and the device runs it.
+    /// The two-level launch of sub-length `sub`, beyond the private kernels a CPU rasteriser
+    /// compiles quickly, where the device runs it.
     fn two_level(limits: &Limits, sub: usize) -> Option<Self> {
-        if sub <= MAX_PRIVATE_SUB {
+        if sub <= SOFTWARE_PRIVATE_SUB {
             return None;
         }
         let (a, b) = split(sub)?;
@@ -527,6 +533,11 @@ mod tests {
         };
         assert!(private.fits(&lavapipe(), MAX_PRIVATE_SUB, true));
         assert!(!private.fits(&lavapipe(), MAX_PRIVATE_SUB + 1, true));
+        // By default a CPU rasteriser compiles no long private kernel (minutes of LLVM each).
+        for sub in SOFTWARE_PRIVATE_SUB + 1..=MAX_PRIVATE_SUB {
+            let d = Launch::default_for(&lavapipe(), sub, true, false);
+            assert_ne!(d.exchange, Exchange::Private, "{sub}: {d:?}");
+        }
         // Every private sub-length has a kernel whose array holds it.
         assert_eq!(
             shaders::FFT_PASS_PRIVATE.last().map(|(len, _)| *len),
