@@ -242,6 +242,9 @@ fn reconstruct<'a>(
     let repaint = link.repaint.clone();
     let mut last = 0.0;
     let times = Rc::new(RefCell::new(Vec::new()));
+    // Live slices follow each progress report at once and repaint the UI: one frame shows both
+    // (on a software adapter every frame takes CPU and queue time from the run).
+    let live = link.live && targets.is_some();
     let mut builder = with_budget(Reconstructor::new(ctx), link)
         .params(params)
         .checkpoint_every(checkpoint.to_path_buf(), CheckpointInterval::Never)
@@ -257,10 +260,12 @@ fn reconstruct<'a>(
                     elapsed_s: p.elapsed_s,
                     eta_s: p.eta_s,
                 });
-                repaint.request_repaint();
+                if !live {
+                    repaint.request_repaint();
+                }
             }
         });
-    if let (true, Some(targets)) = (link.live, targets.clone()) {
+    if let (true, Some(targets)) = (live, targets.clone()) {
         let events = link.events.clone();
         let repaint = link.repaint.clone();
         let display = link.display.clone();
