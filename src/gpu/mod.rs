@@ -44,7 +44,8 @@ pub use memory::GpuBuffer;
 pub use readback::Completion;
 pub use recorder::Recorder;
 pub use slices::{
-    host_slice_words, DeviceVolume, SliceAxis, SliceLayout, SliceMode, SlicePass, VolumeLayout,
+    host_slice_words, DeviceVolume, PendingValues, SliceAxis, SliceLayout, SliceMode, SlicePass,
+    VolumeLayout,
 };
 pub use traffic::{DeviceBusy, Traffic};
 

@@ -5,7 +5,7 @@
 //! [`GpuContext::from_wgpu`]). [`host_slice_words`] makes the same words on the host, for a
 //! volume that is not on the device (and as the reference the pass is tested against).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
 
@@ -13,6 +13,8 @@ use super::context::GpuContext;
 use super::error::GpuError;
 use super::kernel::{Kernel, KernelSpec};
 use super::memory::GpuBuffer;
+use super::readback::Completion;
+use super::recorder::Recorder;
 use crate::shaders;
 
 /// Invocations per workgroup of the slice kernel.
@@ -217,10 +219,41 @@ struct SliceParams {
     window: [f32; 4],
 }
 
+/// The values of three slices on their way to the host ([`SlicePass::download_values`]).
+#[derive(Debug)]
+pub struct PendingValues {
+    slot: Arc<Mutex<Option<Vec<u32>>>>,
+}
+
+impl PendingValues {
+    /// The words [`SliceMode::Values`] wrote (laid out as [`SlicePass::layout`] says). When a
+    /// poll of the context's downloads has handed them over already, nothing waits; else the
+    /// host waits for the submission that copies them (only for it: later work stays queued).
+    pub fn wait(self, ctx: &GpuContext) -> Result<Vec<u32>, GpuError> {
+        let landed = || self.slot.lock().ok().and_then(|mut s| s.take());
+        if let Some(words) = landed() {
+            return Ok(words);
+        }
+        ctx.poll_downloads(false)?;
+        loop {
+            if let Some(words) = landed() {
+                return Ok(words);
+            }
+            if !ctx.has_downloads_in_flight() {
+                return Err(GpuError::Readback(
+                    "the slices' values were not handed over by their download".into(),
+                ));
+            }
+            ctx.wait_for_oldest_download()?;
+        }
+    }
+}
+
 /// The slice pass of one shown volume shape, with its output buffer: record it after each outer
 /// iteration (it queues behind the iteration's work, nothing waits), then copy the output into
 /// the application's textures ([`copy_to_textures`](Self::copy_to_textures)) or read it
-/// ([`read_words`](Self::read_words)).
+/// ([`read_words`](Self::read_words), which waits; [`download_values`](Self::download_values)
+/// does not).
 #[derive(Debug)]
 pub struct SlicePass {
     kernel: Arc<Kernel>,
@@ -264,6 +297,53 @@ impl SlicePass {
         at: [usize; 3],
         mode: SliceMode,
     ) -> Result<(), GpuError> {
+        let mut rec = ctx.recorder("viewer slices");
+        self.dispatch(ctx, &mut rec, volume, at, mode)?;
+        ctx.submit(rec)
+    }
+
+    /// Queues the pass over `volume` for the values of the slices at `at`
+    /// ([`SliceMode::Values`]) and their download to the host through the context's readback
+    /// pool: nothing waits here. The words are handed over when the context next polls its
+    /// downloads (a reconstruction does once per outer iteration); [`PendingValues::wait`] takes
+    /// them. An application that must not stall its device's queue draws an iterate through a
+    /// grey window made from the previous iterate's values and sends this one's on their way.
+    pub fn download_values(
+        &self,
+        ctx: &GpuContext,
+        volume: DeviceVolume<'_>,
+        at: [usize; 3],
+    ) -> Result<PendingValues, GpuError> {
+        let mut rec = ctx.recorder("viewer slice values");
+        self.dispatch(ctx, &mut rec, volume, at, SliceMode::Values)?;
+        let slot: Arc<Mutex<Option<Vec<u32>>>> = Arc::default();
+        let landed = Arc::clone(&slot);
+        let done: Completion = Box::new(move |bytes: &[u8]| {
+            let words = bytes
+                .chunks_exact(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect();
+            if let Ok(mut landed) = landed.lock() {
+                *landed = Some(words);
+            }
+        });
+        // The copy follows the dispatch in this submission: a pass recorded next (the grey
+        // one) may overwrite the output without touching the values on their way.
+        rec.download(ctx, &self.out, 0, 4 * self.layout.words() as u64, done)?;
+        ctx.submit(rec)?;
+        Ok(PendingValues { slot })
+    }
+
+    /// Checks the volume and the slices' position, writes the parameters (they land before the
+    /// recording is submitted) and records the dispatch.
+    fn dispatch(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        volume: DeviceVolume<'_>,
+        at: [usize; 3],
+        mode: SliceMode,
+    ) -> Result<(), GpuError> {
         let layout = volume.layout;
         if layout.shape != self.layout.shape {
             return Err(GpuError::Slices(format!(
@@ -299,9 +379,8 @@ impl SlicePass {
                 (&self.params).into(),
             ],
         )?;
-        let mut rec = ctx.recorder("viewer slices");
         rec.dispatch(&bound, (self.layout.words() as u32).div_ceil(WORKGROUP));
-        ctx.submit(rec)
+        Ok(())
     }
 
     /// Puts words made on the host ([`host_slice_words`]) in the output, for a volume that is
@@ -440,6 +519,68 @@ mod tests {
         assert_eq!(grey.word(w, 2.0), 0xffff_ffff);
         assert_eq!(grey.word(w, 1.5), 0xff80_8080);
         assert_eq!(grey.word(w, f32::NAN), 0xffff_00ff);
+    }
+
+    #[test]
+    fn downloaded_values_equal_the_read_ones_and_the_draw_waits_for_nothing() {
+        let ctx = super::super::test_context();
+        let (host, layout) = volume();
+        let buffer = ctx.upload("volume", &host).unwrap();
+        let pass = SlicePass::new(&ctx, layout.shape).unwrap();
+        let device = DeviceVolume {
+            buffer: &buffer,
+            layout,
+        };
+        let grey = SliceMode::Grey {
+            lo: host[200],
+            hi: host[100],
+        };
+        ctx.wait().unwrap();
+        let before = ctx.traffic();
+        // A live draw: this iterate's values sent on their way, the grey slices drawn through
+        // another window over the same output, copied into textures.
+        let at = [1, 4, 2];
+        let pending = pass.download_values(&ctx, device, at).unwrap();
+        pass.record(&ctx, device, at, grey).unwrap();
+        let texture = |width, height| {
+            ctx.core.device.create_texture(&wgpu::TextureDescriptor {
+                label: Some("slice"),
+                size: wgpu::Extent3d {
+                    width,
+                    height,
+                    depth_or_array_layers: 1,
+                },
+                mip_level_count: 1,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format: wgpu::TextureFormat::Rgba8Unorm,
+                usage: wgpu::TextureUsages::COPY_DST,
+                view_formats: &[],
+            })
+        };
+        let [xy, xz, yz] = [texture(7, 6), texture(7, 5), texture(6, 5)];
+        pass.copy_to_textures(&ctx, [&xy, &xz, &yz]).unwrap();
+        let drawn = ctx.traffic() - before;
+        assert_eq!(drawn.waits, 0, "a live draw waited for the device");
+        // The reconstruction's wait of its next iteration hands the values over; taking them
+        // then waits for nothing more. They are the values, not the grey pass's words written
+        // over the output after them.
+        ctx.complete_downloads().unwrap();
+        let waited = ctx.traffic().waits;
+        let values = pending.wait(&ctx).unwrap();
+        assert_eq!(ctx.traffic().waits, waited, "landed values waited");
+        let want = host_slice_words(&host, layout, at, SliceMode::Values).unwrap();
+        assert!(values == want, "downloaded values");
+        assert!(
+            pass.read_words(&ctx).unwrap() == host_slice_words(&host, layout, at, grey).unwrap()
+        );
+        // Not handed over yet: the wait takes them (the blocking read's words, bit for bit).
+        for at in [[0, 0, 0], [4, 5, 6]] {
+            let pending = pass.download_values(&ctx, device, at).unwrap();
+            let values = pending.wait(&ctx).unwrap();
+            pass.record(&ctx, device, at, SliceMode::Values).unwrap();
+            assert!(values == pass.read_words(&ctx).unwrap(), "values at {at:?}");
+        }
     }
 
     #[test]

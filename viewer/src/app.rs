@@ -189,8 +189,12 @@ pub struct App {
     tolerance: Option<Convergence>,
     progress: Option<(usize, usize, f64, f64)>,
     drawn: Option<Drawn>,
-    slice_times: Vec<f64>,
+    /// The draws during the run: seconds each, how many on the device, how many through the
+    /// previous iterate's window; and the seconds of the draw after it.
+    live_draw_s: Vec<f64>,
     device_draws: usize,
+    previous_window_draws: usize,
+    final_draw_s: Option<f64>,
     iteration_s: Vec<f64>,
     status: String,
     save_path: String,
@@ -198,6 +202,9 @@ pub struct App {
     screenshots: (Sender<Arc<ColorImage>>, Receiver<Arc<ColorImage>>),
     exit: Option<ExitStep>,
     frames: FrameTimes,
+    /// Whether the device is a software adapter: its CPU cores render the UI's frames and run the
+    /// reconstruction, so while a run goes on the UI draws only when something changed.
+    software_adapter: bool,
     /// Where the slices were drawn last (points), and the points' size in pixels.
     slice_rects: [Rect; 3],
     pixels_per_point: f32,
@@ -231,6 +238,7 @@ impl App {
         let (worker_events, events) = mpsc::channel();
         let display = Arc::new(Mutex::new(Display::centred([1, 1, 1])));
         let cancel = Arc::new(AtomicBool::new(false));
+        let software_adapter = ctx.info().software;
         let link = Link {
             commands: worker_commands,
             events: worker_events,
@@ -273,8 +281,10 @@ impl App {
             tolerance: None,
             progress: None,
             drawn: None,
-            slice_times: Vec::new(),
+            live_draw_s: Vec::new(),
             device_draws: 0,
+            previous_window_draws: 0,
+            final_draw_s: None,
             iteration_s: Vec::new(),
             status: String::new(),
             save_path: args
@@ -288,6 +298,7 @@ impl App {
             screenshots: mpsc::channel(),
             exit: args.exit.then_some(ExitStep::Running),
             frames: FrameTimes::default(),
+            software_adapter,
             slice_rects: [Rect::NOTHING; 3],
             pixels_per_point: egui_ctx.pixels_per_point(),
             close: false,
@@ -341,8 +352,9 @@ impl App {
         if !resume {
             self.reports.clear();
             self.iteration_s.clear();
-            self.slice_times.clear();
+            self.live_draw_s.clear();
             self.device_draws = 0;
+            self.previous_window_draws = 0;
         }
         self.progress = None;
         self.run = RunState::Running;
@@ -394,8 +406,14 @@ impl App {
                     self.reports.push(report);
                 }
                 Event::Slices(drawn) => {
-                    self.slice_times.push(drawn.seconds);
-                    self.device_draws += usize::from(drawn.on_device);
+                    if drawn.live {
+                        self.live_draw_s.push(drawn.seconds);
+                        self.device_draws += usize::from(drawn.on_device);
+                        self.previous_window_draws +=
+                            usize::from(drawn.window_of < drawn.iteration);
+                    } else {
+                        self.final_draw_s = Some(drawn.seconds);
+                    }
                     self.drawn = Some(drawn);
                 }
                 Event::Finished {
@@ -492,12 +510,22 @@ impl App {
             "outer iterations (s): {:?}; mean of the 2nd on {mean:.3} s",
             self.iteration_s
         );
-        let ms: Vec<f64> = self.slice_times.iter().map(|s| s * 1e3).collect();
+        let ms: Vec<f64> = self.live_draw_s.iter().map(|s| s * 1e3).collect();
+        // The first live draw waits for its own values; the others wait for nothing.
+        let (first, rest) = ms
+            .split_first()
+            .map_or((None, &[][..]), |(f, r)| (Some(*f), r));
         println!(
-            "slices drawn {} times, on the device {} of them; time per draw (ms): {}",
+            "slices drawn live {} times, on the device {} of them, {} through the previous \
+             iterate's window; time per live draw (ms): the first {}, the others {}; the draw \
+             after the run: {}",
             ms.len(),
             self.device_draws,
-            stats(&ms)
+            self.previous_window_draws,
+            first.map_or("none".into(), |f| format!("{f:.2}")),
+            stats(rest),
+            self.final_draw_s
+                .map_or("none".into(), |s| format!("{:.2} ms", s * 1e3))
         );
         println!(
             "UI frames while reconstructing: interval (ms) {}; CPU per frame (ms) {}",
@@ -525,8 +553,13 @@ impl eframe::App for App {
             if let Some(cpu) = frame.info().cpu_usage {
                 self.frames.cpu_ms.push(f64::from(cpu) * 1e3);
             }
-            // The elapsed time moves on: about 30 frames a second while a run goes on.
-            ctx.request_repaint_after(Duration::from_millis(33));
+            // The elapsed time moves on: about 30 frames a second while a run goes on on a
+            // hardware adapter. On a software one each frame takes the CPU the reconstruction
+            // runs on (and its queue): the worker's events (progress, slices) repaint it, about
+            // twice an outer iteration.
+            if !self.software_adapter {
+                ctx.request_repaint_after(Duration::from_millis(33));
+            }
         } else {
             self.frames.last = None;
         }
@@ -776,8 +809,12 @@ impl App {
                 true => "drawn on the device",
                 false => "drawn from a host copy (the volume streams)",
             };
+            let of = match d.window_of == d.iteration {
+                true => String::new(),
+                false => format!(" (iteration {}'s)", d.window_of + 1),
+            };
             ui.label(format!(
-                "iteration {}: window [{:.4e}, {:.4e}], {source}",
+                "iteration {}: window [{:.4e}, {:.4e}]{of}, {source}",
                 d.iteration + 1,
                 d.window[0],
                 d.window[1]

@@ -2,15 +2,18 @@
 //! on the device, the core crate's [`SlicePass`] writes them there and copies them into the
 //! textures: the images never leave the device. Where it streams, they are made on the host from
 //! [`IterateView::read_volume`] and uploaded. Either way the grey window comes from percentiles of
-//! the three slices' values (for a volume on the device, read back: three slices of `f32`, not
-//! the images).
+//! the three slices' values (for a volume on the device, downloaded: three slices of `f32`, not
+//! the images). During a run a draw waits for nothing: it takes the values of the previous
+//! iterate's slices, which the solver's wait of this iteration brought to the host, for the
+//! window, and sends this iterate's on their way ([`SlicePass::download_values`]).
 
+use std::cell::RefCell;
 use std::time::Instant;
 
 use eframe::egui;
 use eframe::egui_wgpu::RenderState;
 use eframe::wgpu;
-use lamino::gpu::{host_slice_words, SliceLayout, VolumeLayout};
+use lamino::gpu::{host_slice_words, PendingValues, SliceLayout, VolumeLayout};
 use lamino::{Geometry, GpuContext, IterateView, SliceAxis, SliceMode, SlicePass};
 
 /// What the UI chose to see: the slices' indices and the grey window's percentiles.
@@ -39,16 +42,45 @@ pub struct Drawn {
     pub iteration: usize,
     /// The values drawn black and white.
     pub window: [f32; 2],
+    /// The outer iteration whose slices' values gave the window: the previous one while a run
+    /// goes on (the first iterate's own), else the one drawn.
+    pub window_of: usize,
     /// Whether the images were made on the device (else from a host copy: the volume streams).
     pub on_device: bool,
+    /// Whether it was drawn during the run ([`Window::Previous`]).
+    pub live: bool,
     /// Seconds the draw took (passes, the values read back or the host copy, the copies).
     pub seconds: f64,
+}
+
+/// How a draw gets its grey window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// During a run: from the values of the slices the last live draw showed, so that nothing
+    /// waits for the device (the first draw of a run waits once, for its own values).
+    Previous,
+    /// From the values of the slices drawn (waits for them): after a run, or when the settings
+    /// change.
+    Own,
+}
+
+/// The slices' values a live draw sent to the host, for the next draw's window.
+struct Sent {
+    iteration: usize,
+    values: Values,
+}
+
+enum Values {
+    OnTheirWay(PendingValues),
+    Landed(Vec<u32>),
 }
 
 /// The slice pass of one volume shape and the textures it draws into.
 pub struct SliceTargets {
     pass: SlicePass,
     textures: [wgpu::Texture; 3],
+    /// What the last live draw of this run sent (none before the run's first).
+    sent: RefCell<Option<Sent>>,
 }
 
 impl SliceTargets {
@@ -60,35 +92,52 @@ impl SliceTargets {
     ) -> Result<Self, String> {
         let shape = [geometry.n0, geometry.n1, geometry.n2];
         let pass = SlicePass::new(ctx, shape).map_err(|e| e.to_string())?;
-        Ok(Self { pass, textures })
+        Ok(Self {
+            pass,
+            textures,
+            sent: RefCell::new(None),
+        })
     }
 
-    /// Draws the slices of `view` as `display` says into the textures.
-    pub fn draw(&self, view: &IterateView<'_>, display: Display) -> Result<Drawn, String> {
+    /// Forgets the values of the last run: the next live draw takes its window from its own.
+    pub fn start_run(&self) {
+        self.sent.replace(None);
+    }
+
+    /// Draws the slices of `view` as `display` says into the textures, through a window taken
+    /// as `window_from` says (where the volume streams, always its own: the host copy is read anyway).
+    pub fn draw(
+        &self,
+        view: &IterateView<'_>,
+        display: Display,
+        window_from: Window,
+    ) -> Result<Drawn, String> {
         let started = Instant::now();
         let ctx = view.ctx();
         let layout = view.layout();
         let at = [0, 1, 2].map(|axis| display.at[axis].min(layout.shape[axis] - 1));
         let e = |e: lamino::GpuError| e.to_string();
-        let on_device = match view.on_device() {
+        let drawn = match view.on_device() {
             Some(volume) => {
-                self.pass
-                    .record(ctx, volume, at, SliceMode::Values)
-                    .map_err(e)?;
-                let values = self.pass.read_words(ctx).map_err(e)?;
-                let [lo, hi] = window(self.pass.layout(), &values, display.percentiles);
+                let pending = self.pass.download_values(ctx, volume, at).map_err(e)?;
+                let (values, window_of) = match window_from {
+                    Window::Own => (pending.wait(ctx).map_err(e)?, view.iteration),
+                    Window::Previous => self.previous_values(ctx, view.iteration, pending)?,
+                };
+                let [lo, hi] = grey_window(self.pass.layout(), &values, display.percentiles);
                 self.pass
                     .record(ctx, volume, at, SliceMode::Grey { lo, hi })
                     .map_err(e)?;
-                Some([lo, hi])
+                Some(([lo, hi], window_of))
             }
             None => None,
         };
-        let window = match on_device {
-            Some(window) => window,
+        let (window, window_of) = match drawn {
+            Some(drawn) => drawn,
             None => {
                 let host = view.read_volume().map_err(|e| e.to_string())?;
-                self.upload_from_host(ctx, &host, layout, at, display)?
+                let window = self.upload_from_host(ctx, &host, layout, at, display)?;
+                (window, view.iteration)
             }
         };
         let [xy, xz, yz] = &self.textures;
@@ -96,9 +145,52 @@ impl SliceTargets {
         Ok(Drawn {
             iteration: view.iteration,
             window,
-            on_device: on_device.is_some(),
+            window_of,
+            on_device: drawn.is_some(),
+            live: window_from == Window::Previous,
             seconds: started.elapsed().as_secs_f64(),
         })
+    }
+
+    /// The values the last live draw sent (landed by now: the solver waited for its iteration
+    /// since), and the iteration they are of; this draw's `pending` ones are kept for the next.
+    /// The run's first draw has none: it waits for its own.
+    fn previous_values(
+        &self,
+        ctx: &GpuContext,
+        iteration: usize,
+        pending: PendingValues,
+    ) -> Result<(Vec<u32>, usize), String> {
+        let e = |e: lamino::GpuError| e.to_string();
+        let mut sent = self.sent.borrow_mut();
+        let previous = match sent.take() {
+            Some(Sent {
+                iteration,
+                values: Values::OnTheirWay(p),
+            }) => Some((p.wait(ctx).map_err(e)?, iteration)),
+            Some(Sent {
+                iteration,
+                values: Values::Landed(v),
+            }) => Some((v, iteration)),
+            None => None,
+        };
+        match previous {
+            Some(previous) => {
+                *sent = Some(Sent {
+                    iteration,
+                    values: Values::OnTheirWay(pending),
+                });
+                Ok(previous)
+            }
+            None => {
+                let own = pending.wait(ctx).map_err(e)?;
+                *sent = Some(Sent {
+                    iteration,
+                    values: Values::Landed(own.clone()),
+                });
+                Ok((own, iteration))
+            }
+        }
     }
 
     /// Makes the grey slices of a host copy of the volume and puts them in the pass's output.
@@ -112,7 +204,7 @@ impl SliceTargets {
     ) -> Result<[f32; 2], String> {
         let e = |e: lamino::GpuError| e.to_string();
         let values = host_slice_words(host, layout, at, SliceMode::Values).map_err(e)?;
-        let [lo, hi] = window(self.pass.layout(), &values, display.percentiles);
+        let [lo, hi] = grey_window(self.pass.layout(), &values, display.percentiles);
         let grey = host_slice_words(host, layout, at, SliceMode::Grey { lo, hi }).map_err(e)?;
         self.pass.upload_words(ctx, &grey).map_err(e)?;
         Ok([lo, hi])
@@ -122,7 +214,7 @@ impl SliceTargets {
 /// The values at `percentiles` of the finite values of the three slices in `words` (as
 /// [`SliceMode::Values`] writes them); a window one unit wide around them when they are equal
 /// (an all-zero first iterate), so that every window drawn is valid.
-fn window(layout: SliceLayout, words: &[u32], percentiles: [f32; 2]) -> [f32; 2] {
+fn grey_window(layout: SliceLayout, words: &[u32], percentiles: [f32; 2]) -> [f32; 2] {
     let mut values: Vec<f32> = SliceAxis::ALL
         .into_iter()
         .flat_map(|axis| layout.slice(words, axis))
@@ -220,22 +312,22 @@ mod tests {
         let pixels = next as usize;
         words[layout.image(SliceAxis::Xz).0] = f32::NAN.to_bits();
         // 0 and 100: the smallest and largest finite values.
-        let [lo, hi] = window(layout, &words, [0.0, 100.0]);
+        let [lo, hi] = grey_window(layout, &words, [0.0, 100.0]);
         assert_eq!([lo, hi], [0.0, (pixels - 1) as f32]);
         // The median of the finite values, whichever way round the percentiles are given.
         let finite = pixels - 1;
-        let [lo, _] = window(layout, &words, [50.0, 100.0]);
+        let [lo, _] = grey_window(layout, &words, [50.0, 100.0]);
         let median_rank = ((finite - 1) as f32 * 0.5).round() as usize;
         let mut sorted: Vec<f32> = (0..pixels).map(|v| v as f32).collect();
         sorted.remove(layout.image(SliceAxis::Xy).1 * layout.image(SliceAxis::Xy).2);
         assert_eq!(lo, sorted[median_rank]);
         assert_eq!(
-            window(layout, &words, [90.0, 10.0]),
-            window(layout, &words, [10.0, 90.0])
+            grey_window(layout, &words, [90.0, 10.0]),
+            grey_window(layout, &words, [10.0, 90.0])
         );
         // Equal values (the all-zero first iterate): a valid window around them.
         let zeros = vec![0u32; layout.words()];
-        assert_eq!(window(layout, &zeros, [1.0, 99.0]), [-0.5, 0.5]);
+        assert_eq!(grey_window(layout, &zeros, [1.0, 99.0]), [-0.5, 0.5]);
     }
 
     #[test]

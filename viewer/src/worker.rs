@@ -20,7 +20,7 @@ use lamino::{
     write_volume, AdmmParams, CheckpointInterval, GpuContext, Projections, Reconstructor, Solved,
 };
 
-use crate::slices::{Display, Drawn, SliceTargets};
+use crate::slices::{Display, Drawn, SliceTargets, Window};
 
 /// Where a scan comes from.
 #[derive(Debug, Clone)]
@@ -224,8 +224,10 @@ fn with_budget<'a>(builder: Reconstructor<'a>, link: &Link) -> Reconstructor<'a>
     }
 }
 
-/// Runs the reconstruction, drawing the slices after every outer iteration (or once at the end
-/// when the display is not live); a cancelled run leaves its state in `checkpoint`.
+/// Runs the reconstruction, drawing the slices after every outer iteration when the display is
+/// live (each through the previous iterate's window: no draw waits for the device), and once at
+/// the end through the last iterate's own window; a cancelled run leaves its state in
+/// `checkpoint`.
 fn reconstruct<'a>(
     ctx: &'a GpuContext,
     link: &Link,
@@ -240,6 +242,9 @@ fn reconstruct<'a>(
     let repaint = link.repaint.clone();
     let mut last = 0.0;
     let times = Rc::new(RefCell::new(Vec::new()));
+    // Live slices follow each progress report at once and repaint the UI: one frame shows both
+    // (on a software adapter every frame takes CPU and queue time from the run).
+    let live = link.live && targets.is_some();
     let mut builder = with_budget(Reconstructor::new(ctx), link)
         .params(params)
         .checkpoint_every(checkpoint.to_path_buf(), CheckpointInterval::Never)
@@ -255,16 +260,19 @@ fn reconstruct<'a>(
                     elapsed_s: p.elapsed_s,
                     eta_s: p.eta_s,
                 });
-                repaint.request_repaint();
+                if !live {
+                    repaint.request_repaint();
+                }
             }
         });
-    if let (true, Some(targets)) = (link.live, targets.clone()) {
+    if let (true, Some(targets)) = (live, targets.clone()) {
         let events = link.events.clone();
         let repaint = link.repaint.clone();
         let display = link.display.clone();
+        targets.start_run();
         builder = builder.on_iterate(move |view| {
             let settings = *display.lock().unwrap();
-            let event = match targets.draw(view, settings) {
+            let event = match targets.draw(view, settings, Window::Previous) {
                 Ok(drawn) => Event::Slices(drawn),
                 Err(e) => Event::Failed(e),
             };
@@ -283,7 +291,7 @@ fn reconstruct<'a>(
     }
     let started = Instant::now();
     let solved = builder.solve(projections).map_err(|e| e.to_string())?;
-    if let (false, Some(targets)) = (link.live, &targets) {
+    if let Some(targets) = &targets {
         redraw(link, &solved, targets)?;
     }
     let report = &solved.report;
@@ -300,10 +308,11 @@ fn reconstruct<'a>(
     Ok((solved, event))
 }
 
-/// Draws the slices of the finished run's volume with the display settings now.
+/// Draws the slices of the finished run's volume with the display settings now, through their
+/// own window.
 fn redraw(link: &Link, solved: &Solved<'_>, targets: &SliceTargets) -> Result<(), String> {
     let settings = *link.display.lock().unwrap();
-    let drawn = targets.draw(&solved.iterate_view(), settings)?;
+    let drawn = targets.draw(&solved.iterate_view(), settings, Window::Own)?;
     link.send(Event::Slices(drawn));
     Ok(())
 }
