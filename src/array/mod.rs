@@ -7,7 +7,6 @@
 //! results of reductions, so that a solver records its iterations without waiting for the host.
 
 mod field;
-mod homes;
 mod scalars;
 
 pub use field::{BlockView, Field, PlaneLayout, Residency, StorageError};
