@@ -12,11 +12,14 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use thiserror::Error;
 
+use super::BlockView;
 use crate::gpu::GpuError;
 use crate::gpu::{Completion, GpuBuffer, GpuContext};
 use homes::{outside, DeviceHome};
+use rank_scratch::ShareMap;
 
 mod homes;
+mod rank_scratch;
 
 /// Errors of host storage.
 #[derive(Debug, Error)]
@@ -64,91 +67,6 @@ pub enum Residency {
     Scratch(PathBuf),
 }
 
-/// A strided block of an array's elements: element (i0, i1, i2) at
-/// `offset + i0 s0 + i1 s1 + i2 s2` (the innermost stride is 1), `words` f32 words each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlockView {
-    pub offset: u64,
-    pub strides: [u64; 3],
-    pub extents: [u64; 3],
-    pub words: u64,
-}
-
-impl BlockView {
-    /// The block's words in order: (start word, length) of each contiguous run.
-    pub(crate) fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let [e0, e1, e2] = self.extents;
-        let w = self.words;
-        debug_assert!(self.strides[2] == 1 || e2 == 1);
-        (0..e0).flat_map(move |i0| {
-            (0..e1).map(move |i1| {
-                let start = (self.offset + i0 * self.strides[0] + i1 * self.strides[1]) * w;
-                (start as usize, (e2 * w) as usize)
-            })
-        })
-    }
-
-    /// Whether the two blocks share a word: disjoint spans say no at once; otherwise their runs,
-    /// in order, are swept for an intersection.
-    fn overlaps(&self, other: &BlockView) -> bool {
-        let span = |b: &BlockView| {
-            let lo = b.runs().map(|(s, _)| s).min()?;
-            let hi = b.runs().map(|(s, l)| s + l).max()?;
-            Some((lo, hi))
-        };
-        let (Some((a0, a1)), Some((b0, b1))) = (span(self), span(other)) else {
-            return false;
-        };
-        if a1 <= b0 || b1 <= a0 {
-            return false;
-        }
-        let sorted = |b: &BlockView| {
-            let mut r: Vec<(usize, usize)> = b.runs().filter(|r| r.1 > 0).collect();
-            r.sort_unstable();
-            r
-        };
-        let (a, b) = (sorted(self), sorted(other));
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            let (x, y) = (a[i], b[j]);
-            if x.0 < y.0 + y.1 && y.0 < x.0 + x.1 {
-                return true;
-            }
-            if x.0 + x.1 <= y.0 + y.1 {
-                i += 1;
-            } else {
-                j += 1;
-            }
-        }
-        false
-    }
-
-    /// Words `[start, start + len)` of an array, as a block.
-    fn words_range(start: usize, len: usize) -> Self {
-        Self {
-            offset: start as u64,
-            strides: [0, 0, 1],
-            extents: [1, 1, len as u64],
-            words: 1,
-        }
-    }
-
-    /// Words of the block.
-    pub fn len_words(&self) -> usize {
-        (self.extents.iter().product::<u64>() * self.words) as usize
-    }
-
-    /// A view of planes `[lo, hi)` of an array of `plane_words` words per plane, as words.
-    pub fn planes(lo: usize, hi: usize, plane_words: usize) -> Self {
-        Self {
-            offset: (lo * plane_words) as u64,
-            strides: [plane_words as u64, 0, 1],
-            extents: [(hi - lo) as u64, 1, plane_words as u64],
-            words: 1,
-        }
-    }
-}
-
 enum HostWords {
     Ram(Vec<f32>),
     Mapped(memmap2::MmapMut),
@@ -185,117 +103,6 @@ impl HostWords {
 /// The page size `madvise`, `mincore` and `mmap` work in: 4 KiB on the systems lamino runs on
 /// (x86-64 and arm64 Linux with 4 KiB pages).
 const PAGE: usize = 4096;
-
-/// An MPI rank's scratch array: one contiguous range of addresses for the whole array, of which
-/// only the pages holding the rank's planes (its home, rounded out to whole pages) are a scratch
-/// file; the other pages are anonymous memory that takes room only while it holds blocks fetched
-/// for a stage (and is let go after it, [`Field::release_away`]). So the rank's scratch file is
-/// its share of the array, not the whole of it, while every word keeps its place in the array
-/// and the code that reads and writes words stays the same.
-struct ShareMap {
-    base: *mut f32,
-    /// Words of the array.
-    len: usize,
-    /// Bytes of the address range (the array's, rounded up to whole pages).
-    mapped: usize,
-    /// Bytes of the scratch file mapped over the home's pages.
-    file_bytes: u64,
-}
-
-// Safety: the map is owned by one HostArray, whose RwLock orders every access to its words;
-// the pointer is not shared otherwise.
-unsafe impl Send for ShareMap {}
-unsafe impl Sync for ShareMap {}
-
-impl ShareMap {
-    /// Words `home` of an array of `len` words in a scratch file in `dir`, the rest in
-    /// anonymous memory, all zero.
-    fn new(dir: &Path, len: usize, home: Range<usize>) -> Result<Self, StorageError> {
-        use fs4::FileExt;
-        let err = |reason: String| StorageError::Scratch {
-            dir: dir.into(),
-            reason,
-        };
-        let mapped = (4 * len).div_ceil(PAGE).max(1) * PAGE;
-        // Safety: a fresh private anonymous mapping (no address asked for); checked below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                mapped,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(err(format!(
-                "cannot reserve {mapped} bytes of addresses: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // From here on, dropping `map` unmaps the whole range, also on the errors below.
-        let mut map = Self {
-            base: base.cast(),
-            len,
-            mapped,
-            file_bytes: 0,
-        };
-        let lo = 4 * home.start / PAGE * PAGE;
-        let hi = (4 * home.end).div_ceil(PAGE) * PAGE;
-        let hi = hi.min(mapped);
-        if home.is_empty() || hi <= lo {
-            return Ok(map);
-        }
-        let file = tempfile::tempfile_in(dir).map_err(|e| err(e.to_string()))?;
-        let bytes = (hi - lo) as u64;
-        file.allocate(bytes)
-            .map_err(|e| err(format!("cannot reserve {bytes} bytes: {e}")))?;
-        use std::os::fd::AsRawFd;
-        // Safety: [base + lo, base + hi) lies in the range reserved above, page-aligned;
-        // MAP_FIXED replaces those anonymous pages by the file's (unnamed, private to this
-        // process, so nothing else maps or resizes it while the map lives). The mapping keeps
-        // the file open after `file` is dropped.
-        let at = unsafe {
-            libc::mmap(
-                base.cast::<u8>().add(lo).cast(),
-                hi - lo,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if at == libc::MAP_FAILED {
-            return Err(err(format!(
-                "cannot map {bytes} bytes of scratch file: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        map.file_bytes = bytes;
-        Ok(map)
-    }
-
-    fn words(&self) -> &[f32] {
-        // Safety: `len` words from `base` lie within the mapping, readable and zero-initialised
-        // (anonymous or file pages), alive while `self` is.
-        unsafe { std::slice::from_raw_parts(self.base, self.len) }
-    }
-
-    fn words_mut(&mut self) -> &mut [f32] {
-        // Safety: as in `words`, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
-    }
-}
-
-impl Drop for ShareMap {
-    fn drop(&mut self) {
-        // Safety: the range is the one mapped in `new`, unmapped once.
-        unsafe {
-            libc::munmap(self.base.cast(), self.mapped);
-        }
-    }
-}
 
 struct HostArray {
     words: RwLock<HostWords>,
@@ -764,66 +571,6 @@ impl Drop for Pending {
         if let Some(h) = self.0.host() {
             if let Ok(mut p) = h.pending.lock() {
                 p.retain(|(id, _)| *id != self.1);
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{BlockView, ShareMap, PAGE};
-    use std::collections::HashSet;
-
-    /// A rank's scratch array: its file holds the pages of its home words only, every word of
-    /// the array reads back what was written, and the file has no name.
-    #[test]
-    fn a_share_map_backs_only_the_home_pages_with_its_file() {
-        let dir = tempfile::tempdir().unwrap();
-        // 5000 words (20000 bytes); home 1500..3100 is bytes 6000..12400: pages 1, 2 and 3.
-        // At the array's end, 4000..5000 is bytes 16000..20000: pages 3 and 4.
-        for (home, pages) in [(1500..3100, 3), (4000..5000, 2), (0..0, 0), (0..5000, 5)] {
-            let mut m = ShareMap::new(dir.path(), 5000, home.clone()).unwrap();
-            assert!(m.file_bytes == (pages * PAGE) as u64, "{home:?}");
-            assert!(m.words().iter().all(|&w| w == 0.0), "{home:?}");
-            for (i, w) in m.words_mut().iter_mut().enumerate() {
-                *w = i as f32;
-            }
-            let same = m.words().iter().enumerate().all(|(i, &w)| w == i as f32);
-            assert!(same, "{home:?}");
-        }
-        assert!(std::fs::read_dir(dir.path()).unwrap().count() == 0);
-    }
-
-    fn words(b: &BlockView) -> HashSet<usize> {
-        b.runs().flat_map(|(s, l)| s..s + l).collect()
-    }
-
-    /// Two blocks overlap exactly when they share a word: strided blocks of one array (rows of
-    /// every plane, planes, single words) against each other, by brute force.
-    #[test]
-    fn blocks_overlap_exactly_when_they_share_a_word() {
-        // An array of 6 planes of 5 rows of 4 elements, 2 words each.
-        let block = |offset, strides, extents| BlockView {
-            offset,
-            strides,
-            extents,
-            words: 2,
-        };
-        let mut blocks = Vec::new();
-        for lo in 0..5u64 {
-            for len in 1..=5 - lo {
-                // Rows [lo, lo + len) of every plane (a U2 block), and planes (an F block).
-                blocks.push(block(lo * 4, [20, 4, 1], [6, len, 4]));
-                blocks.push(block(lo * 20, [20, 4, 1], [len, 5, 4]));
-            }
-        }
-        blocks.push(BlockView::words_range(37, 3));
-        blocks.push(BlockView::words_range(0, 240));
-        blocks.push(BlockView::words_range(239, 1));
-        for a in &blocks {
-            for b in &blocks {
-                let shared = !words(a).is_disjoint(&words(b));
-                assert_eq!(a.overlaps(b), shared, "{a:?} {b:?}");
             }
         }
     }
