@@ -6,11 +6,12 @@
 //! [`Scalars`] holds the coefficients the kernels read (`constant * scalar`) and the double-word
 //! results of reductions, so that a solver records its iterations without waiting for the host.
 
+mod block;
 mod field;
-mod homes;
 mod scalars;
 
-pub use field::{BlockView, Field, PlaneLayout, Residency, StorageError};
+pub use block::BlockView;
+pub use field::{Field, PlaneLayout, Residency, StorageError};
 pub use scalars::{Coef, Scalars, Slot, SumSlot};
 
 use crate::gpu::GpuError;
