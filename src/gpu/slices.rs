@@ -458,6 +458,24 @@ impl SlicePass {
 mod tests {
     use super::*;
 
+    /// A texture the UI would draw a slice of `width` x `height` from.
+    fn slice_texture(ctx: &GpuContext, width: u32, height: u32) -> wgpu::Texture {
+        ctx.core.device.create_texture(&wgpu::TextureDescriptor {
+            label: Some("slice"),
+            size: wgpu::Extent3d {
+                width,
+                height,
+                depth_or_array_layers: 1,
+            },
+            mip_level_count: 1,
+            sample_count: 1,
+            dimension: wgpu::TextureDimension::D2,
+            format: wgpu::TextureFormat::Rgba8Unorm,
+            usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
+            view_formats: &[],
+        })
+    }
+
     /// A padded array with distinct values, non-finite ones among them, and the layout of a
     /// shown volume inside it.
     fn volume() -> (Vec<f32>, VolumeLayout) {
@@ -542,22 +560,7 @@ mod tests {
         let at = [1, 4, 2];
         let pending = pass.download_values(&ctx, device, at).unwrap();
         pass.record(&ctx, device, at, grey).unwrap();
-        let texture = |width, height| {
-            ctx.core.device.create_texture(&wgpu::TextureDescriptor {
-                label: Some("slice"),
-                size: wgpu::Extent3d {
-                    width,
-                    height,
-                    depth_or_array_layers: 1,
-                },
-                mip_level_count: 1,
-                sample_count: 1,
-                dimension: wgpu::TextureDimension::D2,
-                format: wgpu::TextureFormat::Rgba8Unorm,
-                usage: wgpu::TextureUsages::COPY_DST,
-                view_formats: &[],
-            })
-        };
+        let texture = |width, height| slice_texture(&ctx, width, height);
         let [xy, xz, yz] = [texture(7, 6), texture(7, 5), texture(6, 5)];
         pass.copy_to_textures(&ctx, [&xy, &xz, &yz]).unwrap();
         let drawn = ctx.traffic() - before;
@@ -625,22 +628,7 @@ mod tests {
         assert!(err.to_string().contains("small"), "{err}");
         assert!(pass.upload_words(&ctx, &[0; 3]).is_err());
         // A texture of another size than its slice is refused before anything is copied.
-        let texture = |width, height| {
-            ctx.core.device.create_texture(&wgpu::TextureDescriptor {
-                label: Some("slice"),
-                size: wgpu::Extent3d {
-                    width,
-                    height,
-                    depth_or_array_layers: 1,
-                },
-                mip_level_count: 1,
-                sample_count: 1,
-                dimension: wgpu::TextureDimension::D2,
-                format: wgpu::TextureFormat::Rgba8Unorm,
-                usage: wgpu::TextureUsages::COPY_DST | wgpu::TextureUsages::TEXTURE_BINDING,
-                view_formats: &[],
-            })
-        };
+        let texture = |width, height| slice_texture(&ctx, width, height);
         let [xy, xz, yz] = [texture(7, 6), texture(7, 5), texture(6, 5)];
         pass.copy_to_textures(&ctx, [&xy, &xz, &yz]).unwrap();
         let err = pass.copy_to_textures(&ctx, [&xy, &yz, &xz]).unwrap_err();
