@@ -316,20 +316,15 @@ impl Field {
                 .iter()
                 .any(|(_, p)| p.overlaps(block))
         };
-        if !overlapping() {
-            return Ok(());
-        }
-        ctx.poll_downloads(false)?;
-        while overlapping() {
-            if !ctx.has_downloads_in_flight() {
-                return Err(GpuError::Readback(format!(
+        ctx.wait_for_downloads_until(
+            || !overlapping(),
+            || {
+                format!(
                     "a download into {:?} was recorded but never submitted",
                     self.label()
-                )));
-            }
-            ctx.wait_for_oldest_download()?;
-        }
-        Ok(())
+                )
+            },
+        )
     }
 
     /// Writes words `[start, start + words.len())` from the host.

@@ -313,11 +313,26 @@ impl GpuContext {
         self.readback.set_readback_pool_bytes(bytes);
     }
 
-    /// Waits until the oldest download in flight has landed (only for the submission that
-    /// copies it: later work stays queued, so the device keeps computing), and hands every
-    /// download that has arrived to its completion.
-    pub(crate) fn wait_for_oldest_download(&self) -> Result<(), GpuError> {
-        self.readback.wait_for_oldest_download(&self.core)
+    /// Returns once `landed()` holds: first hands over the downloads that have arrived, then
+    /// waits for the downloads in flight, oldest first (each only for the submission that copies
+    /// it: later work stays queued, so the device keeps computing). A typed error naming
+    /// `missing()` when none is left in flight and `landed()` still does not hold.
+    pub(crate) fn wait_for_downloads_until(
+        &self,
+        mut landed: impl FnMut() -> bool,
+        missing: impl FnOnce() -> String,
+    ) -> Result<(), GpuError> {
+        if landed() {
+            return Ok(());
+        }
+        self.poll_downloads(false)?;
+        while !landed() {
+            if !self.has_downloads_in_flight() {
+                return Err(GpuError::Readback(missing()));
+            }
+            self.readback.wait_for_oldest_download(&self.core)?;
+        }
+        Ok(())
     }
 
     /// Hands every download that has arrived to its completion; with `wait`, first waits for

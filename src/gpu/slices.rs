@@ -230,22 +230,14 @@ impl PendingValues {
     /// poll of the context's downloads has handed them over already, nothing waits; else the
     /// host waits for the submission that copies them (only for it: later work stays queued).
     pub fn wait(self, ctx: &GpuContext) -> Result<Vec<u32>, GpuError> {
-        let landed = || self.slot.lock().ok().and_then(|mut s| s.take());
-        if let Some(words) = landed() {
-            return Ok(words);
-        }
-        ctx.poll_downloads(false)?;
-        loop {
-            if let Some(words) = landed() {
-                return Ok(words);
-            }
-            if !ctx.has_downloads_in_flight() {
-                return Err(GpuError::Readback(
-                    "the slices' values were not handed over by their download".into(),
-                ));
-            }
-            ctx.wait_for_oldest_download()?;
-        }
+        let landed = || self.slot.lock().is_ok_and(|s| s.is_some());
+        ctx.wait_for_downloads_until(landed, || {
+            "the slices' values were not handed over by their download".into()
+        })?;
+        let words = self.slot.lock().ok().and_then(|mut s| s.take());
+        words.ok_or_else(|| {
+            GpuError::Readback("the slices' values were lost: their lock was poisoned".into())
+        })
     }
 }
 
@@ -493,12 +485,18 @@ mod tests {
         (v, layout)
     }
 
-    #[test]
-    fn the_pass_copies_values_bit_for_bit_and_maps_the_window_as_the_host_does() {
+    /// A context, [`volume`] on the host and on the device, and a pass for its shape.
+    fn uploaded() -> (GpuContext, Vec<f32>, VolumeLayout, GpuBuffer, SlicePass) {
         let ctx = super::super::test_context();
         let (host, layout) = volume();
         let buffer = ctx.upload("volume", &host).unwrap();
         let pass = SlicePass::new(&ctx, layout.shape).unwrap();
+        (ctx, host, layout, buffer, pass)
+    }
+
+    #[test]
+    fn the_pass_copies_values_bit_for_bit_and_maps_the_window_as_the_host_does() {
+        let (ctx, host, layout, buffer, pass) = uploaded();
         let device = DeviceVolume {
             buffer: &buffer,
             layout,
@@ -541,10 +539,7 @@ mod tests {
 
     #[test]
     fn downloaded_values_equal_the_read_ones_and_the_draw_waits_for_nothing() {
-        let ctx = super::super::test_context();
-        let (host, layout) = volume();
-        let buffer = ctx.upload("volume", &host).unwrap();
-        let pass = SlicePass::new(&ctx, layout.shape).unwrap();
+        let (ctx, host, layout, buffer, pass) = uploaded();
         let device = DeviceVolume {
             buffer: &buffer,
             layout,
@@ -588,10 +583,7 @@ mod tests {
 
     #[test]
     fn slices_outside_the_volume_and_empty_windows_are_refused() {
-        let ctx = super::super::test_context();
-        let (host, layout) = volume();
-        let buffer = ctx.upload("volume", &host).unwrap();
-        let pass = SlicePass::new(&ctx, layout.shape).unwrap();
+        let (ctx, host, layout, buffer, pass) = uploaded();
         let device = DeviceVolume {
             buffer: &buffer,
             layout,

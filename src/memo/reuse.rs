@@ -28,15 +28,10 @@ fn host_combine(outputs: &[(&[Complex32], [f32; 2])]) -> Vec<Complex32> {
 /// The output block of an entry once its download has landed: waits for the downloads in flight
 /// (oldest first) until it has.
 fn landed<'a>(ctx: &GpuContext, landing: &'a Landing) -> Result<&'a [Complex32], GpuError> {
-    ctx.poll_downloads(false)?;
-    while landing.get().is_none() {
-        if !ctx.has_downloads_in_flight() {
-            return Err(GpuError::Readback(
-                "a stored chunk output's download was recorded but never submitted".into(),
-            ));
-        }
-        ctx.wait_for_oldest_download()?;
-    }
+    ctx.wait_for_downloads_until(
+        || landing.get().is_some(),
+        || "a stored chunk output's download was recorded but never submitted".into(),
+    )?;
     Ok(landing.get().expect("landed"))
 }
 
