@@ -60,6 +60,14 @@ fn same_volume_on_ranks(ranks: usize, dir: &Path, input: &Path, extra: &[&str]) 
     let o = mpirun(ranks, &strs(&args(&many))).output().unwrap();
     let text = stderr(&o);
     assert!(o.status.success(), "{text}");
+    // Only the first rank speaks: the others' notes once tore its lines in the merged stderr.
+    let notes = text
+        .matches("note: running on the software adapter")
+        .count();
+    assert!(
+        notes == 1,
+        "{notes} software-adapter notes from {ranks} ranks:\n{text}"
+    );
     for file in ["recon.tif", "axis_search.csv"] {
         let expected = std::fs::read(one.join(file)).ok();
         let got = std::fs::read(many.join(file)).ok();

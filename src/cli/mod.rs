@@ -186,12 +186,20 @@ impl Cli {
     }
 
     /// Under MPI, the devices of the rank that is number `local` among its node's ranks.
+    /// Only the first rank `speaks` (notes the software adapter): the others run quietly, and a
+    /// line of theirs could land inside one of the first rank's in mpirun's merged stderr.
     #[cfg(feature = "mpi")]
-    fn rank_contexts(&self, local: usize) -> Result<Vec<GpuContext>, lamino::GpuError> {
+    fn rank_contexts(
+        &self,
+        local: usize,
+        speaks: bool,
+    ) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self
             .device_set()
             .open_for_rank(self.allow_software_gpu, local)?;
-        devices.iter().for_each(note_software);
+        if speaks {
+            devices.iter().for_each(note_software);
+        }
         Ok(devices)
     }
 

@@ -40,7 +40,7 @@ pub(super) fn open_devices(
     #[cfg(feature = "mpi")]
     if let Some(r) = ranks {
         let local = lamino::distributed::ranks::Ranks::local_rank().unwrap_or(r.rank());
-        let devices = cli.rank_contexts(local)?;
+        let devices = cli.rank_contexts(local, r.rank() == 0)?;
         r.set_devices(devices.len())?;
         return Ok(devices);
     }
