@@ -114,8 +114,10 @@ fn len_before() -> u32 {
     return p.ns;
 }
 
+// DIR 0 leaves the direction to the parameters even when specialised: a CPU rasteriser then
+// compiles one pipeline for both directions (the sign only multiplies exactly by +-1).
 fn dir_sign() -> f32 {
-    if (SPECIALIZED) {
+    if (SPECIALIZED && DIR != 0.0) {
         return DIR;
     }
     return p.dir;
