@@ -483,7 +483,7 @@ pub(crate) fn pass_kernel(
 }
 
 /// The `DIR` override of a specialised kernel. A CPU rasteriser spends most of a small run
-/// compiling pipelines (lavapipe: ~1 s per specialised pass, 90 % of a 16^3 reconstruction), so
+/// compiling pipelines (lavapipe: ~1 s per specialised pass, 92 % of a 16^3 reconstruction), so
 /// there the direction stays a parameter and one pipeline serves both directions (0); a device
 /// gets the sign folded into its butterflies.
 fn specialized_direction(ctx: &GpuContext, direction: Direction) -> f64 {
