@@ -11,7 +11,7 @@ use lamino::recon::Reconstructor;
 use lamino::scan::Projections;
 use lamino::simulate::{blobs, measure, project, rasterize, Noise};
 
-const N: usize = 32;
+const N: usize = 16;
 const PHOTONS: f64 = 1e4;
 
 /// A cos⁴-law vignette (not a Gaussian, so `ln S` is no polynomial) centred off the detector
@@ -92,10 +92,10 @@ fn the_estimated_open_beam_beats_no_correction() {
         est.support_fraction,
         est.reweights
     );
-    // Measured (seed 7): true flat 0.104, no correction 3.375, estimated 0.129 (open beam
-    // within 1.2 % rms, surface on 82 % of the detector): 26x better than no correction and
-    // 24 % worse than the true flat. Bounds: at least 10x better than no correction, at most
-    // 1.5x the true flat's error.
+    // Measured (seed 7, 16^3, 32 angles): true flat 0.098, no correction 3.563, estimated 0.124
+    // (open beam within 1.3 % rms, surface on 78 % of the detector, 15 reweights): 29x better
+    // than no correction and 26 % worse than the true flat (at 32^3: 0.104, 3.375, 0.129).
+    // Bounds: at least 10x better than no correction, at most 1.5x the true flat's error.
     assert!(scores[2] < 0.1 * scores[1], "{scores:?}");
     assert!(scores[2] < 1.5 * scores[0], "{scores:?}");
     assert!(open_err.sqrt() < 0.03, "{}", open_err.sqrt());
