@@ -285,7 +285,9 @@ fn cases() -> Vec<Case> {
             name: "demo",
             out: "demo",
             previous: strings(&["demo", "--size", "16", "--out", "demo"]),
-            failing: strings(&["demo", "--size", "20", "--out", "demo"]),
+            // The failing run is the one made four times: the smaller scan (a cold demo on
+            // lavapipe took 87.7 s at 20^3, 39.8 s at 12^3).
+            failing: strings(&["demo", "--size", "12", "--out", "demo"]),
         },
     ]
 }
