@@ -172,24 +172,24 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
         None,
         Some(n as f64 / 2.0 + shift),
     );
+    // The scans themselves are far apart (measured 0.791), so a reconstruction that ignored the
+    // axis would be too (measured 0.781 when this test also reconstructed the shifted scan
+    // ignoring it: 128 iterations, half the test's time).
+    let scans_apart = rel_l2(off.values(), centred.values());
     let run = |p: &Projections| Reconstructor::new(ctx()).run(p).unwrap();
     let reference = run(&centred);
-    let ignored = run(&off).volume;
     let given = run(&off.with_rotation_axis(n as f64 / 2.0 + shift).unwrap());
     let apart = given.reports.len().abs_diff(reference.reports.len());
-    let (with_axis, without) = (
-        rel_l2(&given.volume, &reference.volume),
-        rel_l2(&ignored, &reference.volume),
-    );
+    let with_axis = rel_l2(&given.volume, &reference.volume);
     eprintln!(
         "axis {shift} px off: rel. L2 to the centred scan's reconstruction {with_axis:.2e} with \
-         the axis given ({} and {} iterations), {without:.3} with it ignored",
+         the axis given ({} and {} iterations); the scans {scans_apart:.3} apart",
         given.reports.len(),
         reference.reports.len()
     );
     let bound = 1e-5 + apart as f64 * Convergence::DEFAULT.change;
     assert!(with_axis < bound, "{with_axis} (bound {bound})");
-    assert!(without > 0.5, "{without}");
+    assert!(scans_apart > 0.5, "{scans_apart}");
 }
 
 #[test]
