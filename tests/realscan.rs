@@ -14,7 +14,7 @@ use lamino::preprocess::{
     slab_reference, Candidate, Slab, StripeRemoval,
 };
 use lamino::recon::input::projections_from_scan;
-use lamino::recon::Reconstructor;
+use lamino::recon::{Reconstruction, Reconstructor};
 use lamino::scan::Projections;
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
@@ -145,9 +145,14 @@ fn the_search_recovers_the_axis_and_tilt_of_a_noisy_shepp_logan() {
     );
 }
 
-/// The default reconstruction of `p`.
+/// The default reconstruction of `p`, with its iteration reports.
+fn reconstruction(p: &Projections) -> Reconstruction {
+    Reconstructor::new(ctx()).run(p).unwrap()
+}
+
+/// The default reconstruction's volume.
 fn reconstruct(p: &Projections) -> Vec<f32> {
-    Reconstructor::new(ctx()).run(p).unwrap().volume
+    reconstruction(p).volume
 }
 
 #[test]
@@ -176,10 +181,9 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
     // axis would be too (measured 0.781 when this test also reconstructed the shifted scan
     // ignoring it: 128 iterations, half the test's time).
     let scans_apart = rel_l2(off.values(), centred.values());
-    let run = |p: &Projections| Reconstructor::new(ctx()).run(p).unwrap();
-    let reference = run(&centred);
-    let given = run(&off.with_rotation_axis(n as f64 / 2.0 + shift).unwrap());
-    let apart = given.reports.len().abs_diff(reference.reports.len());
+    let reference = reconstruction(&centred);
+    let given = reconstruction(&off.with_rotation_axis(n as f64 / 2.0 + shift).unwrap());
+    let iterations_apart = given.reports.len().abs_diff(reference.reports.len());
     let with_axis = rel_l2(&given.volume, &reference.volume);
     eprintln!(
         "axis {shift} px off: rel. L2 to the centred scan's reconstruction {with_axis:.2e} with \
@@ -187,7 +191,7 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
         given.reports.len(),
         reference.reports.len()
     );
-    let bound = 1e-5 + apart as f64 * Convergence::DEFAULT.change;
+    let bound = 1e-5 + iterations_apart as f64 * Convergence::DEFAULT.change;
     assert!(with_axis < bound, "{with_axis} (bound {bound})");
     assert!(scans_apart > 0.5, "{scans_apart}");
 }
