@@ -81,13 +81,12 @@ shared_constants!(
 shared_constants!(
     /// Stage U2's constants (`shaders/operator/usfft2d.wgsl`).
     usfft2d {
-        /// Side of the square grid tiles the adjoint's workgroups own, one workgroup per tile.
-        U2_TILE = 8;
-        /// The adjoint's workgroup: one invocation per cell of a tile, and points per batch.
-        U2_BATCH = 64;
+        /// Rows and columns of the block of grid cells an invocation of the adjoint
+        /// (`u2_spread`) owns, one invocation per block of every row's grid.
+        U2_STRIP = 8;
+        U2_COLUMNS = 4;
     }
 );
-const _: () = assert!(usfft2d::U2_BATCH == usfft2d::U2_TILE * usfft2d::U2_TILE);
 
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
 const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");

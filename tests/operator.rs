@@ -615,10 +615,11 @@ fn check_shifted_operator(shifted: &Geometry, what: &str, seed: u64) {
 }
 
 #[test]
-fn the_tiled_u2_adjoint_handles_partial_tiles_and_windows_that_cover_the_grid() {
-    // The adjoint's workgroups own 8 x 8 tiles of each row's 2 n1 x 2 n2 grid. n1 = 6: a grid of
-    // 12 rows (a tile and a partial one, whose windows of base rows cover the grid); n2 = 14: 28
-    // columns (a partial last tile, windows wrapping around both ends).
+fn the_u2_adjoint_handles_partial_strips_and_reaches_that_cover_the_grid() {
+    // The adjoint's invocations own strips of 8 cells of a column of each row's 2 n1 x 2 n2 grid,
+    // reached by the base rows within the half-width (4) of the strip. n1 = 6: a grid of 12 rows,
+    // a full strip (whose 16 base rows meet some grid rows twice) and a partial one; n2 = 14: 28
+    // columns, windows wrapping around both ends.
     let g = uneven_angles(Geometry {
         n0: 8,
         n1: 6,

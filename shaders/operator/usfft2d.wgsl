@@ -4,7 +4,7 @@
 //   plane [r][y][x]    (rows, n1, n2)
 //   grid  [r][py][px]  (rows, 2 n1, 2 n2)   (2D FFT over the last two axes in between)
 //   out   [r][pt]      (rows, ntheta * detw), pt = t * detw + w
-// The adjoint gathers too, by tiles of the grid (u2_spread): the points near each tile are
+// The adjoint gathers too, by blocks of the grid (u2_spread): the points near each block are
 // found through the per-row point lists sorted by base cell (host tables).
 
 struct U2Params {
@@ -123,70 +123,40 @@ fn lower_bound(lo: u32, hi: u32, column: u32) -> u32 {
     return a;
 }
 
-// The adjoint is output-driven by tiles (cuFINUFFT's subproblems, gathering): a workgroup owns
-// U2_TILE x U2_TILE cells of one row's grid, one invocation per cell. The points whose footprint
-// can reach the tile are those whose base cell lies in the tile widened by the kernel's
-// half-width: one column range per base row of that window, found in the sorted lists once per
-// tile. The workgroup walks them in batches of U2_BATCH; for each point one invocation evaluates
-// the separable kernel once, at the tile's U2_TILE columns and rows (2 U2_TILE exponentials instead
-// of 2 per cell and point), into workgroup memory; then every invocation adds the batch's points
-// to its cell in list order. The order of every sum is fixed by the geometry (window rows in
-// order, their column segments, the sorted lists): no atomics, the same bits for any chunking.
-// U2_TILE and U2_BATCH = U2_TILE^2 come from src/shaders.rs (shared with u2.rs, which dispatches
-// one workgroup per tile of every row).
-// Half-widths are at most 7 (geometry.rs, gridding_minimum): at most U2_TILE + 14 base rows,
-// each with at most two column segments (the window wraps around the grid).
-const U2_RANGES: u32 = 2u * (U2_TILE + 14u);
-
-var<workgroup> range_first: array<u32, U2_RANGES>;
-var<workgroup> range_len: array<u32, U2_RANGES>;
-// Where each range starts in the tile's list of points (ranges one after another), and the
-// list's length after the last.
-var<workgroup> range_start: array<u32, U2_RANGES + 1u>;
-var<workgroup> window_points: u32;
-// The batch: the x weights of each point at the tile's columns, and its value times its y
-// weights at the tile's rows.
-var<workgroup> batch_wx: array<array<f32, U2_TILE>, U2_BATCH>;
-var<workgroup> batch_wyv: array<array<vec2<f32>, U2_TILE>, U2_BATCH>;
-
-// The tap offset in [-m, m] that takes base cell `base` (mod n) to cell `cell` (mod n), or a
-// value outside [-m, m] when the cell is beyond the footprint (n > 2m + 1: at most one offset).
-fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
-    var i = i32(cell) - i32(base);
-    if (i > m) {
-        i -= i32(n);
-    } else if (i < -m) {
-        i += i32(n);
-    }
-    return i;
-}
-
-@compute @workgroup_size(U2_BATCH)
+// The adjoint is output-driven and needs no workgroup memory: an invocation owns a block of
+// U2_STRIP rows x U2_COLUMNS columns of one row's grid and keeps their sums in registers. It walks
+// the base rows that can reach the block (py0 - my .. py0 + U2_STRIP - 1 + my) in ascending order;
+// in each, the points whose base column lies within the half-width of the block's columns are one
+// or two runs of the row's point list sorted by base cell (host tables), found by one binary
+// search per run and walked until the base column leaves the window. Each point read adds its
+// value times its separable weights to the cells of its footprint in the block: its x weights at
+// the block's columns and its y weights at its rows, each evaluated once per point and block.
+// Neighbouring invocations own neighbouring blocks of one block row, so they walk the same lists
+// side by side, and the row offsets (hence the branches on them) are the same for all of them.
+// The order of every sum is fixed by the geometry (base rows ascending, then the sorted lists):
+// no atomics, the same bits for any chunking. U2_STRIP and U2_COLUMNS come from src/shaders.rs
+// (shared with u2.rs, which dispatches one invocation per block of every row's grid).
+@compute @workgroup_size(WORKGROUP)
 fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let tiles_x = (p.gx + U2_TILE - 1u) / U2_TILE;
-    let tiles = tiles_x * ((p.gy + U2_TILE - 1u) / U2_TILE);
-    let tile = wid.x + wid.y * groups.x;
-    if (tile >= p.rows * tiles) {
+    let g = thread_id(wid, groups, lid);
+    let strips = (p.gy + U2_STRIP - 1u) / U2_STRIP;
+    let blocks_x = (p.gx + U2_COLUMNS - 1u) / U2_COLUMNS;
+    if (g >= p.rows * strips * blocks_x) {
         return;
     }
-    let r = tile / tiles;
-    let ty0 = (tile % tiles) / tiles_x * U2_TILE;
-    let tx0 = (tile % tiles) % tiles_x * U2_TILE;
-    let tile_h = min(U2_TILE, p.gy - ty0);
-    let tile_w = min(U2_TILE, p.gx - tx0);
+    let r = g / (strips * blocks_x);
+    let py0 = (g / blocks_x) % strips * U2_STRIP;
+    let px0 = g % blocks_x * U2_COLUMNS;
     let list = r * p.points;
     let starts = p.row_start_offset + r * (p.gy + 1u);
-    // The window's base rows (all of them, once each, when it covers the grid) ...
-    let whole_y = tile_h + 2u * u32(p.my) >= p.gy;
-    let window_rows = select(tile_h + 2u * u32(p.my), p.gy, whole_y);
-    let first_row = select(i32(ty0) - p.my, 0, whole_y);
-    // ... and its base columns as at most two ascending segments.
-    let lo = i32(tx0) - p.mx;
-    let hi = i32(tx0 + tile_w - 1u) + p.mx;
+    // The window's base columns as at most two ascending segments, or the whole row when it
+    // covers the grid (gx > 2 mx: a point then still reaches each column by one tap at most).
+    let lo = i32(px0) - p.mx;
+    let hi = i32(px0 + U2_COLUMNS - 1u) + p.mx;
     var seg_lo = array<u32, 2>(u32(max(lo, 0)), 0u);
     var seg_hi = array<u32, 2>(u32(min(hi, i32(p.gx) - 1)), 0u);
     var segments = 1u;
-    if (tile_w + 2u * u32(p.mx) >= p.gx) {
+    if (U2_COLUMNS + 2u * u32(p.mx) >= p.gx) {
         seg_lo[0] = 0u;
         seg_hi[0] = p.gx - 1u;
     } else if (lo < 0) {
@@ -198,84 +168,59 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
         seg_hi[1] = u32(hi - i32(p.gx));
         segments = 2u;
     }
-    let ranges = window_rows * segments;
-    if (lid < ranges) {
-        let bin_row = wrap(first_row + i32(lid / segments), p.gy);
-        let s = lid % segments;
-        let first = row_start[starts + bin_row];
-        let last = row_start[starts + bin_row + 1u];
-        let a = lower_bound(list + first, list + last, seg_lo[s]);
-        range_first[lid] = a;
-        range_len[lid] = lower_bound(a, list + last, seg_hi[s] + 1u) - a;
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        var at = 0u;
-        for (var k = 0u; k < ranges; k++) {
-            range_start[k] = at;
-            at += range_len[k];
-        }
-        range_start[ranges] = at;
-        window_points = at;
-    }
-    let total = workgroupUniformLoad(&window_points);
-    let row = lid / U2_TILE;
-    let col = lid % U2_TILE;
-    // The list is in window-row order, so the points whose base row is within the half-width of
-    // this cell's row (window rows row .. row + 2 my) are one span of it: the cell skips the rest
-    // (all of it is needed when the window covers the grid).
-    var span_lo = 0u;
-    var span_hi = total;
-    if (!whole_y) {
-        span_lo = range_start[min(row * segments, ranges)];
-        span_hi = range_start[min((row + 2u * u32(p.my) + 1u) * segments, ranges)];
-    }
-    var acc = vec2<f32>(0.0, 0.0);
-    for (var b0 = 0u; b0 < total; b0 += U2_BATCH) {
-        let s = b0 + lid;
-        if (s < total) {
-            // The last range starting at or before s holds it (empty ranges share starts).
-            var a = 0u;
-            var z = ranges;
-            while (z - a > 1u) {
-                let mid = (a + z) / 2u;
-                if (range_start[mid] <= s) {
-                    a = mid;
-                } else {
-                    z = mid;
+    var acc: array<array<vec2<f32>, U2_COLUMNS>, U2_STRIP>;
+    // Unwrapped base rows: a point's offset from the block's rows is then py0 + k - b. When the
+    // block and its reach cover more than the grid, a point is met twice, but gy > 2 my leaves at
+    // most one of its two offsets within the footprint for any cell.
+    for (var b = i32(py0) - p.my; b <= i32(py0 + U2_STRIP - 1u) + p.my; b++) {
+        let bin_row = wrap(b, p.gy);
+        let first = list + row_start[starts + bin_row];
+        let last = list + row_start[starts + bin_row + 1u];
+        for (var s = 0u; s < segments; s++) {
+            for (var e = lower_bound(first, last, seg_lo[s]); e < last; e++) {
+                let entry = sorted[p.sorted_offset + e];
+                if (entry.y > seg_hi[s]) {
+                    break;
+                }
+                let xy = coords[p.coords_offset + list + entry.x];
+                let bx = i32(floor(f32(p.gx) * xy.x));
+                let by = i32(floor(f32(p.gy) * xy.y));
+                let value = out[list + entry.x];
+                var wx: array<f32, U2_COLUMNS>;
+                for (var c = 0u; c < U2_COLUMNS; c++) {
+                    let i = tap(px0 + c, entry.y, p.gx, p.mx);
+                    wx[c] = select(0.0, weight(bx + i, xy.x, p.gx, p.cx, p.ex), abs(i) <= p.mx);
+                }
+                for (var k = 0u; k < U2_STRIP; k++) {
+                    let j = i32(py0 + k) - b;
+                    if (abs(j) <= p.my) {
+                        let wyv = weight(by + j, xy.y, p.gy, p.cy, p.ey) * value;
+                        for (var c = 0u; c < U2_COLUMNS; c++) {
+                            acc[k][c] += wx[c] * wyv;
+                        }
+                    }
                 }
             }
-            let entry = sorted[p.sorted_offset + range_first[a] + (s - range_start[a])];
-            let xy = coords[p.coords_offset + list + entry.x];
-            let value = out[list + entry.x];
-            let bx = i32(floor(f32(p.gx) * xy.x));
-            let by = i32(floor(f32(p.gy) * xy.y));
-            let by_cell = wrap(by, p.gy);
-            for (var c = 0u; c < U2_TILE; c++) {
-                let i = tap(tx0 + c, entry.y, p.gx, p.mx);
-                var w = 0.0;
-                if (abs(i) <= p.mx) {
-                    w = weight(bx + i, xy.x, p.gx, p.cx, p.ex);
-                }
-                batch_wx[lid][c] = w;
-                let j = tap(ty0 + c, by_cell, p.gy, p.my);
-                var wy = 0.0;
-                if (abs(j) <= p.my) {
-                    wy = weight(by + j, xy.y, p.gy, p.cy, p.ey);
-                }
-                batch_wyv[lid][c] = wy * value;
+        }
+    }
+    for (var k = 0u; k < U2_STRIP; k++) {
+        for (var c = 0u; c < U2_COLUMNS; c++) {
+            if (py0 + k < p.gy && px0 + c < p.gx) {
+                grid[(r * p.gy + py0 + k) * p.gx + px0 + c] = acc[k][c];
             }
         }
-        workgroupBarrier();
-        let q_end = min(span_hi, b0 + U2_BATCH);
-        for (var q = max(span_lo, b0); q < q_end; q++) {
-            acc += batch_wx[q - b0][col] * batch_wyv[q - b0][row];
-        }
-        workgroupBarrier();
     }
-    if (row < tile_h && col < tile_w) {
-        grid[(r * p.gy + ty0 + row) * p.gx + tx0 + col] = acc;
+}
+
+// The tap offset in [-m, m] that takes base cell `base` (mod n) to cell `cell` (mod n) (n > 2m + 1).
+fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
+    var i = i32(cell) - i32(base);
+    if (i > m) {
+        i -= i32(n);
+    } else if (i < -m) {
+        i += i32(n);
     }
+    return i;
 }
 
 @compute @workgroup_size(WORKGROUP)

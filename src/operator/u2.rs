@@ -307,10 +307,13 @@ impl LaminoOperator {
                 output: points_block.clone(),
                 whole_out: data_view,
             });
-        // One workgroup per tile of every row's grid.
-        let tile = shaders::usfft2d::U2_TILE as u64;
-        let tiles = c * gy.div_ceil(tile) * gx.div_ceil(tile);
-        let mut compute_adj = vec![Step::Dispatch(b_spread?, tiles as u32)];
+        // One invocation per block of every row's grid.
+        let (strip, columns) = (
+            shaders::usfft2d::U2_STRIP as u64,
+            shaders::usfft2d::U2_COLUMNS as u64,
+        );
+        let blocks = c * gy.div_ceil(strip) * gx.div_ceil(columns);
+        let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(blocks))];
         compute_adj.extend(parts.inverse_ffts.iter().map(|&id| Step::Fft(id)));
         compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
         self.stages
