@@ -615,26 +615,30 @@ fn check_shifted_operator(shifted: &Geometry, what: &str, seed: u64) {
 }
 
 #[test]
-fn the_u2_adjoint_handles_partial_strips_and_reaches_that_cover_the_grid() {
-    // The adjoint's invocations own strips of 8 cells of a column of each row's 2 n1 x 2 n2 grid,
-    // reached by the base rows within the half-width (4) of the strip. n1 = 6: a grid of 12 rows,
-    // a full strip (whose 16 base rows meet some grid rows twice) and a partial one; n2 = 14: 28
-    // columns, windows wrapping around both ends.
-    let g = uneven_angles(Geometry {
-        n0: 8,
-        n1: 6,
-        n2: 14,
-        deth: 8,
-        detw: 14,
-        ..Geometry::cube(8, 5, TILT)
-    });
-    let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
-    let cpu = lamino::reference::CpuOperator::new(&g, 2);
-    let d = random(g.data_len(), 21);
-    let gpu = run(ctx(), &op, Apply::Usfft2dAdjoint, &d);
-    let err = rel_l2(&gpu, &to_f64(&cpu.usfft2d_adjoint(&d)));
-    assert!(err < 1e-5, "U2*, GPU vs CPU: {err:.2e}");
-    let (s, d) = (g.spectrum_len(), g.data_len());
-    let mismatch = adjoint_mismatch(&op, Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d);
-    assert!(mismatch < 1e-5, "U2/U2*: {mismatch:.2e}");
+fn the_u2_adjoint_handles_partial_blocks_and_reaches_that_cover_the_grid() {
+    // The adjoint's invocations own blocks of 8 rows x 4 columns of each row's 2 n1 x 2 n2 grid,
+    // reached by the points whose base cells lie within the half-width (4) of the block.
+    // n1 = 6: a grid of 12 rows, a full block row (whose 16 base rows meet some grid rows twice)
+    // and a partial one; n2 = 14: 28 columns, windows wrapping around both ends. n2 = 6: 12
+    // columns, each block's window of base columns covers the row. (Sizes are even, so the grid
+    // has a multiple of 4 columns: no partial block column.)
+    for (n1, n2) in [(6, 14), (14, 6)] {
+        let g = uneven_angles(Geometry {
+            n0: 8,
+            n1,
+            n2,
+            deth: 8,
+            detw: n2,
+            ..Geometry::cube(8, 5, TILT)
+        });
+        let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
+        let cpu = lamino::reference::CpuOperator::new(&g, 2);
+        let d = random(g.data_len(), 21);
+        let gpu = run(ctx(), &op, Apply::Usfft2dAdjoint, &d);
+        let err = rel_l2(&gpu, &to_f64(&cpu.usfft2d_adjoint(&d)));
+        assert!(err < 1e-5, "{n1} x {n2}: U2*, GPU vs CPU: {err:.2e}");
+        let (s, d) = (g.spectrum_len(), g.data_len());
+        let mismatch = adjoint_mismatch(&op, Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d);
+        assert!(mismatch < 1e-5, "{n1} x {n2}: U2/U2*: {mismatch:.2e}");
+    }
 }
