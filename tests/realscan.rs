@@ -162,9 +162,10 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
     // phase ramp makes the reconstructions agree to f32 rounding when the stopping rule fires at
     // the same iteration; a run that stops k iterations later moves by less than k times the
     // change tolerance (measured: 1.3e-6 at the same iteration, 1.6e-4 one apart). Smaller
-    // scans of the blobs agree less well, for a reason not yet found (16^3 with the axis 0.5 or
-    // 1.5 px off: 3.1e-2; 24^3, 2.5 px: 3.5e-4, both stopping at the same iteration), so this
-    // stays at 32^3. A chip wider than the narrower half of the shifted field of view differs
+    // scans of the blobs agree less well under a sub-pixel shift: the phase ramp shifts sampled
+    // projections exactly only where they are band-limited, and at 16^3 the blobs reach the
+    // detector's Nyquist frequency (axis 0.25 / 0.5 px off: 1.85e-2 / 3.1e-2; 1 / 2 px off:
+    // 2.6e-7 / 8.1e-6; docs/benchmarks.md), so this test keeps 32^3 and a half-pixel part. A chip wider than the narrower half of the shifted field of view differs
     // where one scan sees it and the other does not (measured 0.205 with the axis given, 0.663
     // ignored, at 32^3).
     let (n, shift) = (32usize, 3.5);
