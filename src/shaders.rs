@@ -83,8 +83,8 @@ shared_constants!(
     usfft2d {
         /// Rows and columns of the block of grid cells an invocation of the adjoint
         /// (`u2_spread`) owns, one invocation per block of every row's grid.
-        U2_STRIP = 8;
-        U2_COLUMNS = 4;
+        U2_BLOCK_ROWS = 8;
+        U2_BLOCK_COLUMNS = 4;
     }
 );
 

@@ -165,9 +165,9 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
     // scans of the blobs agree less well under a sub-pixel shift: the phase ramp shifts sampled
     // projections exactly only where they are band-limited, and at 16^3 the blobs reach the
     // detector's Nyquist frequency (axis 0.25 / 0.5 px off: 1.85e-2 / 3.1e-2; 1 / 2 px off:
-    // 2.6e-7 / 8.1e-6; docs/benchmarks.md), so this test keeps 32^3 and a half-pixel part. A chip wider than the narrower half of the shifted field of view differs
-    // where one scan sees it and the other does not (measured 0.205 with the axis given, 0.663
-    // ignored, at 32^3).
+    // 2.6e-7 / 8.1e-6; docs/benchmarks.md), so this test keeps 32^3 and a half-pixel part. A
+    // chip wider than the narrower half of the shifted field of view differs where one scan sees
+    // it and the other does not (measured 0.205 with the axis given, 0.663 ignored, at 32^3).
     let (n, shift) = (32usize, 3.5);
     let centred = scan(PhantomKind::Blobs, n, n, 30.0, None, None);
     let off = scan(

@@ -123,9 +123,21 @@ fn lower_bound(lo: u32, hi: u32, column: u32) -> u32 {
     return a;
 }
 
+// The tap offset in [-m, m] that takes base cell `base` (mod n) to cell `cell` (mod n), or a
+// value outside [-m, m] when the cell is beyond the footprint (n > 2m + 1: at most one offset).
+fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
+    var i = i32(cell) - i32(base);
+    if (i > m) {
+        i -= i32(n);
+    } else if (i < -m) {
+        i += i32(n);
+    }
+    return i;
+}
+
 // The adjoint is output-driven and needs no workgroup memory: an invocation owns a block of
-// U2_STRIP rows x U2_COLUMNS columns of one row's grid and keeps their sums in registers. It walks
-// the base rows that can reach the block (py0 - my .. py0 + U2_STRIP - 1 + my) in ascending order;
+// U2_BLOCK_ROWS rows x U2_BLOCK_COLUMNS columns of one row's grid and keeps their sums in registers. It walks
+// the base rows that can reach the block (py0 - my .. py0 + U2_BLOCK_ROWS - 1 + my) in ascending order;
 // in each, the points whose base column lies within the half-width of the block's columns are one
 // or two runs of the row's point list sorted by base cell (host tables), found by one binary
 // search per run and walked until the base column leaves the window. Each point read adds its
@@ -134,29 +146,29 @@ fn lower_bound(lo: u32, hi: u32, column: u32) -> u32 {
 // Neighbouring invocations own neighbouring blocks of one block row, so they walk the same lists
 // side by side, and the row offsets (hence the branches on them) are the same for all of them.
 // The order of every sum is fixed by the geometry (base rows ascending, then the sorted lists):
-// no atomics, the same bits for any chunking. U2_STRIP and U2_COLUMNS come from src/shaders.rs
+// no atomics, the same bits for any chunking. U2_BLOCK_ROWS and U2_BLOCK_COLUMNS come from src/shaders.rs
 // (shared with u2.rs, which dispatches one invocation per block of every row's grid).
 @compute @workgroup_size(WORKGROUP)
 fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = thread_id(wid, groups, lid);
-    let strips = (p.gy + U2_STRIP - 1u) / U2_STRIP;
-    let blocks_x = (p.gx + U2_COLUMNS - 1u) / U2_COLUMNS;
-    if (g >= p.rows * strips * blocks_x) {
+    let blocks_y = (p.gy + U2_BLOCK_ROWS - 1u) / U2_BLOCK_ROWS;
+    let blocks_x = (p.gx + U2_BLOCK_COLUMNS - 1u) / U2_BLOCK_COLUMNS;
+    if (g >= p.rows * blocks_y * blocks_x) {
         return;
     }
-    let r = g / (strips * blocks_x);
-    let py0 = (g / blocks_x) % strips * U2_STRIP;
-    let px0 = g % blocks_x * U2_COLUMNS;
+    let r = g / (blocks_y * blocks_x);
+    let py0 = (g / blocks_x) % blocks_y * U2_BLOCK_ROWS;
+    let px0 = g % blocks_x * U2_BLOCK_COLUMNS;
     let list = r * p.points;
     let starts = p.row_start_offset + r * (p.gy + 1u);
     // The window's base columns as at most two ascending segments, or the whole row when it
     // covers the grid (gx > 2 mx: a point then still reaches each column by one tap at most).
     let lo = i32(px0) - p.mx;
-    let hi = i32(px0 + U2_COLUMNS - 1u) + p.mx;
+    let hi = i32(px0 + U2_BLOCK_COLUMNS - 1u) + p.mx;
     var seg_lo = array<u32, 2>(u32(max(lo, 0)), 0u);
     var seg_hi = array<u32, 2>(u32(min(hi, i32(p.gx) - 1)), 0u);
     var segments = 1u;
-    if (U2_COLUMNS + 2u * u32(p.mx) >= p.gx) {
+    if (U2_BLOCK_COLUMNS + 2u * u32(p.mx) >= p.gx) {
         seg_lo[0] = 0u;
         seg_hi[0] = p.gx - 1u;
     } else if (lo < 0) {
@@ -168,11 +180,11 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
         seg_hi[1] = u32(hi - i32(p.gx));
         segments = 2u;
     }
-    var acc: array<array<vec2<f32>, U2_COLUMNS>, U2_STRIP>;
+    var acc: array<array<vec2<f32>, U2_BLOCK_COLUMNS>, U2_BLOCK_ROWS>;
     // Unwrapped base rows: a point's offset from the block's rows is then py0 + k - b. When the
     // block and its reach cover more than the grid, a point is met twice, but gy > 2 my leaves at
     // most one of its two offsets within the footprint for any cell.
-    for (var b = i32(py0) - p.my; b <= i32(py0 + U2_STRIP - 1u) + p.my; b++) {
+    for (var b = i32(py0) - p.my; b <= i32(py0 + U2_BLOCK_ROWS - 1u) + p.my; b++) {
         let bin_row = wrap(b, p.gy);
         let first = list + row_start[starts + bin_row];
         let last = list + row_start[starts + bin_row + 1u];
@@ -186,16 +198,16 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
                 let bx = i32(floor(f32(p.gx) * xy.x));
                 let by = i32(floor(f32(p.gy) * xy.y));
                 let value = out[list + entry.x];
-                var wx: array<f32, U2_COLUMNS>;
-                for (var c = 0u; c < U2_COLUMNS; c++) {
+                var wx: array<f32, U2_BLOCK_COLUMNS>;
+                for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
                     let i = tap(px0 + c, entry.y, p.gx, p.mx);
                     wx[c] = select(0.0, weight(bx + i, xy.x, p.gx, p.cx, p.ex), abs(i) <= p.mx);
                 }
-                for (var k = 0u; k < U2_STRIP; k++) {
+                for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
                     let j = i32(py0 + k) - b;
                     if (abs(j) <= p.my) {
                         let wyv = weight(by + j, xy.y, p.gy, p.cy, p.ey) * value;
-                        for (var c = 0u; c < U2_COLUMNS; c++) {
+                        for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
                             acc[k][c] += wx[c] * wyv;
                         }
                     }
@@ -203,24 +215,13 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
             }
         }
     }
-    for (var k = 0u; k < U2_STRIP; k++) {
-        for (var c = 0u; c < U2_COLUMNS; c++) {
+    for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
+        for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
             if (py0 + k < p.gy && px0 + c < p.gx) {
                 grid[(r * p.gy + py0 + k) * p.gx + px0 + c] = acc[k][c];
             }
         }
     }
-}
-
-// The tap offset in [-m, m] that takes base cell `base` (mod n) to cell `cell` (mod n) (n > 2m + 1).
-fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
-    var i = i32(cell) - i32(base);
-    if (i > m) {
-        i -= i32(n);
-    } else if (i < -m) {
-        i += i32(n);
-    }
-    return i;
 }
 
 @compute @workgroup_size(WORKGROUP)

@@ -308,11 +308,11 @@ impl LaminoOperator {
                 whole_out: data_view,
             });
         // One invocation per block of every row's grid.
-        let (strip, columns) = (
-            shaders::usfft2d::U2_STRIP as u64,
-            shaders::usfft2d::U2_COLUMNS as u64,
+        let (rows, columns) = (
+            shaders::usfft2d::U2_BLOCK_ROWS as u64,
+            shaders::usfft2d::U2_BLOCK_COLUMNS as u64,
         );
-        let blocks = c * gy.div_ceil(strip) * gx.div_ceil(columns);
+        let blocks = c * gy.div_ceil(rows) * gx.div_ceil(columns);
         let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(blocks))];
         compute_adj.extend(parts.inverse_ffts.iter().map(|&id| Step::Fft(id)));
         compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
