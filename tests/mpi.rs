@@ -183,8 +183,8 @@ fn spectrum_bytes(reconstruction: &serde_json::Value, ranks: usize, devices: usi
     let chunk = |i: usize| chunks[i].as_u64().unwrap() as usize;
     let params: lamino::params::AdmmParams =
         serde_json::from_value(reconstruction["params"].clone()).unwrap();
-    let (forward, adjoint) = lamino::plan::operator_applications(&params);
-    let iterations = reconstruction["reports"].as_array().unwrap().len() as u64;
+    let iterations = reconstruction["reports"].as_array().unwrap().len();
+    let (forward, adjoint) = lamino::plan::operator_applications_in(&params, iterations);
     (0..ranks)
         .map(|r| {
             let group = r * devices..(r + 1) * devices;
@@ -192,7 +192,7 @@ fn spectrum_bytes(reconstruction: &serde_json::Value, ranks: usize, devices: usi
             let rows = chunk_planes(group.clone(), members, deth, chunk(1)).len() as u64;
             let ys = chunk_planes(group, members, n1, chunk(0)).len() as u64;
             let words = forward * (deth as u64 - rows) * ys + adjoint * rows * (n1 as u64 - ys);
-            iterations * words * n2 as u64 * 8
+            words * n2 as u64 * 8
         })
         .collect()
 }

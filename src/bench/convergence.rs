@@ -170,11 +170,10 @@ impl Reached {
     ) -> Option<Self> {
         let i = distances.iter().position(|&d| d <= tolerance)?;
         let k = i + 1;
-        let (forward, adjoint) = crate::plan::operator_applications(params);
         Some(Self {
             outer_iterations: k,
             inner_iterations: k * params.inner_iterations,
-            applications: (k as u64 * forward, k as u64 * adjoint),
+            applications: crate::plan::operator_applications_in(params, k),
             seconds: seconds[i],
             to_reference: distances[i],
         })
@@ -214,11 +213,10 @@ impl StoppedRun {
         use crate::metrics::rel_l2;
         let stop = run.at_stop.as_ref();
         let k = stop.map(|(k, _)| *k);
-        let (forward, adjoint) = crate::plan::operator_applications(params);
         Self {
             outer_iterations: k,
             inner_iterations: k.map(|k| k * params.inner_iterations),
-            applications: k.map(|k| (k as u64 * forward, k as u64 * adjoint)),
+            applications: k.map(|k| crate::plan::operator_applications_in(params, k)),
             seconds: k.map(|k| run.seconds[k - 1]),
             to_reference: stop.map(|(_, v)| rel_l2(v, reference)),
             to_truth: stop.map(|(_, v)| rel_l2(v, truth)),
@@ -460,10 +458,11 @@ mod tests {
         assert_eq!((r.outer_iterations, r.inner_iterations), (4, 16));
         assert_eq!((r.applications, r.total_applications()), ((16, 20), 36));
         assert_eq!((r.seconds, r.to_reference), (4.5, 0.005));
-        // The default: 2 CG steps, 2 A and 3 A* per outer iteration; the first crossing counts
-        // even when a later iterate moves away again.
+        // The default: 2 CG steps, 2 A and 2 A* per outer iteration and the A* that forms the
+        // carried residual once; the first crossing counts even when a later iterate moves away
+        // again.
         let r = Reached::first(&AdmmParams::default(), &distances, &seconds, 0.01).unwrap();
-        assert_eq!((r.outer_iterations, r.applications), (3, (6, 9)));
+        assert_eq!((r.outer_iterations, r.applications), (3, (6, 7)));
         assert_eq!(r.seconds, 3.0);
         assert_eq!(
             Reached::first(&plain, &distances[..3], &seconds, REACHED),

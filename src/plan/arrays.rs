@@ -23,7 +23,7 @@ pub enum Array {
     R,
     P,
     GradP,
-    RPrev,
+    RSaved,
     DHat,
     Au,
     Ap,
@@ -45,7 +45,7 @@ impl Array {
         Array::DHat,
         Array::Psi,
         Array::Lambda,
-        Array::RPrev,
+        Array::RSaved,
         Array::GradUPrev,
         Array::UPrev,
     ];
@@ -53,7 +53,7 @@ impl Array {
     /// The array's layout in `g`.
     pub fn layout(self, g: &Geometry) -> PlaneLayout {
         match self {
-            Self::U | Self::UPrev | Self::R | Self::P | Self::RPrev => Space::Volume.layout(g, 1),
+            Self::U | Self::UPrev | Self::R | Self::P | Self::RSaved => Space::Volume.layout(g, 1),
             Self::Psi | Self::Lambda | Self::GradU | Self::GradUPrev | Self::GradP => {
                 Space::Volume.layout(g, 3)
             }
@@ -89,6 +89,24 @@ impl Array {
         let (forward, adjoint) = operator_applications(params);
         let spectrum = 2 * (forward + adjoint);
         match params.inner {
+            // With the carried residual (from the second outer iteration on): no A* of D - A u;
+            // each inner step moves the carried part with A*(A p) and forms r from it afresh
+            // (a copy, then the divergence of psi, lambda and grad u, as at the start).
+            InnerSolver::ConjugateGradient if params.carries_residual() => match self {
+                Self::Spectrum => spectrum,
+                Self::R => 4 + 5 * k,
+                Self::P => 5 * k,
+                Self::GradP => 3 * k,
+                Self::Ap => 4 * k,
+                Self::U => 3 + 2 * k,
+                Self::GradU => 8 + 3 * k,
+                Self::Au => 1 + 2 * k,
+                Self::Psi => 7 + k,
+                Self::Lambda => 6 + k,
+                Self::RSaved => 1 + 3 * k,
+                Self::DHat => 1,
+                Self::GradUPrev | Self::UPrev => 2,
+            },
             InnerSolver::ConjugateGradient => match self {
                 Self::Spectrum => spectrum,
                 Self::R => 4 + 6 * k,
@@ -101,7 +119,7 @@ impl Array {
                 Self::Psi => 7,
                 Self::Lambda => 6,
                 Self::DHat | Self::GradUPrev | Self::UPrev => 2,
-                Self::RPrev => 0,
+                Self::RSaved => 0,
             },
             // Per inner step: A u and the residual again, the direction, and fixed-step moves.
             InnerSolver::DaiYuan { .. } => match self {
@@ -113,7 +131,7 @@ impl Array {
                 Self::GradU => 7 + 3 * k,
                 Self::Au => 1 + 2 * k,
                 Self::DHat => 1 + k,
-                Self::RPrev => 2 * k - 1,
+                Self::RSaved => 2 * k - 1,
                 Self::Psi => 6 + k,
                 Self::Lambda => 5 + k,
                 Self::Ap => 0,
@@ -124,14 +142,24 @@ impl Array {
 }
 
 /// Applications of `A` (forward) and `A*` (adjoint) in one outer iteration of `params`, from
-/// `solver::admm`: CG applies A* to the residual once, then A to p and A* to A p per inner step;
-/// Dai-Yuan forms the residual (A u, then A*) per inner step and A u once more at the end.
+/// `solver::admm`: CG applies A* to the residual once (only in the first outer iteration when
+/// it carries the residual), then A to p and A* to A p per inner step; Dai-Yuan forms the
+/// residual (A u, then A*) per inner step and A u once more at the end.
 pub fn operator_applications(params: &AdmmParams) -> (u64, u64) {
     let k = params.inner_iterations as u64;
     match params.inner {
+        InnerSolver::ConjugateGradient if params.carries_residual() => (k, k),
         InnerSolver::ConjugateGradient => (k, 1 + k),
         InnerSolver::DaiYuan { .. } => (k, k),
     }
+}
+
+/// Applications of `A` and `A*` in all over the first `outer` outer iterations of `params`: as
+/// many times [`operator_applications`], plus the carried residual's first `A*`.
+pub fn operator_applications_in(params: &AdmmParams, outer: usize) -> (u64, u64) {
+    let (forward, adjoint) = operator_applications(params);
+    let first = u64::from(params.carries_residual() && outer > 0);
+    (outer as u64 * forward, outer as u64 * adjoint + first)
 }
 
 /// The vector passes that read their inputs with a one-plane halo (the gradient reads the plane
@@ -142,6 +170,9 @@ pub(super) fn halo_passes(params: &AdmmParams) -> Vec<(&'static [Array], Array, 
     let k = params.inner_iterations as u64;
     let state: &[Array] = &[Array::Psi, Array::Lambda, Array::GradU];
     match params.inner {
+        InnerSolver::ConjugateGradient if params.carries_residual() => {
+            vec![(state, Array::R, 1 + k), (&[Array::P], Array::GradP, k)]
+        }
         InnerSolver::ConjugateGradient => vec![
             (state, Array::R, 1),
             (&[Array::P], Array::GradP, k),

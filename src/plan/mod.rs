@@ -14,7 +14,7 @@ pub mod cluster_model;
 mod ranks;
 
 use arrays::halo_bytes;
-pub use arrays::{operator_applications, Array, Portion};
+pub use arrays::{operator_applications, operator_applications_in, Array, Portion};
 pub use budgets::{BudgetSource, Budgets, DEFAULT_DEVICE_BUDGET, DEFAULT_HOST_FRACTION};
 pub use ranks::{member_plans, plan_member, MemberPlan};
 

@@ -22,6 +22,8 @@ pub struct CpuAdmm {
     lambda: Vec<f64>,
     grad_u: Vec<f64>,
     au: Vec<Complex64>,
+    /// The carried data part of the residual, `(1/N) Re A*(D - A u)`, once formed.
+    data_residual: Option<Vec<f64>>,
 }
 
 fn to32(x: &[f64]) -> Vec<Complex32> {
@@ -59,6 +61,7 @@ impl CpuAdmm {
             lambda: vec![0.0; 3 * v],
             grad_u: vec![0.0; 3 * v],
             au: vec![Complex64::new(0.0, 0.0); g.data_len()],
+            data_residual: None,
         }
     }
 
@@ -123,6 +126,15 @@ impl CpuAdmm {
             .collect()
     }
 
+    /// `r = q + rho grad*(g - grad u)`: the residual of the u-subproblem from its data part `q`.
+    fn full_residual(&self, q: &[f64], g: &[f64], rho: f64) -> Vec<f64> {
+        let tmp: Vec<f64> = g.iter().zip(&self.grad_u).map(|(a, b)| a - b).collect();
+        q.iter()
+            .zip(self.gradient_adjoint(&tmp))
+            .map(|(qi, t)| qi + rho * t)
+            .collect()
+    }
+
     /// One outer iteration, as `AdmmSolver::step` does it.
     pub fn step(&mut self) {
         let (rho, inv_n, v) = (self.rho, 1.0 / self.n_fourier, self.u.len());
@@ -133,16 +145,24 @@ impl CpuAdmm {
             .map(|(p, l)| p - l / rho)
             .collect();
         let h0 = self.grad_u.clone();
-        let resid: Vec<Complex64> = self.dhat.iter().zip(&self.au).map(|(d, a)| d - a).collect();
-        let tmp: Vec<f64> = g.iter().zip(&self.grad_u).map(|(a, b)| a - b).collect();
-        let mut r: Vec<f64> = self
-            .a_adjoint_real(&resid)
-            .iter()
-            .map(|x| x * inv_n)
-            .collect();
-        for (ri, t) in r.iter_mut().zip(self.gradient_adjoint(&tmp)) {
-            *ri += rho * t;
-        }
+        let carried = self.params.carried_residual;
+        let data_residual = match &self.data_residual {
+            Some(q) if carried => q.clone(),
+            _ => {
+                let resid: Vec<Complex64> =
+                    self.dhat.iter().zip(&self.au).map(|(d, a)| d - a).collect();
+                let q: Vec<f64> = self
+                    .a_adjoint_real(&resid)
+                    .iter()
+                    .map(|x| x * inv_n)
+                    .collect();
+                if carried {
+                    self.data_residual = Some(q.clone());
+                }
+                q
+            }
+        };
+        let mut r = self.full_residual(&data_residual, &g, rho);
         let mut rr = dot(&r, &r);
         let mut p = vec![0.0; v];
         let mut beta = 0.0;
@@ -173,9 +193,21 @@ impl CpuAdmm {
                 .zip(&gp)
                 .for_each(|(a, b)| *a += step * b);
             let hp_data = self.a_adjoint_real(&ap);
-            let hp_tv = self.gradient_adjoint(&gp);
-            for i in 0..v {
-                r[i] -= step * (hp_data[i] * inv_n + rho * hp_tv[i]);
+            match self.data_residual.take() {
+                // The carried data residual takes the step; r is formed from it afresh.
+                Some(mut q) if carried => {
+                    q.iter_mut()
+                        .zip(&hp_data)
+                        .for_each(|(qi, h)| *qi -= step * h * inv_n);
+                    r = self.full_residual(&q, &g, rho);
+                    self.data_residual = Some(q);
+                }
+                _ => {
+                    let hp_tv = self.gradient_adjoint(&gp);
+                    for i in 0..v {
+                        r[i] -= step * (hp_data[i] * inv_n + rho * hp_tv[i]);
+                    }
+                }
             }
             let rr_new = dot(&r, &r);
             beta = rr_new / rr;

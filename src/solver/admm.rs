@@ -37,6 +37,9 @@ pub struct AdmmSolver {
     pub(super) memo: Option<RefCell<Memo>>,
     /// The report of the last iteration done (also restored from a checkpoint).
     pub(super) last: Option<IterationReport>,
+    /// The carried data residual in `r_saved` is that of the current u (formed by an outer
+    /// iteration or read from a checkpoint).
+    pub(super) data_residual_formed: bool,
     /// The hash of each projection this member read (an MPI rank's are combined with the
     /// others' into the hash of the data).
     #[cfg(feature = "mpi")]
@@ -98,8 +101,8 @@ impl AdmmSolver {
     pub fn vector_device_bytes(&self) -> u64 {
         let f = &self.fields;
         [
-            &f.u, &f.u_prev, &f.psi, &f.lambda, &f.grad_u, &f.h0, &f.r, &f.p, &f.grad_p, &f.r_prev,
-            &f.dhat, &f.au, &f.ap,
+            &f.u, &f.u_prev, &f.psi, &f.lambda, &f.grad_u, &f.h0, &f.r, &f.p, &f.grad_p,
+            &f.r_saved, &f.dhat, &f.au, &f.ap,
         ]
         .iter()
         .filter_map(|field| field.device_buffer())
@@ -206,14 +209,24 @@ impl AdmmSolver {
             self.rho /= 2.0;
         }
         self.iteration += 1;
+        self.data_residual_formed = self.ops.r_from_saved.is_some();
         self.last = Some(report);
         Ok(report)
     }
 
     /// Records `r = (1/N) Re A*(D - A u) + rho grad*(psi - lambda/rho - grad u)` (minus the
     /// gradient of the subproblem) and `|r|^2`.
+    /// `r = (1/N) Re A*(D - A u) + rho grad*(psi - lambda / rho - grad u)` and `|r|^2`. A
+    /// carried data part is formed by `A*` once, in the first outer iteration (a resumed run
+    /// reads it from the checkpoint, or forms it if the checkpoint lacks it).
     fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
-        self.record_operator(ctx, rec, &self.apps.residual)?;
+        let carried = self.ops.r_from_saved.as_ref();
+        if carried.is_none() || !self.data_residual_formed {
+            self.record_operator(ctx, rec, &self.apps.residual)?;
+        }
+        if let Some(copy) = carried {
+            copy.record(ctx, rec)?;
+        }
         self.ops.r_add_tv_gradient.record(ctx, rec)?;
         self.ops.dot_rr.record(ctx, rec)?;
         Ok(())
@@ -241,7 +254,14 @@ impl AdmmSolver {
             o.au_move.record(ctx, rec)?;
             o.grad_u_move.record(ctx, rec)?;
             self.record_operator(ctx, rec, &self.apps.r_sub_data_curvature)?;
-            o.r_sub_tv_curvature.record(ctx, rec)?;
+            match &o.r_from_saved {
+                // The carried data part took the step: r is formed from it afresh.
+                Some(copy) => {
+                    copy.record(ctx, rec)?;
+                    o.r_add_tv_gradient.record(ctx, rec)?;
+                }
+                None => o.r_sub_tv_curvature.record(ctx, rec)?,
+            }
             o.dot_rr_new.record(ctx, rec)?;
         }
         Ok(())
@@ -259,12 +279,12 @@ impl AdmmSolver {
             if i > 0 {
                 self.record_operator(ctx, rec, &self.apps.forward_u)?;
                 self.record_residual(ctx, rec)?;
-                VectorOp::record_all(ctx, rec, &[&o.dot_p_rprev, &o.dot_p_r])?;
+                VectorOp::record_all(ctx, rec, &[&o.dot_p_rsaved, &o.dot_p_r])?;
                 rec.dispatch(&self.steps.dy_beta, 1);
             }
             o.p_update.record(ctx, rec)?;
             o.grad_p.record(ctx, rec)?;
-            o.r_prev_from_r.record(ctx, rec)?;
+            o.r_saved_from_r.record(ctx, rec)?;
             o.u_move_fixed.record(ctx, rec)?;
             o.grad_u_move_fixed.record(ctx, rec)?;
         }

@@ -9,8 +9,9 @@
 //! in-core run resumes in streaming mode and the other way round.
 //!
 //! Layout: the 8-byte magic `LAMINOCK`, a little-endian u64 header length, a JSON header, the
-//! arrays u, psi, lambda, grad u, A u as little-endian f32 in that order, and last the u64
-//! FNV-1a hash of every byte before it (a trailer: it is known only once the arrays are written).
+//! arrays u, psi, lambda, grad u, A u and the carried data residual (empty unless the parameters
+//! carry it) as little-endian f32 in that order, and last the u64 FNV-1a hash of every byte
+//! before it (a trailer: it is known only once the arrays are written).
 //!
 //! MPI ranks write one checkpoint in parts, each rank the planes it keeps, so that no rank ever
 //! holds more than its share: each rank writes its part file (the magic `LAMINOPT`, its words of
@@ -54,16 +55,28 @@ const MAGIC: &[u8; 8] = b"LAMINOCK";
 const PART_MAGIC: &[u8; 8] = b"LAMINOPT";
 /// The extension of a part's file.
 const PART_EXTENSION: &str = "part";
-/// Version 5: a checkpoint may be a manifest of parts written by MPI ranks. Version 4, the same
-/// single file, reads as one: the checksum covers the whole file (magic, header length, header,
-/// arrays); up to version 3 it covered the arrays only, so their headers cannot be trusted.
-const VERSION: u32 = 5;
+/// Version 6: a sixth array, the carried data residual. Version 5 (a checkpoint may be a manifest
+/// of parts written by MPI ranks) and 4 (the same single file) read as version 6 files whose
+/// sixth array is empty: their parameters do not carry the residual. From version 4 on the
+/// checksum covers the whole file (magic, header length, header, arrays); up to version 3 it
+/// covered the arrays only, so their headers cannot be trusted.
+const VERSION: u32 = 6;
 /// The oldest version read.
 const OLDEST_VERSION: u32 = 4;
+/// The number of arrays of a checkpoint.
+pub const ARRAY_COUNT: usize = 6;
 /// The arrays of a checkpoint, in file order.
-pub const ARRAYS: [&str; 5] = ["u", "psi", "lambda", "grad u", "A u"];
-/// The solver's arrays of [`ARRAYS`], whose layouts in the geometry give a checkpoint's lengths.
-const ARRAY_LAYOUTS: [Array; 5] = [Array::U, Array::Psi, Array::Lambda, Array::GradU, Array::Au];
+pub const ARRAYS: [&str; ARRAY_COUNT] = ["u", "psi", "lambda", "grad u", "A u", "data residual"];
+/// The solver's arrays of [`ARRAYS`], whose layouts in the geometry give a checkpoint's lengths
+/// (the data residual's only when the parameters carry it: see [`Checkpoint::array_lengths`]).
+const ARRAY_LAYOUTS: [Array; ARRAY_COUNT] = [
+    Array::U,
+    Array::Psi,
+    Array::Lambda,
+    Array::GradU,
+    Array::Au,
+    Array::RSaved,
+];
 /// Words per block moved between an array and the file (64 MiB).
 pub const BLOCK_WORDS: usize = 16 << 20;
 /// A JSON header longer than this is not one lamino wrote.
@@ -94,7 +107,7 @@ pub struct Checkpoint {
     /// The report of iteration `iteration - 1` (the convergence test of a resumed run needs it).
     pub last_report: Option<IterationReport>,
     /// Words of each array of [`ARRAYS`].
-    pub lengths: [usize; 5],
+    pub lengths: [usize; ARRAY_COUNT],
 }
 
 #[derive(Serialize, Deserialize)]
@@ -109,7 +122,8 @@ struct Header {
     params: AdmmParams,
     data_hash: u64,
     last_report: Option<IterationReport>,
-    lengths: [usize; 5],
+    #[serde(deserialize_with = "per_array")]
+    lengths: [usize; ARRAY_COUNT],
     /// A manifest's parts (see the module's documentation); absent in a single file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parts: Option<Vec<Part>>,
@@ -186,7 +200,7 @@ impl Checkpoint {
             }
         }
         // Geometry::validate bounds every size product, so these do not overflow.
-        let expected = ARRAY_LAYOUTS.map(|a| a.layout(&self.geometry).words());
+        let expected = Self::array_lengths(&self.geometry, &self.params);
         if self.lengths != expected {
             return Some(format!(
                 "lengths = {:?}: the geometry's arrays {ARRAYS:?} have {expected:?} words",
@@ -194,6 +208,16 @@ impl Checkpoint {
             ));
         }
         None
+    }
+
+    /// Words of each array of [`ARRAYS`] in a checkpoint of `geometry` under `params`: the data
+    /// residual is empty unless `params` carry it.
+    pub fn array_lengths(geometry: &Geometry, params: &AdmmParams) -> [usize; ARRAY_COUNT] {
+        let mut lengths = ARRAY_LAYOUTS.map(|a| a.layout(geometry).words());
+        if !params.carries_residual() {
+            lengths[ARRAY_COUNT - 1] = 0;
+        }
+        lengths
     }
 
     /// The header of this state, with `parts` for a manifest.
@@ -268,7 +292,7 @@ impl Checkpoint {
         path: &Path,
         generation: &str,
         rank: usize,
-        words: [Range<usize>; 5],
+        words: [Range<usize>; ARRAY_COUNT],
         block: impl FnMut(usize, usize, usize) -> Result<Vec<f32>, E>,
     ) -> Result<Part, E>
     where
@@ -362,7 +386,7 @@ impl Checkpoint {
     /// verified); of a single file, all of it is read, for its one checksum.
     pub fn read_share<E>(
         path: &Path,
-        share: Option<&[Range<usize>; 5]>,
+        share: Option<&[Range<usize>; ARRAY_COUNT]>,
         accept: impl FnOnce(&Checkpoint) -> Result<(), E>,
         mut sink: impl FnMut(usize, usize, &[f32]) -> Result<(), E>,
     ) -> Result<Self, E>
@@ -487,14 +511,32 @@ pub struct Part {
     /// The file's name, in the manifest's directory.
     pub file: String,
     /// Words `[start, end)` of each array of [`ARRAYS`] that the file holds.
-    pub words: [[usize; 2]; 5],
+    #[serde(deserialize_with = "per_array")]
+    pub words: [[usize; 2]; ARRAY_COUNT],
     /// The FNV-1a hash of the file's bytes before its trailer (which repeats it).
     pub hash: u64,
 }
 
+/// A value per array of [`ARRAYS`]; a file of version 5 or 4 has one fewer (no data residual),
+/// which reads as empty.
+fn per_array<'de, D, T>(d: D) -> Result<[T; ARRAY_COUNT], D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default + Copy,
+{
+    let mut values = Vec::<T>::deserialize(d)?;
+    if values.len() == ARRAY_COUNT - 1 {
+        values.push(T::default());
+    }
+    let count = values.len();
+    values.try_into().map_err(|_| {
+        serde::de::Error::custom(format!("{count} arrays where {ARRAY_COUNT} were expected"))
+    })
+}
+
 /// Why `parts` do not hold arrays of `lengths` words, each word once and in order, in files
 /// beside the manifest; `None` when they do.
-fn parts_inconsistency(parts: &[Part], lengths: &[usize; 5]) -> Option<String> {
+fn parts_inconsistency(parts: &[Part], lengths: &[usize; ARRAY_COUNT]) -> Option<String> {
     if let Some(p) = parts.iter().find(|p| {
         p.file.contains(['/', '\\'])
             || !p.file.ends_with(&format!(".{PART_EXTENSION}"))
@@ -532,14 +574,14 @@ fn parts_inconsistency(parts: &[Part], lengths: &[usize; 5]) -> Option<String> {
 fn read_parts<E: From<CheckpointError>>(
     path: &Path,
     parts: &[Part],
-    share: &[Range<usize>; 5],
+    share: &[Range<usize>; ARRAY_COUNT],
     buffers: &mut Buffers,
     sink: &mut impl FnMut(usize, usize, &[f32]) -> Result<(), E>,
 ) -> Result<(), E> {
     let range = |p: &Part, a: usize| p.words[a][0]..p.words[a][1];
     let needed: Vec<&Part> = parts
         .iter()
-        .filter(|p| (0..5).any(|a| overlap(&range(p, a), &share[a]).is_some()))
+        .filter(|p| (0..ARRAY_COUNT).any(|a| overlap(&range(p, a), &share[a]).is_some()))
         .collect();
     // One open reader per part read, each moving through its file once, array after array.
     let mut readers = Vec::with_capacity(needed.len());
@@ -547,7 +589,7 @@ fn read_parts<E: From<CheckpointError>>(
         let file = path.with_file_name(&p.file);
         let f = File::open(&file).map_err(|e| read_error(&file, e))?;
         let len = f.metadata().map_err(|e| read_error(&file, e))?.len();
-        let words: u64 = (0..5).map(|a| range(p, a).len() as u64).sum();
+        let words: u64 = (0..ARRAY_COUNT).map(|a| range(p, a).len() as u64).sum();
         if len != 16 + 4 * words {
             return Err(CheckpointError::Corrupt {
                 path: file,
@@ -591,7 +633,7 @@ struct Buffers {
 }
 
 impl Buffers {
-    fn new(lengths: &[usize; 5]) -> Self {
+    fn new(lengths: &[usize; ARRAY_COUNT]) -> Self {
         let most = BLOCK_WORDS.min(lengths.iter().copied().max().unwrap_or(0));
         Self {
             bytes: vec![0u8; 4 * most],
@@ -709,7 +751,7 @@ fn write_words<E: From<CheckpointError>>(
     f: &mut BufWriter<File>,
     hash: &mut u64,
     path: &Path,
-    words: &[Range<usize>; 5],
+    words: &[Range<usize>; ARRAY_COUNT],
     mut block: impl FnMut(usize, usize, usize) -> Result<Vec<f32>, E>,
 ) -> Result<(), E> {
     let total: usize = words.iter().map(|r| r.len()).sum();

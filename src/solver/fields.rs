@@ -9,8 +9,9 @@ use crate::gpu::GpuContext;
 use crate::operator::Geometry;
 use crate::plan::{Array, MemoryPlan, Portion};
 
-/// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u (a
-/// checkpoint holds them) and the data D; the rest is rebuilt every outer iteration.
+/// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u, and
+/// with a carried residual `r_saved` (a checkpoint holds them), and the data D; the rest is
+/// rebuilt every outer iteration.
 #[derive(Clone)]
 pub(crate) struct Fields {
     pub(super) u: Field,
@@ -22,7 +23,9 @@ pub(crate) struct Fields {
     pub(super) r: Field,
     pub(super) p: Field,
     pub(super) grad_p: Field,
-    pub(super) r_prev: Field,
+    /// A second residual the inner solver keeps: Dai-Yuan's previous one; CG's data part
+    /// `(1/N) Re A*(D - A u)` when it carries it across outer iterations.
+    pub(super) r_saved: Field,
     pub(super) dhat: Field,
     pub(super) au: Field,
     pub(super) ap: Field,
@@ -47,7 +50,7 @@ impl Fields {
             r: array(Array::R, "r")?,
             p: array(Array::P, "p")?,
             grad_p: array(Array::GradP, "grad p")?,
-            r_prev: array(Array::RPrev, "r previous")?,
+            r_saved: array(Array::RSaved, "r saved")?,
             dhat: array(Array::DHat, "D hat")?,
             au: array(Array::Au, "A u")?,
             ap: array(Array::Ap, "A p")?,
@@ -68,7 +71,7 @@ impl Fields {
             (Array::R, &self.r),
             (Array::P, &self.p),
             (Array::GradP, &self.grad_p),
-            (Array::RPrev, &self.r_prev),
+            (Array::RSaved, &self.r_saved),
             (Array::DHat, &self.dhat),
             (Array::Au, &self.au),
             (Array::Ap, &self.ap),

@@ -14,6 +14,7 @@ use crate::distributed::team::Share;
 use crate::gpu::GpuError;
 use crate::gpu::{Bound, GpuContext, KernelSpec};
 use crate::operator::{Application, Apply, LaminoOperator, OperatorError, Sink, Source};
+use crate::params::AdmmParams;
 use crate::shaders;
 
 /// Every vector call site, built once.
@@ -31,8 +32,8 @@ pub(super) struct Ops {
     pub(super) grad_u_move: VectorOp,
     pub(super) r_sub_tv_curvature: VectorOp,
     pub(super) dot_rr_new: VectorOp,
-    pub(super) r_prev_from_r: VectorOp,
-    pub(super) dot_p_rprev: VectorOp,
+    pub(super) r_saved_from_r: VectorOp,
+    pub(super) dot_p_rsaved: VectorOp,
     pub(super) dot_p_r: VectorOp,
     pub(super) u_move_fixed: VectorOp,
     pub(super) grad_u_move_fixed: VectorOp,
@@ -41,16 +42,19 @@ pub(super) struct Ops {
     pub(super) relax: Option<VectorOp>,
     pub(super) psi_shrink: VectorOp,
     pub(super) lambda_update: VectorOp,
+    /// `r = r_saved`: the residual starts from the carried data part (present when the
+    /// iteration carries it; `r_add_tv_gradient` then completes it).
+    pub(super) r_from_saved: Option<VectorOp>,
     pub(super) sums: Vec<VectorOp>,
 }
 
 /// The operator applications of the iteration, bound once.
 pub(super) struct Apps {
-    /// `r = (1/N) Re A*(D - A u)`
+    /// `r = (1/N) Re A*(D - A u)`, into `r_saved` when the iteration carries it
     pub(super) residual: Application,
     /// `A p`
     pub(super) forward_p: Application,
-    /// `r += (-s/N) Re A*(A p)`
+    /// `r += (-s/N) Re A*(A p)`, into `r_saved` when the iteration carries it
     pub(super) r_sub_data_curvature: Application,
     /// `A u` (the reference's inner solver recomputes it)
     pub(super) forward_u: Application,
@@ -199,9 +203,9 @@ impl Wiring<'_> {
 }
 
 impl Ops {
-    /// Every call site of the iteration on the arrays `f`, with over-relaxation factor
-    /// `relaxation`.
-    pub(super) fn new(w: &Wiring<'_>, f: &Fields, relaxation: f64) -> Result<Self, GpuError> {
+    /// Every call site of the iteration of `params` on the arrays `f`.
+    pub(super) fn new(w: &Wiring<'_>, f: &Fields, params: &AdmmParams) -> Result<Self, GpuError> {
+        let relaxation = params.relaxation;
         use Kernel::*;
         let field = Target::Field;
         let fixed = Coef::fixed;
@@ -264,10 +268,10 @@ impl Ops {
                 [times(slot::NEG_STEP_RHO), zero, zero, one],
             )?,
             dot_rr_new: w.dot(&f.r, None, sum::RR_NEW)?,
-            r_prev_from_r: w.copy(&f.r, &f.r_prev)?,
-            dot_p_rprev: w.op(
+            r_saved_from_r: w.copy(&f.r, &f.r_saved)?,
+            dot_p_rsaved: w.op(
                 Dot,
-                [Some(&f.p), None, Some(&f.r_prev), None],
+                [Some(&f.p), None, Some(&f.r_saved), None],
                 Target::Sum(sum::P_RPREV),
                 plain,
             )?,
@@ -297,6 +301,10 @@ impl Ops {
                 field(&f.lambda),
                 [times(slot::RHO), times(slot::NEG_RHO), zero, one],
             )?,
+            r_from_saved: params
+                .carries_residual()
+                .then(|| w.copy(&f.r_saved, &f.r))
+                .transpose()?,
             sums: Self::sums(w, f)?,
         })
     }
@@ -333,20 +341,22 @@ impl Ops {
 
 impl Apps {
     /// The applications of `op` the iteration records, on the arrays `f`; `n_fourier` is the
-    /// number of detector pixels `N`.
+    /// number of detector pixels `N`; `carried`: the iteration carries the data residual.
     pub(super) fn new(
         w: &Wiring<'_>,
         op: &LaminoOperator,
         f: &Fields,
         n_fourier: f64,
+        carried: bool,
     ) -> Result<Self, OperatorError> {
+        let data_residual = if carried { &f.r_saved } else { &f.r };
         Ok(Self {
             residual: w.application(
                 op,
                 Apply::FourierAdjoint,
                 Source::Difference(&f.dhat, &f.au),
                 Sink::Real {
-                    field: &f.r,
+                    field: data_residual,
                     scale: Coef::fixed((1.0 / n_fourier) as f32),
                     accumulate: false,
                 },
@@ -362,7 +372,7 @@ impl Apps {
                 Apply::FourierAdjoint,
                 Source::Complex(&f.ap),
                 Sink::Real {
-                    field: &f.r,
+                    field: data_residual,
                     scale: Coef::times(-(1.0 / n_fourier) as f32, slot::STEP),
                     accumulate: true,
                 },

@@ -6,16 +6,16 @@ use std::ops::Range;
 use std::path::Path;
 
 use super::admm::AdmmSolver;
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, ARRAY_COUNT};
 use super::error::SolverError;
 use crate::array::Field;
 use crate::gpu::GpuContext;
 
 impl AdmmSolver {
     /// The arrays a checkpoint holds, in [`checkpoint::ARRAYS`](super::checkpoint::ARRAYS) order.
-    pub(crate) fn checkpointed(&self) -> [&Field; 5] {
+    pub(crate) fn checkpointed(&self) -> [&Field; ARRAY_COUNT] {
         let f = &self.fields;
-        [&f.u, &f.psi, &f.lambda, &f.grad_u, &f.au]
+        [&f.u, &f.psi, &f.lambda, &f.grad_u, &f.au, &f.r_saved]
     }
 
     /// The state a checkpoint records (the arrays stay where they are).
@@ -27,7 +27,7 @@ impl AdmmSolver {
             params: self.params,
             data_hash: self.data_hash,
             last_report: self.last,
-            lengths: self.checkpointed().map(|a| a.layout().words()),
+            lengths: Checkpoint::array_lengths(self.op.geometry(), &self.params),
         }
     }
 
@@ -49,7 +49,7 @@ impl AdmmSolver {
         path: &Path,
         generation: &str,
         rank: usize,
-        words: [Range<usize>; 5],
+        words: [Range<usize>; ARRAY_COUNT],
     ) -> Result<super::checkpoint::Part, SolverError> {
         let arrays = self.checkpointed();
         self.checkpoint_state()
@@ -71,7 +71,9 @@ impl AdmmSolver {
 
     /// Continues from the checkpoint at `path`: the same geometry, data and parameters (the
     /// number of outer iterations may differ), so the final result equals an uninterrupted run
-    /// bit for bit, whether either run was in-core or streaming. On an error the solver's state
+    /// bit for bit, whether either run was in-core or streaming. A checkpoint that does not
+    /// hold the carried data residual (written by plain ADMM or before it existed) resumes a
+    /// run that carries it too: the next outer iteration forms it afresh. On an error the solver's state
     /// is undefined: build a new one.
     pub fn resume(&mut self, ctx: &GpuContext, path: &Path) -> Result<Checkpoint, SolverError> {
         self.resume_share(ctx, path, None)
@@ -83,13 +85,14 @@ impl AdmmSolver {
         &mut self,
         ctx: &GpuContext,
         path: &Path,
-        share: Option<&[Range<usize>; 5]>,
+        share: Option<&[Range<usize>; ARRAY_COUNT]>,
     ) -> Result<Checkpoint, SolverError> {
         let mismatch = |what: &'static str| Err(SolverError::CheckpointMismatch { what });
         let geometry = self.op.geometry().fingerprint();
         let (data_hash, shape) = (self.data_hash, self.params.iterates_shape());
         let arrays = self.checkpointed();
         let lengths = arrays.map(|a| a.layout().words());
+        let data_residual = ARRAY_COUNT - 1;
         let checkpoint = Checkpoint::read_share(
             path,
             share,
@@ -104,7 +107,14 @@ impl AdmmSolver {
                 if c.params.iterates_shape() != shape {
                     return mismatch("solver parameters");
                 }
-                if c.lengths != lengths {
+                // The data residual is there or not (whatever this run does with it).
+                let sizes_match = c
+                    .lengths
+                    .iter()
+                    .zip(&lengths)
+                    .enumerate()
+                    .all(|(a, (c, l))| c == l || (a == data_residual && *c == 0));
+                if !sizes_match {
                     return mismatch("array sizes");
                 }
                 Ok(())
@@ -115,6 +125,7 @@ impl AdmmSolver {
         self.rho = checkpoint.rho;
         self.iteration = checkpoint.iteration;
         self.last = checkpoint.last_report;
+        self.data_residual_formed = checkpoint.lengths[data_residual] > 0;
         Ok(checkpoint)
     }
 
@@ -140,5 +151,6 @@ impl AdmmSolver {
         self.rho = leader.rho;
         self.iteration = leader.iteration;
         self.last = leader.last;
+        self.data_residual_formed = leader.data_residual_formed;
     }
 }

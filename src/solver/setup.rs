@@ -101,8 +101,8 @@ impl AdmmSolver {
             share,
             shape: [g.n0, g.n1, g.n2],
         };
-        let ops = Ops::new(&w, &fields, params.relaxation)?;
-        let apps = Apps::new(&w, &op, &fields, n_fourier)?;
+        let ops = Ops::new(&w, &fields, &params)?;
+        let apps = Apps::new(&w, &op, &fields, n_fourier, params.carries_residual())?;
         let steps = ScalarSteps::new(ctx, &scalars)?;
         let spatial = spatial_projections(ctx, g, plan, staging.is_some(), member)?;
         let hashes = match fill {
@@ -126,6 +126,7 @@ impl AdmmSolver {
             staging,
             memo: None,
             last: None,
+            data_residual_formed: false,
             #[cfg(feature = "mpi")]
             projection_hashes: hashes,
         })

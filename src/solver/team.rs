@@ -377,16 +377,21 @@ impl AdmmTeam {
         self.members[0].write_checkpoint(&devices[0], path)
     }
 
-    /// The words of each checkpointed array that MPI rank `rank` keeps.
+    /// The words of each checkpointed array that MPI rank `rank` keeps (none of an array the
+    /// checkpoint leaves empty).
     #[cfg(feature = "mpi")]
     fn home_words(
         &self,
         ranks: &crate::distributed::ranks::Ranks,
         rank: usize,
-    ) -> [std::ops::Range<usize>; 5] {
-        self.members[0]
-            .checkpointed()
-            .map(|f| ranks.home_words(f, rank))
+    ) -> [std::ops::Range<usize>; super::checkpoint::ARRAY_COUNT] {
+        let solver = &self.members[0];
+        let lengths = Checkpoint::array_lengths(solver.op.geometry(), &solver.params);
+        let arrays = solver.checkpointed();
+        std::array::from_fn(|a| match lengths[a] {
+            0 => 0..0,
+            _ => ranks.home_words(arrays[a], rank),
+        })
     }
 
     /// [`write_checkpoint`](Self::write_checkpoint) on MPI ranks. Collective: every rank learns

@@ -27,9 +27,14 @@ fn report(iteration: usize, rho: f64) -> IterationReport {
 
 /// A consistent state after 3 iterations, the last of which halved the penalty, with
 /// distinct values in every array.
-fn sample() -> (Checkpoint, [Vec<f32>; 5]) {
+fn sample() -> (Checkpoint, [Vec<f32>; ARRAY_COUNT]) {
+    sample_of(AdmmParams::default())
+}
+
+/// [`sample`] of the solver parameters `params`.
+fn sample_of(params: AdmmParams) -> (Checkpoint, [Vec<f32>; ARRAY_COUNT]) {
     let geometry = Geometry::cube(4, 2, 1.2);
-    let lengths = ARRAY_LAYOUTS.map(|a| a.layout(&geometry).words());
+    let lengths = Checkpoint::array_lengths(&geometry, &params);
     let mut next = 0.0f32;
     let arrays = lengths.map(|l| {
         (0..l)
@@ -43,7 +48,7 @@ fn sample() -> (Checkpoint, [Vec<f32>; 5]) {
         iteration: 3,
         rho: 0.25,
         geometry,
-        params: AdmmParams::default(),
+        params,
         data_hash: 99,
         last_report: Some(report(2, 0.5)),
         lengths,
@@ -51,7 +56,7 @@ fn sample() -> (Checkpoint, [Vec<f32>; 5]) {
     (c, arrays)
 }
 
-fn write(path: &Path, c: &Checkpoint, arrays: &[Vec<f32>; 5]) {
+fn write(path: &Path, c: &Checkpoint, arrays: &[Vec<f32>; ARRAY_COUNT]) {
     c.write(path, |a, start, len| {
         Ok::<_, CheckpointError>(arrays[a][start..start + len].to_vec())
     })
@@ -101,7 +106,7 @@ fn round_trip_and_damage_detection() {
     let path = dir.path().join("state.ckpt");
     let (c, arrays) = sample();
     write(&path, &c, &arrays);
-    let mut back: [Vec<f32>; 5] = c.lengths.map(|l| vec![f32::NAN; l]);
+    let mut back: [Vec<f32>; ARRAY_COUNT] = c.lengths.map(|l| vec![f32::NAN; l]);
     let read = Checkpoint::read_arrays(
         &path,
         |_| Ok::<_, CheckpointError>(()),
@@ -221,7 +226,7 @@ fn an_inconsistent_header_is_refused_naming_the_field() {
         }),
         ("last_report missing", |h| h["last_report"] = Value::Null),
         ("after 0 iterations", |h| h["iteration"] = json!(0)),
-        ("lengths = [64, 192, 192, 192, 32]", |h| {
+        ("lengths = [64, 192, 192, 192, 32, 64]", |h| {
             h["lengths"][4] = json!(32)
         }),
         ("lengths = [192, 64,", |h| {
@@ -251,6 +256,37 @@ fn an_inconsistent_header_is_refused_naming_the_field() {
             assert!(reason.contains(expected), "{expected}: {reason}");
         }
     }
+}
+
+/// A version 5 file (five arrays, parameters without the carried residual) reads as a version 6
+/// one whose data residual is empty; parameters that carry it with no data residual are refused.
+#[test]
+fn a_version_5_file_reads_with_an_empty_data_residual() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.ckpt");
+    let (c, arrays) = sample_of(AdmmParams {
+        carried_residual: false,
+        ..AdmmParams::default()
+    });
+    assert_eq!(c.lengths[ARRAY_COUNT - 1], 0);
+    write(&path, &c, &arrays);
+    let bytes = std::fs::read(&path).unwrap();
+    let version_5 = |h: &mut Value| {
+        h["version"] = json!(5);
+        h["params"]
+            .as_object_mut()
+            .unwrap()
+            .remove("carried_residual");
+        h["lengths"].as_array_mut().unwrap().pop();
+    };
+    std::fs::write(&path, edited(&bytes, version_5, true)).unwrap();
+    assert_eq!(Checkpoint::read(&path).unwrap(), c);
+    let carried_without_it = |h: &mut Value| h["params"]["carried_residual"] = json!(true);
+    let reason = corrupt_reason(&path, &edited(&bytes, carried_without_it, true));
+    assert!(
+        reason.contains("lengths = [64, 192, 192, 192, 64, 0]"),
+        "{reason}"
+    );
 }
 
 #[test]
@@ -344,7 +380,11 @@ fn a_failed_write_leaves_the_previous_checkpoint() {
 
 /// The words of each array of `lengths` that member `index` of `members` keeps (each array cut
 /// into `members` contiguous shares, as MPI ranks keep them).
-fn shares(lengths: &[usize; 5], index: usize, members: usize) -> [Range<usize>; 5] {
+fn shares(
+    lengths: &[usize; ARRAY_COUNT],
+    index: usize,
+    members: usize,
+) -> [Range<usize>; ARRAY_COUNT] {
     lengths.map(|l| crate::distributed::shares::share_range(index, members, l))
 }
 
@@ -352,7 +392,7 @@ fn shares(lengths: &[usize; 5], index: usize, members: usize) -> [Range<usize>; 
 fn write_parts(
     path: &Path,
     c: &Checkpoint,
-    arrays: &[Vec<f32>; 5],
+    arrays: &[Vec<f32>; ARRAY_COUNT],
     generation: &str,
     members: usize,
 ) {
@@ -374,10 +414,10 @@ fn write_parts(
 /// What `read_share` hands the sink of `share`: every word it sinks, NaN elsewhere.
 fn read_back(
     path: &Path,
-    share: Option<&[Range<usize>; 5]>,
-    lengths: &[usize; 5],
-) -> [Vec<f32>; 5] {
-    let mut back: [Vec<f32>; 5] = lengths.map(|l| vec![f32::NAN; l]);
+    share: Option<&[Range<usize>; ARRAY_COUNT]>,
+    lengths: &[usize; ARRAY_COUNT],
+) -> [Vec<f32>; ARRAY_COUNT] {
+    let mut back: [Vec<f32>; ARRAY_COUNT] = lengths.map(|l| vec![f32::NAN; l]);
     Checkpoint::read_share(
         path,
         share,
@@ -404,7 +444,7 @@ fn parts_of_three_ranks_read_back_whole_or_by_the_shares_of_two() {
     for r in 0..2 {
         let share = shares(&c.lengths, r, 2);
         let back = read_back(&path, Some(&share), &c.lengths);
-        for a in 0..5 {
+        for a in 0..ARRAY_COUNT {
             for (i, (&got, &want)) in back[a].iter().zip(&arrays[a]).enumerate() {
                 match share[a].contains(&i) {
                     true => assert!(got == want, "array {a} word {i}"),
@@ -417,7 +457,8 @@ fn parts_of_three_ranks_read_back_whole_or_by_the_shares_of_two() {
     let single = dir.path().join("single.ckpt");
     write(&single, &c, &arrays);
     let share = shares(&c.lengths, 1, 2);
-    let bits = |a: [Vec<f32>; 5]| a.map(|v| v.iter().map(|w| w.to_bits()).collect::<Vec<_>>());
+    let bits =
+        |a: [Vec<f32>; ARRAY_COUNT]| a.map(|v| v.iter().map(|w| w.to_bits()).collect::<Vec<_>>());
     assert_eq!(
         bits(read_back(&single, Some(&share), &c.lengths)),
         bits(read_back(&path, Some(&share), &c.lengths))
@@ -443,7 +484,8 @@ fn a_manifest_replaces_the_previous_checkpoint_only_once_written() {
     let mut later = c.clone();
     later.iteration = 4;
     later.last_report = Some(report(3, 0.25));
-    let doubled: [Vec<f32>; 5] = arrays.clone().map(|a| a.iter().map(|v| 2.0 * v).collect());
+    let doubled: [Vec<f32>; ARRAY_COUNT] =
+        arrays.clone().map(|a| a.iter().map(|v| 2.0 * v).collect());
     let part = later
         .write_part(&path, "4-b", 0, shares(&c.lengths, 0, 2), |a, s, l| {
             Ok::<_, CheckpointError>(doubled[a][s..s + l].to_vec())
