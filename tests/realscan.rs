@@ -161,7 +161,9 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
     // They stay inside both fields of view, so the two scans hold the same information and the
     // phase ramp makes the reconstructions agree to f32 rounding when the stopping rule fires at
     // the same iteration; a run that stops k iterations later moves by less than k times the
-    // change tolerance (measured: 1.3e-6 at the same iteration, 1.6e-4 one apart). Smaller
+    // change tolerance (measured: 1.3e-6 at the same iteration, 1.6e-4 one apart, when the
+    // residual was recomputed every outer iteration; 3.1e-5 at the same iteration with the
+    // carried residual, which carries each run's rounding along: the bound is 1e-4). Smaller
     // scans of the blobs agree less well under a sub-pixel shift: the phase ramp shifts sampled
     // projections exactly only where they are band-limited, and at 16^3 the blobs reach the
     // detector's Nyquist frequency (axis 0.25 / 0.5 px off: 1.85e-2 / 3.1e-2; 1 / 2 px off:
@@ -192,7 +194,7 @@ fn an_off_centre_axis_reconstructs_like_a_centred_scan_when_given() {
         given.reports.len(),
         reference.reports.len()
     );
-    let bound = 1e-5 + iterations_apart as f64 * Convergence::DEFAULT.change;
+    let bound = 1e-4 + iterations_apart as f64 * Convergence::DEFAULT.change;
     assert!(with_axis < bound, "{with_axis} (bound {bound})");
     assert!(scans_apart > 0.5, "{scans_apart}");
 }
