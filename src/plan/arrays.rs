@@ -65,8 +65,28 @@ impl Array {
     /// Whole-array reads and writes in one outer iteration of `params` (a read-modify-write
     /// counts two), from the order of operations in `solver::admm`.
     pub fn accesses(self, params: &AdmmParams) -> u64 {
-        let (added, saved) = self.relaxation_accesses(params);
-        self.accesses_plain(params) + added - saved
+        let (relax_added, relax_saved) = self.relaxation_accesses(params);
+        let (carry_added, carry_saved) = self.carried_residual_accesses(params);
+        self.accesses_plain(params) + relax_added + carry_added - relax_saved - carry_saved
+    }
+
+    /// What carrying the data residual changes (from the second outer iteration on): no A* of
+    /// `D - A u` (D and A u read once less); the residual starts from a copy of r saved; each
+    /// inner step moves r saved with `A*(A p)` instead of r, and forms r from it afresh (a copy,
+    /// then the divergence of psi, lambda and grad u instead of that of grad p): (accesses
+    /// added, accesses saved).
+    fn carried_residual_accesses(self, params: &AdmmParams) -> (u64, u64) {
+        if !params.carries_residual() {
+            return (0, 0);
+        }
+        let k = params.inner_iterations as u64;
+        match self {
+            Self::RSaved => (1 + 3 * k, 0),
+            Self::R | Self::GradP => (0, k),
+            Self::GradU | Self::Psi | Self::Lambda => (k, 0),
+            Self::Au | Self::DHat => (0, 1),
+            _ => (0, 0),
+        }
     }
 
     /// What over-relaxation changes: one pass writes `grad p = a grad u + (1 - a) psi` (reading
@@ -82,31 +102,13 @@ impl Array {
         }
     }
 
-    /// The accesses of plain ADMM (relaxation 1).
+    /// The accesses of plain ADMM (relaxation 1, the residual recomputed every outer iteration).
     fn accesses_plain(self, params: &AdmmParams) -> u64 {
         let k = params.inner_iterations as u64;
         // The spectrum is written and read once by every application of A or A*.
         let (forward, adjoint) = operator_applications(params);
         let spectrum = 2 * (forward + adjoint);
         match params.inner {
-            // With the carried residual (from the second outer iteration on): no A* of D - A u;
-            // each inner step moves the carried part with A*(A p) and forms r from it afresh
-            // (a copy, then the divergence of psi, lambda and grad u, as at the start).
-            InnerSolver::ConjugateGradient if params.carries_residual() => match self {
-                Self::Spectrum => spectrum,
-                Self::R => 4 + 5 * k,
-                Self::P => 5 * k,
-                Self::GradP => 3 * k,
-                Self::Ap => 4 * k,
-                Self::U => 3 + 2 * k,
-                Self::GradU => 8 + 3 * k,
-                Self::Au => 1 + 2 * k,
-                Self::Psi => 7 + k,
-                Self::Lambda => 6 + k,
-                Self::RSaved => 1 + 3 * k,
-                Self::DHat => 1,
-                Self::GradUPrev | Self::UPrev => 2,
-            },
             InnerSolver::ConjugateGradient => match self {
                 Self::Spectrum => spectrum,
                 Self::R => 4 + 6 * k,
