@@ -145,7 +145,7 @@ impl CpuAdmm {
             .map(|(p, l)| p - l / rho)
             .collect();
         let h0 = self.grad_u.clone();
-        let carried = self.params.carried_residual;
+        let carried = self.params.carries_residual();
         let data_residual = match &self.data_residual {
             Some(q) if carried => q.clone(),
             _ => {

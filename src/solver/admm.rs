@@ -215,10 +215,9 @@ impl AdmmSolver {
     }
 
     /// Records `r = (1/N) Re A*(D - A u) + rho grad*(psi - lambda/rho - grad u)` (minus the
-    /// gradient of the subproblem) and `|r|^2`.
-    /// `r = (1/N) Re A*(D - A u) + rho grad*(psi - lambda / rho - grad u)` and `|r|^2`. A
-    /// carried data part is formed by `A*` once, in the first outer iteration (a resumed run
-    /// reads it from the checkpoint, or forms it if the checkpoint lacks it).
+    /// gradient of the subproblem) and `|r|^2`. A carried data part is formed by `A*` once, in
+    /// the first outer iteration (a resumed run reads it from the checkpoint, or forms it if the
+    /// checkpoint lacks it).
     fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
         let carried = self.ops.r_from_saved.as_ref();
         if carried.is_none() || !self.data_residual_formed {

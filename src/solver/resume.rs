@@ -73,8 +73,8 @@ impl AdmmSolver {
     /// number of outer iterations may differ), so the final result equals an uninterrupted run
     /// bit for bit, whether either run was in-core or streaming. A checkpoint that does not
     /// hold the carried data residual (written by plain ADMM or before it existed) resumes a
-    /// run that carries it too: the next outer iteration forms it afresh. On an error the solver's state
-    /// is undefined: build a new one.
+    /// run that carries it too: the next outer iteration forms it afresh. On an error the
+    /// solver's state is undefined: build a new one.
     pub fn resume(&mut self, ctx: &GpuContext, path: &Path) -> Result<Checkpoint, SolverError> {
         self.resume_share(ctx, path, None)
     }
