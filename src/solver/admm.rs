@@ -15,7 +15,6 @@ use super::slots::{slot, sum};
 use super::vector::VectorOp;
 use crate::array::{Field, Scalars, Staging, SumSlot};
 use crate::gpu::{GpuContext, Recorder};
-use crate::params::Convergence as ExpConv;
 use crate::memo::{Memo, MemoOptions, MemoStats};
 use crate::operator::{Application, LaminoOperator};
 use crate::params::{AdmmParams, InnerSolver};
@@ -204,21 +203,10 @@ impl AdmmSolver {
                 .observe_primal_residual(report.primal_relative);
         }
         // The adaptive penalty of the reference: lambda is not rescaled.
-        let rule = std::env::var("EXP_RULE").unwrap_or_default();
-        let mu: f64 = std::env::var("EXP_MU").ok().and_then(|v| v.parse().ok()).unwrap_or(10.0);
-        let tau: f64 = std::env::var("EXP_TAU").ok().and_then(|v| v.parse().ok()).unwrap_or(2.0);
-        let (pp, dd) = if rule == "rel" {
-            let c = self.params.convergence.unwrap_or(ExpConv::DEFAULT);
-            ((report.primal_relative / c.primal).powi(2), (report.dual_relative / c.dual).powi(2))
-        } else if rule == "relraw" {
-            (report.primal_relative.powi(2), report.dual_relative.powi(2))
-        } else {
-            (primal, dual)
-        };
-        if pp > mu * dd {
-            self.rho *= tau;
-        } else if dd > mu * pp {
-            self.rho /= tau;
+        if primal > 10.0 * dual {
+            self.rho *= 2.0;
+        } else if dual > 10.0 * primal {
+            self.rho /= 2.0;
         }
         self.iteration += 1;
         self.data_residual_formed = self.ops.r_from_saved.is_some();
