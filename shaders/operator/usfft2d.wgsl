@@ -20,18 +20,16 @@ struct U2Params {
     row_start_offset: u32,
     sorted_offset: u32,
     pad0: u32,
-    // The Gaussian's exponent per squared grid cell, E (x, then y).
+    cx: f32,
+    cy: f32,
     ex: f32,
     ey: f32,
-    pad1: u32,
-    pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> plane: array<vec2<f32>>;
 @group(0) @binding(1) var<storage, read_write> grid: array<vec2<f32>>;
 @group(0) @binding(2) var<storage, read_write> out: array<vec2<f32>>;
-// Deconvolution factors: n2 values for x, then n1 values for y; then the point-independent
-// factors of the taps' weights, c e^{-E i^2} for i = -m..m: 2 mx + 1 for x, then 2 my + 1 for y.
+// Deconvolution factors: n2 values for x, then n1 values for y.
 @group(0) @binding(3) var<storage, read> deconv: array<f32>;
 @group(0) @binding(4) var<storage, read> coords: array<vec2<f32>>;
 @group(0) @binding(5) var<storage, read> row_start: array<u32>;
@@ -50,50 +48,9 @@ fn wrap(i: i32, n: u32) -> u32 {
     return u32(select(m, m + i32(n), m < 0));
 }
 
-// The Gaussian weight of the tap at offset i from a point's base cell, the point t cells above
-// that cell (0 <= t < 1), is c e^{-E (i - t)^2} = [c e^{-E i^2}] e^{-E t^2} (e^{2 E t})^i: a
-// table factor (`tap_x`, `tap_y`), a factor per point, and a power of g = e^{2 E t}. The powers are
-// products of g (or 1/g) that start at the tap nearest the point, so that a weight at offset i
-// carries about |i| roundings, and the largest weights the fewest: two exponentials per point and
-// axis instead of one per tap.
-struct Axis {
-    // Cells of the point above its base cell, in [0, 1).
-    t: f32,
-    base: i32,
-    // e^{2 E t} and its inverse.
-    up: f32,
-    down: f32,
-}
-
-fn axis(x: f32, grid_len: u32, e: f32) -> Axis {
-    let s = f32(grid_len) * x;
-    let base = floor(s);
-    let t = s - base;
-    let up = exp(2.0 * e * t);
-    return Axis(t, i32(base), up, 1.0 / up);
-}
-
-// g^i by |i| products (|i| <= m).
-fn power(a: Axis, i: i32) -> f32 {
-    let f = select(a.up, a.down, i < 0);
-    var x = 1.0;
-    for (var k = 0; k < abs(i); k++) {
-        x *= f;
-    }
-    return x;
-}
-
-fn tap_x(i: i32) -> f32 {
-    return deconv[p.n2 + p.n1 + u32(i + p.mx)];
-}
-
-fn tap_y(j: i32) -> f32 {
-    return deconv[p.n2 + p.n1 + u32(2 * p.mx + 1) + u32(j + p.my)];
-}
-
-// e^{-E t^2} of both axes: the factor of a point's weights shared by all its taps.
-fn point_factor(x: Axis, y: Axis) -> f32 {
-    return exp(-(p.ex * x.t * x.t + p.ey * y.t * y.t));
+fn weight(l: i32, xi: f32, grid_len: u32, c: f32, e: f32) -> f32 {
+    let d = f32(l) / f32(grid_len) - xi;
+    return c * exp(-e * d * d);
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -127,46 +84,28 @@ fn u2_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     }
     let r = g / p.points;
     let xy = coords[p.coords_offset + g];
-    let ax = axis(xy.x, p.gx, p.ex);
-    let ay = axis(xy.y, p.gy, p.ey);
-    // The separable kernel: the x weights and wrapped columns once per point, reused by every row;
-    // the powers of g from the centre tap outwards.
+    let bx = i32(floor(f32(p.gx) * xy.x));
+    let by = i32(floor(f32(p.gy) * xy.y));
+    // The separable kernel: the x weights and wrapped columns once per point, reused by every row.
     var wx: array<f32, 15>;
     var cols: array<u32, 15>;
-    var wy: array<f32, 15>;
-    var rise = 1.0;
-    var fall = 1.0;
-    wx[p.mx] = tap_x(0);
-    for (var i = 1; i <= p.mx; i++) {
-        rise *= ax.up;
-        fall *= ax.down;
-        wx[p.mx + i] = tap_x(i) * rise;
-        wx[p.mx - i] = tap_x(-i) * fall;
-    }
-    rise = 1.0;
-    fall = 1.0;
-    wy[p.my] = tap_y(0);
-    for (var j = 1; j <= p.my; j++) {
-        rise *= ay.up;
-        fall *= ay.down;
-        wy[p.my + j] = tap_y(j) * rise;
-        wy[p.my - j] = tap_y(-j) * fall;
-    }
     let taps = u32(2 * p.mx + 1);
     for (var i = 0u; i < taps; i++) {
-        cols[i] = wrap(ax.base - p.mx + i32(i), p.gx);
+        let l = bx - p.mx + i32(i);
+        wx[i] = weight(l, xy.x, p.gx, p.cx, p.ex);
+        cols[i] = wrap(l, p.gx);
     }
     let base = r * p.gy * p.gx;
     var acc = vec2<f32>(0.0, 0.0);
     for (var j = -p.my; j <= p.my; j++) {
-        let row = base + wrap(ay.base + j, p.gy) * p.gx;
+        let row = base + wrap(by + j, p.gy) * p.gx;
         var line = vec2<f32>(0.0, 0.0);
         for (var i = 0u; i < taps; i++) {
             line += wx[i] * grid[row + cols[i]];
         }
-        acc += wy[u32(j + p.my)] * line;
+        acc += weight(by + j, xy.y, p.gy, p.cy, p.ey) * line;
     }
-    out[g] = point_factor(ax, ay) * acc;
+    out[g] = acc;
 }
 
 // First entry in [lo, hi) of the sorted list whose base column is >= column.
@@ -256,66 +195,20 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
                     break;
                 }
                 let xy = coords[p.coords_offset + list + entry.x];
-                let ax = axis(xy.x, p.gx, p.ex);
-                let ay = axis(xy.y, p.gy, p.ey);
-                let value = point_factor(ax, ay) * out[list + entry.x];
-                // The block's columns within the footprint have consecutive taps (gx > 2 mx + 1);
-                // the powers start at the one nearest the point.
-                var taps: array<i32, U2_BLOCK_COLUMNS>;
-                var lo = p.mx + 1;
-                var hi = -p.mx - 1;
-                for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                    taps[c] = tap(px0 + c, entry.y, p.gx, p.mx);
-                    if (abs(taps[c]) <= p.mx) {
-                        lo = min(lo, taps[c]);
-                        hi = max(hi, taps[c]);
-                    }
-                }
-                let ia = clamp(0, lo, hi);
-                let anchor_x = power(ax, ia);
+                let bx = i32(floor(f32(p.gx) * xy.x));
+                let by = i32(floor(f32(p.gy) * xy.y));
+                let value = out[list + entry.x];
                 var wx: array<f32, U2_BLOCK_COLUMNS>;
-                var rise = anchor_x;
                 for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                    let i = taps[c];
-                    if (i > ia && i <= p.mx) {
-                        rise *= ax.up;
-                    }
-                    wx[c] = select(0.0, tap_x(clamp(i, -p.mx, p.mx)) * rise, i >= ia && abs(i) <= p.mx);
-                }
-                var fall = anchor_x;
-                for (var c = U2_BLOCK_COLUMNS; c > 0u; c--) {
-                    let i = taps[c - 1u];
-                    if (i < ia && abs(i) <= p.mx) {
-                        fall *= ax.down;
-                        wx[c - 1u] = tap_x(i) * fall;
-                    }
-                }
-                // The rows' taps are consecutive too: j = py0 + k - b.
-                let j0 = i32(py0) - b;
-                let ja = clamp(0, max(j0, -p.my), min(j0 + i32(U2_BLOCK_ROWS) - 1, p.my));
-                let anchor_y = power(ay, ja);
-                var wy: array<vec2<f32>, U2_BLOCK_ROWS>;
-                rise = anchor_y;
-                for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
-                    let j = j0 + i32(k);
-                    if (j > ja && j <= p.my) {
-                        rise *= ay.up;
-                    }
-                    wy[k] = select(vec2<f32>(0.0), tap_y(clamp(j, -p.my, p.my)) * rise * value, j >= ja && j <= p.my);
-                }
-                fall = anchor_y;
-                for (var k = U2_BLOCK_ROWS; k > 0u; k--) {
-                    let j = j0 + i32(k - 1u);
-                    if (j < ja && j >= -p.my) {
-                        fall *= ay.down;
-                        wy[k - 1u] = tap_y(j) * fall * value;
-                    }
+                    let i = tap(px0 + c, entry.y, p.gx, p.mx);
+                    wx[c] = select(0.0, weight(bx + i, xy.x, p.gx, p.cx, p.ex), abs(i) <= p.mx);
                 }
                 for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
-                    let j = j0 + i32(k);
+                    let j = i32(py0 + k) - b;
                     if (abs(j) <= p.my) {
+                        let wyv = weight(by + j, xy.y, p.gy, p.cy, p.ey) * value;
                         for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                            acc[k][c] += wx[c] * wy[k];
+                            acc[k][c] += wx[c] * wyv;
                         }
                     }
                 }

@@ -47,25 +47,6 @@ impl GriddingAxis {
         (PI / self.mu).sqrt() * (-(PI * PI / self.mu) * d * d).exp()
     }
 
-    /// The kernel's exponent per squared grid cell, `E = pi^2 / (mu grid^2)`: the weight of the
-    /// tap at offset `i` from the base cell of a point `t` cells above that cell (`0 <= t < 1`) is
-    /// `sqrt(pi/mu) e^{-E (i - t)^2}`.
-    pub fn exponent_per_cell(&self) -> f64 {
-        PI * PI / (self.mu * (self.grid * self.grid) as f64)
-    }
-
-    /// `scale sqrt(pi/mu) e^{-E i^2}` for the taps `i = -m..=m`: the factor of each tap's weight
-    /// that does not depend on the point. The GPU kernels form the rest, `e^{-E t^2} (e^{2 E t})^i`,
-    /// from two exponentials per point and axis instead of one per tap; the powers are products
-    /// that start at the tap nearest the point, so the large weights carry the fewest roundings.
-    pub fn tap_factors(&self, scale: f64) -> Vec<f32> {
-        let m = self.half_width as i64;
-        let e = self.exponent_per_cell();
-        (-m..=m)
-            .map(|i| (scale * (PI / self.mu).sqrt() * (-e * (i * i) as f64).exp()) as f32)
-            .collect()
-    }
-
     /// The grid cell at or below `grid * xi`, computed in f32 as the reference's kernels do, so
     /// that every implementation picks the same taps.
     pub fn base_cell(&self, xi: f32) -> i64 {

@@ -206,10 +206,8 @@ impl LaminoOperator {
             Residency::Device => deth,
             _ => ck,
         };
-        let (ax, ay) = U2Tables::axes(g);
-        let taps = (2 * (ax.half_width + ay.half_width) + 2) as u64;
         let u2 = 8 * ck * (n1 * n2 + 4 * n1 * n2 + points)
-            + 4 * (n1 + n2 + taps)
+            + 4 * (n1 + n2)
             + table_rows * u2_table_row_bytes(g);
         let f = 8 * ca * deth * detw;
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);

@@ -34,10 +34,10 @@ struct U2Params {
     row_start_offset: u32,
     sorted_offset: u32,
     pad: u32,
+    cx: f32,
+    cy: f32,
     ex: f32,
     ey: f32,
-    pad1: u32,
-    pad2: u32,
 }
 
 /// The U2 tables, one plane per detector row ([k][...]), so that a chunk's rows are one
@@ -203,7 +203,9 @@ impl LaminoOperator {
         let planes = complex_buffer(ctx, "u2 planes", (ck * n1 * n2) as usize)?;
         let grid = complex_buffer(ctx, "u2 grids", (ck * gy * gx) as usize)?;
         let out = complex_buffer(ctx, "u2 points", (ck * points) as usize)?;
-        let deconv = ctx.upload("u2 deconvolution", &deconvolution_and_taps(g, (&ax, &ay)))?;
+        let mut deconv = ax.deconvolution();
+        deconv.extend(ay.deconvolution());
+        let deconv = ctx.upload("u2 deconvolution", &deconv)?;
         let tables = U2TableFields::new(ctx, g, (&ax, &ay), ck, tables)?;
         let spec = |entry| gridding_kernel(&shaders::USFFT2D, entry);
         let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
@@ -336,6 +338,7 @@ fn u2_params(
     c: u64,
     [coords_offset, row_start_offset, sorted_offset]: [u32; 3],
 ) -> U2Params {
+    let pi2 = std::f64::consts::PI * std::f64::consts::PI;
     U2Params {
         n1: g.n1 as u32,
         n2: g.n2 as u32,
@@ -349,21 +352,10 @@ fn u2_params(
         row_start_offset,
         sorted_offset,
         pad: 0,
-        ex: ax.exponent_per_cell() as f32,
-        ey: ay.exponent_per_cell() as f32,
-        pad1: 0,
-        pad2: 0,
+        cx: (std::f64::consts::PI / ax.mu).sqrt() as f32,
+        // 1/sqrt(ntheta) (the total number of angles) is part of the operator's scale.
+        cy: ((std::f64::consts::PI / ay.mu).sqrt() / (g.ntheta() as f64).sqrt()) as f32,
+        ex: (pi2 / ax.mu) as f32,
+        ey: (pi2 / ay.mu) as f32,
     }
-}
-
-/// The read-only constants of the U2 kernels, one array: the deconvolution factors (n2 for x, then
-/// n1 for y), then the point-independent factors of the taps' weights (2 mx + 1 for x, then
-/// 2 my + 1 for y, which carry 1/sqrt(ntheta), the total number of angles: part of the operator's
-/// scale).
-fn deconvolution_and_taps(g: &Geometry, (ax, ay): (&GriddingAxis, &GriddingAxis)) -> Vec<f32> {
-    let mut values = ax.deconvolution();
-    values.extend(ay.deconvolution());
-    values.extend(ax.tap_factors(1.0));
-    values.extend(ay.tap_factors(1.0 / (g.ntheta() as f64).sqrt()));
-    values
 }
