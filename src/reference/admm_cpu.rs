@@ -24,16 +24,6 @@ pub struct CpuAdmm {
     au: Vec<Complex64>,
     /// The carried data part of the residual, `(1/N) Re A*(D - A u)`, once formed.
     data_residual: Option<Vec<f64>>,
-    /// Experiment (issue 31): spectral penalty selection (Xu et al. 2017) every this many
-    /// iterations instead of residual balancing.
-    pub spectral_period: Option<usize>,
-    /// (lambda hat, grad u, psi, lambda) at the last spectral update.
-    spectral_ref: Option<[Vec<f64>; 4]>,
-    steps: usize,
-    /// (change, primal relative, dual relative) of the last step, as the GPU reports them.
-    pub measures: (f64, f64, f64),
-    /// Penalties used, one per step.
-    pub rho_path: Vec<f64>,
 }
 
 fn to32(x: &[f64]) -> Vec<Complex32> {
@@ -72,11 +62,6 @@ impl CpuAdmm {
             grad_u: vec![0.0; 3 * v],
             au: vec![Complex64::new(0.0, 0.0); g.data_len()],
             data_residual: None,
-            spectral_period: None,
-            spectral_ref: None,
-            steps: 0,
-            measures: (0.0, 0.0, 0.0),
-            rho_path: Vec::new(),
         }
     }
 
@@ -153,8 +138,6 @@ impl CpuAdmm {
     /// One outer iteration, as `AdmmSolver::step` does it.
     pub fn step(&mut self) {
         let (rho, inv_n, v) = (self.rho, 1.0 / self.n_fourier, self.u.len());
-        self.rho_path.push(rho);
-        let u_prev = self.u.clone();
         let g: Vec<f64> = self
             .psi
             .iter()
@@ -230,14 +213,6 @@ impl CpuAdmm {
             beta = rr_new / rr;
             rr = rr_new;
         }
-        // lambda hat = lambda + rho (grad u - psi_old): the multiplier the u-step's optimality
-        // condition sees (grad H(u) = -grad* lambda hat).
-        let lambda_hat: Vec<f64> = self
-            .lambda
-            .iter()
-            .zip(self.grad_u.iter().zip(&self.psi))
-            .map(|(l, (g, p))| l + rho * (g - p))
-            .collect();
         let tau = self.params.alpha / rho;
         // The over-relaxed split h = a grad u + (1 - a) psi (grad u itself for plain ADMM).
         let a = self.params.relaxation;
@@ -276,60 +251,6 @@ impl CpuAdmm {
                 .zip(&h0)
                 .map(|(a, b)| (a - b) * (a - b))
                 .sum::<f64>();
-        let norm = |x: &[f64]| dot(x, x).sqrt();
-        let du: Vec<f64> = self.u.iter().zip(&u_prev).map(|(a, b)| a - b).collect();
-        self.measures = (
-            norm(&du) / norm(&self.u),
-            primal.sqrt() / norm(&self.grad_u).max(norm(&self.psi)),
-            dual.sqrt() / norm(&self.lambda).max(rho * norm(&self.grad_u)),
-        );
-        self.steps += 1;
-        if let Some(period) = self.spectral_period {
-            let now = [
-                lambda_hat,
-                self.grad_u.clone(),
-                self.psi.clone(),
-                self.lambda.clone(),
-            ];
-            match &self.spectral_ref {
-                Some(old) if self.steps % period == 0 => {
-                    let diff = |a: &[f64], b: &[f64]| -> Vec<f64> {
-                        a.iter().zip(b).map(|(x, y)| x - y).collect()
-                    };
-                    let dlh = diff(&now[0], &old[0]);
-                    let dh = diff(&now[1], &old[1]);
-                    let dpsi = diff(&now[2], &old[2]);
-                    let dl = diff(&now[3], &old[3]);
-                    // Curvatures in lamino's sign convention (lambda += rho (grad u - psi)).
-                    let (hl, hh, ll_h) = (-dot(&dh, &dlh), dot(&dh, &dh), dot(&dlh, &dlh));
-                    let (gl, gg, ll) = (dot(&dpsi, &dl), dot(&dpsi, &dpsi), dot(&dl, &dl));
-                    let hybrid = |sd: f64, mg: f64| if 2.0 * mg > sd { mg } else { sd - mg / 2.0 };
-                    let alpha = hybrid(ll_h / hl, hl / hh);
-                    let beta = hybrid(ll / gl, gl / gg);
-                    let cor_a = hl / (hh * ll_h).sqrt();
-                    let cor_b = gl / (gg * ll).sqrt();
-                    let eps = 0.2;
-                    let ok_a = cor_a > eps && alpha.is_finite() && alpha > 0.0;
-                    let ok_b = cor_b > eps && beta.is_finite() && beta > 0.0;
-                    self.rho = match (ok_a, ok_b) {
-                        (true, true) => (alpha * beta).sqrt(),
-                        (true, false) => alpha,
-                        (false, true) => beta,
-                        (false, false) => self.rho,
-                    };
-                    if std::env::var("SPECTRAL_VERBOSE").is_ok() {
-                        eprintln!(
-                            "    step {}: alpha {alpha:.3e} (cor {cor_a:.2}) beta {beta:.3e} (cor {cor_b:.2}) -> rho {:.4}",
-                            self.steps, self.rho
-                        );
-                    }
-                    self.spectral_ref = Some(now);
-                }
-                Some(_) => {}
-                None => self.spectral_ref = Some(now),
-            }
-            return;
-        }
         if primal > 10.0 * dual {
             self.rho *= 2.0;
         } else if dual > 10.0 * primal {
