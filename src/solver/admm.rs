@@ -203,9 +203,12 @@ impl AdmmSolver {
                 .observe_primal_residual(report.primal_relative);
         }
         // The adaptive penalty of the reference: lambda is not rescaled.
-        if primal > 10.0 * dual {
+        let from: usize = std::env::var("EXP_FROM").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+        let late: f64 = std::env::var("EXP_LATE_MU").ok().and_then(|v| v.parse().ok()).unwrap_or(10.0);
+        let mu = if it >= from { late } else { 10.0 };
+        if primal > mu * dual {
             self.rho *= 2.0;
-        } else if dual > 10.0 * primal {
+        } else if dual > mu * primal {
             self.rho /= 2.0;
         }
         self.iteration += 1;
