@@ -203,12 +203,9 @@ impl AdmmSolver {
                 .observe_primal_residual(report.primal_relative);
         }
         // The adaptive penalty of the reference: lambda is not rescaled.
-        let from: usize = std::env::var("EXP_FROM").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
-        let late: f64 = std::env::var("EXP_LATE_MU").ok().and_then(|v| v.parse().ok()).unwrap_or(10.0);
-        let mu = if it >= from { late } else { 10.0 };
-        if primal > mu * dual {
+        if primal > 10.0 * dual {
             self.rho *= 2.0;
-        } else if dual > mu * primal {
+        } else if dual > 10.0 * primal {
             self.rho /= 2.0;
         }
         self.iteration += 1;
