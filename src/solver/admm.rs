@@ -208,15 +208,6 @@ impl AdmmSolver {
         } else if dual > 10.0 * primal {
             self.rho /= 2.0;
         }
-        if let Ok(at_iteration) = std::env::var("EXP_GRAD_AT") {
-            if it + 1 == at_iteration.parse::<usize>().unwrap() {
-                let c: f64 = std::env::var("EXP_C").ok().and_then(|v| v.parse().ok()).unwrap_or(0.85);
-                let g_rms = norm_gu / (self.fields.u.layout().words() as f64).sqrt();
-                let target = c * (alpha / g_rms).sqrt();
-                self.rho = 2f64.powf(target.log2().round());
-                eprintln!("EXP: g_rms {g_rms:.5} target {target:.3} rho {}", self.rho);
-            }
-        }
         self.iteration += 1;
         self.data_residual_formed = self.ops.r_from_saved.is_some();
         self.last = Some(report);
