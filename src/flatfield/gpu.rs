@@ -15,7 +15,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::dct::dct_matrix;
+use super::dct::{dct_matrix, transpose};
 use super::params::BasicParams;
 use super::solver::{
     baseline_step, brightness_step, BaselineSolve, FieldStats, ImageSums, Prepared,
@@ -455,10 +455,6 @@ fn image_sums(raw: &[f64]) -> Vec<ImageSums> {
             z2: s[3],
         })
         .collect()
-}
-
-fn transpose(c: &[f64], n: usize) -> Vec<f64> {
-    (0..n * n).map(|i| c[(i % n) * n + i / n]).collect()
 }
 
 impl SolveBackend for GpuSolver<'_> {
