@@ -215,6 +215,7 @@ fn binning_is_an_exponent_and_tomocupy_aliases_reach_the_run() {
         "1",
         "--alpha",
         "0.002",
+        "--no-penalty-from-gradient",
         "--out",
         s(&out),
         "--allow-software-gpu",
@@ -229,6 +230,10 @@ fn binning_is_an_exponent_and_tomocupy_aliases_reach_the_run() {
         "{err}"
     );
     assert!(err.contains("after exactly 1 iterations"), "{err}");
+    assert!(
+        err.contains("penalty rule  residual balancing alone (--no-penalty-from-gradient)   (default: residual balancing; after 10 iterations 0.85 sqrt(alpha / rms |grad u|))"),
+        "{err}"
+    );
     assert!(!err.contains("AdmmParams"), "{err}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();

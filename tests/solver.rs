@@ -220,33 +220,62 @@ fn the_reference_dai_yuan_inner_solver_is_available_and_converges_more_slowly() 
 
 #[test]
 fn gpu_iterations_match_an_f64_cpu_implementation_of_the_same_iterations() {
+    use lamino::params::GradientPenalty;
     let (g, _, data) = setup(16);
-    // The default (over-relaxed) and plain ADMM.
+    // The default (over-relaxed; its penalty rule fires after 10 iterations, not within 5),
+    // plain ADMM, and the default with the penalty set from the gradient after 2 iterations
+    // (with 4x the constant, so that it moves the penalty here).
     let plain = AdmmParams {
         outer_iterations: 5,
         convergence: None,
         ..AdmmParams::plain()
     };
-    for params in [AdmmParams::exactly(5), plain] {
-        let a = params.relaxation;
+    let early_rule = AdmmParams {
+        penalty_from_gradient: Some(GradientPenalty {
+            after_iterations: 2,
+            scale: 4.0 * GradientPenalty::DEFAULT.scale,
+        }),
+        ..AdmmParams::exactly(5)
+    };
+    let mut penalties = Vec::new();
+    for (name, params) in [
+        ("default", AdmmParams::exactly(5)),
+        ("plain", plain),
+        ("penalty from the gradient after 2", early_rule),
+    ] {
         let mut gpu =
             AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
         let mut cpu = lamino::reference::CpuAdmm::new(&g, &data, params, 2);
+        let mut rho = Vec::new();
         for it in 0..params.outer_iterations {
-            gpu.step(ctx()).unwrap();
+            let report = gpu.step(ctx()).unwrap();
+            assert_eq!(
+                report.rho,
+                cpu.rho(),
+                "{name}, outer iteration {it}: penalty"
+            );
             cpu.step();
+            rho.push(cpu.rho());
             let got = gpu.volume(ctx()).unwrap();
             let expect: Vec<f32> = cpu.volume().iter().map(|&v| v as f32).collect();
             let diff = rel_err(&got, &expect);
             eprintln!(
-                "relaxation {a}, outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
+                "{name}, outer iteration {it}: penalty {}, GPU vs CPU relative difference {diff:.2e}",
+                report.rho
             );
             assert!(
                 diff < 1e-4,
-                "relaxation {a}, outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
+                "{name}, outer iteration {it}: GPU vs CPU relative difference {diff:.2e}"
             );
         }
+        penalties.push(rho);
     }
+    // The early rule changed the default's penalty path where it fired (after iteration 2).
+    assert_eq!(penalties[0][..1], penalties[2][..1]);
+    assert_ne!(
+        penalties[0][1], penalties[2][1],
+        "the rule did not move the penalty: {penalties:?}"
+    );
 }
 
 #[test]

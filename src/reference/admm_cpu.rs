@@ -16,6 +16,8 @@ pub struct CpuAdmm {
     params: AdmmParams,
     n_fourier: f64,
     rho: f64,
+    /// Outer iterations done.
+    iteration: usize,
     dhat: Vec<Complex64>,
     u: Vec<f64>,
     psi: Vec<f64>,
@@ -55,6 +57,7 @@ impl CpuAdmm {
             params,
             n_fourier,
             rho: params.rho0,
+            iteration: 0,
             dhat,
             u: vec![0.0; v],
             psi: vec![0.0; 3 * v],
@@ -256,6 +259,18 @@ impl CpuAdmm {
         } else if dual > 10.0 * primal {
             self.rho /= 2.0;
         }
+        self.iteration += 1;
+        if let Some(rule) = self.params.penalty_from_gradient {
+            if self.iteration == rule.after_iterations {
+                let gradient_rms = (dot(&self.grad_u, &self.grad_u) / v as f64).sqrt();
+                self.rho = rule.penalty(self.rho, self.params.alpha, gradient_rms);
+            }
+        }
+    }
+
+    /// The penalty the next outer iteration uses.
+    pub fn rho(&self) -> f64 {
+        self.rho
     }
 
     /// The current volume.

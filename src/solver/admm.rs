@@ -208,6 +208,12 @@ impl AdmmSolver {
         } else if dual > 10.0 * primal {
             self.rho /= 2.0;
         }
+        if let Some(rule) = self.params.penalty_from_gradient {
+            if it + 1 == rule.after_iterations {
+                let voxels = self.op.geometry().volume_len() as f64;
+                self.rho = rule.penalty(self.rho, alpha, norm_gu / voxels.sqrt());
+            }
+        }
         self.iteration += 1;
         self.data_residual_formed = self.ops.r_from_saved.is_some();
         self.last = Some(report);

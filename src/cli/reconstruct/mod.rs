@@ -119,9 +119,14 @@ pub struct ReconstructArgs {
     /// TV weight (the default is for volumes of order 1 per voxel).
     #[arg(long, default_value_t = AdmmParams::default().alpha)]
     alpha: f64,
-    /// Initial ADMM penalty.
+    /// Initial ADMM penalty (residual balancing adapts it, and by default it is set once after
+    /// 10 outer iterations from the volume's gradient).
     #[arg(long, default_value_t = AdmmParams::default().rho0)]
     rho0: f64,
+    /// Keep the penalty to residual balancing alone: do not set it after 10 outer iterations to
+    /// the power of two nearest 0.85 sqrt(alpha / rms |grad u|) (the default before 2026-12-04).
+    #[arg(long)]
+    no_penalty_from_gradient: bool,
     /// Over-relaxation factor of the ADMM splitting, 0 < a < 2; 1 is plain ADMM (Boyd et al.,
     /// §3.4.3).
     #[arg(long, default_value_t = AdmmParams::default().relaxation)]
@@ -226,6 +231,9 @@ impl ReconstructArgs {
         }
         if let Some(step) = self.dai_yuan_step {
             p.inner = InnerSolver::DaiYuan { step };
+        }
+        if self.no_penalty_from_gradient {
+            p.penalty_from_gradient = None;
         }
         p
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use lamino::gpu::GpuContext;
 use lamino::io::{OutputSet, StackFormat};
 use lamino::memo::{MemoOptions, MemoPolicy};
-use lamino::params::{AdmmParams, InnerSolver};
+use lamino::params::{AdmmParams, GradientPenalty, InnerSolver};
 use lamino::preprocess::Preprocessing;
 use lamino::recon::{CheckpointInterval, Provenance, Reconstructor, Solved};
 use lamino::scan::Projections;
@@ -77,6 +77,13 @@ fn parameter_table(p: &AdmmParams) -> String {
         InnerSolver::ConjugateGradient => "conjugate gradient (exact step)".to_string(),
         InnerSolver::DaiYuan { step } => format!("Dai-Yuan, step {step} (--dai-yuan-step)"),
     };
+    let penalty_rule = |r: Option<GradientPenalty>| match r {
+        Some(r) => format!(
+            "residual balancing; after {} iterations {} sqrt(alpha / rms |grad u|)",
+            r.after_iterations, r.scale
+        ),
+        None => "residual balancing alone (--no-penalty-from-gradient)".to_string(),
+    };
     let stop = |p: &AdmmParams| match p.convergence {
         Some(c) => format!(
             "on convergence (change {:e}, primal {:e}, dual {:e}), at most {} iterations",
@@ -100,6 +107,11 @@ fn parameter_table(p: &AdmmParams) -> String {
             "--relaxation",
             p.relaxation.to_string(),
             d.relaxation.to_string(),
+        ),
+        (
+            "penalty rule",
+            penalty_rule(p.penalty_from_gradient),
+            penalty_rule(d.penalty_from_gradient),
         ),
         ("inner solver", solver(p.inner), solver(d.inner)),
     ];
