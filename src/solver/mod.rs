@@ -18,6 +18,8 @@
 mod admm;
 mod checkpoint;
 mod error;
+#[cfg(test)]
+mod exp_vec;
 mod fields;
 mod ops;
 mod projections;
