@@ -18,8 +18,6 @@
 mod admm;
 mod checkpoint;
 mod error;
-#[cfg(test)]
-mod exp_vec;
 mod fields;
 mod ops;
 mod projections;
