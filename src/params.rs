@@ -90,9 +90,27 @@ impl GradientPenalty {
     /// stopping test passes early.
     pub const MAX_FACTOR: f64 = 4.0;
 
+    /// The penalty after `done` outer iterations, given the penalty `rho` held until now: the
+    /// rule's value when `done` equals `after_iterations`, `rho` otherwise. `gradient_norm` is
+    /// `||grad u||` over the `voxels` of the volume. The GPU solver and the CPU reference both
+    /// call this, so they fire at the same iteration with the same value.
+    pub fn rho_after(
+        &self,
+        done: usize,
+        rho: f64,
+        alpha: f64,
+        gradient_norm: f64,
+        voxels: usize,
+    ) -> f64 {
+        match done == self.after_iterations {
+            true => self.penalty(rho, alpha, gradient_norm / (voxels as f64).sqrt()),
+            false => rho,
+        }
+    }
+
     /// The penalty for TV weight `alpha` at gradient rms `gradient_rms`, replacing `rho`; `rho`
     /// itself where the rule has nothing to say (no TV term, a volume without gradient).
-    pub fn penalty(&self, rho: f64, alpha: f64, gradient_rms: f64) -> f64 {
+    fn penalty(&self, rho: f64, alpha: f64, gradient_rms: f64) -> f64 {
         let target = self.scale * (alpha / gradient_rms).sqrt();
         if !(target.is_finite() && target > 0.0) {
             return rho;
@@ -371,5 +389,9 @@ mod tests {
         assert_eq!(rule.penalty(0.5, 0.0, 0.01), 0.5);
         assert_eq!(rule.penalty(0.5, 1e-3, 0.0), 0.5);
         assert_eq!(rule.penalty(0.5, 1e-3, f64::NAN), 0.5);
+        // Only after `after_iterations` outer iterations; the norm over the voxels is the rms.
+        assert_eq!(rule.rho_after(9, 0.5, 1e-3, 0.00069 * 8.0, 64), 0.5);
+        assert_eq!(rule.rho_after(10, 0.5, 1e-3, 0.00069 * 8.0, 64), 1.0);
+        assert_eq!(rule.rho_after(11, 0.5, 1e-3, 0.00069 * 8.0, 64), 0.5);
     }
 }

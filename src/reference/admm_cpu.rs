@@ -261,10 +261,8 @@ impl CpuAdmm {
         }
         self.iteration += 1;
         if let Some(rule) = self.params.penalty_from_gradient {
-            if self.iteration == rule.after_iterations {
-                let gradient_rms = (dot(&self.grad_u, &self.grad_u) / v as f64).sqrt();
-                self.rho = rule.penalty(self.rho, self.params.alpha, gradient_rms);
-            }
+            let norm = dot(&self.grad_u, &self.grad_u).sqrt();
+            self.rho = rule.rho_after(self.iteration, self.rho, self.params.alpha, norm, v);
         }
     }
 

@@ -209,10 +209,8 @@ impl AdmmSolver {
             self.rho /= 2.0;
         }
         if let Some(rule) = self.params.penalty_from_gradient {
-            if it + 1 == rule.after_iterations {
-                let voxels = self.op.geometry().volume_len() as f64;
-                self.rho = rule.penalty(self.rho, alpha, norm_gu / voxels.sqrt());
-            }
+            let voxels = self.op.geometry().volume_len();
+            self.rho = rule.rho_after(it + 1, self.rho, alpha, norm_gu, voxels);
         }
         self.iteration += 1;
         self.data_residual_formed = self.ops.r_from_saved.is_some();
