@@ -173,7 +173,11 @@ pub static COPY: Shader = Shader {
 /// Pooled keys, certification sums and scaled block copies of the memo layer.
 pub static MEMO: Shader = Shader {
     name: "memo/memo",
-    parts: &[memo::WGSL, include_str!("../shaders/memo/memo.wgsl")],
+    parts: &[
+        memo::WGSL,
+        include_str!("../shaders/util/double_word.wgsl"),
+        include_str!("../shaders/memo/memo.wgsl"),
+    ],
     layout: &[R, R, RW, R, U],
 };
 
@@ -225,12 +229,32 @@ pub static USFFT2D: Shader = Shader {
 /// memory planner counts before the solver exists.
 pub const SOLVER_VECTOR_WORKGROUP: u32 = 256;
 
-/// Vector kernels of the ADMM-TV solver (linear combinations, gradient, shrinkage, reductions).
+/// Vector kernels of the ADMM-TV solver over f32 words (linear combinations, gradient,
+/// shrinkage, reductions), for any plane length.
 pub static SOLVER_VECTOR: Shader = Shader {
     name: "solver/vector",
-    parts: &[include_str!("../shaders/solver/vector.wgsl")],
-    layout: &[R, R, R, R, RW, R, U],
+    parts: &[
+        include_str!("../shaders/solver/vector_f32.wgsl"),
+        include_str!("../shaders/solver/vector.wgsl"),
+        include_str!("../shaders/util/double_word.wgsl"),
+        include_str!("../shaders/solver/vector_voxels.wgsl"),
+    ],
+    layout: SOLVER_VECTOR_LAYOUT,
 };
+
+/// The linear combinations and dot products of [`SOLVER_VECTOR`] over `vec4<f32>` words, for
+/// arrays whose planes are whole `vec4`s.
+pub static SOLVER_VECTOR_VEC4: Shader = Shader {
+    name: "solver/vector_vec4",
+    parts: &[
+        include_str!("../shaders/solver/vector_vec4.wgsl"),
+        include_str!("../shaders/solver/vector.wgsl"),
+    ],
+    layout: SOLVER_VECTOR_LAYOUT,
+};
+
+/// Both vector modules: four inputs, the output, the scalars, the parameters.
+const SOLVER_VECTOR_LAYOUT: &[BindingKind] = &[R, R, R, R, RW, R, U];
 
 /// The solver's scalar steps (CG step length and direction coefficients) on the GPU.
 pub static SOLVER_SCALARS: Shader = Shader {
@@ -301,6 +325,7 @@ pub static ALL: &[&Shader] = &[
     &USFFT1D,
     &USFFT2D,
     &SOLVER_VECTOR,
+    &SOLVER_VECTOR_VEC4,
     &SOLVER_SCALARS,
     &FLATFIELD_BASIC,
     &FLATFIELD_TRANSFORM,

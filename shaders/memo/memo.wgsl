@@ -305,21 +305,6 @@ fn residual(
     }
 }
 
-// Double-word (hi + lo) arithmetic, as in the solver's reductions: error-free transformations keep
-// the finished sums as accurate as f64 sums of the partial sums.
-fn two_sum(a: f32, b: f32) -> vec2<f32> {
-    let s = a + b;
-    let bb = s - a;
-    return vec2<f32>(s, (a - (s - bb)) + (b - bb));
-}
-
-fn dw_add(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {
-    let s = two_sum(a.x, b.x);
-    let e = s.y + a.y + b.y;
-    let hi = s.x + e;
-    return vec2<f32>(hi, e - (hi - s.x));
-}
-
 var<workgroup> shared_dw: array<vec2<f32>, 64>;
 
 // One workgroup per (job, value): adds the job's `partials` per-workgroup sums of that value (at

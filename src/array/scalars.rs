@@ -62,7 +62,9 @@ impl Scalars {
         coefficient_slots: usize,
         sum_slots: usize,
     ) -> Result<Self, GpuError> {
-        let mut initial = vec![0.0f32; coefficient_slots.max(1)];
+        // At least one vec4: the vector kernels bind this buffer where an array is not read,
+        // and the vec4 module's arrays need one whole element.
+        let mut initial = vec![0.0f32; coefficient_slots.max(4)];
         initial[0] = 1.0;
         Ok(Self {
             coefficients: ctx.upload("coefficients", &initial)?,

@@ -16,6 +16,10 @@ use crate::shaders;
 use site::Site;
 
 const WORKGROUP: u32 = shaders::SOLVER_VECTOR_WORKGROUP;
+/// Units each invocation of a kernel over words covers (`UNITS_PER_INVOCATION` of
+/// `shaders/solver/vector.wgsl`): a quarter of the workgroups, and of the barriers of a
+/// reduction, of one unit per invocation.
+const UNITS_PER_INVOCATION: usize = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy, Pod, Zeroable, Default)]
@@ -87,6 +91,30 @@ impl Kernel {
         }
     }
 
+    /// Units one invocation covers: the linear combinations and the reductions loop over
+    /// several, the stencils and shrinkage take one.
+    fn units_per_invocation(self) -> usize {
+        match self {
+            Self::Lincomb | Self::Dot | Self::IsoNorm => UNITS_PER_INVOCATION,
+            Self::Gradient | Self::GradientAdjoint | Self::Shrink => 1,
+        }
+    }
+
+    /// Words of the arrays per element the kernel loads and stores: 4 (`vec4<f32>`) for the
+    /// kernels over words when every plane, and the binding offset alignment `align` (words),
+    /// is whole `vec4`s, 1 otherwise. It depends on the arrays' plane length and the device
+    /// only, never on the windows, so the bits do not either.
+    fn word_len(self, plane_words: impl IntoIterator<Item = usize>, align: u64) -> usize {
+        let over_words = matches!(self, Self::Lincomb | Self::Dot);
+        match over_words
+            && align.is_multiple_of(4)
+            && plane_words.into_iter().all(|w| w.is_multiple_of(4))
+        {
+            true => 4,
+            false => 1,
+        }
+    }
+
     fn reduces(self) -> bool {
         matches!(self, Self::Dot | Self::IsoNorm)
     }
@@ -141,15 +169,45 @@ pub(crate) struct VectorOp {
     halo: bool,
 }
 
+/// The bit set of the terms a call site reads: bit `i` for coefficient `i` with a constant that
+/// is not zero (the `TERMS` override).
+fn terms(coefs: &[Coef; 4]) -> u32 {
+    coefs
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.constant != 0.0)
+        .map(|(i, _)| 1 << i)
+        .sum()
+}
+
+/// `entry` of the module over words of `word_len` f32s, reading the `terms`.
 fn vector_kernel(
+    ctx: &GpuContext,
+    word_len: usize,
+    entry: &'static str,
+    terms: u32,
+) -> Result<std::sync::Arc<crate::gpu::Kernel>, GpuError> {
+    let shader = match word_len {
+        4 => &shaders::SOLVER_VECTOR_VEC4,
+        _ => &shaders::SOLVER_VECTOR,
+    };
+    ctx.kernel(&KernelSpec {
+        shader,
+        entry,
+        overrides: vec![
+            ("WORKGROUP", WORKGROUP as f64),
+            ("UNITS_PER_INVOCATION", UNITS_PER_INVOCATION as f64),
+            ("TERMS", terms as f64),
+        ],
+    })
+}
+
+/// A kernel of the f32 module that reads no coefficients (the finish of a reduction).
+fn finish_kernel(
     ctx: &GpuContext,
     entry: &'static str,
 ) -> Result<std::sync::Arc<crate::gpu::Kernel>, GpuError> {
-    ctx.kernel(&KernelSpec {
-        shader: &shaders::SOLVER_VECTOR,
-        entry,
-        overrides: vec![("WORKGROUP", WORKGROUP as f64)],
-    })
+    vector_kernel(ctx, 1, entry, 0)
 }
 
 impl VectorOp {
@@ -171,7 +229,20 @@ impl VectorOp {
     ) -> Result<Self, GpuError> {
         let first = inputs[0].expect("every kernel reads x");
         let layout = first.layout();
-        let plane_len = layout.plane_words / kernel.words()[0];
+        let align = (ctx.binding_alignment() / 4).max(1);
+        let output = match target {
+            Target::Field(z) => Some(z),
+            Target::Sum(_) => None,
+        };
+        let word_len = kernel.word_len(
+            inputs
+                .iter()
+                .chain([&output])
+                .flatten()
+                .map(|f| f.layout().plane_words),
+            align,
+        );
+        let plane_len = layout.plane_words / kernel.words()[0] / word_len;
         let site = Site {
             ctx,
             staging,
@@ -182,20 +253,26 @@ impl VectorOp {
             shape,
             planes: layout.planes,
             plane_len,
-            groups_per_plane: plane_len.div_ceil(WORKGROUP as usize),
-            align: (ctx.binding_alignment() / 4).max(1),
+            groups_per_plane: plane_len
+                .div_ceil(WORKGROUP as usize * kernel.units_per_invocation()),
+            word_len,
+            align,
         };
         let (planes, groups_per_plane) = (site.planes, site.groups_per_plane);
         let per_window = site.planes_per_window()?;
-        let main = vector_kernel(ctx, kernel.entry())?;
+        let main = vector_kernel(ctx, word_len, kernel.entry(), terms(&coefs))?;
         // A reduction's partial sums hold one window's planes: each window's plane sums are
-        // formed right after it, so a streamed array's reduction holds 1/256 of a window, not of
-        // the array (at 2048^3, 0.4 GiB per call site).
+        // formed right after it, so a streamed array's reduction holds 1/1024 of a window, not
+        // of the array (at 2048^3, 0.1 GiB per call site). Whole vec4s: the vec4 module binds
+        // them as its output.
         let reduction = match target {
             Target::Sum(_) => Some((
-                ctx.storage_buffer("partial sums", (per_window * groups_per_plane) as u64 * 4)?,
+                ctx.storage_buffer(
+                    "partial sums",
+                    (per_window * groups_per_plane).next_multiple_of(4) as u64 * 4,
+                )?,
                 ctx.storage_buffer("plane sums", 8 * planes as u64)?,
-                vector_kernel(ctx, "plane_sums")?,
+                finish_kernel(ctx, "plane_sums")?,
             )),
             Target::Field(_) => None,
         };
@@ -288,7 +365,7 @@ impl VectorOp {
                 ..Default::default()
             },
         )?;
-        let bound = vector_kernel(ctx, "total")?.bind(
+        let bound = finish_kernel(ctx, "total")?.bind(
             ctx,
             &[
                 plane_sums.into(),

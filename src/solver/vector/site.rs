@@ -40,9 +40,12 @@ pub(super) struct Site<'a> {
     pub(super) shape: [usize; 3],
     /// Planes of every array.
     pub(super) planes: usize,
-    /// Units (words or 3-vectors) of x per plane.
+    /// Units (words, `vec4` words or 3-vectors) of x per plane.
     pub(super) plane_len: usize,
     pub(super) groups_per_plane: usize,
+    /// f32 words per element of the kernel's arrays (4 in the vec4 module): offsets in
+    /// `VectorParams` count elements.
+    pub(super) word_len: usize,
     /// The storage binding offset alignment, in words.
     pub(super) align: u64,
 }
@@ -211,7 +214,7 @@ impl Site<'_> {
                 None => slices.push(dummy.into()),
             }
         }
-        [params.ox, params.oy, params.ow, params.ov] = offsets;
+        [params.ox, params.oy, params.ow, params.ov] = offsets.map(|o| o / self.word_len as u32);
         (slices, uploads)
     }
 
@@ -230,7 +233,7 @@ impl Site<'_> {
                 (Some(buffer), _) => {
                     let (slice, offset) =
                         planes_window(buffer, z.layout().plane_words, [a, e, a], self.align);
-                    params.oz = offset;
+                    params.oz = offset / self.word_len as u32;
                     (slice, None)
                 }
                 (None, Some(staging)) => {

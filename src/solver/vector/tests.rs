@@ -212,8 +212,14 @@ fn shrinkage_zeroes_small_vectors_and_shortens_large_ones() {
 
 #[test]
 fn reductions_match_f64_sums_and_do_not_depend_on_windows() {
+    // Planes of whole vec4s (the vec4 module's dot) and not (the f32 module's).
+    for plane in [3 * 1006, 3 * 1008] {
+        reductions_at(plane);
+    }
+}
+
+fn reductions_at(plane: usize) {
     let n0 = 7;
-    let plane = 3 * 1006;
     let n = n0 * plane;
     let x = random(n, 3);
     let y = random(n, 4);
@@ -273,7 +279,7 @@ fn reductions_match_f64_sums_and_do_not_depend_on_windows() {
     );
     assert!(
         (whole.0 - expect).abs() < 1e-6 * expect.abs().max(1.0),
-        "{} vs {expect}",
+        "plane {plane}: {} vs {expect}",
         whole.0
     );
     assert!(
@@ -281,9 +287,85 @@ fn reductions_match_f64_sums_and_do_not_depend_on_windows() {
         "{} vs {expect_iso}",
         whole.1
     );
-    assert_eq!(whole.0.to_bits(), split.0.to_bits());
-    assert_eq!(whole.1.to_bits(), split.1.to_bits());
-    let _ = sum;
+    assert_eq!(whole.0.to_bits(), split.0.to_bits(), "plane {plane}");
+    assert_eq!(whole.1.to_bits(), split.1.to_bits(), "plane {plane}");
+}
+
+#[test]
+fn words_are_vec4_where_every_plane_and_the_binding_alignment_are_whole_vec4s() {
+    assert_eq!(Kernel::Lincomb.word_len([1024, 4096], 64), 4);
+    assert_eq!(Kernel::Dot.word_len([1024], 64), 4);
+    assert_eq!(Kernel::Lincomb.word_len([1024, 1022], 64), 1);
+    assert_eq!(Kernel::Dot.word_len([1024], 2), 1);
+    assert_eq!(Kernel::Gradient.word_len([1024], 64), 1);
+    assert_eq!(Kernel::IsoNorm.word_len([3072], 64), 1);
+}
+
+#[test]
+fn linear_combinations_and_dots_match_f64_and_never_read_unused_terms() {
+    // Both modules (planes of 1024 words: vec4; of 1022: f32); an unused term's array is all
+    // NaN, which a read would spread to every result.
+    let ctx = ctx();
+    for plane in [1024, 1022] {
+        let n0 = 5;
+        let n = n0 * plane;
+        let (x, y, z0) = (random(n, 21), random(n, 22), random(n, 23));
+        let nan = vec![f32::NAN; n];
+        let scalars = Scalars::new(&ctx, 1, 1).unwrap();
+        let (xb, yb, nb, zb) = (
+            field(&ctx, &x, n0),
+            field(&ctx, &y, n0),
+            field(&ctx, &nan, n0),
+            field(&ctx, &z0, n0),
+        );
+        let op = |kernel, inputs, target, coefs| {
+            VectorOp::new(
+                &ctx,
+                &scalars,
+                None,
+                None,
+                kernel,
+                inputs,
+                target,
+                coefs,
+                [n0, 1, plane],
+            )
+            .unwrap()
+        };
+        // z = 0.5 x - 2 y + 0 nan + z
+        let lincomb = op(
+            Kernel::Lincomb,
+            [Some(&xb), Some(&yb), Some(&nb), None],
+            Target::Field(&zb),
+            [Coef::fixed(0.5), Coef::fixed(-2.0), Coef::ZERO, Coef::ONE],
+        );
+        // sum (x + 0.5 y)(y + 0 nan)
+        let dot = op(
+            Kernel::Dot,
+            [Some(&xb), Some(&yb), Some(&yb), Some(&nb)],
+            Target::Sum(SumSlot(0)),
+            [Coef::ZERO, Coef::fixed(0.5), Coef::ZERO, Coef::ZERO],
+        );
+        run(&ctx, &lincomb);
+        run(&ctx, &dot);
+        let got = zb.read(&ctx).unwrap();
+        for i in 0..n {
+            let expect = 0.5 * x[i] as f64 - 2.0 * y[i] as f64 + z0[i] as f64;
+            assert!(
+                (got[i] as f64 - expect).abs() <= 1e-6,
+                "plane {plane}, word {i}: {} vs {expect}",
+                got[i]
+            );
+        }
+        let expect: f64 = (0..n)
+            .map(|i| (x[i] as f64 + 0.5 * y[i] as f64) * y[i] as f64)
+            .sum();
+        let dot = sum(&ctx, &scalars, SumSlot(0));
+        assert!(
+            (dot - expect).abs() < 1e-6 * expect.abs().max(1.0),
+            "plane {plane}: {dot} vs {expect}"
+        );
+    }
 }
 
 #[test]
