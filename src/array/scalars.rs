@@ -44,6 +44,12 @@ impl Coef {
     pub const ZERO: Coef = Coef::fixed(0.0);
     /// One.
     pub const ONE: Coef = Coef::fixed(1.0);
+
+    /// Whether the coefficient is zero whatever its slot holds: the vector kernels then do not
+    /// read its term at all.
+    pub fn is_zero(&self) -> bool {
+        self.constant == 0.0
+    }
 }
 
 /// The coefficient and reduction-result buffers of one solver.

@@ -169,13 +169,13 @@ pub(crate) struct VectorOp {
     halo: bool,
 }
 
-/// The bit set of the terms a call site reads: bit `i` for coefficient `i` with a constant that
-/// is not zero (the `TERMS` override).
+/// The bit set of the terms a call site reads: bit `i` for coefficient `i` unless it is zero
+/// (the `TERMS` override).
 fn terms(coefs: &[Coef; 4]) -> u32 {
     coefs
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.constant != 0.0)
+        .filter(|(_, c)| !c.is_zero())
         .map(|(i, _)| 1 << i)
         .sum()
 }

@@ -239,7 +239,7 @@ impl Site<'_> {
                 (None, Some(staging)) => {
                     let view = BlockView::planes(a, e, z.layout().plane_words);
                     let out = staging.buffer(Role::Out);
-                    if self.kernel.reads_output() && self.coefs[3] != Coef::ZERO {
+                    if self.kernel.reads_output() && !self.coefs[3].is_zero() {
                         uploads.push((z.clone(), Role::Out, view));
                     }
                     params.oz = 0;
