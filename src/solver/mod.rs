@@ -16,8 +16,6 @@
 //! `error` is what all of them fail with.
 
 mod admm;
-#[cfg(test)]
-mod exp_setup;
 mod checkpoint;
 mod error;
 mod fields;
