@@ -419,7 +419,8 @@ fn bad_geometries_are_refused_with_the_reason() {
             ..
         }))
     ));
-    let g = Geometry { n2: 4, ..small() };
+    // 2 n2 = 4 grid cells, fewer than the 5 taps of the kernel at eps 1e-3.
+    let g = Geometry { n2: 2, ..small() };
     let err = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap_err();
     assert!(
         matches!(err, OperatorError::TooSmall { name: "n2", .. }),
@@ -523,7 +524,7 @@ fn a_volume_offset_is_a_per_angle_shift_of_the_projections() {
     // A sub-box of the default volume against the full volume holding it, zero elsewhere, in
     // the Fourier domain: A_sub u times the sub-volume's phases R is A_full of the embedded
     // volume at every frequency the operator does not clamp (to the gridding error of each,
-    // about 4e-4 at eps 1e-3). At the clamped corner frequencies (|x| or |y| beyond 0.5 - 1e-5,
+    // about 1.5e-4 at eps 1e-3). At the clamped corner frequencies (|x| or |y| beyond 0.5 - 1e-5,
     // past Nyquist) the full volume's phase is taken at the clamped point and R at the true one,
     // so they differ there by construction; those are counted apart.
     let full = uneven_angles(Geometry::cube(24, 8, TILT));

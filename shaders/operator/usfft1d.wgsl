@@ -1,4 +1,4 @@
-// Stage U1: 1D unequally spaced FFT along z for a chunk of (y, x) columns, with Gaussian gridding
+// Stage U1: 1D unequally spaced FFT along z for a chunk of (y, x) columns, gridding (GriddingAxis)
 // on the oversampled grid of length 2n indexed modulo 2n (no padding, no fftshift passes).
 // Chunk-local layouts, `columns` = chunk_y * n2 fastest:
 //   col  [z][c]  (n, columns)       the volume's columns

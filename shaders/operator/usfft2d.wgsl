@@ -1,5 +1,5 @@
 // Stage U2: 2D unequally spaced FFT per detector row, from the (y, x) spectrum plane onto the
-// points (x_p, y_p) of every angle and detector column, with Gaussian gridding on the 2n1 x 2n2
+// points (x_p, y_p) of every angle and detector column, gridding with the kernel of GriddingAxis on the 2n1 x 2n2
 // grid indexed modulo its size. Chunk-local layouts for `rows` detector rows:
 //   plane [r][y][x]    (rows, n1, n2)
 //   grid  [r][py][px]  (rows, 2 n1, 2 n2)   (2D FFT over the last two axes in between)
@@ -14,16 +14,18 @@ struct U2Params {
     gx: u32,
     rows: u32,
     points: u32,
-    my: i32,
-    mx: i32,
     coords_offset: u32,
     row_start_offset: u32,
     sorted_offset: u32,
     pad0: u32,
-    cx: f32,
-    cy: f32,
-    ex: f32,
-    ey: f32,
+    pad1: u32,
+    pad2: u32,
+    // 1/sqrt(ntheta), part of the operator's scale, applied with the y weights.
+    scale: f32,
+    // The kernel's shape and 2 / width (both axes share them: the width follows eps alone).
+    beta: f32,
+    zscale: f32,
+    pad3: f32,
 }
 
 @group(0) @binding(0) var<storage, read_write> plane: array<vec2<f32>>;
@@ -38,6 +40,10 @@ struct U2Params {
 @group(0) @binding(7) var<uniform> p: U2Params;
 
 override WORKGROUP: u32 = 64u;
+// The kernel's half-width m (2m + 1 taps per axis; both axes share it: it follows eps alone), a
+// pipeline constant so that the tap loops have fixed trip counts and their weights stay in
+// registers.
+override HALF_WIDTH: i32 = 2;
 
 fn thread_id(wid: vec3<u32>, groups: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * groups.x) * WORKGROUP + lid;
@@ -48,9 +54,18 @@ fn wrap(i: i32, n: u32) -> u32 {
     return u32(select(m, m + i32(n), m < 0));
 }
 
-fn weight(l: i32, xi: f32, grid_len: u32, c: f32, e: f32) -> f32 {
-    let d = f32(l) / f32(grid_len) - xi;
-    return c * exp(-e * d * d);
+// The cell nearest grid_len * x (halves up), as GriddingAxis::base_cell picks it: floor(2 grid_len x),
+// one rounded product, halved upwards.
+fn nearest(x: f32, grid_len: u32) -> i32 {
+    return (i32(floor(f32(2u * grid_len) * x)) + 1) >> 1u;
+}
+
+// The gridding kernel at grid frequency l for the point x: e^{beta (sqrt(1 - z^2) - 1)} with
+// z = (l - grid_len x) 2 / width, zero beyond the kernel's support (|z| >= 1).
+fn weight(l: i32, x: f32, grid_len: u32) -> f32 {
+    let z = (f32(l) - f32(grid_len) * x) * p.zscale;
+    let inside = 1.0 - z * z;
+    return select(0.0, exp(p.beta * (sqrt(max(inside, 0.0)) - 1.0)), inside > 0.0);
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -84,26 +99,26 @@ fn u2_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     }
     let r = g / p.points;
     let xy = coords[p.coords_offset + g];
-    let bx = i32(floor(f32(p.gx) * xy.x));
-    let by = i32(floor(f32(p.gy) * xy.y));
+    let bx = nearest(xy.x, p.gx);
+    let by = nearest(xy.y, p.gy);
     // The separable kernel: the x weights and wrapped columns once per point, reused by every row.
     var wx: array<f32, 15>;
     var cols: array<u32, 15>;
-    let taps = u32(2 * p.mx + 1);
+    let taps = u32(2 * HALF_WIDTH + 1);
     for (var i = 0u; i < taps; i++) {
-        let l = bx - p.mx + i32(i);
-        wx[i] = weight(l, xy.x, p.gx, p.cx, p.ex);
+        let l = bx - HALF_WIDTH + i32(i);
+        wx[i] = weight(l, xy.x, p.gx);
         cols[i] = wrap(l, p.gx);
     }
     let base = r * p.gy * p.gx;
     var acc = vec2<f32>(0.0, 0.0);
-    for (var j = -p.my; j <= p.my; j++) {
+    for (var j = -HALF_WIDTH; j <= HALF_WIDTH; j++) {
         let row = base + wrap(by + j, p.gy) * p.gx;
         var line = vec2<f32>(0.0, 0.0);
         for (var i = 0u; i < taps; i++) {
             line += wx[i] * grid[row + cols[i]];
         }
-        acc += weight(by + j, xy.y, p.gy, p.cy, p.ey) * line;
+        acc += p.scale * weight(by + j, xy.y, p.gy) * line;
     }
     out[g] = acc;
 }
@@ -163,12 +178,12 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     let starts = p.row_start_offset + r * (p.gy + 1u);
     // The window's base columns as at most two ascending segments, or the whole row when it
     // covers the grid (gx > 2 mx: a point then still reaches each column by one tap at most).
-    let lo = i32(px0) - p.mx;
-    let hi = i32(px0 + U2_BLOCK_COLUMNS - 1u) + p.mx;
+    let lo = i32(px0) - HALF_WIDTH;
+    let hi = i32(px0 + U2_BLOCK_COLUMNS - 1u) + HALF_WIDTH;
     var seg_lo = array<u32, 2>(u32(max(lo, 0)), 0u);
     var seg_hi = array<u32, 2>(u32(min(hi, i32(p.gx) - 1)), 0u);
     var segments = 1u;
-    if (U2_BLOCK_COLUMNS + 2u * u32(p.mx) >= p.gx) {
+    if (U2_BLOCK_COLUMNS + 2u * u32(HALF_WIDTH) >= p.gx) {
         seg_lo[0] = 0u;
         seg_hi[0] = p.gx - 1u;
     } else if (lo < 0) {
@@ -184,7 +199,7 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     // Unwrapped base rows: a point's offset from the block's rows is then py0 + k - b. When the
     // block and its reach cover more than the grid, a point is met twice, but gy > 2 my leaves at
     // most one of its two offsets within the footprint for any cell.
-    for (var b = i32(py0) - p.my; b <= i32(py0 + U2_BLOCK_ROWS - 1u) + p.my; b++) {
+    for (var b = i32(py0) - HALF_WIDTH; b <= i32(py0 + U2_BLOCK_ROWS - 1u) + HALF_WIDTH; b++) {
         let bin_row = wrap(b, p.gy);
         let first = list + row_start[starts + bin_row];
         let last = list + row_start[starts + bin_row + 1u];
@@ -195,18 +210,18 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
                     break;
                 }
                 let xy = coords[p.coords_offset + list + entry.x];
-                let bx = i32(floor(f32(p.gx) * xy.x));
-                let by = i32(floor(f32(p.gy) * xy.y));
+                let bx = nearest(xy.x, p.gx);
+                let by = nearest(xy.y, p.gy);
                 let value = out[list + entry.x];
                 var wx: array<f32, U2_BLOCK_COLUMNS>;
                 for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                    let i = tap(px0 + c, entry.y, p.gx, p.mx);
-                    wx[c] = select(0.0, weight(bx + i, xy.x, p.gx, p.cx, p.ex), abs(i) <= p.mx);
+                    let i = tap(px0 + c, entry.y, p.gx, HALF_WIDTH);
+                    wx[c] = select(0.0, weight(bx + i, xy.x, p.gx), abs(i) <= HALF_WIDTH);
                 }
                 for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
                     let j = i32(py0 + k) - b;
-                    if (abs(j) <= p.my) {
-                        let wyv = weight(by + j, xy.y, p.gy, p.cy, p.ey) * value;
+                    if (abs(j) <= HALF_WIDTH) {
+                        let wyv = p.scale * weight(by + j, xy.y, p.gy) * value;
                         for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
                             acc[k][c] += wx[c] * wyv;
                         }

@@ -21,8 +21,9 @@ use crate::operator::Geometry;
 /// The environment variable that names the cache directory.
 pub const CACHE_DIR_ENV: &str = "LAMINO_CACHE_DIR";
 
-/// Changes whenever the estimate would (steps, stopping rule, safety factor, start vector).
-pub const ESTIMATOR_VERSION: u32 = 1;
+/// Changes whenever the estimate would (steps, stopping rule, safety factor, start vector, the
+/// operator's gridding kernel). Version 2: the exponential-of-semicircle kernel.
+pub const ESTIMATOR_VERSION: u32 = 2;
 
 /// The norms of one geometry.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -196,7 +197,7 @@ mod tests {
         assert!(matches!(cache.get(&g), Lookup::Unusable(why) if why.contains("positive")));
         cache.put(&g, norms).unwrap();
         assert_eq!(cache.get(&g), Lookup::Hit(norms));
-        assert!(text.contains("\"version\": 1"));
+        assert!(text.contains(&format!("\"version\": {ESTIMATOR_VERSION}")));
         // No cache: nothing stored, nothing found.
         let none = NormCache::disabled();
         none.put(&g, norms).unwrap();

@@ -28,16 +28,14 @@ struct U2Params {
     gx: u32,
     rows: u32,
     points: u32,
-    my: i32,
-    mx: i32,
     coords_offset: u32,
     row_start_offset: u32,
     sorted_offset: u32,
-    pad: u32,
-    cx: f32,
-    cy: f32,
-    ex: f32,
-    ey: f32,
+    pad: [u32; 3],
+    scale: f32,
+    beta: f32,
+    zscale: f32,
+    pad1: f32,
 }
 
 /// The U2 tables, one plane per detector row ([k][...]), so that a chunk's rows are one
@@ -207,7 +205,13 @@ impl LaminoOperator {
         deconv.extend(ay.deconvolution());
         let deconv = ctx.upload("u2 deconvolution", &deconv)?;
         let tables = U2TableFields::new(ctx, g, (&ax, &ay), ck, tables)?;
-        let spec = |entry| gridding_kernel(&shaders::USFFT2D, entry);
+        // The kernel's half-width is a pipeline constant (both axes share it).
+        debug_assert_eq!(ax.half_width, ay.half_width);
+        let spec = |entry| {
+            let mut spec = gridding_kernel(&shaders::USFFT2D, entry);
+            spec.overrides.push(("HALF_WIDTH", ax.half_width as f64));
+            spec
+        };
         let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
             .map(|entry| ctx.kernel(&spec(entry)));
         let [divker, gather, spread, divker_adj] = kernels;
@@ -338,7 +342,6 @@ fn u2_params(
     c: u64,
     [coords_offset, row_start_offset, sorted_offset]: [u32; 3],
 ) -> U2Params {
-    let pi2 = std::f64::consts::PI * std::f64::consts::PI;
     U2Params {
         n1: g.n1 as u32,
         n2: g.n2 as u32,
@@ -346,16 +349,14 @@ fn u2_params(
         gx: ax.grid as u32,
         rows: c as u32,
         points: (g.ntheta() * g.detw) as u32,
-        my: ay.half_width as i32,
-        mx: ax.half_width as i32,
         coords_offset,
         row_start_offset,
         sorted_offset,
-        pad: 0,
-        cx: (std::f64::consts::PI / ax.mu).sqrt() as f32,
+        pad: [0; 3],
         // 1/sqrt(ntheta) (the total number of angles) is part of the operator's scale.
-        cy: ((std::f64::consts::PI / ay.mu).sqrt() / (g.ntheta() as f64).sqrt()) as f32,
-        ex: (pi2 / ax.mu) as f32,
-        ey: (pi2 / ay.mu) as f32,
+        scale: (1.0 / (g.ntheta() as f64).sqrt()) as f32,
+        beta: ax.beta as f32,
+        zscale: (2.0 / ax.width()) as f32,
+        pad1: 0.0,
     }
 }

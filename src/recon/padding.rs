@@ -156,7 +156,7 @@ mod tests {
     use crate::operator::DEFAULT_EPS;
     use std::f64::consts::FRAC_PI_2;
 
-    /// At the default accuracy the kernels take even sizes of at least 6 (m = 4 needs 5); sizes
+    /// At the default accuracy the kernels take even sizes of at least 4 (m = 2 needs 3); sizes
     /// they take already are kept.
     #[test]
     fn kernel_sizes_are_the_smallest_the_operator_takes() {
@@ -164,24 +164,24 @@ mod tests {
             .iter()
             .map(|&n| kernel_size(n, DEFAULT_EPS))
             .collect();
-        assert!(got == [6, 6, 6, 6, 8, 32, 32, 2048], "{got:?}");
-        // At the finest accuracy the half-width is 7: 8 voxels.
-        assert!(kernel_size(2, 1e-6) == 8, "{}", kernel_size(2, 1e-6));
+        assert!(got == [4, 4, 6, 6, 8, 32, 32, 2048], "{got:?}");
+        // At the finest accuracy the half-width is 4: 6 voxels.
+        assert!(kernel_size(2, 1e-6) == 6, "{}", kernel_size(2, 1e-6));
     }
 
-    /// A 2 x 31 detector pads to 6 x 32 with the axis column and the centre row on the same
+    /// A 2 x 31 detector pads to 4 x 32 with the axis column and the centre row on the same
     /// pixel, and the volume is cropped from where it was put.
     #[test]
     fn padding_keeps_the_axis_and_centre_on_their_pixels() {
         let g = Geometry::for_detector(2, 31, vec![0.0, 1.0], FRAC_PI_2);
         let pad = Padding::new(&g, 0);
         assert!(
-            pad.detector.rows == [2, 2] && pad.detector.columns == [1, 0],
+            pad.detector.rows == [1, 1] && pad.detector.columns == [1, 0],
             "{pad:?}"
         );
         let p = pad.apply(&g);
         assert!(
-            [p.n0, p.n1, p.n2, p.deth, p.detw] == [6, 32, 32, 6, 32],
+            [p.n0, p.n1, p.n2, p.deth, p.detw] == [4, 32, 32, 4, 32],
             "{p:?}"
         );
         assert!(p.rotation_axis() == g.rotation_axis() + 1.0);
@@ -192,7 +192,7 @@ mod tests {
         };
         assert!(pad.apply(&explicit).center == Some(14.25));
         assert!(pad.for_kernels());
-        assert!(pad.describe(&g).is_some_and(|d| d.contains("6 x 32")));
+        assert!(pad.describe(&g).is_some_and(|d| d.contains("4 x 32")));
         // The lateral padding adds to both sides; sizes the kernels take need nothing more.
         let even = Geometry::for_detector(8, 32, vec![0.0], FRAC_PI_2);
         let lateral = Padding::new(&even, 8);

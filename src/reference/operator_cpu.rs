@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::fft::fft_last_axes;
 use crate::fft::Direction;
 use crate::operator::tables::{U1Tables, U2Tables};
-use crate::operator::Geometry;
+use crate::operator::{Geometry, GriddingAxis};
 
 const ZERO: Complex32 = Complex32::new(0.0, 0.0);
 
@@ -47,9 +47,16 @@ fn plan(n: usize, direction: Direction) -> Arc<dyn Fft<f32>> {
     }
 }
 
-fn weight(l: i64, xi: f32, grid: usize, c: f32, e: f32) -> f32 {
-    let d = l as f32 / grid as f32 - xi;
-    c * (-e * d * d).exp()
+/// The gridding kernel at grid frequency `l` for the point `xi`, in f32 as the U2 kernels
+/// evaluate it (shaders/operator/usfft2d.wgsl, `weight`).
+fn weight(l: i64, xi: f32, axis: &GriddingAxis) -> f32 {
+    let z = (l as f32 - axis.grid as f32 * xi) * (2.0 / axis.width()) as f32;
+    let inside = 1.0 - z * z;
+    if inside > 0.0 {
+        (axis.beta as f32 * (inside.sqrt() - 1.0)).exp()
+    } else {
+        0.0
+    }
 }
 
 impl CpuOperator {
@@ -147,15 +154,10 @@ impl CpuOperator {
         volume
     }
 
-    fn u2_constants(&self) -> (f32, f32, f32, f32) {
-        let pi = std::f64::consts::PI;
-        let (ax, ay) = (&self.u2.axis_x, &self.u2.axis_y);
-        (
-            (pi / ax.mu).sqrt() as f32,
-            ((pi / ay.mu).sqrt() / (self.g.ntheta() as f64).sqrt()) as f32,
-            (pi * pi / ax.mu) as f32,
-            (pi * pi / ay.mu) as f32,
-        )
+    /// 1/sqrt(ntheta) (the total number of angles), part of the operator's scale, applied with
+    /// the y weights.
+    fn u2_scale(&self) -> f32 {
+        (1.0 / (self.g.ntheta() as f64).sqrt()) as f32
     }
 
     /// U2 for every detector row.
@@ -166,7 +168,7 @@ impl CpuOperator {
             self.u2.axis_x.half_width as i64,
             self.u2.axis_y.half_width as i64,
         );
-        let (cx, cy, ex, ey) = self.u2_constants();
+        let (ax, ay, scale) = (&self.u2.axis_x, &self.u2.axis_y, self.u2_scale());
         let points = g.ntheta() * g.detw;
         let per_row = parallel(g.deth, self.threads, |k| {
             let mut grid = vec![ZERO; gy * gx];
@@ -187,11 +189,10 @@ impl CpuOperator {
                         let row = ly.rem_euclid(gy as i64) as usize * gx;
                         let line: Complex32 = (bx - mx..=bx + mx)
                             .map(|lx| {
-                                grid[row + lx.rem_euclid(gx as i64) as usize]
-                                    * weight(lx, xi, gx, cx, ex)
+                                grid[row + lx.rem_euclid(gx as i64) as usize] * weight(lx, xi, ax)
                             })
                             .sum();
-                        acc += line * weight(ly, yi, gy, cy, ey);
+                        acc += line * (scale * weight(ly, yi, ay));
                     }
                     acc
                 })
@@ -215,7 +216,7 @@ impl CpuOperator {
             self.u2.axis_x.half_width as i64,
             self.u2.axis_y.half_width as i64,
         );
-        let (cx, cy, ex, ey) = self.u2_constants();
+        let (ax, ay, scale) = (&self.u2.axis_x, &self.u2.axis_y, self.u2_scale());
         let points = g.ntheta() * g.detw;
         let per_row = parallel(g.deth, self.threads, |k| {
             let mut grid = vec![ZERO; gy * gx];
@@ -226,10 +227,9 @@ impl CpuOperator {
                 let (bx, by) = (self.u2.axis_x.base_cell(xi), self.u2.axis_y.base_cell(yi));
                 for ly in by - my..=by + my {
                     let row = ly.rem_euclid(gy as i64) as usize * gx;
-                    let vy = v * weight(ly, yi, gy, cy, ey);
+                    let vy = v * (scale * weight(ly, yi, ay));
                     for lx in bx - mx..=bx + mx {
-                        grid[row + lx.rem_euclid(gx as i64) as usize] +=
-                            vy * weight(lx, xi, gx, cx, ex);
+                        grid[row + lx.rem_euclid(gx as i64) as usize] += vy * weight(lx, xi, ax);
                     }
                 }
             }

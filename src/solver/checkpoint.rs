@@ -55,14 +55,18 @@ const MAGIC: &[u8; 8] = b"LAMINOCK";
 const PART_MAGIC: &[u8; 8] = b"LAMINOPT";
 /// The extension of a part's file.
 const PART_EXTENSION: &str = "part";
-/// Version 6: a sixth array, the carried data residual. Version 5 (a checkpoint may be a manifest
-/// of parts written by MPI ranks) and 4 (the same single file) read as version 6 files whose
-/// sixth array is empty: their parameters do not carry the residual. From version 4 on the
+/// Version 7: the same layout as version 6 (six arrays, the sixth the carried data residual; a
+/// checkpoint may be a manifest of parts written by MPI ranks), written by a lamino whose gridding
+/// kernel is the exponential of semicircle. Versions 4 to 6 were written with the Gaussian
+/// kernel: their carried `A u` and residual belong to another operator, and a resumed run would
+/// carry that difference to its end, so they are refused with what to do. From version 4 on the
 /// checksum covers the whole file (magic, header length, header, arrays); up to version 3 it
 /// covered the arrays only, so their headers cannot be trusted.
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// The oldest version read.
-const OLDEST_VERSION: u32 = 4;
+const OLDEST_VERSION: u32 = 7;
+/// The oldest version whose checksum covers its header.
+const OLDEST_CHECKED_VERSION: u32 = 4;
 /// The number of arrays of a checkpoint.
 pub const ARRAY_COUNT: usize = 6;
 /// The arrays of a checkpoint, in file order.
@@ -122,7 +126,6 @@ struct Header {
     params: AdmmParams,
     data_hash: u64,
     last_report: Option<IterationReport>,
-    #[serde(deserialize_with = "per_array")]
     lengths: [usize; ARRAY_COUNT],
     /// A manifest's parts (see the module's documentation); absent in a single file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -418,11 +421,20 @@ impl Checkpoint {
         let version = serde_json::from_slice::<HeaderVersion>(&header)
             .map_err(|e| corrupt(format!("header: {e}")))?
             .version;
-        if version < OLDEST_VERSION {
+        if version < OLDEST_CHECKED_VERSION {
             return Err(corrupt(format!(
                 "format version {version}, written by an older lamino whose checksum did not \
                  cover the header, so its iteration count, penalty and sizes cannot be trusted; \
                  start the reconstruction again without resuming (without --resume)"
+            ))
+            .into());
+        }
+        if version < OLDEST_VERSION {
+            return Err(corrupt(format!(
+                "format version {version}, written by an older lamino whose operator gridded \
+                 with a Gaussian kernel: the checkpoint's A u and residual belong to that \
+                 operator, not to this one's; start the reconstruction again without resuming \
+                 (without --resume)"
             ))
             .into());
         }
@@ -511,27 +523,9 @@ pub struct Part {
     /// The file's name, in the manifest's directory.
     pub file: String,
     /// Words `[start, end)` of each array of [`ARRAYS`] that the file holds.
-    #[serde(deserialize_with = "per_array")]
     pub words: [[usize; 2]; ARRAY_COUNT],
     /// The FNV-1a hash of the file's bytes before its trailer (which repeats it).
     pub hash: u64,
-}
-
-/// A value per array of [`ARRAYS`]; a file of version 5 or 4 has one fewer (no data residual),
-/// which reads as empty.
-fn per_array<'de, D, T>(d: D) -> Result<[T; ARRAY_COUNT], D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de> + Default + Copy,
-{
-    let mut values = Vec::<T>::deserialize(d)?;
-    if values.len() == ARRAY_COUNT - 1 {
-        values.push(T::default());
-    }
-    let count = values.len();
-    values.try_into().map_err(|_| {
-        serde::de::Error::custom(format!("{count} arrays where {ARRAY_COUNT} were expected"))
-    })
 }
 
 /// Why `parts` do not hold arrays of `lengths` words, each word once and in order, in files

@@ -14,7 +14,7 @@ pub(super) struct VolumeArgs {
     /// Reconstruct only z planes START:END (half-open, unbinned voxels) of the default volume,
     /// whose z planes are the detector's rows: for a flat sample, the thin slab holding it
     /// (costs proportionally less). The length must be even and at least the gridding kernel's
-    /// minimum (6 at the default accuracy); the error names the nearest valid range.
+    /// minimum (4 at the default accuracy); the error names the nearest valid range.
     #[arg(long, value_parser = parse_span, conflicts_with_all = ["lamino_start_row", "lamino_end_row"])]
     slab: Option<Range<usize>>,
     /// tomocupy's name for the slab's first z plane (with --lamino-end-row; the same as --slab).

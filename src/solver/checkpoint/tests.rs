@@ -258,10 +258,10 @@ fn an_inconsistent_header_is_refused_naming_the_field() {
     }
 }
 
-/// A version 5 file (five arrays, parameters without the carried residual) reads as a version 6
-/// one whose data residual is empty; parameters that carry it with no data residual are refused.
+/// Parameters without the carried residual write an empty sixth array; parameters that carry it
+/// with no data residual are refused.
 #[test]
-fn a_version_5_file_reads_with_an_empty_data_residual() {
+fn a_carried_residual_needs_its_array() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.ckpt");
     let (c, arrays) = sample_of(AdmmParams {
@@ -270,17 +270,8 @@ fn a_version_5_file_reads_with_an_empty_data_residual() {
     });
     assert_eq!(c.lengths[ARRAY_COUNT - 1], 0);
     write(&path, &c, &arrays);
-    let bytes = std::fs::read(&path).unwrap();
-    let version_5 = |h: &mut Value| {
-        h["version"] = json!(5);
-        h["params"]
-            .as_object_mut()
-            .unwrap()
-            .remove("carried_residual");
-        h["lengths"].as_array_mut().unwrap().pop();
-    };
-    std::fs::write(&path, edited(&bytes, version_5, true)).unwrap();
     assert_eq!(Checkpoint::read(&path).unwrap(), c);
+    let bytes = std::fs::read(&path).unwrap();
     let carried_without_it = |h: &mut Value| h["params"]["carried_residual"] = json!(true);
     let reason = corrupt_reason(&path, &edited(&bytes, carried_without_it, true));
     assert!(
@@ -298,6 +289,17 @@ fn an_older_version_is_refused_with_what_to_do() {
         reason.contains("version 3") && reason.contains("without --resume"),
         "{reason}"
     );
+    // Versions 4 to 6 carry the A u of the Gaussian kernel's operator.
+    for version in 4..=6 {
+        let gaussian = edited(&bytes, |h| h["version"] = json!(version), true);
+        let reason = corrupt_reason(&path, &gaussian);
+        assert!(
+            reason.contains(&format!("version {version}"))
+                && reason.contains("Gaussian")
+                && reason.contains("without --resume"),
+            "{reason}"
+        );
+    }
     let newer = edited(&bytes, |h| h["version"] = json!(VERSION + 1), true);
     assert!(corrupt_reason(&path, &newer).contains("newer lamino"));
 }
