@@ -1,6 +1,6 @@
 // Stage U2: 2D unequally spaced FFT per detector row, from the (y, x) spectrum plane onto the
-// points (x_p, y_p) of every angle and detector column, gridding with the kernel of GriddingAxis on the 2n1 x 2n2
-// grid indexed modulo its size. Chunk-local layouts for `rows` detector rows:
+// points (x_p, y_p) of every angle and detector column, gridding with the kernel of GriddingAxis
+// on the 2n1 x 2n2 grid indexed modulo its size. Chunk-local layouts for `rows` detector rows:
 //   plane [r][y][x]    (rows, n1, n2)
 //   grid  [r][py][px]  (rows, 2 n1, 2 n2)   (2D FFT over the last two axes in between)
 //   out   [r][pt]      (rows, ntheta * detw), pt = t * detw + w
@@ -152,7 +152,7 @@ fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
 
 // The adjoint is output-driven and needs no workgroup memory: an invocation owns a block of
 // U2_BLOCK_ROWS rows x U2_BLOCK_COLUMNS columns of one row's grid and keeps their sums in registers. It walks
-// the base rows that can reach the block (py0 - my .. py0 + U2_BLOCK_ROWS - 1 + my) in ascending order;
+// the base rows that can reach the block (py0 - m .. py0 + U2_BLOCK_ROWS - 1 + m, m = HALF_WIDTH) in ascending order;
 // in each, the points whose base column lies within the half-width of the block's columns are one
 // or two runs of the row's point list sorted by base cell (host tables), found by one binary
 // search per run and walked until the base column leaves the window. Each point read adds its
@@ -177,7 +177,7 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     let list = r * p.points;
     let starts = p.row_start_offset + r * (p.gy + 1u);
     // The window's base columns as at most two ascending segments, or the whole row when it
-    // covers the grid (gx > 2 mx: a point then still reaches each column by one tap at most).
+    // covers the grid (gx > 2 HALF_WIDTH: a point then still reaches each column by one tap at most).
     let lo = i32(px0) - HALF_WIDTH;
     let hi = i32(px0 + U2_BLOCK_COLUMNS - 1u) + HALF_WIDTH;
     var seg_lo = array<u32, 2>(u32(max(lo, 0)), 0u);
@@ -197,7 +197,7 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     }
     var acc: array<array<vec2<f32>, U2_BLOCK_COLUMNS>, U2_BLOCK_ROWS>;
     // Unwrapped base rows: a point's offset from the block's rows is then py0 + k - b. When the
-    // block and its reach cover more than the grid, a point is met twice, but gy > 2 my leaves at
+    // block and its reach cover more than the grid, a point is met twice, but gy > 2 HALF_WIDTH leaves at
     // most one of its two offsets within the footprint for any cell.
     for (var b = i32(py0) - HALF_WIDTH; b <= i32(py0 + U2_BLOCK_ROWS - 1u) + HALF_WIDTH; b++) {
         let bin_row = wrap(b, p.gy);

@@ -15,8 +15,6 @@ pub struct GriddingAxis {
     /// Oversampled grid length, 2n.
     pub grid: usize,
     pub half_width: usize,
-    /// The kernel's shape parameter `beta`.
-    pub beta: f64,
 }
 
 impl GriddingAxis {
@@ -26,13 +24,17 @@ impl GriddingAxis {
             n,
             grid: 2 * n,
             half_width: m,
-            beta: 2.30 * (2 * m + 1) as f64,
         }
     }
 
     /// The kernel's width `w = 2m + 1` in grid cells.
     pub fn width(&self) -> f64 {
         (2 * self.half_width + 1) as f64
+    }
+
+    /// The kernel's shape parameter, `2.30 w`.
+    pub fn beta(&self) -> f64 {
+        2.30 * self.width()
     }
 
     /// The kernel at `t` grid cells from its centre: `e^{beta (sqrt(1 - (2t/w)^2) - 1)}`, zero for
@@ -42,7 +44,7 @@ impl GriddingAxis {
         if z.abs() >= 1.0 {
             0.0
         } else {
-            (self.beta * ((1.0 - z * z).sqrt() - 1.0)).exp()
+            (self.beta() * ((1.0 - z * z).sqrt() - 1.0)).exp()
         }
     }
 
@@ -54,7 +56,7 @@ impl GriddingAxis {
     pub fn deconvolution(&self) -> Vec<f32> {
         const INTERVALS: usize = 400;
         let half = self.width() / 2.0;
-        let h = (PI / 2.0) / INTERVALS as f64;
+        let (h, beta) = ((PI / 2.0) / INTERVALS as f64, self.beta());
         // (t, weight) at every node: the kernel, Simpson's weight and dt/ds.
         let nodes: Vec<(f64, f64)> = (0..=INTERVALS)
             .map(|i| {
@@ -66,7 +68,7 @@ impl GriddingAxis {
                 } else {
                     2.0
                 };
-                let phi = (self.beta * (s.cos() - 1.0)).exp();
+                let phi = (beta * (s.cos() - 1.0)).exp();
                 (half * s.sin(), simpson * h / 3.0 * phi * half * s.cos())
             })
             .collect();
@@ -108,7 +110,7 @@ mod tests {
             let a = GriddingAxis::new(n, DEFAULT_EPS);
             assert_eq!(a.half_width, 2, "n = {n}");
             assert_eq!(a.grid, 2 * n);
-            assert!((a.beta - 11.5).abs() < 1e-12, "beta {}", a.beta);
+            assert!((a.beta() - 11.5).abs() < 1e-12, "beta {}", a.beta());
         }
         let m = |eps| GriddingAxis::new(64, eps).half_width;
         assert_eq!([m(0.1), m(1e-4), m(1e-5), m(1e-6)], [1, 3, 3, 4]);

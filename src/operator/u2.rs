@@ -355,7 +355,7 @@ fn u2_params(
         pad: [0; 3],
         // 1/sqrt(ntheta) (the total number of angles) is part of the operator's scale.
         scale: (1.0 / (g.ntheta() as f64).sqrt()) as f32,
-        beta: ax.beta as f32,
+        beta: ax.beta() as f32,
         zscale: (2.0 / ax.width()) as f32,
         pad1: 0.0,
     }

@@ -53,7 +53,7 @@ fn weight(l: i64, xi: f32, axis: &GriddingAxis) -> f32 {
     let z = (l as f32 - axis.grid as f32 * xi) * (2.0 / axis.width()) as f32;
     let inside = 1.0 - z * z;
     if inside > 0.0 {
-        (axis.beta as f32 * (inside.sqrt() - 1.0)).exp()
+        (axis.beta() as f32 * (inside.sqrt() - 1.0)).exp()
     } else {
         0.0
     }
