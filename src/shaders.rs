@@ -82,11 +82,19 @@ shared_constants!(
     /// Stage U2's constants (`shaders/operator/usfft2d.wgsl`).
     usfft2d {
         /// Rows and columns of the block of grid cells an invocation of the adjoint
-        /// (`u2_spread`) owns, one invocation per block of every row's grid.
-        U2_BLOCK_ROWS = 8;
+        /// (`u2_spread`) owns, one invocation per block of every row's grid. Both divide 4, so
+        /// blocks tile every grid (its sides are twice even sizes). 4 x 4: fewer sums than 8 x 4
+        /// and fewer visits per point than smaller blocks (docs/operator.md, issue #30).
+        U2_BLOCK_ROWS = 4;
         U2_BLOCK_COLUMNS = 4;
+        /// The most taps per axis: the width at the finest accuracy, MIN_EPS.
+        MAX_TAPS = 9;
+        /// Four-coefficient vectors of the tap polynomials in the uniforms: MAX_TAPS of
+        /// MAX_TAPS + 2 coefficients (GriddingAxis::tap_polynomials).
+        KERNEL_VECTORS = 25;
     }
 );
+const _: () = assert!(usfft2d::MAX_TAPS * (usfft2d::MAX_TAPS + 2) <= 4 * usfft2d::KERNEL_VECTORS);
 
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
 const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");

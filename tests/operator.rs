@@ -616,14 +616,13 @@ fn check_shifted_operator(shifted: &Geometry, what: &str, seed: u64) {
 }
 
 #[test]
-fn the_u2_adjoint_handles_partial_blocks_and_reaches_that_cover_the_grid() {
-    // The adjoint's invocations own blocks of 8 rows x 4 columns of each row's 2 n1 x 2 n2 grid,
-    // reached by the points whose base cells lie within the half-width (4) of the block.
-    // n1 = 6: a grid of 12 rows, a full block row (whose 16 base rows meet some grid rows twice)
-    // and a partial one; n2 = 14: 28 columns, windows wrapping around both ends. n2 = 6: 12
-    // columns, each block's window of base columns covers the row. (Sizes are even, so the grid
-    // has a multiple of 4 columns: no partial block column.)
-    for (n1, n2) in [(6, 14), (14, 6)] {
+fn the_u2_adjoint_handles_footprints_that_wrap_or_cover_the_grid() {
+    // The adjoint's invocations own blocks of 4 x 4 cells of each row's 2 n1 x 2 n2 grid (sizes
+    // are even, so blocks tile the grid) and read the points whose 5 x 5 footprint's corner lies
+    // in the 2 x 2 blocks up and left of theirs, wrapped. n1 = 6, n2 = 14: 12 x 28 cells,
+    // footprints wrapping around both ends. n1 = 4: 8 grid rows, two block rows, each footprint
+    // reaching both, some through the wrap as well (each point must be read once).
+    for (n1, n2) in [(6, 14), (4, 6)] {
         let g = uneven_angles(Geometry {
             n0: 8,
             n1,

@@ -4,8 +4,8 @@
 //   plane [r][y][x]    (rows, n1, n2)
 //   grid  [r][py][px]  (rows, 2 n1, 2 n2)   (2D FFT over the last two axes in between)
 //   out   [r][pt]      (rows, ntheta * detw), pt = t * detw + w
-// The adjoint gathers too, by blocks of the grid (u2_spread): the points near each block are
-// found through the per-row point lists sorted by base cell (host tables).
+// The adjoint gathers too, by blocks of the grid (u2_spread): each block reads the points whose
+// footprint's corner lies in the blocks up and left of it (host tables sorted by that corner).
 
 struct U2Params {
     n1: u32,
@@ -15,17 +15,21 @@ struct U2Params {
     rows: u32,
     points: u32,
     coords_offset: u32,
-    row_start_offset: u32,
-    sorted_offset: u32,
-    pad0: u32,
-    pad1: u32,
+    corner_start_offset: u32,
+    corner_points_offset: u32,
+    // How many blocks a footprint reaches from its corner's, in rows and in columns.
+    reach_rows: u32,
+    reach_columns: u32,
     pad2: u32,
     // 1/sqrt(ntheta), part of the operator's scale, applied with the y weights.
     scale: f32,
-    // The kernel's shape and 2 / width (both axes share them: the width follows eps alone).
-    beta: f32,
-    zscale: f32,
     pad3: f32,
+    pad4: f32,
+    pad5: f32,
+    // The kernel's tap polynomials (GriddingAxis::tap_polynomials; both axes share them: they
+    // follow eps alone): 2 HALF_WIDTH + 1 taps of TAP_TERMS coefficients, tap-major, ascending
+    // powers, four to a vector.
+    kernel: array<vec4<f32>, KERNEL_VECTORS>,
 }
 
 @group(0) @binding(0) var<storage, read_write> plane: array<vec2<f32>>;
@@ -34,9 +38,11 @@ struct U2Params {
 // Deconvolution factors: n2 values for x, then n1 values for y.
 @group(0) @binding(3) var<storage, read> deconv: array<f32>;
 @group(0) @binding(4) var<storage, read> coords: array<vec2<f32>>;
-@group(0) @binding(5) var<storage, read> row_start: array<u32>;
-// (point index, base column mod gx), sorted by (base row, base column, point index) per row.
-@group(0) @binding(6) var<storage, read> sorted: array<vec2<u32>>;
+// Per row, where the points whose footprint's corner (first tap in y and x) lies in each block
+// start in corner_points (blocks row-major, one more for the end).
+@group(0) @binding(5) var<storage, read> corner_start: array<u32>;
+// Per row, the points by (corner block, base row, base column, point index).
+@group(0) @binding(6) var<storage, read> corner_points: array<u32>;
 @group(0) @binding(7) var<uniform> p: U2Params;
 
 override WORKGROUP: u32 = 64u;
@@ -44,6 +50,8 @@ override WORKGROUP: u32 = 64u;
 // pipeline constant so that the tap loops have fixed trip counts and their weights stay in
 // registers.
 override HALF_WIDTH: i32 = 2;
+// Coefficients per tap polynomial (TapPolynomials::terms).
+override TAP_TERMS: i32;
 
 fn thread_id(wid: vec3<u32>, groups: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * groups.x) * WORKGROUP + lid;
@@ -60,12 +68,34 @@ fn nearest(x: f32, grid_len: u32) -> i32 {
     return (i32(floor(f32(2u * grid_len) * x)) + 1) >> 1u;
 }
 
-// The gridding kernel at grid frequency l for the point x: e^{beta (sqrt(1 - z^2) - 1)} with
-// z = (l - grid_len x) 2 / width, zero beyond the kernel's support (|z| >= 1).
-fn weight(l: i32, x: f32, grid_len: u32) -> f32 {
-    let z = (f32(l) - f32(grid_len) * x) * p.zscale;
-    let inside = 1.0 - z * z;
-    return select(0.0, exp(p.beta * (sqrt(max(inside, 0.0)) - 1.0)), inside > 0.0);
+fn coefficient(index: i32) -> f32 {
+    return p.kernel[index / 4][index % 4];
+}
+
+// The weights of the kernel's taps base - m .. base + m (m = HALF_WIDTH) for the point
+// grid_len x, base its nearest cell: each tap's polynomial in t = 2 (grid_len x - base) by
+// Horner's rule, as TapPolynomials::weights computes them.
+fn tap_weights(x: f32, grid_len: u32, base: i32) -> array<f32, MAX_TAPS> {
+    let t = 2.0 * (f32(grid_len) * x - f32(base));
+    var w: array<f32, MAX_TAPS>;
+    for (var i = 0; i < 2 * HALF_WIDTH + 1; i++) {
+        var acc = 0.0;
+        for (var d = TAP_TERMS - 1; d >= 0; d--) {
+            acc = acc * t + coefficient(i * TAP_TERMS + d);
+        }
+        w[i] = acc;
+    }
+    return w;
+}
+
+// The weight of tap i (in [0, 2m]) of `w`, zero for any other i: a chain of selects, which keeps
+// `w` in registers where an index computed per invocation would not.
+fn pick(w: array<f32, MAX_TAPS>, i: i32) -> f32 {
+    var v = 0.0;
+    for (var t = 0; t < 2 * HALF_WIDTH + 1; t++) {
+        v = select(v, w[t], t == i);
+    }
+    return v;
 }
 
 @compute @workgroup_size(WORKGROUP)
@@ -101,41 +131,25 @@ fn u2_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     let xy = coords[p.coords_offset + g];
     let bx = nearest(xy.x, p.gx);
     let by = nearest(xy.y, p.gy);
-    // The separable kernel: the x weights and wrapped columns once per point, reused by every row.
-    var wx: array<f32, 15>;
-    var cols: array<u32, 15>;
-    let taps = u32(2 * HALF_WIDTH + 1);
-    for (var i = 0u; i < taps; i++) {
-        let l = bx - HALF_WIDTH + i32(i);
-        wx[i] = weight(l, xy.x, p.gx);
-        cols[i] = wrap(l, p.gx);
+    // The separable kernel: the weights of both axes and the wrapped columns once per point.
+    let wx = tap_weights(xy.x, p.gx, bx);
+    let wy = tap_weights(xy.y, p.gy, by);
+    var cols: array<u32, MAX_TAPS>;
+    let taps = 2 * HALF_WIDTH + 1;
+    for (var i = 0; i < taps; i++) {
+        cols[i] = wrap(bx - HALF_WIDTH + i, p.gx);
     }
     let base = r * p.gy * p.gx;
     var acc = vec2<f32>(0.0, 0.0);
-    for (var j = -HALF_WIDTH; j <= HALF_WIDTH; j++) {
-        let row = base + wrap(by + j, p.gy) * p.gx;
+    for (var j = 0; j < taps; j++) {
+        let row = base + wrap(by - HALF_WIDTH + j, p.gy) * p.gx;
         var line = vec2<f32>(0.0, 0.0);
-        for (var i = 0u; i < taps; i++) {
+        for (var i = 0; i < taps; i++) {
             line += wx[i] * grid[row + cols[i]];
         }
-        acc += p.scale * weight(by + j, xy.y, p.gy) * line;
+        acc += p.scale * wy[j] * line;
     }
     out[g] = acc;
-}
-
-// First entry in [lo, hi) of the sorted list whose base column is >= column.
-fn lower_bound(lo: u32, hi: u32, column: u32) -> u32 {
-    var a = lo;
-    var b = hi;
-    while (a < b) {
-        let mid = (a + b) / 2u;
-        if (sorted[p.sorted_offset + mid].y < column) {
-            a = mid + 1u;
-        } else {
-            b = mid;
-        }
-    }
-    return a;
 }
 
 // The tap offset in [-m, m] that takes base cell `base` (mod n) to cell `cell` (mod n), or a
@@ -151,77 +165,65 @@ fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
 }
 
 // The adjoint is output-driven and needs no workgroup memory: an invocation owns a block of
-// U2_BLOCK_ROWS rows x U2_BLOCK_COLUMNS columns of one row's grid and keeps their sums in registers. It walks
-// the base rows that can reach the block (py0 - m .. py0 + U2_BLOCK_ROWS - 1 + m, m = HALF_WIDTH) in ascending order;
-// in each, the points whose base column lies within the half-width of the block's columns are one
-// or two runs of the row's point list sorted by base cell (host tables), found by one binary
-// search per run and walked until the base column leaves the window. Each point read adds its
-// value times its separable weights to the cells of its footprint in the block: its x weights at
-// the block's columns and its y weights at its rows, each evaluated once per point and block.
-// Neighbouring invocations own neighbouring blocks of one block row, so they walk the same lists
-// side by side, and the row offsets (hence the branches on them) are the same for all of them.
-// The order of every sum is fixed by the geometry (base rows ascending, then the sorted lists):
-// no atomics, the same bits for any chunking. U2_BLOCK_ROWS and U2_BLOCK_COLUMNS come from src/shaders.rs
-// (shared with u2.rs, which dispatches one invocation per block of every row's grid).
+// U2_BLOCK_ROWS x U2_BLOCK_COLUMNS cells of one row's grid and keeps their sums in registers.
+// The points that reach it are those whose footprint's corner lies in the reach_rows x
+// reach_columns blocks up and left of it, wrapped (the block itself included): with the points
+// sorted by their corner's block (host tables, U2Tables::row), one run per block row, or two
+// where the columns wrap, read without a search. Each point adds its value times its x weights
+// at the block's columns and its y weights at its rows (tap offsets outside [-m, m] weigh
+// nothing: a point of those blocks whose footprint stops short of this one adds zeros). Small
+// blocks keep the sums few; the runs keep the loop trip counts of neighbouring invocations
+// close. The order of every sum is fixed by the geometry: no atomics, the same bits for any
+// chunking. U2_BLOCK_ROWS and U2_BLOCK_COLUMNS come from src/shaders.rs (shared with u2.rs,
+// which dispatches one invocation per block of every row's grid).
 @compute @workgroup_size(WORKGROUP)
 fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = thread_id(wid, groups, lid);
-    let blocks_y = (p.gy + U2_BLOCK_ROWS - 1u) / U2_BLOCK_ROWS;
-    let blocks_x = (p.gx + U2_BLOCK_COLUMNS - 1u) / U2_BLOCK_COLUMNS;
-    if (g >= p.rows * blocks_y * blocks_x) {
+    // The blocks tile the grid (its sides are multiples of 4).
+    let blocks_y = p.gy / U2_BLOCK_ROWS;
+    let blocks_x = p.gx / U2_BLOCK_COLUMNS;
+    let blocks = blocks_y * blocks_x;
+    if (g >= p.rows * blocks) {
         return;
     }
-    let r = g / (blocks_y * blocks_x);
-    let py0 = (g / blocks_x) % blocks_y * U2_BLOCK_ROWS;
-    let px0 = g % blocks_x * U2_BLOCK_COLUMNS;
+    let r = g / blocks;
+    let block = g % blocks;
+    let py0 = block / blocks_x * U2_BLOCK_ROWS;
+    let px0 = block % blocks_x * U2_BLOCK_COLUMNS;
     let list = r * p.points;
-    let starts = p.row_start_offset + r * (p.gy + 1u);
-    // The window's base columns as at most two ascending segments, or the whole row when it
-    // covers the grid (gx > 2 HALF_WIDTH: a point then still reaches each column by one tap at most).
-    let lo = i32(px0) - HALF_WIDTH;
-    let hi = i32(px0 + U2_BLOCK_COLUMNS - 1u) + HALF_WIDTH;
-    var seg_lo = array<u32, 2>(u32(max(lo, 0)), 0u);
-    var seg_hi = array<u32, 2>(u32(min(hi, i32(p.gx) - 1)), 0u);
-    var segments = 1u;
-    if (U2_BLOCK_COLUMNS + 2u * u32(HALF_WIDTH) >= p.gx) {
-        seg_lo[0] = 0u;
-        seg_hi[0] = p.gx - 1u;
-    } else if (lo < 0) {
-        seg_lo = array<u32, 2>(u32(lo + i32(p.gx)), 0u);
-        seg_hi = array<u32, 2>(p.gx - 1u, u32(hi));
-        segments = 2u;
-    } else if (hi >= i32(p.gx)) {
-        seg_hi[0] = p.gx - 1u;
-        seg_hi[1] = u32(hi - i32(p.gx));
-        segments = 2u;
-    }
+    let starts = p.corner_start_offset + r * (blocks + 1u);
+    let entries = p.corner_points_offset + list;
+    // The first corner column, and whether the reach wraps past the last block column.
+    let c0 = (block % blocks_x + blocks_x + 1u - p.reach_columns) % blocks_x;
+    let wraps = c0 + p.reach_columns > blocks_x;
     var acc: array<array<vec2<f32>, U2_BLOCK_COLUMNS>, U2_BLOCK_ROWS>;
-    // Unwrapped base rows: a point's offset from the block's rows is then py0 + k - b. When the
-    // block and its reach cover more than the grid, a point is met twice, but gy > 2 HALF_WIDTH leaves at
-    // most one of its two offsets within the footprint for any cell.
-    for (var b = i32(py0) - HALF_WIDTH; b <= i32(py0 + U2_BLOCK_ROWS - 1u) + HALF_WIDTH; b++) {
-        let bin_row = wrap(b, p.gy);
-        let first = list + row_start[starts + bin_row];
-        let last = list + row_start[starts + bin_row + 1u];
-        for (var s = 0u; s < segments; s++) {
-            for (var e = lower_bound(first, last, seg_lo[s]); e < last; e++) {
-                let entry = sorted[p.sorted_offset + e];
-                if (entry.y > seg_hi[s]) {
-                    break;
-                }
-                let xy = coords[p.coords_offset + list + entry.x];
+    for (var i = 0u; i < p.reach_rows; i++) {
+        let corner_row = (block / blocks_x + blocks_y + 1u - p.reach_rows + i) % blocks_y;
+        let row_blocks = starts + corner_row * blocks_x;
+        for (var s = 0u; s < select(1u, 2u, wraps); s++) {
+            // Corner columns [lo, hi): c0 up to the reach or the row's end, then from 0.
+            let lo = select(c0, 0u, s == 1u);
+            let hi = select(min(c0 + p.reach_columns, blocks_x), c0 + p.reach_columns - blocks_x, s == 1u);
+            let last = corner_start[row_blocks + hi];
+            for (var e = corner_start[row_blocks + lo]; e < last; e++) {
+                let point = list + corner_points[entries + e];
+                let xy = coords[p.coords_offset + point];
                 let bx = nearest(xy.x, p.gx);
                 let by = nearest(xy.y, p.gy);
-                let value = out[list + entry.x];
+                let value = out[point];
+                let tx = tap_weights(xy.x, p.gx, bx);
+                let ty = tap_weights(xy.y, p.gy, by);
+                // gx, gy > 2m: a cell is within the wrapped footprint by one offset at most.
+                let col = wrap(bx, p.gx);
+                let row = wrap(by, p.gy);
                 var wx: array<f32, U2_BLOCK_COLUMNS>;
                 for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                    let i = tap(px0 + c, entry.y, p.gx, HALF_WIDTH);
-                    wx[c] = select(0.0, weight(bx + i, xy.x, p.gx), abs(i) <= HALF_WIDTH);
+                    wx[c] = pick(tx, tap(px0 + c, col, p.gx, HALF_WIDTH) + HALF_WIDTH);
                 }
                 for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
-                    let j = i32(py0 + k) - b;
+                    let j = tap(py0 + k, row, p.gy, HALF_WIDTH);
                     if (abs(j) <= HALF_WIDTH) {
-                        let wyv = p.scale * weight(by + j, xy.y, p.gy) * value;
+                        let wyv = p.scale * pick(ty, j + HALF_WIDTH) * value;
                         for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
                             acc[k][c] += wx[c] * wyv;
                         }
@@ -232,9 +234,7 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
     }
     for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
         for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-            if (py0 + k < p.gy && px0 + c < p.gx) {
-                grid[(r * p.gy + py0 + k) * p.gx + px0 + c] = acc[k][c];
-            }
+            grid[(r * p.gy + py0 + k) * p.gx + px0 + c] = acc[k][c];
         }
     }
 }

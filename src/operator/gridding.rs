@@ -87,6 +87,63 @@ impl GriddingAxis {
         self.kernel(l as f64 - self.grid as f64 * xi)
     }
 
+    /// The weights of the kernel's `2m + 1` taps as polynomials of the point's offset from its
+    /// nearest cell: what the U2 kernels and the CPU reference evaluate per point (Horner's rule,
+    /// a handful of multiply-adds per tap) instead of a square root and an exponential per tap, as
+    /// finufft does. Tap `i` (cell `base - m + i`) weighs `phi(i - m - t/2)` at
+    /// `t = 2 (grid xi - base)` in `[-1, 1]`; each is interpolated in f64 at the `w + 2` Chebyshev
+    /// nodes of `[-1, 1]` (degree `w + 1`) and stored by ascending powers of `t` in f32. Their
+    /// error is below the kernel's own jump at the edge of its support (`e^-beta`) plus f32
+    /// rounding (`tap_polynomials_follow_the_kernel`), and the transform they make still reaches
+    /// eps (`kernel_reaches_its_accuracy`).
+    pub fn tap_polynomials(&self) -> TapPolynomials {
+        let (m, taps) = (self.half_width as f64, 2 * self.half_width + 1);
+        let terms = taps + 2;
+        let nodes: Vec<f64> = (0..terms)
+            .map(|k| (PI * (k as f64 + 0.5) / terms as f64).cos())
+            .collect();
+        // The monomial coefficients of the Chebyshev polynomials T_0 .. T_{terms-1}.
+        let mut chebyshev = vec![vec![0.0; terms]; terms];
+        chebyshev[0][0] = 1.0;
+        if terms > 1 {
+            chebyshev[1][1] = 1.0;
+        }
+        for k in 2..terms {
+            for d in 0..terms {
+                let up = if d > 0 {
+                    2.0 * chebyshev[k - 1][d - 1]
+                } else {
+                    0.0
+                };
+                chebyshev[k][d] = up - chebyshev[k - 2][d];
+            }
+        }
+        let mut coefficients = Vec::with_capacity(taps * terms);
+        for i in 0..taps {
+            let values: Vec<f64> = nodes
+                .iter()
+                .map(|&t| self.kernel(i as f64 - m - t / 2.0))
+                .collect();
+            let mut monomial = vec![0.0; terms];
+            for (k, powers) in chebyshev.iter().enumerate() {
+                // Interpolation at the nodes: c_k = (2 - [k = 0]) / N sum_j f(x_j) T_k(x_j).
+                let sum: f64 = (0..terms)
+                    .map(|j| values[j] * (PI * k as f64 * (j as f64 + 0.5) / terms as f64).cos())
+                    .sum();
+                let c = sum * if k == 0 { 1.0 } else { 2.0 } / terms as f64;
+                for (d, &power) in powers.iter().enumerate() {
+                    monomial[d] += c * power;
+                }
+            }
+            coefficients.extend(monomial.iter().map(|&c| c as f32));
+        }
+        TapPolynomials {
+            taps,
+            terms,
+            coefficients,
+        }
+    }
+
     /// The grid cell nearest `grid * xi` (halves up), computed in f32 as the kernels do, so that
     /// every implementation picks the same taps: `floor(2 grid xi)` (one rounded product, which
     /// no compiler can fuse with anything) halved upwards. A `floor(t + 0.5)` or a comparison of
@@ -94,6 +151,30 @@ impl GriddingAxis {
     /// differently from the host.
     pub fn base_cell(&self, xi: f32) -> i64 {
         (((2 * self.grid) as f32 * xi).floor() as i64 + 1) >> 1
+    }
+}
+
+/// The tap weights of a [`GriddingAxis`] as polynomials ([`GriddingAxis::tap_polynomials`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TapPolynomials {
+    /// `2m + 1`.
+    pub taps: usize,
+    /// Coefficients per tap: the degree plus one.
+    pub terms: usize,
+    /// `taps x terms`, tap-major, ascending powers.
+    pub coefficients: Vec<f32>,
+}
+
+impl TapPolynomials {
+    /// The weights of taps `base - m ..= base + m` for the point `xi` on a grid of `grid` cells,
+    /// in f32 as the U2 kernels compute them (`tap_weights` in shaders/operator/usfft2d.wgsl).
+    pub fn weights(&self, xi: f32, grid: usize, base: i64) -> impl Iterator<Item = f32> + '_ {
+        let t = 2.0 * (grid as f32 * xi - base as f32);
+        self.coefficients.chunks_exact(self.terms).map(move |c| {
+            c.iter()
+                .rev()
+                .fold(0.0f32, |acc, &coefficient| acc * t + coefficient)
+        })
     }
 }
 
@@ -126,6 +207,34 @@ mod tests {
         assert_eq!(a.base_cell(-0.49 / 16.0), 0);
     }
 
+    /// Every tap's polynomial is within the kernel's jump at its support's edge (`e^-beta`, the
+    /// kernel's own truncation) plus f32 rounding of the kernel, at every offset inside the
+    /// interval (the jump itself sits at its end) and at every accuracy the operator accepts.
+    #[test]
+    fn tap_polynomials_follow_the_kernel() {
+        for eps in [0.1, 1e-2, 1e-3, 1e-4, 1e-5, crate::operator::MIN_EPS] {
+            let a = GriddingAxis::new(64, eps);
+            let polynomials = a.tap_polynomials();
+            assert_eq!(polynomials.taps, 2 * a.half_width + 1);
+            // The U2 kernels' uniforms hold them.
+            let room = 4 * crate::shaders::usfft2d::KERNEL_VECTORS as usize;
+            assert!(polynomials.taps <= crate::shaders::usfft2d::MAX_TAPS as usize);
+            assert!(polynomials.coefficients.len() <= room);
+            let bound = (-a.beta()).exp() / 2.0 + 2e-7;
+            let mut worst: f64 = 0.0;
+            for s in 1..1000 {
+                // Points at offsets t = 2 (grid xi - base) across (-1, 1) from base cell 5.
+                let t = -1.0 + 2.0 * s as f64 / 1000.0;
+                let (base, xi) = (5, ((5.0 + t / 2.0) / a.grid as f64) as f32);
+                for (i, w) in polynomials.weights(xi, a.grid, base).enumerate() {
+                    let l = base - a.half_width as i64 + i as i64;
+                    worst = worst.max((w as f64 - a.weight(l, xi as f64)).abs());
+                }
+            }
+            assert!(worst <= bound, "eps {eps:e}: {worst:.2e} > {bound:.2e}");
+        }
+    }
+
     /// The kernel, its deconvolution and taps reproduce `sum_j' c_j' e^{-2 pi i j' xi}` in f64 to
     /// well within eps (a third of it) at every accuracy the operator accepts: the 1D type-2
     /// transform the stages are made of, with the grid's DFT summed directly.
@@ -151,7 +260,8 @@ mod tests {
                             .sum()
                     })
                     .collect();
-                let (mut diff, mut norm) = (0.0, 0.0);
+                let polynomials = a.tap_polynomials();
+                let (mut diff, mut diff_polynomial, mut norm) = (0.0, 0.0, 0.0);
                 for _ in 0..400 {
                     let xi = (rng.next_f64() - 0.5) as f32;
                     let exact: Complex64 = (0..n)
@@ -165,11 +275,21 @@ mod tests {
                     let approx: Complex64 = (base - m..=base + m)
                         .map(|l| grid[l.rem_euclid(g as i64) as usize] * a.weight(l, xi as f64))
                         .sum();
+                    let polynomial: Complex64 = (base - m..=base + m)
+                        .zip(polynomials.weights(xi, g, base))
+                        .map(|(l, w)| grid[l.rem_euclid(g as i64) as usize] * w as f64)
+                        .sum();
                     diff += (approx - exact).norm_sqr();
+                    diff_polynomial += (polynomial - exact).norm_sqr();
                     norm += exact.norm_sqr();
                 }
                 let err = (diff / norm).sqrt();
                 assert!(err < eps / 3.0, "eps {eps:e}, n {n}: {err:.2e}");
+                let err = (diff_polynomial / norm).sqrt();
+                assert!(
+                    err < eps / 3.0,
+                    "eps {eps:e}, n {n}, polynomial taps: {err:.2e}"
+                );
             }
         }
     }

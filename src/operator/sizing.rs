@@ -135,18 +135,20 @@ pub(super) fn f_chunk(
 }
 
 /// The U2 tables as arrays of one plane per detector row: (x, y) coordinates of every point,
-/// the row starts of the sorted lists, and the sorted (point, column) pairs.
+/// the starts of the runs of points by the block of their footprint's corner, and the points in
+/// that order (what the adjoint's blocks read).
 pub(super) fn u2_table_layouts(g: &Geometry) -> [(&'static str, PlaneLayout); 3] {
     let points = g.ntheta() * g.detw;
-    let grid_y = U2Tables::axes(g).1.grid;
+    let (ax, ay) = U2Tables::axes(g);
+    let (blocks_y, blocks_x) = U2Tables::blocks(&ax, &ay);
     let layout = |plane_words| PlaneLayout {
         planes: g.deth,
         plane_words,
     };
     [
         ("u2 coordinates", layout(2 * points)),
-        ("u2 row starts", layout(grid_y + 1)),
-        ("u2 sorted points", layout(2 * points)),
+        ("u2 corner starts", layout(blocks_y * blocks_x + 1)),
+        ("u2 corner points", layout(points)),
     ]
 }
 
@@ -159,10 +161,20 @@ fn u2_table_row_bytes(g: &Geometry) -> u64 {
 }
 
 impl LaminoOperator {
-    /// Bytes of the whole U2 tables (about 16 per point of the data): what a streaming plan holds
+    /// Bytes of the whole U2 tables (about 12 per point of the data): what a streaming plan holds
     /// on the host (or in scratch) and uploads a chunk's slice of at every U2 application.
     pub fn u2_table_bytes(geometry: &Geometry) -> u64 {
         geometry.deth as u64 * u2_table_row_bytes(geometry)
+    }
+
+    /// Bytes of one detector row of the largest U2 table (the coordinates, 8 per point of the
+    /// data): each table is one buffer when resident.
+    pub fn u2_largest_table_row_bytes(geometry: &Geometry) -> u64 {
+        u2_table_layouts(geometry)
+            .iter()
+            .map(|(_, l)| l.plane_words as u64 * 4)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The chunk sizes an operator for `geometry` with `options` uses on this device (see

@@ -4,6 +4,7 @@
 
 use super::geometry::Geometry;
 use super::gridding::GriddingAxis;
+use crate::shaders::usfft2d::{U2_BLOCK_COLUMNS, U2_BLOCK_ROWS};
 
 /// Stage U1 (1D gridding along z): forward taps per detector row and their transpose per cell.
 #[derive(Debug, Clone)]
@@ -78,11 +79,21 @@ pub(crate) struct U2Tables {
 pub(crate) struct U2Row {
     /// `(x, y)` frequency of every point `t * detw + w`.
     pub coords: Vec<[f32; 2]>,
-    /// For each grid row py (and one past the end), the first sorted point whose base cell row
-    /// is >= py: `grid_y + 1` entries.
-    pub row_start: Vec<u32>,
-    /// (point index, base column mod grid_x), sorted by (base row, base column, index).
-    pub sorted: Vec<[u32; 2]>,
+    /// For each block of `U2_BLOCK_ROWS x U2_BLOCK_COLUMNS` grid cells (row-major over the
+    /// blocks) and one past the last, the first entry of `corner_points` whose footprint's corner
+    /// (its first tap in y and in x) lies in it.
+    pub corner_start: Vec<u32>,
+    /// The points ordered by the block of their footprint's corner, then base row, base column
+    /// and index: a block of the adjoint reads the points of the `reach` blocks up and left of it
+    /// (and itself), one run per block row.
+    pub corner_points: Vec<u32>,
+}
+
+/// The blocks of `block` cells a footprint of `2m + 1` cells can reach along an axis of `grid`
+/// cells (a multiple of `block`), counted from the block of its first cell: its `2m` steps cross
+/// at most `ceil(2m / block)` boundaries, and no more blocks than exist are reached.
+fn reach(m: usize, block: usize, grid: usize) -> usize {
+    ((2 * m).div_ceil(block) + 1).min(grid / block)
 }
 
 impl U2Tables {
@@ -94,35 +105,59 @@ impl U2Tables {
         )
     }
 
+    /// The adjoint's blocks of one row's grid (rows, columns): they tile it, the grid's sides
+    /// being twice even sizes, multiples of 4 (`src/shaders.rs`).
+    pub fn blocks(axis_x: &GriddingAxis, axis_y: &GriddingAxis) -> (usize, usize) {
+        (
+            axis_y.grid / U2_BLOCK_ROWS as usize,
+            axis_x.grid / U2_BLOCK_COLUMNS as usize,
+        )
+    }
+
+    /// How many blocks a footprint reaches at most (rows, columns) from the block of its corner:
+    /// 2 x 2 at eps 1e-3 (5 taps always span two blocks of 4), 3 x 3 at 1e-4 to 1e-6.
+    pub fn reach(axis_x: &GriddingAxis, axis_y: &GriddingAxis) -> (usize, usize) {
+        (
+            reach(axis_y.half_width, U2_BLOCK_ROWS as usize, axis_y.grid),
+            reach(axis_x.half_width, U2_BLOCK_COLUMNS as usize, axis_x.grid),
+        )
+    }
+
     /// The tables of detector row `k` alone: what a streaming operator uploads for a chunk, and
     /// what the whole tables are made of, so both hold the same values.
     pub fn row(g: &Geometry, axis_x: &GriddingAxis, axis_y: &GriddingAxis, k: usize) -> U2Row {
         let (gx, gy) = (axis_x.grid as i64, axis_y.grid as i64);
+        let (mx, my) = (axis_x.half_width as i64, axis_y.half_width as i64);
+        let (blocks_y, blocks_x) = Self::blocks(axis_x, axis_y);
+        let (rows, columns) = (U2_BLOCK_ROWS as i64, U2_BLOCK_COLUMNS as i64);
         let points = g.ntheta() * g.detw;
         let mut coords = Vec::with_capacity(points);
-        let mut keyed: Vec<(u32, u32, u32)> = Vec::with_capacity(points);
+        let mut keyed: Vec<(usize, i64, i64, u32)> = Vec::with_capacity(points);
         for t in 0..g.ntheta() {
             for w in 0..g.detw {
                 let xy = g.xy_frequency(t, k, w);
                 coords.push(xy);
-                let bx = axis_x.base_cell(xy[0]).rem_euclid(gx) as u32;
-                let by = axis_y.base_cell(xy[1]).rem_euclid(gy) as u32;
-                keyed.push((by, bx, (t * g.detw + w) as u32));
+                let bx = axis_x.base_cell(xy[0]).rem_euclid(gx);
+                let by = axis_y.base_cell(xy[1]).rem_euclid(gy);
+                let corner_row = ((by - my).rem_euclid(gy) / rows) as usize;
+                let corner_column = ((bx - mx).rem_euclid(gx) / columns) as usize;
+                let corner = corner_row * blocks_x + corner_column;
+                keyed.push((corner, by, bx, (t * g.detw + w) as u32));
             }
         }
         keyed.sort_unstable();
-        let mut row_start = Vec::with_capacity(axis_y.grid + 1);
+        let mut corner_start = Vec::with_capacity(blocks_y * blocks_x + 1);
         let mut next = 0usize;
-        for py in 0..=axis_y.grid as u32 {
-            while next < keyed.len() && keyed[next].0 < py {
+        for block in 0..=blocks_y * blocks_x {
+            while next < keyed.len() && keyed[next].0 < block {
                 next += 1;
             }
-            row_start.push(next as u32);
+            corner_start.push(next as u32);
         }
         U2Row {
             coords,
-            row_start,
-            sorted: keyed.iter().map(|e| [e.2, e.1]).collect(),
+            corner_start,
+            corner_points: keyed.iter().map(|e| e.3).collect(),
         }
     }
 
@@ -167,27 +202,57 @@ mod tests {
         }
     }
 
+    /// The runs a block reads (the corner blocks up to `reach - 1` blocks up and left of it,
+    /// wrapped) hold every point with a tap in it exactly once, on grids of two blocks (8 cells,
+    /// footprints reaching both, some through the wrap) to 20 cells, at every width.
     #[test]
-    fn u2_points_are_sorted_by_cell_and_every_point_appears_once() {
-        let g = Geometry::cube(8, 6, 1.2);
-        let t = U2Tables::new(&g);
-        let points = g.ntheta() * g.detw;
-        for k in 0..g.deth {
-            let row = U2Tables::row(&g, &t.axis_x, &t.axis_y, k);
-            assert_eq!(row.coords, t.coords[k * points..(k + 1) * points]);
-            let mut seen = vec![false; points];
-            row.sorted.iter().for_each(|e| seen[e[0] as usize] = true);
-            assert!(seen.iter().all(|&s| s));
-            let starts = &row.row_start;
-            assert_eq!(starts.len(), t.axis_y.grid + 1);
-            assert_eq!(starts[t.axis_y.grid] as usize, points);
-            for py in 0..t.axis_y.grid {
-                for e in &row.sorted[starts[py] as usize..starts[py + 1] as usize] {
-                    let xy = row.coords[e[0] as usize];
-                    let by = t.axis_y.base_cell(xy[1]).rem_euclid(t.axis_y.grid as i64) as usize;
-                    let bx = t.axis_x.base_cell(xy[0]).rem_euclid(t.axis_x.grid as i64) as u32;
-                    assert_eq!(by, py);
-                    assert_eq!(bx, e[1]);
+    fn u2_corner_runs_hold_the_points_that_reach_each_block_once() {
+        for (n, eps) in [(4, 1e-3), (8, 1e-3), (6, 1e-6), (10, 1e-4)] {
+            let g = Geometry {
+                eps,
+                ..Geometry::cube(n, 6, 1.2)
+            };
+            let t = U2Tables::new(&g);
+            let (ax, ay) = (&t.axis_x, &t.axis_y);
+            let (blocks_y, blocks_x) = U2Tables::blocks(ax, ay);
+            let (reach_y, reach_x) = U2Tables::reach(ax, ay);
+            let (mx, my) = (ax.half_width as i64, ay.half_width as i64);
+            let (rows, columns) = (U2_BLOCK_ROWS as i64, U2_BLOCK_COLUMNS as i64);
+            let points = g.ntheta() * g.detw;
+            for k in 0..g.deth {
+                let row = U2Tables::row(&g, ax, ay, k);
+                assert_eq!(row.coords, t.coords[k * points..(k + 1) * points]);
+                assert_eq!(row.corner_start.len(), blocks_y * blocks_x + 1);
+                assert_eq!(row.corner_points.len(), points);
+                for block in 0..blocks_y * blocks_x {
+                    let (br, bc) = (block / blocks_x, block % blocks_x);
+                    let mut read = Vec::new();
+                    for i in 0..reach_y {
+                        let corner_row = (br + blocks_y - reach_y + 1 + i) % blocks_y;
+                        for j in 0..reach_x {
+                            let corner = corner_row * blocks_x + (bc + blocks_x - reach_x + 1 + j) % blocks_x;
+                            let run = row.corner_start[corner] as usize..row.corner_start[corner + 1] as usize;
+                            read.extend_from_slice(&row.corner_points[run]);
+                        }
+                    }
+                    let reaches = |p: u32| {
+                        let [x, y] = row.coords[p as usize];
+                        let hits = |base: i64, m: i64, start: i64, len: i64, grid: usize| {
+                            (base - m..=base + m).any(|l| {
+                                let cell = l.rem_euclid(grid as i64);
+                                cell >= start && cell < start + len
+                            })
+                        };
+                        hits(ay.base_cell(y), my, br as i64 * rows, rows, ay.grid)
+                            && hits(ax.base_cell(x), mx, bc as i64 * columns, columns, ax.grid)
+                    };
+                    let mut once = read.clone();
+                    once.sort_unstable();
+                    once.dedup();
+                    assert_eq!(once.len(), read.len(), "row {k}, block {block}: a point read twice");
+                    once.retain(|&p| reaches(p));
+                    let expected: Vec<u32> = (0..points as u32).filter(|&p| reaches(p)).collect();
+                    assert_eq!(once, expected, "row {k}, block {block}");
                 }
             }
         }

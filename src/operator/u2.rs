@@ -29,13 +29,16 @@ struct U2Params {
     rows: u32,
     points: u32,
     coords_offset: u32,
-    row_start_offset: u32,
-    sorted_offset: u32,
-    pad: [u32; 3],
+    corner_start_offset: u32,
+    corner_points_offset: u32,
+    /// How many blocks a footprint reaches from its corner's (rows, columns).
+    reach_rows: u32,
+    reach_columns: u32,
+    pad: u32,
     scale: f32,
-    beta: f32,
-    zscale: f32,
-    pad1: f32,
+    pad1: [f32; 3],
+    /// The tap polynomials, four coefficients to a vector.
+    kernel: [[f32; 4]; shaders::usfft2d::KERNEL_VECTORS as usize],
 }
 
 /// The U2 tables, one plane per detector row ([k][...]), so that a chunk's rows are one
@@ -43,9 +46,9 @@ struct U2Params {
 /// chunk's block uploaded into slice buffers of one chunk's rows before it computes.
 struct U2TableFields {
     coords: Field,
-    row_start: Field,
-    sorted: Field,
-    /// The slice buffers of one chunk's rows (coordinates, row starts, sorted points), when the
+    corner_start: Field,
+    corner_points: Field,
+    /// The slice buffers of one chunk's rows (coordinates, corner starts, corner points), when the
     /// tables are off the device.
     slices: Option<(GpuBuffer, GpuBuffer, GpuBuffer)>,
 }
@@ -60,16 +63,24 @@ impl U2TableFields {
         ck: u64,
         residency: &Residency,
     ) -> Result<Self, OperatorError> {
-        let [coords, row_start, sorted] = u2_table_layouts(g).map(|(label, layout)| {
+        let [coords, corner_start, corner_points] = u2_table_layouts(g).map(|(label, layout)| {
             Field::new(ctx, label, layout, residency).map_err(OperatorError::from)
         });
-        let (coords, row_start, sorted) = (coords?, row_start?, sorted?);
+        let (coords, corner_start, corner_points) = (coords?, corner_start?, corner_points?);
         for k in 0..g.deth {
             let row = U2Tables::row(g, ax, ay, k);
             let at = |field: &Field| k * field.layout().plane_words;
             coords.write_words(ctx, at(&coords), bytemuck::cast_slice(&row.coords))?;
-            row_start.write_words(ctx, at(&row_start), bytemuck::cast_slice(&row.row_start))?;
-            sorted.write_words(ctx, at(&sorted), bytemuck::cast_slice(&row.sorted))?;
+            corner_start.write_words(
+                ctx,
+                at(&corner_start),
+                bytemuck::cast_slice(&row.corner_start),
+            )?;
+            corner_points.write_words(
+                ctx,
+                at(&corner_points),
+                bytemuck::cast_slice(&row.corner_points),
+            )?;
         }
         let resident = *residency == Residency::Device;
         let slices = if resident {
@@ -80,20 +91,20 @@ impl U2TableFields {
             };
             Some((
                 slice(&coords, "u2 coordinates (chunk)")?,
-                slice(&row_start, "u2 row starts (chunk)")?,
-                slice(&sorted, "u2 sorted points (chunk)")?,
+                slice(&corner_start, "u2 corner starts (chunk)")?,
+                slice(&corner_points, "u2 corner points (chunk)")?,
             ))
         };
         Ok(Self {
             coords,
-            row_start,
-            sorted,
+            corner_start,
+            corner_points,
             slices,
         })
     }
 
     /// Where the kernels of the chunk of detector rows `[k0, k0 + c)` read the tables
-    /// (coordinates, row starts, sorted points), with the index of the chunk's first element in
+    /// (coordinates, corner starts, corner points), with the index of the chunk's first element in
     /// each binding, and the fills that upload the chunk's slice of each table first (none when
     /// the tables are resident).
     fn chunk_bindings(
@@ -101,19 +112,23 @@ impl U2TableFields {
         ctx: &GpuContext,
         k0: u64,
         c: u64,
-        (points, gy): (u64, u64),
     ) -> ([BufferSlice<'_>; 3], [u32; 3], Vec<Step>) {
         match &self.slices {
             None => {
-                let (coords_slice, coords_offset) =
-                    window(ctx, self.coords.buffer(), 8, k0 * points, c * points);
-                let (starts_slice, row_start_offset) =
-                    window(ctx, self.row_start.buffer(), 4, k0 * (gy + 1), c * (gy + 1));
-                let (sorted_slice, sorted_offset) =
-                    window(ctx, self.sorted.buffer(), 8, k0 * points, c * points);
+                // Each table's window in its own elements (a point's coordinates are 2 words).
+                let [coords, starts, lists] = [
+                    (&self.coords, 2),
+                    (&self.corner_start, 1),
+                    (&self.corner_points, 1),
+                ]
+                .map(|(field, words)| {
+                    let per_row = (field.layout().plane_words / words) as u64;
+                    let bytes = 4 * words as u64;
+                    window(ctx, field.buffer(), bytes, k0 * per_row, c * per_row)
+                });
                 (
-                    [coords_slice, starts_slice, sorted_slice],
-                    [coords_offset, row_start_offset, sorted_offset],
+                    [coords.0, starts.0, lists.0],
+                    [coords.1, starts.1, lists.1],
                     Vec::new(),
                 )
             }
@@ -121,8 +136,8 @@ impl U2TableFields {
                 let mut fill = Vec::new();
                 for (field, buffer) in [
                     (&self.coords, c_buf),
-                    (&self.row_start, r_buf),
-                    (&self.sorted, s_buf),
+                    (&self.corner_start, r_buf),
+                    (&self.corner_points, s_buf),
                 ] {
                     let words = field.layout().plane_words;
                     let view = BlockView::planes(k0 as usize, (k0 + c) as usize, words);
@@ -140,7 +155,8 @@ impl U2TableFields {
     /// The buffers the operator keeps: the whole tables when on the device, else the slices.
     fn into_buffers(self) -> [GpuBuffer; 3] {
         match self.slices {
-            None => [self.coords, self.row_start, self.sorted].map(|field| field.buffer().clone()),
+            None => [self.coords, self.corner_start, self.corner_points]
+                .map(|field| field.buffer().clone()),
             Some((c, r, s)) => [c, r, s],
         }
     }
@@ -205,11 +221,14 @@ impl LaminoOperator {
         deconv.extend(ay.deconvolution());
         let deconv = ctx.upload("u2 deconvolution", &deconv)?;
         let tables = U2TableFields::new(ctx, g, (&ax, &ay), ck, tables)?;
-        // The kernel's half-width is a pipeline constant (both axes share it).
+        // The kernel's half-width and polynomials' length are pipeline constants (both axes
+        // share them).
         debug_assert_eq!(ax.half_width, ay.half_width);
+        let terms = ax.tap_polynomials().terms;
         let spec = |entry| {
             let mut spec = gridding_kernel(&shaders::USFFT2D, entry);
             spec.overrides.push(("HALF_WIDTH", ax.half_width as f64));
+            spec.overrides.push(("TAP_TERMS", terms as f64));
             spec
         };
         let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
@@ -251,12 +270,12 @@ impl LaminoOperator {
         let (n1, n2, deth, detw) = (g.n1 as u64, g.n2 as u64, g.deth as u64, g.detw as u64);
         let (gy, gx) = (parts.ay.grid as u64, parts.ax.grid as u64);
         let points = g.ntheta() as u64 * detw;
-        let (table_slices, offsets, fill) = parts.tables.chunk_bindings(ctx, k0, c, (points, gy));
+        let (table_slices, offsets, fill) = parts.tables.chunk_bindings(ctx, k0, c);
         let params = ctx.uniform(
             "u2 params",
             &u2_params(g, (&parts.ax, &parts.ay), c, offsets),
         )?;
-        let [coords_slice, starts_slice, sorted_slice] = table_slices;
+        let [coords_slice, starts_slice, lists_slice] = table_slices;
         let slices = [
             (&parts.planes).into(),
             (&parts.grid).into(),
@@ -264,7 +283,7 @@ impl LaminoOperator {
             (&parts.deconv).into(),
             coords_slice,
             starts_slice,
-            sorted_slice,
+            lists_slice,
             (&params).into(),
         ];
         let bound = parts.kernels.each_ref().map(|k| k.bind(ctx, &slices));
@@ -312,11 +331,8 @@ impl LaminoOperator {
                 whole_out: data_view,
             });
         // One invocation per block of every row's grid.
-        let (rows, columns) = (
-            shaders::usfft2d::U2_BLOCK_ROWS as u64,
-            shaders::usfft2d::U2_BLOCK_COLUMNS as u64,
-        );
-        let blocks = c * gy.div_ceil(rows) * gx.div_ceil(columns);
+        let (blocks_y, blocks_x) = U2Tables::blocks(&parts.ax, &parts.ay);
+        let blocks = c * (blocks_y * blocks_x) as u64;
         let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(blocks))];
         compute_adj.extend(parts.inverse_ffts.iter().map(|&id| Step::Fft(id)));
         compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
@@ -340,7 +356,7 @@ fn u2_params(
     g: &Geometry,
     (ax, ay): (&GriddingAxis, &GriddingAxis),
     c: u64,
-    [coords_offset, row_start_offset, sorted_offset]: [u32; 3],
+    [coords_offset, corner_start_offset, corner_points_offset]: [u32; 3],
 ) -> U2Params {
     U2Params {
         n1: g.n1 as u32,
@@ -350,13 +366,21 @@ fn u2_params(
         rows: c as u32,
         points: (g.ntheta() * g.detw) as u32,
         coords_offset,
-        row_start_offset,
-        sorted_offset,
-        pad: [0; 3],
+        corner_start_offset,
+        corner_points_offset,
+        reach_rows: U2Tables::reach(ax, ay).0 as u32,
+        reach_columns: U2Tables::reach(ax, ay).1 as u32,
+        pad: 0,
         // 1/sqrt(ntheta) (the total number of angles) is part of the operator's scale.
         scale: (1.0 / (g.ntheta() as f64).sqrt()) as f32,
-        beta: ax.beta() as f32,
-        zscale: (2.0 / ax.width()) as f32,
-        pad1: 0.0,
+        pad1: [0.0; 3],
+        kernel: {
+            let mut kernel = [[0.0; 4]; shaders::usfft2d::KERNEL_VECTORS as usize];
+            let coefficients = ax.tap_polynomials().coefficients;
+            for (slot, c) in kernel.as_flattened_mut().iter_mut().zip(coefficients) {
+                *slot = c;
+            }
+            kernel
+        },
     }
 }

@@ -291,9 +291,15 @@ impl Portion {
     }
 
     /// Bytes of the member's rows of the U2 coordinates (one (x, y) pair of f32 per data point),
-    /// the largest table.
+    /// the table a forward U2 chunk reads.
     pub fn u2_coordinates_bytes(self, g: &Geometry) -> u64 {
         8 * (self.planes(g.deth) * g.ntheta() * g.detw) as u64
+    }
+
+    /// Bytes of the member's rows of the largest U2 table, which must fit one buffer to stay on
+    /// the device.
+    pub fn u2_largest_table_bytes(self, g: &Geometry) -> u64 {
+        self.planes(g.deth) as u64 * LaminoOperator::u2_largest_table_row_bytes(g)
     }
 
     /// Bytes of the member's angles of the spatial projections (held during setup).

@@ -494,7 +494,7 @@ fn plan_in_core(
     let all_fit_buffers = Array::BY_TRAFFIC
         .iter()
         .all(|&a| fits_a_buffer(ctx, budgets, portion.share_bytes(a, g)))
-        && fits_a_buffer(ctx, budgets, portion.u2_coordinates_bytes(g));
+        && fits_a_buffer(ctx, budgets, portion.u2_largest_table_bytes(g));
     if !(all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget) {
         return Ok(None);
     }
@@ -606,9 +606,9 @@ fn streaming_residency(
     let tables_rate =
         u2_table_traffic(g, params, portion) as f64 / portion.u2_table_bytes(g).max(1) as f64;
     let mut tables_resident = false;
-    // Resident tables are whole buffers, the coordinates the largest: beyond the device's
-    // largest buffer they stream however large the budget.
-    let mut tables_considered = !fits_a_buffer(ctx, budgets, portion.u2_coordinates_bytes(g));
+    // Resident tables are whole buffers: beyond the device's largest buffer they stream however
+    // large the budget.
+    let mut tables_considered = !fits_a_buffer(ctx, budgets, portion.u2_largest_table_bytes(g));
     let mut resident = 0;
     let mut used = fixed;
     for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {

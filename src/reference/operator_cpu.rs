@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::fft::fft_last_axes;
 use crate::fft::Direction;
 use crate::operator::tables::{U1Tables, U2Tables};
-use crate::operator::{Geometry, GriddingAxis};
+use crate::operator::Geometry;
 
 const ZERO: Complex32 = Complex32::new(0.0, 0.0);
 
@@ -44,18 +44,6 @@ fn plan(n: usize, direction: Direction) -> Arc<dyn Fft<f32>> {
     match direction {
         Direction::Forward => planner.plan_fft_forward(n),
         Direction::Inverse => planner.plan_fft_inverse(n),
-    }
-}
-
-/// The gridding kernel at grid frequency `l` for the point `xi`, in f32 as the U2 kernels
-/// evaluate it (shaders/operator/usfft2d.wgsl, `weight`).
-fn weight(l: i64, xi: f32, axis: &GriddingAxis) -> f32 {
-    let z = (l as f32 - axis.grid as f32 * xi) * (2.0 / axis.width()) as f32;
-    let inside = 1.0 - z * z;
-    if inside > 0.0 {
-        (axis.beta() as f32 * (inside.sqrt() - 1.0)).exp()
-    } else {
-        0.0
     }
 }
 
@@ -168,10 +156,15 @@ impl CpuOperator {
             self.u2.axis_x.half_width as i64,
             self.u2.axis_y.half_width as i64,
         );
-        let (ax, ay, scale) = (&self.u2.axis_x, &self.u2.axis_y, self.u2_scale());
+        let (tx, ty) = (
+            self.u2.axis_x.tap_polynomials(),
+            self.u2.axis_y.tap_polynomials(),
+        );
+        let scale = self.u2_scale();
         let points = g.ntheta() * g.detw;
         let per_row = parallel(g.deth, self.threads, |k| {
             let mut grid = vec![ZERO; gy * gx];
+            let mut wx = Vec::with_capacity(tx.taps);
             for y in 0..g.n1 {
                 for x in 0..g.n2 {
                     let cell = ((y + gy - g.n1 / 2) % gy) * gx + (x + gx - g.n2 / 2) % gx;
@@ -184,15 +177,16 @@ impl CpuOperator {
                 .map(|p| {
                     let [xi, yi] = self.u2.coords[k * points + p];
                     let (bx, by) = (self.u2.axis_x.base_cell(xi), self.u2.axis_y.base_cell(yi));
+                    wx.clear();
+                    wx.extend(tx.weights(xi, gx, bx));
                     let mut acc = ZERO;
-                    for ly in by - my..=by + my {
+                    for (ly, wy) in (by - my..=by + my).zip(ty.weights(yi, gy, by)) {
                         let row = ly.rem_euclid(gy as i64) as usize * gx;
                         let line: Complex32 = (bx - mx..=bx + mx)
-                            .map(|lx| {
-                                grid[row + lx.rem_euclid(gx as i64) as usize] * weight(lx, xi, ax)
-                            })
+                            .zip(&wx)
+                            .map(|(lx, &w)| grid[row + lx.rem_euclid(gx as i64) as usize] * w)
                             .sum();
-                        acc += line * (scale * weight(ly, yi, ay));
+                        acc += line * (scale * wy);
                     }
                     acc
                 })
@@ -216,20 +210,27 @@ impl CpuOperator {
             self.u2.axis_x.half_width as i64,
             self.u2.axis_y.half_width as i64,
         );
-        let (ax, ay, scale) = (&self.u2.axis_x, &self.u2.axis_y, self.u2_scale());
+        let (tx, ty) = (
+            self.u2.axis_x.tap_polynomials(),
+            self.u2.axis_y.tap_polynomials(),
+        );
+        let scale = self.u2_scale();
         let points = g.ntheta() * g.detw;
         let per_row = parallel(g.deth, self.threads, |k| {
             let mut grid = vec![ZERO; gy * gx];
+            let mut wx = Vec::with_capacity(tx.taps);
             for p in 0..points {
                 let (t, w) = (p / g.detw, p % g.detw);
                 let v = data[(t * g.deth + k) * g.detw + w];
                 let [xi, yi] = self.u2.coords[k * points + p];
                 let (bx, by) = (self.u2.axis_x.base_cell(xi), self.u2.axis_y.base_cell(yi));
-                for ly in by - my..=by + my {
+                wx.clear();
+                wx.extend(tx.weights(xi, gx, bx));
+                for (ly, wy) in (by - my..=by + my).zip(ty.weights(yi, gy, by)) {
                     let row = ly.rem_euclid(gy as i64) as usize * gx;
-                    let vy = v * (scale * weight(ly, yi, ay));
-                    for lx in bx - mx..=bx + mx {
-                        grid[row + lx.rem_euclid(gx as i64) as usize] += vy * weight(lx, xi, ax);
+                    let vy = v * (scale * wy);
+                    for (lx, &w) in (bx - mx..=bx + mx).zip(&wx) {
+                        grid[row + lx.rem_euclid(gx as i64) as usize] += vy * w;
                     }
                 }
             }
