@@ -161,7 +161,7 @@ fn u2_table_row_bytes(g: &Geometry) -> u64 {
 }
 
 impl LaminoOperator {
-    /// Bytes of the whole U2 tables (about 12 per point of the data): what a streaming plan holds
+    /// Bytes of the whole U2 tables (about 13 per point of the data): what a streaming plan holds
     /// on the host (or in scratch) and uploads a chunk's slice of at every U2 application.
     pub fn u2_table_bytes(geometry: &Geometry) -> u64 {
         geometry.deth as u64 * u2_table_row_bytes(geometry)

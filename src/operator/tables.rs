@@ -230,8 +230,10 @@ mod tests {
                     for i in 0..reach_y {
                         let corner_row = (br + blocks_y - reach_y + 1 + i) % blocks_y;
                         for j in 0..reach_x {
-                            let corner = corner_row * blocks_x + (bc + blocks_x - reach_x + 1 + j) % blocks_x;
-                            let run = row.corner_start[corner] as usize..row.corner_start[corner + 1] as usize;
+                            let corner = corner_row * blocks_x
+                                + (bc + blocks_x - reach_x + 1 + j) % blocks_x;
+                            let run = row.corner_start[corner] as usize
+                                ..row.corner_start[corner + 1] as usize;
                             read.extend_from_slice(&row.corner_points[run]);
                         }
                     }
@@ -249,7 +251,11 @@ mod tests {
                     let mut once = read.clone();
                     once.sort_unstable();
                     once.dedup();
-                    assert_eq!(once.len(), read.len(), "row {k}, block {block}: a point read twice");
+                    assert_eq!(
+                        once.len(),
+                        read.len(),
+                        "row {k}, block {block}: a point read twice"
+                    );
                     once.retain(|&p| reaches(p));
                     let expected: Vec<u32> = (0..points as u32).filter(|&p| reaches(p)).collect();
                     assert_eq!(once, expected, "row {k}, block {block}");
