@@ -152,12 +152,16 @@ pub(super) fn u2_table_layouts(g: &Geometry) -> [(&'static str, PlaneLayout); 3]
     ]
 }
 
+/// Bytes of each U2 table's plane of one detector row.
+fn u2_table_plane_bytes(g: &Geometry) -> impl Iterator<Item = u64> {
+    u2_table_layouts(g)
+        .into_iter()
+        .map(|(_, l)| l.plane_words as u64 * 4)
+}
+
 /// Bytes of the U2 tables of one detector row.
 fn u2_table_row_bytes(g: &Geometry) -> u64 {
-    u2_table_layouts(g)
-        .iter()
-        .map(|(_, l)| l.plane_words as u64 * 4)
-        .sum()
+    u2_table_plane_bytes(g).sum()
 }
 
 impl LaminoOperator {
@@ -170,11 +174,7 @@ impl LaminoOperator {
     /// Bytes of one detector row of the largest U2 table (the coordinates, 8 per point of the
     /// data): each table is one buffer when resident.
     pub fn u2_largest_table_row_bytes(geometry: &Geometry) -> u64 {
-        u2_table_layouts(geometry)
-            .iter()
-            .map(|(_, l)| l.plane_words as u64 * 4)
-            .max()
-            .unwrap_or(0)
+        u2_table_plane_bytes(geometry).max().unwrap_or(0)
     }
 
     /// The chunk sizes an operator for `geometry` with `options` uses on this device (see

@@ -3,7 +3,7 @@
 //! to summation rounding, and every sum runs in a fixed order (no atomics): same input, same bits.
 
 use super::geometry::Geometry;
-use super::gridding::GriddingAxis;
+use super::gridding::{GriddingAxis, TapPolynomials};
 use crate::shaders::usfft2d::{U2_BLOCK_COLUMNS, U2_BLOCK_ROWS};
 
 /// Stage U1 (1D gridding along z): forward taps per detector row and their transpose per cell.
@@ -71,6 +71,8 @@ pub(crate) struct U2Tables {
     pub axis_y: GriddingAxis,
     pub deconvolution_x: Vec<f32>,
     pub deconvolution_y: Vec<f32>,
+    /// The kernel's tap polynomials (both axes share them: the width follows eps alone).
+    pub taps: TapPolynomials,
     /// `(x, y)` frequency of every point, layout `[k][t][w]`.
     pub coords: Vec<[f32; 2]>,
 }
@@ -169,7 +171,9 @@ impl U2Tables {
         // 1/(grid_x grid_y) quadrature weight folded into the x deconvolution.
         let deconvolution_x = axis_x.deconvolution();
         let deconvolution_y: Vec<f32> = axis_y.deconvolution();
+        debug_assert_eq!(axis_x.half_width, axis_y.half_width);
         Self {
+            taps: axis_x.tap_polynomials(),
             axis_x,
             axis_y,
             deconvolution_x,

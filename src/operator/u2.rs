@@ -7,6 +7,7 @@ use std::sync::Arc;
 use bytemuck::{Pod, Zeroable};
 
 use super::build::{complex_buffer, gridding_kernel};
+use super::gridding::TapPolynomials;
 use super::sizing::u2_table_layouts;
 use super::stages::{Kind, Stage};
 use super::staging::{groups, window};
@@ -166,6 +167,8 @@ impl U2TableFields {
 struct U2Parts {
     ax: GriddingAxis,
     ay: GriddingAxis,
+    /// The kernel's tap polynomials (both axes share them), fitted once for every chunk.
+    taps: TapPolynomials,
     /// Chunk-local spectrum planes `[r][y][x]`.
     planes: GpuBuffer,
     /// Chunk-local `2 n1 x 2 n2` grids.
@@ -224,11 +227,11 @@ impl LaminoOperator {
         // The kernel's half-width and polynomials' length are pipeline constants (both axes
         // share them).
         debug_assert_eq!(ax.half_width, ay.half_width);
-        let terms = ax.tap_polynomials().terms;
+        let taps = ax.tap_polynomials();
         let spec = |entry| {
             let mut spec = gridding_kernel(&shaders::USFFT2D, entry);
             spec.overrides.push(("HALF_WIDTH", ax.half_width as f64));
-            spec.overrides.push(("TAP_TERMS", terms as f64));
+            spec.overrides.push(("TAP_TERMS", taps.terms as f64));
             spec
         };
         let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
@@ -246,6 +249,7 @@ impl LaminoOperator {
         Ok(U2Parts {
             ax,
             ay,
+            taps,
             planes,
             grid,
             points: out,
@@ -273,7 +277,7 @@ impl LaminoOperator {
         let (table_slices, offsets, fill) = parts.tables.chunk_bindings(ctx, k0, c);
         let params = ctx.uniform(
             "u2 params",
-            &u2_params(g, (&parts.ax, &parts.ay), c, offsets),
+            &u2_params(g, (&parts.ax, &parts.ay), &parts.taps, c, offsets),
         )?;
         let [coords_slice, starts_slice, lists_slice] = table_slices;
         let slices = [
@@ -355,9 +359,15 @@ impl LaminoOperator {
 fn u2_params(
     g: &Geometry,
     (ax, ay): (&GriddingAxis, &GriddingAxis),
+    taps: &TapPolynomials,
     c: u64,
     [coords_offset, corner_start_offset, corner_points_offset]: [u32; 3],
 ) -> U2Params {
+    let (reach_rows, reach_columns) = U2Tables::reach(ax, ay);
+    let mut kernel = [[0.0; 4]; shaders::usfft2d::KERNEL_VECTORS as usize];
+    for (slot, &c) in kernel.as_flattened_mut().iter_mut().zip(&taps.coefficients) {
+        *slot = c;
+    }
     U2Params {
         n1: g.n1 as u32,
         n2: g.n2 as u32,
@@ -368,19 +378,12 @@ fn u2_params(
         coords_offset,
         corner_start_offset,
         corner_points_offset,
-        reach_rows: U2Tables::reach(ax, ay).0 as u32,
-        reach_columns: U2Tables::reach(ax, ay).1 as u32,
+        reach_rows: reach_rows as u32,
+        reach_columns: reach_columns as u32,
         pad: 0,
         // 1/sqrt(ntheta) (the total number of angles) is part of the operator's scale.
         scale: (1.0 / (g.ntheta() as f64).sqrt()) as f32,
         pad1: [0.0; 3],
-        kernel: {
-            let mut kernel = [[0.0; 4]; shaders::usfft2d::KERNEL_VECTORS as usize];
-            let coefficients = ax.tap_polynomials().coefficients;
-            for (slot, c) in kernel.as_flattened_mut().iter_mut().zip(coefficients) {
-                *slot = c;
-            }
-            kernel
-        },
+        kernel,
     }
 }

@@ -156,15 +156,11 @@ impl CpuOperator {
             self.u2.axis_x.half_width as i64,
             self.u2.axis_y.half_width as i64,
         );
-        let (tx, ty) = (
-            self.u2.axis_x.tap_polynomials(),
-            self.u2.axis_y.tap_polynomials(),
-        );
-        let scale = self.u2_scale();
+        let (taps, scale) = (&self.u2.taps, self.u2_scale());
         let points = g.ntheta() * g.detw;
         let per_row = parallel(g.deth, self.threads, |k| {
             let mut grid = vec![ZERO; gy * gx];
-            let mut wx = Vec::with_capacity(tx.taps);
+            let mut wx = Vec::with_capacity(taps.taps);
             for y in 0..g.n1 {
                 for x in 0..g.n2 {
                     let cell = ((y + gy - g.n1 / 2) % gy) * gx + (x + gx - g.n2 / 2) % gx;
@@ -178,9 +174,9 @@ impl CpuOperator {
                     let [xi, yi] = self.u2.coords[k * points + p];
                     let (bx, by) = (self.u2.axis_x.base_cell(xi), self.u2.axis_y.base_cell(yi));
                     wx.clear();
-                    wx.extend(tx.weights(xi, gx, bx));
+                    wx.extend(taps.weights(xi, gx, bx));
                     let mut acc = ZERO;
-                    for (ly, wy) in (by - my..=by + my).zip(ty.weights(yi, gy, by)) {
+                    for (ly, wy) in (by - my..=by + my).zip(taps.weights(yi, gy, by)) {
                         let row = ly.rem_euclid(gy as i64) as usize * gx;
                         let line: Complex32 = (bx - mx..=bx + mx)
                             .zip(&wx)
@@ -210,23 +206,19 @@ impl CpuOperator {
             self.u2.axis_x.half_width as i64,
             self.u2.axis_y.half_width as i64,
         );
-        let (tx, ty) = (
-            self.u2.axis_x.tap_polynomials(),
-            self.u2.axis_y.tap_polynomials(),
-        );
-        let scale = self.u2_scale();
+        let (taps, scale) = (&self.u2.taps, self.u2_scale());
         let points = g.ntheta() * g.detw;
         let per_row = parallel(g.deth, self.threads, |k| {
             let mut grid = vec![ZERO; gy * gx];
-            let mut wx = Vec::with_capacity(tx.taps);
+            let mut wx = Vec::with_capacity(taps.taps);
             for p in 0..points {
                 let (t, w) = (p / g.detw, p % g.detw);
                 let v = data[(t * g.deth + k) * g.detw + w];
                 let [xi, yi] = self.u2.coords[k * points + p];
                 let (bx, by) = (self.u2.axis_x.base_cell(xi), self.u2.axis_y.base_cell(yi));
                 wx.clear();
-                wx.extend(tx.weights(xi, gx, bx));
-                for (ly, wy) in (by - my..=by + my).zip(ty.weights(yi, gy, by)) {
+                wx.extend(taps.weights(xi, gx, bx));
+                for (ly, wy) in (by - my..=by + my).zip(taps.weights(yi, gy, by)) {
                     let row = ly.rem_euclid(gy as i64) as usize * gx;
                     let vy = v * (scale * wy);
                     for (lx, &w) in (bx - mx..=bx + mx).zip(&wx) {
