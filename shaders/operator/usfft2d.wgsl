@@ -57,9 +57,12 @@ fn thread_id(wid: vec3<u32>, groups: vec3<u32>, lid: u32) -> u32 {
     return (wid.x + wid.y * groups.x) * WORKGROUP + lid;
 }
 
+// i modulo n for i in (-n, 2n), by selects: the cells wrapped here lie within a half-width of
+// the base cell of a coordinate in [-1/2, 1/2], so in [-n/2 - m, n/2 + m] with n > 2m + 1, and
+// an integer division per lane (what `%` costs where lanes are emulated) buys nothing.
 fn wrap(i: i32, n: u32) -> u32 {
-    let m = i % i32(n);
-    return u32(select(m, m + i32(n), m < 0));
+    let below = select(i, i + i32(n), i < 0);
+    return u32(select(below, below - i32(n), below >= i32(n)));
 }
 
 // The cell nearest grid_len * x (halves up), as GriddingAxis::base_cell picks it: floor(2 grid_len x),
@@ -220,13 +223,11 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
                 for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
                     wx[c] = pick(tx, tap(px0 + c, col, p.gx, HALF_WIDTH) + HALF_WIDTH);
                 }
+                let scaled = p.scale * value;
                 for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
-                    let j = tap(py0 + k, row, p.gy, HALF_WIDTH);
-                    if (abs(j) <= HALF_WIDTH) {
-                        let wyv = p.scale * pick(ty, j + HALF_WIDTH) * value;
-                        for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                            acc[k][c] += wx[c] * wyv;
-                        }
+                    let wyv = pick(ty, tap(py0 + k, row, p.gy, HALF_WIDTH) + HALF_WIDTH) * scaled;
+                    for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
+                        acc[k][c] += wx[c] * wyv;
                     }
                 }
             }

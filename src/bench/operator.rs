@@ -24,7 +24,7 @@ pub struct OperatorBenchRecord {
     /// The detector `(rows, columns)` timed: n x n, or a slab's shadow rows.
     pub detector: [usize; 2],
     pub angles: usize,
-    /// Median GPU time of the whole application, milliseconds.
+    /// Median GPU time of the whole application (L and L* alternated), milliseconds.
     pub ms: f64,
     /// Median GPU time of each stage (each measured on its own), milliseconds.
     pub ms_u1: f64,
@@ -48,7 +48,8 @@ pub struct OperatorBenchRecord {
     pub u1_points_per_s: f64,
     /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
     pub u2_points_per_s: f64,
-    /// The time of L* over the time of L (the same on both records): the adjoint does the
+    /// The time of L* over the time of L (the same on both records): the median of the ratios of
+    /// alternated L, L* pairs, so that both see the same machine load. The adjoint does the
     /// forward's arithmetic, so 1 is the goal.
     pub adjoint_over_forward: f64,
     /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
@@ -153,28 +154,29 @@ fn bench_geometry(
     ctx.write(arrays.volume.buffer(), 0, &volume);
     ctx.write(arrays.data.buffer(), 0, &data);
     let time = |what: Apply| time_application(ctx, &op, &arrays, what, repeats);
+    let (whole_ms, ratio, timing) =
+        time_forward_and_adjoint(ctx, &op, &arrays, (&volume, &data), repeats)?;
     let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, op.chunks(), repeats)?;
     let workspace = op.fft_workspace_bytes();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = CpuOperator::new(&g, threads);
     let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
     let mut records = Vec::new();
-    for (name, whole, stages) in [
+    for (name, ms, stages) in [
         (
             "L",
-            Apply::Forward,
+            whole_ms[0],
             [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
         ),
         (
             "L*",
-            Apply::Adjoint,
+            whole_ms[1],
             [Apply::Usfft1dAdjoint, Apply::Usfft2dAdjoint, Apply::Fft2d],
         ),
     ] {
         // The data array is workspace for L*: its values change between repeats, its cost does
         // not (no kernel branches on values).
         ctx.write(arrays.data.buffer(), 0, &data);
-        let (ms, timing) = time(whole)?;
         let (ms_u1, _) = time(stages[0])?;
         let (ms_u2, _) = time(stages[1])?;
         let (ms_f, _) = time(stages[2])?;
@@ -210,7 +212,7 @@ fn bench_geometry(
             fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
             u1_points_per_s: g.spectrum_len() as f64 / (ms_u1 / 1e3),
             u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
-            adjoint_over_forward: 0.0,
+            adjoint_over_forward: ratio,
             array_bytes,
             device_bytes: op.device_bytes(),
             cpu_ms,
@@ -219,11 +221,39 @@ fn bench_geometry(
             device: ctx.info().name.clone(),
         });
     }
-    let ratio = records[1].ms / records[0].ms;
-    records
-        .iter_mut()
-        .for_each(|r| r.adjoint_over_forward = ratio);
     Ok(records)
+}
+
+/// Median times of L and L* over `repeats` alternated pairs (after one untimed pair),
+/// milliseconds, the median of the pairs' L*/L ratios, and how they were timed. Alternating puts
+/// both under the same machine load, so the ratio holds where the load drifts within a run. Each
+/// application starts from the `(volume, data)` inputs, so values cannot grow from pair to pair.
+fn time_forward_and_adjoint(
+    ctx: &GpuContext,
+    op: &crate::operator::LaminoOperator,
+    arrays: &OperatorArrays,
+    (volume, data): (&[Complex<f32>], &[Complex<f32>]),
+    repeats: usize,
+) -> Result<([f64; 2], f64, &'static str), crate::operator::OperatorError> {
+    use crate::operator::Apply;
+    let forward = arrays.application(ctx, op, Apply::Forward)?;
+    let adjoint = arrays.application(ctx, op, Apply::Adjoint)?;
+    let (mut times, mut ratios) = ([Vec::new(), Vec::new()], Vec::new());
+    let mut how = "wall";
+    for i in 0..=repeats {
+        ctx.write(arrays.volume.buffer(), 0, volume);
+        let (l, h) = time_once(ctx, |rec| op.record(ctx, rec, &forward))?;
+        ctx.write(arrays.data.buffer(), 0, data);
+        let (l_adjoint, _) = time_once(ctx, |rec| op.record(ctx, rec, &adjoint))?;
+        if i > 0 {
+            times[0].push(l);
+            times[1].push(l_adjoint);
+            ratios.push(l_adjoint / l);
+            how = h;
+        }
+    }
+    let [l, l_adjoint] = times;
+    Ok(([median(l), median(l_adjoint)], median(ratios), how))
 }
 
 /// Median time of `repeats` applications of `what` (after one untimed), milliseconds, and how
