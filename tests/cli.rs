@@ -1369,6 +1369,12 @@ fn bench_scale_model_measures_this_device_and_models_each_size_on_each_gpu_count
     assert_eq!(measured["kind"], "model-measurement", "{measured}");
     assert!(measured["ms_per_iteration"].as_f64().unwrap() > 0.0);
     assert!(measured["copy_equivalents"].as_f64().unwrap() > 0.0);
+    // The target's largest binding (the default 2047 MiB), whatever this device's is.
+    assert_eq!(
+        measured["model_max_binding_bytes"],
+        2047u64 << 20,
+        "{measured}"
+    );
     let points = &lines[1..];
     let key: Vec<(u64, u64)> = points
         .iter()
@@ -1388,6 +1394,10 @@ fn bench_scale_model_measures_this_device_and_models_each_size_on_each_gpu_count
         );
         let single = p["ranks"] == 1;
         assert_eq!(p["network_bytes_per_rank"] == 0, single, "{p}");
+        // Rank 0 streams exactly when some rank does (the first ranks hold the larger shares).
+        let streaming = p["streaming_ranks"].as_u64().unwrap();
+        assert!(streaming <= p["ranks"].as_u64().unwrap(), "{p}");
+        assert_eq!(p["mode"] == "streaming", streaming > 0, "{p}");
     }
     // The bigger volume costs more per iteration on the same GPUs.
     assert!(points[3]["iteration_s"].as_f64() > points[0]["iteration_s"].as_f64());

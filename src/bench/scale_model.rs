@@ -23,8 +23,7 @@ pub struct ScaleModelMeasurement {
     pub copy_equivalents: f64,
     pub device: String,
     /// The largest binding the model's plans were made with: the target's
-    /// (`--model-max-binding`), or this device's where that is smaller (a plan's chunk buffers
-    /// are sized through this device).
+    /// (`--model-max-binding`), whatever this device's is.
     pub model_max_binding_bytes: u64,
 }
 
@@ -64,8 +63,8 @@ pub fn bench_scale_model(
     if inputs.device_gbps <= 0.0 {
         inputs.device_gbps = copy;
     }
-    // The plans of the target: this device's context with the target's binding limit.
-    let modelled = GpuContext::new(options)?.with_max_binding_bytes(max_binding_bytes);
+    // The plans of the target: this device's context reporting the target's binding limit.
+    let modelled = GpuContext::new(options)?.modelling_max_binding_bytes(max_binding_bytes);
     let mut points = Vec::new();
     for &n in sizes {
         let target = crate::operator::Geometry::cube(n, n, SCALE_PHI);
@@ -134,17 +133,12 @@ pub fn print(
     };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     println!(
-        "modelled GPU: {} GiB, largest buffer {:.0} MiB, largest binding {:.0} MiB{}, copy {gbps:.1} \
+        "modelled GPU: {} GiB, largest buffer {:.0} MiB, largest binding {:.0} MiB, copy {gbps:.1} \
          GB/s, {equivalents:.1} copy-equivalents per byte, bus {} GB/s; node network {} GB/s shared \
          by {} GPUs, {} us per message; host {} GiB per rank",
         inputs.device_bytes >> 30,
         mib(inputs.max_buffer_bytes),
         mib(measured.model_max_binding_bytes),
-        if measured.model_max_binding_bytes < max_binding_bytes {
-            format!(" (this device's; {:.0} MiB asked)", mib(max_binding_bytes))
-        } else {
-            String::new()
-        },
         inputs.bus_gbps,
         inputs.network_gbps,
         inputs.gpus_per_node,
@@ -152,7 +146,7 @@ pub fn print(
         inputs.host_bytes >> 30
     );
     println!(
-        "{:>5} {:>5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>10} {:>9} {:>6} {:>13} {:>7} {:>9} {:>9}",
+        "{:>5} {:>5} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>6} {:>10} {:>9} {:>6} {:>13} {:>7} {:>9} {:>9}",
         "size",
         "GPUs",
         "each rank",
@@ -173,10 +167,10 @@ pub fn print(
     );
     for p in &points {
         println!(
-            "{:>5} {:>5} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.4} {:>10.3} {:>8.2} {:>6.2} {:>10.3} {:>9.3} {:>6.2} {:>13} {:>7.2} {:>9.2} {:>9.1}",
+            "{:>5} {:>5} {:>12} {:>9.3} {:>9.3} {:>9.3} {:>9.4} {:>10.3} {:>8.2} {:>6.2} {:>10.3} {:>9.3} {:>6.2} {:>13} {:>7.2} {:>9.2} {:>9.1}",
             p.size,
             p.ranks,
-            format!("{:?}", p.mode),
+            each_rank(p),
             p.device_s,
             p.bus_s,
             p.network_s,
@@ -204,4 +198,14 @@ pub fn print(
         }
     }
     Ok(())
+}
+
+/// The `each rank` column: "in-core" or "streaming" where every rank's own plan is, else how
+/// many of the ranks stream (the first ones, which hold a plane more of some arrays).
+fn each_rank(p: &crate::plan::cluster_model::ClusterPoint) -> String {
+    match p.streaming_ranks {
+        0 => "in-core".into(),
+        s if s == p.ranks => "streaming".into(),
+        s => format!("{s}/{} stream", p.ranks),
+    }
 }

@@ -289,7 +289,8 @@ pub struct ScaleModelArgs {
     #[arg(long = "model-max-buffer-gib", value_parser = super::gib_as_bytes)]
     pub model_max_buffer_bytes: Option<u64>,
     /// Largest storage binding of one GPU, MiB (wgpu on NVIDIA's Vulkan driver: i32::MAX bytes,
-    /// just under 2048 MiB); this device's limit where that is smaller.
+    /// just under 2048 MiB), which the plans' chunk buffers are sized by, whatever this
+    /// device's limit is.
     #[arg(long = "model-max-binding", default_value = "2047", value_parser = super::mib_as_bytes)]
     pub model_max_binding_bytes: u64,
     /// Copy bandwidth of one GPU, GB/s (read + write); 0: this device's, measured.

@@ -41,12 +41,12 @@ impl Kernel {
                 )));
             }
             if *kind != BindingKind::Uniform {
-                if s.size > ctx.max_binding_bytes() {
+                if s.size > ctx.device_max_binding_bytes() {
                     return Err(validation(format!(
                         "binding {i} ({}) is {} bytes, above the {}-byte storage binding limit",
                         s.buffer.label,
                         s.size,
-                        ctx.max_binding_bytes()
+                        ctx.device_max_binding_bytes()
                     )));
                 }
                 if s.offset % ctx.binding_alignment() != 0 {

@@ -21,6 +21,16 @@ use super::memory::GpuBuffer;
 use super::readback::Readback;
 use super::traffic::{DeviceBusy, Timeline, Traffic};
 
+/// The largest storage binding a context reports, where it is not the device's.
+#[derive(Debug, Clone, Copy)]
+enum BindingLimit {
+    Device,
+    /// Below the device's, for tests of the paths that split data across bindings.
+    Capped(u64),
+    /// Another GPU's, for plans on paper (`bench scale --model-max-binding`).
+    Modelled(u64),
+}
+
 /// A device and queue with the adapter's real limits, a kernel cache and error capture.
 ///
 /// Library code takes a `&GpuContext`; only the CLI and test harnesses create one.
@@ -28,7 +38,7 @@ pub struct GpuContext {
     /// The device and queue the layers below work on (allocation, counters, error capture).
     pub(crate) core: Device,
     info: AdapterSummary,
-    binding_limit_override: Option<u64>,
+    binding_limit: BindingLimit,
     workgroups_per_dimension_override: Option<u32>,
     kernels: Mutex<HashMap<KernelKey, Arc<Kernel>>>,
     pub(super) readback: Readback,
@@ -68,7 +78,7 @@ impl GpuContext {
         Self {
             core,
             info,
-            binding_limit_override: None,
+            binding_limit: BindingLimit::Device,
             workgroups_per_dimension_override: None,
             kernels: Mutex::default(),
             readback: Readback::default(),
@@ -127,7 +137,16 @@ impl GpuContext {
     /// Caps the bytes of one storage binding below the device limit. Tests use this to exercise
     /// the paths that split data across bindings at sizes lavapipe runs quickly.
     pub fn with_max_binding_bytes(mut self, bytes: u64) -> Self {
-        self.binding_limit_override = Some(bytes.max(self.binding_alignment()));
+        self.binding_limit = BindingLimit::Capped(bytes.max(self.binding_alignment()));
+        self
+    }
+
+    /// A context for plans on paper of another GPU, whose largest storage binding is `bytes`:
+    /// [`max_binding_bytes`](Self::max_binding_bytes), through which planners size their chunk
+    /// buffers, reports it even above this device's limit. What is bound on this device is
+    /// still checked against the device's own limit.
+    pub fn modelling_max_binding_bytes(mut self, bytes: u64) -> Self {
+        self.binding_limit = BindingLimit::Modelled(bytes.max(self.binding_alignment()));
         self
     }
 
@@ -184,12 +203,25 @@ impl GpuContext {
         self.core.timestamps
     }
 
-    /// Largest storage binding in bytes, a multiple of the binding alignment.
+    /// Largest storage binding in bytes, a multiple of the binding alignment: what planners size
+    /// their buffers by. A modelling context reports the modelled GPU's.
     pub fn max_binding_bytes(&self) -> u64 {
+        match self.binding_limit {
+            BindingLimit::Modelled(bytes) => {
+                bytes / self.binding_alignment() * self.binding_alignment()
+            }
+            BindingLimit::Device | BindingLimit::Capped(_) => self.device_max_binding_bytes(),
+        }
+    }
+
+    /// Largest storage binding this device takes (capped for tests), a multiple of the binding
+    /// alignment: what a binding is checked against.
+    pub fn device_max_binding_bytes(&self) -> u64 {
         let device = self.core.limits.max_storage_buffer_binding_size;
-        let cap = self
-            .binding_limit_override
-            .map_or(device, |o| o.min(device));
+        let cap = match self.binding_limit {
+            BindingLimit::Capped(bytes) => bytes.min(device),
+            BindingLimit::Device | BindingLimit::Modelled(_) => device,
+        };
         cap / self.binding_alignment() * self.binding_alignment()
     }
 

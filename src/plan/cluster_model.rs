@@ -39,9 +39,9 @@
 //!
 //! What the model leaves out, and which way it errs: the copy-equivalents per byte are measured
 //! at a small size and taken as size-independent (the FFTs' work per byte grows with the log of
-//! the length: optimistic for the device at 2048^3); chunk buffers sized by this device's
-//! largest binding when the target's is larger (`bench scale --model-max-binding` can only
-//! lower it: optimistic for residency, the operator's buffers being smaller).
+//! the length: optimistic for the device at 2048^3). The plans are made on paper with the
+//! target's largest buffer and binding (`bench scale --model-max-buffer-gib`,
+//! `--model-max-binding`, through a modelling context), whatever this device's are.
 
 use serde::Serialize;
 
@@ -79,8 +79,11 @@ pub struct ClusterPoint {
     pub size: usize,
     pub angles: usize,
     pub ranks: usize,
-    /// In-core or streaming: each rank's plan (rank 0's, which holds the largest shares).
+    /// In-core or streaming: rank 0's plan, which holds the largest shares.
     pub mode: Mode,
+    /// How many ranks stream, each under its own plan: the first ones (where K does not divide an
+    /// array's planes, the first ranks hold one plane more of it); the others are in-core.
+    pub streaming_ranks: usize,
     pub device_s: f64,
     pub bus_s: f64,
     pub network_s: f64,
@@ -197,19 +200,22 @@ fn point(
         Some("scratch".into()),
     )
     .for_max_buffer(inputs.max_buffer_bytes);
-    // Rank 0 holds the largest share of every array (the first ranks take the extra planes).
-    let portion = Portion {
-        member: 0,
-        members: k,
+    let plan_of = |member| {
+        plan_member(
+            ctx,
+            g,
+            params,
+            &OperatorOptions::default(),
+            &budgets,
+            Portion { member, members: k },
+        )
     };
-    let plan = plan_member(
-        ctx,
-        g,
-        params,
-        &OperatorOptions::default(),
-        &budgets,
-        portion,
-    )?;
+    // Rank 0 holds the largest share of every array (the first ranks take the extra planes): the
+    // slowest rank, whose plan the iteration waits for.
+    let plan = plan_of(0)?;
+    let streaming_ranks = streaming_prefix(k, plan.mode == Mode::Streaming, |member| {
+        Ok(plan_of(member)?.mode == Mode::Streaming)
+    })?;
     let touched = touched_bytes(g, params) as f64;
     let device_s = inputs.copy_equivalents * touched / k as f64 / (inputs.device_gbps * 1e9);
     let bus_bytes = plan.bytes_moved_per_iteration;
@@ -234,6 +240,7 @@ fn point(
         angles: g.ntheta(),
         ranks: k,
         mode: plan.mode,
+        streaming_ranks,
         device_s,
         bus_s,
         network_s,
@@ -253,6 +260,30 @@ fn point(
         host_bytes_per_rank: plan.host_bytes,
         scratch_bytes_per_rank: plan.scratch_bytes,
     })
+}
+
+/// How many of `k` ranks stream, rank 0 among them where `first_streams`: a prefix, since a
+/// rank's shares are no larger than those of the ranks before it, found by bisection over
+/// `streams(rank)`.
+fn streaming_prefix(
+    k: usize,
+    first_streams: bool,
+    streams: impl Fn(usize) -> Result<bool, PlanError>,
+) -> Result<usize, PlanError> {
+    if !first_streams {
+        return Ok(0);
+    }
+    // Ranks below `low` stream; ranks from `high` on are in-core.
+    let (mut low, mut high) = (1, k);
+    while low < high {
+        let middle = (low + high) / 2;
+        if streams(middle)? {
+            low = middle + 1;
+        } else {
+            high = middle;
+        }
+    }
+    Ok(low)
 }
 
 /// Bytes the operator's stages read and write of the iteration's [`touched_bytes`]: every
@@ -430,6 +461,86 @@ mod tests {
                 .find(|p| p.communication_share > 0.5)
                 .map(|p| p.ranks)
         );
+    }
+
+    /// The model plans the target GPU's chunks: a modelling context reports the target's largest
+    /// binding, above this device's too, so the operator's chunks follow it; what it binds on
+    /// this device is still checked against the device's own limit.
+    #[test]
+    fn a_modelling_context_sizes_chunks_by_the_target_binding() {
+        use crate::operator::LaminoOperator;
+        let device = crate::gpu::test_context().max_binding_bytes();
+        let small = crate::gpu::test_context().with_max_binding_bytes(64 << 20);
+        let modelled = crate::gpu::test_context().modelling_max_binding_bytes(2047 << 20);
+        assert_eq!(modelled.max_binding_bytes(), 2047 << 20);
+        assert_eq!(modelled.device_max_binding_bytes(), device);
+        let g = geometry(1024);
+        let chunks =
+            |ctx| LaminoOperator::chunk_sizes(ctx, &g, &OperatorOptions::default()).unwrap();
+        let (capped, target) = (chunks(&small), chunks(&modelled));
+        // A y row of U1's grid is 16 MiB at 1024^3: 4 rows per 64 MiB binding, 127 per 2047 MiB.
+        assert_eq!(capped.0, 4);
+        assert_eq!(target.0, 127);
+    }
+
+    /// Where K does not divide the planes, the first ranks hold one plane more of every array:
+    /// on a GPU between what the two shares need, those ranks stream and the others are
+    /// in-core, and the model counts them.
+    #[test]
+    fn ranks_holding_a_plane_more_can_stream_where_the_others_are_in_core() {
+        let ctx = crate::gpu::test_context();
+        // 64 planes of every array on 3 ranks: 22, 21 and 21.
+        let (g, k) = (geometry(64), 3);
+        let params = AdmmParams::default();
+        let plan = |device_bytes, member| {
+            let budgets = Budgets::given(device_bytes, 1 << 40, None).for_max_buffer(1 << 40);
+            let portion = Portion { member, members: k };
+            plan_member(
+                &ctx,
+                &g,
+                &params,
+                &OperatorOptions::default(),
+                &budgets,
+                portion,
+            )
+            .unwrap()
+        };
+        // The least device memory on which a rank is in-core.
+        let least_in_core = |member| {
+            let (mut low, mut high) = (1u64, 1u64 << 40);
+            while low < high {
+                let middle = low + (high - low) / 2;
+                if plan(middle, member).mode == Mode::InCore {
+                    high = middle;
+                } else {
+                    low = middle + 1;
+                }
+            }
+            low
+        };
+        let (first, last) = (least_in_core(0), least_in_core(k - 1));
+        assert!(first > last, "{first} {last}");
+        let device_bytes = (first + last) / 2;
+        assert_eq!(plan(device_bytes, 0).mode, Mode::Streaming);
+        assert_eq!(plan(device_bytes, 1).mode, Mode::InCore);
+        let inputs = ClusterInputs {
+            device_bytes,
+            host_bytes: 1 << 40,
+            max_buffer_bytes: 1 << 40,
+            device_gbps: 1000.0,
+            bus_gbps: 25.0,
+            network_gbps: 25.0,
+            gpus_per_node: 4,
+            latency_us: 5.0,
+            copy_equivalents: 4.0,
+        };
+        let points = model(&ctx, &g, &params, &inputs, &[1, 2, 3, 4]).unwrap();
+        let streaming: Vec<_> = points.iter().map(|p| p.streaming_ranks).collect();
+        // One GPU and 2 ranks (32 planes each, more than rank 0's 22) stream whole; of 3, the
+        // first; of 4 (16 each), none.
+        assert_eq!(streaming, [1, 2, 1, 0], "{points:?}");
+        assert_eq!(points[2].mode, Mode::Streaming);
+        assert!(points[2].bus_bytes_per_rank > 0);
     }
 
     /// Each rank plans its own memory: with a GPU of a quarter of what one in-core iteration

@@ -490,29 +490,35 @@ fn plan_in_core(
         .sum::<u64>()
         // The spatial projections during setup.
         + portion.projection_bytes(g);
-    let in_core_fixed = fixed_bytes(ctx, g, caps, 0, true, portion)?;
     let all_fit_buffers = Array::BY_TRAFFIC
         .iter()
         .all(|&a| fits_a_buffer(ctx, budgets, portion.share_bytes(a, g)))
         && fits_a_buffer(ctx, budgets, portion.u2_largest_table_bytes(g));
-    if !(all_fit_buffers && in_core_fixed.saturating_add(everything) <= budget) {
+    if !all_fit_buffers || everything > budget {
         return Ok(None);
     }
     if !shared {
+        let Some((options, fixed)) = in_core_chunks(ctx, g, caps, budget - everything, portion)?
+        else {
+            return Ok(None);
+        };
         return assemble(
             ctx,
             g,
             params,
-            *caps,
-            (0, in_core_fixed),
+            options,
+            (0, fixed),
             (Array::BY_TRAFFIC.len(), true),
             (budgets.clone(), portion),
         )
         .map(Some);
     }
-    // Where one device could hold everything, the devices of a shared plan take the in-core
-    // plan's chunks (so their bits are one device's in-core bits) if their blocks fit the
-    // staging buffers.
+    // Where one device could hold everything with the in-core plan's chunks, the devices of a
+    // shared plan take those chunks (so their bits are one device's in-core bits) if their
+    // blocks fit the staging buffers.
+    if fixed_bytes(ctx, g, caps, 0, true, portion)? > budget - everything {
+        return Ok(None);
+    }
     let chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
     let words = staging_words_for(g, chunks);
     let options = OperatorOptions {
@@ -534,6 +540,40 @@ fn plan_in_core(
         .map(Some);
     }
     Ok(None)
+}
+
+/// The operator's options for an in-core plan whose chunk buffers and tables (its fixed bytes,
+/// returned with them) fit `room`: the largest chunks `caps` allows, else those chunks halved
+/// until they fit (rather than streaming arrays that fit over the bus because the chunk buffers
+/// of a large binding do not fit beside them); `None` if not even chunks of one fit.
+fn in_core_chunks(
+    ctx: &GpuContext,
+    g: &Geometry,
+    caps: &OperatorOptions,
+    room: u64,
+    portion: Portion,
+) -> Result<Option<(OperatorOptions, u64)>, PlanError> {
+    let mut options = *caps;
+    let mut chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
+    loop {
+        let fixed = fixed_bytes(ctx, g, &options, 0, true, portion)?;
+        if fixed <= room {
+            return Ok(Some((options, fixed)));
+        }
+        if chunks == (1, 1, 1) {
+            return Ok(None);
+        }
+        chunks = (
+            chunks.0.div_ceil(2),
+            chunks.1.div_ceil(2),
+            chunks.2.div_ceil(2),
+        );
+        options = OperatorOptions {
+            max_chunk_y: Some(chunks.0),
+            max_chunk_rows: Some(chunks.1),
+            max_chunk_angles: Some(chunks.2),
+        };
+    }
 }
 
 /// Streaming chunks: the largest staging buffers (in words) whose fixed cost stays within the

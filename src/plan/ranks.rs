@@ -231,6 +231,40 @@ mod tests {
         assert!(half.arrays.iter().any(|a| a.residency == Residency::Device));
     }
 
+    /// Arrays that fit a device beside smaller chunk buffers than the largest the binding allows
+    /// are planned in-core with those chunks, not streamed over the bus: at the least memory
+    /// that is in-core, the chunks are smaller than with room to spare, and one byte less
+    /// streams.
+    #[test]
+    fn arrays_that_fit_beside_smaller_chunks_stay_in_core_with_them() {
+        let ctx = crate::gpu::test_context();
+        let g = geometry(64);
+        let params = AdmmParams::default();
+        let caps = OperatorOptions::default();
+        let plan = |device| {
+            let budgets = Budgets::given(device, u64::MAX, None);
+            plan_member(&ctx, &g, &params, &caps, &budgets, Portion::WHOLE).unwrap()
+        };
+        let roomy = plan(1 << 40);
+        assert_eq!(roomy.mode, Mode::InCore);
+        let (mut low, mut high) = (1u64, 1u64 << 40);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if plan(middle).mode == Mode::InCore {
+                high = middle;
+            } else {
+                low = middle + 1;
+            }
+        }
+        let tight = plan(low);
+        assert_eq!(tight.mode, Mode::InCore);
+        assert_eq!(tight.bytes_moved_per_iteration, 0);
+        assert!(tight.device_bytes < roomy.device_bytes, "{tight:?}");
+        let (t, r) = (tight.chunks, roomy.chunks);
+        assert!(t.0 < r.0 && t.1 < r.1 && t.2 < r.2, "{t:?} {r:?}");
+        assert_eq!(plan(low - 1).mode, Mode::Streaming);
+    }
+
     /// A run's members take the team's plan (its chunks): a member whose homes fit its device
     /// beside what that plan holds there is in-core with exactly its homes on the device, a
     /// member with less memory streams its share as the team's plan does; members are
