@@ -97,7 +97,12 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
         for (r, entry) in per_rank.iter().enumerate() {
             assert_eq!(entry["rank"], r);
             assert!(entry["bytes_sent"].as_u64().unwrap() > 0, "{entry}");
-            assert!(entry["iterations_s"].as_f64().unwrap() > 0.0, "{entry}");
+            let iterations_s = entry["iterations_s"].as_f64().unwrap();
+            assert!(iterations_s > 0.0, "{entry}");
+            // The time in exchanges is part of the iterations' (nothing overlaps it yet), and
+            // every iteration exchanges.
+            let exchange_s = entry["iteration_exchange_s"].as_f64().unwrap();
+            assert!(exchange_s > 0.0 && exchange_s < iterations_s, "{entry}");
             let sent = entry["iteration_bytes_by_array"]
                 .as_array()
                 .unwrap()

@@ -46,6 +46,9 @@ struct DistributedRun {
     array_bytes_per_iteration: Vec<Vec<(String, u64)>>,
     /// Host <-> device bytes of each rank's devices per outer iteration.
     bus_bytes_per_iteration: Vec<u64>,
+    /// Time each rank spent in exchanges per outer iteration (MPI calls and their packing,
+    /// waits for the other ranks included), ms: part of `iteration_ms`, nothing overlapping it.
+    exchange_ms_per_iteration: Vec<f64>,
     /// What the cost model counts per rank and outer iteration for this run's geometry and
     /// parameters ([`crate::plan::cluster_model::network_bytes_per_rank`]).
     model_bytes_per_iteration: u64,
@@ -168,6 +171,10 @@ pub fn print(
                     .map(|e| bus_sum(&e["bus_bytes_per_iteration"]))
                     .collect(),
             },
+            exchange_ms_per_iteration: ranks_reports
+                .iter()
+                .map(|e| e["iteration_exchange_s"].as_f64().unwrap_or(f64::NAN) * 1e3 / done as f64)
+                .collect(),
             model_bytes_per_iteration: crate::plan::cluster_model::network_bytes_per_rank(
                 &geometry, &params, k,
             ),
@@ -201,6 +208,19 @@ pub fn print(
                 "  over the bus per iteration by each rank's devices, MB: {}",
                 bus.join(", ")
             );
+            if !run.exchange_ms_per_iteration.is_empty() {
+                let exchange: Vec<String> = run
+                    .exchange_ms_per_iteration
+                    .iter()
+                    .map(|ms| format!("{ms:.0}"))
+                    .collect();
+                println!(
+                    "  in exchanges per iteration by each rank (waits included, nothing \
+                     overlapped), ms: {} of {:.0}",
+                    exchange.join(", "),
+                    run.iteration_ms
+                );
+            }
         }
     }
     Ok(())

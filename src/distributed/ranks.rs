@@ -79,11 +79,36 @@ pub struct Ranks {
     /// The arrays with a home, in the order every rank registers them.
     fields: Mutex<Vec<Owned>>,
     bytes_sent: AtomicU64,
+    /// Nanoseconds spent holding MPI: packing and unpacking the exchanged words and the MPI
+    /// calls, waits for the other ranks included.
+    exchange_ns: AtomicU64,
     /// Of those, the bytes of each registered array's words sent by the exchanges, in
     /// registration order.
     array_bytes_sent: Mutex<Vec<u64>>,
     /// Devices of each rank (the same on every rank).
     devices: AtomicUsize,
+}
+
+/// The MPI handles while a call holds them, timing how long (see [`Ranks::lock_mpi`]).
+struct HeldMpi<'a> {
+    mpi: std::sync::MutexGuard<'a, Mpi>,
+    since: std::time::Instant,
+    total: &'a AtomicU64,
+}
+
+impl std::ops::Deref for HeldMpi<'_> {
+    type Target = Mpi;
+
+    fn deref(&self) -> &Mpi {
+        &self.mpi
+    }
+}
+
+impl Drop for HeldMpi<'_> {
+    fn drop(&mut self) {
+        let ns = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.total.fetch_add(ns, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for Ranks {
@@ -118,6 +143,7 @@ impl Ranks {
             size,
             fields: Mutex::default(),
             bytes_sent: AtomicU64::new(0),
+            exchange_ns: AtomicU64::new(0),
             array_bytes_sent: Mutex::default(),
             devices: AtomicUsize::new(1),
         })))
@@ -143,6 +169,23 @@ impl Ranks {
     /// Bytes this rank sent to other ranks so far.
     pub fn bytes_sent(&self) -> u64 {
         self.bytes_sent.load(Ordering::Relaxed)
+    }
+
+    /// Seconds this rank has spent in exchanges (and other calls that involve other ranks):
+    /// packing, the MPI calls and the waits in them for the other ranks. Nothing overlaps them
+    /// with computation.
+    pub fn exchange_s(&self) -> f64 {
+        self.exchange_ns.load(Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// The MPI handles, held while the returned guard lives; the time it is held counts as
+    /// exchange time ([`exchange_s`](Self::exchange_s)).
+    fn lock_mpi(&self) -> HeldMpi<'_> {
+        HeldMpi {
+            mpi: self.mpi.lock().expect("MPI poisoned"),
+            since: std::time::Instant::now(),
+            total: &self.exchange_ns,
+        }
     }
 
     /// Stops every rank of the run (`MPI_Abort`).
@@ -224,7 +267,7 @@ impl Ranks {
 
     /// Every rank's `part`, in rank order.
     pub(crate) fn all_gather(&self, part: Vec<f32>) -> Vec<Vec<f32>> {
-        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let mpi = self.lock_mpi();
         let mut lengths = vec![0 as Count; self.size];
         mpi.world
             .all_gather_into(&(part.len() as Count), &mut lengths[..]);
@@ -257,7 +300,7 @@ impl Ranks {
 
     /// `send[r]` to rank r, for every r; returns what each rank sent here. Collective.
     fn all_to_all<T: Equivalence + Copy + Default>(&self, send: Vec<Vec<T>>) -> Vec<Vec<T>> {
-        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let mpi = self.lock_mpi();
         let counts: Vec<u64> = send.iter().map(|v| v.len() as u64).collect();
         let mut incoming = vec![0u64; self.size];
         mpi.world.all_to_all_into(&counts[..], &mut incoming[..]);
@@ -413,7 +456,7 @@ impl Ranks {
     /// other ranks, which send theirs): what the first rank writes, a slab at a time, never the
     /// whole of an array. The first rank's own part stays with it. Collective.
     pub(crate) fn gather_to_first(&self, part: &[f32]) -> Option<Vec<f32>> {
-        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let mpi = self.lock_mpi();
         let root = mpi.world.process_at_rank(0);
         if self.rank != 0 {
             let count = Count::try_from(part.len()).expect("a slab's words fit an MPI count");
@@ -573,7 +616,7 @@ impl Ranks {
     /// axis search passing their slab sums along, one after the other. Blocks until `to` takes
     /// them where MPI does not buffer them.
     pub(crate) fn send_to<T: Equivalence>(&self, to: usize, values: &[T]) {
-        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let mpi = self.lock_mpi();
         let destination = mpi.world.process_at_rank(to as i32);
         destination.send(&(values.len() as u64));
         for piece in values.chunks(ROUND_ELEMENTS as usize) {
@@ -585,7 +628,7 @@ impl Ranks {
 
     /// What rank `from` sends this one with [`send_to`](Self::send_to).
     pub(crate) fn receive_from<T: Equivalence + Copy + Default>(&self, from: usize) -> Vec<T> {
-        let mpi = self.mpi.lock().expect("MPI poisoned");
+        let mpi = self.lock_mpi();
         let source = mpi.world.process_at_rank(from as i32);
         let (len, _) = source.receive::<u64>();
         let mut values = vec![T::default(); len as usize];

@@ -41,6 +41,10 @@ pub struct RankReport {
     /// Host <-> device bytes each of the rank's devices moved per outer iteration
     /// ([`crate::recon::Reconstruction::bus_bytes_per_iteration`]).
     pub bus_bytes_per_iteration: Vec<u64>,
+    /// Seconds of `iterations_s` the rank spent in exchanges: the MPI calls and the packing
+    /// they do, waits for the other ranks included. Nothing overlaps them with computation
+    /// yet, so the rest of `iterations_s` is its computing.
+    pub iteration_exchange_s: f64,
 }
 
 /// Bytes of one array's blocks that an MPI rank sent.
@@ -63,9 +67,9 @@ pub struct AdmmTeam {
     /// [`AdmmTeam::slab_ledger`]).
     slab_ledger: AtomicU64,
     /// The bytes this MPI rank had sent when the first outer iteration began: in all, and of
-    /// each array (see [`AdmmTeam::rank_reports`]).
+    /// each array (see [`AdmmTeam::rank_reports`]), and the seconds it had spent in exchanges.
     #[cfg(feature = "mpi")]
-    setup_sent: Option<(u64, Vec<(String, u64)>)>,
+    setup_sent: Option<(u64, Vec<(String, u64)>, f64)>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -655,15 +659,17 @@ impl AdmmTeam {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             let (sent, by_array) = (ranks.bytes_sent(), ranks.array_bytes_sent());
-            let (setup, setup_by_array) = self
+            let exchange_s = ranks.exchange_s();
+            let (setup, setup_by_array, setup_exchange_s) = self
                 .setup_sent
                 .clone()
-                .unwrap_or_else(|| (sent, by_array.clone()));
+                .unwrap_or_else(|| (sent, by_array.clone(), exchange_s));
             let mut mine = vec![
                 setup_s.to_bits(),
                 iterations_s.to_bits(),
                 sent,
                 sent - setup,
+                (exchange_s - setup_exchange_s).to_bits(),
             ];
             mine.extend(by_array.iter().zip(&setup_by_array).map(|(a, s)| a.1 - s.1));
             // Every rank has as many devices.
@@ -679,15 +685,16 @@ impl AdmmTeam {
                     iterations_s: f64::from_bits(w[1]),
                     bytes_sent: w[2],
                     iteration_bytes_sent: w[3],
+                    iteration_exchange_s: f64::from_bits(w[4]),
                     iteration_bytes_by_array: by_array
                         .iter()
-                        .zip(&w[4..4 + arrays])
+                        .zip(&w[5..5 + arrays])
                         .map(|((array, _), &bytes)| ArrayBytes {
                             array: array.clone(),
                             bytes,
                         })
                         .collect(),
-                    bus_bytes_per_iteration: w[4 + arrays..].to_vec(),
+                    bus_bytes_per_iteration: w[5 + arrays..].to_vec(),
                 })
                 .collect();
         }
@@ -714,7 +721,11 @@ impl AdmmTeam {
         assert_eq!(devices.len(), self.members.len(), "one context per member");
         #[cfg(feature = "mpi")]
         if let (Some(ranks), None) = (&self.ranks, &self.setup_sent) {
-            self.setup_sent = Some((ranks.bytes_sent(), ranks.array_bytes_sent()));
+            self.setup_sent = Some((
+                ranks.bytes_sent(),
+                ranks.array_bytes_sent(),
+                ranks.exchange_s(),
+            ));
         }
         if let [solver] = &mut self.members[..] {
             return solver.step(&devices[0]);
