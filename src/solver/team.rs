@@ -47,6 +47,16 @@ pub struct RankReport {
     pub iteration_exchange_s: f64,
 }
 
+/// What an MPI rank had sent when the first outer iteration began: bytes in all and of each
+/// array, and the seconds spent in exchanges.
+#[cfg(feature = "mpi")]
+#[derive(Debug, Clone)]
+struct SentAtSetup {
+    bytes: u64,
+    by_array: Vec<(String, u64)>,
+    exchange_s: f64,
+}
+
 /// Bytes of one array's blocks that an MPI rank sent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArrayBytes {
@@ -66,10 +76,10 @@ pub struct AdmmTeam {
     /// The most volume bytes held while reading it a slab at a time (see
     /// [`AdmmTeam::slab_ledger`]).
     slab_ledger: AtomicU64,
-    /// The bytes this MPI rank had sent when the first outer iteration began: in all, and of
-    /// each array (see [`AdmmTeam::rank_reports`]), and the seconds it had spent in exchanges.
+    /// What this MPI rank had sent when the first outer iteration began (see
+    /// [`AdmmTeam::rank_reports`]).
     #[cfg(feature = "mpi")]
-    setup_sent: Option<(u64, Vec<(String, u64)>, f64)>,
+    setup_sent: Option<SentAtSetup>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -660,10 +670,15 @@ impl AdmmTeam {
         if let Some(ranks) = &self.ranks {
             let (sent, by_array) = (ranks.bytes_sent(), ranks.array_bytes_sent());
             let exchange_s = ranks.exchange_s();
-            let (setup, setup_by_array, setup_exchange_s) = self
-                .setup_sent
-                .clone()
-                .unwrap_or_else(|| (sent, by_array.clone(), exchange_s));
+            let SentAtSetup {
+                bytes: setup,
+                by_array: setup_by_array,
+                exchange_s: setup_exchange_s,
+            } = self.setup_sent.clone().unwrap_or_else(|| SentAtSetup {
+                bytes: sent,
+                by_array: by_array.clone(),
+                exchange_s,
+            });
             let mut mine = vec![
                 setup_s.to_bits(),
                 iterations_s.to_bits(),
@@ -721,11 +736,11 @@ impl AdmmTeam {
         assert_eq!(devices.len(), self.members.len(), "one context per member");
         #[cfg(feature = "mpi")]
         if let (Some(ranks), None) = (&self.ranks, &self.setup_sent) {
-            self.setup_sent = Some((
-                ranks.bytes_sent(),
-                ranks.array_bytes_sent(),
-                ranks.exchange_s(),
-            ));
+            self.setup_sent = Some(SentAtSetup {
+                bytes: ranks.bytes_sent(),
+                by_array: ranks.array_bytes_sent(),
+                exchange_s: ranks.exchange_s(),
+            });
         }
         if let [solver] = &mut self.members[..] {
             return solver.step(&devices[0]);
