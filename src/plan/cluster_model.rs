@@ -356,6 +356,22 @@ mod tests {
     use super::*;
     use crate::plan::test_geometry as geometry;
 
+    /// A GPU of `device_bytes` whose largest buffer is `max_buffer_bytes`, with `host_bytes` per
+    /// rank, on a network and bus of round figures.
+    fn machine(device_bytes: u64, host_bytes: u64, max_buffer_bytes: u64) -> ClusterInputs {
+        ClusterInputs {
+            device_bytes,
+            host_bytes,
+            max_buffer_bytes,
+            device_gbps: 1000.0,
+            bus_gbps: 25.0,
+            network_gbps: 25.0,
+            gpus_per_node: 4,
+            latency_us: 5.0,
+            copy_equivalents: 4.0,
+        }
+    }
+
     #[test]
     fn one_rank_exchanges_nothing_and_the_exchange_follows_the_spectrum() {
         let g = geometry(64);
@@ -395,17 +411,7 @@ mod tests {
         let ctx = crate::gpu::test_context();
         let g = geometry(256);
         let params = AdmmParams::default();
-        let inputs = ClusterInputs {
-            device_bytes: 1 << 30,
-            host_bytes: 64 << 30,
-            max_buffer_bytes: 1 << 30,
-            device_gbps: 1000.0,
-            bus_gbps: 25.0,
-            network_gbps: 25.0,
-            gpus_per_node: 4,
-            latency_us: 5.0,
-            copy_equivalents: 4.0,
-        };
+        let inputs = machine(1 << 30, 64 << 30, 1 << 30);
         let points = model(&ctx, &g, &params, &inputs, &[1, 2, 4, 8, 16, 32, 64]).unwrap();
         assert_eq!(points[0].network_s, 0.0);
         assert!((points[0].speedup - 1.0).abs() < 1e-12);
@@ -506,34 +512,14 @@ mod tests {
             .unwrap()
         };
         // The least device memory on which a rank is in-core.
-        let least_in_core = |member| {
-            let (mut low, mut high) = (1u64, 1u64 << 40);
-            while low < high {
-                let middle = low + (high - low) / 2;
-                if plan(middle, member).mode == Mode::InCore {
-                    high = middle;
-                } else {
-                    low = middle + 1;
-                }
-            }
-            low
-        };
+        let least_in_core =
+            |member| crate::plan::least_in_core_bytes(|d| plan(d, member).mode == Mode::InCore);
         let (first, last) = (least_in_core(0), least_in_core(k - 1));
         assert!(first > last, "{first} {last}");
         let device_bytes = (first + last) / 2;
         assert_eq!(plan(device_bytes, 0).mode, Mode::Streaming);
         assert_eq!(plan(device_bytes, 1).mode, Mode::InCore);
-        let inputs = ClusterInputs {
-            device_bytes,
-            host_bytes: 1 << 40,
-            max_buffer_bytes: 1 << 40,
-            device_gbps: 1000.0,
-            bus_gbps: 25.0,
-            network_gbps: 25.0,
-            gpus_per_node: 4,
-            latency_us: 5.0,
-            copy_equivalents: 4.0,
-        };
+        let inputs = machine(device_bytes, 1 << 40, 1 << 40);
         let points = model(&ctx, &g, &params, &inputs, &[1, 2, 3, 4]).unwrap();
         let streaming: Vec<_> = points.iter().map(|p| p.streaming_ranks).collect();
         // One GPU and 2 ranks (32 planes each, more than rank 0's 22) stream whole; of 3, the
@@ -554,17 +540,7 @@ mod tests {
         let need = crate::plan::MemoryPlan::in_core(&ctx, &g, &params, &OperatorOptions::default())
             .unwrap()
             .device_bytes;
-        let inputs = ClusterInputs {
-            device_bytes: need / 4,
-            host_bytes: 64 << 30,
-            max_buffer_bytes: need,
-            device_gbps: 1000.0,
-            bus_gbps: 25.0,
-            network_gbps: 25.0,
-            gpus_per_node: 4,
-            latency_us: 5.0,
-            copy_equivalents: 4.0,
-        };
+        let inputs = machine(need / 4, 64 << 30, need);
         let points = model(&ctx, &g, &params, &inputs, &[1, 2, 8, 16]).unwrap();
         assert_eq!(points[0].mode, Mode::Streaming);
         assert!(points[0].bus_bytes_per_rank > 0);

@@ -81,6 +81,22 @@ fn test_geometry(n: usize) -> Geometry {
     )
 }
 
+/// The least device bytes (up to 1 TiB) for which `is_in_core`, found by bisection: plans are
+/// in-core from some budget on.
+#[cfg(test)]
+fn least_in_core_bytes(is_in_core: impl Fn(u64) -> bool) -> u64 {
+    let (mut low, mut high) = (1u64, 1u64 << 40);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        if is_in_core(middle) {
+            high = middle;
+        } else {
+            low = middle + 1;
+        }
+    }
+    low
+}
+
 /// In-core or streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -247,15 +247,7 @@ mod tests {
         };
         let roomy = plan(1 << 40);
         assert_eq!(roomy.mode, Mode::InCore);
-        let (mut low, mut high) = (1u64, 1u64 << 40);
-        while low < high {
-            let middle = low + (high - low) / 2;
-            if plan(middle).mode == Mode::InCore {
-                high = middle;
-            } else {
-                low = middle + 1;
-            }
-        }
+        let low = crate::plan::least_in_core_bytes(|d| plan(d).mode == Mode::InCore);
         let tight = plan(low);
         assert_eq!(tight.mode, Mode::InCore);
         assert_eq!(tight.bytes_moved_per_iteration, 0);
