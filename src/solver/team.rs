@@ -47,14 +47,25 @@ pub struct RankReport {
     pub iteration_exchange_s: f64,
 }
 
-/// What an MPI rank had sent when the first outer iteration began: bytes in all and of each
-/// array, and the seconds spent in exchanges.
+/// What an MPI rank has sent so far: bytes in all and of each array, and the seconds spent in
+/// exchanges.
 #[cfg(feature = "mpi")]
 #[derive(Debug, Clone)]
-struct SentAtSetup {
+struct SentSoFar {
     bytes: u64,
     by_array: Vec<(String, u64)>,
     exchange_s: f64,
+}
+
+#[cfg(feature = "mpi")]
+impl SentSoFar {
+    fn of(ranks: &crate::distributed::ranks::Ranks) -> Self {
+        Self {
+            bytes: ranks.bytes_sent(),
+            by_array: ranks.array_bytes_sent(),
+            exchange_s: ranks.exchange_s(),
+        }
+    }
 }
 
 /// Bytes of one array's blocks that an MPI rank sent.
@@ -79,7 +90,7 @@ pub struct AdmmTeam {
     /// What this MPI rank had sent when the first outer iteration began (see
     /// [`AdmmTeam::rank_reports`]).
     #[cfg(feature = "mpi")]
-    setup_sent: Option<SentAtSetup>,
+    setup_sent: Option<SentSoFar>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -668,25 +679,17 @@ impl AdmmTeam {
     pub fn rank_reports(&self, setup_s: f64, iterations_s: f64, bus: &[u64]) -> Vec<RankReport> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            let (sent, by_array) = (ranks.bytes_sent(), ranks.array_bytes_sent());
-            let exchange_s = ranks.exchange_s();
-            let SentAtSetup {
-                bytes: setup,
-                by_array: setup_by_array,
-                exchange_s: setup_exchange_s,
-            } = self.setup_sent.clone().unwrap_or_else(|| SentAtSetup {
-                bytes: sent,
-                by_array: by_array.clone(),
-                exchange_s,
-            });
+            let now = SentSoFar::of(ranks);
+            let setup = self.setup_sent.clone().unwrap_or_else(|| now.clone());
+            let (sent, by_array) = (now.bytes, now.by_array);
             let mut mine = vec![
                 setup_s.to_bits(),
                 iterations_s.to_bits(),
                 sent,
-                sent - setup,
-                (exchange_s - setup_exchange_s).to_bits(),
+                sent - setup.bytes,
+                (now.exchange_s - setup.exchange_s).to_bits(),
             ];
-            mine.extend(by_array.iter().zip(&setup_by_array).map(|(a, s)| a.1 - s.1));
+            mine.extend(by_array.iter().zip(&setup.by_array).map(|(a, s)| a.1 - s.1));
             // Every rank has as many devices.
             mine.extend(bus);
             let arrays = by_array.len();
@@ -736,11 +739,7 @@ impl AdmmTeam {
         assert_eq!(devices.len(), self.members.len(), "one context per member");
         #[cfg(feature = "mpi")]
         if let (Some(ranks), None) = (&self.ranks, &self.setup_sent) {
-            self.setup_sent = Some(SentAtSetup {
-                bytes: ranks.bytes_sent(),
-                by_array: ranks.array_bytes_sent(),
-                exchange_s: ranks.exchange_s(),
-            });
+            self.setup_sent = Some(SentSoFar::of(ranks));
         }
         if let [solver] = &mut self.members[..] {
             return solver.step(&devices[0]);
