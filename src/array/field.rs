@@ -41,6 +41,11 @@ pub enum StorageError {
 pub struct PlaneLayout {
     pub planes: usize,
     pub plane_words: usize,
+    /// The planes run along the second axis of the array's shape, not the first: its first two
+    /// axes are stored swapped. The solver keeps its data-side arrays so, one plane per detector
+    /// row holding every angle, so that the rows U2 reads and writes are contiguous (a team
+    /// member's home); the operator maps its block copies accordingly.
+    pub axes_swapped: bool,
 }
 
 impl PlaneLayout {
@@ -127,6 +132,9 @@ enum Store {
 struct Inner {
     label: String,
     layout: PlaneLayout,
+    /// The planes a team member's share of the array is made of whole chunks of (see
+    /// [`Field::home_chunk`]).
+    home_chunk: usize,
     residency: Residency,
     store: Store,
 }
@@ -183,6 +191,7 @@ impl Field {
         Ok(Self(Arc::new(Inner {
             label: label.to_string(),
             layout,
+            home_chunk: 1,
             residency: Residency::Device,
             store: Store::Device(ctx.storage_buffer(label, layout.bytes())?),
         })))
@@ -195,17 +204,19 @@ impl Field {
         layout: PlaneLayout,
         residency: &Residency,
     ) -> Result<Self, StorageError> {
-        Self::with_home(ctx, label, layout, residency, None)
+        Self::with_home(ctx, label, layout, residency, (None, 1))
     }
 
-    /// As [`new`](Self::new), for an MPI rank that keeps planes `home` of a host array (see
-    /// [`crate::distributed::ranks`]): the other planes take memory only while they hold fetched blocks.
+    /// As [`new`](Self::new), for a team whose members share the array's planes in whole chunks
+    /// of `home_chunk` planes, and for an MPI rank that keeps planes `home` of a host array (see
+    /// [`crate::distributed::ranks`]): the other planes take memory only while they hold
+    /// fetched blocks.
     pub(crate) fn with_home(
         ctx: &GpuContext,
         label: &str,
         layout: PlaneLayout,
         residency: &Residency,
-        home: Option<Range<usize>>,
+        (home, home_chunk): (Option<Range<usize>>, usize),
     ) -> Result<Self, StorageError> {
         let host = |words| {
             Store::Host(HostArray {
@@ -220,7 +231,7 @@ impl Field {
             })
         };
         let store = match residency {
-            Residency::Device => return Ok(Self::zeros(ctx, label, layout)?),
+            Residency::Device => Store::Device(ctx.storage_buffer(label, layout.bytes())?),
             Residency::Host => host(HostWords::Ram(zeroed_words(layout.words()).ok_or_else(
                 || StorageError::HostMemory {
                     label: label.to_string(),
@@ -240,6 +251,7 @@ impl Field {
         Ok(Self(Arc::new(Inner {
             label: label.to_string(),
             layout,
+            home_chunk: home_chunk.max(1),
             residency: residency.clone(),
             store,
         })))
@@ -248,6 +260,14 @@ impl Field {
     /// The array's layout.
     pub fn layout(&self) -> PlaneLayout {
         self.0.layout
+    }
+
+    /// The planes a team member's share of the array is made of whole chunks of: 1, or for an
+    /// array a stage reads in chunks of planes (the spectrum and the data side, by U2's
+    /// chunks of detector rows), those chunks, so that each member's vector passes run over
+    /// the planes it keeps (see [`crate::distributed::shares::chunk_planes`]).
+    pub fn home_chunk(&self) -> usize {
+        self.0.home_chunk
     }
 
     /// Bytes of scratch file this array holds: the whole array's in one process, an MPI rank's

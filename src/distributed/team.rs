@@ -21,7 +21,7 @@ use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::shares::share_range;
+use super::shares::{chunk_planes, share_range};
 use crate::array::{BlockView, Field};
 use crate::gpu::GpuError;
 use crate::gpu::{GpuContext, Recorder};
@@ -237,6 +237,12 @@ impl Share {
     /// first `count % members` members take one more.
     pub fn range(&self, count: usize) -> Range<usize> {
         share_range(self.index, self.members, count)
+    }
+
+    /// Member `member`'s planes of `planes` shared in whole chunks of `chunk` planes
+    /// ([`chunk_planes`]; chunks of one plane are [`range`](Self::range)'s shares).
+    pub fn chunk_range_of(&self, member: usize, planes: usize, chunk: usize) -> Range<usize> {
+        chunk_planes(member..member + 1, self.members, planes, chunk)
     }
 
     /// Submits what `rec` holds, waits until this member's downloads have landed in the host

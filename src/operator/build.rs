@@ -6,6 +6,7 @@ use super::sizing::{f_chunk, fft_workspace, u1_chunk, u2_chunk};
 use super::staging::WORKGROUP;
 use super::{Geometry, LaminoOperator, OperatorError, OperatorOptions, Space};
 use crate::array::{Field, Residency, Scalars};
+use crate::distributed::team::Share;
 use crate::gpu::{GpuBuffer, GpuContext, KernelSpec};
 use crate::shaders;
 
@@ -65,6 +66,29 @@ impl LaminoOperator {
         spectrum: &Residency,
         u2_tables: &Residency,
     ) -> Result<Self, OperatorError> {
+        Self::build(ctx, geometry, options, (spectrum, u2_tables), None)
+    }
+
+    /// As [`with_residency`](Self::with_residency) for member `share` of a multi-device team
+    /// (see [`into_member`](Self::into_member)): of U2, it builds the member's share of the
+    /// chunks only and holds the tables of their detector rows only.
+    pub(crate) fn for_member(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+        (spectrum, u2_tables): (&Residency, &Residency),
+        share: &Share,
+    ) -> Result<Self, OperatorError> {
+        Self::build(ctx, geometry, options, (spectrum, u2_tables), Some(share))
+    }
+
+    fn build(
+        ctx: &GpuContext,
+        geometry: &Geometry,
+        options: &OperatorOptions,
+        (spectrum, u2_tables): (&Residency, &Residency),
+        share: Option<&Share>,
+    ) -> Result<Self, OperatorError> {
         geometry.validate()?;
         let g = geometry;
         for (name, value) in [("n0", g.n0), ("n1", g.n1), ("n2", g.n2)] {
@@ -83,18 +107,21 @@ impl LaminoOperator {
             Space::Spectrum.layout(g, 2),
             spectrum,
         )?;
+        let chunk_rows = u2_chunk(ctx, g, options)?;
+        let u2_count = g.deth.div_ceil(chunk_rows);
         let mut op = Self {
             geometry: g.clone(),
             spectrum,
             stages: Default::default(),
             ffts: Default::default(),
             chunk_y: u1_chunk(ctx, g, options)?,
-            chunk_rows: u2_chunk(ctx, g, options)?,
+            chunk_rows,
             chunk_angles: f_chunk(ctx, g, options)?,
             fft_workspace: [0, 0],
             buffers: Vec::new(),
             own_scalars: Scalars::new(ctx, 1, 1)?,
             share: None,
+            u2_chunks: share.map_or(0..u2_count, |s| s.range(u2_count)),
         };
         // Every FFT plan binds the same workspace buffers when the pool is sized for the largest
         // before the first plan is built.
@@ -138,5 +165,52 @@ mod tests {
                 .map(|p| (p.sub, p.specialized))
                 .collect::<Vec<_>>()
         );
+    }
+}
+
+#[cfg(test)]
+mod member_tests {
+    use super::*;
+    use crate::distributed::team::TeamSync;
+
+    /// A team member's operator builds its share of U2's chunks and holds the tables of their
+    /// detector rows only: the tables' part of its device bytes (resident tables against one
+    /// chunk's slices of streamed ones) is the whole operator's less the other rows' tables.
+    #[test]
+    fn a_members_operator_holds_the_u2_tables_of_its_rows_only() {
+        let ctx = crate::gpu::test_context();
+        let g = Geometry::cube(16, 8, 1.0);
+        let options = OperatorOptions {
+            max_chunk_rows: Some(3),
+            ..OperatorOptions::default()
+        };
+        let row = LaminoOperator::u2_table_bytes(&g) / g.deth as u64;
+        // Device bytes with resident tables beyond those with streamed ones.
+        let tables_part = |build: &dyn Fn(&Residency) -> LaminoOperator| {
+            build(&Residency::Device).device_bytes() - build(&Residency::Host).device_bytes()
+        };
+        let whole = tables_part(&|tables| {
+            LaminoOperator::with_residency(&ctx, &g, &options, &Residency::Device, tables).unwrap()
+        });
+        let sync = TeamSync::new(3);
+        let mut rows = 0;
+        for index in 0..3 {
+            let share = Share::new(index, &sync);
+            let build = |tables: &Residency| {
+                LaminoOperator::for_member(&ctx, &g, &options, (&Residency::Device, tables), &share)
+                    .unwrap()
+            };
+            // 16 rows in 6 chunks of 3: two chunks each.
+            let member = build(&Residency::Device);
+            assert_eq!(member.u2_chunks, 2 * index..2 * index + 2);
+            assert_eq!(member.chunk_count(crate::operator::Stage::Usfft2d), 2);
+            let held_rows = (6 * index + 6).min(g.deth) - 6 * index;
+            rows += held_rows;
+            assert_eq!(
+                tables_part(&build),
+                whole - (g.deth - held_rows) as u64 * row
+            );
+        }
+        assert_eq!(rows, g.deth);
     }
 }

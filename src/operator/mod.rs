@@ -139,6 +139,8 @@ pub struct LaminoOperator {
     own_scalars: Scalars,
     /// As a member of a multi-device team: which chunks of each stage it computes.
     share: Option<Arc<Share>>,
+    /// The U2 chunks built (with the tables of their rows): every one, or a team member's.
+    u2_chunks: std::ops::Range<usize>,
 }
 
 impl std::fmt::Debug for LaminoOperator {
@@ -166,6 +168,11 @@ impl LaminoOperator {
             spectrum.layout(),
             self.spectrum.layout(),
             "a spectrum of the geometry"
+        );
+        let u2_count = self.geometry.deth.div_ceil(self.chunk_rows);
+        assert!(
+            self.u2_chunks == (0..u2_count) || self.u2_chunks == share.range(u2_count),
+            "an operator built for another member"
         );
         self.spectrum = spectrum;
         self.share = Some(share);

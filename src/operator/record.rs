@@ -78,10 +78,20 @@ impl LaminoOperator {
             .collect()
     }
 
-    /// This member's chunks of a stage (all of them alone).
+    /// This member's chunks of a stage (all of them alone), as indices of the chunks built
+    /// (of U2, an operator built for a member holds its share only).
     fn own_chunks(&self, kind: Kind) -> std::ops::Range<usize> {
-        let count = self.stages.of(kind).len();
-        self.share.as_ref().map_or(0..count, |s| s.range(count))
+        let built = self.stages.of(kind).len();
+        let (count, first) = match kind {
+            Kind::Gridding(Stage::Usfft2d | Stage::Usfft2dAdjoint) => (
+                self.geometry.deth.div_ceil(self.chunk_rows),
+                self.u2_chunks.start,
+            ),
+            _ => (built, 0),
+        };
+        let own = self.share.as_ref().map_or(0..count, |s| s.range(count));
+        debug_assert!(own.start >= first && own.end - first <= built);
+        own.start - first..own.end - first
     }
 
     /// Number of chunks of `stage`.

@@ -144,6 +144,7 @@ pub(super) fn u2_table_layouts(g: &Geometry) -> [(&'static str, PlaneLayout); 3]
     let layout = |plane_words| PlaneLayout {
         planes: g.deth,
         plane_words,
+        axes_swapped: false,
     };
     [
         ("u2 coordinates", layout(2 * points)),

@@ -61,6 +61,18 @@ impl Space {
         PlaneLayout {
             planes: shape[0],
             plane_words: words * shape[1] * shape[2],
+            axes_swapped: false,
+        }
+    }
+
+    /// [`layout`](Self::layout) with the first two axes stored swapped: the planes run along
+    /// the second axis (of the data, one plane per detector row holding every angle).
+    pub fn swapped_layout(self, g: &Geometry, words: usize) -> PlaneLayout {
+        let shape = self.shape(g);
+        PlaneLayout {
+            planes: shape[1],
+            plane_words: words * shape[0] * shape[2],
+            axes_swapped: true,
         }
     }
 }

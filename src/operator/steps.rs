@@ -14,6 +14,22 @@ pub(crate) struct View {
     pub strides: [u64; 3],
 }
 
+impl View {
+    /// This view of an array of `shape` (elements) as a view of the same elements stored with
+    /// the array's first two axes swapped. Every stride and the offset is a sum of whole steps
+    /// along the axes, so the map, linear, takes each of them alone.
+    pub(crate) fn with_axes_swapped(self, [a, b, c]: [u64; 3]) -> View {
+        let map = |e: u64| {
+            let (x0, x1, x2) = (e / (b * c), e / c % b, e % c);
+            x1 * a * c + x0 * c + x2
+        };
+        View {
+            offset: map(self.offset),
+            strides: self.strides.map(map),
+        }
+    }
+}
+
 /// One of the operator's FFT plans: only [`FftPlans::add`] hands these out, so a step cannot
 /// name a plan by a count or size that happens to be a valid index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

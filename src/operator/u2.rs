@@ -2,6 +2,7 @@
 //! and detector column: its chunk buffers, tables (resident, or sliced per chunk), kernels and
 //! FFT plans, and the forward and adjoint chunks along detector rows.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
@@ -14,7 +15,7 @@ use super::staging::{groups, window};
 use super::steps::{Block, Chunk, FftPlanId, Step};
 use super::tables::U2Tables;
 use super::{Geometry, GriddingAxis, LaminoOperator, OperatorError, View};
-use crate::array::{BlockView, Field, Residency};
+use crate::array::{BlockView, Field, PlaneLayout, Residency};
 use crate::fft::{Direction, FftPlan, Normalization};
 use crate::gpu::{BufferSlice, GpuBuffer, GpuContext, Kernel};
 use crate::shaders;
@@ -46,6 +47,8 @@ struct U2Params {
 /// contiguous block: on the device whole (each chunk binds its window), or on the host, a
 /// chunk's block uploaded into slice buffers of one chunk's rows before it computes.
 struct U2TableFields {
+    /// The first detector row the tables hold (they hold the rows of the chunks built).
+    first_row: u64,
     coords: Field,
     corner_start: Field,
     corner_points: Field,
@@ -55,22 +58,26 @@ struct U2TableFields {
 }
 
 impl U2TableFields {
-    /// Computes the tables of every detector row into arrays where `residency` says, with slice
-    /// buffers of `ck` rows when that is off the device.
+    /// Computes the tables of detector rows `rows` into arrays where `residency` says, with
+    /// slice buffers of `ck` rows when that is off the device.
     fn new(
         ctx: &GpuContext,
         g: &Geometry,
         (ax, ay): (&GriddingAxis, &GriddingAxis),
         ck: u64,
-        residency: &Residency,
+        (residency, rows): (&Residency, Range<usize>),
     ) -> Result<Self, OperatorError> {
         let [coords, corner_start, corner_points] = u2_table_layouts(g).map(|(label, layout)| {
+            let layout = PlaneLayout {
+                planes: rows.len(),
+                ..layout
+            };
             Field::new(ctx, label, layout, residency).map_err(OperatorError::from)
         });
         let (coords, corner_start, corner_points) = (coords?, corner_start?, corner_points?);
-        for k in 0..g.deth {
+        for k in rows.clone() {
             let row = U2Tables::row(g, ax, ay, k);
-            let at = |field: &Field| k * field.layout().plane_words;
+            let at = |field: &Field| (k - rows.start) * field.layout().plane_words;
             coords.write_words(ctx, at(&coords), bytemuck::cast_slice(&row.coords))?;
             corner_start.write_words(
                 ctx,
@@ -97,6 +104,7 @@ impl U2TableFields {
             ))
         };
         Ok(Self {
+            first_row: rows.start as u64,
             coords,
             corner_start,
             corner_points,
@@ -114,6 +122,8 @@ impl U2TableFields {
         k0: u64,
         c: u64,
     ) -> ([BufferSlice<'_>; 3], [u32; 3], Vec<Step>) {
+        // The tables' own row of detector row k0.
+        let k0 = k0 - self.first_row;
         match &self.slices {
             None => {
                 // Each table's window in its own elements (a point's coordinates are 2 words).
@@ -184,17 +194,20 @@ struct U2Parts {
 }
 
 impl LaminoOperator {
-    /// Builds U2 and U2* chunk by chunk along detector rows.
+    /// Builds U2 and U2* chunk by chunk along detector rows: the chunks `self.u2_chunks`,
+    /// with the tables of their rows.
     pub(super) fn build_u2(
         &mut self,
         ctx: &GpuContext,
         tables: &Residency,
     ) -> Result<(), OperatorError> {
         let g = self.geometry.clone();
-        let parts = self.u2_parts(ctx, &g, tables)?;
         let (deth, ck) = (g.deth as u64, self.chunk_rows as u64);
+        let chunks = &self.u2_chunks;
+        let rows = chunks.start * ck as usize..(chunks.end * ck as usize).min(g.deth);
+        let parts = self.u2_parts(ctx, &g, (tables, rows.clone()))?;
         let mut keep = Vec::new();
-        for k0 in (0..deth).step_by(ck as usize) {
+        for k0 in (rows.start as u64..rows.end as u64).step_by(ck as usize) {
             let c = (deth - k0).min(ck);
             keep.push(self.build_u2_chunk(ctx, &g, &parts, k0, c)?);
         }
@@ -210,7 +223,7 @@ impl LaminoOperator {
         &mut self,
         ctx: &GpuContext,
         g: &Geometry,
-        tables: &Residency,
+        tables: (&Residency, Range<usize>),
     ) -> Result<U2Parts, OperatorError> {
         let (ax, ay) = U2Tables::axes(g);
         let (n1, n2, detw) = (g.n1 as u64, g.n2 as u64, g.detw as u64);

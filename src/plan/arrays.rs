@@ -57,8 +57,20 @@ impl Array {
             Self::Psi | Self::Lambda | Self::GradU | Self::GradUPrev | Self::GradP => {
                 Space::Volume.layout(g, 3)
             }
-            Self::DHat | Self::Au | Self::Ap => Space::Data.layout(g, 2),
+            // By detector row: U2 reads and writes them a chunk of rows at a time.
+            Self::DHat | Self::Au | Self::Ap => Space::Data.swapped_layout(g, 2),
             Self::Spectrum => Space::Spectrum.layout(g, 2),
+        }
+    }
+
+    /// The planes a team member's home of the array is made of whole chunks of, with U2's
+    /// chunks of `u2_rows` detector rows: those chunks for the spectrum and the data side (their
+    /// planes are detector rows), which U2 and U2* then read and write at home; single planes
+    /// for the volume side.
+    pub fn home_chunk(self, u2_rows: usize) -> usize {
+        match self {
+            Self::Spectrum | Self::DHat | Self::Au | Self::Ap => u2_rows,
+            _ => 1,
         }
     }
 
@@ -250,14 +262,17 @@ impl Portion {
     }
 
     /// The planes of `array` the member keeps as its home in a team run: its share of the
-    /// planes, and of the spectrum the detector rows of its share of U2's chunks of `u2_rows`
-    /// rows, which U2 and U2* then read and write at home. (An MPI rank's home is its members'
-    /// homes together.)
+    /// chunks of [`Array::home_chunk`] planes, so that the stage reading them reads them at
+    /// home. (An MPI rank's home is its members' homes together.)
     pub fn home(self, array: Array, g: &Geometry, u2_rows: usize) -> std::ops::Range<usize> {
         let planes = array.layout(g).planes;
-        let chunk = if array == Array::Spectrum { u2_rows } else { 1 };
         let members = self.members.max(1);
-        chunk_planes(self.member..self.member + 1, members, planes, chunk)
+        chunk_planes(
+            self.member..self.member + 1,
+            members,
+            planes,
+            array.home_chunk(u2_rows),
+        )
     }
 
     /// Bytes of the member's home of `array` ([`home`](Self::home)).

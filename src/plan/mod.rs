@@ -321,7 +321,8 @@ fn fixed_device_bytes(
     let widest = (3 * g.volume_len()).max(2 * g.data_len()) as u64;
     let window = widest.min(ctx.max_binding_bytes() / 4);
     let per_workgroup = window / crate::shaders::SOLVER_VECTOR_WORKGROUP as u64;
-    let planes = g.n0.max(g.ntheta()) as u64;
+    // Planes: the volume's z slices, the data's detector rows.
+    let planes = g.n0.max(g.deth) as u64;
     let reductions = 16 * (per_workgroup + 1 + 3 * planes) * 4;
     let scalars = 1024;
     // The staging buffers and a readback pool of two output blocks.

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::array::Residency;
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, OperatorOptions};
+use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
 use crate::params::AdmmParams;
 
 /// What one member's plan says, for the plan's report (`reconstruct --dry-run`) and the cost
@@ -74,9 +74,9 @@ pub fn plan_member(
 }
 
 /// What member `portion` of a team does under the team's plan `shared` ([`super::plan_shared`]:
-/// its chunks, staging buffers and U2 tables, which every member takes): in-core where its
-/// homes of every array ([`Portion::home`]) fit its device budget beside what `shared` holds
-/// there, each in one buffer (it then keeps them on its device for the whole run, and only the
+/// its chunks, staging buffers and where the U2 tables are, which every member takes; of the
+/// tables, a member holds its chunks' rows only): in-core where its homes of every array
+/// ([`Portion::home`]) fit its device budget beside what `shared` holds there, each in one buffer (it then keeps them on its device for the whole run, and only the
 /// blocks it exchanges with the others cross the bus); else it streams its share of the
 /// arrays through its staging buffers as `shared` says.
 pub fn team_member_plan(
@@ -91,19 +91,28 @@ pub fn team_member_plan(
         .iter()
         .map(|&a| portion.home_bytes(a, g, rows))
         .sum();
+    let tables = shared.u2_tables == Residency::Device;
+    // Resident, the team's plan holds the tables of every detector row; a member holds those
+    // of its chunks' rows (its home of the spectrum) only.
+    let others_tables = if tables {
+        let held = portion.home(Array::Spectrum, g, rows).len();
+        (g.deth - held) as u64 * (LaminoOperator::u2_table_bytes(g) / g.deth as u64)
+    } else {
+        0
+    };
+    let device = shared.device_bytes - others_tables;
     let budget = (shared.budgets.device_bytes as f64 * PACKED_SHARE) as u64;
-    let fit = shared.device_bytes.saturating_add(homes) <= budget
+    let fit = device.saturating_add(homes) <= budget
         && Array::BY_TRAFFIC
             .iter()
             .all(|&a| fits_a_buffer(ctx, &shared.budgets, portion.home_bytes(a, g, rows)));
-    let tables = shared.u2_tables == Residency::Device;
     let resident = if fit { Array::BY_TRAFFIC.len() } else { 0 };
     let mut p = assemble(
         ctx,
         g,
         params,
         shared.operator,
-        (shared.staging_words, shared.device_bytes),
+        (shared.staging_words, device),
         (resident, tables),
         (shared.budgets.clone(), portion),
     )?;
@@ -115,7 +124,7 @@ pub fn team_member_plan(
         for a in &mut p.arrays {
             a.bytes = portion.home_bytes(a.array, g, rows);
         }
-        p.device_bytes = shared.device_bytes + homes;
+        p.device_bytes = device + homes;
         p.host_bytes = homes;
     }
     Ok(p)
@@ -286,14 +295,19 @@ mod tests {
         let ids: Vec<_> = plans.iter().map(|m| (m.rank, m.device)).collect();
         assert_eq!(ids, [(0, 0), (0, 1), (1, 0), (1, 1)]);
         let rows = shared.chunks.1;
+        // Resident, the team's plan holds every detector row's U2 tables, a member its own.
+        assert_eq!(shared.u2_tables, Residency::Device);
+        let row = LaminoOperator::u2_table_bytes(&g) / g.deth as u64;
         for m in &plans {
             let homes: u64 = Array::BY_TRAFFIC
                 .iter()
                 .map(|&a| m.portion.home_bytes(a, &g, rows))
                 .sum();
+            let held = m.portion.home(Array::Spectrum, &g, rows).len();
+            let others = (g.deth - held) as u64 * row;
             assert_eq!(m.mode, Mode::InCore, "{m:?}");
             assert_eq!(m.share_bytes, homes);
-            assert_eq!(m.device_bytes, shared.device_bytes + homes);
+            assert_eq!(m.device_bytes, shared.device_bytes - others + homes);
             assert!(m.device_bytes <= budget);
         }
         // The homes tile every array, and the spectrum's follow U2's chunks.

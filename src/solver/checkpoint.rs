@@ -62,9 +62,13 @@ const PART_EXTENSION: &str = "part";
 /// carry that difference to its end, so they are refused with what to do. From version 4 on the
 /// checksum covers the whole file (magic, header length, header, arrays); up to version 3 it
 /// covered the arrays only, so their headers cannot be trusted.
-const VERSION: u32 = 7;
+/// Version 8: as version 7, with `A u` stored by detector row (`(deth, ntheta, detw)`, as the
+/// solver keeps it), where version 7 stored it by angle; version 7 is refused with what to do.
+const VERSION: u32 = 8;
 /// The oldest version read.
-const OLDEST_VERSION: u32 = 7;
+const OLDEST_VERSION: u32 = 8;
+/// The last version that stored `A u` by angle.
+const LAST_ANGLE_MAJOR_VERSION: u32 = 7;
 /// The oldest version whose checksum covers its header.
 const OLDEST_CHECKED_VERSION: u32 = 4;
 /// The number of arrays of a checkpoint.
@@ -426,6 +430,14 @@ impl Checkpoint {
                 "format version {version}, written by an older lamino whose checksum did not \
                  cover the header, so its iteration count, penalty and sizes cannot be trusted; \
                  start the reconstruction again without resuming (without --resume)"
+            ))
+            .into());
+        }
+        if version == LAST_ANGLE_MAJOR_VERSION {
+            return Err(corrupt(format!(
+                "format version {version}, written by an older lamino that stored A u by angle, \
+                 where this one keeps it by detector row; finish the run with the lamino that \
+                 wrote it, or start the reconstruction again without resuming (without --resume)"
             ))
             .into());
         }

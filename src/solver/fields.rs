@@ -32,14 +32,21 @@ pub(crate) struct Fields {
 }
 
 impl Fields {
-    /// Every array where `plan` puts it, made by `field` (label, layout, residency).
+    /// Every array where `plan` puts it, made by `field` (label, layout, residency, the planes
+    /// a team's homes of it are made of whole chunks of: [`Array::home_chunk`]).
     pub(super) fn new(
         g: &Geometry,
         plan: &MemoryPlan,
-        field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+        field: impl Fn(&str, PlaneLayout, &Residency, usize) -> Result<Field, StorageError>,
     ) -> Result<Self, StorageError> {
-        let array =
-            |array: Array, label: &str| field(label, array.layout(g), plan.residency(array));
+        let array = |array: Array, label: &str| {
+            field(
+                label,
+                array.layout(g),
+                plan.residency(array),
+                array.home_chunk(plan.chunks.1),
+            )
+        };
         Ok(Self {
             u: array(Array::U, "u")?,
             u_prev: array(Array::UPrev, "u previous")?,
@@ -90,24 +97,25 @@ pub(crate) struct TeamArrays {
 
 impl TeamArrays {
     /// The arrays of `plan`, which holds none on the device, made by `field` (label, layout,
-    /// residency), the spectrum by `spectrum`.
+    /// residency, the planes their homes are made of whole chunks of).
     fn with(
         g: &Geometry,
         plan: &MemoryPlan,
-        field: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
-        spectrum: impl Fn(&str, PlaneLayout, &Residency) -> Result<Field, StorageError>,
+        field: impl Fn(&str, PlaneLayout, &Residency, usize) -> Result<Field, StorageError>,
     ) -> Result<Self, SolverError> {
         Ok(Self {
             fields: Fields::new(g, plan, &field)?,
-            spectrum: spectrum(
+            spectrum: field(
                 "spectrum (deth, n1, n2)",
                 Array::Spectrum.layout(g),
                 plan.residency(Array::Spectrum),
+                Array::Spectrum.home_chunk(plan.chunks.1),
             )?,
             spatial: field(
                 "projections",
                 projections_layout(g),
                 &plan.projections_residency(g),
+                1,
             )?,
         })
     }
@@ -142,15 +150,16 @@ impl TeamArrays {
 
     /// The arrays of a team of threads, shared.
     pub fn new(ctx: &GpuContext, g: &Geometry, plan: &MemoryPlan) -> Result<Self, SolverError> {
-        let field =
-            |label: &str, layout, residency: &Residency| Field::new(ctx, label, layout, residency);
-        Self::with(g, plan, field, field)
+        Self::with(g, plan, |label, layout, residency, chunk| {
+            Field::with_home(ctx, label, layout, residency, (None, chunk))
+        })
     }
 
     /// This MPI rank's arrays: its home planes of each (registered with `ranks` for the
-    /// exchanges, in the same order on every rank). The spectrum's home is the detector rows of
-    /// the rank's share of U2's chunks, which U2 and U2* then read and write at home; the
-    /// other arrays' homes are the rank's share of their planes, which the vector passes read.
+    /// exchanges, in the same order on every rank). The homes of the spectrum and the data side
+    /// are the detector rows of the rank's share of U2's chunks, which U2 and U2* then read and
+    /// write at home; the volume side's are the rank's share of their planes. The vector passes
+    /// run over the homes.
     #[cfg(feature = "mpi")]
     pub fn on_ranks(
         ctx: &GpuContext,
@@ -158,18 +167,12 @@ impl TeamArrays {
         plan: &MemoryPlan,
         ranks: &crate::distributed::ranks::Ranks,
     ) -> Result<Self, SolverError> {
-        let owned = |label: &str, layout: PlaneLayout, residency: &Residency, chunk: usize| {
+        Self::with(g, plan, |label, layout, residency, chunk| {
             let homes = ranks.chunk_homes(layout.planes, chunk);
             let home = Some(homes[ranks.rank()].clone());
-            let field = Field::with_home(ctx, label, layout, residency, home)?;
+            let field = Field::with_home(ctx, label, layout, residency, (home, chunk))?;
             ranks.register(&field, homes);
             Ok(field)
-        };
-        Self::with(
-            g,
-            plan,
-            |label, layout, residency| owned(label, layout, residency, 1),
-            |label, layout, residency| owned(label, layout, residency, plan.chunks.1),
-        )
+        })
     }
 }

@@ -32,6 +32,7 @@ pub(super) fn projections_layout(g: &Geometry) -> PlaneLayout {
     PlaneLayout {
         planes: g.ntheta(),
         plane_words: g.deth * g.detw,
+        axes_swapped: false,
     }
 }
 

@@ -89,7 +89,7 @@ impl AdmmSolver {
         let staging = staging(ctx, plan)?;
         let fields = match member {
             Some((arrays, _)) => arrays.fields.clone(),
-            None => Fields::new(g, plan, |label, layout, residency| {
+            None => Fields::new(g, plan, |label, layout, residency, _| {
                 Field::new(ctx, label, layout, residency)
             })?,
         };
@@ -141,17 +141,16 @@ fn operator(
     plan: &MemoryPlan,
     member: Option<(&TeamArrays, &Arc<Share>)>,
 ) -> Result<LaminoOperator, SolverError> {
-    let mut op = LaminoOperator::with_residency(
-        ctx,
-        g,
-        &plan.operator,
-        plan.residency(Array::Spectrum),
-        &plan.u2_tables,
-    )?;
-    if let Some((arrays, share)) = member {
-        op = op.into_member(arrays.spectrum.clone(), share.clone());
-    }
-    Ok(op)
+    let residencies = (plan.residency(Array::Spectrum), &plan.u2_tables);
+    Ok(match member {
+        Some((arrays, share)) => {
+            LaminoOperator::for_member(ctx, g, &plan.operator, residencies, share)?
+                .into_member(arrays.spectrum.clone(), share.clone())
+        }
+        None => {
+            LaminoOperator::with_residency(ctx, g, &plan.operator, residencies.0, residencies.1)?
+        }
+    })
 }
 
 /// The staging buffers host arrays pass through, for plans that keep arrays on the host (with

@@ -165,6 +165,8 @@ pub(crate) struct VectorOp {
     finish: Option<(GpuBuffer, Dispatch)>,
     share: Option<Arc<Share>>,
     planes: usize,
+    /// The planes a team member's share is made of whole chunks of ([`Field::home_chunk`]).
+    chunk: usize,
     /// Whether the kernel reads planes beyond the ones it computes (the gradients).
     halo: bool,
 }
@@ -280,7 +282,9 @@ impl VectorOp {
         let partials = reduction.as_ref().map(|(partials, ..)| partials);
         let base = site.base_params();
         let mut dispatches = Vec::new();
-        let own = share.map_or(0..planes, |s| s.range(planes));
+        // A team member's planes: its share of the chunks its arrays' homes are made of.
+        let chunk = first.home_chunk();
+        let own = share.map_or(0..planes, |s| s.chunk_range_of(s.index, planes, chunk));
         let mut a = own.start;
         while a < own.end {
             let e = own.end.min(a + per_window);
@@ -310,6 +314,7 @@ impl VectorOp {
             finish,
             share: share.cloned(),
             planes,
+            chunk,
             halo: kernel.halo() != (0, 0),
         })
     }

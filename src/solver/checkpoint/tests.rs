@@ -300,6 +300,15 @@ fn an_older_version_is_refused_with_what_to_do() {
             "{reason}"
         );
     }
+    // Version 7 stored A u by angle.
+    let by_angle = edited(&bytes, |h| h["version"] = json!(7), true);
+    let reason = corrupt_reason(&path, &by_angle);
+    assert!(
+        reason.contains("version 7")
+            && reason.contains("by detector row")
+            && reason.contains("without --resume"),
+        "{reason}"
+    );
     let newer = edited(&bytes, |h| h["version"] = json!(VERSION + 1), true);
     assert!(corrupt_reason(&path, &newer).contains("newer lamino"));
 }

@@ -49,7 +49,7 @@ impl VectorOp {
                 op.record_planes(ctx, rec)?;
             }
             if let Some((plane_sums, _)) = &op.finish {
-                let own = share.range(op.planes);
+                let own = share.chunk_range_of(share.index, op.planes, op.chunk);
                 let part = PlaneSums::default();
                 parts.push(part.clone());
                 let done: crate::gpu::Completion = Box::new(move |bytes: &[u8]| {
@@ -91,8 +91,7 @@ impl VectorOp {
             };
             let mut sums = Vec::with_capacity(2 * op.planes);
             for (m, part) in all.iter().enumerate() {
-                let len =
-                    2 * crate::distributed::shares::share_range(m, share.members, op.planes).len();
+                let len = 2 * share.chunk_range_of(m, op.planes, op.chunk).len();
                 sums.extend_from_slice(&part[at[m]..at[m] + len]);
                 at[m] += len;
             }

@@ -19,6 +19,7 @@ fn field(ctx: &GpuContext, values: &[f32], planes: usize) -> Field {
         PlaneLayout {
             planes,
             plane_words: values.len() / planes,
+            axes_swapped: false,
         },
     )
     .unwrap();
@@ -71,6 +72,7 @@ fn gradient_matches_f64_and_its_adjoint_is_exact_for_every_field() {
     let layout = |w: usize| PlaneLayout {
         planes: 5,
         plane_words: w * 42,
+        axes_swapped: false,
     };
     let gb = Field::zeros(&ctx, "g", layout(3)).unwrap();
     let db = Field::zeros(&ctx, "d", layout(1)).unwrap();
@@ -423,6 +425,7 @@ fn host_arrays_streamed_through_staging_give_the_bits_of_device_arrays() {
             let layout = PlaneLayout {
                 planes: 6,
                 plane_words: words * 35,
+                axes_swapped: false,
             };
             let f = Field::new(&ctx, "test", layout, &residency).unwrap();
             f.write(&ctx, values).unwrap();
