@@ -172,9 +172,11 @@ fn three_devices_give_the_streaming_bits_at_32() {
     // A sixth of the in-core need: the smallest streaming plan at 32^3 needs more than an eighth.
     let budgets = Budgets::given(need / 6, 4 * host, None);
     let options = OperatorOptions::default();
-    let streaming = plan(ctx, g, &params, &options, &budgets).unwrap();
-    assert_eq!(streaming.mode, Mode::Streaming);
     let shared = plan_shared(ctx, g, &params, &options, &budgets).unwrap();
+    // One device streaming with the team's chunks (those that let the fewest members keep
+    // their homes on their devices).
+    let streaming = plan(ctx, g, &params, &shared.operator, &budgets).unwrap();
+    assert_eq!(streaming.mode, Mode::Streaming);
     assert_eq!(shared.chunks, streaming.chunks);
     assert!(shared.device_bytes <= need / 6);
     assert_eq!(in_core(ctx, &p, &params, &shared, 3), [false; 3]);

@@ -418,7 +418,10 @@ fn check_scratch(budgets: &Budgets, p: &MemoryPlan) -> Result<(), PlanError> {
 
 /// The plan of a run on several devices of `budgets.device_bytes` each: every array in host
 /// memory (or scratch), shared by the devices, each streaming its share of the chunks (see
-/// [`crate::solver::AdmmTeam`]); chunks and U2 tables as a streaming plan for one device.
+/// [`crate::solver::AdmmTeam`]) or keeping its homes on its device where they fit beside the
+/// plan ([`member_plans`]). The chunks are one device's in-core chunks where it could hold
+/// everything; else those of [`chunks_for_homes`], which let the fewest members keep their
+/// homes; else a streaming plan's for one device.
 pub fn plan_shared(
     ctx: &GpuContext,
     g: &Geometry,
@@ -426,9 +429,69 @@ pub fn plan_shared(
     caps: &OperatorOptions,
     budgets: &Budgets,
 ) -> Result<MemoryPlan, PlanError> {
-    let p = plan_streaming(ctx, g, params, caps, budgets, true, Portion::WHOLE)?;
+    g.validate().map_err(OperatorError::from)?;
+    let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
+    let whole = Portion::WHOLE;
+    let p = match plan_in_core(ctx, g, params, caps, budgets, budget, true, whole)? {
+        Some(p) => p,
+        None => match chunks_for_homes(ctx, g, params, caps, budgets)? {
+            Some(p) => p,
+            None => plan_streaming(ctx, g, params, caps, budgets, true, whole)?,
+        },
+    };
     check_scratch(budgets, &p)?;
     Ok(p)
+}
+
+/// The most members [`chunks_for_homes`] plans for.
+const MOST_MEMBERS_FOR_HOMES: usize = 1024;
+
+/// The team's streaming plan whose chunks let its members keep their homes on their devices
+/// from the fewest members on: of the halving ladder from `caps`' chunks, the largest chunks
+/// under which the first member (the largest homes) of the fewest members is in-core beside
+/// the plan. One device's streaming plan spends up to half its budget on chunk and staging
+/// buffers, beside which a member's homes may not fit however many members share the arrays.
+/// The chunks depend on the geometry, the device and its budget only, not on how many members
+/// run, so neither do the bits; `None` when no chunks let 1024 members keep their homes.
+fn chunks_for_homes(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+) -> Result<Option<MemoryPlan>, PlanError> {
+    let mut best: Option<(usize, MemoryPlan)> = None;
+    let mut rung = Some(LaminoOperator::chunk_sizes(ctx, g, caps)?);
+    while let Some(chunks) = rung {
+        rung = halved(chunks);
+        // Chunks whose buffers do not fit beside the least streaming needs are passed over.
+        let whole = Portion::WHOLE;
+        let options = chunk_options(chunks);
+        let Ok(shared) = plan_streaming(ctx, g, params, &options, budgets, true, whole) else {
+            continue;
+        };
+        // More members hold smaller homes and fewer rows of the tables beside the same plan:
+        // the fewest members in-core under it, by bisection.
+        let in_core = |members| -> Result<bool, PlanError> {
+            let first = Portion { member: 0, members };
+            Ok(ranks::team_member_plan(ctx, g, params, &shared, first)?.mode == Mode::InCore)
+        };
+        let most = best.as_ref().map_or(MOST_MEMBERS_FOR_HOMES, |(k, _)| k - 1);
+        if most < 2 || !in_core(most)? {
+            continue;
+        }
+        let (mut lo, mut hi) = (1, most);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if in_core(mid)? {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        best = Some((hi, shared));
+    }
+    Ok(best.map(|(_, shared)| shared))
 }
 
 /// The plan as [`plan`] makes it, without looking at the scratch directory: the sizes for a
@@ -538,11 +601,7 @@ fn plan_in_core(
     }
     let chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
     let words = staging_words_for(g, chunks);
-    let options = OperatorOptions {
-        max_chunk_y: Some(chunks.0),
-        max_chunk_rows: Some(chunks.1),
-        max_chunk_angles: Some(chunks.2),
-    };
+    let options = chunk_options(chunks);
     let fixed = fixed_bytes(ctx, g, &options, words, true, portion)?;
     if words as u64 * 4 <= ctx.max_binding_bytes() && fixed <= budget {
         return assemble(
@@ -557,6 +616,26 @@ fn plan_in_core(
         .map(Some);
     }
     Ok(None)
+}
+
+/// Operator options capping the chunks at `(rows, detector rows, angles)`.
+fn chunk_options((cy, ck, ca): (usize, usize, usize)) -> OperatorOptions {
+    OperatorOptions {
+        max_chunk_y: Some(cy),
+        max_chunk_rows: Some(ck),
+        max_chunk_angles: Some(ca),
+    }
+}
+
+/// The next rung of the chunks' halving ladder, `None` below chunks of one.
+fn halved(chunks: (usize, usize, usize)) -> Option<(usize, usize, usize)> {
+    (chunks != (1, 1, 1)).then(|| {
+        (
+            chunks.0.div_ceil(2),
+            chunks.1.div_ceil(2),
+            chunks.2.div_ceil(2),
+        )
+    })
 }
 
 /// The operator's options for an in-core plan whose chunk buffers and tables (its fixed bytes,
@@ -577,19 +656,11 @@ fn in_core_chunks(
         if fixed <= room {
             return Ok(Some((options, fixed)));
         }
-        if chunks == (1, 1, 1) {
+        let Some(next) = halved(chunks) else {
             return Ok(None);
-        }
-        chunks = (
-            chunks.0.div_ceil(2),
-            chunks.1.div_ceil(2),
-            chunks.2.div_ceil(2),
-        );
-        options = OperatorOptions {
-            max_chunk_y: Some(chunks.0),
-            max_chunk_rows: Some(chunks.1),
-            max_chunk_angles: Some(chunks.2),
         };
+        chunks = next;
+        options = chunk_options(chunks);
     }
 }
 

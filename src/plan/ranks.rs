@@ -330,4 +330,45 @@ mod tests {
         assert_eq!(one[0].resident_arrays, 0);
         assert!(one[0].bytes_moved_per_iteration > 0);
     }
+
+    /// Where one device cannot hold everything, the team's chunks are those that let the
+    /// fewest members keep their homes on their devices: at 1024^3 on 40 GiB GPUs with 2047 MiB
+    /// bindings (planned on paper), one device's streaming chunks and staging buffers leave no
+    /// room for a member of 4's homes, while the team's chunks do, and the members of 16 and
+    /// 64 too; members of 2 stream, as their own plans do.
+    #[test]
+    fn team_chunks_leave_room_for_the_homes_from_the_fewest_members_on() {
+        let ctx = crate::gpu::test_context().modelling_max_binding_bytes(2047 << 20);
+        let g = geometry(1024);
+        let params = AdmmParams::default();
+        let caps = OperatorOptions::default();
+        let budgets = Budgets::given(40 << 30, 1 << 50, None).for_max_buffer(40 << 30);
+        let shared = crate::plan::plan_shared(&ctx, &g, &params, &caps, &budgets).unwrap();
+        let one_device =
+            plan_streaming(&ctx, &g, &params, &caps, &budgets, true, Portion::WHOLE).unwrap();
+        assert!(shared.chunks.1 < one_device.chunks.1, "{:?}", shared.chunks);
+        let first = |plan: &MemoryPlan, members| {
+            team_member_plan(&ctx, &g, &params, plan, Portion { member: 0, members })
+                .unwrap()
+                .mode
+        };
+        assert_eq!(first(&one_device, 4), Mode::Streaming);
+        for (members, mode) in [
+            (2, Mode::Streaming),
+            (4, Mode::InCore),
+            (16, Mode::InCore),
+            (64, Mode::InCore),
+        ] {
+            assert_eq!(first(&shared, members), mode, "{members} members");
+            let own = plan_member(
+                &ctx,
+                &g,
+                &params,
+                &caps,
+                &budgets,
+                Portion { member: 0, members },
+            );
+            assert_eq!(own.unwrap().mode, mode, "{members} members' own plans");
+        }
+    }
 }
