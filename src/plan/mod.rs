@@ -420,7 +420,7 @@ fn check_scratch(budgets: &Budgets, p: &MemoryPlan) -> Result<(), PlanError> {
 /// memory (or scratch), shared by the devices, each streaming its share of the chunks (see
 /// [`crate::solver::AdmmTeam`]) or keeping its homes on its device where they fit beside the
 /// plan ([`member_plans`]). The chunks are one device's in-core chunks where it could hold
-/// everything; else those of [`chunks_for_homes`], which let the fewest members keep their
+/// everything; else those of [`ranks::chunks_for_homes`], which let the fewest members keep their
 /// homes; else a streaming plan's for one device.
 pub fn plan_shared(
     ctx: &GpuContext,
@@ -434,64 +434,13 @@ pub fn plan_shared(
     let whole = Portion::WHOLE;
     let p = match plan_in_core(ctx, g, params, caps, budgets, budget, true, whole)? {
         Some(p) => p,
-        None => match chunks_for_homes(ctx, g, params, caps, budgets)? {
+        None => match ranks::chunks_for_homes(ctx, g, params, caps, budgets)? {
             Some(p) => p,
             None => plan_streaming(ctx, g, params, caps, budgets, true, whole)?,
         },
     };
     check_scratch(budgets, &p)?;
     Ok(p)
-}
-
-/// The most members [`chunks_for_homes`] plans for.
-const MOST_MEMBERS_FOR_HOMES: usize = 1024;
-
-/// The team's streaming plan whose chunks let its members keep their homes on their devices
-/// from the fewest members on: of the halving ladder from `caps`' chunks, the largest chunks
-/// under which the first member (the largest homes) of the fewest members is in-core beside
-/// the plan. One device's streaming plan spends up to half its budget on chunk and staging
-/// buffers, beside which a member's homes may not fit however many members share the arrays.
-/// The chunks depend on the geometry, the device and its budget only, not on how many members
-/// run, so neither do the bits; `None` when no chunks let 1024 members keep their homes.
-fn chunks_for_homes(
-    ctx: &GpuContext,
-    g: &Geometry,
-    params: &AdmmParams,
-    caps: &OperatorOptions,
-    budgets: &Budgets,
-) -> Result<Option<MemoryPlan>, PlanError> {
-    let mut best: Option<(usize, MemoryPlan)> = None;
-    let mut rung = Some(LaminoOperator::chunk_sizes(ctx, g, caps)?);
-    while let Some(chunks) = rung {
-        rung = halved(chunks);
-        // Chunks whose buffers do not fit beside the least streaming needs are passed over.
-        let whole = Portion::WHOLE;
-        let options = chunk_options(chunks);
-        let Ok(shared) = plan_streaming(ctx, g, params, &options, budgets, true, whole) else {
-            continue;
-        };
-        // More members hold smaller homes and fewer rows of the tables beside the same plan:
-        // the fewest members in-core under it, by bisection.
-        let in_core = |members| -> Result<bool, PlanError> {
-            let first = Portion { member: 0, members };
-            Ok(ranks::team_member_plan(ctx, g, params, &shared, first)?.mode == Mode::InCore)
-        };
-        let most = best.as_ref().map_or(MOST_MEMBERS_FOR_HOMES, |(k, _)| k - 1);
-        if most < 2 || !in_core(most)? {
-            continue;
-        }
-        let (mut lo, mut hi) = (1, most);
-        while hi - lo > 1 {
-            let mid = (lo + hi) / 2;
-            if in_core(mid)? {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-        }
-        best = Some((hi, shared));
-    }
-    Ok(best.map(|(_, shared)| shared))
 }
 
 /// The plan as [`plan`] makes it, without looking at the scratch directory: the sizes for a

@@ -4,12 +4,13 @@
 //! however large the whole arrays are. [`plan_member`] plans a member with chunks of its own
 //! (the cost model's plans); [`member_plans`] says what each member of a run does under the
 //! team's plan, which the run follows: a member whose homes fit its device keeps them there.
+//! [`chunks_for_homes`] picks the team's chunks so that the fewest members can keep them.
 
 use serde::Serialize;
 
 use super::{
-    assemble, fits_a_buffer, plan_streaming, Array, Budgets, MemoryPlan, Mode, PlanError, Portion,
-    PACKED_SHARE,
+    assemble, chunk_options, fits_a_buffer, halved, plan_streaming, Array, Budgets, MemoryPlan,
+    Mode, PlanError, Portion, PACKED_SHARE,
 };
 use crate::array::Residency;
 use crate::gpu::GpuContext;
@@ -128,6 +129,57 @@ pub fn team_member_plan(
         p.host_bytes = homes;
     }
     Ok(p)
+}
+
+/// The most members [`chunks_for_homes`] plans for.
+const MOST_MEMBERS_FOR_HOMES: usize = 1024;
+
+/// The team's streaming plan whose chunks let its members keep their homes on their devices
+/// from the fewest members on: of the halving ladder from `caps`' chunks, the largest chunks
+/// under which the first member (the largest homes) of the fewest members is in-core beside
+/// the plan. One device's streaming plan spends up to half its budget on chunk and staging
+/// buffers, beside which a member's homes may not fit however many members share the arrays.
+/// The chunks depend on the geometry, the device and its budget only, not on how many members
+/// run, so neither do the bits; `None` when no chunks let 1024 members keep their homes.
+pub(super) fn chunks_for_homes(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+) -> Result<Option<MemoryPlan>, PlanError> {
+    let mut best: Option<(usize, MemoryPlan)> = None;
+    let mut rung = Some(LaminoOperator::chunk_sizes(ctx, g, caps)?);
+    while let Some(chunks) = rung {
+        rung = halved(chunks);
+        // Chunks whose buffers do not fit beside the least streaming needs are passed over.
+        let whole = Portion::WHOLE;
+        let options = chunk_options(chunks);
+        let Ok(shared) = plan_streaming(ctx, g, params, &options, budgets, true, whole) else {
+            continue;
+        };
+        // More members hold smaller homes and fewer rows of the tables beside the same plan:
+        // the fewest members in-core under it, by bisection.
+        let in_core = |members| -> Result<bool, PlanError> {
+            let first = Portion { member: 0, members };
+            Ok(team_member_plan(ctx, g, params, &shared, first)?.mode == Mode::InCore)
+        };
+        let most = best.as_ref().map_or(MOST_MEMBERS_FOR_HOMES, |(k, _)| k - 1);
+        if most < 2 || !in_core(most)? {
+            continue;
+        }
+        let (mut lo, mut hi) = (1, most);
+        while hi - lo > 1 {
+            let mid = (lo + hi) / 2;
+            if in_core(mid)? {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        best = Some((hi, shared));
+    }
+    Ok(best.map(|(_, shared)| shared))
 }
 
 /// What every member of a run of `ranks` ranks of `devices` devices each does under the team's
