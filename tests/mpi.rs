@@ -110,14 +110,30 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
                 .unwrap()["bytes"]
                 .as_u64();
             // The data side is kept by U2's chunks of detector rows as the spectrum is: U2
-            // writes it and U2* reads it at home, and the vector passes run over the homes.
-            let data_side: Vec<_> = by_array
+            // writes it and U2* reads it at home, and the vector passes run over the homes. The
+            // volume side is kept by U1's chunks of y rows: U1 reads p and U1* writes r saved
+            // at home, and of the volume side only the halos of the gradient (of p) and the
+            // divergence (of psi, lambda and grad u) cross.
+            let at_home: Vec<_> = by_array
                 .iter()
-                .filter(|a| ["D hat", "A u", "A p"].contains(&a["array"].as_str().unwrap()))
+                .filter(|a| {
+                    let at_home = [
+                        "D hat",
+                        "A u",
+                        "A p",
+                        "u",
+                        "u previous",
+                        "r",
+                        "r saved",
+                        "grad u previous",
+                        "grad p",
+                    ];
+                    at_home.contains(&a["array"].as_str().unwrap())
+                })
                 .collect();
             assert!(
-                data_side.iter().all(|a| a["bytes"] == 0),
-                "{ranks} ranks: rank {r} sent data-side blocks: {data_side:?}"
+                at_home.len() == 9 && at_home.iter().all(|a| a["bytes"] == 0),
+                "{ranks} ranks: rank {r} sent blocks of arrays read at home: {at_home:?}"
             );
             assert!(
                 sent == Some(spectrum[r]),
@@ -523,7 +539,7 @@ fn ranks_write_the_one_process_outputs_each_its_zarr_chunks_holding_their_share_
         // buffers say (4 pages of slack: the pages at either end of its share and of the array
         // may also hold other data).
         let plane = 32 * 32 * 4;
-        let mut seen = 0;
+        let (mut seen, mut shares) = (0, 0);
         for line in message
             .lines()
             .filter(|l| l.starts_with("writing the volume, rank"))
@@ -536,15 +552,19 @@ fn ranks_write_the_one_process_outputs_each_its_zarr_chunks_holding_their_share_
                 panic!("{line}")
             };
             eprintln!("{ranks} ranks: {line}");
-            let planes = lamino::distributed::shares::share_range(rank as usize, ranks, 32).len();
+            // Its share: whole y rows (the ranks' shares of U1's chunks).
             assert!(
-                rank == seen && share == (planes * plane) as u64 && slab <= 32 * plane as u64,
+                rank == seen && share % plane as u64 == 0 && slab <= 32 * plane as u64,
                 "{line}"
             );
+            shares += share;
             assert!(held >= share, "the ledger misses the share: {line}");
             assert!(held <= share + slab + 4 * 4096, "{line}");
             seen += 1;
         }
-        assert!(seen == ranks as u64, "{message}");
+        assert!(
+            seen == ranks as u64 && shares == 32 * plane as u64,
+            "{message}"
+        );
     }
 }

@@ -9,7 +9,8 @@
 struct SliceParams {
     // n0, n1, n2 of the volume the buffer holds; the row pitch of the output in words.
     padded: vec4<u32>,
-    // The first z, y, x of the shown volume inside the buffer's; unused.
+    // The first z, y, x of the shown volume inside the buffer's; 1 where the buffer stores its
+    // first two axes swapped, (n1, n0, n2) (y slowest), 0 where (n0, n1, n2).
     origin: vec4<u32>,
     // n0, n1, n2 of the shown volume; the output's words.
     shape: vec4<u32>,
@@ -68,7 +69,10 @@ fn slices(
         out[g] = 0u;
         return;
     }
-    let i = ((p.origin.x + z) * p.padded.y + p.origin.y + y) * p.padded.z + p.origin.z + x;
+    var i = ((p.origin.x + z) * p.padded.y + p.origin.y + y) * p.padded.z + p.origin.z + x;
+    if (p.origin.w == 1u) {
+        i = ((p.origin.y + y) * p.padded.x + p.origin.x + z) * p.padded.z + p.origin.z + x;
+    }
     let v = volume[i];
     if (p.at.w == 1u) {
         out[g] = bitcast<u32>(v);

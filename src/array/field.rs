@@ -42,9 +42,10 @@ pub struct PlaneLayout {
     pub planes: usize,
     pub plane_words: usize,
     /// The planes run along the second axis of the array's shape, not the first: its first two
-    /// axes are stored swapped. The solver keeps its data-side arrays so, one plane per detector
-    /// row holding every angle, so that the rows U2 reads and writes are contiguous (a team
-    /// member's home); the operator maps its block copies accordingly.
+    /// axes are stored swapped. The solver keeps its arrays so: the data side one plane per
+    /// detector row holding every angle, the volume side one plane per y row holding every z
+    /// slice, so that the rows U2 and U1 read and write are contiguous (a team member's home);
+    /// the operator maps its block copies accordingly.
     pub axes_swapped: bool,
 }
 
@@ -390,6 +391,78 @@ impl Field {
         }
     }
 
+    /// Reads the words of `block` back in the block's order (waits for the device): a strided
+    /// view of the array, such as z slices of a volume stored by y row. From the device, the
+    /// block's runs that lie next to each other in the array are downloaded as one.
+    pub fn read_block(&self, ctx: &GpuContext, block: &BlockView) -> Result<Vec<f32>, GpuError> {
+        let Store::Device(buffer) = &self.0.store else {
+            return self.gather(ctx, block);
+        };
+        // The block's runs, and where each lands in the block.
+        let runs: Vec<(usize, usize)> = block.runs().filter(|r| r.1 > 0).collect();
+        let places: Vec<usize> = runs
+            .iter()
+            .scan(0, |at, r| {
+                *at += r.1;
+                Some(*at - r.1)
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_unstable_by_key(|&i| runs[i].0);
+        let mut pieces: Vec<Piece> = Vec::new();
+        for i in order {
+            let (start, len) = runs[i];
+            match pieces.last_mut() {
+                Some(p) if p.0 + p.1 == start => {
+                    p.1 += len;
+                    p.2.push((places[i], len));
+                }
+                _ => pieces.push((start, len, vec![(places[i], len)])),
+            }
+        }
+        let out = Arc::new(Mutex::new(vec![0.0f32; block.len_words()]));
+        // Pieces not yet handed over (counted down when their completion is dropped, run or not:
+        // another thread waiting on the context may be the one that runs it) and those filled.
+        let waiting = Arc::new(AtomicU64::new(pieces.len() as u64));
+        let filled = Arc::new(AtomicU64::new(0));
+        let count = pieces.len() as u64;
+        let mut rec = ctx.recorder("read a block");
+        for (start, len, places) in pieces {
+            let (out, filled) = (Arc::clone(&out), Arc::clone(&filled));
+            let handed = HandedOver(Arc::clone(&waiting));
+            let done: Completion = Box::new(move |bytes: &[u8]| {
+                let _handed = handed;
+                let mut out = out.lock().expect("block read poisoned");
+                let mut words = bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+                for (place, len) in places {
+                    for (o, w) in out[place..place + len].iter_mut().zip(&mut words) {
+                        *o = w;
+                    }
+                }
+                filled.fetch_add(1, Ordering::Relaxed);
+            });
+            rec.download(ctx, buffer, 4 * start as u64, 4 * len as u64, done)?;
+        }
+        ctx.submit(rec)?;
+        while waiting.load(Ordering::Acquire) > 0 {
+            match ctx.has_downloads_in_flight() {
+                true => ctx.poll_downloads(true)?,
+                // Handed to its completion on another thread, which is filling it in.
+                false => std::thread::yield_now(),
+            }
+        }
+        if filled.load(Ordering::Relaxed) != count {
+            return Err(GpuError::Readback(format!(
+                "a download of a block of {:?} was dropped unread",
+                self.label()
+            )));
+        }
+        let out = std::mem::take(&mut *out.lock().expect("block read poisoned"));
+        Ok(out)
+    }
+
     /// Reads the whole array back (waits for the device).
     pub fn read(&self, ctx: &GpuContext) -> Result<Vec<f32>, GpuError> {
         self.read_words(ctx, 0, self.layout().words())
@@ -574,6 +647,20 @@ impl Field {
                 }
             }
         }
+    }
+}
+
+/// Words of an array downloaded as one by [`Field::read_block`]: (start in the array, length,
+/// (place in the block, length) of each of the block's runs it holds, in order).
+type Piece = (usize, usize, Vec<(usize, usize)>);
+
+/// Counts down a block read's pieces not yet handed over when its completion is dropped
+/// ([`Field::read_block`]).
+struct HandedOver(Arc<AtomicU64>);
+
+impl Drop for HandedOver {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }
 

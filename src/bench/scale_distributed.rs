@@ -49,8 +49,8 @@ struct DistributedRun {
     /// Time each rank spent in exchanges per outer iteration (MPI calls and their packing,
     /// waits for the other ranks included), ms: part of `iteration_ms`, nothing overlapping it.
     exchange_ms_per_iteration: Vec<f64>,
-    /// What the cost model counts per rank and outer iteration for this run's geometry and
-    /// parameters ([`crate::plan::cluster_model::network_bytes_per_rank`]).
+    /// What the cost model counts per rank and outer iteration for this run's geometry,
+    /// parameters and iterations ([`crate::plan::cluster_model::network_bytes_per_rank_in`]).
     model_bytes_per_iteration: u64,
 }
 
@@ -175,25 +175,28 @@ pub fn print(
                 .iter()
                 .map(|e| e["iteration_exchange_s"].as_f64().unwrap_or(f64::NAN) * 1e3 / done as f64)
                 .collect(),
-            model_bytes_per_iteration: crate::plan::cluster_model::network_bytes_per_rank(
-                &geometry, &params, k,
+            model_bytes_per_iteration: crate::plan::cluster_model::network_bytes_per_rank_in(
+                &geometry, &params, k, done,
             ),
         };
         if json {
             print_json(&run)?;
         } else {
             let mb = |b: u64| format!("{:.2}", b as f64 / 1e6);
+            let sent = &run.bytes_sent_per_iteration;
+            let mean = sent.iter().sum::<u64>() / sent.len().max(1) as u64;
+            let ratio = |b: u64| b as f64 / run.model_bytes_per_iteration.max(1) as f64;
             println!(
                 "{size}^3, {k} rank(s): {:.0} ms per outer iteration, {:.1} s in all; sent per \
-                 iteration by each rank: {} MB (the cost model: {} MB)",
+                 iteration by each rank: {} MB, mean {} (the cost model: {} MB; mean/model \
+                 {:.2}, most/model {:.2})",
                 run.iteration_ms,
                 run.wall_s,
-                run.bytes_sent_per_iteration
-                    .iter()
-                    .map(|&b| mb(b))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                sent.iter().map(|&b| mb(b)).collect::<Vec<_>>().join(", "),
+                mb(mean),
                 mb(run.model_bytes_per_iteration),
+                ratio(mean),
+                ratio(sent.iter().copied().max().unwrap_or(0)),
             );
             if let Some(first) = run.array_bytes_per_iteration.first() {
                 let arrays: Vec<String> = first

@@ -34,6 +34,9 @@ pub struct VolumeLayout {
     pub origin: [usize; 3],
     /// `(n0, n1, n2)` of the shown volume.
     pub shape: [usize; 3],
+    /// The array stores its first two axes swapped, `(n1, n0, n2)` (y slowest), as the solver
+    /// keeps its volume; `padded` and `origin` still name `(z, y, x)`.
+    pub axes_swapped: bool,
 }
 
 impl VolumeLayout {
@@ -43,6 +46,17 @@ impl VolumeLayout {
             padded: shape,
             origin: [0; 3],
             shape,
+            axes_swapped: false,
+        }
+    }
+
+    /// Where voxel `(z, y, x)` of the shown volume lies in the array.
+    fn index(&self, z: usize, y: usize, x: usize) -> usize {
+        let [p0, p1, p2] = self.padded;
+        let [z, y, x] = [self.origin[0] + z, self.origin[1] + y, self.origin[2] + x];
+        match self.axes_swapped {
+            false => (z * p1 + y) * p2 + x,
+            true => (y * p0 + z) * p2 + x,
         }
     }
 
@@ -190,8 +204,7 @@ pub fn host_slice_words(
         )));
     }
     let out = SliceLayout::new(layout.shape);
-    let [o0, o1, o2] = layout.origin;
-    let value = |z: usize, y: usize, x: usize| volume[((o0 + z) * p1 + o1 + y) * p2 + o2 + x];
+    let value = |z: usize, y: usize, x: usize| volume[layout.index(z, y, x)];
     let mut words = vec![0u32; out.words()];
     for axis in SliceAxis::ALL {
         let (first, width, height) = out.image(axis);
@@ -357,7 +370,7 @@ impl SlicePass {
         let u = |v: [usize; 3], w: usize| [v[0] as u32, v[1] as u32, v[2] as u32, w as u32];
         let params = SliceParams {
             padded: u(layout.padded, self.layout.pitch),
-            origin: u(layout.origin, 0),
+            origin: u(layout.origin, usize::from(layout.axes_swapped)),
             shape: u(layout.shape, self.layout.words()),
             at: u(at, usize::from(mode == SliceMode::Values)),
             window: [lo, scale, 0.0, 0.0],
@@ -475,6 +488,7 @@ mod tests {
             padded: [7, 9, 11],
             origin: [1, 2, 3],
             shape: [5, 6, 7],
+            axes_swapped: false,
         };
         let n = layout.padded.iter().product::<usize>();
         let mut v: Vec<f32> = (0..n)
@@ -518,6 +532,30 @@ mod tests {
             let got = pass.read_words(&ctx).unwrap();
             let want = host_slice_words(&host, layout, at, grey).unwrap();
             assert!(got == want, "grey at {at:?}");
+        }
+        // The same array stored by y row draws the same slices, on the device and the host.
+        let [p0, p1, p2] = layout.padded;
+        let mut by_row = vec![0.0; host.len()];
+        for (i, v) in host.iter().enumerate() {
+            let (z, y, x) = (i / (p1 * p2), i / p2 % p1, i % p2);
+            by_row[(y * p0 + z) * p2 + x] = *v;
+        }
+        let swapped = VolumeLayout {
+            axes_swapped: true,
+            ..layout
+        };
+        let buffer = ctx.upload("volume by y row", &by_row).unwrap();
+        let device = DeviceVolume {
+            buffer: &buffer,
+            layout: swapped,
+        };
+        for k in 0..7 {
+            let at = [k.min(4), k.min(5), k];
+            pass.record(&ctx, device, at, SliceMode::Values).unwrap();
+            let got = pass.read_words(&ctx).unwrap();
+            let want = host_slice_words(&host, layout, at, SliceMode::Values).unwrap();
+            let host_swapped = host_slice_words(&by_row, swapped, at, SliceMode::Values).unwrap();
+            assert!(got == want && host_swapped == want, "by y row at {at:?}");
         }
         // The host reference itself: the xz slice at y = 2 holds the voxels of its rows.
         let at = [0, 2, 0];

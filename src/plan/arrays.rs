@@ -53,9 +53,12 @@ impl Array {
     /// The array's layout in `g`.
     pub fn layout(self, g: &Geometry) -> PlaneLayout {
         match self {
-            Self::U | Self::UPrev | Self::R | Self::P | Self::RSaved => Space::Volume.layout(g, 1),
+            // By y row: U1 reads and writes them a chunk of y rows at a time.
+            Self::U | Self::UPrev | Self::R | Self::P | Self::RSaved => {
+                Space::Volume.swapped_layout(g, 1)
+            }
             Self::Psi | Self::Lambda | Self::GradU | Self::GradUPrev | Self::GradP => {
-                Space::Volume.layout(g, 3)
+                Space::Volume.swapped_layout(g, 3)
             }
             // By detector row: U2 reads and writes them a chunk of rows at a time.
             Self::DHat | Self::Au | Self::Ap => Space::Data.swapped_layout(g, 2),
@@ -63,14 +66,14 @@ impl Array {
         }
     }
 
-    /// The planes a team member's home of the array is made of whole chunks of, with U2's
-    /// chunks of `u2_rows` detector rows: those chunks for the spectrum and the data side (their
-    /// planes are detector rows), which U2 and U2* then read and write at home; single planes
-    /// for the volume side.
-    pub fn home_chunk(self, u2_rows: usize) -> usize {
+    /// The planes a team member's home of the array is made of whole chunks of, with the
+    /// operator's `chunks` (U1's y rows, U2's detector rows, F's projections): U2's chunks for
+    /// the spectrum and the data side (their planes are detector rows), U1's for the volume side
+    /// (its planes are y rows), which the stages then read and write at home.
+    pub fn home_chunk(self, chunks: (usize, usize, usize)) -> usize {
         match self {
-            Self::Spectrum | Self::DHat | Self::Au | Self::Ap => u2_rows,
-            _ => 1,
+            Self::Spectrum | Self::DHat | Self::Au | Self::Ap => chunks.1,
+            _ => chunks.0,
         }
     }
 
@@ -264,21 +267,26 @@ impl Portion {
     /// The planes of `array` the member keeps as its home in a team run: its share of the
     /// chunks of [`Array::home_chunk`] planes, so that the stage reading them reads them at
     /// home. (An MPI rank's home is its members' homes together.)
-    pub fn home(self, array: Array, g: &Geometry, u2_rows: usize) -> std::ops::Range<usize> {
+    pub fn home(
+        self,
+        array: Array,
+        g: &Geometry,
+        chunks: (usize, usize, usize),
+    ) -> std::ops::Range<usize> {
         let planes = array.layout(g).planes;
         let members = self.members.max(1);
         chunk_planes(
             self.member..self.member + 1,
             members,
             planes,
-            array.home_chunk(u2_rows),
+            array.home_chunk(chunks),
         )
     }
 
     /// Bytes of the member's home of `array` ([`home`](Self::home)).
-    pub fn home_bytes(self, array: Array, g: &Geometry, u2_rows: usize) -> u64 {
+    pub fn home_bytes(self, array: Array, g: &Geometry, chunks: (usize, usize, usize)) -> u64 {
         let layout = array.layout(g);
-        self.home(array, g, u2_rows).len() as u64 * layout.plane_words as u64 * 4
+        self.home(array, g, chunks).len() as u64 * layout.plane_words as u64 * 4
     }
 
     /// Bytes of the member's share of `array`: what it reads and writes of it per access.

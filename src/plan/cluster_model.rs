@@ -126,27 +126,55 @@ pub fn touched_bytes(g: &Geometry, params: &AdmmParams) -> u64 {
 
 /// Bytes one of `ranks` ranks sends (and receives) per outer iteration: the all-to-all of the
 /// spectrum in every application of A and A*, and one y-plane of each input of every gradient and
-/// divergence pass to each of its two neighbours.
+/// divergence pass to one neighbour (the gradient reads the plane after a rank's rows, the
+/// divergence the plane before: a rank inside the team sends both kinds, the first rank only the
+/// divergence's, the last only the gradient's; this counts a rank inside).
 pub fn network_bytes_per_rank(g: &Geometry, params: &AdmmParams, ranks: usize) -> u64 {
     if ranks <= 1 {
         return 0;
     }
-    let k = ranks as u64;
     let (forward, adjoint) = operator_applications(params);
-    let spectrum = Array::Spectrum.layout(g).bytes();
-    let exchange = (forward + adjoint) * spectrum * (k - 1) / (k * k);
+    spectrum_exchange_bytes(g, forward + adjoint, ranks) + halo_bytes_per_rank(g, params)
+}
+
+/// [`network_bytes_per_rank`] per iteration of a run of `outer` outer iterations: its first
+/// applies A* once more where the residual is carried (what a measured run of a few
+/// iterations sends).
+pub fn network_bytes_per_rank_in(
+    g: &Geometry,
+    params: &AdmmParams,
+    ranks: usize,
+    outer: usize,
+) -> u64 {
+    if ranks <= 1 || outer == 0 {
+        return 0;
+    }
+    let (forward, adjoint) = super::arrays::operator_applications_in(params, outer);
+    let exchange = spectrum_exchange_bytes(g, forward + adjoint, ranks);
+    (exchange + outer as u64 * halo_bytes_per_rank(g, params)) / outer as u64
+}
+
+/// Bytes a rank sends of the spectrum's all-to-all in `applications` applications of A or A*
+/// on `ranks` ranks: `S (K - 1) / K^2` each.
+fn spectrum_exchange_bytes(g: &Geometry, applications: u64, ranks: usize) -> u64 {
+    let k = ranks as u64;
+    applications * Array::Spectrum.layout(g).bytes() * (k - 1) / (k * k)
+}
+
+/// Bytes of the halos a rank inside the team sends per outer iteration (see
+/// [`network_bytes_per_rank`]).
+fn halo_bytes_per_rank(g: &Geometry, params: &AdmmParams) -> u64 {
     let y_plane_words = (g.n0 * g.n2) as u64;
-    let halos: u64 = halo_passes(params)
+    halo_passes(params)
         .iter()
         .map(|(inputs, _, runs)| {
             let words: u64 = inputs
                 .iter()
-                .map(|a| a.layout(g).plane_words as u64 / (g.n1 * g.n2) as u64)
+                .map(|a| (a.layout(g).words() / g.volume_len()) as u64)
                 .sum();
-            runs * 2 * words * y_plane_words * 4
+            runs * words * y_plane_words * 4
         })
-        .sum();
-    exchange + halos
+        .sum()
 }
 
 /// Messages' latency per outer iteration on `ranks` ranks, seconds: `ranks - 1` per all-to-all
@@ -316,10 +344,8 @@ fn exposed_communication_s(
     }
     let (forward, adjoint) = operator_applications(params);
     let applications = (forward + adjoint) as f64;
-    let kk = k as u64;
-    let spectrum = Array::Spectrum.layout(g).bytes();
-    let exchange_bytes = (forward + adjoint) * spectrum * (kk - 1) / (kk * kk);
-    let halo_bytes = network_bytes_per_rank(g, params, k) - exchange_bytes;
+    let exchange_bytes = spectrum_exchange_bytes(g, forward + adjoint, k);
+    let halo_bytes = halo_bytes_per_rank(g, params);
     let per_rank_network = inputs.network_gbps / inputs.gpus_per_node.max(1) as f64 * 1e9;
     let chunks =
         g.n1.div_ceil(cy.max(1))
@@ -385,10 +411,11 @@ mod tests {
             network_bytes_per_rank(&g, &params, k)
                 - (forward + adjoint) * spectrum * (kk - 1) / (kk * kk)
         };
-        // The halos do not depend on the number of ranks (two neighbours each) ...
+        // The halos do not depend on the number of ranks ...
         assert_eq!(halo_only(2), halo_only(16));
         assert!(halo_only(2) > 0);
-        // ... and are the gradient and divergence passes' inputs, one y-plane each way.
+        // ... and are the gradient and divergence passes' inputs, one y-plane each, to one
+        // neighbour.
         let plane = (g.n0 * g.n2 * 4) as u64;
         let expected: u64 = halo_passes(&params)
             .iter()
@@ -400,7 +427,7 @@ mod tests {
                         _ => 1,
                     })
                     .sum();
-                runs * 2 * words * plane
+                runs * words * plane
             })
             .sum();
         assert_eq!(halo_only(4), expected);

@@ -87,16 +87,16 @@ pub fn team_member_plan(
     shared: &MemoryPlan,
     portion: Portion,
 ) -> Result<MemoryPlan, PlanError> {
-    let rows = shared.chunks.1;
+    let chunks = shared.chunks;
     let homes: u64 = Array::BY_TRAFFIC
         .iter()
-        .map(|&a| portion.home_bytes(a, g, rows))
+        .map(|&a| portion.home_bytes(a, g, chunks))
         .sum();
     let tables = shared.u2_tables == Residency::Device;
     // Resident, the team's plan holds the tables of every detector row; a member holds those
     // of its chunks' rows (its home of the spectrum) only.
     let others_tables = if tables {
-        let held = portion.home(Array::Spectrum, g, rows).len();
+        let held = portion.home(Array::Spectrum, g, chunks).len();
         (g.deth - held) as u64 * (LaminoOperator::u2_table_bytes(g) / g.deth as u64)
     } else {
         0
@@ -106,7 +106,7 @@ pub fn team_member_plan(
     let fit = device.saturating_add(homes) <= budget
         && Array::BY_TRAFFIC
             .iter()
-            .all(|&a| fits_a_buffer(ctx, &shared.budgets, portion.home_bytes(a, g, rows)));
+            .all(|&a| fits_a_buffer(ctx, &shared.budgets, portion.home_bytes(a, g, chunks)));
     let resident = if fit { Array::BY_TRAFFIC.len() } else { 0 };
     let mut p = assemble(
         ctx,
@@ -123,7 +123,7 @@ pub fn team_member_plan(
         // the medium of the exchanges, and streaming it would move nothing.
         p.mode = Mode::InCore;
         for a in &mut p.arrays {
-            a.bytes = portion.home_bytes(a.array, g, rows);
+            a.bytes = portion.home_bytes(a.array, g, chunks);
         }
         p.device_bytes = device + homes;
         p.host_bytes = homes;
@@ -346,16 +346,16 @@ mod tests {
             .expect("a budget at which the team streams and its members are in-core");
         let ids: Vec<_> = plans.iter().map(|m| (m.rank, m.device)).collect();
         assert_eq!(ids, [(0, 0), (0, 1), (1, 0), (1, 1)]);
-        let rows = shared.chunks.1;
+        let (chunks, rows) = (shared.chunks, shared.chunks.1);
         // Resident, the team's plan holds every detector row's U2 tables, a member its own.
         assert_eq!(shared.u2_tables, Residency::Device);
         let row = LaminoOperator::u2_table_bytes(&g) / g.deth as u64;
         for m in &plans {
             let homes: u64 = Array::BY_TRAFFIC
                 .iter()
-                .map(|&a| m.portion.home_bytes(a, &g, rows))
+                .map(|&a| m.portion.home_bytes(a, &g, chunks))
                 .sum();
-            let held = m.portion.home(Array::Spectrum, &g, rows).len();
+            let held = m.portion.home(Array::Spectrum, &g, chunks).len();
             let others = (g.deth - held) as u64 * row;
             assert_eq!(m.mode, Mode::InCore, "{m:?}");
             assert_eq!(m.share_bytes, homes);
@@ -366,14 +366,14 @@ mod tests {
         for a in Array::BY_TRAFFIC {
             let mut next = 0;
             for m in &plans {
-                let home = m.portion.home(a, &g, rows);
+                let home = m.portion.home(a, &g, chunks);
                 assert_eq!(home.start, next, "{a:?}");
                 next = home.end;
             }
             assert_eq!(next, a.layout(&g).planes, "{a:?}");
         }
         assert_eq!(
-            plans[1].portion.home(Array::Spectrum, &g, rows).start % rows,
+            plans[1].portion.home(Array::Spectrum, &g, chunks).start % rows,
             0
         );
         // One member's homes do not fit beside the team's plan: it streams.

@@ -32,7 +32,8 @@ impl IterateView<'_> {
     }
 
     /// Where the shown volume `(n0, n1, n2)` of the input geometry lies in the solver's padded
-    /// array.
+    /// array, as [`read_volume`](Self::read_volume) gives it (by z slice; the device buffer of
+    /// [`on_device`](Self::on_device) holds it by y row, as its layout says).
     pub fn layout(&self) -> crate::gpu::VolumeLayout {
         let g = &self.padded;
         let v = &self.padding.volume;
@@ -44,6 +45,7 @@ impl IterateView<'_> {
                 g.n1 - v[1][0] - v[1][1],
                 g.n2 - v[2][0] - v[2][1],
             ],
+            axes_swapped: false,
         }
     }
 
@@ -53,9 +55,13 @@ impl IterateView<'_> {
     /// among several devices or MPI ranks.
     pub fn on_device(&self) -> Option<crate::gpu::DeviceVolume<'_>> {
         let buffer = self.team.solver().volume_field().device_buffer()?;
+        // The solver keeps the volume by y row.
         self.single.then(|| crate::gpu::DeviceVolume {
             buffer,
-            layout: self.layout(),
+            layout: crate::gpu::VolumeLayout {
+                axes_swapped: true,
+                ..self.layout()
+            },
         })
     }
 

@@ -87,9 +87,10 @@ impl Solved<'_> {
     /// Writes the volume as OME-Zarr to `path` with `options` (the default of the volume's shape
     /// when `None`): the first MPI rank (the only process without ranks) writes the metadata into
     /// `path`, the directory it staged; the other ranks pass `None` and learn the path from it.
-    /// Then every rank writes the chunks of its own z slices, read a slab at a time where the
-    /// solver keeps them, exchanging only the slices at the boundaries of the ranks' parts
-    /// ([`ZarrPart`]): the files are those one process writes, byte for byte. Collective.
+    /// Then every rank writes the chunks of its own z slices, a slab at a time, which the ranks
+    /// send each other from their y rows (where the solver keeps them), and the ranks exchange
+    /// the slices at the boundaries of their parts ([`ZarrPart`]): the files are those one
+    /// process writes, byte for byte. Collective.
     pub fn write_zarr(
         &self,
         path: Option<&std::path::Path>,
@@ -116,9 +117,18 @@ impl Solved<'_> {
         let mut part = ZarrPart::open(&path, shape, options, &bounds, rank)?;
         let g = &self.padded;
         let mine = z0 + bounds[rank]..z0 + bounds[rank + 1];
+        // Every rank reads as many slabs of the same size (the ranks send each other their rows
+        // of them); those beyond a rank's part are empty.
+        let slab_planes = (self.team.least(self.slab_planes as u64) as usize).max(1);
+        let slabs = bounds
+            .windows(2)
+            .map(|w| (w[1] - w[0]).div_ceil(slab_planes))
+            .max()
+            .unwrap_or(0);
         let mut cropped = Vec::new();
-        for start in mine.clone().step_by(self.slab_planes.max(1)) {
-            let end = (start + self.slab_planes).min(mine.end);
+        for i in 0..slabs {
+            let start = (mine.start + i * slab_planes).min(mine.end);
+            let end = (start + slab_planes).min(mine.end);
             let slab = self
                 .team
                 .own_volume_slab(self.ctx, start..end)

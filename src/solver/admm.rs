@@ -13,7 +13,7 @@ use super::ops::{Apps, Ops, ScalarSteps};
 use super::report::{relative, IterationReport, StopReason};
 use super::slots::{slot, sum};
 use super::vector::VectorOp;
-use crate::array::{Field, Scalars, Staging, SumSlot};
+use crate::array::{BlockView, Field, Scalars, Staging, SumSlot};
 use crate::gpu::{GpuContext, Recorder};
 use crate::memo::{Memo, MemoOptions, MemoStats};
 use crate::operator::{Application, LaminoOperator};
@@ -331,7 +331,7 @@ impl AdmmSolver {
 
     /// The current volume `(n0, n1, n2)`.
     pub fn volume(&self, ctx: &GpuContext) -> Result<Vec<f32>, SolverError> {
-        Ok(self.volume_field().read(ctx)?)
+        self.volume_planes(ctx, 0..self.op.geometry().n0)
     }
 
     /// Z slices `planes` of the current volume, row-major.
@@ -340,8 +340,27 @@ impl AdmmSolver {
         ctx: &GpuContext,
         planes: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, SolverError> {
+        self.volume_box(ctx, planes, 0..self.op.geometry().n1)
+    }
+
+    /// Y rows `rows` of z slices `planes` of the current volume, `(planes, rows, n2)` row-major:
+    /// the solver keeps the volume by y row (planes of every z slice of one row), so z slices are
+    /// read strided.
+    pub fn volume_box(
+        &self,
+        ctx: &GpuContext,
+        planes: std::ops::Range<usize>,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, SolverError> {
+        let g = self.op.geometry();
         let u = self.volume_field();
-        let words = u.layout().plane_words;
-        Ok(u.read_words(ctx, planes.start * words, planes.len() * words)?)
+        debug_assert!(u.layout().axes_swapped && planes.end <= g.n0 && rows.end <= g.n1);
+        let block = BlockView {
+            offset: (rows.start * g.n0 + planes.start) as u64 * g.n2 as u64,
+            strides: [g.n2 as u64, (g.n0 * g.n2) as u64, 1],
+            extents: [planes.len() as u64, rows.len() as u64, g.n2 as u64],
+            words: 1,
+        };
+        Ok(u.read_block(ctx, &block)?)
     }
 }

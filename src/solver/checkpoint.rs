@@ -64,11 +64,16 @@ const PART_EXTENSION: &str = "part";
 /// covered the arrays only, so their headers cannot be trusted.
 /// Version 8: as version 7, with `A u` stored by detector row (`(deth, ntheta, detw)`, as the
 /// solver keeps it), where version 7 stored it by angle; version 7 is refused with what to do.
-const VERSION: u32 = 8;
+/// Version 9: as version 8, with the volume side (u, psi, lambda, grad u, the data residual)
+/// stored by y row (`(n1, n0, n2)`, grad u's components (x, z, y)), as the solver keeps it,
+/// where version 8 stored it by z slice; version 8 is refused with what to do.
+const VERSION: u32 = 9;
 /// The oldest version read.
-const OLDEST_VERSION: u32 = 8;
+const OLDEST_VERSION: u32 = 9;
 /// The last version that stored `A u` by angle.
 const LAST_ANGLE_MAJOR_VERSION: u32 = 7;
+/// The last version that stored the volume side by z slice.
+const LAST_Z_MAJOR_VERSION: u32 = 8;
 /// The oldest version whose checksum covers its header.
 const OLDEST_CHECKED_VERSION: u32 = 4;
 /// The number of arrays of a checkpoint.
@@ -437,6 +442,14 @@ impl Checkpoint {
             return Err(corrupt(format!(
                 "format version {version}, written by an older lamino that stored A u by angle, \
                  where this one keeps it by detector row; finish the run with the lamino that \
+                 wrote it, or start the reconstruction again without resuming (without --resume)"
+            ))
+            .into());
+        }
+        if version == LAST_Z_MAJOR_VERSION {
+            return Err(corrupt(format!(
+                "format version {version}, written by an older lamino that stored the volume by \
+                 z slice, where this one keeps it by y row; finish the run with the lamino that \
                  wrote it, or start the reconstruction again without resuming (without --resume)"
             ))
             .into());

@@ -44,7 +44,7 @@ impl Fields {
                 label,
                 array.layout(g),
                 plan.residency(array),
-                array.home_chunk(plan.chunks.1),
+                array.home_chunk(plan.chunks),
             )
         };
         Ok(Self {
@@ -109,7 +109,7 @@ impl TeamArrays {
                 "spectrum (deth, n1, n2)",
                 Array::Spectrum.layout(g),
                 plan.residency(Array::Spectrum),
-                Array::Spectrum.home_chunk(plan.chunks.1),
+                Array::Spectrum.home_chunk(plan.chunks),
             )?,
             spatial: field(
                 "projections",
@@ -133,7 +133,7 @@ impl TeamArrays {
         self.planned().into_iter().map(|(_, f)| f.clone()).collect()
     }
 
-    /// Keeps member `portion`'s homes of every array ([`Portion::home`], with U2's chunks of
+    /// Keeps member `portion`'s homes of every array ([`Portion::home`], with the chunks of
     /// `plan`) on `ctx`'s device for the whole run: the member's plan is in-core.
     pub fn keep_on_device(
         &self,
@@ -143,7 +143,7 @@ impl TeamArrays {
         portion: Portion,
     ) -> Result<(), SolverError> {
         for (array, field) in self.planned() {
-            field.keep_on_device(ctx, portion.home(array, g, plan.chunks.1))?;
+            field.keep_on_device(ctx, portion.home(array, g, plan.chunks))?;
         }
         Ok(())
     }
@@ -158,8 +158,8 @@ impl TeamArrays {
     /// This MPI rank's arrays: its home planes of each (registered with `ranks` for the
     /// exchanges, in the same order on every rank). The homes of the spectrum and the data side
     /// are the detector rows of the rank's share of U2's chunks, which U2 and U2* then read and
-    /// write at home; the volume side's are the rank's share of their planes. The vector passes
-    /// run over the homes.
+    /// write at home; the volume side's the y rows of its share of U1's chunks, which U1 and U1*
+    /// read and write at home. The vector passes run over the homes.
     #[cfg(feature = "mpi")]
     pub fn on_ranks(
         ctx: &GpuContext,

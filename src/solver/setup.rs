@@ -99,7 +99,10 @@ impl AdmmSolver {
             scalars: &scalars,
             staging: staging.as_ref(),
             share,
-            shape: [g.n0, g.n1, g.n2],
+            // The volume side is stored by y row (`Array::layout`): the gradient runs over
+            // (y, z, x), its components (x, z, y); the TV is isotropic, so only the order of
+            // the components changes.
+            shape: [g.n1, g.n0, g.n2],
         };
         let ops = Ops::new(&w, &fields, &params)?;
         let apps = Apps::new(&w, &op, &fields, n_fourier, params.carries_residual())?;

@@ -493,8 +493,8 @@ impl AdmmTeam {
 
     /// Z slices `planes` of the volume, on the process that writes the outputs, as runs of
     /// whole slices `(first slice, values)` in order (none on the other MPI ranks, which send
-    /// the slices of them they keep): no rank holds more than its planes and one slab. Records
-    /// the most volume bytes this process held ([`slab_ledger`](Self::slab_ledger)).
+    /// their y rows of each slice): no rank holds more than its planes, one slab and one slice.
+    /// Records the most volume bytes this process held ([`slab_ledger`](Self::slab_ledger)).
     /// Collective.
     pub fn volume_slab(
         &self,
@@ -505,21 +505,31 @@ impl AdmmTeam {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             let u = solver.volume_field();
-            let home = ranks.home(ranks.rank(), u.layout().planes);
+            let rows = self.volume_rows(ranks, ranks.rank());
             // What the last stage fetched from other ranks is not kept while writing.
             ranks.release_fetched();
-            let start = planes.start.clamp(home.start, home.end);
-            let mine = start..planes.end.clamp(start, home.end);
-            let part = solver.volume_planes(ctx, mine.clone())?;
-            let others = ranks.gather_to_first(&part);
-            let held = others.as_ref().map_or(0, |o| o.len()) + part.len();
-            self.slab_ledger
-                .fetch_max(u.resident_bytes() + 4 * held as u64, Ordering::Relaxed);
-            let runs = match others {
-                None => Vec::new(),
-                Some(others) => vec![(mine.start, part), (mine.end.max(planes.start), others)],
+            // The ranks' rows follow each other in rank order: the first rank's slices are its
+            // own rows, then the others' as they arrive, a slice at a time.
+            let g = solver.op.geometry();
+            let mut slab = match ranks.rank() {
+                0 => Vec::with_capacity(planes.len() * g.n1 * g.n2),
+                _ => Vec::new(),
             };
-            return Ok(runs.into_iter().filter(|(_, v)| !v.is_empty()).collect());
+            for z in planes.clone() {
+                let part = solver.volume_box(ctx, z..z + 1, rows.clone())?;
+                let others = ranks.gather_to_first(&part);
+                let held = slab.capacity() + part.len() + others.as_ref().map_or(0, Vec::len);
+                self.slab_ledger
+                    .fetch_max(u.resident_bytes() + 4 * held as u64, Ordering::Relaxed);
+                if let Some(others) = others {
+                    slab.extend_from_slice(&part);
+                    slab.extend_from_slice(&others);
+                }
+            }
+            return Ok(match slab.is_empty() {
+                true => Vec::new(),
+                false => vec![(planes.start, slab)],
+            });
         }
         let slab = solver.volume_planes(ctx, planes.clone())?;
         self.slab_ledger
@@ -527,13 +537,27 @@ impl AdmmTeam {
         Ok(vec![(planes.start, slab)])
     }
 
-    /// The z slices of `planes` each MPI rank keeps, as the bounds of their runs relative to
-    /// `planes.start`, in rank order (`[0, len]` without ranks): how the ranks divide the volume
-    /// when each writes its own part of it ([`crate::io::ZarrPart`]).
+    /// The y rows of the volume MPI rank `rank` keeps (its home of the volume's planes).
+    #[cfg(feature = "mpi")]
+    fn volume_rows(
+        &self,
+        ranks: &crate::distributed::ranks::Ranks,
+        rank: usize,
+    ) -> std::ops::Range<usize> {
+        let u = self.members[0].volume_field();
+        let words = ranks.home_words(u, rank);
+        let plane = u.layout().plane_words;
+        words.start / plane..words.end / plane
+    }
+
+    /// The z slices of `planes` each MPI rank writes of the volume, as the bounds of their runs
+    /// relative to `planes.start`, in rank order (`[0, len]` without ranks): how the ranks
+    /// divide the volume when each writes its own part of it ([`crate::io::ZarrPart`]), each
+    /// its share of the z slices.
     pub fn volume_part_bounds(&self, planes: std::ops::Range<usize>) -> Vec<usize> {
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            let total = self.members[0].volume_field().layout().planes;
+            let total = self.members[0].op.geometry().n0;
             let mut bounds: Vec<usize> = (0..ranks.size())
                 .map(|r| ranks.home(r, total).start.clamp(planes.start, planes.end))
                 .collect();
@@ -552,21 +576,47 @@ impl AdmmTeam {
         0
     }
 
-    /// Z slices `planes` of the volume, which this process keeps (an MPI rank's home; any
-    /// without ranks), read without the other ranks: each writes its own part. Records what
-    /// this process holds with them in the ledger ([`slab_ledger`](Self::slab_ledger)); the
-    /// caller adds what it holds besides ([`note_held`](Self::note_held)).
+    /// Z slices `planes` of the volume, which this process writes (an MPI rank's part of
+    /// [`volume_part_bounds`](Self::volume_part_bounds); any without ranks): each rank writes
+    /// its own part. Collective under MPI ranks, where every rank calls it as often as the
+    /// others, with its own slices (none once its part is written): the ranks send each other
+    /// their y rows of those slices, a slice at a time. Records what this process holds with
+    /// them in the ledger ([`slab_ledger`](Self::slab_ledger)); the caller adds what it holds
+    /// besides ([`note_held`](Self::note_held)).
     pub fn own_volume_slab(
         &self,
         ctx: &GpuContext,
         planes: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, SolverError> {
+        let solver = &self.members[0];
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
             // What the last stage fetched from other ranks is not kept while writing.
             ranks.release_fetched();
+            let rows = self.volume_rows(ranks, ranks.rank());
+            let wanted = ranks.all_gather_words(&[planes.start as u64, planes.end as u64]);
+            let most = wanted.iter().map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
+            let g = solver.op.geometry();
+            let mut slab = Vec::with_capacity(planes.len() * g.n1 * g.n2);
+            for j in 0..most {
+                let send = wanted
+                    .iter()
+                    .map(|w| {
+                        let z = w[0] as usize + j;
+                        match z < w[1] as usize {
+                            true => solver.volume_box(ctx, z..z + 1, rows.clone()),
+                            false => Ok(Vec::new()),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let sent: usize = send.iter().map(Vec::len).sum();
+                let got = ranks.all_to_all_values(send);
+                let received: usize = got.iter().map(Vec::len).sum();
+                self.note_held(4 * (slab.capacity() + sent + received) as u64);
+                got.into_iter().for_each(|rows| slab.extend(rows));
+            }
+            return Ok(slab);
         }
-        let solver = &self.members[0];
         let slab = solver.volume_planes(ctx, planes)?;
         self.note_held(4 * slab.len() as u64);
         Ok(slab)

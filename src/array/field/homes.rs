@@ -488,4 +488,61 @@ mod tests {
             assert_eq!(all, expected, "{home:?}");
         }
     }
+
+    /// A block read from the device (its runs next to each other downloaded as one) and from a
+    /// host array gives the block's words in block order: z slices of a volume stored by y row
+    /// (runs out of storage order) and whole planes.
+    #[test]
+    fn a_block_reads_its_words_in_block_order_from_the_device_and_the_host() {
+        use crate::array::{Field, PlaneLayout, Residency};
+        let ctx = crate::gpu::test_context();
+        // A volume (n0, n1, n2) = (5, 4, 3) stored by y row: planes of 5 x 3 words.
+        let (n0, n1, n2) = (5u64, 4u64, 3u64);
+        let layout = PlaneLayout {
+            planes: n1 as usize,
+            plane_words: (n0 * n2) as usize,
+            axes_swapped: true,
+        };
+        let values: Vec<f32> = (0..layout.words()).map(|i| i as f32).collect();
+        // Z slices 1..4 of y rows 1..4 (runs out of storage order, three to a download), and
+        // whole planes 2..4 (every run next to the last: one download).
+        let slices = BlockView {
+            offset: (n0 + 1) * n2,
+            strides: [n2, n0 * n2, 1],
+            extents: [3, 3, n2],
+            words: 1,
+        };
+        let whole_rows = BlockView {
+            offset: 2 * n0 * n2,
+            strides: [n0 * n2, n2, 1],
+            extents: [2, n0, n2],
+            words: 1,
+        };
+        for residency in [Residency::Device, Residency::Host] {
+            let f = Field::new(&ctx, "block", layout, &residency).unwrap();
+            f.write(&ctx, &values).unwrap();
+            for block in [slices, whole_rows] {
+                let expected: Vec<f32> = block
+                    .runs()
+                    .flat_map(|(s, l)| values[s..s + l].to_vec())
+                    .collect();
+                let got = f.read_block(&ctx, &block).unwrap();
+                assert!(
+                    got.len() == expected.len()
+                        && got
+                            .iter()
+                            .zip(&expected)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{residency:?} {block:?}"
+                );
+            }
+        }
+        // The slices' words, by hand: slice z, row y, column x of the volume.
+        let f = Field::new(&ctx, "block", layout, &Residency::Device).unwrap();
+        f.write(&ctx, &values).unwrap();
+        let got = f.read_block(&ctx, &slices).unwrap();
+        let (z, y, x) = (2u64, 3u64, 1u64);
+        let at = (((z - 1) * 3 + (y - 1)) * n2 + x) as usize;
+        assert!(got[at] == values[((y * n0 + z) * n2 + x) as usize]);
+    }
 }

@@ -309,6 +309,15 @@ fn an_older_version_is_refused_with_what_to_do() {
             && reason.contains("without --resume"),
         "{reason}"
     );
+    // Version 8 stored the volume by z slice.
+    let by_slice = edited(&bytes, |h| h["version"] = json!(8), true);
+    let reason = corrupt_reason(&path, &by_slice);
+    assert!(
+        reason.contains("version 8")
+            && reason.contains("by y row")
+            && reason.contains("without --resume"),
+        "{reason}"
+    );
     let newer = edited(&bytes, |h| h["version"] = json!(VERSION + 1), true);
     assert!(corrupt_reason(&path, &newer).contains("newer lamino"));
 }
