@@ -421,8 +421,8 @@ impl Field {
             }
         }
         let out = Arc::new(Mutex::new(vec![0.0f32; block.len_words()]));
-        // Pieces not yet handed over (counted down when their completion is dropped, run or not:
-        // another thread waiting on the context may be the one that runs it) and those filled.
+        // Pieces not yet handed over (counted down when their completion is dropped, run or not)
+        // and those filled.
         let waiting = Arc::new(AtomicU64::new(pieces.len() as u64));
         let filled = Arc::new(AtomicU64::new(0));
         let count = pieces.len() as u64;
@@ -446,13 +446,10 @@ impl Field {
             rec.download(ctx, buffer, 4 * start as u64, 4 * len as u64, done)?;
         }
         ctx.submit(rec)?;
-        while waiting.load(Ordering::Acquire) > 0 {
-            match ctx.has_downloads_in_flight() {
-                true => ctx.poll_downloads(true)?,
-                // Handed to its completion on another thread, which is filling it in.
-                false => std::thread::yield_now(),
-            }
-        }
+        ctx.wait_for_downloads_until(
+            || waiting.load(Ordering::Acquire) == 0,
+            || format!("a download of a block of {:?} never landed", self.label()),
+        )?;
         if filled.load(Ordering::Relaxed) != count {
             return Err(GpuError::Readback(format!(
                 "a download of a block of {:?} was dropped unread",

@@ -347,8 +347,9 @@ impl GpuContext {
 
     /// Returns once `landed()` holds: first hands over the downloads that have arrived, then
     /// waits for the downloads in flight, oldest first (each only for the submission that copies
-    /// it: later work stays queued, so the device keeps computing). A typed error naming
-    /// `missing()` when none is left in flight and `landed()` still does not hold.
+    /// it: later work stays queued, so the device keeps computing), and for completions another
+    /// thread is running. A typed error naming `missing()` when none is left in flight or being
+    /// handed over and `landed()` still does not hold.
     pub(crate) fn wait_for_downloads_until(
         &self,
         mut landed: impl FnMut() -> bool,
@@ -359,10 +360,14 @@ impl GpuContext {
         }
         self.poll_downloads(false)?;
         while !landed() {
-            if !self.has_downloads_in_flight() {
+            if self.has_downloads_in_flight() {
+                self.readback.wait_for_oldest_download(&self.core)?;
+            } else if self.readback.is_handing_over() {
+                // Another thread took it out of those in flight and is running its completion.
+                std::thread::yield_now();
+            } else {
                 return Err(GpuError::Readback(missing()));
             }
-            self.readback.wait_for_oldest_download(&self.core)?;
         }
         Ok(())
     }

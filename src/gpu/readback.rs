@@ -31,6 +31,9 @@ struct Downloads {
     pooled_bytes: u64,
     /// The pool's limit when set (`set_readback_pool_bytes`), else `READBACK_POOL_BYTES`.
     cap: Option<u64>,
+    /// Threads handing downloads taken out of `in_flight` to their completions now: a download
+    /// has not landed until its completion ran, so waiters wait for these too.
+    handing_over: usize,
 }
 
 type MapState = Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>;
@@ -194,12 +197,14 @@ impl Readback {
     fn hand_over_arrived(&self) -> Result<usize, GpuError> {
         let arrived: Vec<InFlight> = {
             let mut d = self.downloads.lock().expect("download pool poisoned");
-            let (ready, pending) = std::mem::take(&mut d.in_flight)
+            let (ready, pending): (Vec<InFlight>, _) = std::mem::take(&mut d.in_flight)
                 .into_iter()
                 .partition(|f| f.mapped.lock().map(|m| m.is_some()).unwrap_or(true));
             d.in_flight = pending;
+            d.handing_over += 1;
             ready
         };
+        let handed = HandingOver(&self.downloads);
         let count = arrived.len();
         let mut first_error = None;
         for f in arrived {
@@ -235,6 +240,7 @@ impl Readback {
                 .free
                 .push(readback);
         }
+        drop(handed);
         first_error.map_or(Ok(count), Err)
     }
 
@@ -248,18 +254,28 @@ impl Readback {
             .is_empty()
     }
 
-    /// Waits until every download is on the host.
-    pub(super) fn complete_downloads(&self, core: &Device) -> Result<(), GpuError> {
-        while !self
-            .downloads
+    /// Whether another thread is running completions of downloads it took out of those in
+    /// flight (see [`Downloads::handing_over`]).
+    pub(super) fn is_handing_over(&self) -> bool {
+        self.downloads
             .lock()
             .expect("download pool poisoned")
-            .in_flight
-            .is_empty()
-        {
-            self.poll_downloads(core, true)?;
+            .handing_over
+            > 0
+    }
+
+    /// Waits until every download is on the host (its completion run, on this thread or
+    /// another).
+    pub(super) fn complete_downloads(&self, core: &Device) -> Result<(), GpuError> {
+        loop {
+            if self.has_downloads_in_flight() {
+                self.poll_downloads(core, true)?;
+            } else if self.is_handing_over() {
+                std::thread::yield_now();
+            } else {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// Copies `count` elements of `buffer` from element `offset` back to the host.
@@ -336,5 +352,17 @@ impl Readback {
             d.pooled_bytes -= released;
         }
         *self.staging.lock().expect("staging slot poisoned") = None;
+    }
+}
+
+/// Counts a thread out of [`Downloads::handing_over`] when it is done handing downloads over,
+/// on every path out (a completion that panics included).
+struct HandingOver<'a>(&'a Mutex<Downloads>);
+
+impl Drop for HandingOver<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut d) = self.0.lock() {
+            d.handing_over -= 1;
+        }
     }
 }
