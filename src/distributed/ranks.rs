@@ -477,6 +477,24 @@ impl Ranks {
         Some(others)
     }
 
+    /// After a collective step in which this rank went on with nothing where it failed
+    /// (`failed`), so that no rank waits forever for it: every rank's verdict, this rank's own
+    /// error, else `other(rank)` for the first rank that failed. Collective.
+    pub(crate) fn agree<E>(
+        &self,
+        failed: Option<E>,
+        other: impl FnOnce(usize) -> E,
+    ) -> Result<(), E> {
+        let all = self.all_gather_words(&[u64::from(failed.is_some())]);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match all.iter().position(|w| w[0] != 0) {
+            Some(rank) => Err(other(rank)),
+            None => Ok(()),
+        }
+    }
+
     /// What every rank sent this one, concatenated in rank order, where each rank sends at most
     /// one message `(rank, values)`: the slices at the boundaries of the ranks' parts of an
     /// OME-Zarr volume that each writes in parallel (see [`crate::io::ZarrPart`]). Collective.

@@ -54,6 +54,10 @@ pub enum SolverError {
     /// Memoization was asked for on several devices.
     #[error("memoization runs on one device: drop --memo or run on one device")]
     TeamMemo,
+    /// Another MPI rank could not read its rows of the volume for the outputs (it reports its
+    /// own error).
+    #[error("MPI rank {rank} could not read its rows of the volume")]
+    RankRead { rank: usize },
     /// A non-finite value appeared (bad input or a diverging iteration).
     #[error("{what} became non-finite at outer iteration {iteration}")]
     NonFinite {

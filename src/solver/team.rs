@@ -515,8 +515,12 @@ impl AdmmTeam {
                 0 => Vec::with_capacity(planes.len() * g.n1 * g.n2),
                 _ => Vec::new(),
             };
+            // A rank that cannot read its rows goes on taking part, with none: no rank waits
+            // forever for it, and every rank then returns an error.
+            let mut failed = None;
             for z in planes.clone() {
-                let part = solver.volume_box(ctx, z..z + 1, rows.clone())?;
+                let part =
+                    read_or_note(solver.volume_box(ctx, z..z + 1, rows.clone()), &mut failed);
                 let others = ranks.gather_to_first(&part);
                 let held = slab.capacity() + part.len() + others.as_ref().map_or(0, Vec::len);
                 self.slab_ledger
@@ -526,6 +530,7 @@ impl AdmmTeam {
                     slab.extend_from_slice(&others);
                 }
             }
+            ranks.agree(failed, |rank| SolverError::RankRead { rank })?;
             return Ok(match slab.is_empty() {
                 true => Vec::new(),
                 false => vec![(planes.start, slab)],
@@ -598,23 +603,29 @@ impl AdmmTeam {
             let most = wanted.iter().map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
             let g = solver.op.geometry();
             let mut slab = Vec::with_capacity(planes.len() * g.n1 * g.n2);
+            // As in `volume_slab`, a rank that cannot read goes on with none.
+            let mut failed = None;
             for j in 0..most {
-                let send = wanted
+                let send: Vec<Vec<f32>> = wanted
                     .iter()
                     .map(|w| {
                         let z = w[0] as usize + j;
                         match z < w[1] as usize {
-                            true => solver.volume_box(ctx, z..z + 1, rows.clone()),
-                            false => Ok(Vec::new()),
+                            true => read_or_note(
+                                solver.volume_box(ctx, z..z + 1, rows.clone()),
+                                &mut failed,
+                            ),
+                            false => Vec::new(),
                         }
                     })
-                    .collect::<Result<Vec<_>, _>>()?;
+                    .collect();
                 let sent: usize = send.iter().map(Vec::len).sum();
                 let got = ranks.all_to_all_values(send);
                 let received: usize = got.iter().map(Vec::len).sum();
                 self.note_held(4 * (slab.capacity() + sent + received) as u64);
                 got.into_iter().for_each(|rows| slab.extend(rows));
             }
+            ranks.agree(failed, |rank| SolverError::RankRead { rank })?;
             return Ok(slab);
         }
         let slab = solver.volume_planes(ctx, planes)?;
@@ -858,5 +869,18 @@ impl AdmmTeam {
     /// How many devices work together.
     pub fn devices(&self) -> usize {
         self.members.len()
+    }
+}
+
+/// The values `read` gave, or none when it failed, the first failure kept in `failed`.
+#[cfg(feature = "mpi")]
+fn read_or_note(read: Result<Vec<f32>, SolverError>, failed: &mut Option<SolverError>) -> Vec<f32> {
+    match (read, failed.is_some()) {
+        (Ok(values), false) => values,
+        (Ok(_), true) => Vec::new(),
+        (Err(e), _) => {
+            failed.get_or_insert(e);
+            Vec::new()
+        }
     }
 }
