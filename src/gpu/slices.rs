@@ -79,7 +79,8 @@ impl VolumeLayout {
     }
 }
 
-/// A volume held in a device buffer (`f32`, z slowest), as [`SlicePass::record`] reads it.
+/// A volume held in a device buffer (`f32`, z slowest, or y slowest where its layout says its
+/// axes are swapped), as [`SlicePass::record`] reads it.
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceVolume<'v> {
     pub buffer: &'v GpuBuffer,
