@@ -342,7 +342,8 @@ impl Ranks {
     }
 
     /// `send[r]` to rank r, for every r; returns what each rank sent here, in rank order: for
-    /// exchanges outside the arrays' homes (the sinograms of stripe removal). Collective.
+    /// exchanges outside the arrays' homes (the sinograms of stripe removal, the volume's slices
+    /// for the outputs). Collective.
     pub(crate) fn all_to_all_values(&self, send: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
         self.all_to_all(send)
     }
@@ -450,31 +451,6 @@ impl Ranks {
                 fields[t.0].fill_runs(&[(t.1, t.2)], w);
             }
         }
-    }
-
-    /// Every other rank's `part` on rank 0, one after the other in rank order (`None` on the
-    /// other ranks, which send theirs): what the first rank writes, a slab at a time, never the
-    /// whole of an array. The first rank's own part stays with it. Collective.
-    pub(crate) fn gather_to_first(&self, part: &[f32]) -> Option<Vec<f32>> {
-        let mpi = self.lock_mpi();
-        let root = mpi.world.process_at_rank(0);
-        if self.rank != 0 {
-            let count = Count::try_from(part.len()).expect("a slab's words fit an MPI count");
-            root.gather_into(&count);
-            root.gather_varcount_into(part);
-            self.bytes_sent
-                .fetch_add(4 * part.len() as u64, Ordering::Relaxed);
-            return None;
-        }
-        let mut counts = vec![0 as Count; self.size];
-        root.gather_into_root(&(0 as Count), &mut counts[..]);
-        let displs = offsets(&counts);
-        let mut others = vec![0f32; counts.iter().sum::<Count>() as usize];
-        root.gather_varcount_into_root(
-            &[] as &[f32],
-            &mut PartitionMut::new(&mut others[..], &counts[..], &displs[..]),
-        );
-        Some(others)
     }
 
     /// After a collective step in which this rank went on with nothing where it failed

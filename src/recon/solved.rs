@@ -42,6 +42,12 @@ impl Solved<'_> {
         self.slab_planes
     }
 
+    /// The slab planes every MPI rank reads with (the fewest any rank asked for): the ranks
+    /// read their slabs together. Collective.
+    fn agreed_slab_planes(&self) -> usize {
+        (self.team.least(self.slab_planes as u64) as usize).max(1)
+    }
+
     /// Bytes per slab: [`slab_planes`](Self::slab_planes) z slices of the volume the solver
     /// holds (padded, when it is).
     pub fn slab_bytes(&self) -> u64 {
@@ -119,7 +125,7 @@ impl Solved<'_> {
         let mine = z0 + bounds[rank]..z0 + bounds[rank + 1];
         // Every rank reads as many slabs of the same size (the ranks send each other their rows
         // of them); those beyond a rank's part are empty.
-        let slab_planes = (self.team.least(self.slab_planes as u64) as usize).max(1);
+        let slab_planes = self.agreed_slab_planes();
         let slabs = bounds
             .windows(2)
             .map(|w| (w[1] - w[0]).div_ceil(slab_planes))
@@ -228,7 +234,7 @@ impl VolumeSlabs for Solved<'_> {
         // The slices of the unpadded volume, [z0, z0 + n0) of the padded one.
         let z0 = self.padding.volume[0][0];
         // Every rank reads the same slabs.
-        let slab_planes = self.team.least(self.slab_planes as u64) as usize;
+        let slab_planes = self.agreed_slab_planes();
         let mut cropped = Vec::new();
         for start in (z0..z0 + shape[0]).step_by(slab_planes) {
             let end = (start + slab_planes).min(z0 + shape[0]);

@@ -504,33 +504,12 @@ impl AdmmTeam {
         let solver = &self.members[0];
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            let u = solver.volume_field();
-            let rows = self.volume_rows(ranks, ranks.rank());
-            // What the last stage fetched from other ranks is not kept while writing.
-            ranks.release_fetched();
-            // The ranks' rows follow each other in rank order: the first rank's slices are its
-            // own rows, then the others' as they arrive, a slice at a time.
-            let g = solver.op.geometry();
-            let mut slab = match ranks.rank() {
-                0 => Vec::with_capacity(planes.len() * g.n1 * g.n2),
-                _ => Vec::new(),
+            // The first rank takes every slice; the others take none and send their rows.
+            let wanted = match ranks.rank() {
+                0 => planes.clone(),
+                _ => planes.start..planes.start,
             };
-            // A rank that cannot read its rows goes on taking part, with none: no rank waits
-            // forever for it, and every rank then returns an error.
-            let mut failed = None;
-            for z in planes.clone() {
-                let part =
-                    read_or_note(solver.volume_box(ctx, z..z + 1, rows.clone()), &mut failed);
-                let others = ranks.gather_to_first(&part);
-                let held = slab.capacity() + part.len() + others.as_ref().map_or(0, Vec::len);
-                self.slab_ledger
-                    .fetch_max(u.resident_bytes() + 4 * held as u64, Ordering::Relaxed);
-                if let Some(others) = others {
-                    slab.extend_from_slice(&part);
-                    slab.extend_from_slice(&others);
-                }
-            }
-            ranks.agree(failed, |rank| SolverError::RankRead { rank })?;
+            let slab = self.slices_from_rows(ctx, ranks, wanted)?;
             return Ok(match slab.is_empty() {
                 true => Vec::new(),
                 false => vec![(planes.start, slab)],
@@ -540,6 +519,61 @@ impl AdmmTeam {
         self.slab_ledger
             .fetch_max(4 * slab.len() as u64, Ordering::Relaxed);
         Ok(vec![(planes.start, slab)])
+    }
+
+    /// Z slices `planes` of the volume (this rank's; others want theirs, or none), put together
+    /// from every rank's y rows of them, which the ranks send each other a slice at a time
+    /// (one all-to-all a slice, as many as the most slices a rank wants): no rank holds more
+    /// than its planes, its slices and one slice's rows. A rank that cannot read its rows goes
+    /// on taking part with none, so that no rank waits forever for it, and then every rank
+    /// returns an error. Records what this rank held in the ledger. Collective.
+    #[cfg(feature = "mpi")]
+    fn slices_from_rows(
+        &self,
+        ctx: &GpuContext,
+        ranks: &crate::distributed::ranks::Ranks,
+        planes: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>, SolverError> {
+        let solver = &self.members[0];
+        // What the last stage fetched from other ranks is not kept while writing.
+        ranks.release_fetched();
+        let rows = self.volume_rows(ranks, ranks.rank());
+        let wanted = ranks.all_gather_words(&[planes.start as u64, planes.end as u64]);
+        let most = wanted.iter().map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
+        let g = solver.op.geometry();
+        // The ranks' rows follow each other in rank order, as the slices' rows do.
+        let mut slab = Vec::with_capacity(planes.len() * g.n1 * g.n2);
+        let mut failed = None;
+        for j in 0..most {
+            let mut rows_of = |z: usize| {
+                if failed.is_some() {
+                    return Vec::new();
+                }
+                solver
+                    .volume_box(ctx, z..z + 1, rows.clone())
+                    .unwrap_or_else(|e| {
+                        failed = Some(e);
+                        Vec::new()
+                    })
+            };
+            let send: Vec<Vec<f32>> = wanted
+                .iter()
+                .map(|w| {
+                    let z = w[0] as usize + j;
+                    match z < w[1] as usize {
+                        true => rows_of(z),
+                        false => Vec::new(),
+                    }
+                })
+                .collect();
+            let sent: usize = send.iter().map(Vec::len).sum();
+            let got = ranks.all_to_all_values(send);
+            let received: usize = got.iter().map(Vec::len).sum();
+            self.note_held(4 * (slab.capacity() + sent + received) as u64);
+            got.into_iter().for_each(|rows| slab.extend(rows));
+        }
+        ranks.agree(failed, |rank| SolverError::RankRead { rank })?;
+        Ok(slab)
     }
 
     /// The y rows of the volume MPI rank `rank` keeps (its home of the volume's planes).
@@ -596,37 +630,7 @@ impl AdmmTeam {
         let solver = &self.members[0];
         #[cfg(feature = "mpi")]
         if let Some(ranks) = &self.ranks {
-            // What the last stage fetched from other ranks is not kept while writing.
-            ranks.release_fetched();
-            let rows = self.volume_rows(ranks, ranks.rank());
-            let wanted = ranks.all_gather_words(&[planes.start as u64, planes.end as u64]);
-            let most = wanted.iter().map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
-            let g = solver.op.geometry();
-            let mut slab = Vec::with_capacity(planes.len() * g.n1 * g.n2);
-            // As in `volume_slab`, a rank that cannot read goes on with none.
-            let mut failed = None;
-            for j in 0..most {
-                let send: Vec<Vec<f32>> = wanted
-                    .iter()
-                    .map(|w| {
-                        let z = w[0] as usize + j;
-                        match z < w[1] as usize {
-                            true => read_or_note(
-                                solver.volume_box(ctx, z..z + 1, rows.clone()),
-                                &mut failed,
-                            ),
-                            false => Vec::new(),
-                        }
-                    })
-                    .collect();
-                let sent: usize = send.iter().map(Vec::len).sum();
-                let got = ranks.all_to_all_values(send);
-                let received: usize = got.iter().map(Vec::len).sum();
-                self.note_held(4 * (slab.capacity() + sent + received) as u64);
-                got.into_iter().for_each(|rows| slab.extend(rows));
-            }
-            ranks.agree(failed, |rank| SolverError::RankRead { rank })?;
-            return Ok(slab);
+            return self.slices_from_rows(ctx, ranks, planes);
         }
         let slab = solver.volume_planes(ctx, planes)?;
         self.note_held(4 * slab.len() as u64);
@@ -869,18 +873,5 @@ impl AdmmTeam {
     /// How many devices work together.
     pub fn devices(&self) -> usize {
         self.members.len()
-    }
-}
-
-/// The values `read` gave, or none when it failed, the first failure kept in `failed`.
-#[cfg(feature = "mpi")]
-fn read_or_note(read: Result<Vec<f32>, SolverError>, failed: &mut Option<SolverError>) -> Vec<f32> {
-    match (read, failed.is_some()) {
-        (Ok(values), false) => values,
-        (Ok(_), true) => Vec::new(),
-        (Err(e), _) => {
-            failed.get_or_insert(e);
-            Vec::new()
-        }
     }
 }
