@@ -1,5 +1,6 @@
 //! MPI ranks (feature `mpi`, run under Open MPI's `mpirun`): the single-process bits for 2, 3
-//! and 4 ranks, in-core and streaming (and the spectrum's bytes each rank sends, owned by U2's
+//! and 4 ranks, in-core and streaming, exchanging while the stages compute or between them
+//! (and the spectrum's bytes each rank sends, owned by U2's
 //! chunks; an in-core rank moves over its bus only what it exchanges), checkpoints written in parts by every rank that any number of ranks resumes, a rank
 //! killed while writing its part leaves the previous checkpoint, a rank that fails or is killed
 //! ends the run with an error instead of leaving the others waiting, and the outputs written
@@ -57,23 +58,30 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
     // 2, 3 and 4 ranks of one device, and 2 ranks of two devices each (one adapter opened
     // twice), each device keeping its planes (in-core: they fit the default budget); and 2
     // ranks whose 3 MiB leave no room for their planes beside the team's plan (streaming).
-    for (ranks, devices, budget) in [
-        (2, "best", None),
-        (3, "best", None),
-        (4, "best", None),
-        (2, "0,0", None),
-        (2, "best", Some("2")),
+    // Stages send their blocks while they compute, but in the last run, which exchanges
+    // between stages only.
+    for (ranks, devices, budget, overlap) in [
+        (2, "best", None, true),
+        (3, "best", None, true),
+        (4, "best", None, true),
+        (2, "0,0", None, true),
+        (2, "best", Some("2"), true),
+        (3, "best", None, false),
     ] {
         let out = dir
             .path()
-            .join(format!("ranks-{ranks}-{devices}-{budget:?}"));
+            .join(format!("ranks-{ranks}-{devices}-{budget:?}-{overlap}"));
         let out_arg = s(&out);
         let mut args = vec!["--device", devices];
         args.extend(reconstruct_args(&scan, &out_arg, "3"));
         if let Some(mib) = budget {
             args.extend(["--max-device-memory", mib]);
         }
-        let o = mpirun(ranks, &args).output().unwrap();
+        let mut command = mpirun(ranks, &args);
+        if !overlap {
+            command.env("LAMINO_EXCHANGE_OVERLAP", "off");
+        }
+        let o = command.output().unwrap();
         assert!(o.status.success(), "{ranks} ranks: {}", stderr(&o));
         let got = std::fs::read(out.join("recon.tif")).unwrap();
         assert!(
@@ -99,10 +107,14 @@ fn ranks_of_one_or_two_devices_write_the_one_process_volume_at_32() {
             assert!(entry["bytes_sent"].as_u64().unwrap() > 0, "{entry}");
             let iterations_s = entry["iterations_s"].as_f64().unwrap();
             assert!(iterations_s > 0.0, "{entry}");
-            // The time in exchanges is part of the iterations' (nothing overlaps it yet), and
-            // every iteration exchanges.
+            // The time in exchanges is part of the iterations', and every iteration exchanges;
+            // with the overlap, every rank has 2 or more chunks of a stage, so its stages
+            // exchange while they compute.
             let exchange_s = entry["iteration_exchange_s"].as_f64().unwrap();
             assert!(exchange_s > 0.0 && exchange_s < iterations_s, "{entry}");
+            let overlapped_s = entry["iteration_overlapped_exchange_s"].as_f64().unwrap();
+            assert!(overlapped_s <= exchange_s, "{entry}");
+            assert_eq!(overlapped_s > 0.0, overlap, "{entry}");
             let by_array = entry["iteration_bytes_by_array"].as_array().unwrap();
             let sent = by_array
                 .iter()

@@ -8,14 +8,17 @@
 //! while they hold what a stage needs.
 //!
 //! At each point where a device of an in-process team meets the others, the ranks exchange
-//! instead, in two all-to-all rounds (`MPI_Alltoallv`): first every block a rank downloaded
-//! outside its home goes home, then every rank receives, from their homes, the blocks its next
-//! stage reads beyond its own planes. Reductions gather every rank's plane sums (combined in
-//! plane order by each rank alike). The exchanges are collective, so every rank passes the same
-//! sequence of them; a rank that fails calls `MPI_Abort`, which stops every rank.
+//! instead ([`ask`](Ranks::ask), then [`finish`](Ranks::finish), all-to-all rounds,
+//! `MPI_Alltoallv`): every block a rank downloaded outside its home goes home, then every rank
+//! receives, from their homes, the blocks its next stage reads beyond its own planes. Within an
+//! application of the operator, the ranks ask for the next stage's blocks when a stage starts,
+//! and [`push`](Ranks::push) what each group of the stage's chunks wrote while the next group
+//! computes; the rest goes at the finish. Reductions gather every rank's plane sums (combined
+//! in plane order by each rank alike). The exchanges are collective, so every rank passes the
+//! same sequence of them; a rank that fails calls `MPI_Abort`, which stops every rank.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mpi::collective::SystemOperation;
@@ -38,6 +41,11 @@ const LOCAL_RANK_ENV: [&str; 3] = [
     "SLURM_LOCALID",
     "MPI_LOCALRANKID",
 ];
+
+/// Environment variable that, set to `off` on any rank, makes every rank exchange between
+/// stages only instead of sending a stage's blocks while it computes: to measure what the
+/// overlap hides (`lamino bench scale --distributed`). The bits are the same either way.
+pub const EXCHANGE_OVERLAP_ENV: &str = "LAMINO_EXCHANGE_OVERLAP";
 
 /// Elements one all-to-all round sends to one rank at most (MPI counts are 32-bit).
 const ROUND_ELEMENTS: u64 = 1 << 26;
@@ -82,11 +90,17 @@ pub struct Ranks {
     /// Nanoseconds spent holding MPI: packing and unpacking the exchanged words and the MPI
     /// calls, waits for the other ranks included.
     exchange_ns: AtomicU64,
+    /// Of those, the nanoseconds of the exchanges a stage made while its later chunks computed
+    /// ([`push_while_computing`](Self::push_while_computing)).
+    overlapped_ns: AtomicU64,
     /// Of those, the bytes of each registered array's words sent by the exchanges, in
     /// registration order.
     array_bytes_sent: Mutex<Vec<u64>>,
     /// Devices of each rank (the same on every rank).
     devices: AtomicUsize,
+    /// Whether stages send their blocks while they compute (every rank agrees; see
+    /// [`EXCHANGE_OVERLAP_ENV`]).
+    overlaps: AtomicBool,
 }
 
 /// The MPI handles while a call holds them, timing how long (see [`Ranks::lock_mpi`]).
@@ -134,7 +148,7 @@ impl Ranks {
         if size == 1 {
             return Ok(None);
         }
-        Ok(Some(Arc::new(Self {
+        let ranks = Self {
             mpi: Mutex::new(Mpi {
                 world,
                 _universe: universe,
@@ -144,9 +158,24 @@ impl Ranks {
             fields: Mutex::default(),
             bytes_sent: AtomicU64::new(0),
             exchange_ns: AtomicU64::new(0),
+            overlapped_ns: AtomicU64::new(0),
             array_bytes_sent: Mutex::default(),
             devices: AtomicUsize::new(1),
-        })))
+            overlaps: AtomicBool::new(true),
+        };
+        // Every rank must pass the same exchanges: one rank's `off` turns the overlap off on all.
+        let off = std::env::var(EXCHANGE_OVERLAP_ENV).is_ok_and(|v| v.trim() == "off");
+        let all = ranks.all_gather_words(&[u64::from(off)]);
+        ranks
+            .overlaps
+            .store(all.iter().all(|w| w[0] == 0), Ordering::Relaxed);
+        Ok(Some(Arc::new(ranks)))
+    }
+
+    /// Whether a stage sends its blocks to other ranks while it computes, rather than only
+    /// once it is done ([`EXCHANGE_OVERLAP_ENV`]).
+    pub fn overlaps_exchanges(&self) -> bool {
+        self.overlaps.load(Ordering::Relaxed)
     }
 
     /// This rank's index.
@@ -172,10 +201,15 @@ impl Ranks {
     }
 
     /// Seconds this rank has spent in exchanges (and other calls that involve other ranks):
-    /// packing, the MPI calls and the waits in them for the other ranks. Nothing overlaps them
-    /// with computation.
+    /// packing, the MPI calls and the waits in them for the other ranks.
     pub fn exchange_s(&self) -> f64 {
         self.exchange_ns.load(Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// Of [`exchange_s`](Self::exchange_s), the seconds of the exchanges made while the rank's
+    /// devices had a stage's later chunks to compute.
+    pub fn overlapped_exchange_s(&self) -> f64 {
+        self.overlapped_ns.load(Ordering::Relaxed) as f64 * 1e-9
     }
 
     /// The MPI handles, held while the returned guard lives; the time it is held counts as
@@ -387,30 +421,11 @@ impl Ranks {
             .collect()
     }
 
-    /// Sends the blocks this rank downloaded outside its home to their homes, lets go of the
-    /// blocks fetched for the last stage, then asks the homes for the parts of `reads` (the
-    /// blocks the next stage reads) beyond this rank's home, and learns what the other ranks ask
-    /// of its home ([`Asked`]; [`answer`](Self::answer) sends and receives them). Collective.
-    pub(crate) fn send_home_and_ask(&self, reads: &[(Field, BlockView)]) -> Asked {
+    /// Asks the homes for the parts of `reads` (the blocks the next stage reads) beyond this
+    /// rank's home, and learns what the other ranks ask of its home: an [`Exchange`] that
+    /// [`push`](Self::push) and [`finish`](Self::finish) carry out. Collective.
+    pub(crate) fn ask(&self, reads: &[(Field, BlockView)]) -> Exchange {
         let fields = self.fields.lock().expect("fields poisoned").clone();
-        let mut triples: Vec<Vec<u64>> = vec![Vec::new(); self.size];
-        let mut words: Vec<Vec<f32>> = vec![Vec::new(); self.size];
-        for (i, o) in fields.iter().enumerate() {
-            let away = o.field.take_away_runs();
-            for (r, parts) in self.by_home(o, i, &away).into_iter().enumerate() {
-                triples[r].extend(parts.triples);
-                let sent = o.field.copy_runs(&parts.runs);
-                self.count_array_words(i, sent.len());
-                words[r].extend(sent);
-            }
-        }
-        let (triples, words) = (self.all_to_all(triples), self.all_to_all(words));
-        for (t, w) in triples.iter().zip(&words) {
-            fill_triples(&fields, t, w);
-        }
-        for o in &fields {
-            o.field.release_away();
-        }
         let mut requests: Vec<Vec<u64>> = vec![Vec::new(); self.size];
         for (field, view) in reads {
             let Some(i) = fields.iter().position(|o| o.field.same(field)) else {
@@ -421,36 +436,108 @@ impl Ranks {
                 requests[r].extend(parts.triples);
             }
         }
-        let asked = self.all_to_all(requests.clone());
-        Asked {
+        let owed = self
+            .all_to_all(requests.clone())
+            .iter()
+            .map(|t| runs_of(t).collect())
+            .collect();
+        Exchange {
+            fetched: vec![false; fields.len()],
             fields: fields.into_iter().map(|o| o.field).collect(),
-            requests,
-            asked,
+            owed,
+            awaited: requests.iter().map(|t| runs_of(t).collect()).collect(),
         }
     }
 
-    /// Sends every rank the parts of this rank's home it asked for, and receives those this
-    /// rank asked for ([`send_home_and_ask`](Self::send_home_and_ask)). Collective.
-    pub(crate) fn answer(&self, asked: &Asked) {
-        let fields = &asked.fields;
-        let replies: Vec<Vec<f32>> = asked
-            .asked
+    /// Sends the blocks this rank downloaded outside its home (and that landed) to their
+    /// homes, with `parts` of what the other ranks asked of its home (see
+    /// [`Exchange::owed_within`]), which it owes them no more; receives the same from the
+    /// others. Collective.
+    pub(crate) fn push(&self, exchange: &mut Exchange, parts: Vec<Owed>) {
+        let owned = self.fields.lock().expect("fields poisoned").clone();
+        let mut triples: Vec<Vec<u64>> = vec![Vec::new(); self.size];
+        let mut words: Vec<Vec<f32>> = vec![Vec::new(); self.size];
+        for (i, o) in owned.iter().enumerate() {
+            let away = o.field.take_away_runs();
+            for (r, home_parts) in self.by_home(o, i, &away).into_iter().enumerate() {
+                triples[r].extend(home_parts.triples);
+                let sent = o.field.copy_runs(&home_parts.runs);
+                self.count_array_words(i, sent.len());
+                words[r].extend(sent);
+            }
+        }
+        for p in &parts {
+            triples[p.rank].extend([p.field as u64, p.start as u64, p.len as u64]);
+            self.count_array_words(p.field, p.len);
+            words[p.rank].extend(owned[p.field].field.copy_runs(&[(p.start, p.len)]));
+        }
+        exchange.settle(parts);
+        let (triples, words) = (self.all_to_all(triples), self.all_to_all(words));
+        let mut answered = Vec::new();
+        for (rank, (t, w)) in triples.iter().zip(&words).enumerate() {
+            for ((field, start, len), w) in runs_of(t).zip(split_runs(t, w)) {
+                let o = &owned[field];
+                let home = &o.homes[self.rank];
+                let plane_words = o.field.layout().plane_words;
+                if !(home.start * plane_words..home.end * plane_words).contains(&start) {
+                    exchange.fetched[field] = true;
+                    answered.push(Owed {
+                        rank,
+                        field,
+                        start,
+                        len,
+                    });
+                }
+                o.field.fill_runs(&[(start, len)], w);
+            }
+        }
+        exchange.awaited = owed_after(&exchange.awaited, answered);
+    }
+
+    /// [`push`](Self::push), while the rank's devices compute a stage's later chunks: its
+    /// time counts as overlapped ([`overlapped_exchange_s`](Self::overlapped_exchange_s)).
+    pub(crate) fn push_while_computing(&self, exchange: &mut Exchange, parts: Vec<Owed>) {
+        let before = self.exchange_ns.load(Ordering::Relaxed);
+        self.push(exchange, parts);
+        let spent = self.exchange_ns.load(Ordering::Relaxed) - before;
+        self.overlapped_ns.fetch_add(spent, Ordering::Relaxed);
+    }
+
+    /// Completes `exchange` once this rank's downloads have landed: sends the blocks
+    /// downloaded outside its home to their homes, lets go of the blocks fetched for the last
+    /// stage (of the arrays that received none of the next stage's yet), then sends every
+    /// rank what it still owes it of what it asked, and receives the same. Collective.
+    pub(crate) fn finish(&self, exchange: &mut Exchange) {
+        self.push(exchange, Vec::new());
+        for (field, fetched) in exchange.fields.iter().zip(&exchange.fetched) {
+            if !fetched {
+                field.release_away();
+            }
+        }
+        // What is left of what each rank asked, in the order of its requests, which it knows
+        // as well (`awaited`): the words alone.
+        let words: Vec<Vec<f32>> = exchange
+            .owed
             .iter()
-            .map(|t| {
-                t.chunks_exact(3)
-                    .flat_map(|t| {
-                        self.count_array_words(t[0] as usize, t[2] as usize);
-                        fields[t[0] as usize].copy_runs(&[(t[1] as usize, t[2] as usize)])
+            .map(|runs| {
+                runs.iter()
+                    .flat_map(|&(field, start, len)| {
+                        self.count_array_words(field, len);
+                        exchange.fields[field].copy_runs(&[(start, len)])
                     })
                     .collect()
             })
             .collect();
-        let replies = self.all_to_all(replies);
-        for (t, w) in asked.requests.iter().zip(&replies) {
-            for (t, w) in runs_of(t).zip(split_runs(t, w)) {
-                fields[t.0].fill_runs(&[(t.1, t.2)], w);
+        let received = self.all_to_all(words);
+        for (runs, words) in exchange.awaited.iter().zip(&received) {
+            let mut at = 0;
+            for &(field, start, len) in runs {
+                exchange.fields[field].fill_runs(&[(start, len)], &words[at..at + len]);
+                at += len;
             }
         }
+        exchange.owed.iter_mut().for_each(Vec::clear);
+        exchange.awaited.iter_mut().for_each(Vec::clear);
     }
 
     /// After a collective step in which this rank went on with nothing where it failed
@@ -537,13 +624,6 @@ struct HomeParts {
     runs: Vec<(usize, usize)>,
 }
 
-/// Writes `words` into the (field, start, length) runs of `triples`, one after the other.
-fn fill_triples(fields: &[Owned], triples: &[u64], words: &[f32]) {
-    for (t, w) in runs_of(triples).zip(split_runs(triples, words)) {
-        fields[t.0].field.fill_runs(&[(t.1, t.2)], w);
-    }
-}
-
 /// The (field, start, length) runs of `triples`.
 fn runs_of(triples: &[u64]) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
     triples
@@ -561,26 +641,38 @@ fn split_runs<'a>(triples: &'a [u64], words: &'a [f32]) -> impl Iterator<Item = 
     })
 }
 
-/// What the ranks asked each other for in an exchange ([`Ranks::send_home_and_ask`]).
-#[derive(Clone)]
-pub(crate) struct Asked {
-    /// The registered arrays, in order.
-    fields: Vec<Field>,
-    /// (field, start, length) triples this rank asked each rank for.
-    requests: Vec<Vec<u64>>,
-    /// The triples each rank asked this one for.
-    asked: Vec<Vec<u64>>,
+/// A part of this rank's home that another rank asked for ([`Ranks::ask`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owed {
+    pub rank: usize,
+    /// The registered array's number.
+    pub field: usize,
+    pub start: usize,
+    pub len: usize,
 }
 
-impl Asked {
-    /// The runs of each array the other ranks asked this rank for: (array, (start, length)
-    /// runs).
-    pub fn runs(&self) -> Vec<(Field, Vec<(usize, usize)>)> {
+/// The blocks of the next stage that ranks ask each other for ([`Ranks::ask`]), sent as they
+/// become ready ([`Ranks::push`]) and the rest at the end ([`Ranks::finish`]).
+pub(crate) struct Exchange {
+    /// The registered arrays, in order.
+    fields: Vec<Field>,
+    /// For each rank, the (field, start, length) runs of this rank's home it asked for and
+    /// has not been sent yet.
+    owed: Vec<Vec<(usize, usize, usize)>>,
+    /// For each rank, the (field, start, length) runs of its home this rank asked for and has
+    /// not received yet: what it owes this rank, in the same order.
+    awaited: Vec<Vec<(usize, usize, usize)>>,
+    /// For each array, whether blocks beyond this rank's home arrived for the next stage
+    /// before [`Ranks::finish`]: those stay when the last stage's fetched blocks are let go.
+    fetched: Vec<bool>,
+}
+
+impl Exchange {
+    /// The runs of each array still owed to other ranks: (array, (start, length) runs).
+    pub fn owed_runs(&self) -> Vec<(Field, Vec<(usize, usize)>)> {
         let mut by_field: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.fields.len()];
-        for t in &self.asked {
-            for (f, start, len) in runs_of(t) {
-                by_field[f].push((start, len));
-            }
+        for (f, start, len) in self.owed.iter().flatten() {
+            by_field[*f].push((*start, *len));
         }
         self.fields
             .iter()
@@ -589,6 +681,94 @@ impl Asked {
             .filter(|(_, runs)| !runs.is_empty())
             .collect()
     }
+
+    /// The parts still owed that lie within `ready` (blocks of arrays, written and final for
+    /// this exchange), in rank, then request order.
+    pub fn owed_within(&self, ready: &[(Field, BlockView)]) -> Vec<Owed> {
+        // Each array's ready runs, sorted by start (the blocks of different chunks do not
+        // overlap).
+        let mut by_field: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.fields.len()];
+        for (field, view) in ready {
+            if let Some(i) = self.fields.iter().position(|f| f.same(field)) {
+                by_field[i].extend(view.runs());
+            }
+        }
+        for runs in &mut by_field {
+            runs.sort_unstable();
+        }
+        parts_within(&self.owed, &by_field)
+    }
+
+    /// The array of each of `parts`.
+    pub fn fields_of(&self, parts: &[Owed]) -> Vec<Field> {
+        parts.iter().map(|p| self.fields[p.field].clone()).collect()
+    }
+
+    /// Owes `sent` (parts of what is owed) no more.
+    fn settle(&mut self, sent: Vec<Owed>) {
+        self.owed = owed_after(&self.owed, sent);
+    }
+}
+
+/// The parts of `owed` (for each rank, (field, start, length) runs) within `ready` (for each
+/// field, (start, length) runs sorted by start, not overlapping), in rank, then run order.
+fn parts_within(owed: &[Vec<(usize, usize, usize)>], ready: &[Vec<(usize, usize)>]) -> Vec<Owed> {
+    let mut parts = Vec::new();
+    for (rank, runs) in owed.iter().enumerate() {
+        for &(field, start, len) in runs {
+            let ready = &ready[field];
+            let first = ready.partition_point(|&(s, l)| s + l <= start);
+            for &(s, l) in ready[first..].iter().take_while(|&&(s, _)| s < start + len) {
+                let (a, b) = (s.max(start), (s + l).min(start + len));
+                if a < b {
+                    parts.push(Owed {
+                        rank,
+                        field,
+                        start: a,
+                        len: b - a,
+                    });
+                }
+            }
+        }
+    }
+    parts
+}
+
+/// What is left of `owed` (for each rank, (field, start, length) runs) once `sent` (parts of
+/// those runs) are sent: the gaps they leave, in order.
+fn owed_after(
+    owed: &[Vec<(usize, usize, usize)>],
+    mut sent: Vec<Owed>,
+) -> Vec<Vec<(usize, usize, usize)>> {
+    sent.sort_unstable_by_key(|p| (p.rank, p.field, p.start));
+    owed.iter()
+        .enumerate()
+        .map(|(rank, runs)| {
+            let of_rank = {
+                let lo = sent.partition_point(|p| p.rank < rank);
+                let hi = sent.partition_point(|p| p.rank <= rank);
+                &sent[lo..hi]
+            };
+            let mut left = Vec::new();
+            for &(field, start, len) in runs {
+                let mut at = start;
+                let first = of_rank.partition_point(|p| (p.field, p.start) < (field, start));
+                for p in of_rank[first..]
+                    .iter()
+                    .take_while(|p| p.field == field && p.start < start + len)
+                {
+                    if p.start > at {
+                        left.push((field, at, p.start - at));
+                    }
+                    at = at.max(p.start + p.len);
+                }
+                if at < start + len {
+                    left.push((field, at, start + len - at));
+                }
+            }
+            left
+        })
+        .collect()
 }
 
 /// Exclusive prefix sums of `counts`.
@@ -630,5 +810,47 @@ impl Ranks {
             source.receive_into(piece);
         }
         values
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Owed runs: rank 0 nothing, rank 1 two runs of field 0 and one of field 1.
+    fn owed() -> Vec<Vec<(usize, usize, usize)>> {
+        vec![vec![], vec![(0, 10, 10), (0, 40, 5), (1, 0, 8)]]
+    }
+
+    #[test]
+    fn parts_owed_within_ready_blocks_are_their_overlaps_and_what_is_left_the_gaps() {
+        // Field 0 ready at [5, 12) and [15, 42); field 1 not at all.
+        let ready = vec![vec![(5, 7), (15, 27)], vec![]];
+        let parts = parts_within(&owed(), &ready);
+        let runs: Vec<_> = parts
+            .iter()
+            .map(|p| (p.rank, p.field, p.start, p.len))
+            .collect();
+        assert_eq!(runs, [(1, 0, 10, 2), (1, 0, 15, 5), (1, 0, 40, 2)]);
+        let left = owed_after(&owed(), parts);
+        assert_eq!(left, [vec![], vec![(0, 12, 3), (0, 42, 3), (1, 0, 8)]]);
+        // Sending all that is left owes nothing.
+        let all: Vec<Owed> = left[1]
+            .iter()
+            .map(|&(field, start, len)| Owed {
+                rank: 1,
+                field,
+                start,
+                len,
+            })
+            .collect();
+        assert!(owed_after(&left, all).iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn nothing_ready_sends_nothing_and_owes_everything() {
+        let parts = parts_within(&owed(), &[vec![], vec![]]);
+        assert!(parts.is_empty());
+        assert_eq!(owed_after(&owed(), parts), owed());
     }
 }

@@ -12,6 +12,16 @@ pub fn share_range(index: usize, members: usize, count: usize) -> Range<usize> {
     start..start + base + usize::from(index < extra)
 }
 
+/// Groups a stage's share of chunks is recorded in when its blocks go out while it computes:
+/// each group's blocks travel while the next group computes, so all but the last group's
+/// exchange is hidden. Every member of `members` takes as many of a stage of `chunks` chunks
+/// (the exchanges between them are collective): up to four, and no more than the largest share
+/// holds chunks (one when every member has one chunk at most: nothing to pipeline).
+pub fn exchange_groups(chunks: usize, members: usize) -> usize {
+    const MOST: usize = 4;
+    MOST.min(chunks.div_ceil(members.max(1))).max(1)
+}
+
 /// The planes of `planes` that members `group` of `members` compute together when a stage
 /// takes the planes in chunks of `chunk` (the last one shorter), each member its
 /// [`share_range`] of the chunks: what a rank of those members keeps for that stage to read and
@@ -55,5 +65,16 @@ mod tests {
         }
         // Chunks of one plane are the planes' shares.
         assert_eq!(chunk_planes(1..2, 3, 10, 1), share_range(1, 3, 10));
+    }
+
+    #[test]
+    fn exchange_groups_are_at_most_four_and_no_more_than_the_largest_share_of_chunks() {
+        for (chunks, members, groups) in [(8, 2, 4), (8, 3, 3), (9, 8, 2), (8, 8, 1), (32, 64, 1)] {
+            assert_eq!(
+                exchange_groups(chunks, members),
+                groups,
+                "{chunks} chunks, {members}"
+            );
+        }
     }
 }

@@ -21,7 +21,7 @@ use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::shares::{chunk_planes, share_range};
+use super::shares::{chunk_planes, exchange_groups, share_range};
 use crate::array::{BlockView, Field};
 use crate::gpu::GpuError;
 use crate::gpu::{GpuContext, Recorder};
@@ -272,31 +272,195 @@ impl Share {
                 sync.host_to_device(ctx)
             }
             #[cfg(feature = "mpi")]
-            Meeting::Ranks {
-                ranks,
-                local,
-                device,
-            } => {
-                // The blocks downloaded outside the rank's planes go home, and every rank learns
-                // what the others' next stages read of its planes.
-                let (asked, all) = local.with_first(*device, reads(), |all| {
-                    (ranks.send_home_and_ask(&all.concat()), all)
-                })?;
-                let others = all
-                    .iter()
-                    .enumerate()
-                    .filter(|(d, _)| d != device)
-                    .flat_map(|(_, r)| r);
-                for (field, runs) in asked.runs() {
-                    field.record_to_host(ctx, rec, runs)?;
-                }
-                Self::to_host(ctx, rec, others)?;
-                local.with_first(*device, (), |_| ranks.answer(&asked))?;
-                local.host_to_device(ctx)
+            Meeting::Ranks { .. } => {
+                let ahead = self.ask(reads)?;
+                self.finish_ahead(ctx, rec, ahead)
             }
         }
     }
 
+    /// With MPI ranks whose exchanges overlap computation, asks the other ranks now for the
+    /// blocks the stage after the next one reads (`reads`), so that the next stage can send
+    /// them as it writes them ([`record_ready`](Self::record_ready),
+    /// [`push_ready`](Self::push_ready)); [`finish_ahead`](Self::finish_ahead) then replaces
+    /// the [`sync`](Self::sync) before that stage. `None` otherwise. Collective.
+    pub fn ask_ahead(
+        &self,
+        #[cfg_attr(not(feature = "mpi"), allow(unused_variables))] reads: impl FnOnce() -> Reads,
+    ) -> Result<Option<Ahead>, GpuError> {
+        match &self.meeting {
+            #[cfg(feature = "mpi")]
+            Meeting::Ranks { ranks, .. } if ranks.overlaps_exchanges() => self.ask(reads).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The groups this member records its share of a stage of `chunks` chunks in: with an
+    /// exchange asked ahead, each group's blocks go out while the next group computes. Every
+    /// member records as many (the exchanges between them are collective).
+    pub fn groups(&self, ahead: Option<&Ahead>, chunks: usize) -> usize {
+        match ahead {
+            Some(_) => exchange_groups(chunks, self.members),
+            None => 1,
+        }
+    }
+}
+
+/// The blocks of the next stage but one that ranks asked each other for ahead
+/// ([`Share::ask_ahead`]).
+#[cfg(feature = "mpi")]
+pub(crate) struct Ahead {
+    exchange: Arc<Mutex<super::ranks::Exchange>>,
+    /// The blocks the rank's other devices read then (of the planes this device keeps).
+    others: Reads,
+}
+
+/// Without MPI, nothing is asked ahead.
+#[cfg(not(feature = "mpi"))]
+pub(crate) enum Ahead {}
+
+/// The parts a group of chunks wrote of what other ranks asked ahead, on their way to the
+/// host ([`Share::record_ready`]).
+#[cfg(feature = "mpi")]
+pub(crate) struct Ready {
+    /// Downloads submitted before this mark carry them.
+    mark: u64,
+    parts: Vec<super::ranks::Owed>,
+}
+
+/// Without MPI, nothing is ready.
+#[cfg(not(feature = "mpi"))]
+pub(crate) enum Ready {}
+
+#[cfg(feature = "mpi")]
+impl Share {
+    /// The MPI meeting's parts: the ranks, the rank's devices' meeting and this device's index.
+    fn rank_meeting(&self) -> (&Arc<super::ranks::Ranks>, &Arc<TeamSync>, usize) {
+        match &self.meeting {
+            Meeting::Ranks {
+                ranks,
+                local,
+                device,
+            } => (ranks, local, *device),
+            Meeting::Threads(_) => unreachable!("only ranks exchange ahead"),
+        }
+    }
+
+    /// Asks the other ranks for the parts of `reads` (every device's of this rank) beyond the
+    /// rank's home. Collective.
+    fn ask(&self, reads: impl FnOnce() -> Reads) -> Result<Ahead, GpuError> {
+        let (ranks, local, device) = self.rank_meeting();
+        let (exchange, all) = local.with_first(device, reads(), |all| {
+            (Arc::new(Mutex::new(ranks.ask(&all.concat()))), all)
+        })?;
+        let others = all
+            .into_iter()
+            .enumerate()
+            .filter(|(d, _)| *d != device)
+            .flat_map(|(_, r)| r)
+            .collect();
+        Ok(Ahead { exchange, others })
+    }
+
+    /// After a group of chunks that writes `written` is recorded: records the downloads of the
+    /// parts of it that other ranks asked ahead and that this device keeps, and submits the
+    /// group so that it computes while the previous group's blocks go out.
+    pub fn record_ready(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        ahead: &Ahead,
+        written: &[(Field, BlockView)],
+    ) -> Result<Ready, GpuError> {
+        let (parts, fields) = {
+            let exchange = lock_exchange(&ahead.exchange);
+            let parts = exchange.owed_within(written);
+            let fields = exchange.fields_of(&parts);
+            (parts, fields)
+        };
+        for (field, part) in fields.iter().zip(&parts) {
+            field.record_to_host(ctx, rec, [(part.start, part.len)])?;
+        }
+        rec.flush(ctx)?;
+        Ok(Ready {
+            mark: ctx.download_mark(),
+            parts,
+        })
+    }
+
+    /// Once `ready`'s downloads have landed (waiting only for them: later groups keep the
+    /// device computing), sends its parts and the blocks downloaded outside the rank's home.
+    /// Collective.
+    pub fn push_ready(
+        &self,
+        ctx: &GpuContext,
+        ahead: &Ahead,
+        ready: Ready,
+    ) -> Result<(), GpuError> {
+        ctx.wait_for_downloads_before(ready.mark)?;
+        let (ranks, local, device) = self.rank_meeting();
+        local.with_first(device, ready.parts, |all| {
+            ranks.push_while_computing(&mut lock_exchange(&ahead.exchange), all.concat());
+        })
+    }
+
+    /// The [`sync`](Self::sync) before the stage whose reads `ahead` asked for: once this
+    /// member's downloads have landed, the rest of the exchange.
+    pub fn finish_ahead(
+        &self,
+        ctx: &GpuContext,
+        rec: &mut Recorder,
+        ahead: Ahead,
+    ) -> Result<(), GpuError> {
+        Self::land(ctx, rec)?;
+        let (ranks, local, device) = self.rank_meeting();
+        for (field, runs) in lock_exchange(&ahead.exchange).owed_runs() {
+            field.record_to_host(ctx, rec, runs)?;
+        }
+        Self::to_host(ctx, rec, ahead.others.iter())?;
+        local.with_first(device, (), |_| {
+            ranks.finish(&mut lock_exchange(&ahead.exchange))
+        })?;
+        local.host_to_device(ctx)
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+impl Share {
+    pub fn record_ready(
+        &self,
+        _: &GpuContext,
+        _: &mut Recorder,
+        ahead: &Ahead,
+        _: &[(Field, BlockView)],
+    ) -> Result<Ready, GpuError> {
+        match *ahead {}
+    }
+
+    pub fn push_ready(&self, _: &GpuContext, ahead: &Ahead, _: Ready) -> Result<(), GpuError> {
+        match *ahead {}
+    }
+
+    pub fn finish_ahead(
+        &self,
+        _: &GpuContext,
+        _: &mut Recorder,
+        ahead: Ahead,
+    ) -> Result<(), GpuError> {
+        match ahead {}
+    }
+}
+
+/// The exchange asked ahead, locked (a device thread that panicked left it whole: the team is
+/// stopped anyway).
+#[cfg(feature = "mpi")]
+fn lock_exchange(
+    exchange: &Mutex<super::ranks::Exchange>,
+) -> std::sync::MutexGuard<'_, super::ranks::Exchange> {
+    exchange.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Share {
     /// Downloads the words of `reads` this member holds newer on its device than the host, and
     /// waits until they landed.
     fn to_host<'a>(

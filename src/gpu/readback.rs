@@ -34,6 +34,8 @@ struct Downloads {
     /// Threads handing downloads taken out of `in_flight` to their completions now: a download
     /// has not landed until its completion ran, so waiters wait for these too.
     handing_over: usize,
+    /// Downloads registered so far: the next one's number.
+    registered: u64,
 }
 
 type MapState = Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>;
@@ -44,6 +46,10 @@ struct InFlight {
     /// The submission that copies into the readback buffer: waiting for it (not for the whole
     /// queue) is enough for the download to land.
     submission: Option<wgpu::SubmissionIndex>,
+    /// Its number, in the order of registration (MPI ranks wait for the downloads before a
+    /// mark).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    number: u64,
 }
 
 /// Readback buffers may hold this much before a new download waits for an earlier one.
@@ -161,15 +167,32 @@ impl Readback {
                 .bytes_downloaded
                 .fetch_add(download.bytes, Ordering::Relaxed);
         }
+        let mut d = self.downloads.lock().expect("download pool poisoned");
+        let number = d.registered;
+        d.registered += 1;
+        d.in_flight.push(InFlight {
+            download,
+            mapped,
+            submission,
+            number,
+        });
+    }
+
+    /// The number the next registered download gets: a mark that
+    /// [`landed_before`](Self::landed_before) compares with.
+    #[cfg(feature = "mpi")]
+    pub(super) fn download_mark(&self) -> u64 {
         self.downloads
             .lock()
             .expect("download pool poisoned")
-            .in_flight
-            .push(InFlight {
-                download,
-                mapped,
-                submission,
-            });
+            .registered
+    }
+
+    /// Whether every download registered before `mark` is on the host (its completion run).
+    #[cfg(feature = "mpi")]
+    pub(super) fn landed_before(&self, mark: u64) -> bool {
+        let d = self.downloads.lock().expect("download pool poisoned");
+        d.handing_over == 0 && d.in_flight.iter().all(|f| f.number >= mark)
     }
 
     /// Hands every download that has arrived to its completion; with `wait`, first waits for

@@ -245,7 +245,7 @@ impl Memo {
                 }
                 None => {
                     let mut rec = ctx.recorder("memo: plain stage");
-                    op.record_stage(ctx, &mut rec, application, position)?;
+                    op.record_stage(ctx, &mut rec, application, position, None)?;
                     ctx.submit(rec)?;
                 }
             }

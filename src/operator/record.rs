@@ -6,7 +6,8 @@ use super::stages::{Kind, Stage};
 use super::steps::{Block, Step};
 use super::{Application, LaminoOperator, OperatorError};
 use crate::array::{BlockView, Field, Role, Staging};
-use crate::distributed::team::Reads;
+use crate::distributed::shares::share_range;
+use crate::distributed::team::{Ahead, Reads, Ready};
 use crate::gpu::GpuError;
 use crate::gpu::{Completion, GpuContext, Recorder};
 
@@ -49,12 +50,21 @@ impl LaminoOperator {
         rec: &mut Recorder,
         application: &Application,
     ) -> Result<(), GpuError> {
-        for position in 0..application.stages.len() {
+        let stages = application.stages.len();
+        // The next stage's reads, asked for ahead so that this stage sends them as it writes.
+        let mut ahead: Option<Ahead> = None;
+        for position in 0..stages {
             // A stage's chunks cross the previous stage's (or the vector kernels') shares.
             if let Some(share) = &self.share {
-                share.sync(ctx, rec, || self.stage_reads(application, position))?;
+                match ahead.take() {
+                    Some(asked) => share.finish_ahead(ctx, rec, asked)?,
+                    None => share.sync(ctx, rec, || self.stage_reads(application, position))?,
+                }
+                if position + 1 < stages {
+                    ahead = share.ask_ahead(|| self.stage_reads(application, position + 1))?;
+                }
             }
-            self.record_stage(ctx, rec, application, position)?;
+            self.record_stage(ctx, rec, application, position, ahead.as_ref())?;
         }
         // What follows reads this member's planes of the output.
         if let Some(share) = &self.share {
@@ -82,16 +92,24 @@ impl LaminoOperator {
     /// (of U2, an operator built for a member holds its share only).
     fn own_chunks(&self, kind: Kind) -> std::ops::Range<usize> {
         let built = self.stages.of(kind).len();
-        let (count, first) = match kind {
-            Kind::Gridding(Stage::Usfft2d | Stage::Usfft2dAdjoint) => (
-                self.geometry.deth.div_ceil(self.chunk_rows),
-                self.u2_chunks.start,
-            ),
-            _ => (built, 0),
+        let first = match kind {
+            Kind::Gridding(Stage::Usfft2d | Stage::Usfft2dAdjoint) => self.u2_chunks.start,
+            _ => 0,
         };
+        let count = self.all_chunks(kind);
         let own = self.share.as_ref().map_or(0..count, |s| s.range(count));
         debug_assert!(own.start >= first && own.end - first <= built);
         own.start - first..own.end - first
+    }
+
+    /// The chunks of a stage, every member's together.
+    fn all_chunks(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Gridding(Stage::Usfft2d | Stage::Usfft2dAdjoint) => {
+                self.geometry.deth.div_ceil(self.chunk_rows)
+            }
+            _ => self.stages.of(kind).len(),
+        }
     }
 
     /// Number of chunks of `stage`.
@@ -106,25 +124,60 @@ impl LaminoOperator {
     }
 
     /// Records stage number `position` of `application` for every chunk (a team member's share
-    /// of them).
+    /// of them). With the next stage's reads asked `ahead`, in groups of chunks: each group is
+    /// submitted as it is recorded, and once its downloads have landed, while the next group
+    /// computes, the blocks it wrote go out to their homes and to the ranks that asked.
     pub(crate) fn record_stage(
         &self,
         ctx: &GpuContext,
         rec: &mut Recorder,
         application: &Application,
         position: usize,
+        ahead: Option<&Ahead>,
     ) -> Result<(), GpuError> {
         let stage = &application.stages[position];
         let staging = application.staging.as_deref();
         let chunks = self.stages.of(stage.kind);
         let own = self.own_chunks(stage.kind);
-        for (chunk, (steps_in, steps_out)) in chunks[own.clone()].iter().zip(&stage.chunks[own]) {
-            self.record_steps(ctx, rec, &chunk.tables, staging, None)?;
-            self.record_steps(ctx, rec, steps_in, staging, None)?;
-            self.record_steps(ctx, rec, &chunk.compute, staging, None)?;
-            self.record_steps(ctx, rec, steps_out, staging, None)?;
+        let groups = self
+            .share
+            .as_ref()
+            .map_or(1, |s| s.groups(ahead, self.all_chunks(stage.kind)));
+        let mut sending: Option<Ready> = None;
+        for group in 0..groups {
+            let part = share_range(group, groups, own.len());
+            let part = own.start + part.start..own.start + part.end;
+            for (chunk, (steps_in, steps_out)) in
+                chunks[part.clone()].iter().zip(&stage.chunks[part.clone()])
+            {
+                self.record_steps(ctx, rec, &chunk.tables, staging, None)?;
+                self.record_steps(ctx, rec, steps_in, staging, None)?;
+                self.record_steps(ctx, rec, &chunk.compute, staging, None)?;
+                self.record_steps(ctx, rec, steps_out, staging, None)?;
+            }
+            let (Some(share), Some(ahead)) = (&self.share, ahead) else {
+                continue;
+            };
+            let written = Self::downloads(&stage.chunks[part]);
+            let ready = share.record_ready(ctx, rec, ahead, &written)?;
+            // The last group's blocks go out when the next stage starts, with the rest.
+            if let Some(previous) = sending.replace(ready) {
+                share.push_ready(ctx, ahead, previous)?;
+            }
         }
         Ok(())
+    }
+
+    /// The host arrays and blocks the stage-outs of `chunks` download into.
+    fn downloads(chunks: &[(Vec<Step>, Vec<Step>)]) -> Reads {
+        chunks
+            .iter()
+            .flat_map(|(_, steps_out)| steps_out)
+            .filter_map(|step| match step {
+                Step::Download { field, view } => Some((field.clone(), *view)),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Records the copy of chunk `chunk`'s input from the whole array into its input block, for

@@ -26,12 +26,12 @@
 //!   plus a latency per message: (K - 1) per all-to-all and ceil(log2 K) per reduction.
 //!
 //! Two iteration times: `iteration_s` with nothing overlapped (an all-to-all sits between two
-//! stages), and `overlapped_s` with the exchanges pipelined: the blocks of group i + 1 of a
-//! stage's chunks travel (one all-to-all per group, K - 1 messages each) while group i
-//! computes, so an application's exchange is hidden behind its own compute except for the first
-//! group's part (1/g of it) and whatever it takes beyond that compute; of the group counts g from
-//! 1 (nothing overlapped) to the stage's chunks, in powers of two, the one that leaves the least
-//! exposed (more groups hide more bytes and cost more messages). The compute an application can
+//! stages), and `overlapped_s` with the exchanges pipelined as the ranks run them: the blocks
+//! of group i of a stage's chunks travel (one all-to-all per group, K - 1 messages each) while
+//! group i + 1 computes, so an application's exchange is hidden behind its own compute except
+//! for the last group's part (1/g of it) and whatever it takes beyond that compute. g is the
+//! ranks' group count ([`crate::distributed::shares::exchange_groups`]): at most 4, and 1
+//! (nothing overlapped) once every rank has one chunk of a stage at most. The compute an application can
 //! hide behind is the iteration's compute (device or bus time) times the operator stages' part
 //! of the bytes the iteration touches, over the applications (pessimistic: the stages' FFTs cost
 //! more per byte than the vector passes). Not hidden: the halos of the gradient and divergence
@@ -358,10 +358,7 @@ fn exposed_communication_s(
             + (groups * (k - 1)) as f64 * inputs.latency_us * 1e-6;
         (exchange - compute).max(0.0) + exchange.min(compute) / groups as f64
     };
-    let per_application = std::iter::successors(Some(1usize), |g| Some(g * 2))
-        .take_while(|&g| g <= chunks)
-        .map(exposed)
-        .fold(f64::INFINITY, f64::min);
+    let per_application = exposed(crate::distributed::shares::exchange_groups(chunks, k));
     let reductions = (params.inner_iterations as f64 + 1.0) * (k as f64).log2().ceil();
     applications * per_application
         + halo_bytes as f64 / per_rank_network

@@ -42,9 +42,11 @@ pub struct RankReport {
     /// ([`crate::recon::Reconstruction::bus_bytes_per_iteration`]).
     pub bus_bytes_per_iteration: Vec<u64>,
     /// Seconds of `iterations_s` the rank spent in exchanges: the MPI calls and the packing
-    /// they do, waits for the other ranks included. Nothing overlaps them with computation
-    /// yet, so the rest of `iterations_s` is its computing.
+    /// they do, waits for the other ranks included.
     pub iteration_exchange_s: f64,
+    /// Of those, the seconds of the exchanges made while the rank's devices computed a
+    /// stage's later chunks (hidden where the devices compute apart from the host).
+    pub iteration_overlapped_exchange_s: f64,
 }
 
 /// What an MPI rank has sent so far: bytes in all and of each array, and the seconds spent in
@@ -55,6 +57,7 @@ struct SentSoFar {
     bytes: u64,
     by_array: Vec<(String, u64)>,
     exchange_s: f64,
+    overlapped_s: f64,
 }
 
 #[cfg(feature = "mpi")]
@@ -64,6 +67,7 @@ impl SentSoFar {
             bytes: ranks.bytes_sent(),
             by_array: ranks.array_bytes_sent(),
             exchange_s: ranks.exchange_s(),
+            overlapped_s: ranks.overlapped_exchange_s(),
         }
     }
 }
@@ -753,6 +757,7 @@ impl AdmmTeam {
                 sent,
                 sent - setup.bytes,
                 (now.exchange_s - setup.exchange_s).to_bits(),
+                (now.overlapped_s - setup.overlapped_s).to_bits(),
             ];
             mine.extend(by_array.iter().zip(&setup.by_array).map(|(a, s)| a.1 - s.1));
             // Every rank has as many devices.
@@ -769,15 +774,16 @@ impl AdmmTeam {
                     bytes_sent: w[2],
                     iteration_bytes_sent: w[3],
                     iteration_exchange_s: f64::from_bits(w[4]),
+                    iteration_overlapped_exchange_s: f64::from_bits(w[5]),
                     iteration_bytes_by_array: by_array
                         .iter()
-                        .zip(&w[5..5 + arrays])
+                        .zip(&w[6..6 + arrays])
                         .map(|((array, _), &bytes)| ArrayBytes {
                             array: array.clone(),
                             bytes,
                         })
                         .collect(),
-                    bus_bytes_per_iteration: w[5 + arrays..].to_vec(),
+                    bus_bytes_per_iteration: w[6 + arrays..].to_vec(),
                 })
                 .collect();
         }
