@@ -393,19 +393,17 @@ impl Ranks {
             .iter()
             .find(|o| o.field.same(field))
             .map_or_else(|| self.home(rank, layout.planes), |o| o.homes[rank].clone());
-        planes.start * layout.plane_words..planes.end * layout.plane_words
+        words_of(&planes, layout.plane_words)
     }
 
     /// For each rank, the parts of `runs` of field number `index` in its home (none for this
     /// rank's own).
     fn by_home(&self, owned: &Owned, index: usize, runs: &[(usize, usize)]) -> Vec<HomeParts> {
-        let plane_words = owned.field.layout().plane_words;
         (0..self.size)
             .map(|r| {
                 let mut parts = HomeParts::default();
                 if r != self.rank {
-                    let planes = &owned.homes[r];
-                    let home = planes.start * plane_words..planes.end * plane_words;
+                    let home = owned.home_words(r);
                     for &(s, l) in runs {
                         let (a, b) = (s.max(home.start), (s + l).min(home.end));
                         if a < b {
@@ -477,9 +475,7 @@ impl Ranks {
         for (rank, (t, w)) in triples.iter().zip(&words).enumerate() {
             for ((field, start, len), w) in runs_of(t).zip(split_runs(t, w)) {
                 let o = &owned[field];
-                let home = &o.homes[self.rank];
-                let plane_words = o.field.layout().plane_words;
-                if !(home.start * plane_words..home.end * plane_words).contains(&start) {
+                if !o.home_words(self.rank).contains(&start) {
                     exchange.fetched[field] = true;
                     answered.push(Owed {
                         rank,
@@ -615,6 +611,18 @@ struct Owned {
     field: Field,
     /// The planes each rank keeps, in rank order.
     homes: Vec<Range<usize>>,
+}
+
+impl Owned {
+    /// The words of the array rank `rank` keeps.
+    fn home_words(&self, rank: usize) -> Range<usize> {
+        words_of(&self.homes[rank], self.field.layout().plane_words)
+    }
+}
+
+/// The words of `planes` of `plane_words` words each.
+fn words_of(planes: &Range<usize>, plane_words: usize) -> Range<usize> {
+    planes.start * plane_words..planes.end * plane_words
 }
 
 /// Runs of a field in one rank's home: as (field, start, length) triples to send, and as runs.
