@@ -95,6 +95,9 @@ shared_constants!(
     }
 );
 const _: () = assert!(usfft2d::MAX_TAPS * (usfft2d::MAX_TAPS + 2) <= 4 * usfft2d::KERNEL_VECTORS);
+// The tabulated U2*'s records hold a point's weights on a block's rows, and on its columns, in one
+// vec4 each.
+const _: () = assert!(usfft2d::U2_BLOCK_ROWS == 4 && usfft2d::U2_BLOCK_COLUMNS == 4);
 
 const COMPLEX: &str = include_str!("../shaders/shared/complex.wgsl");
 const FFT_RADIX: &str = include_str!("../shaders/fft/radix.wgsl");
@@ -229,7 +232,8 @@ pub static USFFT2D: Shader = Shader {
         usfft2d::WGSL,
         include_str!("../shaders/operator/usfft2d.wgsl"),
     ],
-    layout: GRIDDING,
+    // GRIDDING and the tabulated adjoint's records.
+    layout: &[RW, RW, RW, R, R, R, R, U, RW],
 };
 
 /// Invocations per workgroup of the vector kernels (the `WORKGROUP` override of

@@ -12,7 +12,8 @@ use lamino::array::Residency;
 use lamino::gpu::GpuContext;
 use lamino::metrics::nan_max;
 use lamino::operator::{
-    Apply, Geometry, GeometryError, LaminoOperator, OperatorError, OperatorOptions, VolumeBox,
+    AdjointGridding, Apply, Geometry, GeometryError, LaminoOperator, OperatorError,
+    OperatorOptions, VolumeBox,
 };
 use lamino::random::SplitMix64;
 use lamino::reference::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct};
@@ -332,6 +333,7 @@ fn results_do_not_depend_on_chunks_or_binding_size_and_repeat_bit_for_bit() {
                 max_chunk_y: Some(5),
                 max_chunk_rows: Some(3),
                 max_chunk_angles: Some(4),
+                ..OperatorOptions::default()
             },
         ),
         (&tiny, OperatorOptions::default()),
@@ -482,9 +484,17 @@ fn the_memory_estimate_made_before_allocation_matches_what_the_operator_holds() 
         (
             Geometry::cube(32, 16, TILT),
             OperatorOptions {
+                adjoint_gridding: AdjointGridding::Evaluated,
+                ..OperatorOptions::default()
+            },
+        ),
+        (
+            Geometry::cube(32, 16, TILT),
+            OperatorOptions {
                 max_chunk_y: Some(5),
                 max_chunk_rows: Some(3),
                 max_chunk_angles: Some(5),
+                ..OperatorOptions::default()
             },
         ),
     ] {
@@ -618,27 +628,87 @@ fn check_shifted_operator(shifted: &Geometry, what: &str, seed: u64) {
 #[test]
 fn the_u2_adjoint_handles_footprints_that_wrap_or_cover_the_grid() {
     // The adjoint's invocations own blocks of 4 x 4 cells of each row's 2 n1 x 2 n2 grid (sizes
-    // are even, so blocks tile the grid) and read the points whose 5 x 5 footprint's corner lies
-    // in the 2 x 2 blocks up and left of theirs, wrapped. n1 = 6, n2 = 14: 12 x 28 cells,
-    // footprints wrapping around both ends. n1 = 4: 8 grid rows, two block rows, each footprint
-    // reaching both, some through the wrap as well (each point must be read once).
-    for (n1, n2) in [(6, 14), (4, 6)] {
+    // are even, so blocks tile the grid) and read the points whose footprint's corner lies in
+    // the 2 x 2 blocks up and left of theirs (5 taps, eps 1e-3), or 3 x 3 (7 taps, eps 1e-5),
+    // wrapped. n1 = 6, n2 = 14: 12 x 28 cells, footprints wrapping around both ends. n1 = 4: 8
+    // grid rows, two block rows, each footprint reaching both, some through the wrap as well
+    // (each point must be read once); with 7 taps a footprint's reach of 3 blocks meets its own
+    // corner block again. Both ways of weighing the points (AdjointGridding).
+    for (n1, n2, eps) in [(6, 14, 1e-3), (4, 6, 1e-3), (6, 14, 1e-5), (4, 6, 1e-5)] {
         let g = uneven_angles(Geometry {
             n0: 8,
             n1,
             n2,
             deth: 8,
             detw: n2,
+            eps,
             ..Geometry::cube(8, 5, TILT)
         });
-        let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
         let cpu = lamino::reference::CpuOperator::new(&g, 2);
         let d = random(g.data_len(), 21);
-        let gpu = run(ctx(), &op, Apply::Usfft2dAdjoint, &d);
-        let err = rel_l2(&gpu, &to_f64(&cpu.usfft2d_adjoint(&d)));
-        assert!(err < 1e-5, "{n1} x {n2}: U2*, GPU vs CPU: {err:.2e}");
-        let (s, d) = (g.spectrum_len(), g.data_len());
-        let mismatch = adjoint_mismatch(&op, Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d);
-        assert!(mismatch < 1e-5, "{n1} x {n2}: U2/U2*: {mismatch:.2e}");
+        for adjoint_gridding in [AdjointGridding::Tabulated, AdjointGridding::Evaluated] {
+            let options = OperatorOptions {
+                adjoint_gridding,
+                ..OperatorOptions::default()
+            };
+            let op = LaminoOperator::new(ctx(), &g, &options).unwrap();
+            let what = format!("{n1} x {n2}, eps {eps:e}, {adjoint_gridding:?}");
+            let gpu = run(ctx(), &op, Apply::Usfft2dAdjoint, &d);
+            let err = rel_l2(&gpu, &to_f64(&cpu.usfft2d_adjoint(&d)));
+            assert!(err < 1e-5, "{what}: U2*, GPU vs CPU: {err:.2e}");
+            let (s, d) = (g.spectrum_len(), g.data_len());
+            let mismatch = adjoint_mismatch(&op, Apply::Usfft2d, Apply::Usfft2dAdjoint, s, d);
+            assert!(mismatch < 1e-5, "{what}: U2/U2*: {mismatch:.2e}");
+        }
+    }
+}
+
+/// U2*'s two ways of weighing its points read the same points in the same order and add the
+/// same products: the same values (to the last bits a compiler's fused multiply-adds may
+/// change) at every accuracy; `Auto` tabulates unless one detector row's records (80 bytes per
+/// point at eps 1e-3) exceed a storage binding.
+#[test]
+fn the_u2_adjoint_gives_the_same_values_tabulated_or_evaluated() {
+    for eps in [1e-3, 1e-4, 1e-6] {
+        let g = uneven_angles(Geometry { eps, ..small() });
+        let d = random(g.data_len(), 22);
+        let adjoint = |c: &GpuContext, adjoint_gridding| {
+            let options = OperatorOptions {
+                adjoint_gridding,
+                ..OperatorOptions::default()
+            };
+            let op = LaminoOperator::new(c, &g, &options).unwrap();
+            (
+                op.adjoint_gridding(),
+                run(c, &op, Apply::Usfft2dAdjoint, &d),
+            )
+        };
+        let (how, tabulated) = adjoint(ctx(), AdjointGridding::Tabulated);
+        assert_eq!(how, AdjointGridding::Tabulated);
+        let (how, evaluated) = adjoint(ctx(), AdjointGridding::Evaluated);
+        assert_eq!(how, AdjointGridding::Evaluated);
+        let err = rel_l2(&tabulated, &to_f64(&evaluated));
+        eprintln!("eps {eps:e}: U2* tabulated vs evaluated, rel. L2 {err:.2e}");
+        assert!(err < 1e-6, "eps {eps:e}: tabulated vs evaluated {err:.2e}");
+        if eps == 1e-3 {
+            let (how, auto) = adjoint(ctx(), AdjointGridding::Auto);
+            assert_eq!((how, &auto), (AdjointGridding::Tabulated, &tabulated));
+            // One row's records (6 x 18 points of 80 bytes) beyond a binding that holds its
+            // grid (2 x 12 x 2 x 20 cells of 8 bytes).
+            let binding = (4 * g.n1 * g.n2 * 8) as u64;
+            assert!(binding < (g.ntheta() * g.detw * 80) as u64);
+            let narrow = new_context().with_max_binding_bytes(binding);
+            let (how, auto) = adjoint(&narrow, AdjointGridding::Auto);
+            assert_eq!((how, &auto), (AdjointGridding::Evaluated, &evaluated));
+            let options = OperatorOptions {
+                adjoint_gridding: AdjointGridding::Tabulated,
+                ..OperatorOptions::default()
+            };
+            let err = LaminoOperator::new(&narrow, &g, &options).unwrap_err();
+            assert!(
+                matches!(err, OperatorError::TooLarge { .. }),
+                "records beyond the binding: {err}"
+            );
+        }
     }
 }

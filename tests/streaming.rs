@@ -107,6 +107,7 @@ fn whole_chunk_need(ctx: &lamino::gpu::GpuContext, g: &Geometry, params: &AdmmPa
         max_chunk_y: Some(g.n1),
         max_chunk_rows: Some(g.deth),
         max_chunk_angles: Some(g.ntheta()),
+        ..OperatorOptions::default()
     };
     MemoryPlan::in_core(ctx, g, params, &whole)
         .unwrap()
@@ -354,6 +355,43 @@ fn budgets_too_small_and_hosts_too_full_are_refused_with_sizes() {
     assert_eq!(roomy.projections_residency(g), Residency::Host);
     let big = plan(ctx, g, &params, &o, &budgets(u64::MAX / 2, u64::MAX, None)).unwrap();
     assert_eq!(big.mode, Mode::InCore);
+}
+
+/// Left to the planner (`AdjointGridding::Auto`), U2* tabulates its weights where its records
+/// (80 bytes per data point of a chunk) cost the plan nothing: in-core with room to spare; at a
+/// budget where the records would not fit beside even the smallest streaming plan, it evaluates
+/// them instead of refusing the run.
+#[test]
+fn the_planner_tabulates_the_u2_adjoints_weights_only_where_they_cost_the_plan_nothing() {
+    use lamino::operator::AdjointGridding;
+    let p = projections(32);
+    let g = p.geometry();
+    let params = AdmmParams::exactly(2);
+    let ctx = common::new_context();
+    let way = |adjoint_gridding| OperatorOptions {
+        adjoint_gridding,
+        ..OperatorOptions::default()
+    };
+    let roomy = plan(
+        &ctx,
+        g,
+        &params,
+        &way(AdjointGridding::Auto),
+        &budgets(u64::MAX / 2, u64::MAX, None),
+    )
+    .unwrap();
+    assert_eq!(roomy.mode, Mode::InCore);
+    assert_eq!(roomy.operator.adjoint_gridding, AdjointGridding::Tabulated);
+    let tight = budgets(whole_chunk_need(&ctx, g, &params) / 12, u64::MAX, None);
+    let refused = plan(&ctx, g, &params, &way(AdjointGridding::Tabulated), &tight);
+    assert!(
+        matches!(refused, Err(PlanError::DeviceBudget { .. })),
+        "{refused:?}"
+    );
+    let evaluated = plan(&ctx, g, &params, &way(AdjointGridding::Evaluated), &tight).unwrap();
+    let auto = plan(&ctx, g, &params, &way(AdjointGridding::Auto), &tight).unwrap();
+    assert_eq!(auto.operator, evaluated.operator);
+    assert_eq!(auto.device_bytes, evaluated.device_bytes);
 }
 
 /// The plan's bytes moved per outer iteration are the bytes the context counts moving (uploads
@@ -720,6 +758,7 @@ fn streamed_stages_wait_only_to_reuse_a_buffer_or_read_unfinished_blocks() {
             max_chunk_y: Some(chunk),
             max_chunk_rows: Some(chunk),
             max_chunk_angles: Some(chunk),
+            ..OperatorOptions::default()
         };
         let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
         // Every block of every stage at this chunking: chunk planes of 16 x 16 complex values.

@@ -4,8 +4,10 @@
 //   plane [r][y][x]    (rows, n1, n2)
 //   grid  [r][py][px]  (rows, 2 n1, 2 n2)   (2D FFT over the last two axes in between)
 //   out   [r][pt]      (rows, ntheta * detw), pt = t * detw + w
-// The adjoint gathers too, by blocks of the grid (u2_spread): each block reads the points whose
-// footprint's corner lies in the blocks up and left of it (host tables sorted by that corner).
+// The adjoint gathers too, by blocks of the grid: each block reads the points whose footprint's
+// corner lies in the blocks up and left of it (host tables sorted by that corner), evaluating
+// their weights itself (u2_spread) or reading them from records written once per point
+// (u2_spread_records, then u2_spread_tabulated; AdjointGridding in src/operator/mod.rs).
 
 struct U2Params {
     n1: u32,
@@ -44,6 +46,13 @@ struct U2Params {
 // Per row, the points by (corner block, base row, base column, point index).
 @group(0) @binding(6) var<storage, read> corner_points: array<u32>;
 @group(0) @binding(7) var<uniform> p: U2Params;
+// The tabulated adjoint's records, one per entry of corner_points (row-major over the chunk's
+// rows), of 1 + reach_rows + reach_columns vectors (U2Tables::record_vectors): the point's value
+// times the scale and the column of its corner's block (a small integer, exact in f32), then its
+// weights on the 4 rows of each of the reach_rows blocks down from its corner's, then on the 4
+// columns of each of the reach_columns blocks right of it. Written by u2_spread_records, read by
+// u2_spread_tabulated; a single vector where the adjoint evaluates its weights.
+@group(0) @binding(8) var<storage, read_write> records: array<vec4<f32>>;
 
 override WORKGROUP: u32 = 64u;
 // The kernel's half-width m (2m + 1 taps per axis; both axes share it: it follows eps alone), a
@@ -167,6 +176,68 @@ fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
     return i;
 }
 
+struct BlockCounts {
+    rows: u32,
+    columns: u32,
+}
+
+// The blocks of U2_BLOCK_ROWS x U2_BLOCK_COLUMNS cells that tile each row's grid (its sides are
+// multiples of 4).
+fn spread_blocks() -> BlockCounts {
+    return BlockCounts(p.gy / U2_BLOCK_ROWS, p.gx / U2_BLOCK_COLUMNS);
+}
+
+// The block of an adjoint invocation and what it reads: its chunk row r, its block (row-major)
+// and first cell, where the row's points and corner starts begin, and the first corner column c0
+// of its reach, which wraps past the last block column when `wraps`.
+struct SpreadBlock {
+    r: u32,
+    block: u32,
+    py0: u32,
+    px0: u32,
+    list: u32,
+    starts: u32,
+    c0: u32,
+    wraps: bool,
+}
+
+// The block of invocation g < rows x blocks.
+fn spread_block(g: u32) -> SpreadBlock {
+    let n = spread_blocks();
+    let blocks = n.rows * n.columns;
+    var b: SpreadBlock;
+    b.r = g / blocks;
+    b.block = g % blocks;
+    b.py0 = b.block / n.columns * U2_BLOCK_ROWS;
+    b.px0 = b.block % n.columns * U2_BLOCK_COLUMNS;
+    b.list = b.r * p.points;
+    b.starts = p.corner_start_offset + b.r * (blocks + 1u);
+    b.c0 = (b.block % n.columns + n.columns + 1u - p.reach_columns) % n.columns;
+    b.wraps = b.c0 + p.reach_columns > n.columns;
+    return b;
+}
+
+// The entries [x, y) of the sorted points whose corner lies in the block row i of b's reach
+// (from the top) and in its corner columns [lo, hi): c0 up to the reach or the row's end
+// (s = 0), then from 0 where the reach wraps (s = 1).
+fn corner_run(b: SpreadBlock, i: u32, s: u32) -> vec2<u32> {
+    let n = spread_blocks();
+    let corner_row = (b.block / n.columns + n.rows + 1u - p.reach_rows + i) % n.rows;
+    let row_blocks = b.starts + corner_row * n.columns;
+    let lo = select(b.c0, 0u, s == 1u);
+    let hi = select(min(b.c0 + p.reach_columns, n.columns), b.c0 + p.reach_columns - n.columns, s == 1u);
+    return vec2<u32>(corner_start[row_blocks + lo], corner_start[row_blocks + hi]);
+}
+
+// Writes a block's sums to its cells of the grid.
+fn store_block(b: SpreadBlock, acc: array<array<vec2<f32>, U2_BLOCK_COLUMNS>, U2_BLOCK_ROWS>) {
+    for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
+        for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
+            grid[(b.r * p.gy + b.py0 + k) * p.gx + b.px0 + c] = acc[k][c];
+        }
+    }
+}
+
 // The adjoint is output-driven and needs no workgroup memory: an invocation owns a block of
 // U2_BLOCK_ROWS x U2_BLOCK_COLUMNS cells of one row's grid and keeps their sums in registers.
 // The points that reach it are those whose footprint's corner lies in the reach_rows x
@@ -182,34 +253,18 @@ fn tap(cell: u32, base: u32, n: u32, m: i32) -> i32 {
 @compute @workgroup_size(WORKGROUP)
 fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let g = thread_id(wid, groups, lid);
-    // The blocks tile the grid (its sides are multiples of 4).
-    let blocks_y = p.gy / U2_BLOCK_ROWS;
-    let blocks_x = p.gx / U2_BLOCK_COLUMNS;
-    let blocks = blocks_y * blocks_x;
-    if (g >= p.rows * blocks) {
+    let n = spread_blocks();
+    if (g >= p.rows * n.rows * n.columns) {
         return;
     }
-    let r = g / blocks;
-    let block = g % blocks;
-    let py0 = block / blocks_x * U2_BLOCK_ROWS;
-    let px0 = block % blocks_x * U2_BLOCK_COLUMNS;
-    let list = r * p.points;
-    let starts = p.corner_start_offset + r * (blocks + 1u);
-    let entries = p.corner_points_offset + list;
-    // The first corner column, and whether the reach wraps past the last block column.
-    let c0 = (block % blocks_x + blocks_x + 1u - p.reach_columns) % blocks_x;
-    let wraps = c0 + p.reach_columns > blocks_x;
+    let b = spread_block(g);
+    let entries = p.corner_points_offset + b.list;
     var acc: array<array<vec2<f32>, U2_BLOCK_COLUMNS>, U2_BLOCK_ROWS>;
     for (var i = 0u; i < p.reach_rows; i++) {
-        let corner_row = (block / blocks_x + blocks_y + 1u - p.reach_rows + i) % blocks_y;
-        let row_blocks = starts + corner_row * blocks_x;
-        for (var s = 0u; s < select(1u, 2u, wraps); s++) {
-            // Corner columns [lo, hi): c0 up to the reach or the row's end, then from 0.
-            let lo = select(c0, 0u, s == 1u);
-            let hi = select(min(c0 + p.reach_columns, blocks_x), c0 + p.reach_columns - blocks_x, s == 1u);
-            let last = corner_start[row_blocks + hi];
-            for (var e = corner_start[row_blocks + lo]; e < last; e++) {
-                let point = list + corner_points[entries + e];
+        for (var s = 0u; s < select(1u, 2u, b.wraps); s++) {
+            let run = corner_run(b, i, s);
+            for (var e = run.x; e < run.y; e++) {
+                let point = b.list + corner_points[entries + e];
                 let xy = coords[p.coords_offset + point];
                 let bx = nearest(xy.x, p.gx);
                 let by = nearest(xy.y, p.gy);
@@ -221,11 +276,11 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
                 let row = wrap(by, p.gy);
                 var wx: array<f32, U2_BLOCK_COLUMNS>;
                 for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-                    wx[c] = pick(tx, tap(px0 + c, col, p.gx, HALF_WIDTH) + HALF_WIDTH);
+                    wx[c] = pick(tx, tap(b.px0 + c, col, p.gx, HALF_WIDTH) + HALF_WIDTH);
                 }
                 let scaled = p.scale * value;
                 for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
-                    let wyv = pick(ty, tap(py0 + k, row, p.gy, HALF_WIDTH) + HALF_WIDTH) * scaled;
+                    let wyv = pick(ty, tap(b.py0 + k, row, p.gy, HALF_WIDTH) + HALF_WIDTH) * scaled;
                     for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
                         acc[k][c] += wx[c] * wyv;
                     }
@@ -233,11 +288,90 @@ fn u2_spread(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) gro
             }
         }
     }
-    for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
-        for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
-            grid[(r * p.gy + py0 + k) * p.gx + px0 + c] = acc[k][c];
+    store_block(b, acc);
+}
+
+// The weights of the 4 cells of the block `slot` blocks on from the block of a footprint's
+// corner, which lies `offset` cells into its block, on an axis of n cells: the cell at `4 slot + c`
+// from the block's start is tap `4 slot + c - offset`, wrapped (a reach of every block of a short
+// axis may meet the footprint's start again), weighing nothing beyond the footprint.
+fn window(w: array<f32, MAX_TAPS>, slot: u32, offset: u32, n: u32) -> vec4<f32> {
+    var v: vec4<f32>;
+    for (var c = 0u; c < 4u; c++) {
+        var i = i32(4u * slot + c) - i32(offset);
+        i = select(i, i + i32(n), i < 0);
+        v[c] = pick(w, i);
+    }
+    return v;
+}
+
+// The tabulated adjoint's records (see `records`), one invocation per entry of corner_points:
+// each point's weights evaluated once, where u2_spread evaluates them at every block it reaches
+// (reach_rows x reach_columns times).
+@compute @workgroup_size(WORKGROUP)
+fn u2_spread_records(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = thread_id(wid, groups, lid);
+    if (g >= p.rows * p.points) {
+        return;
+    }
+    let list = g / p.points * p.points;
+    let point = list + corner_points[p.corner_points_offset + g];
+    let xy = coords[p.coords_offset + point];
+    let bx = nearest(xy.x, p.gx);
+    let by = nearest(xy.y, p.gy);
+    let tx = tap_weights(xy.x, p.gx, bx);
+    let ty = tap_weights(xy.y, p.gy, by);
+    // The footprint's corner cell on each axis (its first tap).
+    let corner_x = wrap(bx - HALF_WIDTH, p.gx);
+    let corner_y = wrap(by - HALF_WIDTH, p.gy);
+    let at = g * (1u + p.reach_rows + p.reach_columns);
+    records[at] = vec4<f32>(p.scale * out[point], f32(corner_x / U2_BLOCK_COLUMNS), 0.0);
+    for (var j = 0u; j < p.reach_rows; j++) {
+        records[at + 1u + j] = window(ty, j, corner_y % U2_BLOCK_ROWS, p.gy);
+    }
+    for (var j = 0u; j < p.reach_columns; j++) {
+        records[at + 1u + p.reach_rows + j] = window(tx, j, corner_x % U2_BLOCK_COLUMNS, p.gx);
+    }
+}
+
+// u2_spread with the records of u2_spread_records: the same blocks, points, products and order
+// of sums (so the same values), each visit reading the point's value and the windows of its
+// weights on this block's rows and columns instead of evaluating them.
+@compute @workgroup_size(WORKGROUP)
+fn u2_spread_tabulated(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = thread_id(wid, groups, lid);
+    let n = spread_blocks();
+    if (g >= p.rows * n.rows * n.columns) {
+        return;
+    }
+    let b = spread_block(g);
+    let column = b.block % n.columns;
+    let record = 1u + p.reach_rows + p.reach_columns;
+    var acc: array<array<vec2<f32>, U2_BLOCK_COLUMNS>, U2_BLOCK_ROWS>;
+    for (var i = 0u; i < p.reach_rows; i++) {
+        // This block is reach_rows - 1 - i blocks below the corner's.
+        let y_slot = p.reach_rows - i;
+        for (var s = 0u; s < select(1u, 2u, b.wraps); s++) {
+            let run = corner_run(b, i, s);
+            for (var e = run.x; e < run.y; e++) {
+                let at = (b.list + e) * record;
+                let head = records[at];
+                // This block is `ahead` blocks right of the corner's column (head.z).
+                let ahead = i32(column) - i32(head.z);
+                let x_slot = u32(select(ahead, ahead + i32(n.columns), ahead < 0));
+                let wy = records[at + y_slot];
+                let wx = records[at + 1u + p.reach_rows + x_slot];
+                let value = head.xy;
+                for (var k = 0u; k < U2_BLOCK_ROWS; k++) {
+                    let wyv = wy[k] * value;
+                    for (var c = 0u; c < U2_BLOCK_COLUMNS; c++) {
+                        acc[k][c] += wx[c] * wyv;
+                    }
+                }
+            }
         }
     }
+    store_block(b, acc);
 }
 
 @compute @workgroup_size(WORKGROUP)

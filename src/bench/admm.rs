@@ -25,6 +25,8 @@ pub struct AdmmBenchRecord {
     pub ms_vector_and_sync: f64,
     /// Device memory of the operator plus the solver's vectors.
     pub device_bytes: u64,
+    /// How U2* weighed its points (`AdjointGridding`), as resolved on this device.
+    pub adjoint_gridding: &'static str,
     /// Per outer iteration (the most over the timed iterations): command submissions, host
     /// waits for the device, bytes read back and bytes uploaded.
     pub submissions_per_iteration: u64,
@@ -41,12 +43,13 @@ pub struct AdmmBenchRecord {
     pub device: String,
 }
 
-/// Times outer ADMM iterations for an `n`^3 volume and `angles` projections.
+/// Times outer ADMM iterations for an `n`^3 volume and `angles` projections, U2* weighing its
+/// points as `adjoint` says.
 pub fn bench_admm(
     ctx: &GpuContext,
-    n: usize,
-    angles: usize,
+    (n, angles): (usize, usize),
     iterations: usize,
+    adjoint: crate::operator::AdjointGridding,
 ) -> Result<AdmmBenchRecord, crate::solver::SolverError> {
     use crate::operator::{Apply, Geometry, OperatorOptions};
     use crate::params::AdmmParams;
@@ -58,7 +61,11 @@ pub fn bench_admm(
     // then as many with every pass timestamped (which costs host time: not in the wall times).
     let iterations = iterations.max(1);
     let params = AdmmParams::exactly(2 * iterations + 1);
-    let mut solver = AdmmSolver::new(ctx, &g, &data, params, &OperatorOptions::default())?;
+    let options = OperatorOptions {
+        adjoint_gridding: adjoint,
+        ..OperatorOptions::default()
+    };
+    let mut solver = AdmmSolver::new(ctx, &g, &data, params, &options)?;
     solver.step(ctx)?; // warm-up: pays shader compilation
     ctx.complete_downloads()?;
     let mut times = Vec::new();
@@ -123,6 +130,7 @@ pub fn bench_admm(
         ms_operator,
         ms_vector_and_sync: ms_per_iteration - ms_operator,
         device_bytes: op.device_bytes() + solver.vector_device_bytes(),
+        adjoint_gridding: op.adjoint_gridding().name(),
         submissions_per_iteration: traffic.submissions,
         waits_per_iteration: traffic.waits,
         bytes_read_back_per_iteration: traffic.bytes_downloaded,
@@ -137,18 +145,19 @@ pub fn bench_admm(
 pub fn print(
     ctx: &GpuContext,
     json: bool,
-    size: usize,
-    angles: usize,
+    (size, angles): (usize, usize),
     iterations: usize,
+    adjoint: crate::operator::AdjointGridding,
 ) -> Result<(), BenchError> {
-    let r = bench_admm(ctx, size, angles, iterations)?;
+    let r = bench_admm(ctx, (size, angles), iterations, adjoint)?;
     if json {
         print_json(&r)?;
     } else {
         println!(
-            "n={} angles={}: {:.1} ms per outer iteration ({} inner): operator {:.1} ms, vectors and sync {:.1} ms; device memory {:.1} MiB",
+            "n={} angles={}, U2* {}: {:.1} ms per outer iteration ({} inner): operator {:.1} ms, vectors and sync {:.1} ms; device memory {:.1} MiB",
             r.size,
             r.angles,
+            r.adjoint_gridding,
             r.ms_per_iteration,
             r.inner_iterations,
             r.ms_operator,

@@ -48,10 +48,17 @@ pub struct OperatorBenchRecord {
     pub u1_points_per_s: f64,
     /// Nonuniform points (ntheta * deth * detw) gridded per second by the U2 stage.
     pub u2_points_per_s: f64,
-    /// The time of L* over the time of L (the same on both records): the median of the ratios of
-    /// alternated L, L* pairs, so that both see the same machine load. The adjoint does the
-    /// forward's arithmetic, so 1 is the goal.
+    /// The time of L* over the time of L: the median of the ratios of alternated L, L* pairs, so
+    /// that both see the same machine load (on the L record, that of the L* record after it).
+    /// The adjoint does the forward's arithmetic, so 1 is the goal.
     pub adjoint_over_forward: f64,
+    /// How U2* weighed its points (`AdjointGridding`): "tabulated" or "evaluated" on the L*
+    /// records (both, side by side, where one detector row's records fit a binding), absent on
+    /// the L record.
+    pub adjoint_gridding: Option<&'static str>,
+    /// On an L* record beside another: the relative L2 difference of its output from the
+    /// other's, from the same data (the two ways add the same products in the same order).
+    pub adjoint_difference: Option<f64>,
     /// Bytes of the volume, spectrum and data arrays: what one application reads and writes at least.
     pub array_bytes: u64,
     /// Device memory the operator holds.
@@ -138,90 +145,131 @@ pub fn bench_operator(
     Ok(records)
 }
 
-/// Times L and L* of the geometry `g` (a square detector).
+/// Times L and L* of the geometry `g` (a square detector): L once, L* for each way U2* can weigh
+/// its points here (tabulated where one detector row's records fit a binding, and evaluated), with
+/// L*/L from pairs alternated with L for each.
 fn bench_geometry(
     ctx: &GpuContext,
     g: &crate::operator::Geometry,
     repeats: usize,
 ) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
-    use crate::operator::{Apply, LaminoOperator, OperatorOptions};
+    use crate::operator::{AdjointGridding, Apply, LaminoOperator, OperatorOptions};
     use crate::reference::CpuOperator;
     let (g, n, angles) = (g.clone(), g.detw, g.ntheta());
-    let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default())?;
     let volume = SplitMix64::new(1).complex_uniform(g.volume_len());
     let data = SplitMix64::new(2).complex_uniform(g.data_len());
     let arrays = OperatorArrays::new(ctx, &g)?;
-    ctx.write(arrays.volume.buffer(), 0, &volume);
-    ctx.write(arrays.data.buffer(), 0, &data);
-    let time = |what: Apply| time_application(ctx, &op, &arrays, what, repeats);
-    let (whole_ms, ratio, timing) =
-        time_forward_and_adjoint(ctx, &op, &arrays, (&volume, &data), repeats)?;
-    let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, op.chunks(), repeats)?;
-    let workspace = op.fft_workspace_bytes();
+    let mut ways = Vec::new();
+    for way in [AdjointGridding::Tabulated, AdjointGridding::Evaluated] {
+        let options = OperatorOptions {
+            adjoint_gridding: way,
+            ..OperatorOptions::default()
+        };
+        match LaminoOperator::new(ctx, &g, &options) {
+            Ok(op) => ways.push(op),
+            // Records beyond a binding: the evaluated way alone.
+            Err(crate::operator::OperatorError::TooLarge { .. })
+                if way == AdjointGridding::Tabulated => {}
+            Err(e) => return Err(e),
+        }
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cpu = CpuOperator::new(&g, threads);
-    let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
-    let mut records = Vec::new();
-    for (name, ms, stages) in [
-        (
-            "L",
-            whole_ms[0],
-            [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
-        ),
-        (
-            "L*",
-            whole_ms[1],
-            [Apply::Usfft1dAdjoint, Apply::Usfft2dAdjoint, Apply::Fft2d],
-        ),
-    ] {
-        // The data array is workspace for L*: its values change between repeats, its cost does
-        // not (no kernel branches on values).
-        ctx.write(arrays.data.buffer(), 0, &data);
-        let (ms_u1, _) = time(stages[0])?;
-        let (ms_u2, _) = time(stages[1])?;
-        let (ms_f, _) = time(stages[2])?;
-        let mut cpu_times = Vec::new();
+    let cpu_ms = |forward: bool| {
+        let mut times = Vec::new();
         for _ in 0..repeats.clamp(1, 3) {
             let start = Instant::now();
-            let out = if name == "L" {
+            let out = if forward {
                 cpu.forward(&volume)
             } else {
                 cpu.adjoint(&data)
             };
-            cpu_times.push(start.elapsed().as_secs_f64() * 1e3);
+            times.push(start.elapsed().as_secs_f64() * 1e3);
             std::hint::black_box(out);
         }
-        let cpu_ms = median(cpu_times);
-        records.push(OperatorBenchRecord {
-            operator: name,
-            size: n,
-            volume: [g.n0, g.n1, g.n2],
-            detector: [g.deth, g.detw],
-            angles,
-            ms,
-            ms_u1,
-            ms_u2,
-            ms_f,
-            fft_ms_u1: fft_u1,
-            fft_ms_u2: fft_u2,
-            fft_ms_f: fft_f,
-            fft_share_u1: fft_u1 / ms_u1,
-            fft_share_u2: fft_u2 / ms_u2,
-            fft_share_f: fft_f / ms_f,
-            fft_workspace_bytes: workspace.0,
-            fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
-            u1_points_per_s: g.spectrum_len() as f64 / (ms_u1 / 1e3),
-            u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
-            adjoint_over_forward: ratio,
-            array_bytes,
-            device_bytes: op.device_bytes(),
-            cpu_ms,
-            speedup_vs_cpu: cpu_ms / ms,
-            timing,
-            device: ctx.info().name.clone(),
-        });
+        median(times)
+    };
+    let (cpu_forward, cpu_adjoint) = (cpu_ms(true), cpu_ms(false));
+    let [fft_u1, fft_u2, fft_f] = operator_fft_ms(ctx, &g, ways[0].chunks(), repeats)?;
+    let array_bytes = (g.volume_len() + g.spectrum_len() + g.data_len()) as u64 * 8;
+    let shape = Apply::Adjoint.spaces().0.shape(&g);
+    let outputs = ways
+        .iter()
+        .map(|op| op.apply_host(ctx, Apply::Adjoint, &shape, &data))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut records = Vec::new();
+    for (i, op) in ways.iter().enumerate() {
+        let (whole_ms, ratio, timing) =
+            time_forward_and_adjoint(ctx, op, &arrays, (&volume, &data), repeats)?;
+        let time = |what: Apply| time_application(ctx, op, &arrays, what, repeats);
+        // Each L* against the other's output.
+        let difference = (outputs.len() == 2).then(|| complex_rel_l2(&outputs[i], &outputs[1 - i]));
+        let mut stages = vec![(
+            "L*",
+            whole_ms[1],
+            [Apply::Usfft1dAdjoint, Apply::Usfft2dAdjoint, Apply::Fft2d],
+            cpu_adjoint,
+        )];
+        if i == 0 {
+            stages.insert(
+                0,
+                (
+                    "L",
+                    whole_ms[0],
+                    [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
+                    cpu_forward,
+                ),
+            );
+        }
+        for (name, ms, stages, cpu_ms) in stages {
+            // The data array is workspace for L*: its values change between repeats, its cost
+            // does not (no kernel branches on values).
+            ctx.write(arrays.data.buffer(), 0, &data);
+            let (ms_u1, _) = time(stages[0])?;
+            let (ms_u2, _) = time(stages[1])?;
+            let (ms_f, _) = time(stages[2])?;
+            let adjoint = name == "L*";
+            records.push(OperatorBenchRecord {
+                operator: name,
+                size: n,
+                volume: [g.n0, g.n1, g.n2],
+                detector: [g.deth, g.detw],
+                angles,
+                ms,
+                ms_u1,
+                ms_u2,
+                ms_f,
+                fft_ms_u1: fft_u1,
+                fft_ms_u2: fft_u2,
+                fft_ms_f: fft_f,
+                fft_share_u1: fft_u1 / ms_u1,
+                fft_share_u2: fft_u2 / ms_u2,
+                fft_share_f: fft_f / ms_f,
+                fft_workspace_bytes: op.fft_workspace_bytes().0,
+                fft_workspace_saved_bytes: op
+                    .fft_workspace_bytes()
+                    .1
+                    .saturating_sub(op.fft_workspace_bytes().0),
+                u1_points_per_s: g.spectrum_len() as f64 / (ms_u1 / 1e3),
+                u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
+                adjoint_over_forward: ratio,
+                adjoint_gridding: adjoint.then_some(op.adjoint_gridding().name()),
+                adjoint_difference: difference.filter(|_| adjoint),
+                array_bytes,
+                device_bytes: op.device_bytes(),
+                cpu_ms,
+                speedup_vs_cpu: cpu_ms / ms,
+                timing,
+                device: ctx.info().name.clone(),
+            });
+        }
     }
     Ok(records)
+}
+
+/// `|a - b| / |b|` of complex values (metrics::rel_l2 over their parts).
+fn complex_rel_l2(a: &[Complex<f32>], b: &[Complex<f32>]) -> f64 {
+    crate::metrics::rel_l2(bytemuck::cast_slice(a), bytemuck::cast_slice(b))
 }
 
 /// Median times of L and L* over `repeats` alternated pairs (after one untimed pair),
@@ -290,6 +338,8 @@ pub struct StageBenchRecord {
     pub ms: f64,
     /// Nonuniform points gridded per second (U1: deth * n1 * n2; U2: ntheta * deth * detw).
     pub points_per_s: f64,
+    /// How U2* weighed its points (`AdjointGridding`), as resolved on this device.
+    pub adjoint_gridding: &'static str,
     pub timing: &'static str,
     pub device: String,
 }
@@ -328,15 +378,15 @@ impl GriddingStage {
 }
 
 /// Times the gridding stage `stage` alone for an `n`^3 volume and `angles` projections at a 20
-/// degree tilt: no whole application, no FFT share, no CPU reference, so that a run holds little
-/// besides the stage (what an instruction count under callgrind needs: the difference between
-/// two repeat counts is the stage's own).
+/// degree tilt, U2* weighing its points as `adjoint` says: no whole application, no FFT share,
+/// no CPU reference, so that a run holds little besides the stage (what an instruction count
+/// under callgrind needs: the difference between two repeat counts is the stage's own).
 pub fn bench_stage(
     ctx: &GpuContext,
-    n: usize,
-    angles: usize,
+    (n, angles): (usize, usize),
     repeats: usize,
     stage: GriddingStage,
+    adjoint: crate::operator::AdjointGridding,
 ) -> Result<StageBenchRecord, crate::operator::OperatorError> {
     use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
     let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
@@ -344,7 +394,11 @@ pub fn bench_stage(
         GriddingStage::U1 | GriddingStage::U1Adjoint => g.spectrum_len(),
         GriddingStage::U2 | GriddingStage::U2Adjoint => g.data_len(),
     };
-    let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default())?;
+    let options = OperatorOptions {
+        adjoint_gridding: adjoint,
+        ..OperatorOptions::default()
+    };
+    let op = LaminoOperator::new(ctx, &g, &options)?;
     let arrays = OperatorArrays::new(ctx, &g)?;
     let (ms, timing) = time_application(ctx, &op, &arrays, stage.apply(), repeats)?;
     Ok(StageBenchRecord {
@@ -353,6 +407,7 @@ pub fn bench_stage(
         angles,
         ms,
         points_per_s: points as f64 / (ms / 1e3),
+        adjoint_gridding: op.adjoint_gridding().name(),
         timing,
         device: ctx.info().name.clone(),
     })
@@ -362,17 +417,22 @@ pub fn bench_stage(
 pub fn print_stage(
     ctx: &GpuContext,
     json: bool,
-    size: usize,
-    angles: usize,
+    (size, angles): (usize, usize),
     repeats: usize,
     stage: GriddingStage,
+    adjoint: crate::operator::AdjointGridding,
 ) -> Result<(), BenchError> {
-    let r = bench_stage(ctx, size, angles, repeats.max(1), stage)?;
+    let r = bench_stage(ctx, (size, angles), repeats.max(1), stage, adjoint)?;
     if json {
         print_json(&r)?;
     } else {
+        // U2* names how it weighed its points.
+        let way = match stage {
+            GriddingStage::U2Adjoint => format!(" {}", r.adjoint_gridding),
+            _ => String::new(),
+        };
         println!(
-            "{:<3} n={} angles={}: {:.2} ms, {:.3e} points/s [{}]",
+            "{:<3}{way} n={} angles={}: {:.2} ms, {:.3e} points/s [{}]",
             r.stage, r.size, r.angles, r.ms, r.points_per_s, r.timing
         );
     }
@@ -455,8 +515,14 @@ pub fn print(
         if json {
             print_json(&r)?;
         } else {
+            // L* names how U2* weighed its points, and how far its output is from the other way's.
+            let way = match (r.adjoint_gridding, r.adjoint_difference) {
+                (Some(way), Some(d)) => format!(" {way} (rel. L2 {d:.1e} from the other)"),
+                (Some(way), None) => format!(" {way}"),
+                _ => String::new(),
+            };
             println!(
-                "{:<2} n={} volume {}x{}x{} detector {}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U1 {:.3e} U2 {:.3e} points/s, L*/L {:.2}, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved) [{}]",
+                "{:<2}{way} n={} volume {}x{}x{} detector {}x{} angles={}: {:.2} ms (U1 {:.2}, U2 {:.2}, F {:.2}; FFT share {:.2}, {:.2}, {:.2}), U1 {:.3e} U2 {:.3e} points/s, L*/L {:.2}, CPU {:.2} ms ({:.2}x), FFT workspace {:.1} MiB shared ({:.1} MiB saved), device {:.1} MiB [{}]",
                 r.operator,
                 r.size,
                 r.volume[0],
@@ -479,6 +545,7 @@ pub fn print(
                 r.speedup_vs_cpu,
                 r.fft_workspace_bytes as f64 / (1 << 20) as f64,
                 r.fft_workspace_saved_bytes as f64 / (1 << 20) as f64,
+                r.device_bytes as f64 / (1 << 20) as f64,
                 r.timing
             );
         }

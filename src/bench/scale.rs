@@ -252,12 +252,13 @@ fn print_record(json: bool, r: &ScaleBenchRecord) -> Result<(), BenchError> {
         crate::array::Residency::Scratch(_) => "scratch",
     };
     print!(
-        "{:<5} {}^3 x {} angles: {:?}, chunks {:?}, {} of {} arrays on the device, the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
+        "{:<5} {}^3 x {} angles: {:?}, chunks {:?} (U2* {}), {} of {} arrays on the device, the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
         r.kind,
         r.size,
         r.angles,
         p.mode,
         p.chunks,
+        p.operator.adjoint_gridding.name(),
         p.resident_arrays(),
         p.arrays.len(),
         gib(p.u2_table_bytes),

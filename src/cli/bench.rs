@@ -43,6 +43,9 @@ pub enum BenchWhat {
         /// Timed outer iterations (the median is reported).
         #[arg(long, default_value_t = 3)]
         iterations: usize,
+        /// How U2* weighs its points (auto, tabulated, evaluated).
+        #[arg(long, value_parser = parse_adjoint_gridding, default_value = "auto")]
+        adjoint_gridding: lamino::operator::AdjointGridding,
     },
     /// The default solver and plain ADMM (the default before over-relaxation) against a long
     /// run: for each phantom, a noisy simulated scan (seed 0) reconstructed by plain ADMM for
@@ -104,6 +107,10 @@ pub enum BenchWhat {
         /// application, no CPU reference; a short run to profile or count instructions on.
         #[arg(long, value_parser = parse_gridding_stage, conflicts_with = "slab")]
         stage: Option<lamino::bench::operator::GriddingStage>,
+        /// With --stage u2-adjoint: how U2* weighs its points (auto, tabulated, evaluated).
+        /// Without --stage, L* is timed both ways side by side.
+        #[arg(long, value_parser = parse_adjoint_gridding, default_value = "auto", requires = "stage")]
+        adjoint_gridding: lamino::operator::AdjointGridding,
     },
     /// The axis/tilt search (`lamino try`): one and several candidates on simulated chips of
     /// each size, the time per candidate and the interpolation rate, and what that gives for a
@@ -354,6 +361,18 @@ fn parse_gridding_stage(s: &str) -> Result<lamino::bench::operator::GriddingStag
         })
 }
 
+fn parse_adjoint_gridding(s: &str) -> Result<lamino::operator::AdjointGridding, String> {
+    use lamino::operator::AdjointGridding;
+    AdjointGridding::ALL
+        .iter()
+        .find(|e| e.0 == s)
+        .map(|e| e.1)
+        .ok_or_else(|| {
+            let names: Vec<_> = AdjointGridding::ALL.iter().map(|e| e.0).collect();
+            format!("unknown way {s:?}: one of {}", names.join(", "))
+        })
+}
+
 fn default_compared() -> Vec<MemoPolicy> {
     vec![
         MemoPolicy::CertifiedAuto {
@@ -381,6 +400,7 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             repeats,
             slab,
             stage: None,
+            ..
         } => bench::operator::print(
             &cli.context()?,
             *json,
@@ -395,26 +415,28 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             angles,
             repeats,
             stage: Some(stage),
+            adjoint_gridding,
             ..
         } => bench::operator::print_stage(
             &cli.context()?,
             *json,
-            *size,
-            angles.unwrap_or(*size),
+            (*size, angles.unwrap_or(*size)),
             *repeats,
             *stage,
+            *adjoint_gridding,
         )?,
         BenchWhat::Admm {
             json,
             size,
             angles,
             iterations,
+            adjoint_gridding,
         } => bench::admm::print(
             &cli.context()?,
             *json,
-            *size,
-            angles.unwrap_or(*size),
+            (*size, angles.unwrap_or(*size)),
             *iterations,
+            *adjoint_gridding,
         )?,
         BenchWhat::Flatfield {
             json,

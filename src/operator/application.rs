@@ -269,6 +269,7 @@ mod tests {
             max_chunk_y: Some(5),
             max_chunk_rows: Some(3),
             max_chunk_angles: Some(4),
+            ..OperatorOptions::default()
         };
         let random = |len: usize, seed| -> Vec<f32> {
             let mut rng = SplitMix64::new(seed);

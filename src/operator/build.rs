@@ -2,7 +2,7 @@
 //! shared FFT workspace, then each stage's buffers, tables, kernels and chunks (U1 in `u1.rs`, U2
 //! in `u2.rs`, the 2D FFT stage in `fft2d.rs`), with the helpers those builders share.
 
-use super::sizing::{f_chunk, fft_workspace, u1_chunk, u2_chunk};
+use super::sizing::{f_chunk, fft_workspace, u1_chunk, u2_adjoint_gridding, u2_chunk};
 use super::staging::WORKGROUP;
 use super::{Geometry, LaminoOperator, OperatorError, OperatorOptions, Space};
 use crate::array::{Field, Residency, Scalars};
@@ -117,6 +117,7 @@ impl LaminoOperator {
             chunk_y: u1_chunk(ctx, g, options)?,
             chunk_rows,
             chunk_angles: f_chunk(ctx, g, options)?,
+            adjoint_gridding: u2_adjoint_gridding(ctx, g, options),
             fft_workspace: [0, 0],
             buffers: Vec::new(),
             own_scalars: Scalars::new(ctx, 1, 1)?,
@@ -153,6 +154,7 @@ mod tests {
             max_chunk_y: Some(2),
             max_chunk_rows: Some(2),
             max_chunk_angles: Some(2),
+            ..OperatorOptions::default()
         };
         let op = LaminoOperator::new(&ctx, &g, &options).unwrap();
         let passes: Vec<&crate::fft::PassInfo> = op.ffts.iter().flat_map(|p| p.passes()).collect();

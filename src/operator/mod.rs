@@ -120,6 +120,41 @@ pub struct OperatorOptions {
     pub max_chunk_rows: Option<usize>,
     /// At most this many projections per chunk of the 2D FFT stage.
     pub max_chunk_angles: Option<usize>,
+    /// How U2* weighs the points at the blocks of grid cells their footprints reach.
+    pub adjoint_gridding: AdjointGridding,
+}
+
+/// How U2* (the adjoint's 2D gridding) finds each point's kernel weights at the blocks of grid
+/// cells it sums over. Both read the same points in the same order and add the same products,
+/// so both give the same values (`bench operator` reports their largest difference); one saves
+/// time, the other memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AdjointGridding {
+    /// [`Tabulated`](Self::Tabulated) where one detector row's records fit a storage binding,
+    /// else [`Evaluated`](Self::Evaluated).
+    #[default]
+    Auto,
+    /// A pass before the blocks evaluates each point's weights once and writes them, with its
+    /// value, as a record on the cells of the blocks it reaches; the blocks read the records.
+    /// Each chunk holds its points' records (80 bytes per point at eps 1e-3, 112 at 1e-4 to
+    /// 1e-6).
+    Tabulated,
+    /// Each block evaluates the weights of every point that reaches it (2 x 2 blocks per point at
+    /// eps 1e-3, 3 x 3 at 1e-4 to 1e-6): no memory beyond the tables.
+    Evaluated,
+}
+
+impl AdjointGridding {
+    /// Every way, with its name (`bench operator --adjoint-gridding`, the benchmarks' records).
+    pub const ALL: [(&'static str, Self); 3] = [
+        ("auto", Self::Auto),
+        ("tabulated", Self::Tabulated),
+        ("evaluated", Self::Evaluated),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|e| e.1 == self).map_or("", |e| e.0)
+    }
 }
 
 /// The laminography operator for one geometry, with its spectrum, chunk buffers, tables, kernels
@@ -132,6 +167,8 @@ pub struct LaminoOperator {
     chunk_y: usize,
     chunk_rows: usize,
     chunk_angles: usize,
+    /// How U2* weighs its points: `Tabulated` or `Evaluated`, as the options resolved here.
+    adjoint_gridding: AdjointGridding,
     /// Bytes of each slot of the context's shared FFT workspace the plans need together.
     fft_workspace: [u64; 2],
     buffers: Vec<GpuBuffer>,
@@ -188,6 +225,11 @@ impl LaminoOperator {
     /// chunk).
     pub fn chunks(&self) -> (usize, usize, usize) {
         (self.chunk_y, self.chunk_rows, self.chunk_angles)
+    }
+
+    /// How U2* weighs its points here (never `Auto`: what the options resolved to).
+    pub fn adjoint_gridding(&self) -> AdjointGridding {
+        self.adjoint_gridding
     }
 
     /// Bytes of device memory the operator holds (spectrum when on the device, chunk buffers,

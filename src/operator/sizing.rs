@@ -4,7 +4,9 @@
 //! allocated (the memory planner sizes its plans from them).
 
 use super::tables::U2Tables;
-use super::{Geometry, LaminoOperator, OperatorError, OperatorOptions, MIN_STAGE_CHUNKS};
+use super::{
+    AdjointGridding, Geometry, LaminoOperator, OperatorError, OperatorOptions, MIN_STAGE_CHUNKS,
+};
 use crate::array::{PlaneLayout, Residency};
 use crate::fft::Strategy;
 use crate::gpu::GpuContext;
@@ -96,8 +98,12 @@ pub(super) fn u2_chunk(
     options: &OperatorOptions,
 ) -> Result<usize, OperatorError> {
     let points = (g.ntheta() * g.detw) as u64 * 8;
+    let records = match u2_adjoint_gridding(ctx, g, options) {
+        AdjointGridding::Tabulated => u2_record_row_bytes(g),
+        _ => 0,
+    };
     let unit = ChunkUnit {
-        whole: ((4 * g.n1 * g.n2) as u64 * 8).max(points),
+        whole: ((4 * g.n1 * g.n2) as u64 * 8).max(points).max(records),
         windowed: points,
     };
     chunk_size(
@@ -110,6 +116,30 @@ pub(super) fn u2_chunk(
             .max(1)
             .min(g.deth),
     )
+}
+
+/// Bytes of U2*'s records of one detector row ([`AdjointGridding::Tabulated`]): per point, its
+/// value and its weights on the blocks it reaches, a vector of 4 words each
+/// ([`U2Tables::record_vectors`]).
+fn u2_record_row_bytes(g: &Geometry) -> u64 {
+    let (ax, ay) = U2Tables::axes(g);
+    (g.ntheta() * g.detw) as u64 * 16 * U2Tables::record_vectors(&ax, &ay) as u64
+}
+
+/// The way U2* weighs its points that `options` resolves to on this device: `Auto` tabulates
+/// where one detector row's records fit a storage binding.
+pub(super) fn u2_adjoint_gridding(
+    ctx: &GpuContext,
+    g: &Geometry,
+    options: &OperatorOptions,
+) -> AdjointGridding {
+    match options.adjoint_gridding {
+        AdjointGridding::Auto if u2_record_row_bytes(g) <= ctx.max_binding_bytes() => {
+            AdjointGridding::Tabulated
+        }
+        AdjointGridding::Auto => AdjointGridding::Evaluated,
+        chosen => chosen,
+    }
 }
 
 /// Projections per chunk of the 2D FFT stage: the chunk fits one binding.
@@ -219,9 +249,15 @@ impl LaminoOperator {
             Residency::Device => deth,
             _ => ck,
         };
+        // U2*'s records, or the one vector bound in their place.
+        let records = match u2_adjoint_gridding(ctx, g, options) {
+            AdjointGridding::Tabulated => ck * u2_record_row_bytes(g),
+            _ => 16,
+        };
         let u2 = 8 * ck * (n1 * n2 + 4 * n1 * n2 + points)
             + 4 * (n1 + n2)
-            + table_rows * u2_table_row_bytes(g);
+            + table_rows * u2_table_row_bytes(g)
+            + records;
         let f = 8 * ca * deth * detw;
         let twiddles = 8 * 2 * (2 * n0 + 2 * n1 + 2 * n2 + deth + detw);
         // The projections' column and row phases (the rotation axis and the volume's offset; per

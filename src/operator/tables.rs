@@ -125,6 +125,14 @@ impl U2Tables {
         )
     }
 
+    /// Vectors of 4 words in a point's record of the tabulated U2* (`records` in
+    /// shaders/operator/usfft2d.wgsl): its value, then its weights on the cells of each block row
+    /// and each block column its footprint reaches.
+    pub fn record_vectors(axis_x: &GriddingAxis, axis_y: &GriddingAxis) -> usize {
+        let (rows, columns) = Self::reach(axis_x, axis_y);
+        1 + rows + columns
+    }
+
     /// The tables of detector row `k` alone: what a streaming operator uploads for a chunk, and
     /// what the whole tables are made of, so both hold the same values.
     pub fn row(g: &Geometry, axis_x: &GriddingAxis, axis_y: &GriddingAxis, k: usize) -> U2Row {

@@ -14,7 +14,7 @@ use super::stages::{Kind, Stage};
 use super::staging::{groups, window};
 use super::steps::{Block, Chunk, FftPlanId, Step};
 use super::tables::U2Tables;
-use super::{Geometry, GriddingAxis, LaminoOperator, OperatorError, View};
+use super::{AdjointGridding, Geometry, GriddingAxis, LaminoOperator, OperatorError, View};
 use crate::array::{BlockView, Field, PlaneLayout, Residency};
 use crate::fft::{Direction, FftPlan, Normalization};
 use crate::gpu::{BufferSlice, GpuBuffer, GpuContext, Kernel};
@@ -173,6 +173,16 @@ impl U2TableFields {
     }
 }
 
+/// U2*'s gridding kernels ([`AdjointGridding`]): each dispatched over the blocks of every row's
+/// grid, the tabulated one after a pass over the chunk's points that writes their records.
+enum Spread {
+    Evaluated(Arc<Kernel>),
+    Tabulated {
+        records: Arc<Kernel>,
+        blocks: Arc<Kernel>,
+    },
+}
+
 /// What every U2 chunk binds or runs alike.
 struct U2Parts {
     ax: GriddingAxis,
@@ -186,9 +196,13 @@ struct U2Parts {
     /// Chunk-local data points `[r][t][w]`.
     points: GpuBuffer,
     deconv: GpuBuffer,
+    /// The tabulated adjoint's records of a chunk's points (one vector where the adjoint
+    /// evaluates its weights: the kernels' layout binds it either way).
+    records: GpuBuffer,
     tables: U2TableFields,
-    /// `u2_divker`, `u2_gather`, `u2_spread`, `u2_divker_adjoint`.
-    kernels: [Arc<Kernel>; 4],
+    /// `u2_divker`, `u2_gather`, `u2_divker_adjoint`.
+    kernels: [Arc<Kernel>; 3],
+    spread: Spread,
     forward_ffts: Vec<FftPlanId>,
     inverse_ffts: Vec<FftPlanId>,
 }
@@ -212,8 +226,13 @@ impl LaminoOperator {
             keep.push(self.build_u2_chunk(ctx, &g, &parts, k0, c)?);
         }
         self.buffers.extend(keep);
-        self.buffers
-            .extend([parts.planes, parts.grid, parts.points, parts.deconv]);
+        self.buffers.extend([
+            parts.planes,
+            parts.grid,
+            parts.points,
+            parts.deconv,
+            parts.records,
+        ]);
         self.buffers.extend(parts.tables.into_buffers());
         Ok(())
     }
@@ -236,6 +255,13 @@ impl LaminoOperator {
         let mut deconv = ax.deconvolution();
         deconv.extend(ay.deconvolution());
         let deconv = ctx.upload("u2 deconvolution", &deconv)?;
+        let record_bytes = match self.adjoint_gridding {
+            AdjointGridding::Tabulated => {
+                ck * points * U2Tables::record_vectors(&ax, &ay) as u64 * 16
+            }
+            _ => 16,
+        };
+        let records = ctx.storage_buffer("u2 adjoint records", record_bytes)?;
         let tables = U2TableFields::new(ctx, g, (&ax, &ay), ck, tables)?;
         // The kernel's half-width and polynomials' length are pipeline constants (both axes
         // share them).
@@ -247,10 +273,17 @@ impl LaminoOperator {
             spec.overrides.push(("TAP_TERMS", taps.terms as f64));
             spec
         };
-        let kernels = ["u2_divker", "u2_gather", "u2_spread", "u2_divker_adjoint"]
-            .map(|entry| ctx.kernel(&spec(entry)));
-        let [divker, gather, spread, divker_adj] = kernels;
-        let kernels = [divker?, gather?, spread?, divker_adj?];
+        let kernels =
+            ["u2_divker", "u2_gather", "u2_divker_adjoint"].map(|entry| ctx.kernel(&spec(entry)));
+        let [divker, gather, divker_adj] = kernels;
+        let kernels = [divker?, gather?, divker_adj?];
+        let spread = match self.adjoint_gridding {
+            AdjointGridding::Tabulated => Spread::Tabulated {
+                records: ctx.kernel(&spec("u2_spread_records"))?,
+                blocks: ctx.kernel(&spec("u2_spread_tabulated"))?,
+            },
+            _ => Spread::Evaluated(ctx.kernel(&spec("u2_spread"))?),
+        };
         // 2D FFT over the last two axes of the (rows, 2 n1, 2 n2) grids: the U2 plan of section 12.
         let shape = [ck as usize, gy as usize, gx as usize];
         let mut plans = |direction| -> Result<Vec<FftPlanId>, OperatorError> {
@@ -267,8 +300,10 @@ impl LaminoOperator {
             grid,
             points: out,
             deconv,
+            records,
             tables,
             kernels,
+            spread,
             forward_ffts,
             inverse_ffts,
         })
@@ -302,9 +337,10 @@ impl LaminoOperator {
             starts_slice,
             lists_slice,
             (&params).into(),
+            (&parts.records).into(),
         ];
         let bound = parts.kernels.each_ref().map(|k| k.bind(ctx, &slices));
-        let [b_divker, b_gather, b_spread, b_divker_adj] = bound;
+        let [b_divker, b_gather, b_divker_adj] = bound;
         // Spectrum [k][y][x] <-> planes [r][y][x]; data [t][k][w] <-> points [r][t][w],
         // staged with the data's slowest axis (t) first.
         let spectrum_view = View {
@@ -350,7 +386,15 @@ impl LaminoOperator {
         // One invocation per block of every row's grid.
         let (blocks_y, blocks_x) = U2Tables::blocks(&parts.ax, &parts.ay);
         let blocks = c * (blocks_y * blocks_x) as u64;
-        let mut compute_adj = vec![Step::Dispatch(b_spread?, groups(blocks))];
+        let mut compute_adj = match &parts.spread {
+            Spread::Evaluated(spread) => {
+                vec![Step::Dispatch(spread.bind(ctx, &slices)?, groups(blocks))]
+            }
+            Spread::Tabulated { records, blocks: b } => vec![
+                Step::Dispatch(records.bind(ctx, &slices)?, groups(c * points)),
+                Step::Dispatch(b.bind(ctx, &slices)?, groups(blocks)),
+            ],
+        };
         compute_adj.extend(parts.inverse_ffts.iter().map(|&id| Step::Fft(id)));
         compute_adj.push(Step::Dispatch(b_divker_adj?, groups(c * n1 * n2)));
         self.stages

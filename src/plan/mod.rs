@@ -25,7 +25,9 @@ use thiserror::Error;
 
 use crate::array::Residency;
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, LaminoOperator, OperatorError, OperatorOptions, MIN_STAGE_CHUNKS};
+use crate::operator::{
+    AdjointGridding, Geometry, LaminoOperator, OperatorError, OperatorOptions, MIN_STAGE_CHUNKS,
+};
 use crate::params::AdmmParams;
 
 /// Errors of planning.
@@ -245,8 +247,13 @@ impl std::fmt::Display for MemoryPlan {
         )?;
         writeln!(
             f,
-            "  chunks: {} y rows (U1), {} detector rows (U2), {} projections (F); staging {} words",
-            self.chunks.0, self.chunks.1, self.chunks.2, self.staging_words
+            "  chunks: {} y rows (U1), {} detector rows (U2), {} projections (F); staging {} words; \
+             U2* weights {}",
+            self.chunks.0,
+            self.chunks.1,
+            self.chunks.2,
+            self.staging_words,
+            self.operator.adjoint_gridding.name()
         )?;
         let tables = match &self.u2_tables {
             Residency::Device => "on the device",
@@ -432,15 +439,47 @@ pub fn plan_shared(
     g.validate().map_err(OperatorError::from)?;
     let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
     let whole = Portion::WHOLE;
-    let p = match plan_in_core(ctx, g, params, caps, budgets, budget, true, whole)? {
-        Some(p) => p,
-        None => match ranks::chunks_for_homes(ctx, g, params, caps, budgets)? {
-            Some(p) => p,
-            None => plan_streaming(ctx, g, params, caps, budgets, true, whole)?,
-        },
-    };
+    let p = with_adjoint_gridding(caps, |caps| {
+        Ok(
+            match plan_in_core(ctx, g, params, caps, budgets, budget, true, whole)? {
+                Some(p) => p,
+                None => match ranks::chunks_for_homes(ctx, g, params, caps, budgets)? {
+                    Some(p) => p,
+                    None => plan_streaming(ctx, g, params, caps, budgets, true, whole)?,
+                },
+            },
+        )
+    })?;
     check_scratch(budgets, &p)?;
     Ok(p)
+}
+
+/// The plan `make` gives for `caps`, where they leave the way U2* weighs its points to the
+/// planner ([`AdjointGridding::Auto`]): with its weights tabulated (records that cost device
+/// memory and shrink the chunks where they bound them), unless that plan does not fit, streams
+/// where the evaluated one is in-core, or moves more bytes per iteration; else evaluated. The
+/// time the records save never costs a run its plan.
+fn with_adjoint_gridding(
+    caps: &OperatorOptions,
+    make: impl Fn(&OperatorOptions) -> Result<MemoryPlan, PlanError>,
+) -> Result<MemoryPlan, PlanError> {
+    if caps.adjoint_gridding != AdjointGridding::Auto {
+        return make(caps);
+    }
+    let way = |adjoint_gridding| OperatorOptions {
+        adjoint_gridding,
+        ..*caps
+    };
+    let evaluated = make(&way(AdjointGridding::Evaluated))?;
+    match make(&way(AdjointGridding::Tabulated)) {
+        Ok(tabulated)
+            if (tabulated.mode == Mode::InCore || evaluated.mode == Mode::Streaming)
+                && tabulated.bytes_moved_per_iteration <= evaluated.bytes_moved_per_iteration =>
+        {
+            Ok(tabulated)
+        }
+        _ => Ok(evaluated),
+    }
 }
 
 /// The plan as [`plan`] makes it, without looking at the scratch directory: the sizes for a
@@ -452,7 +491,9 @@ pub fn plan_on_paper(
     caps: &OperatorOptions,
     budgets: &Budgets,
 ) -> Result<MemoryPlan, PlanError> {
-    plan_streaming(ctx, g, params, caps, budgets, false, Portion::WHOLE)
+    with_adjoint_gridding(caps, |caps| {
+        plan_streaming(ctx, g, params, caps, budgets, false, Portion::WHOLE)
+    })
 }
 
 /// The in-core plan when everything fits (unless `shared`), else the streaming plan, with no
@@ -550,7 +591,7 @@ fn plan_in_core(
     }
     let chunks = LaminoOperator::chunk_sizes(ctx, g, caps)?;
     let words = staging_words_for(g, chunks);
-    let options = chunk_options(chunks);
+    let options = chunk_options(caps, chunks);
     let fixed = fixed_bytes(ctx, g, &options, words, true, portion)?;
     if words as u64 * 4 <= ctx.max_binding_bytes() && fixed <= budget {
         return assemble(
@@ -567,12 +608,13 @@ fn plan_in_core(
     Ok(None)
 }
 
-/// Operator options capping the chunks at `(rows, detector rows, angles)`.
-fn chunk_options((cy, ck, ca): (usize, usize, usize)) -> OperatorOptions {
+/// The operator options `caps` with the chunks capped at `(rows, detector rows, angles)`.
+fn chunk_options(caps: &OperatorOptions, (cy, ck, ca): (usize, usize, usize)) -> OperatorOptions {
     OperatorOptions {
         max_chunk_y: Some(cy),
         max_chunk_rows: Some(ck),
         max_chunk_angles: Some(ca),
+        ..*caps
     }
 }
 
@@ -609,7 +651,7 @@ fn in_core_chunks(
             return Ok(None);
         };
         chunks = next;
-        options = chunk_options(chunks);
+        options = chunk_options(caps, chunks);
     }
 }
 
@@ -631,6 +673,7 @@ fn streaming_chunks(
             max_chunk_y: Some(cap(caps.max_chunk_y, g.n1, cy)),
             max_chunk_rows: Some(cap(caps.max_chunk_rows, g.deth, ck)),
             max_chunk_angles: Some(cap(caps.max_chunk_angles, g.ntheta(), ca)),
+            ..*caps
         })
     };
     let minimum = staging_words_for(g, (1, 1, 1));

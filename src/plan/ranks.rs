@@ -9,8 +9,8 @@
 use serde::Serialize;
 
 use super::{
-    assemble, chunk_options, fits_a_buffer, halved, plan_streaming, Array, Budgets, MemoryPlan,
-    Mode, PlanError, Portion, PACKED_SHARE,
+    assemble, chunk_options, fits_a_buffer, halved, plan_streaming, with_adjoint_gridding, Array,
+    Budgets, MemoryPlan, Mode, PlanError, Portion, PACKED_SHARE,
 };
 use crate::array::Residency;
 use crate::gpu::GpuContext;
@@ -71,7 +71,9 @@ pub fn plan_member(
     budgets: &Budgets,
     portion: Portion,
 ) -> Result<MemoryPlan, PlanError> {
-    plan_streaming(ctx, g, params, caps, budgets, false, portion)
+    with_adjoint_gridding(caps, |caps| {
+        plan_streaming(ctx, g, params, caps, budgets, false, portion)
+    })
 }
 
 /// What member `portion` of a team does under the team's plan `shared` ([`super::plan_shared`]:
@@ -154,7 +156,7 @@ pub(super) fn chunks_for_homes(
         rung = halved(chunks);
         // Chunks whose buffers do not fit beside the least streaming needs are passed over.
         let whole = Portion::WHOLE;
-        let options = chunk_options(chunks);
+        let options = chunk_options(caps, chunks);
         let Ok(shared) = plan_streaming(ctx, g, params, &options, budgets, true, whole) else {
             continue;
         };
