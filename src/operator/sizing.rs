@@ -121,7 +121,7 @@ pub(super) fn u2_chunk(
 /// Bytes of U2*'s records of one detector row ([`AdjointGridding::Tabulated`]): per point, its
 /// value and its weights on the blocks it reaches, a vector of 4 words each
 /// ([`U2Tables::record_vectors`]).
-fn u2_record_row_bytes(g: &Geometry) -> u64 {
+pub(super) fn u2_record_row_bytes(g: &Geometry) -> u64 {
     let (ax, ay) = U2Tables::axes(g);
     (g.ntheta() * g.detw) as u64 * 16 * U2Tables::record_vectors(&ax, &ay) as u64
 }

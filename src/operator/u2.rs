@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::build::{complex_buffer, gridding_kernel};
 use super::gridding::TapPolynomials;
-use super::sizing::u2_table_layouts;
+use super::sizing::{u2_record_row_bytes, u2_table_layouts};
 use super::stages::{Kind, Stage};
 use super::staging::{groups, window};
 use super::steps::{Block, Chunk, FftPlanId, Step};
@@ -256,9 +256,7 @@ impl LaminoOperator {
         deconv.extend(ay.deconvolution());
         let deconv = ctx.upload("u2 deconvolution", &deconv)?;
         let record_bytes = match self.adjoint_gridding {
-            AdjointGridding::Tabulated => {
-                ck * points * U2Tables::record_vectors(&ax, &ay) as u64 * 16
-            }
+            AdjointGridding::Tabulated => ck * u2_record_row_bytes(g),
             _ => 16,
         };
         let records = ctx.storage_buffer("u2 adjoint records", record_bytes)?;
