@@ -204,24 +204,25 @@ fn bench_geometry(
         let time = |what: Apply| time_application(ctx, op, &arrays, what, repeats);
         // Each L* against the other's output.
         let difference = (outputs.len() == 2).then(|| complex_rel_l2(&outputs[i], &outputs[1 - i]));
-        let mut stages = vec![(
+        // L with the first way only (the forward is the same either way), then L*.
+        let forward_run = (
+            "L",
+            whole_ms[0],
+            [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
+            cpu_forward,
+        );
+        let adjoint_run = (
             "L*",
             whole_ms[1],
             [Apply::Usfft1dAdjoint, Apply::Usfft2dAdjoint, Apply::Fft2d],
             cpu_adjoint,
-        )];
-        if i == 0 {
-            stages.insert(
-                0,
-                (
-                    "L",
-                    whole_ms[0],
-                    [Apply::Usfft1d, Apply::Usfft2d, Apply::Fft2dAdjoint],
-                    cpu_forward,
-                ),
-            );
-        }
-        for (name, ms, stages, cpu_ms) in stages {
+        );
+        let workspace = op.fft_workspace_bytes();
+        for (name, ms, stages, cpu_ms) in (i == 0)
+            .then_some(forward_run)
+            .into_iter()
+            .chain([adjoint_run])
+        {
             // The data array is workspace for L*: its values change between repeats, its cost
             // does not (no kernel branches on values).
             ctx.write(arrays.data.buffer(), 0, &data);
@@ -245,11 +246,8 @@ fn bench_geometry(
                 fft_share_u1: fft_u1 / ms_u1,
                 fft_share_u2: fft_u2 / ms_u2,
                 fft_share_f: fft_f / ms_f,
-                fft_workspace_bytes: op.fft_workspace_bytes().0,
-                fft_workspace_saved_bytes: op
-                    .fft_workspace_bytes()
-                    .1
-                    .saturating_sub(op.fft_workspace_bytes().0),
+                fft_workspace_bytes: workspace.0,
+                fft_workspace_saved_bytes: workspace.1.saturating_sub(workspace.0),
                 u1_points_per_s: g.spectrum_len() as f64 / (ms_u1 / 1e3),
                 u2_points_per_s: g.data_len() as f64 / (ms_u2 / 1e3),
                 adjoint_over_forward: ratio,

@@ -349,28 +349,29 @@ pub enum MemoParts {
     Comparison,
 }
 
-fn parse_gridding_stage(s: &str) -> Result<lamino::bench::operator::GriddingStage, String> {
-    use lamino::bench::operator::GriddingStage;
-    GriddingStage::ALL
-        .iter()
+/// The value named `s` among `names` (a `value_parser` of the names' table), or the names.
+fn parse_named<T: Copy>(
+    s: &str,
+    names: impl Iterator<Item = (&'static str, T)> + Clone,
+    what: &str,
+) -> Result<T, String> {
+    names
+        .clone()
         .find(|e| e.0 == s)
         .map(|e| e.1)
         .ok_or_else(|| {
-            let names: Vec<_> = GriddingStage::ALL.iter().map(|e| e.0).collect();
-            format!("unknown stage {s:?}: one of {}", names.join(", "))
+            let names: Vec<_> = names.map(|e| e.0).collect();
+            format!("unknown {what} {s:?}: one of {}", names.join(", "))
         })
 }
 
+fn parse_gridding_stage(s: &str) -> Result<lamino::bench::operator::GriddingStage, String> {
+    use lamino::bench::operator::GriddingStage;
+    parse_named(s, GriddingStage::ALL.iter().map(|e| (e.0, e.1)), "stage")
+}
+
 fn parse_adjoint_gridding(s: &str) -> Result<lamino::operator::AdjointGridding, String> {
-    use lamino::operator::AdjointGridding;
-    AdjointGridding::ALL
-        .iter()
-        .find(|e| e.0 == s)
-        .map(|e| e.1)
-        .ok_or_else(|| {
-            let names: Vec<_> = AdjointGridding::ALL.iter().map(|e| e.0).collect();
-            format!("unknown way {s:?}: one of {}", names.join(", "))
-        })
+    parse_named(s, lamino::operator::AdjointGridding::ALL.into_iter(), "way")
 }
 
 fn default_compared() -> Vec<MemoPolicy> {

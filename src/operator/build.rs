@@ -29,7 +29,7 @@ pub(super) fn complex_buffer(
 }
 
 /// The binding layout shared by both gridding stages' kernels: three chunk-local arrays (read and
-/// written), four read-only tables, the parameters.
+/// written), four read-only tables, the parameters (and for U2, its adjoint's records).
 pub(super) fn gridding_kernel(shader: &'static shaders::Shader, entry: &'static str) -> KernelSpec {
     KernelSpec {
         shader,

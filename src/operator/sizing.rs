@@ -121,9 +121,18 @@ pub(super) fn u2_chunk(
 /// Bytes of U2*'s records of one detector row ([`AdjointGridding::Tabulated`]): per point, its
 /// value and its weights on the blocks it reaches, a vector of 4 words each
 /// ([`U2Tables::record_vectors`]).
-pub(super) fn u2_record_row_bytes(g: &Geometry) -> u64 {
+fn u2_record_row_bytes(g: &Geometry) -> u64 {
     let (ax, ay) = U2Tables::axes(g);
     (g.ntheta() * g.detw) as u64 * 16 * U2Tables::record_vectors(&ax, &ay) as u64
+}
+
+/// Bytes of the buffer of U2*'s records for chunks of `ck` detector rows when it weighs its
+/// points `way`: the records, or the one vector bound in their place where it evaluates.
+pub(super) fn u2_records_bytes(way: AdjointGridding, g: &Geometry, ck: u64) -> u64 {
+    match way {
+        AdjointGridding::Tabulated => ck * u2_record_row_bytes(g),
+        _ => 16,
+    }
 }
 
 /// The way U2* weighs its points that `options` resolves to on this device: `Auto` tabulates
@@ -249,11 +258,7 @@ impl LaminoOperator {
             Residency::Device => deth,
             _ => ck,
         };
-        // U2*'s records, or the one vector bound in their place.
-        let records = match u2_adjoint_gridding(ctx, g, options) {
-            AdjointGridding::Tabulated => ck * u2_record_row_bytes(g),
-            _ => 16,
-        };
+        let records = u2_records_bytes(u2_adjoint_gridding(ctx, g, options), g, ck);
         let u2 = 8 * ck * (n1 * n2 + 4 * n1 * n2 + points)
             + 4 * (n1 + n2)
             + table_rows * u2_table_row_bytes(g)

@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::build::{complex_buffer, gridding_kernel};
 use super::gridding::TapPolynomials;
-use super::sizing::{u2_record_row_bytes, u2_table_layouts};
+use super::sizing::{u2_records_bytes, u2_table_layouts};
 use super::stages::{Kind, Stage};
 use super::staging::{groups, window};
 use super::steps::{Block, Chunk, FftPlanId, Step};
@@ -255,10 +255,7 @@ impl LaminoOperator {
         let mut deconv = ax.deconvolution();
         deconv.extend(ay.deconvolution());
         let deconv = ctx.upload("u2 deconvolution", &deconv)?;
-        let record_bytes = match self.adjoint_gridding {
-            AdjointGridding::Tabulated => ck * u2_record_row_bytes(g),
-            _ => 16,
-        };
+        let record_bytes = u2_records_bytes(self.adjoint_gridding, g, ck);
         let records = ctx.storage_buffer("u2 adjoint records", record_bytes)?;
         let tables = U2TableFields::new(ctx, g, (&ax, &ay), ck, tables)?;
         // The kernel's half-width and polynomials' length are pipeline constants (both axes
