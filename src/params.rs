@@ -25,8 +25,12 @@ pub struct AdmmParams {
     /// given distance from the converged volume in fewer operator applications than the
     /// reference's 4 (`titer`) (docs/reconstruct.md, "Time to solution").
     pub inner_iterations: usize,
-    /// TV weight alpha, in the units of the data. Default 1e-3: suited to volumes of attenuation
-    /// per voxel of order 1 (the simulated phantoms); scale it with the data for other units.
+    /// TV weight alpha, relative to the data's own scale: the TV term's weight is
+    /// `alpha x` [`DataScale::tv_unit`], estimated from the projections before the solve, so that
+    /// the reconstruction of `c d` is `c` times that of `d` for any `c > 0` (units, pixel size,
+    /// photon energy) and the balance of the two terms does not move with the volume's width.
+    /// Default 5: on the noisy 32^3 chip it is the absolute weight 1e-3 the solver's other
+    /// defaults were chosen with (docs/reconstruct.md, "Regularisation in the data's units").
     pub alpha: f64,
     /// The inner solver of the quadratic subproblem.
     pub inner: InnerSolver,
@@ -120,6 +124,59 @@ impl GradientPenalty {
     }
 }
 
+/// The scale of the data that [`AdmmParams::alpha`] is relative to, estimated from the
+/// projections before the solve (every angle, in angle order, whoever holds them).
+///
+/// The objective is `1/2 |L u - d|^2 + w sum |grad u|`, `d` the line integrals `p` in the
+/// operator's normalisation (`p / sqrt(n2 ntheta)`). Scaling the data by `c` scales the
+/// minimiser by `c` only if `w` scales by `c` (the data term is quadratic, TV homogeneous of
+/// degree one); and `L*L ~ 1 / (pi n2 |k|)` (`k` in cycles per voxel), so the same weight
+/// smooths a volume `n2` voxels wide as if it were `n2` times stronger relative to the data.
+/// Hence `w = alpha x mean attenuation per voxel / n2`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DataScale {
+    /// The mean attenuation per voxel of the volume box: every projection's line integrals,
+    /// summed over the detector, are the volume's integral over what the beam crosses, so
+    /// `sum |p| / (ntheta x voxels)` (absolute values, so that signed data such as phase or a
+    /// flat-field offset do not cancel). The mean over the whole box, air included.
+    pub attenuation_per_voxel: f64,
+    /// The volume's width `n2` (voxels along x).
+    pub width: usize,
+}
+
+impl DataScale {
+    /// How the scale is estimated, in words (report.json states it beside the values).
+    pub const ESTIMATE: &'static str = "mean |line integral| over every angle and detector pixel, \
+        summed over the detector and divided by the volume's voxels: the mean attenuation per \
+        voxel of the volume box; the TV weight is alpha x that / the volume's width (voxels)";
+
+    /// The scale of projections whose line integrals `p` (in the operator's normalisation,
+    /// `d = p / sqrt(n2 ntheta)`) have absolute sums `abs_sums` (one per projection, in angle
+    /// order: the sum over that projection's pixels of `|d|`), for a volume of `voxels` voxels
+    /// `n2` wide.
+    pub fn of_operator_data(abs_sums: &[f64], n2: usize, voxels: usize) -> Self {
+        let ntheta = abs_sums.len();
+        let total: f64 = abs_sums.iter().sum();
+        let raw = total * ((n2 * ntheta) as f64).sqrt();
+        Self {
+            attenuation_per_voxel: raw / (ntheta as f64 * voxels as f64),
+            width: n2,
+        }
+    }
+
+    /// The TV weight of relative weight 1: `attenuation_per_voxel / width`; 0 for data without
+    /// attenuation (nothing to regularise), and for a scale that is not finite (the solver's
+    /// own checks refuse such data).
+    pub fn tv_unit(&self) -> f64 {
+        let unit = self.attenuation_per_voxel / self.width as f64;
+        if unit.is_finite() {
+            unit
+        } else {
+            0.0
+        }
+    }
+}
+
 /// The relaxation of plain ADMM (what checkpoints without the field ran).
 fn plain_relaxation() -> f64 {
     1.0
@@ -130,7 +187,7 @@ impl Default for AdmmParams {
         Self {
             outer_iterations: 300,
             inner_iterations: 2,
-            alpha: 1e-3,
+            alpha: 5.0,
             inner: InnerSolver::ConjugateGradient,
             rho0: 0.125,
             convergence: Some(Convergence::DEFAULT),
@@ -279,7 +336,7 @@ mod tests {
     fn defaults_are_the_documented_ones() {
         let d = AdmmParams::default();
         assert_eq!((d.outer_iterations, d.inner_iterations), (300, 2));
-        assert_eq!((d.alpha, d.rho0, d.relaxation), (1e-3, 0.125, 1.7));
+        assert_eq!((d.alpha, d.rho0, d.relaxation), (5.0, 0.125, 1.7));
         let p = AdmmParams::plain();
         assert_eq!((p.inner_iterations, p.rho0, p.relaxation), (4, 0.5, 1.0));
         assert!(d.carried_residual && !p.carried_residual);

@@ -10,7 +10,7 @@ use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
 use lamino::plot::write_preview_png;
 use lamino::preprocess::{
     candidate_range, check_grid, choose_slab, find_center_vo, grid, half_turn, score_candidates,
-    Scored,
+    AxisDecision, Scored,
 };
 
 use super::reconstruct::{binned_column, unbinned_column, InputArgs, PreprocessArgs};
@@ -133,6 +133,10 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         )),
         _ => None,
     };
+    // One rule for the axis, as `reconstruct --rotation-axis auto` and Python's search decide it.
+    let decision = args
+        .rotation_axis_range
+        .map(|_| AxisDecision::of(&result, None, fourier));
     let [n1, n2] = result.preview_shape;
     let name = |s: &Scored| match (args.rotation_axis_range, args.tilt_range) {
         (Some(_), Some(_)) => format!(
@@ -170,6 +174,7 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
             "slab": slab,
             "peak_half_width": result.peak_half_width,
             "fourier_axis": fourier,
+            "decision": decision,
             "preprocessing": pre,
             "seconds": elapsed,
             "search": result,
@@ -186,16 +191,22 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         );
     }
     let (best, refined) = (result.best, result.refined);
+    let axis = decision
+        .as_ref()
+        .map_or(best.rotation_axis, |d| d.rotation_axis);
     println!(
-        "best: --rotation-axis {:.2} --tilt-deg {:.2} (refined between candidates: axis {:.2}, \
-         tilt {:.3} deg; {:.2} s, previews in {})",
-        best.rotation_axis,
+        "best: --rotation-axis {axis:.2} --tilt-deg {:.2} (sharpest slab: axis {:.2}, refined \
+         between candidates: axis {:.2}, tilt {:.3} deg; {:.2} s, previews in {})",
         best.tilt_deg,
+        best.rotation_axis,
         refined.rotation_axis,
         refined.tilt_deg,
         elapsed,
         args.out.display()
     );
+    if let Some(d) = &decision {
+        println!("axis: {}", d.reason);
+    }
     match result.peak_half_width {
         Some(w) => println!(
             "confidence: the score halves {w:.2} columns from its peak (slab of {} slices)",

@@ -40,33 +40,47 @@ fn check_factor(b: usize) -> Result<(), PreprocessError> {
 /// The geometry of `g`'s scan binned by `b`: detector and volume sizes divided by `b` (rounded
 /// down to even), the rotation axis in binned columns.
 pub fn bin_geometry(g: &Geometry, b: usize) -> Result<Geometry, PreprocessError> {
-    check_factor(b)?;
-    if b == 1 {
+    bin_geometry_by(g, [b, b])
+}
+
+/// [`bin_geometry`] with the rows (and the volume's z) binned by `rows` and the columns (and
+/// the volume's y and x) by `columns`.
+pub(super) fn bin_geometry_by(
+    g: &Geometry,
+    [rows, columns]: [usize; 2],
+) -> Result<Geometry, PreprocessError> {
+    check_factor(rows)?;
+    check_factor(columns)?;
+    if rows == 1 && columns == 1 {
         return Ok(g.clone());
     }
     let sizes = [
-        ("deth", g.deth),
-        ("detw", g.detw),
-        ("n0", g.n0),
-        ("n1", g.n1),
-        ("n2", g.n2),
+        ("deth", g.deth, rows),
+        ("detw", g.detw, columns),
+        ("n0", g.n0, rows),
+        ("n1", g.n1, columns),
+        ("n2", g.n2, columns),
     ];
-    if let Some((name, n)) = sizes.iter().find(|(_, n)| binned_len(*n, b) < 2) {
+    if let Some((name, n, b)) = sizes
+        .iter()
+        .find(|(_, n, b)| *b > 1 && binned_len(*n, *b) < 2)
+    {
         return Err(PreprocessError::BadBinning {
-            factor: b,
+            factor: *b,
             reason: format!("{name} = {n} leaves fewer than 2 binned pixels"),
         });
     }
-    let [deth, detw, n0, n1, n2] = sizes.map(|(_, n)| binned_len(n, b));
+    let [deth, detw, n0, n1, n2] = sizes.map(|(_, n, b)| if b > 1 { binned_len(n, b) } else { n });
+    let b = columns as f64;
     Ok(Geometry {
         n0,
         n1,
         n2,
         deth,
         detw,
-        center: Some((g.rotation_axis() - (b as f64 - 1.0) / 2.0) / b as f64),
+        center: Some((g.rotation_axis() - (b - 1.0) / 2.0) / b),
         // The volume's centre in binned voxels.
-        offset: g.offset.map(|o| o / b as f64),
+        offset: [g.offset[0] / rows as f64, g.offset[1] / b, g.offset[2] / b],
         ..g.clone()
     })
 }
@@ -87,21 +101,23 @@ pub fn bin_frames(stack: Stack, b: usize) -> Result<Stack, PreprocessError> {
     if b == 1 {
         return Ok(stack);
     }
-    Ok(block_sums(&stack.values, [count, h, w], b))
+    Ok(block_sums(&stack.values, [count, h, w], [b, b]))
 }
 
-/// The sums (formed in f64) of the `b x b` blocks of every frame of `values`, frames of
-/// `[count, h, w]`, the edge pixels [`bin_geometry`] drops left out. It reads `values` where they
-/// lie: [`bin_projections`] bins a scan without a second copy of it.
-fn block_sums(values: &[f32], [count, h, w]: [usize; 3], b: usize) -> Stack {
-    let (hb, wb) = (binned_len(h, b), binned_len(w, b));
+/// The sums (formed in f64) of the `bh x bw` blocks of every frame of `values`, frames of
+/// `[count, h, w]`, the edge pixels [`bin_geometry`] drops left out (none along an axis binned
+/// by 1). It reads `values` where they lie: [`bin_projections`] bins a scan without a second
+/// copy of it.
+fn block_sums(values: &[f32], [count, h, w]: [usize; 3], [bh, bw]: [usize; 2]) -> Stack {
+    let kept = |n: usize, b: usize| if b > 1 { binned_len(n, b) } else { n };
+    let (hb, wb) = (kept(h, bh), kept(w, bw));
     let mut sums = Vec::with_capacity(count * hb * wb);
     for frame in values.chunks_exact(h * w) {
         for i in 0..hb {
             for j in 0..wb {
                 let mut sum = 0.0f64;
-                for r in b * i..b * (i + 1) {
-                    let row = &frame[r * w + b * j..r * w + b * (j + 1)];
+                for r in bh * i..bh * (i + 1) {
+                    let row = &frame[r * w + bw * j..r * w + bw * (j + 1)];
                     sum += row.iter().map(|&v| v as f64).sum::<f64>();
                 }
                 sums.push(sum as f32);
@@ -118,15 +134,30 @@ fn block_sums(values: &[f32], [count, h, w]: [usize; 3], b: usize) -> Stack {
 /// with the geometry of [`bin_geometry`]. Only the angles held are binned (an MPI rank's share
 /// stays its share).
 pub fn bin_projections(p: &Projections, b: usize) -> Result<Projections, PreprocessError> {
+    bin_projections_by(p, [b, b])
+}
+
+/// Line integrals with every `b` columns averaged and the rows kept: the binning of a plain-CT
+/// axis search, whose detector rows are slices of their own (so a 2-row detector bins too).
+/// The volume's y and x are binned with the columns, its z kept.
+pub(super) fn bin_columns(p: &Projections, b: usize) -> Result<Projections, PreprocessError> {
+    bin_projections_by(p, [1, b])
+}
+
+/// Line integrals binned by `rows x columns` blocks: each block's mean.
+fn bin_projections_by(
+    p: &Projections,
+    factors: [usize; 2],
+) -> Result<Projections, PreprocessError> {
     let g = p.geometry();
-    let geometry = bin_geometry(g, b)?;
-    if b == 1 {
+    let geometry = bin_geometry_by(g, factors)?;
+    if factors == [1, 1] {
         return Ok(p.clone());
     }
     let angles = p.angles();
-    // The sizes are checked by bin_geometry.
-    let sums = block_sums(p.values(), [angles.len(), g.deth, g.detw], b);
-    let inv = 1.0 / (b * b) as f32;
+    // The sizes are checked by bin_geometry_by.
+    let sums = block_sums(p.values(), [angles.len(), g.deth, g.detw], factors);
+    let inv = 1.0 / (factors[0] * factors[1]) as f32;
     let values = sums.values.iter().map(|v| v * inv).collect();
     Ok(Projections::part(geometry, angles, values)?)
 }
@@ -178,6 +209,26 @@ mod tests {
         let d = bin_geometry(&Geometry { center: None, ..g }, 4).unwrap();
         assert_eq!(d.center, Some(16.125));
         assert!(bin_geometry(&Geometry::cube(8, 2, 1.9), 8).is_err());
+    }
+
+    #[test]
+    fn columns_alone_bin_a_two_row_detector() {
+        let g = Geometry {
+            center: Some(9.3),
+            ..Geometry::for_detector(2, 20, vec![0.0, 1.0, 2.0], std::f64::consts::FRAC_PI_2)
+        };
+        let values: Vec<f32> = (0..g.data_len()).map(|i| (i % 11) as f32).collect();
+        let p = Projections::new(g.clone(), values.clone()).unwrap();
+        assert!(bin_projections(&p, 2).is_err());
+        let b = bin_columns(&p, 2).unwrap();
+        let bg = b.geometry();
+        assert_eq!((bg.deth, bg.detw, bg.n0, bg.n1, bg.n2), (2, 10, 2, 10, 10));
+        assert!((2.0 * bg.center.unwrap() + 0.5 - 9.3).abs() < 1e-12);
+        let at = |t: usize, v: usize, w: usize| values[(t * 2 + v) * 20 + w];
+        assert_eq!(
+            b.values()[(2 * 2 + 1) * 10 + 3],
+            (at(2, 1, 6) + at(2, 1, 7)) / 2.0
+        );
     }
 
     #[test]

@@ -14,8 +14,9 @@ mod stripe;
 pub use binning::{bin_frames, bin_geometry, bin_projections};
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
 pub use search::{
-    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch, Scored,
-    SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
+    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisDecision,
+    AxisSearch, Scored, SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION,
+    AXIS_NEAR_FOURIER, MAX_CANDIDATES, SHARP_PEAK_CONTRAST,
 };
 #[cfg(feature = "mpi")]
 pub use search::{find_rotation_axis_on_ranks, AxisSearchShare};

@@ -39,11 +39,12 @@ use std::ops::Range;
 
 use serde::Serialize;
 
+use super::binning::{bin_columns, bin_geometry_by};
 use super::center_vo::{find_center_vo_of_sinogram, mean_sinogram};
 use super::slab::{
     choose_slab, fitted_radius, footprint, pose, scale_slabs, sum_slabs, Candidate, Pose, Slab,
 };
-use super::{bin_geometry, bin_projections, half_turn, PreprocessError};
+use super::{bin_projections, half_turn, PreprocessError};
 use crate::gpu::GpuContext;
 use crate::operator::Geometry;
 use crate::scan::Projections;
@@ -58,6 +59,27 @@ pub const AUTO_AXIS_FINE_STEP: f64 = 0.1;
 /// The coarsest pass of `--rotation-axis auto` bins the detector until it is at most this wide
 /// (at most 8 x), so that a step of one binned pixel covers the range in few candidates.
 const AUTO_COARSE_WIDTH: usize = 256;
+
+/// The finest pass of `--rotation-axis auto` bins the detector until it is at most this wide: a
+/// slab's cost grows with the square of the width, and the parabola through a binned pass's
+/// winner and its neighbours already places the axis to a fraction of a column (a 2 x 640
+/// detector's search at full width took minutes on the software adapter).
+const AUTO_FINE_WIDTH: usize = 320;
+
+/// For a plain CT scan the slab search refines the Fourier estimate within this many unbinned
+/// columns either side of it: the two methods agree to a column or two where both are sure
+/// (`tests/realscan.rs`), and a search over the whole range let a flat score's noise pick an
+/// axis a dozen columns off (a measured tooth: 308 where the Fourier estimate and the previews
+/// said 296).
+pub const AXIS_NEAR_FOURIER: f64 = 6.0;
+
+/// The slab score refines the Fourier estimate only where its peak stands out of the window
+/// [`AXIS_NEAR_FOURIER`] columns either side: the best score at least this fraction above the
+/// window's lowest. A sharp peak drops far more within six columns (an axis six columns off
+/// doubles every edge); a noise-dominated score (a thin, weakly attenuating sample) varies by
+/// a per cent or three across the whole window, and its local curvature, which the peak's half
+/// width measures, is the noise's.
+pub const SHARP_PEAK_CONTRAST: f64 = 0.1;
 
 /// The most candidates one search scores, in one range and in the grid of both ranges: every
 /// candidate holds a slab on the device and its read-back copy on the host, so the grid's count,
@@ -420,16 +442,106 @@ fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
     (out, half_width)
 }
 
+/// Which estimate of the rotation axis a search reports, and why: one rule for every entry point
+/// (`try`, `reconstruct --rotation-axis auto`, Python's `find_rotation_axis`, the viewer).
+///
+/// Without a Fourier estimate (laminography, or CT not over 180 or 360 degrees) the slab search
+/// decides. For plain CT the Fourier estimate (Vo et al.) comes first, and the slab score refines
+/// it only where it has an interior peak within [`AXIS_NEAR_FOURIER`] columns of it that stands
+/// [`SHARP_PEAK_CONTRAST`] above the window's lowest score: a flat score does not overrule it,
+/// and the reason says so.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AxisDecision {
+    /// The axis (unbinned detector columns).
+    pub rotation_axis: f64,
+    /// `"slab"` (no Fourier estimate), `"fourier"` (the Fourier estimate, the slab score too
+    /// flat or its peak outside the window around it) or `"fourier+slab"` (the Fourier estimate
+    /// refined by the slab score's peak near it).
+    pub method: &'static str,
+    /// Why, in words: how much the slab score varies near the Fourier estimate.
+    pub reason: String,
+}
+
+impl AxisDecision {
+    /// The decision from the slab scores of `window` (a pass over the Fourier estimate's
+    /// window, or `try`'s grid: candidates at the best tilt), the slab search's axis `slab_axis`
+    /// (`None`: `window`'s own, refined by the parabola) and the Fourier estimate `fourier`
+    /// (unbinned columns) where there is one.
+    pub fn of(window: &SearchResult, slab_axis: Option<f64>, fourier: Option<f64>) -> Self {
+        let Some(f) = fourier else {
+            return Self {
+                rotation_axis: slab_axis.unwrap_or(window.refined.rotation_axis),
+                method: "slab",
+                reason: match window.peak_half_width {
+                    Some(w) => format!("the slab score's peak ({w:.2} columns half width)"),
+                    None => {
+                        "the best slab score, at the edge of the range (no interior peak)".into()
+                    }
+                },
+            };
+        };
+        let mut near: Vec<Scored> = window
+            .scored
+            .iter()
+            .filter(|s| {
+                s.candidate.tilt_deg == window.best.tilt_deg
+                    && (s.candidate.rotation_axis - f).abs() <= AXIS_NEAR_FOURIER
+            })
+            .copied()
+            .collect();
+        near.sort_by(|a, b| {
+            a.candidate
+                .rotation_axis
+                .total_cmp(&b.candidate.rotation_axis)
+        });
+        let kept = |why: String| Self {
+            rotation_axis: f,
+            method: "fourier",
+            reason: format!("the Fourier estimate (Vo et al.): {why}"),
+        };
+        let best = (0..near.len()).max_by(|&a, &b| near[a].score.total_cmp(&near[b].score));
+        let best = match best {
+            Some(i) if i > 0 && i + 1 < near.len() => i,
+            _ => {
+                return kept(format!(
+                    "the slab score has no interior peak within {AXIS_NEAR_FOURIER} columns of it"
+                ))
+            }
+        };
+        let low = near.iter().map(|s| s.score).fold(f64::INFINITY, f64::min);
+        let contrast = (near[best].score - low) / near[best].score;
+        if !(contrast >= SHARP_PEAK_CONTRAST) {
+            return kept(format!(
+                "the slab score is too flat to overrule it (it varies by {:.1} % within \
+                 {AXIS_NEAR_FOURIER} columns of it, a sharp peak by {:.0} % or more)",
+                100.0 * contrast,
+                100.0 * SHARP_PEAK_CONTRAST
+            ));
+        }
+        let axis = slab_axis.unwrap_or_else(|| refine(&near, best).0.rotation_axis);
+        Self {
+            rotation_axis: axis,
+            method: "fourier+slab",
+            reason: format!(
+                "the Fourier estimate {f:.2} refined by the slab score's peak near it (the score \
+                 varies by {:.1} % within {AXIS_NEAR_FOURIER} columns; {:.2} columns from it)",
+                100.0 * contrast,
+                (axis - f).abs()
+            ),
+        }
+    }
+}
+
 /// The outcome of [`find_rotation_axis`]: the axis, how it was found and how sure it is, and
 /// every pass's scores (not serialised: they go to their own file).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AxisSearch {
-    /// The rotation axis (unbinned detector column): the Fourier estimate where there is one,
-    /// else the slab search's.
+    /// The rotation axis (unbinned detector column), as [`AxisDecision`] decides it.
     pub rotation_axis: f64,
-    /// What gave `rotation_axis`: `"fourier"` (Vo et al., plain CT over 180 or 360 degrees) or
-    /// `"slab"` (the sharpest slab).
+    /// What gave `rotation_axis` ([`AxisDecision::method`]).
     pub method: &'static str,
+    /// Why, in words ([`AxisDecision::reason`]).
+    pub reason: String,
     /// The slab search's axis (unbinned columns).
     pub slab_axis: f64,
     /// Vo et al.'s Fourier estimate ([`find_center_vo`](super::find_center_vo); unbinned
@@ -443,24 +555,29 @@ pub struct AxisSearch {
     pub peak_half_width: Option<f64>,
     /// The slab of the last pass.
     pub slab: Slab,
-    /// The range searched first (unbinned columns).
+    /// The range searched first (unbinned columns): the default range (the geometry's axis
+    /// plus or minus [`AUTO_AXIS_RANGE_FRACTION`] of the width), or for plain CT the columns
+    /// within [`AXIS_NEAR_FOURIER`] of the Fourier estimate in it.
     pub range: [f64; 2],
     /// Each pass of the slab search, coarse to fine.
     #[serde(skip)]
     pub passes: Vec<SearchResult>,
 }
 
-/// `--rotation-axis auto`: searches the rotation axis at `tilt_deg` over the geometry's axis plus
-/// or minus [`AUTO_AXIS_RANGE_FRACTION`] of the detector width, coarse to fine. The sharpness
-/// peak is about one searched pixel wide (a centre error of half a pixel already doubles edges
-/// one pixel apart), so every pass steps half a searched pixel. The first pass bins the detector
-/// (by 2, 4 or 8) until it is at most 256 pixels wide and covers the whole range; each further
-/// pass halves the binning and searches two of the previous steps either side of its winner; a
-/// last pass at the projections' own resolution searches half a pixel either side with
-/// [`AUTO_AXIS_FINE_STEP`], and the parabola through the winner and its neighbours gives the axis.
-/// For a plain CT scan over 180 or 360 degrees Vo et al.'s Fourier estimate over the same range
-/// is computed too, and is the axis (the field's standard for CT; see
-/// [`find_center_vo`](super::find_center_vo)); both are returned, with their disagreement.
+/// `--rotation-axis auto` (and Python's `find_rotation_axis`, the viewer's `auto`): the
+/// rotation axis at `tilt_deg`, in unbinned columns. For a plain CT scan over 180 or 360
+/// degrees Vo et al.'s Fourier estimate over the geometry's axis plus or minus
+/// [`AUTO_AXIS_RANGE_FRACTION`] of the detector width comes first (the field's standard for CT;
+/// see [`find_center_vo`](super::find_center_vo)), and the slab search runs within
+/// [`AXIS_NEAR_FOURIER`] columns of it; otherwise the slab search covers that whole range.
+/// The slab search goes coarse to fine on a binned detector: the sharpness peak is about one
+/// searched pixel wide (a centre error of half a pixel already doubles edges one pixel apart),
+/// so every pass steps half a searched pixel. The first pass bins the detector (by 2, 4 or 8)
+/// until it is at most 256 pixels wide; each further pass halves the binning and searches two of
+/// the previous steps either side of its winner, down to the binning that leaves the detector at
+/// most [`AUTO_FINE_WIDTH`] wide, where a last pass searches one step either side with
+/// [`AUTO_AXIS_FINE_STEP`] binned pixels and the parabola through the winner and its neighbours
+/// gives the slab's axis. [`AxisDecision`] then chooses between the two estimates.
 /// `binning` is the factor `projections` were already binned by; the result is in unbinned
 /// columns. Every pass scores a slab of `slices` (`None`: chosen for that pass's binning by
 /// [`choose_slab`]) centred `z_offset` voxels from the volume's centre.
@@ -550,66 +667,7 @@ fn search_held(
     let centre = g.rotation_axis() * b0 + (b0 - 1.0) / 2.0;
     let half = AUTO_AXIS_RANGE_FRACTION * g.detw as f64 * b0;
     let range = [centre - half, centre + half];
-    let mut extra = 1usize;
-    while extra < 8 && g.detw / (2 * extra) >= AUTO_COARSE_WIDTH {
-        extra *= 2;
-    }
-    while extra > 1 && bin_geometry(g, extra).is_err() {
-        extra /= 2;
-    }
-    let mut held = projections.values().len();
-    let mut passes = Vec::new();
-    let (mut lo, mut hi) = (range[0], range[1]);
-    let (best, step) = loop {
-        let step = 0.5 * b0 * extra as f64;
-        let binned;
-        let source = if extra > 1 {
-            binned = bin_projections(projections, extra)?;
-            held = held.max(projections.values().len() + binned.values().len());
-            &binned
-        } else {
-            projections
-        };
-        let axes = candidate_range(lo, hi + 1e-9 * step, step)?;
-        let candidates = grid(&axes, &[tilt_deg])?;
-        let pass_binning = binning.max(1) * extra;
-        let slab = choose_slab(
-            source.geometry(),
-            pass_binning,
-            &candidates,
-            slices,
-            z_offset,
-        )?;
-        let best = told_pass(
-            ctx,
-            holder,
-            source,
-            pass_binning,
-            (&candidates, &slab),
-            &mut passes,
-            |r| r.best.rotation_axis,
-        )?;
-        if extra == 1 {
-            break (best, step);
-        }
-        lo = best - 2.0 * step;
-        hi = best + 2.0 * step;
-        extra /= 2;
-    };
-    // The fine pass: one step of the last pass either side of its winner.
-    let fine = AUTO_AXIS_FINE_STEP * b0;
-    let axes = candidate_range(best - step, best + step + 1e-9 * fine, fine)?;
-    let candidates = grid(&axes, &[tilt_deg])?;
-    let slab = choose_slab(g, binning.max(1), &candidates, slices, z_offset)?;
-    let slab_axis = told_pass(
-        ctx,
-        holder,
-        projections,
-        binning.max(1),
-        (&candidates, &slab),
-        &mut passes,
-        |r| r.refined.rotation_axis,
-    )?;
+    // Plain CT: the Fourier estimate first, and the slab search near it.
     let fourier_axis = match half_turn(g) {
         Some(rows) => {
             let binned = range.map(|c| (c - (b0 - 1.0) / 2.0) / b0);
@@ -626,21 +684,96 @@ fn search_held(
         }
         None => None,
     };
-    let axis = fourier_axis.unwrap_or(slab_axis);
-    let last = passes.last().map(|l| (l.peak_half_width, l.slab));
-    let search = last.map(|(peak_half_width, slab)| AxisSearch {
-        rotation_axis: axis,
-        method: if fourier_axis.is_some() {
-            "fourier"
+    let (mut lo, mut hi) = match fourier_axis {
+        Some(f) => (
+            (f - AXIS_NEAR_FOURIER).max(range[0]),
+            (f + AXIS_NEAR_FOURIER).min(range[1]),
+        ),
+        None => (range[0], range[1]),
+    };
+    let searched = [lo, hi];
+    // Plain CT bins the columns alone: every detector row is a slice of its own, so a short
+    // detector (2 rows) bins too, and the slab keeps its slices.
+    let ct = fourier_axis.is_some();
+    let factors = |extra: usize| if ct { [1, extra] } else { [extra, extra] };
+    // The binnings of the first and the last pass (powers of two, at most 8).
+    let binning_to = |width: usize| {
+        let mut extra = 1usize;
+        while extra < 8 && g.detw / (2 * extra) >= width {
+            extra *= 2;
+        }
+        while extra > 1 && bin_geometry_by(g, factors(extra)).is_err() {
+            extra /= 2;
+        }
+        extra
+    };
+    let finest = binning_to(AUTO_FINE_WIDTH);
+    let mut extra = binning_to(AUTO_COARSE_WIDTH).max(finest);
+    let mut held = projections.values().len();
+    let mut passes = Vec::new();
+    loop {
+        let step = 0.5 * b0 * extra as f64;
+        let binned;
+        let source = if extra > 1 {
+            binned = match ct {
+                true => bin_columns(projections, extra)?,
+                false => bin_projections(projections, extra)?,
+            };
+            held = held.max(projections.values().len() + binned.values().len());
+            &binned
         } else {
-            "slab"
-        },
+            projections
+        };
+        let pass_binning = binning.max(1) * extra;
+        let mut pass = |lo: f64, hi: f64, step: f64, value: fn(&SearchResult) -> f64| {
+            let axes = candidate_range(lo, hi + 1e-9 * step, step)?;
+            let candidates = grid(&axes, &[tilt_deg])?;
+            let slab = choose_slab(
+                source.geometry(),
+                pass_binning,
+                &candidates,
+                slices,
+                z_offset,
+            )?;
+            told_pass(
+                ctx,
+                holder,
+                source,
+                pass_binning,
+                (&candidates, &slab),
+                &mut passes,
+                value,
+            )
+        };
+        let best = pass(lo, hi, step, |r| r.best.rotation_axis)?;
+        if extra == finest {
+            // The fine pass: one step either side of the winner, refined by the parabola.
+            let fine = AUTO_AXIS_FINE_STEP * b0 * extra as f64;
+            pass(best - step, best + step, fine, |r| r.refined.rotation_axis)?;
+            break;
+        }
+        lo = best - 2.0 * step;
+        hi = best + 2.0 * step;
+        extra /= 2;
+    }
+    let last = passes.first().zip(passes.last()).map(|(window, l)| {
+        let axis = l.refined.rotation_axis;
+        let decision = AxisDecision::of(window, Some(axis), fourier_axis);
+        (l.peak_half_width, l.slab, axis, decision)
+    });
+    // Every process takes the scoring process's decision.
+    let axis =
+        finite_or_failed(holder.tell(last.as_ref().map_or(f64::NAN, |l| l.3.rotation_axis)))?;
+    let search = last.map(|(peak_half_width, slab, slab_axis, decision)| AxisSearch {
+        rotation_axis: decision.rotation_axis,
+        method: decision.method,
+        reason: decision.reason,
         slab_axis,
         fourier_axis,
         disagreement: fourier_axis.map(|f| (f - slab_axis).abs()),
         peak_half_width,
         slab,
-        range,
+        range: searched,
         passes,
     });
     Ok((axis, search, held))
@@ -831,6 +964,83 @@ mod tests {
             Err(PreprocessError::BadSearch(m)) if m.contains("1000 axes x 11 tilts")
         ));
         assert!(check_grid(usize::MAX, 2).is_err());
+    }
+
+    /// A search result over `axes` with `scores` (one tilt), its best refined by the parabola.
+    fn result(axes: &[f64], scores: &[f64]) -> SearchResult {
+        let scored: Vec<Scored> = axes
+            .iter()
+            .zip(scores)
+            .map(|(&rotation_axis, &score)| Scored {
+                candidate: Candidate {
+                    rotation_axis,
+                    tilt_deg: 0.0,
+                },
+                score,
+            })
+            .collect();
+        let best = (0..scored.len())
+            .max_by(|&a, &b| scored[a].score.total_cmp(&scored[b].score))
+            .unwrap();
+        let (refined, peak_half_width) = refine(&scored, best);
+        SearchResult {
+            best: scored[best].candidate,
+            scored,
+            refined,
+            peak_half_width,
+            slab: Slab {
+                slices: 1,
+                z_offset: 0.0,
+            },
+            binning: 1,
+            score_radius: 1.0,
+            preview_shape: [1, 1],
+            previews: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_flat_slab_score_does_not_overrule_the_fourier_estimate() {
+        let axes = candidate_range(40.0, 60.0, 1.0).unwrap();
+        // A sharp peak at 51 (the score falls by half 3 columns away), Fourier at 50.4: the slab
+        // refines it, and decides alone without a Fourier estimate.
+        let sharp: Vec<f64> = axes
+            .iter()
+            .map(|a| 1.0 / (1.0 + ((a - 51.2) / 3.0).powi(2)))
+            .collect();
+        let r = result(&axes, &sharp);
+        let d = AxisDecision::of(&r, None, Some(50.4));
+        assert_eq!(d.method, "fourier+slab", "{}", d.reason);
+        assert!((d.rotation_axis - 51.2).abs() < 0.2, "{}", d.rotation_axis);
+        let given = AxisDecision::of(&r, Some(51.17), Some(50.4));
+        assert_eq!(given.rotation_axis, 51.17);
+        let alone = AxisDecision::of(&r, None, None);
+        assert_eq!(
+            (alone.method, alone.rotation_axis),
+            ("slab", r.refined.rotation_axis)
+        );
+        // Noise on a flat score: the best, 47, half a per cent above the window's lowest.
+        let flat: Vec<f64> = axes
+            .iter()
+            .map(|&a| if a == 47.0 { 1.005 } else { 1.0 })
+            .collect();
+        let d = AxisDecision::of(&result(&axes, &flat), None, Some(50.4));
+        assert_eq!((d.method, d.rotation_axis), ("fourier", 50.4));
+        assert!(d.reason.contains("too flat"), "{}", d.reason);
+        // The sharpest slab beyond the window around the Fourier estimate, or at its edge.
+        let far: Vec<f64> = axes
+            .iter()
+            .map(|a| 1.0 / (1.0 + ((a - 58.0) / 2.0).powi(2)))
+            .collect();
+        let d = AxisDecision::of(&result(&axes, &far), None, Some(45.0));
+        assert_eq!((d.method, d.rotation_axis), ("fourier", 45.0));
+        assert!(d.reason.contains("no interior peak"), "{}", d.reason);
+        // NaN scores never make a peak.
+        let nan = vec![f64::NAN; axes.len()];
+        assert_eq!(
+            AxisDecision::of(&result(&axes, &nan), None, Some(50.0)).method,
+            "fourier"
+        );
     }
 
     #[test]

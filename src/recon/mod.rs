@@ -34,7 +34,7 @@ use crate::array::Residency;
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
-use crate::params::AdmmParams;
+use crate::params::{AdmmParams, DataScale};
 use crate::plan::{member_plans, plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
@@ -95,6 +95,19 @@ pub struct Progress {
     pub eta_s: f64,
 }
 
+/// The TV weight of a reconstruction in the data's units (report.json's `regularisation`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Regularisation {
+    /// The relative weight asked for (`--alpha`).
+    pub alpha: f64,
+    /// The data's scale it is relative to.
+    pub data_scale: DataScale,
+    /// How the scale was estimated ([`DataScale::ESTIMATE`]).
+    pub estimated_from: &'static str,
+    /// The weight of the TV term the solver used: `alpha x` [`DataScale::tv_unit`].
+    pub tv_weight: f64,
+}
+
 /// The result of a reconstruction.
 #[derive(Debug, Clone, Serialize)]
 pub struct Reconstruction {
@@ -113,6 +126,9 @@ pub struct Reconstruction {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preprocessing: Option<crate::preprocess::Preprocessing>,
     pub params: AdmmParams,
+    /// What `params.alpha` was relative to: the data's scale, estimated from the projections
+    /// before the solve, how, and the TV weight it gave (`alpha x` its unit).
+    pub regularisation: Regularisation,
     pub reports: Vec<IterationReport>,
     /// False when cancelled before the last iteration (a checkpoint was written if configured).
     pub completed: bool,
@@ -571,6 +587,12 @@ impl<'a> Reconstructor<'a> {
             rotation_axis: projections.geometry().rotation_axis(),
             preprocessing: None,
             params: self.params,
+            regularisation: Regularisation {
+                alpha: self.params.alpha,
+                data_scale: solver.data_scale(),
+                estimated_from: DataScale::ESTIMATE,
+                tv_weight: solver.tv_weight(),
+            },
             reports,
             completed,
             stop,

@@ -7,7 +7,7 @@ use num_complex::{Complex32, Complex64};
 use super::CpuOperator;
 use crate::fft::Direction;
 use crate::operator::Geometry;
-use crate::params::AdmmParams;
+use crate::params::{AdmmParams, DataScale};
 
 /// The GPU solver's iterations (exact-step CG inner solver) on the CPU.
 pub struct CpuAdmm {
@@ -18,6 +18,8 @@ pub struct CpuAdmm {
     rho: f64,
     /// Outer iterations done.
     iteration: usize,
+    /// The TV term's weight: alpha relative to the data's scale, as the GPU solver takes it.
+    tv_weight: f64,
     dhat: Vec<Complex64>,
     u: Vec<f64>,
     psi: Vec<f64>,
@@ -51,6 +53,12 @@ impl CpuAdmm {
             .map(|c| Complex64::new(c.re as f64, c.im as f64) * n_fourier)
             .collect();
         let v = g.volume_len();
+        let plane = g.deth * g.detw;
+        let abs_sums: Vec<f64> = data
+            .chunks(plane)
+            .map(|p| p.iter().map(|&x| f64::from(x).abs()).sum())
+            .collect();
+        let scale = DataScale::of_operator_data(&abs_sums, g.n2, v);
         Self {
             op,
             g: g.clone(),
@@ -58,6 +66,7 @@ impl CpuAdmm {
             n_fourier,
             rho: params.rho0,
             iteration: 0,
+            tv_weight: params.alpha * scale.tv_unit(),
             dhat,
             u: vec![0.0; v],
             psi: vec![0.0; 3 * v],
@@ -216,7 +225,7 @@ impl CpuAdmm {
             beta = rr_new / rr;
             rr = rr_new;
         }
-        let tau = self.params.alpha / rho;
+        let tau = self.tv_weight / rho;
         // The over-relaxed split h = a grad u + (1 - a) psi (grad u itself for plain ADMM).
         let a = self.params.relaxation;
         let h: Vec<f64> = if a == 1.0 {
@@ -262,7 +271,7 @@ impl CpuAdmm {
         self.iteration += 1;
         if let Some(rule) = self.params.penalty_from_gradient {
             let norm = dot(&self.grad_u, &self.grad_u).sqrt();
-            self.rho = rule.rho_after(self.iteration, self.rho, self.params.alpha, norm, v);
+            self.rho = rule.rho_after(self.iteration, self.rho, self.tv_weight, norm, v);
         }
     }
 

@@ -17,7 +17,7 @@ use crate::array::{BlockView, Field, Scalars, Staging, SumSlot};
 use crate::gpu::{GpuContext, Recorder};
 use crate::memo::{Memo, MemoOptions, MemoStats};
 use crate::operator::{Application, LaminoOperator};
-use crate::params::{AdmmParams, InnerSolver};
+use crate::params::{AdmmParams, DataScale, InnerSolver};
 
 /// Every array, bound kernel and operator application of one reconstruction, built once.
 pub struct AdmmSolver {
@@ -32,6 +32,8 @@ pub struct AdmmSolver {
     pub(super) apps: Apps,
     pub(super) steps: ScalarSteps,
     pub(super) data_hash: u64,
+    /// The scale the TV weight is relative to, from every projection (the team's, the ranks').
+    pub(super) data_scale: DataScale,
     /// The staging buffers host arrays pass through (streaming plans only).
     pub(super) staging: Option<Arc<Staging>>,
     pub(super) memo: Option<RefCell<Memo>>,
@@ -40,10 +42,10 @@ pub struct AdmmSolver {
     /// The carried data residual in `r_saved` is that of the current u (formed by an outer
     /// iteration or read from a checkpoint).
     pub(super) data_residual_formed: bool,
-    /// The hash of each projection this member read (an MPI rank's are combined with the
-    /// others' into the hash of the data).
+    /// The digest of each projection this member read (an MPI rank's are combined with the
+    /// others' into the hash and the scale of the data).
     #[cfg(feature = "mpi")]
-    pub(super) projection_hashes: Vec<u64>,
+    pub(super) projection_digests: super::projections::ProjectionDigests,
 }
 
 impl AdmmSolver {
@@ -110,6 +112,16 @@ impl AdmmSolver {
         .sum()
     }
 
+    /// The scale of the data the TV weight is relative to.
+    pub fn data_scale(&self) -> DataScale {
+        self.data_scale
+    }
+
+    /// The TV term's weight: `alpha` times the data's [`DataScale::tv_unit`].
+    pub fn tv_weight(&self) -> f64 {
+        self.params.alpha * self.data_scale.tv_unit()
+    }
+
     /// Outer iterations done so far.
     pub fn iterations_done(&self) -> usize {
         self.iteration
@@ -118,7 +130,7 @@ impl AdmmSolver {
     /// Writes the coefficients that depend on the penalty (and the fixed ones) for the next
     /// outer iteration; they land before its first submission.
     fn write_coefficients(&self, ctx: &GpuContext) {
-        let (rho, alpha) = (self.rho, self.params.alpha);
+        let (rho, alpha) = (self.rho, self.tv_weight());
         let s = &self.scalars;
         s.set(ctx, slot::RHO, rho as f32);
         s.set(ctx, slot::NEG_RHO, -rho as f32);
@@ -172,7 +184,7 @@ impl AdmmSolver {
             }
         };
         let at = |s: SumSlot| sums[s.0 as usize];
-        let (rho, alpha) = (self.rho, self.params.alpha);
+        let (rho, alpha) = (self.rho, self.tv_weight());
         finite("the CG residual", at(sum::RR))?;
         let primal = finite("the primal residual", at(sum::PRIMAL))?;
         let dual = rho * rho * finite("the dual residual", at(sum::DUAL))?;

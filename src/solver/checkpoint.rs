@@ -67,9 +67,14 @@ const PART_EXTENSION: &str = "part";
 /// Version 9: as version 8, with the volume side (u, psi, lambda, grad u, the data residual)
 /// stored by y row (`(n1, n0, n2)`, grad u's components (x, z, y)), as the solver keeps it,
 /// where version 8 stored it by z slice; version 8 is refused with what to do.
-const VERSION: u32 = 9;
+/// Version 10: as version 9, written by a lamino whose `alpha` is relative to the data's scale
+/// ([`crate::params::DataScale`]); version 9's `alpha` was the absolute TV weight, so the same
+/// parameters would continue another objective: refused with what to do.
+const VERSION: u32 = 10;
 /// The oldest version read.
-const OLDEST_VERSION: u32 = 9;
+const OLDEST_VERSION: u32 = 10;
+/// The last version whose `alpha` was the absolute TV weight.
+const LAST_ABSOLUTE_ALPHA_VERSION: u32 = 9;
 /// The last version that stored `A u` by angle.
 const LAST_ANGLE_MAJOR_VERSION: u32 = 7;
 /// The last version that stored the volume side by z slice.
@@ -451,6 +456,15 @@ impl Checkpoint {
                 "format version {version}, written by an older lamino that stored the volume by \
                  z slice, where this one keeps it by y row; finish the run with the lamino that \
                  wrote it, or start the reconstruction again without resuming (without --resume)"
+            ))
+            .into());
+        }
+        if version == LAST_ABSOLUTE_ALPHA_VERSION {
+            return Err(corrupt(format!(
+                "format version {version}, written by an older lamino whose alpha was the \
+                 absolute TV weight, where this one's is relative to the data's scale; finish the \
+                 run with the lamino that wrote it, or start the reconstruction again without \
+                 resuming (without --resume)"
             ))
             .into());
         }

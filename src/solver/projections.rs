@@ -1,6 +1,7 @@
 //! How the projections reach the solver: the [`ProjectionBlocks`] a caller hands over a block
 //! of angles at a time, the layout of the solver's array of spatial projections, the copy into
-//! it, and the hash of the projections that names the data in a checkpoint.
+//! it, the hash of the projections that names the data in a checkpoint, and the sums that give
+//! the data's scale ([`crate::params::DataScale`]).
 
 use std::ops::Range;
 
@@ -36,31 +37,40 @@ pub(super) fn projections_layout(g: &Geometry) -> PlaneLayout {
     }
 }
 
+/// What the solver keeps of each projection it read, in angle order: its hash and the sum of its
+/// absolute values (f64, summed in pixel order, so the same whoever reads it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ProjectionDigests {
+    pub hashes: Vec<u64>,
+    pub abs_sums: Vec<f64>,
+}
+
 /// Writes projections `keep` of `data` (which needs to hold only those) into `spatial`, and
-/// returns the hash of each.
+/// returns the digest of each.
 pub(super) fn fill_projections(
     ctx: &GpuContext,
     spatial: &Field,
     data: &(impl ProjectionBlocks + ?Sized),
     keep: Range<usize>,
-) -> Result<Vec<u64>, GpuError> {
+) -> Result<ProjectionDigests, GpuError> {
     let layout = spatial.layout();
     let planes = (PROJECTION_BLOCK_BYTES / (4 * layout.plane_words)).clamp(1, layout.planes);
     let mut block = vec![0f32; planes * layout.plane_words];
-    let mut hashes = Vec::with_capacity(keep.len());
+    let mut digests = ProjectionDigests::default();
     for first in keep.clone().step_by(planes) {
         let count = planes.min(keep.end - first);
         let words = &mut block[..count * layout.plane_words];
         let start = first * layout.plane_words;
         data.fill(start, words);
-        hashes.extend(
-            words
-                .chunks(layout.plane_words)
-                .map(|plane| fnv1a(bytemuck::cast_slice(plane))),
-        );
+        for plane in words.chunks(layout.plane_words) {
+            digests.hashes.push(fnv1a(bytemuck::cast_slice(plane)));
+            digests
+                .abs_sums
+                .push(plane.iter().map(|&v| f64::from(v).abs()).sum());
+        }
         spatial.write_words(ctx, start, words)?;
     }
-    Ok(hashes)
+    Ok(digests)
 }
 
 /// The hash of the projections from the hash of each (in order): whoever read which.

@@ -10,6 +10,7 @@ use super::checkpoint::{Checkpoint, ARRAY_COUNT};
 use super::error::SolverError;
 use crate::array::Field;
 use crate::gpu::GpuContext;
+use crate::params::DataScale;
 
 impl AdmmSolver {
     /// The arrays a checkpoint holds, in [`checkpoint::ARRAYS`](super::checkpoint::ARRAYS) order.
@@ -134,15 +135,17 @@ impl AdmmSolver {
         self.data_hash
     }
 
-    /// The hash of each projection this member read.
+    /// The digest of each projection this member read.
     #[cfg(feature = "mpi")]
-    pub(crate) fn projection_hashes(&self) -> &[u64] {
-        &self.projection_hashes
+    pub(crate) fn projection_digests(&self) -> &super::projections::ProjectionDigests {
+        &self.projection_digests
     }
 
-    /// Takes the hash of the projections from the team member that read them.
-    pub(crate) fn adopt_data_hash(&mut self, hash: u64) {
+    /// Takes the hash and the scale of the projections from the team member (or the ranks)
+    /// that read them.
+    pub(crate) fn adopt_data(&mut self, hash: u64, scale: DataScale) {
         self.data_hash = hash;
+        self.data_scale = scale;
     }
 
     /// Takes the iteration count, penalty and last report of `leader` (a team member that

@@ -10,7 +10,7 @@ use super::error::SolverError;
 use super::fields::{Fields, TeamArrays};
 use super::ops::{Apps, Ops, ScalarSteps, Wiring};
 use super::projections::{
-    fill_projections, projections_hash, projections_layout, ProjectionBlocks,
+    fill_projections, projections_hash, projections_layout, ProjectionBlocks, ProjectionDigests,
 };
 use super::slots::{slot, sum};
 use super::vector::{Kernel, Target};
@@ -19,7 +19,7 @@ use crate::distributed::team::Share;
 use crate::gpu::GpuContext;
 use crate::gpu::GpuError;
 use crate::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source};
-use crate::params::AdmmParams;
+use crate::params::{AdmmParams, DataScale};
 use crate::plan::{Array, MemoryPlan};
 
 impl AdmmSolver {
@@ -108,11 +108,12 @@ impl AdmmSolver {
         let apps = Apps::new(&w, &op, &fields, n_fourier, params.carries_residual())?;
         let steps = ScalarSteps::new(ctx, &scalars)?;
         let spatial = spatial_projections(ctx, g, plan, staging.is_some(), member)?;
-        let hashes = match fill {
+        let digests = match fill {
             Some((data, planes)) => fill_projections(ctx, &spatial, data, planes)?,
-            None => Vec::new(),
+            None => ProjectionDigests::default(),
         };
-        let data_hash = projections_hash(&hashes);
+        let data_hash = projections_hash(&digests.hashes);
+        let data_scale = DataScale::of_operator_data(&digests.abs_sums, g.n2, g.volume_len());
         to_fourier_domain(&w, &op, &fields, &spatial, n_fourier)?;
         Ok(Self {
             op,
@@ -126,12 +127,13 @@ impl AdmmSolver {
             apps,
             steps,
             data_hash,
+            data_scale,
             staging,
             memo: None,
             last: None,
             data_residual_formed: false,
             #[cfg(feature = "mpi")]
-            projection_hashes: hashes,
+            projection_digests: digests,
         })
     }
 }

@@ -270,7 +270,7 @@ impl AdmmTeam {
                         )
                     },
                 )?;
-                let hash = members[0].data_hash();
+                let (hash, scale) = (members[0].data_hash(), members[0].data_scale());
                 let chunks = members[0].operator().chunks();
                 for (m, ctx) in members.iter_mut().zip(devices) {
                     if m.operator().chunks() != chunks {
@@ -280,7 +280,7 @@ impl AdmmTeam {
                             first: chunks,
                         });
                     }
-                    m.adopt_data_hash(hash);
+                    m.adopt_data(hash, scale);
                 }
                 Ok(Self::of(members, sync))
             }
@@ -366,13 +366,21 @@ impl AdmmTeam {
                 first: triple(&all[..3]),
             });
         }
-        // The data's hash from every rank's projections, in order.
-        let hashes = ranks
-            .all_gather_words(members[0].projection_hashes())
-            .concat();
+        // The data's hash and scale from every rank's projections, in order.
+        let digests = members[0].projection_digests();
+        let hashes = ranks.all_gather_words(&digests.hashes).concat();
+        let sums: Vec<u64> = digests.abs_sums.iter().map(|s| s.to_bits()).collect();
+        let sums: Vec<f64> = ranks
+            .all_gather_words(&sums)
+            .concat()
+            .into_iter()
+            .map(f64::from_bits)
+            .collect();
         let hash = super::projections::projections_hash(&hashes);
+        let scale =
+            crate::params::DataScale::of_operator_data(&sums, geometry.n2, geometry.volume_len());
         for m in &mut members {
-            m.adopt_data_hash(hash);
+            m.adopt_data(hash, scale);
         }
         let mut team = Self::of(members, local);
         team.ranks = Some(ranks.clone());

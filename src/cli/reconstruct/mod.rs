@@ -20,7 +20,9 @@ use lamino::io::{OutputSet, StackFormat};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;
-use lamino::preprocess::{find_rotation_axis, AxisSearch, AxisSource, AUTO_AXIS_RANGE_FRACTION};
+use lamino::preprocess::{
+    find_rotation_axis, AxisSearch, AxisSource, AUTO_AXIS_RANGE_FRACTION, AXIS_NEAR_FOURIER,
+};
 use lamino::recon::input::input_geometry;
 use lamino::recon::{CheckpointInterval, Provenance};
 
@@ -116,7 +118,10 @@ pub struct ReconstructArgs {
     /// Inner iterations per outer iteration.
     #[arg(long, default_value_t = AdmmParams::default().inner_iterations)]
     inner: usize,
-    /// TV weight (the default is for volumes of order 1 per voxel).
+    /// TV weight relative to the data's scale (the mean attenuation per voxel estimated from
+    /// the projections, over the volume's width): the same value suits data in any units and
+    /// volumes of any size; report.json's `regularisation` gives the scale and the absolute
+    /// weight.
     #[arg(long, default_value_t = AdmmParams::default().alpha)]
     alpha: f64,
     /// Initial ADMM penalty (residual balancing adapts it, and by default it is set once after
@@ -352,29 +357,22 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
 }
 
 /// How sure an axis search is, in words: the slab score's peak half width and, for CT, the
-/// Fourier estimate and how far the two disagree (columns).
+/// Fourier estimate, how far the two disagree (columns) and which one the axis is, and why.
 pub fn describe_axis_search(search: &AxisSearch) -> String {
     let peak = match search.peak_half_width {
         Some(w) => format!("the slab score halves {w:.2} columns from its peak"),
         None => "the slab score has no interior peak".into(),
     };
-    match (search.fourier_axis, search.disagreement) {
-        (Some(f), Some(d)) => format!(
-            "confidence: {peak} (slab search {:.2}, {} slices); Fourier estimate (Vo et al.) \
-             {f:.2}, {d:.2} columns apart; using the {}",
-            search.slab_axis,
-            search.slab.slices,
-            if search.method == "fourier" {
-                "Fourier estimate"
-            } else {
-                "slab search"
-            }
-        ),
-        _ => format!(
-            "confidence: {peak} (slab search {:.2}, {} slices)",
-            search.slab_axis, search.slab.slices
-        ),
-    }
+    let fourier = match (search.fourier_axis, search.disagreement) {
+        (Some(f), Some(d)) => {
+            format!("; Fourier estimate (Vo et al.) {f:.2}, {d:.2} columns apart")
+        }
+        _ => String::new(),
+    };
+    format!(
+        "confidence: {peak} (slab search {:.2}, {} slices){fourier}; the axis is {}",
+        search.slab_axis, search.slab.slices, search.reason
+    )
 }
 
 /// Stages the scores of `search` in `set` (the writing rank's) and says what it found
@@ -391,11 +389,13 @@ fn report_axis_search(
         super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
     }
     eprintln!(
-        "rotation axis searched over [{:.1}, {:.1}] (the default axis +- {} of the width, \
-         {} passes, {:.1} s): {:.2}; scores in {}",
+        "rotation axis searched over [{:.1}, {:.1}] ({}, {} passes, {:.1} s): {:.2}; scores in {}",
         search.range[0],
         search.range[1],
-        AUTO_AXIS_RANGE_FRACTION,
+        match search.fourier_axis {
+            Some(_) => format!("within {AXIS_NEAR_FOURIER} columns of the Fourier estimate"),
+            None => format!("the default axis +- {AUTO_AXIS_RANGE_FRACTION} of the width"),
+        },
         search.passes.len(),
         start.elapsed().as_secs_f64(),
         search.rotation_axis,

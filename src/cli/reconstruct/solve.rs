@@ -300,6 +300,16 @@ pub(in crate::cli) fn run_reconstruction<'a>(
             "stopped after {iterations} outer iterations: {}",
             result.stop.describe()
         );
+        let r = &result.regularisation;
+        eprintln!(
+            "regularisation: TV weight {:.3e} = alpha {} x {:.3e} (the data's mean attenuation \
+             per voxel {:.3e} / the volume's width {})",
+            r.tv_weight,
+            r.alpha,
+            r.data_scale.tv_unit(),
+            r.data_scale.attenuation_per_voxel,
+            r.data_scale.width
+        );
     }
     solved.report.provenance = o.provenance.clone();
     solved.stage_outputs_on_ranks(Some(set), &o.formats, o.zarr)?;

@@ -318,6 +318,15 @@ fn an_older_version_is_refused_with_what_to_do() {
             && reason.contains("without --resume"),
         "{reason}"
     );
+    // Version 9's alpha was the absolute TV weight.
+    let absolute = edited(&bytes, |h| h["version"] = json!(9), true);
+    let reason = corrupt_reason(&path, &absolute);
+    assert!(
+        reason.contains("version 9")
+            && reason.contains("relative to the data's scale")
+            && reason.contains("without --resume"),
+        "{reason}"
+    );
     let newer = edited(&bytes, |h| h["version"] = json!(VERSION + 1), true);
     assert!(corrupt_reason(&path, &newer).contains("newer lamino"));
 }
