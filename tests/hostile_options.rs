@@ -83,13 +83,8 @@ fn inputs(dir: &Path) -> Inputs {
 /// The arguments a command runs with on the tiny inputs (`out`: its output), as (option, value)
 /// pairs, an empty option for a positional value.
 fn base_args(command: &str, i: &Inputs, out: &Path) -> Option<Vec<(String, String)>> {
-    let pairs = |v: &[(&str, String)]| {
-        Some(
-            v.iter()
-                .map(|(o, x)| (o.to_string(), x.clone()))
-                .collect(),
-        )
-    };
+    let pairs =
+        |v: &[(&str, String)]| Some(v.iter().map(|(o, x)| (o.to_string(), x.clone())).collect());
     let one = "1".to_string();
     match command {
         "reconstruct" => pairs(&[
@@ -209,7 +204,10 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
     );
     let mut cases = Vec::new();
     for (command, opts) in &options {
-        if LEFT_OUT.iter().any(|c| command.split(' ').next() == Some(c)) {
+        if LEFT_OUT
+            .iter()
+            .any(|c| command.split(' ').next() == Some(c))
+        {
             continue;
         }
         for option in opts {
@@ -257,14 +255,18 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
                 let failure = match run_case(&args, &case_dir) {
                     None => Some(format!("{what}: ran past {LIMIT:?}")),
                     Some(e) if e.status.code().is_none() || e.status.code() == Some(101) => {
-                        Some(format!("{what}: {:?} after {:.1} s\n{}", e.status, e.seconds, e.stderr))
+                        Some(format!(
+                            "{what}: {:?} after {:.1} s\n{}",
+                            e.status, e.seconds, e.stderr
+                        ))
                     }
                     Some(e) if e.stderr.contains("panicked") => {
                         Some(format!("{what}: panicked\n{}", e.stderr))
                     }
-                    Some(e) if !e.status.success() && !e.stderr.contains("error") => {
-                        Some(format!("{what}: failed without an error message\n{}", e.stderr))
-                    }
+                    Some(e) if !e.status.success() && !e.stderr.contains("error") => Some(format!(
+                        "{what}: failed without an error message\n{}",
+                        e.stderr
+                    )),
                     Some(_) => None,
                 };
                 failures.lock().unwrap().extend(failure);

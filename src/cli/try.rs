@@ -8,12 +8,12 @@ use clap::Args;
 
 use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
 use lamino::plot::write_preview_png;
-use lamino::scan::validate_scan_geometry;
-use lamino::Geometry;
 use lamino::preprocess::{
     candidate_range, check_grid, choose_slab, find_center_vo, grid, half_turn, score_candidates,
     Scored,
 };
+use lamino::scan::validate_scan_geometry;
+use lamino::Geometry;
 
 use super::reconstruct::{binned_column, unbinned_column, InputArgs, PreprocessArgs};
 use super::{Cli, CliResult};
@@ -257,7 +257,14 @@ mod tests {
 
     #[test]
     fn preview_names_keep_the_precision_of_the_step() {
-        for (step, d) in [(1.0, 2), (0.5, 2), (0.01, 2), (0.005, 3), (0.015, 3), (1e-5, 5)] {
+        for (step, d) in [
+            (1.0, 2),
+            (0.5, 2),
+            (0.01, 2),
+            (0.005, 3),
+            (0.015, 3),
+            (1e-5, 5),
+        ] {
             assert_eq!(decimals(step), d, "{step}");
         }
         // Neighbours 0.005 apart get distinct names.
