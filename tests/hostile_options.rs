@@ -109,7 +109,15 @@ fn base_args(command: &str, i: &Inputs, out: &Path) -> Option<Vec<(String, Strin
             ("--input", s(&i.complex)),
             ("--out", s(&out.with_extension("npy"))),
         ]),
-        "flatfield fit" => pairs(&[("", s(&i.stack)), ("--out", s(out))]),
+        // Few solves on a small grid, as --iterations 1 for reconstruct: a tolerance no solve
+        // reaches then ends within the case's time.
+        "flatfield fit" => pairs(&[
+            ("", s(&i.stack)),
+            ("--max-iterations", "20".into()),
+            ("--max-reweight-iterations", "2".into()),
+            ("--working-size", "16".into()),
+            ("--out", s(out)),
+        ]),
         "flatfield apply" => pairs(&[
             ("", s(&i.stack)),
             ("--fields", s(&i.fields)),
