@@ -160,7 +160,7 @@ fn tomocupy_names_without_an_equivalent_say_what_lamino_offers() {
     for (args, needles) in [
         (
             vec!["--save-format", "tiff"],
-            vec!["--save-format", "recon.tif", "recon.h5"],
+            vec!["--save-format", "--format", "recon.tif", "recon.h5"],
         ),
         (
             vec!["--start-row", "100"],

@@ -131,6 +131,11 @@ enum Command {
         #[command(flatten)]
         gpu: GpuArgs,
     },
+    /// Lists every option of every command whose value holds a number, one `COMMAND
+    /// [SUBCOMMAND] --OPTION` a line: what the test of extreme values feeds, so an option added
+    /// later is covered without a list to keep.
+    #[command(hide = true)]
+    NumericOptions,
 }
 
 impl Cli {
@@ -144,7 +149,10 @@ impl Cli {
             | Command::Selftest { gpu }
             | Command::Try { gpu, .. }
             | Command::Flatfield { gpu, .. } => Some(gpu),
-            Command::Devices { .. } | Command::Score(_) | Command::Simulate(_) => None,
+            Command::Devices { .. }
+            | Command::Score(_)
+            | Command::Simulate(_)
+            | Command::NumericOptions => None,
         }
     }
 
@@ -241,6 +249,38 @@ fn run(cli: &Cli) -> CliResult {
         Command::Simulate(args) => simulate::run(args),
         Command::Try { args, .. } => r#try::run(cli, args),
         Command::Flatfield { op, .. } => flatfield::run(cli, op),
+        Command::NumericOptions => {
+            numeric_options(&Cli::command(), &mut Vec::new());
+            Ok(())
+        }
+    }
+}
+
+/// Prints the options of `command` (reached by `path`) and of its subcommands whose values hold
+/// numbers: every option that takes a value other than a path, a text or a choice from a list.
+fn numeric_options(command: &clap::Command, path: &mut Vec<String>) {
+    use std::any::TypeId;
+    let texts = [
+        TypeId::of::<String>(),
+        TypeId::of::<std::path::PathBuf>(),
+        TypeId::of::<std::ffi::OsString>(),
+    ];
+    for sub in command.get_subcommands().filter(|c| !c.is_hide_set()) {
+        path.push(sub.get_name().to_string());
+        numeric_options(sub, path);
+        path.pop();
+    }
+    if command.has_subcommands() || path.is_empty() {
+        return;
+    }
+    for arg in command.get_arguments() {
+        let takes_number = arg.get_action().takes_values()
+            && !arg.is_hide_set()
+            && arg.get_possible_values().is_empty()
+            && !texts.iter().any(|t| arg.get_value_parser().type_id() == *t);
+        if let (true, Some(long)) = (takes_number, arg.get_long()) {
+            println!("{} --{long}", path.join(" "));
+        }
     }
 }
 

@@ -27,8 +27,9 @@ pub fn binning_factor(b: u32) -> usize {
 const REFUSED: [(&str, &str); 3] = [
     (
         "save-format",
-        "lamino writes the volume both as DIR/recon.tif (float32 multi-page TIFF) and as \
-         DIR/recon.h5 (/volume) on every run; drop --save-format",
+        "`lamino reconstruct` chooses the volume's files with --format (tiff: DIR/recon.tif, \
+         float32 multi-page; h5: DIR/recon.h5, /volume; zarr: DIR/recon.zarr; default \
+         tiff,h5): use --format instead of --save-format",
     ),
     (
         "start-row",

@@ -12,6 +12,8 @@ use lamino::preprocess::{
     candidate_range, check_grid, choose_slab, find_center_vo, grid, half_turn, score_candidates,
     AxisDecision, Scored,
 };
+use lamino::scan::validate_scan_geometry;
+use lamino::Geometry;
 
 use super::reconstruct::{binned_column, unbinned_column, InputArgs, PreprocessArgs};
 use super::{Cli, CliResult};
@@ -61,6 +63,18 @@ fn parse_range(s: &str) -> Result<[f64; 3], String> {
     }
 }
 
+/// The decimals that tell apart values `step` apart: at least 2, one more per power of ten the
+/// step is below 0.01, and one more where the step is not a whole number of its last decimal
+/// (0.015 apart, rounded to 2 decimals, two values can meet). At most 15: an f64's digits.
+fn decimals(step: f64) -> usize {
+    (2..15)
+        .find(|&d| {
+            let units = step * 10f64.powi(d as i32);
+            units >= 1.0 && (units - units.round()).abs() <= 1e-6 * units
+        })
+        .unwrap_or(15)
+}
+
 /// Writes `rotation_axis,tilt_deg,score` rows (atomically).
 pub fn write_scores<'a>(
     path: &Path,
@@ -104,6 +118,15 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
             .rotation_axis
             .unwrap_or_else(|| unbinned_column(g.rotation_axis(), b))]
     });
+    // Every candidate axis on the detector, by the check `reconstruct --rotation-axis` meets
+    // (Projections::with_rotation_axis): the range's ends hold the others between them.
+    for c in [axes[0], axes[axes.len() - 1]] {
+        validate_scan_geometry(&Geometry {
+            center: Some(binned_column(c, b)),
+            ..g.clone()
+        })
+        .map_err(|e| format!("candidate rotation axis {c} (unbinned columns): {e}"))?;
+    }
     let tilts = tilt_range.unwrap_or_else(|| vec![g.phi.to_degrees() - 90.0]);
     let candidates = grid(&axes, &tilts)?;
     let slab = choose_slab(g, b, &candidates, args.slab_slices, args.slab_z)?;
@@ -138,13 +161,18 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         .rotation_axis_range
         .map(|_| AxisDecision::of(&result, None, fourier));
     let [n1, n2] = result.preview_shape;
+    // Names carry the values to the precision of their steps (at least 2 decimals).
+    let (a, t) = (
+        args.rotation_axis_range.map_or(2, |r| decimals(r[2])),
+        args.tilt_range.map_or(2, |r| decimals(r[2])),
+    );
     let name = |s: &Scored| match (args.rotation_axis_range, args.tilt_range) {
         (Some(_), Some(_)) => format!(
-            "axis_{:.2}_tilt_{:.2}.png",
+            "axis_{:.a$}_tilt_{:.t$}.png",
             s.candidate.rotation_axis, s.candidate.tilt_deg
         ),
-        (Some(_), None) => format!("axis_{:.2}.png", s.candidate.rotation_axis),
-        _ => format!("tilt_{:.2}.png", s.candidate.tilt_deg),
+        (Some(_), None) => format!("axis_{:.a$}.png", s.candidate.rotation_axis),
+        _ => format!("tilt_{:.t$}.png", s.candidate.tilt_deg),
     };
     let previews: Vec<String> = result.scored.iter().map(name).collect();
     let mut set = OutputSet::begin(&args.out, "try")?;
@@ -232,4 +260,26 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         eprintln!("warning: the best candidate is at the edge of its range: widen the range");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimals;
+
+    #[test]
+    fn preview_names_keep_the_precision_of_the_step() {
+        for (step, d) in [
+            (1.0, 2),
+            (0.5, 2),
+            (0.01, 2),
+            (0.005, 3),
+            (0.015, 3),
+            (1e-5, 5),
+        ] {
+            assert_eq!(decimals(step), d, "{step}");
+        }
+        // Neighbours 0.005 apart get distinct names.
+        let d = decimals(0.005);
+        assert_ne!(format!("{:.d$}", 7.0), format!("{:.d$}", 7.005));
+    }
 }

@@ -90,6 +90,10 @@ pub(super) fn bin_geometry_by(
 /// stack itself.
 pub fn bin_frames(stack: Stack, b: usize) -> Result<Stack, PreprocessError> {
     check_factor(b)?;
+    // Unbinned frames of any size go through (a 1-row detector is one CT slice).
+    if b == 1 {
+        return Ok(stack);
+    }
     let [count, h, w] = stack.shape;
     let (hb, wb) = (binned_len(h, b), binned_len(w, b));
     if hb < 2 || wb < 2 {
@@ -97,9 +101,6 @@ pub fn bin_frames(stack: Stack, b: usize) -> Result<Stack, PreprocessError> {
             factor: b,
             reason: format!("frames of {h} x {w} leave fewer than 2 binned pixels"),
         });
-    }
-    if b == 1 {
-        return Ok(stack);
     }
     Ok(block_sums(&stack.values, [count, h, w], [b, b]))
 }

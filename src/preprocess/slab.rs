@@ -152,6 +152,19 @@ pub fn choose_slab(
     slices: Option<usize>,
     z_offset: f64,
 ) -> Result<Slab, PreprocessError> {
+    if !z_offset.is_finite() {
+        return Err(PreprocessError::BadSearch(format!(
+            "slab z offset {z_offset}: must be finite"
+        )));
+    }
+    // Bounded before any work: a slab thicker than the volume has nothing more to score, and
+    // the search for the thickest slab that fits counts down from it.
+    if let Some(slices) = slices.filter(|&s| s == 0 || s > g.n0) {
+        return Err(PreprocessError::BadSearch(format!(
+            "a slab of {slices} slices: from 1 to the volume's {} slices",
+            g.n0
+        )));
+    }
     let poses: Vec<Pose> = candidates.iter().map(|c| pose(c, binning.max(1))).collect();
     if let Some(slices) = slices {
         let slab = Slab { slices, z_offset };
@@ -705,6 +718,22 @@ mod tests {
                 assert!(!m.contains("radius"), "{m}");
             }
             other => panic!("{other:?}"),
+        }
+        // Thicknesses beyond the volume and offsets that are no number are refused at once
+        // (a count of 2^32 slices once counted down to a fit, slice by slice).
+        for (slices, z) in [(Some(0), 0.0), (Some(1 << 32), 0.0), (Some(9), 0.0)] {
+            match choose_slab(&g, 1, &axes_at(5.0), slices, z) {
+                Err(PreprocessError::BadSearch(m)) => {
+                    assert!(m.contains("from 1 to the volume's 8 slices"), "{m}")
+                }
+                other => panic!("{slices:?}: {other:?}"),
+            }
+        }
+        for z in [f64::NAN, f64::INFINITY] {
+            match choose_slab(&g, 1, &axes_at(5.0), None, z) {
+                Err(PreprocessError::BadSearch(m)) => assert!(m.contains("must be finite"), "{m}"),
+                other => panic!("{z}: {other:?}"),
+            }
         }
     }
 

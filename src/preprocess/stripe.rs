@@ -94,7 +94,10 @@ impl StripeRemoval {
         }
     }
 
-    fn check(self) -> Result<(), PreprocessError> {
+    /// Refuses parameters that sinograms `detw` pixels wide cannot take, before any work: the
+    /// median window is bounded by the width (made odd, and at least the default window), so
+    /// a typo cannot ask for a window of billions of pixels.
+    pub fn check(self, detw: usize) -> Result<(), PreprocessError> {
         let bad = |reason: String| Err(PreprocessError::BadStripeParameter(reason));
         match self {
             Self::FourierWavelet { level, sigma } => {
@@ -108,6 +111,13 @@ impl StripeRemoval {
             Self::Sorting { size } => {
                 if size == Some(0) {
                     return bad("the median window must hold at least one pixel".into());
+                }
+                let widest = detw.max(default_window(detw)) | 1;
+                if let Some(size) = size.filter(|&s| s > widest) {
+                    return bad(format!(
+                        "median window of {size} pixels on sinograms {detw} pixels wide: at \
+                         most {widest} (the width, made odd)"
+                    ));
                 }
             }
         }
@@ -165,7 +175,7 @@ pub fn remove_stripes_on_ranks(
     method: StripeRemoval,
 ) -> Result<(Projections, StripeShare), PreprocessError> {
     use crate::distributed::shares::share_range;
-    method.check()?;
+    method.check(p.geometry().detw)?;
     let g = p.geometry().clone();
     let (ntheta, deth, detw) = (g.ntheta(), g.deth, g.detw);
     let (size, rank) = (ranks.size(), ranks.rank());
@@ -236,8 +246,8 @@ pub fn remove_stripes_in_place(
     shape: [usize; 3],
     method: StripeRemoval,
 ) -> Result<(), PreprocessError> {
-    method.check()?;
     let [ntheta, deth, detw] = shape;
+    method.check(detw)?;
     if values.len() != ntheta * deth * detw || values.is_empty() {
         return Err(PreprocessError::Shape {
             got: values.len(),
@@ -751,6 +761,10 @@ mod tests {
                 sigma: f64::NAN,
             },
             StripeRemoval::Sorting { size: Some(0) },
+            StripeRemoval::Sorting { size: Some(7) },
+            StripeRemoval::Sorting {
+                size: Some(usize::MAX),
+            },
         ] {
             assert!(matches!(
                 remove_stripes_in_place(&mut v, [2, 4, 4], bad),

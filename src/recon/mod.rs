@@ -75,6 +75,14 @@ pub enum ReconError {
         budget_mib: f64,
         source: PlanError,
     },
+    /// A resumed run asked for fewer outer iterations than its checkpoint holds: running none
+    /// would return the checkpoint's volume under the smaller count.
+    #[error(
+        "the checkpoint holds {checkpoint} outer iterations, more than the {asked} this run may \
+         take: ask for at least {checkpoint} (--iterations or --max-iterations), or start \
+         afresh without --resume"
+    )]
+    ResumeBeyond { checkpoint: usize, asked: usize },
     /// The volume could not be read back from where the solver keeps it.
     #[error("cannot read the volume: {0}")]
     Read(String),
@@ -497,7 +505,14 @@ impl<'a> Reconstructor<'a> {
         team.set_memo(self.devices, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
-            resumed_from = Some(team.resume(self.devices, path)?.iteration);
+            let checkpoint = team.resume(self.devices, path)?.iteration;
+            if checkpoint > self.params.outer_iterations {
+                return Err(ReconError::ResumeBeyond {
+                    checkpoint,
+                    asked: self.params.outer_iterations,
+                });
+            }
+            resumed_from = Some(checkpoint);
         }
         let setup_s = start.elapsed().as_secs_f64();
         let bus = |d: &GpuContext| {

@@ -220,7 +220,43 @@ impl MemoArgs {
     }
 }
 
+/// The most outer iterations `--iterations` and `--max-iterations` take: far beyond any run
+/// that converges (hundreds), and the report keeps one record per iteration.
+pub const MAX_OUTER_ITERATIONS: usize = 100_000;
+
+/// The most inner iterations `--inner` takes: a stop (Ctrl-C, SIGTERM) is honoured between outer
+/// iterations, so an outer iteration must stay short; 2 to 4 warm-started CG steps are what pays.
+pub const MAX_INNER_ITERATIONS: usize = 100;
+
+/// Refuses a solver count above `bound`, naming the option and the bound.
+pub fn check_count(option: &str, value: usize, bound: usize, why: &str) -> Result<(), String> {
+    match value <= bound {
+        true => Ok(()),
+        false => Err(format!("{option} {value}: at most {bound} ({why})")),
+    }
+}
+
 impl ReconstructArgs {
+    /// The solver counts against their bounds, before any work.
+    fn check_counts(&self) -> Result<(), String> {
+        let outer = "a run that converges takes hundreds";
+        check_count(
+            "--max-iterations",
+            self.max_iterations,
+            MAX_OUTER_ITERATIONS,
+            outer,
+        )?;
+        if let Some(n) = self.iterations {
+            check_count("--iterations", n, MAX_OUTER_ITERATIONS, outer)?;
+        }
+        check_count(
+            "--inner",
+            self.inner,
+            MAX_INNER_ITERATIONS,
+            "a stop is honoured between outer iterations, which must stay short",
+        )
+    }
+
     fn solver_params(&self) -> AdmmParams {
         let mut p = AdmmParams {
             outer_iterations: self.max_iterations,
@@ -258,6 +294,7 @@ pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
 
 fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
+    args.check_counts()?;
     let params = args.solver_params();
     params.validate()?;
     args.preprocess.stripe_removal()?;

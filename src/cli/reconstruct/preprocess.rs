@@ -5,7 +5,9 @@ use clap::{Args, ValueEnum};
 
 use lamino::io::{PixelSize, MAX_CLAMPED_FRACTION};
 use lamino::preprocess::{remove_stripes, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA};
-use lamino::recon::input::{load_projection_share, load_projections_with, LoadOptions};
+use lamino::recon::input::{
+    input_geometry, load_projection_share, load_projections_with, LoadOptions,
+};
 use lamino::scan::Projections;
 
 use super::inputs::{report_loaded, InputArgs};
@@ -151,6 +153,10 @@ impl PreprocessArgs {
         let stripes = self.stripe_removal()?;
         let options = self.load_options();
         let input = input.projection_input()?;
+        // The stripe parameters against the detector before any projection is read.
+        if let Some(method) = stripes {
+            method.check(input_geometry(&input, &options)?.detw)?;
+        }
         let loaded = match share {
             Some(share) => load_projection_share(&input, &options, share)?,
             None => load_projections_with(&input, &options)?,
