@@ -94,7 +94,8 @@ impl StripeRemoval {
         }
     }
 
-    fn check(self) -> Result<(), PreprocessError> {
+    /// Refuses parameters out of range on sinograms `detw` pixels wide, before any work.
+    fn check(self, detw: usize) -> Result<(), PreprocessError> {
         let bad = |reason: String| Err(PreprocessError::BadStripeParameter(reason));
         match self {
             Self::FourierWavelet { level, sigma } => {
@@ -108,6 +109,16 @@ impl StripeRemoval {
             Self::Sorting { size } => {
                 if size == Some(0) {
                     return bad("the median window must hold at least one pixel".into());
+                }
+                // Wider than the sinogram, the window would only repeat mirrored columns, at a
+                // cost (and memory) that grows with it. Made odd, and the default on the
+                // narrowest sinograms, it may be one or a few wider.
+                let widest = detw.max(default_window(detw)) | 1;
+                if let Some(size) = size.filter(|&s| s > widest) {
+                    return bad(format!(
+                        "size = {size}: the median window must be at most {widest} columns (the \
+                         sinogram is {detw} wide)"
+                    ));
                 }
             }
         }
@@ -165,8 +176,8 @@ pub fn remove_stripes_on_ranks(
     method: StripeRemoval,
 ) -> Result<(Projections, StripeShare), PreprocessError> {
     use crate::distributed::shares::share_range;
-    method.check()?;
     let g = p.geometry().clone();
+    method.check(g.detw)?;
     let (ntheta, deth, detw) = (g.ntheta(), g.deth, g.detw);
     let (size, rank) = (ranks.size(), ranks.rank());
     let mine = p.angles();
@@ -236,8 +247,8 @@ pub fn remove_stripes_in_place(
     shape: [usize; 3],
     method: StripeRemoval,
 ) -> Result<(), PreprocessError> {
-    method.check()?;
     let [ntheta, deth, detw] = shape;
+    method.check(detw)?;
     if values.len() != ntheta * deth * detw || values.is_empty() {
         return Err(PreprocessError::Shape {
             got: values.len(),
@@ -751,6 +762,12 @@ mod tests {
                 sigma: f64::NAN,
             },
             StripeRemoval::Sorting { size: Some(0) },
+            // Wider than the 4 columns and the default window (5): refused before the window
+            // is allocated.
+            StripeRemoval::Sorting { size: Some(6) },
+            StripeRemoval::Sorting {
+                size: Some(usize::MAX),
+            },
         ] {
             assert!(matches!(
                 remove_stripes_in_place(&mut v, [2, 4, 4], bad),
