@@ -329,13 +329,14 @@ pub fn validate_scan_geometry(g: &Geometry) -> Result<(), ScanError> {
     if let Some(&(name, _)) = sizes.iter().find(|(_, n)| *n == 0) {
         return Err(ScanError::EmptyAxis { name });
     }
-    let even = |n: usize| n + n % 2;
+    // The largest odd size has no even size above it: an overflow, not a panic.
+    let even = |n: usize| n.checked_add(n % 2).ok_or(GeometryError::Overflow);
     Geometry {
-        n0: even(g.n0),
-        n1: even(g.n1),
-        n2: even(g.n2),
-        deth: even(g.deth),
-        detw: even(g.detw),
+        n0: even(g.n0)?,
+        n1: even(g.n1)?,
+        n2: even(g.n2)?,
+        deth: even(g.deth)?,
+        detw: even(g.detw)?,
         ..g.clone()
     }
     .validate()?;
@@ -462,6 +463,14 @@ mod tests {
             matches!(err, ScanError::EmptyAxis { name: "detw" }),
             "{err}"
         );
+        let huge = Geometry {
+            n0: usize::MAX,
+            ..g.clone()
+        };
+        assert!(matches!(
+            validate_scan_geometry(&huge),
+            Err(ScanError::Geometry(GeometryError::Overflow))
+        ));
         let tilt = Geometry { phi: 0.0, ..g };
         assert!(matches!(
             validate_scan_geometry(&tilt),

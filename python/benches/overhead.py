@@ -3,8 +3,8 @@
     python python/benches/overhead.py [SIZE] [ITERATIONS] [--angles N] [--binning B]
 
 The simulated chip scan of SIZE^3 (default 64) with SIZE angles (or N), ITERATIONS (default 5)
-outer iterations. `--binning B` repeats every detector pixel B x B times and reconstructs with
-binning B: the same SIZE^3 solve from B^2 times the input, so that a copy of the input shows
+outer iterations. `--binning B` repeats every detector pixel B x B times and reconstructs binned
+B x B (`binning=log2(B)`, tomocupy's exponent on both sides): the same SIZE^3 solve from B^2 times the input, so that a copy of the input shows
 against what the solver holds (python/tests/test_memory.py runs that comparison).
 
 Both run in a fresh process (the interpreter with numpy and lamino imported, against the
@@ -134,13 +134,15 @@ def compare(tmp, proj, theta, tilt, iterations, binning=1, calls=1, cli=None):
                 "theta": [float(a) for a in theta], "phi": float(np.radians(90 + tilt))}
     (tmp / "geometry.json").write_text(json.dumps(geometry))
     env = dict(os.environ, MESA_SHADER_CACHE_DISABLE="true")
-    options = {"tilt": tilt, "iterations": iterations, "binning": binning, "calls": calls}
+    # Both sides take tomocupy's exponent.
+    exponent = binning.bit_length() - 1
+    options = {"tilt": tilt, "iterations": iterations, "binning": exponent, "calls": calls}
     py_s, py_process_peak = spawned(
         [sys.executable, "-c", CHILD, tmp, json.dumps(options)], env)
     py = json.loads((tmp / "python.json").read_text())
     cli_s, cli_peak = spawned([
         cli, "reconstruct", tmp / "proj.npy", "--geometry", tmp / "geometry.json",
-        "--iterations", iterations, "--binning", binning.bit_length() - 1, "--format", "tiff",
+        "--iterations", iterations, "--binning", exponent, "--format", "tiff",
         "--quiet", "--allow-software-gpu", "--out", tmp / "out"], env)
     # The binary at rest may peak below the spawner (8.4 against 8.7 MiB): then the spawner's
     # peak stands for it, which can only lower what the CLI's run is said to add.

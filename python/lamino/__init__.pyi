@@ -75,14 +75,14 @@ def reconstruct(
     max_iterations: int = ...,
     iterations: Optional[int] = None,
     memo: str = "off",
-    binning: int = 1,
+    binning: int = 0,
     remove_stripe: Optional[Literal["fw", "sort"]] = None,
     device: Union[Device, Sequence[int]] = "best",
     allow_software_gpu: Optional[bool] = None,
     progress: Union[None, bool, Callable[[IterationReport], Any]] = None,
 ) -> Volume:
     """ADMM-TV volume (z, y, x) float32 from line integrals (ntheta, deth, detw); theta in
-    radians, tilt in degrees, binning a factor."""
+    radians, tilt in degrees, binning tomocupy's exponent (2**binning pixels)."""
 
 class SimulatedScan(TypedDict):
     truth: Volume

@@ -59,32 +59,99 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// Advice of the library's messages (written for the command line) in Python's terms, whole
+/// phrases first: what has no Python argument is said another way.
+const PYTHON_PHRASES: [(&str, &str); 6] = [
+    ("run `lamino devices`", "call lamino.devices()"),
+    ("--theta-units deg|rad", "theta_units=\"deg\" or \"rad\""),
+    ("drop --memo", "pass memo=\"off\""),
+    (
+        "give a scratch directory (--scratch DIR) or raise --max-host-memory",
+        "free host memory, bin the scan (binning=) or reconstruct a smaller volume (volume_shape=)",
+    ),
+    (
+        "lower --memo-host-mib or raise --max-host-memory",
+        "pass memo=\"off\"",
+    ),
+    (
+        "lower --memo-device-mib or raise --max-device-memory",
+        "pass memo=\"off\"",
+    ),
+];
+
+/// The command line's options that are Python arguments: `--option N` becomes `argument=N`,
+/// `--option` alone `argument` (a switch, the value that turns it on).
+const PYTHON_ARGUMENTS: [(&str, &str); 8] = [
+    ("--allow-software-gpu", "allow_software_gpu=True"),
+    ("--theta-units", "theta_units"),
+    ("--slab-slices", "slab_slices"),
+    ("--slab-z", "slab_z"),
+    ("--tilt-deg", "tilt"),
+    ("--max-iterations", "max_iterations"),
+    ("--size", "size"),
+    ("--angles", "angles"),
+];
+
+/// A library message in Python's terms: its advice names Python's arguments, not the command
+/// line's options.
+fn in_python_terms(message: impl std::fmt::Display) -> String {
+    let mut text = message.to_string();
+    for (cli, python) in PYTHON_PHRASES {
+        text = text.replace(cli, python);
+    }
+    for (option, argument) in PYTHON_ARGUMENTS {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(option) {
+            let after = &rest[at + option.len()..];
+            // A longer option that starts the same (`--size` in `--sizes`) is not this one.
+            if after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-') {
+                out.push_str(&rest[..at + option.len()]);
+                rest = after;
+                continue;
+            }
+            out.push_str(&rest[..at]);
+            out.push_str(argument);
+            rest = match after.strip_prefix(' ') {
+                Some(value) if value.starts_with(|c: char| c.is_ascii_digit()) => {
+                    out.push('=');
+                    value
+                }
+                _ => after,
+            };
+        }
+        out.push_str(rest);
+        text = out;
+    }
+    text
+}
+
 /// An [`InputError`] about argument `name`.
 pub(crate) fn input_error(name: &str, message: impl std::fmt::Display) -> PyErr {
-    InputError::new_err(format!("{name}: {message}"))
+    InputError::new_err(in_python_terms(format!("{name}: {message}")))
 }
 
 pub(crate) fn gpu_error(e: GpuError) -> PyErr {
     match e {
         GpuError::OutOfMemory { .. }
         | GpuError::OverBudget { .. }
-        | GpuError::BufferTooLarge { .. } => OutOfMemoryError::new_err(e.to_string()),
-        _ => DeviceError::new_err(e.to_string()),
+        | GpuError::BufferTooLarge { .. } => OutOfMemoryError::new_err(in_python_terms(e)),
+        _ => DeviceError::new_err(in_python_terms(e)),
     }
 }
 
 pub(crate) fn geometry_error(e: CoreGeometryError) -> PyErr {
-    GeometryError::new_err(e.to_string())
+    GeometryError::new_err(in_python_terms(e))
 }
 
 pub(crate) fn host_memory_error(e: HostMemoryError) -> PyErr {
-    OutOfMemoryError::new_err(e.to_string())
+    OutOfMemoryError::new_err(in_python_terms(e))
 }
 
 pub(crate) fn scan_error(e: ScanError) -> PyErr {
     match e {
         ScanError::Geometry(e) => geometry_error(e),
-        e => InputError::new_err(e.to_string()),
+        e => InputError::new_err(in_python_terms(e)),
     }
 }
 
@@ -92,15 +159,15 @@ pub(crate) fn operator_error(e: OperatorError) -> PyErr {
     match e {
         OperatorError::Geometry(e) => geometry_error(e),
         OperatorError::Gpu(e) => gpu_error(e),
-        OperatorError::TooLarge { .. } => OutOfMemoryError::new_err(e.to_string()),
-        e => LaminoError::new_err(e.to_string()),
+        OperatorError::TooLarge { .. } => OutOfMemoryError::new_err(in_python_terms(e)),
+        e => LaminoError::new_err(in_python_terms(e)),
     }
 }
 
 pub(crate) fn plan_error(e: PlanError) -> PyErr {
     match e {
         PlanError::Operator(e) => operator_error(e),
-        e => OutOfMemoryError::new_err(e.to_string()),
+        e => OutOfMemoryError::new_err(in_python_terms(e)),
     }
 }
 
@@ -109,9 +176,9 @@ pub(crate) fn solver_error(e: SolverError) -> PyErr {
         SolverError::Operator(e) => operator_error(e),
         SolverError::Gpu(e) => gpu_error(e),
         SolverError::Plan(e) => plan_error(e),
-        SolverError::Parameter(e) => InputError::new_err(e.to_string()),
-        SolverError::DataShape { .. } => InputError::new_err(e.to_string()),
-        e => LaminoError::new_err(e.to_string()),
+        SolverError::Parameter(e) => InputError::new_err(in_python_terms(e)),
+        SolverError::DataShape { .. } => InputError::new_err(in_python_terms(e)),
+        e => LaminoError::new_err(in_python_terms(e)),
     }
 }
 
@@ -121,15 +188,15 @@ pub(crate) fn recon_error(e: ReconError) -> PyErr {
         ReconError::Geometry(e) => geometry_error(e),
         ReconError::Scan(e) => scan_error(e),
         ReconError::Plan(e) => plan_error(e),
-        e @ ReconError::MemoBudget { .. } => OutOfMemoryError::new_err(e.to_string()),
-        e => LaminoError::new_err(e.to_string()),
+        e @ ReconError::MemoBudget { .. } => OutOfMemoryError::new_err(in_python_terms(e)),
+        e => LaminoError::new_err(in_python_terms(e)),
     }
 }
 
 pub(crate) fn io_error(e: IoError) -> PyErr {
     match e {
         IoError::HostMemory(e) => host_memory_error(e),
-        e => InputError::new_err(e.to_string()),
+        e => InputError::new_err(in_python_terms(e)),
     }
 }
 
@@ -137,8 +204,8 @@ pub(crate) fn simulate_error(e: SimulateError) -> PyErr {
     match e {
         SimulateError::Geometry(e) => geometry_error(e),
         SimulateError::HostMemory(e) => host_memory_error(e),
-        SimulateError::TooLarge { .. } => OutOfMemoryError::new_err(e.to_string()),
-        e => InputError::new_err(e.to_string()),
+        SimulateError::TooLarge { .. } => OutOfMemoryError::new_err(in_python_terms(e)),
+        e => InputError::new_err(in_python_terms(e)),
     }
 }
 
@@ -148,8 +215,8 @@ pub(crate) fn preprocess_error(e: PreprocessError) -> PyErr {
         PreprocessError::Projections(e) => scan_error(e),
         PreprocessError::Geometry(e) => geometry_error(e),
         PreprocessError::Gpu(e) => gpu_error(e),
-        PreprocessError::Fft(e) => LaminoError::new_err(e.to_string()),
-        e => InputError::new_err(e.to_string()),
+        PreprocessError::Fft(e) => LaminoError::new_err(in_python_terms(e)),
+        e => InputError::new_err(in_python_terms(e)),
     }
 }
 
@@ -157,7 +224,7 @@ pub(crate) fn flatfield_error(e: FlatfieldError) -> PyErr {
     match e {
         FlatfieldError::Io(e) => io_error(e),
         FlatfieldError::Gpu(e) => gpu_error(e),
-        e @ FlatfieldError::NonFiniteFit { .. } => LaminoError::new_err(e.to_string()),
-        e => InputError::new_err(e.to_string()),
+        e @ FlatfieldError::NonFiniteFit { .. } => LaminoError::new_err(in_python_terms(e)),
+        e => InputError::new_err(in_python_terms(e)),
     }
 }

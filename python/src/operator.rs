@@ -12,8 +12,8 @@ use pyo3::prelude::*;
 
 use crate::arrays::{read_array, to_numpy};
 use crate::device::{DeviceArg, Devices, Lease};
-use crate::errors::{input_error, operator_error, LaminoError};
-use crate::preprocess::checked_tilt;
+use crate::errors::{geometry_error, input_error, operator_error, LaminoError};
+use crate::preprocess::{checked_tilt, read_theta};
 
 /// The laminography operator ``L`` of one scan geometry, planned once on a GPU.
 ///
@@ -106,7 +106,7 @@ impl Operator {
         device: DeviceArg,
         allow_software_gpu: Option<bool>,
     ) -> PyResult<Self> {
-        let theta = read_array::<f64>(theta, "theta", 1)?.as_slice()?.to_vec();
+        let theta = read_theta(theta)?;
         let (n0, n1, n2) = volume_shape;
         let (deth, detw) = detector_shape.unwrap_or((n0, n2));
         let geometry = Geometry {
@@ -122,6 +122,8 @@ impl Operator {
             offset: [0.0; 3],
         };
         let options = Devices::one(device, allow_software_gpu)?;
+        // Checked before the device is leased: an error after the lease drops the device.
+        geometry.validate().map_err(geometry_error)?;
         let (lease, operator) = py.detach(|| -> PyResult<_> {
             let lease = Lease::take(&options)?;
             let operator = LaminoOperator::new(lease.ctx(), &geometry, &OperatorOptions::default())

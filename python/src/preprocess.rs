@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
+use lamino_core::io::{check_radians, ScanOptions, Stack};
 use lamino_core::io::{minus_log as core_minus_log, read_dxchange_with, AngleUnit, FieldMeans};
-use lamino_core::io::{NormalizeError, ScanOptions, Stack};
 use lamino_core::operator::Geometry;
 use lamino_core::preprocess::{
     candidate_range, choose_slab, grid, remove_stripes_in_place, score_candidates, StripeRemoval,
@@ -33,11 +33,6 @@ fn stack(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Stack> {
         shape: shape3(&array),
         values: array.as_slice()?.to_vec(),
     })
-}
-
-/// The error of a normalisation step, naming the call.
-fn normalize_error(call: &str, e: NormalizeError) -> PyErr {
-    crate::errors::InputError::new_err(format!("{call}: {e}"))
 }
 
 /// tomopy's ``normalize``: transmission ``(proj - dark) / (flat - dark)``.
@@ -80,11 +75,7 @@ fn normalize<'py>(
             values: values.to_vec(),
         })
     });
-    to_numpy(
-        py,
-        &shape,
-        ratios.map_err(|e| normalize_error("normalize", e))?,
-    )
+    to_numpy(py, &shape, ratios.map_err(|e| input_error("normalize", e))?)
 }
 
 /// tomopy's ``minus_log``: ``-ln(proj)``, the line integrals of transmission ratios.
@@ -112,7 +103,7 @@ fn minus_log<'py>(
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let Stack { shape, mut values } = stack(proj, "proj")?;
     py.detach(|| core_minus_log("proj", &mut values))
-        .map_err(|e| normalize_error("minus_log", e))?;
+        .map_err(|e| input_error("minus_log", e))?;
     to_numpy(py, &shape, values)
 }
 
@@ -128,7 +119,8 @@ fn minus_log<'py>(
 ///     ``/process/acquisition/rotation`` start and step, optional ``/lamino/phi_deg``.
 /// theta_units : {"deg", "rad"}, optional
 ///     The unit of angles the file does not state (the CLI's ``--theta-units``). Without it,
-///     unit-less angles are degrees, and angles that look like radians are refused.
+///     unit-less angles are degrees, and angles that look like radians are refused; radians
+///     (stated or given) spanning more than a turn and a step are refused too.
 ///
 /// Returns
 /// -------
@@ -269,7 +261,7 @@ fn remove_stripe<'py>(
 /// proj : array_like, (angles, rows, columns)
 ///     Line integrals (after ``minus_log``); float32 C-contiguous is read in place.
 /// theta : array_like, (angles,)
-///     Projection angles in **radians**.
+///     Projection angles in **radians** (degrees, spanning more than a turn, are refused).
 /// tilt : float
 ///     Laminographic tilt in **degrees** from the tomography plane (0: plain CT; as
 ///     ``lamino.reconstruct``), used for every candidate unless ``tilts`` is given.
@@ -279,7 +271,8 @@ fn remove_stripe<'py>(
 /// tilts : array_like, optional
 ///     Candidate tilts in degrees; default ``[tilt]`` (only the axis is searched).
 /// slab_slices : int, optional
-///     Slices of the slab; default chosen from the geometry (at most 8), as ``lamino try``.
+///     Slices of the slab, 1 to the volume's height (``proj``'s rows); default chosen from the
+///     geometry (at most 8), as ``lamino try``.
 /// slab_z : float, optional
 ///     The slab's centre in voxels from the volume's centre along z; default 0. Put it where the
 ///     sample has layers when searching the tilt.
@@ -316,7 +309,7 @@ fn find_rotation_axis<'py>(
 ) -> PyResult<(f64, Bound<'py, PyDict>)> {
     let proj = read_array::<f32>(proj, "proj", 3)?;
     let [ntheta, deth, detw] = shape3(&proj);
-    let theta = read_array::<f64>(theta, "theta", 1)?.as_slice()?.to_vec();
+    let theta = read_theta(theta)?;
     if theta.len() != ntheta {
         return Err(input_error(
             "theta",
@@ -324,6 +317,14 @@ fn find_rotation_axis<'py>(
         ));
     }
     let tilt = checked_tilt(tilt)?;
+    // The search's volume is the detector's height (`Geometry::for_detector`): a thicker slab
+    // never fits, and the library's search for the thickest that does would count down from it.
+    if let Some(slices) = slab_slices.filter(|&s| s == 0 || s > deth) {
+        return Err(input_error(
+            "slab_slices",
+            format!("{slices}: must lie in 1..={deth} (the volume's height, proj's rows)"),
+        ));
+    }
     let list = |value: Option<&Bound<'py, PyAny>>, name: &str| -> PyResult<Option<Vec<f64>>> {
         value
             .map(|v| Ok(read_array::<f64>(v, name, 1)?.as_slice()?.to_vec()))
@@ -372,6 +373,18 @@ fn find_rotation_axis<'py>(
     scores.set_item("peak_half_width", result.peak_half_width)?;
     scores.set_item("slab_slices", result.slab.slices)?;
     Ok((result.refined.rotation_axis, scores))
+}
+
+/// Argument `theta`: 1-D, finite angles that can be radians ([`check_radians`]: degrees are
+/// refused, not reconstructed as radians).
+pub(crate) fn read_theta(theta: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+    let theta = read_array::<f64>(theta, "theta", 1)?.as_slice()?.to_vec();
+    check_radians(&theta).map_err(|e| {
+        GeometryError::new_err(format!(
+            "theta: {e} pass radians (numpy.deg2rad(theta)), as tomopy takes them"
+        ))
+    })?;
+    Ok(theta)
 }
 
 /// `tilt` (degrees from the tomography plane) when the operator's `phi = 90 + tilt` degrees lies

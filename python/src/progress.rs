@@ -100,7 +100,8 @@ impl Watch {
 fn progress_dict<'py>(py: Python<'py>, p: &Progress) -> PyResult<Bound<'py, PyDict>> {
     let r = &p.report;
     let d = PyDict::new(py);
-    d.set_item("iteration", p.iteration)?;
+    // Counted from 1, as the command line's progress and report count them.
+    d.set_item("iteration", p.iteration + 1)?;
     d.set_item("total", p.total)?;
     d.set_item("elapsed_s", p.elapsed_s)?;
     d.set_item("eta_s", p.eta_s)?;

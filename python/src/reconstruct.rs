@@ -12,6 +12,7 @@ use pyo3::types::PyDict;
 use crate::arrays::{read_array, shape3, to_numpy};
 use crate::device::{DeviceArg, Devices, Lease};
 use crate::errors::{input_error, preprocess_error, recon_error, scan_error};
+use crate::preprocess::read_theta;
 use crate::progress::{Reporter, Watch};
 
 /// The stripe removal `remove_stripe=` names, with lamino's default parameters.
@@ -28,6 +29,24 @@ fn stripe_removal(method: Option<&str>) -> PyResult<Option<StripeRemoval>> {
             format!("{other:?}: expected None, \"fw\" (Fourier-wavelet) or \"sort\" (Vo et al.)"),
         )),
     }
+}
+
+/// The largest `binning` exponent, tomocupy's and the command line's (`--binning 3`: 8 x 8).
+const MAX_BINNING: usize = 3;
+
+/// The binning factor of `binning=`, tomocupy's exponent `e` (the detector binned by `2^e`), as
+/// the command line's `--binning` takes it: one meaning for the word in both.
+fn binning_factor(binning: usize) -> PyResult<usize> {
+    if binning > MAX_BINNING {
+        return Err(input_error(
+            "binning",
+            format!(
+                "{binning}: expected tomocupy's exponent 0 to {MAX_BINNING} (the detector binned \
+                 by 2^binning: 0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8 pixels), as the command line's"
+            ),
+        ));
+    }
+    Ok(1 << binning)
 }
 
 /// The solver parameters of the arguments, checked.
@@ -47,11 +66,15 @@ fn solver_params(
             ..AdmmParams::default()
         },
     };
-    let name = match iterations {
-        Some(_) => "iterations",
-        None => "alpha/max_iterations",
-    };
-    params.validate().map_err(|e| input_error(name, e))?;
+    params.validate().map_err(|e| {
+        // The parameter at fault, by its Python name (the library's count is `outer_iterations`).
+        let name = match (e.name, iterations) {
+            ("outer_iterations", Some(_)) => "iterations",
+            ("outer_iterations", None) => "max_iterations",
+            (name, _) => name,
+        };
+        input_error(name, format!("{}: it must be {}", e.value, e.bound))
+    })?;
     Ok(params)
 }
 
@@ -64,7 +87,8 @@ fn solver_params(
 ///     ``normalize``). C-contiguous float32 is read in place; any other real dtype or layout is
 ///     converted once.
 /// theta : ndarray, shape (ntheta,)
-///     Projection angles in **radians**, as in tomopy (any order, any spacing).
+///     Projection angles in **radians**, as in tomopy (any order, any spacing); angles spanning
+///     more than a turn and a step (degrees) raise ``GeometryError``.
 /// tilt : float
 ///     Laminographic tilt in **degrees** from the tomography plane (0 is plain CT; tomocupy's
 ///     ``lamino_angle``).
@@ -85,9 +109,10 @@ fn solver_params(
 ///     Memoization policy: ``"off"``, ``"mlr:TAU"``, ``"certified:TOL"`` or
 ///     ``"certified:auto"`` (see docs/memoization.md).
 /// binning : int
-///     Bin the detector by this **factor** (1 none, 2, 4, 8): line integrals are averaged over
-///     b x b pixels and the voxels are b times larger. (The command line's ``--binning`` is
-///     tomocupy's exponent: ``--binning 1`` is ``binning=2`` here.)
+///     tomocupy's **exponent** ``e``, 0 to 3, as the command line's ``--binning``: the detector
+///     is binned by ``b = 2**e`` (0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8 pixels); line integrals are
+///     averaged over b x b pixels and the voxels are b times larger (values b times an unbinned
+///     reconstruction's).
 /// remove_stripe : {None, "fw", "sort"}
 ///     Remove stripes from the sinograms before reconstructing (Fourier-wavelet, Münch et al.;
 ///     sorting, Vo et al.), with lamino's default parameters.
@@ -100,7 +125,7 @@ fn solver_params(
 ///     Accept a software adapter (lavapipe). Default: as ``LAMINO_ALLOW_SOFTWARE_GPU`` says.
 /// progress : callable or bool, optional
 ///     ``True``: a progress bar on stderr; a callable: called after every outer iteration with
-///     a dict of the report terms (iteration, total, elapsed_s, eta_s, data_term, tv_term,
+///     a dict of the report terms (iteration, counted from 1 as the command line's, total, elapsed_s, eta_s, data_term, tv_term,
 ///     lagrangian, change, ...). An exception it raises stops the run and is re-raised.
 ///
 /// Returns
@@ -115,7 +140,7 @@ fn solver_params(
 #[pyo3(signature = (
     proj, theta, *, tilt, center=None, volume_shape=None,
     alpha=AdmmParams::default().alpha, max_iterations=AdmmParams::default().outer_iterations,
-    iterations=None, memo="off", binning=1, remove_stripe=None, device=DeviceArg::default(),
+    iterations=None, memo="off", binning=0, remove_stripe=None, device=DeviceArg::default(),
     allow_software_gpu=None, progress=None,
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -145,12 +170,12 @@ fn reconstruct<'py>(
         ..MemoOptions::default()
     };
     let stripes = stripe_removal(remove_stripe)?;
+    let binning = binning_factor(binning)?;
     let devices = Devices::several(device, allow_software_gpu)?;
     let watch = Watch::new(Reporter::from_arg(progress)?);
     let proj = read_array::<f32>(proj, "proj", 3)?;
-    let theta = read_array::<f64>(theta, "theta", 1)?;
+    let theta = read_theta(theta)?;
     let [ntheta, deth, detw] = shape3(&proj);
-    let theta = theta.as_slice()?.to_vec();
     if theta.len() != ntheta {
         return Err(input_error(
             "theta",
@@ -172,7 +197,6 @@ fn reconstruct<'py>(
     let values = proj.as_slice()?.to_vec();
     drop(proj);
     let result = py.detach(|| -> PyResult<_> {
-        let lease = Lease::take(&devices)?;
         let mut projections = Projections::new(geometry, values).map_err(scan_error)?;
         if binning != 1 {
             projections = bin_projections(&projections, binning).map_err(preprocess_error)?;
@@ -181,6 +205,9 @@ fn reconstruct<'py>(
             let method = method.resolved(projections.geometry().detw);
             projections = remove_stripes(&projections, method).map_err(preprocess_error)?;
         }
+        // Leased once the scan is known good: a call that fails before leaves the idle
+        // devices idle (an error after the lease drops its devices, which it may have broken).
+        let lease = Lease::take(&devices)?;
         let solved = Reconstructor::on_devices(lease.contexts())
             .params(params)
             .memo(memo)

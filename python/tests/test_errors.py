@@ -63,13 +63,53 @@ def test_bad_options_are_input_errors(scan):
         lamino.simulate("cat")
 
 
+def test_each_solver_parameter_is_named(scan):
+    """The argument at fault, not its neighbour (alpha=nan was reported as "iterations")."""
+    args = (scan["projections"], scan["theta"])
+    with pytest.raises(lamino.InputError, match="^alpha: NaN: it must be finite"):
+        lamino.reconstruct(*args, tilt=30, alpha=np.nan, iterations=1)
+    with pytest.raises(lamino.InputError, match="^alpha: -1: it must be"):
+        lamino.reconstruct(*args, tilt=30, alpha=-1.0)
+    with pytest.raises(lamino.InputError, match="^max_iterations: 0: it must be at least 1"):
+        lamino.reconstruct(*args, tilt=30, max_iterations=0)
+    with pytest.raises(lamino.InputError, match="^iterations: 0: it must be at least 1"):
+        lamino.reconstruct(*args, tilt=30, iterations=0)
+
+
+def test_binning_is_tomocupys_exponent(scan):
+    """0 to 3, as the command line's --binning; the rest refused before any work."""
+    volume = lamino.reconstruct(scan["projections"], scan["theta"], tilt=30, iterations=1,
+                                binning=1)
+    assert volume.shape == (8, 8, 8)
+    for binning in (4, 8, 2**63):
+        with pytest.raises(lamino.InputError, match=f"^binning: {binning}: expected tomocupy's "
+                           "exponent 0 to 3"):
+            lamino.reconstruct(scan["projections"], scan["theta"], tilt=30, binning=binning)
+
+
+def test_degrees_are_refused_where_radians_are_taken(scan):
+    """Angles spanning more than a turn and a step cannot be radians: refused by every call
+    that takes theta, as the command line refuses radians it cannot read as radians."""
+    degrees = np.rad2deg(scan["theta"])
+    with pytest.raises(lamino.GeometryError, match="theta: .* more than a turn .* pass radians"):
+        lamino.reconstruct(scan["projections"], degrees, tilt=30, iterations=1)
+    with pytest.raises(lamino.GeometryError, match="theta: .* pass radians"):
+        lamino.Operator((16, 16, 16), degrees, 30.0)
+    # A full turn with both ends, and a few degrees' worth, are radians.
+    assert lamino.reconstruct(scan["projections"], np.linspace(0, 2 * np.pi, 16), tilt=30,
+                              iterations=1).shape == (16, 16, 16)
+
+
 def test_software_adapter_refused_without_opt_in(scan, monkeypatch):
     software = [d["index"] for d in lamino.devices() if d["software"]]
     if not software:
         pytest.skip("no software adapter on this machine")
     monkeypatch.delenv("LAMINO_ALLOW_SOFTWARE_GPU")
-    with pytest.raises(lamino.DeviceError, match="software adapter"):
+    with pytest.raises(lamino.DeviceError, match="software adapter") as e:
         lamino.reconstruct(scan["projections"], scan["theta"], tilt=30, device=software[0])
+    # The advice in Python's terms.
+    assert "pass allow_software_gpu=True" in str(e.value) and "lamino.devices()" in str(e.value)
+    assert "--" not in str(e.value)
     with pytest.raises(lamino.DeviceError, match="software adapter"):
         lamino.reconstruct(scan["projections"], scan["theta"], tilt=30, device=software[0],
                            allow_software_gpu=False)

@@ -105,11 +105,24 @@ def test_read_dxchange_without_darks_or_theta():
     assert tilt is None
 
 
-def test_read_dxchange_errors():
+def test_read_dxchange_errors(tmp_path):
     with pytest.raises(lamino.InputError, match="theta_units: \"grad\""):
         lamino.read_dxchange(DXCHANGE / "h5py_contiguous_f32.h5", theta_units="grad")
-    with pytest.raises(lamino.InputError, match="--theta-units"):
+    # The advice names Python's argument, not the command line's option.
+    with pytest.raises(lamino.InputError, match="say which with theta_units=\"deg\" or \"rad\"") as e:
         lamino.read_dxchange(DXCHANGE / "h5py_theta_radians_f32.h5")
+    assert "--" not in str(e.value)
+    # Unit-less degrees said to be radians span more than a turn: refused, not read as radians.
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "degrees.h5", "w") as f:
+        f["/exchange/data"] = np.ones((4, 2, 2), np.float32)
+        f["/exchange/data_white"] = np.ones((1, 2, 2), np.float32)
+        f["/exchange/theta"] = np.array([0.0, 90.0, 180.0, 270.0])
+    assert np.allclose(lamino.read_dxchange(tmp_path / "degrees.h5")[3], np.pi / 2 * np.arange(4))
+    with pytest.raises(lamino.InputError, match="in radians .*theta_units.*: the angles run from "
+                       "0 to 270, more than a turn") as e:
+        lamino.read_dxchange(tmp_path / "degrees.h5", theta_units="rad")
+    assert "--" not in str(e.value)
     radians = lamino.read_dxchange(DXCHANGE / "h5py_theta_radians_f32.h5", theta_units="rad")[3]
     degrees = lamino.read_dxchange(DXCHANGE / "h5py_contiguous_f32.h5")[3]
     assert np.allclose(radians, degrees, rtol=0, atol=1e-6)
@@ -159,6 +172,12 @@ def test_remove_stripe_parameters():
         lamino.remove_stripe(striped, "sort", sigma=2.0)
     with pytest.raises(lamino.InputError, match="sigma = -1: must be positive"):
         lamino.remove_stripe(striped, "fw", sigma=-1.0)
+    # A window wider than the 48 columns is refused before it is allocated (2^32 aborted the
+    # interpreter, 2^64 - 1 panicked).
+    assert lamino.remove_stripe(striped, "sort", size=48).shape == striped.shape
+    for size in (50, 2**32, 2**64 - 1):
+        with pytest.raises(lamino.InputError, match=f"size = {size}: .* at most 49 columns"):
+            lamino.remove_stripe(striped, "sort", size=size)
 
 
 # Balls: (z, y, x) centre in voxels from the volume's centre, radius, density.
@@ -220,3 +239,10 @@ def test_find_rotation_axis_errors():
         lamino.find_rotation_axis(proj, theta, 20.0, centers=[np.nan])
     with pytest.raises(lamino.InputError, match="more than 10000 candidates"):
         lamino.find_rotation_axis(proj, theta, 20.0, centers=np.arange(200.0), tilts=np.arange(60.0))
+    # Bounded by the volume's height before any work (2^63 spun for minutes).
+    for slices in (0, 17, 2**63):
+        with pytest.raises(lamino.InputError, match=f"slab_slices: {slices}: must lie in 1..=16"):
+            lamino.find_rotation_axis(proj, theta, 20.0, slab_slices=slices)
+    # Degrees are not radians.
+    with pytest.raises(lamino.GeometryError, match="theta: .* pass radians"):
+        lamino.find_rotation_axis(proj, np.rad2deg(theta), 20.0)

@@ -35,8 +35,8 @@ def test_simulate_gives_the_documented_arrays(scan):
 
 @pytest.mark.parametrize("options, cli_options", [
     ({}, []),
-    # binning is the factor here, tomocupy's exponent on the command line.
-    ({"binning": 2, "remove_stripe": "fw"}, ["--binning", "1", "--remove-stripe", "fw"]),
+    # binning is tomocupy's exponent in both: 1 bins 2 x 2.
+    ({"binning": 1, "remove_stripe": "fw"}, ["--binning", "1", "--remove-stripe", "fw"]),
 ], ids=["plain", "binned-fw"])
 def test_same_bits_as_the_cli(scan, tmp_path, lamino_cli, options, cli_options):
     """The CLI on the same line integrals (.npy + geometry file) gives the same volume."""
@@ -58,7 +58,7 @@ def test_same_bits_as_the_cli(scan, tmp_path, lamino_cli, options, cli_options):
         check=True,
     )
     cli = tifffile.imread(tmp_path / "out" / "recon.tif")
-    n = SIZE // options.get("binning", 1)
+    n = SIZE // 2 ** options.get("binning", 0)
     assert volume.dtype == np.float32 and volume.shape == cli.shape == (n, n, n)
     assert np.array_equal(volume.view(np.uint32), cli.astype(np.float32).view(np.uint32))
     if not options:
@@ -77,7 +77,8 @@ def test_progress_callable_gets_every_iteration(scan, capsys):
     seen = []
     lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=3,
                        progress=seen.append)
-    assert [d["iteration"] for d in seen] == [0, 1, 2]
+    # Counted from 1, as the command line's progress lines.
+    assert [d["iteration"] for d in seen] == [1, 2, 3]
     assert all(d["total"] == 3 for d in seen)
     assert {"data_term", "tv_term", "lagrangian", "change", "elapsed_s", "eta_s"} <= set(seen[0])
     lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=2, progress=True)
@@ -95,7 +96,7 @@ def test_an_exception_in_the_callback_stops_the_run(scan):
     with pytest.raises(RuntimeError, match="enough"):
         lamino.reconstruct(scan["projections"], scan["theta"], tilt=TILT, iterations=50,
                            progress=stop)
-    assert seen == [0]
+    assert seen == [1]
 
 
 def test_the_gil_is_released_during_gpu_work(scan):

@@ -302,7 +302,8 @@ pub const MIN_UNITLESS_SPAN_DEG: f64 = 7.0;
 /// one `stated` by the source (a `units` attribute), else `option` (`--theta-units`); the two
 /// must agree. Without either, they are degrees unless that is implausible: all within
 /// [-2 pi, 2 pi] (radians?) or spanning less than [`MIN_UNITLESS_SPAN_DEG`], which is refused
-/// with an error naming `--theta-units`.
+/// with an error naming `--theta-units`. Radians that cannot be radians are refused
+/// ([`check_radians`]).
 pub fn angles_in_radians(
     path: &Path,
     dataset: &str,
@@ -347,10 +348,46 @@ pub fn angles_in_radians(
             AngleUnit::Degrees
         }
     };
+    if unit == AngleUnit::Radians {
+        check_radians(&values).map_err(|source| IoError::NotRadians {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            source,
+        })?;
+    }
     Ok(match unit {
         AngleUnit::Degrees => values.into_iter().map(f64::to_radians).collect(),
         AngleUnit::Radians => values,
     })
+}
+
+/// Angles given as radians that cannot be: they span more than a turn and a step.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "the angles run from {min} to {max}, more than a turn (2 pi) and a step ({step:.4}) apart, \
+     which radians of a scan never are: degrees?"
+)]
+pub struct NotRadians {
+    pub min: f64,
+    pub max: f64,
+    /// The angles' mean spacing.
+    pub step: f64,
+}
+
+/// Refuses finite projection angles `values` said to be radians that span more than a turn
+/// (2 pi) and one step (their mean spacing): a scan in radians never does, while one in
+/// degrees does unless it covers less than about 6 degrees. The check of every caller that
+/// takes radians (a file's stated unit, the library's and Python's `theta`).
+pub fn check_radians(values: &[f64]) -> Result<(), NotRadians> {
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let step = (max - min) / values.len().saturating_sub(1).max(1) as f64;
+    // Written so that a NaN could not pass as radians.
+    if max - min <= 2.0 * std::f64::consts::PI + step {
+        Ok(())
+    } else {
+        Err(NotRadians { min, max, step })
+    }
 }
 
 /// How to read a scan's angles.

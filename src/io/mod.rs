@@ -22,9 +22,9 @@ mod volume;
 mod zarr;
 
 pub use dxchange::{
-    angles_in_radians, read_dxchange, read_dxchange_with, read_volume_h5, write_dxchange,
-    write_volume_h5, AngleUnit, DxchangeReader, Scan, ScanInfo, ScanOptions, StackInfo,
-    MIN_UNITLESS_SPAN_DEG,
+    angles_in_radians, check_radians, read_dxchange, read_dxchange_with, read_volume_h5,
+    write_dxchange, write_volume_h5, AngleUnit, DxchangeReader, NotRadians, Scan, ScanInfo,
+    ScanOptions, StackInfo, MIN_UNITLESS_SPAN_DEG,
 };
 pub use dxchange::{read_pixel_size, CAMERA_PIXEL_SIZE_PATH, MAGNIFICATION_PATH, PIXEL_SIZE_PATHS};
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
@@ -173,6 +173,13 @@ pub enum IoError {
         dataset: String,
         stated: AngleUnit,
         option: AngleUnit,
+    },
+    /// Angles the file or `--theta-units` says are radians that cannot be.
+    #[error("{path}: {dataset} in radians (by its units attribute or --theta-units): {source}")]
+    NotRadians {
+        path: PathBuf,
+        dataset: String,
+        source: dxchange::NotRadians,
     },
     /// A block of frames outside the dataset was asked for.
     #[error("{path}: rows {range:?} of {dataset} were asked for; it has {len}")]

@@ -762,6 +762,9 @@ mod tests {
             },
             StripeRemoval::Sorting { size: Some(0) },
             StripeRemoval::Sorting { size: Some(7) },
+            // Wider than the 4 columns and the default window (5): refused before the window
+            // is allocated.
+            StripeRemoval::Sorting { size: Some(6) },
             StripeRemoval::Sorting {
                 size: Some(usize::MAX),
             },
