@@ -1,7 +1,8 @@
 //! The preprocessing calls of tomopy and dxchange, over the core crate's implementations:
 //! `normalize` and `minus_log` (tomopy's two halves of `io::normalize`), `read_dxchange`,
-//! `remove_stripe` (`preprocess::remove_stripes_in_place`) and `find_rotation_axis` (the slab
-//! search of `lamino try`, `preprocess::score_candidates`).
+//! `remove_stripe` (`preprocess::remove_stripes_in_place`) and `find_rotation_axis` (the
+//! library's axis search of `--rotation-axis auto`, or `lamino try`'s grid of candidates, with
+//! the same rule for which estimate is the axis).
 
 use std::path::PathBuf;
 
@@ -9,8 +10,8 @@ use lamino_core::io::{check_radians, ScanOptions, Stack};
 use lamino_core::io::{minus_log as core_minus_log, read_dxchange_with, AngleUnit, FieldMeans};
 use lamino_core::operator::Geometry;
 use lamino_core::preprocess::{
-    candidate_range, choose_slab, grid, remove_stripes_in_place, score_candidates, StripeRemoval,
-    AUTO_AXIS_RANGE_FRACTION, FW_SIGMA,
+    choose_slab, find_center_vo, find_rotation_axis as core_find_rotation_axis, grid, half_turn,
+    remove_stripes_in_place, score_candidates, AxisDecision, Scored, StripeRemoval, FW_SIGMA,
 };
 use lamino_core::Projections;
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
@@ -20,11 +21,6 @@ use pyo3::types::PyDict;
 use crate::arrays::{read_array, shape3, to_numpy};
 use crate::device::{DeviceArg, Devices, Lease};
 use crate::errors::{input_error, io_error, preprocess_error, scan_error, GeometryError};
-
-/// The step of the default rotation-axis candidates (columns): half a pixel, the step of every
-/// pass of `--rotation-axis auto` at the detector's own resolution (the sharpness peak is about
-/// one pixel wide).
-const DEFAULT_CENTER_STEP: f64 = 0.5;
 
 /// A 3-D float32 argument as a [`Stack`] (one copy: the core functions own their input).
 fn stack(value: &Bound<'_, PyAny>, name: &str) -> PyResult<Stack> {
@@ -251,10 +247,16 @@ fn remove_stripe<'py>(
 
 /// Finds the rotation axis (and the tilt) by the slab search of ``lamino try``.
 ///
-/// For every candidate (centre, tilt) a thin slab of the volume is reconstructed by filtered
-/// backprojection and scored by its sharpness (the mean squared gradient over its inscribed
-/// disc; larger is sharper), as tomocupy's ``try`` and ``try-lamino``; the winner is refined by
-/// the parabola through it and its neighbours.
+/// Without ``centers`` and ``tilts``: the search of ``lamino reconstruct --rotation-axis auto``
+/// (the same library function): for plain CT over 180 or 360 degrees Vo et al.'s Fourier
+/// estimate first and the slab search near it, otherwise the slab search over ``columns/2 +-
+/// columns/8``, coarse to fine. With candidates: for every candidate (centre, tilt) a thin slab of
+/// the volume is reconstructed by filtered backprojection and scored by its sharpness (the mean
+/// squared gradient over its inscribed disc; larger is sharper), as tomocupy's ``try`` and
+/// ``try-lamino`` and ``lamino try``; the winner is refined by the parabola through it and its
+/// neighbours. Either way the axis follows ``lamino try``'s rule: for plain CT the Fourier
+/// estimate, refined by the slab score only where its peak near it is sharp (``scores["method"]``
+/// and ``scores["reason"]`` say which and why).
 ///
 /// Parameters
 /// ----------
@@ -267,9 +269,10 @@ fn remove_stripe<'py>(
 ///     ``lamino.reconstruct``), used for every candidate unless ``tilts`` is given.
 /// centers : array_like, optional
 ///     Candidate rotation axes (detector columns, pixel ``w`` centred at ``w``; tomopy's
-///     ``center``); default ``columns/2 +- columns/8`` in steps of half a pixel.
+///     ``center``); default: the library's search (above).
 /// tilts : array_like, optional
-///     Candidate tilts in degrees; default ``[tilt]`` (only the axis is searched).
+///     Candidate tilts in degrees; default ``[tilt]`` (only the axis is searched). Given without
+///     ``centers``, the tilts are scored at the detector's centre column.
 /// slab_slices : int, optional
 ///     Slices of the slab, 1 to the volume's height (``proj``'s rows); default chosen from the
 ///     geometry (at most 8), as ``lamino try``.
@@ -282,12 +285,15 @@ fn remove_stripe<'py>(
 /// Returns
 /// -------
 /// center : float
-///     The refined rotation axis (columns).
+///     The rotation axis (columns).
 /// scores : dict
-///     ``center``, ``tilt`` (degrees), ``score``: float64 arrays, one entry per candidate
-///     (centres vary fastest); ``best_center``, ``best_tilt``: the highest-scoring candidate;
-///     ``refined_tilt``: the refined tilt (degrees); ``peak_half_width``: columns from the peak
-///     at which the score halves (None at the edge of the range); ``slab_slices``.
+///     ``center``, ``tilt`` (degrees), ``score``: float64 arrays, one entry per candidate scored
+///     (centres vary fastest; the search's passes one after the other); ``method``
+///     (``"slab"``, ``"fourier"`` or ``"fourier+slab"``) and ``reason``: which estimate is the
+///     axis and why; ``fourier_center`` (None unless plain CT over 180 or 360 degrees),
+///     ``slab_center``: the two estimates; ``best_center``, ``best_tilt``: the highest-scoring
+///     candidate; ``refined_tilt``: the refined tilt (degrees); ``peak_half_width``: columns
+///     from the peak at which the score halves (None at the edge of the range); ``slab_slices``.
 ///
 /// At most 10000 candidates (centres x tilts). Raises ``InputError`` for unusable candidates
 /// or slabs, ``GeometryError`` for bad angles or tilt, ``DeviceError``/``OutOfMemoryError``.
@@ -330,25 +336,60 @@ fn find_rotation_axis<'py>(
             .map(|v| Ok(read_array::<f64>(v, name, 1)?.as_slice()?.to_vec()))
             .transpose()
     };
-    let axes = match list(centers, "centers")? {
-        Some(axes) => axes,
-        None => {
-            let (middle, half) = ((detw / 2) as f64, AUTO_AXIS_RANGE_FRACTION * detw as f64);
-            candidate_range(middle - half, middle + half, DEFAULT_CENTER_STEP)
-                .map_err(preprocess_error)?
-        }
-    };
-    let tilts = match list(tilts, "tilts")? {
-        Some(t) => t
-            .into_iter()
-            .map(checked_tilt)
-            .collect::<PyResult<Vec<f64>>>()?,
-        None => vec![tilt],
-    };
+    let axes = list(centers, "centers")?;
+    let tilts = list(tilts, "tilts")?
+        .map(|t| t.into_iter().map(checked_tilt).collect::<PyResult<Vec<f64>>>())
+        .transpose()?;
     let options = Devices::one(device, allow_software_gpu)?;
     let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt).to_radians());
     let values = proj.as_slice()?;
-    let result = py.detach(|| -> PyResult<_> {
+    let scores = PyDict::new(py);
+    let column = |scored: &[Scored], f: &dyn Fn(&Scored) -> f64| -> PyResult<_> {
+        let values: Vec<f64> = scored.iter().map(f).collect();
+        to_numpy(py, &[values.len()], values)
+    };
+    let mut record = |scored: &[Scored]| -> PyResult<()> {
+        scores.set_item("center", column(scored, &|s| s.candidate.rotation_axis)?)?;
+        scores.set_item("tilt", column(scored, &|s| s.candidate.tilt_deg)?)?;
+        scores.set_item("score", column(scored, &|s| s.score)?)
+    };
+    if axes.is_none() && tilts.is_none() {
+        // The library's search, as `lamino reconstruct --rotation-axis auto` runs it.
+        let search = py.detach(|| -> PyResult<_> {
+            let projections = Projections::new(geometry, values.to_vec()).map_err(scan_error)?;
+            let lease = Lease::take(&options)?;
+            let search = core_find_rotation_axis(
+                lease.ctx(),
+                &projections,
+                1,
+                tilt,
+                slab_slices,
+                slab_z,
+            )
+            .map_err(preprocess_error)?;
+            lease.give_back();
+            Ok(search)
+        })?;
+        let scored: Vec<Scored> = search.passes.iter().flat_map(|p| p.scored.clone()).collect();
+        record(&scored)?;
+        scores.set_item("method", search.method)?;
+        scores.set_item("reason", &search.reason)?;
+        scores.set_item("fourier_center", search.fourier_axis)?;
+        scores.set_item("slab_center", search.slab_axis)?;
+        let last = search.passes.last().map(|p| p.best.rotation_axis);
+        scores.set_item("best_center", last)?;
+        scores.set_item("best_tilt", tilt)?;
+        scores.set_item("refined_tilt", tilt)?;
+        scores.set_item("peak_half_width", search.peak_half_width)?;
+        scores.set_item("slab_slices", search.slab.slices)?;
+        return Ok((search.rotation_axis, scores));
+    }
+    // The candidates given: `lamino try`'s grid; a tilt search alone keeps the detector's
+    // centre column, as `try --tilt-range` does.
+    let searched_axes = axes.is_some();
+    let axes = axes.unwrap_or_else(|| vec![(detw / 2) as f64]);
+    let tilts = tilts.unwrap_or_else(|| vec![tilt]);
+    let (result, fourier) = py.detach(|| -> PyResult<_> {
         let projections = Projections::new(geometry, values.to_vec()).map_err(scan_error)?;
         let candidates = grid(&axes, &tilts).map_err(preprocess_error)?;
         let g = projections.geometry();
@@ -357,22 +398,33 @@ fn find_rotation_axis<'py>(
         let result = score_candidates(lease.ctx(), &projections, 1, &candidates, &slab)
             .map_err(preprocess_error)?;
         lease.give_back();
-        Ok(result)
+        // Plain CT over 180 or 360 degrees: the Fourier estimate over the candidates' range.
+        let range = axes.iter().fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &a| {
+            [lo.min(a), hi.max(a)]
+        });
+        let fourier = match (searched_axes && tilts == [tilt], half_turn(g)) {
+            (true, Some(_)) => Some(find_center_vo(&projections, range).map_err(preprocess_error)?),
+            _ => None,
+        };
+        Ok((result, fourier))
     })?;
-    let scores = PyDict::new(py);
-    let column = |f: &dyn Fn(&lamino_core::preprocess::Scored) -> f64| -> PyResult<_> {
-        let values: Vec<f64> = result.scored.iter().map(f).collect();
-        to_numpy(py, &[values.len()], values)
-    };
-    scores.set_item("center", column(&|s| s.candidate.rotation_axis)?)?;
-    scores.set_item("tilt", column(&|s| s.candidate.tilt_deg)?)?;
-    scores.set_item("score", column(&|s| s.score)?)?;
+    // The same rule as `lamino try` and `--rotation-axis auto` for which estimate is the axis.
+    let decision = AxisDecision::of(&result, None, fourier);
+    record(&result.scored)?;
+    scores.set_item("method", decision.method)?;
+    scores.set_item("reason", &decision.reason)?;
+    scores.set_item("fourier_center", fourier)?;
+    scores.set_item("slab_center", result.refined.rotation_axis)?;
     scores.set_item("best_center", result.best.rotation_axis)?;
     scores.set_item("best_tilt", result.best.tilt_deg)?;
     scores.set_item("refined_tilt", result.refined.tilt_deg)?;
     scores.set_item("peak_half_width", result.peak_half_width)?;
     scores.set_item("slab_slices", result.slab.slices)?;
-    Ok((result.refined.rotation_axis, scores))
+    let center = match searched_axes {
+        true => decision.rotation_axis,
+        false => result.refined.rotation_axis,
+    };
+    Ok((center, scores))
 }
 
 /// Argument `theta`: 1-D, finite angles that can be radians ([`check_radians`]: degrees are

@@ -99,7 +99,10 @@ fn solver_params(
 ///     ``(nz, ny, nx)`` in unbinned voxels, centred on the rotation axis. Default
 ///     ``(deth, detw, detw)``.
 /// alpha : float
-///     TV weight, in the units of the data (default ``lamino.DEFAULTS["alpha"]``).
+///     TV weight relative to the data's own scale (default ``lamino.DEFAULTS["alpha"]``): the
+///     weight is ``alpha`` times the projections' mean attenuation per voxel over the volume's
+///     width, so the same value suits data in any units and volumes of any size, and
+///     reconstructing ``c * proj`` gives ``c`` times the volume (as the CLI's ``--alpha``).
 /// max_iterations : int
 ///     The most outer iterations a run that stops on convergence may take (default
 ///     ``lamino.DEFAULTS["max_iterations"]``).

@@ -209,21 +209,43 @@ def ball_projections(theta, tilt, center, rows, columns):
 
 
 def test_find_rotation_axis_finds_the_axis_of_a_simulated_scan():
-    """Exact projections of balls around a rotation axis at column 17.3: the refined axis is
-    within a quarter pixel of it (measured 17.26)."""
+    """Exact projections of balls around a rotation axis at column 17.3: the library's search
+    (that of ``--rotation-axis auto``) and the grid of ``lamino try`` find it within a quarter
+    pixel (measured 17.26)."""
     theta = np.linspace(0, 2 * np.pi, 32, endpoint=False)
     tilt = 20.0
     proj = ball_projections(theta, tilt, 17.3, 32, 32)
     center, scores = lamino.find_rotation_axis(proj, theta, tilt)
     assert abs(center - 17.3) <= 0.25, (center, scores)
-    assert np.array_equal(scores["center"], np.arange(12.0, 20.01, 0.5))
+    # Laminography: the slab search alone, its first pass over columns/2 +- columns/8.
+    assert scores["method"] == "slab" and scores["fourier_center"] is None, scores
+    first = np.arange(12.0, 20.01, 0.5)
+    assert np.array_equal(scores["center"][: len(first)], first)
     assert np.all(scores["tilt"] == tilt) and scores["score"].shape == scores["center"].shape
-    assert scores["best_center"] == scores["center"][np.argmax(scores["score"])]
     assert scores["peak_half_width"] is not None and scores["slab_slices"] >= 1
+    # The same candidates as a grid: the first pass's scores, bit for bit, and the same axis.
+    on_grid, grid = lamino.find_rotation_axis(proj, theta, tilt, centers=first)
+    assert np.array_equal(grid["score"], scores["score"][: len(first)])
+    assert grid["best_center"] == grid["center"][np.argmax(grid["score"])]
+    assert abs(on_grid - 17.3) <= 0.25, (on_grid, grid)
     # Only the axis given: its score alone, the same bits as within the range.
     one, alone = lamino.find_rotation_axis(proj, theta, tilt, centers=[17.0])
     assert one == 17.0 and alone["peak_half_width"] is None
-    assert alone["score"][0] == scores["score"][list(scores["center"]).index(17.0)]
+    assert alone["score"][0] == grid["score"][list(first).index(17.0)]
+
+
+def test_find_rotation_axis_of_plain_ct_starts_from_the_fourier_estimate():
+    """A simulated CT scan over 360 degrees: the Fourier estimate comes first, the decision is
+    the one ``lamino try`` makes on a grid of candidates, and both find the axis (16)."""
+    scan = lamino.simulate(phantom="shepp", size=32, angles=64, tilt_deg=0.0, photons=1e4, seed=1)
+    proj, theta = scan["projections"], scan["theta"]
+    center, scores = lamino.find_rotation_axis(proj, theta, 0.0)
+    assert scores["method"] in ("fourier", "fourier+slab"), scores["reason"]
+    assert scores["fourier_center"] is not None and abs(scores["fourier_center"] - 16.0) <= 0.5
+    assert abs(center - 16.0) <= 0.5, (center, scores["reason"])
+    on_grid, grid = lamino.find_rotation_axis(proj, theta, 0.0, centers=np.arange(12.0, 20.01, 0.5))
+    assert grid["method"] in ("fourier", "fourier+slab"), grid["reason"]
+    assert abs(on_grid - center) <= 1.0, (on_grid, center)
 
 
 def test_find_rotation_axis_errors():
