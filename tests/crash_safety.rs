@@ -343,3 +343,71 @@ fn sigint_stops_after_the_current_iteration_with_a_checkpoint_to_resume_from() {
         assert!(recon_tif(&out) == recon_tif(&reference));
     }
 }
+
+/// `--rotation-axis auto --resume` takes the axis the checkpoint was written with (no second
+/// search) and ends on the bits of an uninterrupted run; another axis is refused naming it.
+#[test]
+fn an_auto_axis_resumes_with_the_checkpoints_axis_and_a_mismatch_names_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, input) = inputs(dir.path()).remove(0);
+    let auto = ["--rotation-axis", "auto"];
+    let full = dir.path().join("full");
+    succeeded(
+        &reconstruct(
+            &input,
+            &full,
+            &[&auto[..], &["--iterations", ITERATIONS]].concat(),
+        )
+        .output()
+        .unwrap(),
+    );
+    let split = dir.path().join("split");
+    let first = ["--iterations", "3", "--checkpoint-every", "1"];
+    succeeded(
+        &reconstruct(&input, &split, &[&auto[..], &first].concat())
+            .output()
+            .unwrap(),
+    );
+    let preprocessing = |out: &Path| {
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        report["reconstruction"]["preprocessing"].clone()
+    };
+    let found = preprocessing(&split)["rotation_axis"].as_f64().unwrap();
+    // Not quiet: what it says of the axis is the point.
+    let resumed = lamino_command()
+        .args(["--allow-software-gpu", "reconstruct"])
+        .args(&input)
+        .args(["--out", &s(&split), "--iterations", ITERATIONS, "--resume"])
+        .args(auto)
+        .output()
+        .unwrap();
+    let stderr = succeeded(&resumed);
+    assert!(
+        stderr.contains("not searched again") && !stderr.contains("rotation axis searched"),
+        "{stderr}"
+    );
+    let pre = preprocessing(&split);
+    assert_eq!(pre["rotation_axis_source"], "checkpoint", "{pre}");
+    assert_eq!(pre["rotation_axis"].as_f64(), Some(found), "{pre}");
+    assert!(recon_tif(&full) == recon_tif(&split));
+    // The printed axis moved a quarter column: both values named, in unbinned columns.
+    let moved = format!("{:.2}", found + 0.25);
+    let o = reconstruct(
+        &input,
+        &split,
+        &[
+            "--rotation-axis",
+            &moved,
+            "--iterations",
+            ITERATIONS,
+            "--resume",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let named =
+        format!("rotation_axis (unbinned columns): checkpoint {found:.2}, this run {moved}");
+    assert!(!o.status.success() && stderr.contains(&named), "{stderr}");
+}

@@ -193,20 +193,23 @@ impl Cli {
         Ok(ctx)
     }
 
-    /// Under MPI, the devices of the rank that is number `local` among its node's ranks.
-    /// Only the first rank `speaks` (notes the software adapter): the others run quietly, and a
-    /// line of theirs could land inside one of the first rank's in mpirun's merged stderr.
+    /// Under MPI, the devices of the rank that is number `local` among its node's ranks (a
+    /// software adapter accepted without the opt-in when they are only `planning`, see
+    /// [`planning_contexts`](Self::planning_contexts)). Only the first rank `speaks` (notes
+    /// the software adapter): the others run quietly, and a line of theirs could land inside one
+    /// of the first rank's in mpirun's merged stderr.
     #[cfg(feature = "mpi")]
     fn rank_contexts(
         &self,
         local: usize,
         speaks: bool,
+        planning: bool,
     ) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self
             .device_set()
-            .open_for_rank(self.allow_software_gpu, local)?;
+            .open_for_rank(self.allow_software_gpu || planning, local)?;
         if speaks {
-            devices.iter().for_each(note_software);
+            devices.iter().for_each(|d| self.note_adapter(d, planning));
         }
         Ok(devices)
     }
@@ -226,6 +229,30 @@ impl Cli {
         let devices = self.device_set().open(self.allow_software_gpu)?;
         devices.iter().for_each(note_software);
         Ok(devices)
+    }
+
+    /// The devices a plan is made for (`--dry-run`): as [`contexts`](Self::contexts), but a
+    /// software adapter needs no opt-in, since a plan only reads the adapter's limits and runs
+    /// nothing on it (hardware GPUs still come first); says which adapter the plan is for.
+    fn planning_contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
+        let devices = self.device_set().open(true)?;
+        devices.iter().for_each(|d| self.note_adapter(d, true));
+        Ok(devices)
+    }
+
+    /// Says so when `ctx` is a software adapter; one opened only for `planning` without the
+    /// opt-in is named as the adapter the plan is for.
+    fn note_adapter(&self, ctx: &GpuContext, planning: bool) {
+        let info = ctx.info();
+        let opted_in = self.allow_software_gpu || lamino::gpu::software_opt_in_from_env();
+        match (info.software, planning && !opted_in) {
+            (true, true) => eprintln!(
+                "note: the plan is for the software adapter {info} (a dry run does no GPU work; \
+                 running on it needs --allow-software-gpu)"
+            ),
+            (true, false) => note_software(ctx),
+            (false, _) => {}
+        }
     }
 }
 
@@ -286,6 +313,9 @@ fn numeric_options(command: &clap::Command, path: &mut Vec<String>) {
 
 /// Parses the command line, runs the command and prints its error, if any.
 pub fn main() -> ExitCode {
+    // First, while this is the only thread: the Vulkan loader reads it when a device is opened.
+    #[cfg(unix)]
+    lamino::gpu::provide_runtime_dir();
     let command = Cli::command()
         .mut_subcommand("reconstruct", names::refuse_tomocupy_options)
         .mut_subcommand("try", names::refuse_tomocupy_options);

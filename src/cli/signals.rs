@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::flag;
@@ -54,6 +54,15 @@ impl Interrupted {
         self.status
     }
 
+    /// Stopped by the signal `name` (number `number`) during `step`, before the reconstruction
+    /// began: nothing was written, there is no checkpoint.
+    pub fn before_solving(name: &str, number: i32, step: &str) -> Self {
+        Self {
+            status: u8::try_from(128 + number).unwrap_or(1),
+            message: format!("stopped by {name} during {step}; nothing written"),
+        }
+    }
+
     /// The same stop told by `message` (what the abandoned output set says of it).
     pub fn retold(self, message: String) -> Self {
         Self { message, ..self }
@@ -68,8 +77,22 @@ pub struct StopSignals {
 }
 
 impl StopSignals {
-    /// Installs the handlers of every stop signal (for the rest of the process).
-    pub fn install() -> Result<Self, std::io::Error> {
+    /// The stop signals' handlers, installed by the first call for the rest of the process
+    /// (every later call gets the same: a command that watches them before its reconstruction,
+    /// through its axis search, keeps one flag for both).
+    pub fn install() -> Result<&'static Self, String> {
+        static INSTALLED: OnceLock<StopSignals> = OnceLock::new();
+        if let Some(signals) = INSTALLED.get() {
+            return Ok(signals);
+        }
+        // The command line runs on one thread here: no other call can install them meanwhile.
+        let signals = Self::register().map_err(|e| {
+            format!("cannot install the handlers of SIGINT, SIGTERM and SIGUSR1: {e}")
+        })?;
+        Ok(INSTALLED.get_or_init(|| signals))
+    }
+
+    fn register() -> Result<Self, std::io::Error> {
         let cancel = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicUsize::new(0));
         for (number, _, twice_ends) in STOP_SIGNALS {
@@ -86,6 +109,15 @@ impl StopSignals {
     /// The flag the signals set, for [`lamino::recon::Reconstructor::cancel_flag`].
     pub fn flag(&self) -> Arc<AtomicBool> {
         self.cancel.clone()
+    }
+
+    /// The stop signal received, if one came, as the error that ends the command when it came
+    /// during `step`, before the reconstruction (see [`Interrupted::before_solving`]).
+    pub fn stop_before_solving(&self, step: &str) -> Result<(), Interrupted> {
+        match self.received() {
+            Some((name, number)) => Err(Interrupted::before_solving(name, number, step)),
+            None => Ok(()),
+        }
     }
 
     /// The latest stop signal received, by name and number.

@@ -36,7 +36,8 @@ pub struct TryArgs {
     rotation_axis: Option<f64>,
     /// Slices of the reconstructed slab (voxels of the binned volume). Default: chosen from the
     /// geometry, at most 8: the slab whose scored disc holds the most voxels while it stays on
-    /// the detector's rows for every candidate (one slice on a 1- or 2-row CT detector).
+    /// the detector's rows for every candidate, the thicker on a tie (on a CT detector, as many
+    /// slices as it has rows, up to 8: two on a 2-row detector).
     #[arg(long)]
     slab_slices: Option<usize>,
     /// The slab's centre, in voxels of the binned volume from the volume's centre along z.

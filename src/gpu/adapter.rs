@@ -20,6 +20,48 @@ pub fn software_opt_in_from_env() -> bool {
         .unwrap_or(false)
 }
 
+/// The per-user runtime directory the Vulkan loader's window-system layers look for: without a
+/// usable one (set, absolute, a directory) each instance they load prints "XDG_RUNTIME_DIR is
+/// invalid or not set in the environment", four lines per command that buried real messages.
+const RUNTIME_DIR_ENV: &str = "XDG_RUNTIME_DIR";
+
+/// Gives this process a private runtime directory, `$TMPDIR/lamino-runtime-UID` (mode 0700,
+/// made if missing, refused unless it is this user's and private), when `XDG_RUNTIME_DIR` is
+/// unset or not a usable directory; a usable one is never replaced. Returns the directory it
+/// set, if it set one.
+///
+/// Call it at the very start of `main`, before any thread exists: setting a variable races
+/// with every other thread that reads the environment (which is why Rust 2024 makes
+/// `std::env::set_var` unsafe). The library never calls it itself: when a GPU context is opened
+/// from Python or from the viewer, threads are already running, and the embedding program
+/// (the interpreter, the viewer's `main`) owns its environment.
+#[cfg(unix)]
+pub fn provide_runtime_dir() -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let usable = |d: &std::ffi::OsStr| {
+        let d = std::path::Path::new(d);
+        d.is_absolute() && d.is_dir()
+    };
+    if std::env::var_os(RUNTIME_DIR_ENV).is_some_and(|d| usable(&d)) {
+        return None;
+    }
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("lamino-runtime-{uid}"));
+    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            return None;
+        }
+    }
+    // A directory someone else made first (or a link planted there) is not ours to use.
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return None;
+    }
+    std::env::set_var(RUNTIME_DIR_ENV, &dir);
+    Some(dir)
+}
+
 /// Which adapter to run on. There is deliberately no "CPU" choice: lamino runs on a GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSelection {

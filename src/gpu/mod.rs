@@ -32,6 +32,8 @@ mod traffic;
 /// The binding vocabulary belongs to the shader catalogue; re-exported here because a
 /// [`Kernel`]'s layout is made of it.
 pub use crate::shaders::BindingKind;
+#[cfg(unix)]
+pub use adapter::provide_runtime_dir;
 pub use adapter::{
     list_adapters, software_opt_in_from_env, AdapterSummary, DeviceOptions, DeviceSelection,
     DeviceSet, SOFTWARE_OPT_IN_ENV,

@@ -100,4 +100,7 @@ pub enum AxisSource {
     Given,
     /// `--rotation-axis auto` ([`find_rotation_axis`]).
     Searched,
+    /// `--rotation-axis auto --resume`: the axis of the checkpoint resumed from (the one the
+    /// interrupted run found), not searched again.
+    Checkpoint,
 }

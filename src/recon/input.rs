@@ -325,8 +325,8 @@ fn scan_tilt(path: &Path, tilt_deg: Option<f64>, info: &ScanInfo) -> Result<Scan
         }),
         (None, None) => Err(InputError::Missing(format!(
             "{} records no tilt where lamino looks (/lamino/phi_deg; an NXtomo \
-             sample/rotation_angle's NeXus `vector`): pass --tilt-deg T, or --tilt-path \
-             /DATASET naming where the file holds it",
+             sample/rotation_angle's NeXus `vector`): pass --tilt-deg T (`--tilt-deg 0` for \
+             plain CT), or --tilt-path /DATASET naming where the file holds it",
             path.display()
         ))),
     }
@@ -488,7 +488,7 @@ pub fn projections_from_scan(
         (None, Some(phi)) => (phi, "the scan's phi".to_string()),
         (None, None) => {
             return Err(InputError::Missing(format!(
-                "{} records no tilt: pass --tilt-deg",
+                "{} records no tilt: pass --tilt-deg T (`--tilt-deg 0` for plain CT)",
                 path.display()
             )))
         }

@@ -33,6 +33,14 @@ pub enum SolverError {
     /// A checkpoint does not belong to this reconstruction.
     #[error("the checkpoint was written for a different {what}; refusing to resume from it")]
     CheckpointMismatch { what: &'static str },
+    /// A checkpoint belongs to another geometry: every field that differs, with both values.
+    #[error(
+        "the checkpoint was written for a different geometry ({}); refusing to resume from it",
+        differences.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    CheckpointGeometry {
+        differences: Vec<super::resume::GeometryDifference>,
+    },
     /// A checkpoint file could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),

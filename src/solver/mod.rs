@@ -33,4 +33,5 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::SolverError;
 pub use projections::ProjectionBlocks;
 pub use report::{IterationReport, StopReason};
+pub use resume::GeometryDifference;
 pub use team::{AdmmTeam, ArrayBytes, RankReport};

@@ -8,6 +8,7 @@
 
 mod inputs;
 mod preprocess;
+mod resume;
 mod solve;
 mod volume_box;
 
@@ -26,13 +27,13 @@ use lamino::preprocess::{
 use lamino::recon::input::input_geometry;
 use lamino::recon::{CheckpointInterval, Provenance};
 
-use super::signals::Interrupted;
+use super::signals::{Interrupted, StopSignals};
 use super::{Cli, CliResult};
 
 pub(super) use inputs::report_loaded;
 pub use inputs::InputArgs;
 pub use preprocess::{binned_column, unbinned_column, PreprocessArgs};
-use solve::{is_first, open_devices, rank_share, reconstructor};
+use solve::{checkpoint_path, is_first, open_devices, rank_share, reconstructor};
 pub(super) use solve::{run_reconstruction, MemoryBudgets, MpiRanks, RunOptions};
 pub(super) use volume_box::parse_span;
 use volume_box::VolumeArgs;
@@ -171,7 +172,8 @@ pub struct ReconstructArgs {
     #[arg(long)]
     scratch: Option<PathBuf>,
     /// Print the memory plan (in-core or streaming, chunk sizes, device / host / scratch bytes,
-    /// bytes moved per iteration) as JSON and stop: no projection is read, no GPU work is done.
+    /// bytes moved per iteration) as JSON and stop: no projection is read, no GPU work is done
+    /// (a software adapter is planned for without --allow-software-gpu).
     #[arg(long)]
     dry_run: bool,
     #[command(flatten)]
@@ -332,7 +334,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             Some(b) => lamino::scan::boxed_geometry(&g, &b)?.0,
             None => g,
         };
-        let devices = open_devices(cli, &options.ranks)?;
+        let devices = open_devices(cli, &options.ranks, true)?;
         let builder = options
             .budgets
             .apply(reconstructor(&devices, &options.ranks))
@@ -454,9 +456,19 @@ fn reconstruct_into(
     options: &RunOptions,
     mut set: Option<&mut OutputSet>,
 ) -> CliResult {
+    // A stop signal from here on ends the command cleanly (its staging removed), whatever step
+    // it comes in; the reconstruction stops on the same flag after its current iteration.
+    let signals = StopSignals::install()?;
+    // The checkpoint's header first: a run that cannot resume from it stops before any work.
+    let checkpoint = match options.resume {
+        true => Some(lamino::solver::Checkpoint::read(&checkpoint_path(
+            &args.out,
+        ))?),
+        false => None,
+    };
     // The devices first: under MPI, a rank's share of the projections depends on how many
     // devices every rank has. A rank reads only its share.
-    let devices = open_devices(cli, &options.ranks)?;
+    let devices = open_devices(cli, &options.ranks, false)?;
     let share = rank_share(&options.ranks);
     let share = share
         .as_ref()
@@ -464,16 +476,43 @@ fn reconstruct_into(
     let (projections, mut pre) =
         args.preprocess
             .load_share(&args.input, options.quiet, share, &options.ranks)?;
+    signals.stop_before_solving("reading the projections")?;
     let ctx = &devices[0];
     let b = pre.binning;
-    let projections = match args.rotation_axis {
-        None => projections,
-        Some(AxisChoice::Column(c)) => {
+    let volume = args.volume.volume_box(projections.geometry(), b)?;
+    let resumed_axis = match (&checkpoint, args.rotation_axis) {
+        (Some(c), Some(AxisChoice::Auto)) => Some(resume::checkpoint_axis(
+            &c.geometry,
+            projections.geometry(),
+            volume.as_ref(),
+            options.pad,
+        )),
+        _ => None,
+    };
+    let projections = match (args.rotation_axis, resumed_axis) {
+        (None, _) => projections,
+        (Some(AxisChoice::Column(c)), _) => {
             pre.rotation_axis_source = AxisSource::Given;
             pre.rotation_axis = c;
             projections.with_rotation_axis(binned_column(c, b))?
         }
-        Some(AxisChoice::Auto) => {
+        // No column of this detector gives the checkpoint's axis: the geometry check below
+        // says what differs.
+        (Some(AxisChoice::Auto), Some(None)) => projections,
+        (Some(AxisChoice::Auto), Some(Some(axis))) => {
+            pre.rotation_axis_source = AxisSource::Checkpoint;
+            pre.rotation_axis = unbinned_column(axis, b);
+            if !options.quiet {
+                eprintln!(
+                    "rotation axis {:.2} (unbinned columns): the one {} was written with, not \
+                     searched again",
+                    pre.rotation_axis,
+                    checkpoint_path(&args.out).display()
+                );
+            }
+            projections.with_rotation_axis(axis)?
+        }
+        (Some(AxisChoice::Auto), None) => {
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
@@ -513,6 +552,7 @@ fn reconstruct_into(
                 let s = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
                 (s.rotation_axis, Some(s))
             };
+            signals.stop_before_solving("the rotation-axis search")?;
             let (axis, search) = searched;
             pre.rotation_axis_source = AxisSource::Searched;
             pre.rotation_axis = axis;
@@ -523,7 +563,7 @@ fn reconstruct_into(
             projections.with_rotation_axis(binned_column(axis, b))?
         }
     };
-    let projections = match args.volume.volume_box(projections.geometry(), b)? {
+    let projections = match volume {
         Some(volume) => {
             let (deth, detw) = (projections.geometry().deth, projections.geometry().detw);
             let boxed = projections.with_volume(&volume)?;
@@ -539,6 +579,9 @@ fn reconstruct_into(
         }
         None => projections,
     };
+    if let Some(checkpoint) = &checkpoint {
+        resume::check_geometry(checkpoint, projections.geometry(), &pre, options.pad)?;
+    }
     run_reconstruction(
         &devices,
         &projections,

@@ -32,20 +32,25 @@ pub(super) fn is_first(ranks: &MpiRanks) -> bool {
 }
 
 /// The devices of this process: the global options' devices, or under MPI this rank's (see
-/// [`lamino::gpu::DeviceSet::open_for_rank`]), of which every rank is told the number.
+/// [`lamino::gpu::DeviceSet::open_for_rank`]), of which every rank is told the number. Devices
+/// only `planning` (`--dry-run`) run nothing: a software adapter needs no opt-in for them.
 pub(super) fn open_devices(
     cli: &Cli,
     ranks: &MpiRanks,
+    planning: bool,
 ) -> Result<Vec<GpuContext>, Box<dyn std::error::Error>> {
     #[cfg(feature = "mpi")]
     if let Some(r) = ranks {
         let local = lamino::distributed::ranks::Ranks::local_rank().unwrap_or(r.rank());
-        let devices = cli.rank_contexts(local, r.rank() == 0)?;
+        let devices = cli.rank_contexts(local, r.rank() == 0, planning)?;
         r.set_devices(devices.len())?;
         return Ok(devices);
     }
     let _ = ranks;
-    Ok(cli.contexts()?)
+    match planning {
+        true => Ok(cli.planning_contexts()?),
+        false => Ok(cli.contexts()?),
+    }
 }
 
 /// The angles an MPI rank keeps, by the number of angles (`None` without ranks).
@@ -167,6 +172,11 @@ pub(in crate::cli) struct RunOptions {
     pub provenance: Option<Provenance>,
 }
 
+/// Where a reconstruction into the output directory `out` keeps its checkpoint.
+pub(super) fn checkpoint_path(out: &Path) -> PathBuf {
+    out.join("checkpoint.ckpt")
+}
+
 /// Reconstructs with progress and the stop signals handled (the checkpoint in `out`), and stages
 /// the outputs in `set` (absent on the ranks that write nothing). The volume is written a slab
 /// at a time from where the solver keeps it, so it never has to fit in host memory; the
@@ -225,9 +235,8 @@ pub(in crate::cli) fn run_reconstruction<'a>(
     // The checkpoint's directory (the output set's has made it on the first rank).
     std::fs::create_dir_all(out)
         .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
-    let checkpoint = out.join("checkpoint.ckpt");
-    let signals = StopSignals::install()
-        .map_err(|e| format!("cannot install the handlers of SIGINT, SIGTERM and SIGUSR1: {e}"))?;
+    let checkpoint = checkpoint_path(out);
+    let signals = StopSignals::install()?;
     let progress = IterationProgress::new(
         params.outer_iterations,
         o.quiet,

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use clap::Args;
 
-use lamino::operator::{Geometry, VolumeBox};
+use lamino::operator::{Geometry, GeometryError, VolumeBox};
 
 /// The reconstructed volume as a box of the default volume: the `deth` z planes the detector's
 /// rows see and `detw x detw` in x/y centred on the rotation axis, in unbinned voxels.
@@ -59,9 +59,7 @@ impl VolumeArgs {
     pub(super) fn volume_box(&self, g: &Geometry, b: usize) -> Result<Option<VolumeBox>, String> {
         let slab = match (&self.slab, self.lamino_start_row, self.lamino_end_row) {
             (Some(r), ..) => Some(("--slab", r.clone())),
-            (None, Some(s), Some(e)) if s < e => {
-                Some(("--lamino-start-row/--lamino-end-row", s..e))
-            }
+            (None, Some(s), Some(e)) if s < e => Some((LAMINO_ROWS, s..e)),
             (None, Some(s), Some(e)) => {
                 return Err(format!(
                     "--lamino-start-row {s} --lamino-end-row {e}: the start must be below the end"
@@ -72,38 +70,115 @@ impl VolumeArgs {
         if slab.is_none() && self.roi.is_none() {
             return Ok(None);
         }
-        // Unbinned voxels to binned ones: both ends on the binned grid.
-        let binned = |name: &str, r: Range<usize>| {
-            if r.start.is_multiple_of(b) && r.end.is_multiple_of(b) {
-                return Ok(r.start / b..r.end / b);
-            }
-            let near = |v: usize| (v + b / 2) / b * b;
-            Err(format!(
-                "{name} {}:{} with binning {b} x {b}: both ends must be multiples of {b} (nearest \
-                 {}:{})",
-                r.start,
-                r.end,
-                near(r.start),
-                near(r.end).max(near(r.start) + b)
-            ))
-        };
         let full = VolumeBox::full(g);
-        let z = match slab {
-            Some((name, r)) => binned(name, r)?,
-            None => full.z,
+        let given = |name, r: &Range<usize>| {
+            Some(Given {
+                name,
+                range: r.clone(),
+            })
         };
         let (x, y) = match &self.roi {
-            Some([x, y]) => (binned("--roi x", x.clone())?, binned("--roi y", y.clone())?),
-            None => (full.x, full.y),
+            Some([x, y]) => (given("--roi x", x), given("--roi y", y)),
+            None => (None, None),
         };
-        let volume = VolumeBox { z, y, x };
-        g.with_subvolume(&volume).map_err(|e| {
+        let z = slab.and_then(|(name, r)| given(name, &r));
+        // Unbinned voxels to binned ones, each end to the nearest multiple of b (the errors
+        // below say when that moved one): what is refused is then the box the run would get.
+        let binned = |given: &Option<Given>, whole: Range<usize>| match given {
+            Some(Given { range: r, .. }) => {
+                let (start, end) = ((r.start + b / 2) / b, (r.end + b / 2) / b);
+                start..end.max(start + 1)
+            }
+            None => whole,
+        };
+        let volume = VolumeBox {
+            z: binned(&z, full.z),
+            y: binned(&y, full.y),
+            x: binned(&x, full.x),
+        };
+        let checked = g.with_subvolume(&volume);
+        // The axis refused, its reason and the valid range nearest to its box, if any.
+        let refused = match &checked {
+            Err(GeometryError::BadBox {
+                axis,
+                reason,
+                nearest,
+                ..
+            }) => Some((*axis, reason, nearest.clone())),
+            _ => None,
+        };
+        for (axis, given, binned) in [
+            ("z", &z, &volume.z),
+            ("y", &y, &volume.y),
+            ("x", &x, &volume.x),
+        ] {
+            let Some(given) = given else { continue };
+            // The valid range nearest to what was given, in the option's units.
+            let nearest = match &refused {
+                Some((a, _, Some(nearest))) if *a == axis => Some(given.spelled(nearest, b)),
+                Some((a, ..)) if *a == axis => None,
+                _ => Some(given.spelled(binned, b)),
+            };
+            if given.range != (binned.start * b..binned.end * b) {
+                return Err(format!(
+                    "{} with binning {b} x {b}: both ends must be multiples of {b}{}",
+                    given.named(),
+                    nearest.map_or(String::new(), |n| format!(" (nearest valid: {n})"))
+                ));
+            }
+            if let Some((_, reason, _)) = refused.as_ref().filter(|(a, ..)| *a == axis) {
+                let on_binned = match b {
+                    1 => String::new(),
+                    _ => format!(
+                        " with binning {b} x {b} (the binned volume's {axis} {}:{})",
+                        binned.start, binned.end
+                    ),
+                };
+                return Err(format!(
+                    "{}{on_binned}: {reason}{}",
+                    given.named(),
+                    nearest.map_or(String::new(), |n| format!(
+                        "; the nearest valid range is {n}"
+                    ))
+                ));
+            }
+        }
+        if let Err(e) = checked {
             let unit = match b {
                 1 => String::new(),
                 _ => format!(" (ranges in voxels binned by {b})"),
             };
-            format!("--slab/--roi: {e}{unit}")
-        })?;
+            return Err(format!("--slab/--roi: {e}{unit}"));
+        }
         Ok(Some(volume))
     }
 }
+
+/// A range of the volume box as an option gave it (unbinned voxels), with the option's name.
+struct Given {
+    name: &'static str,
+    range: Range<usize>,
+}
+
+impl Given {
+    /// `r` in voxels binned by `b` as the user would give it: `START:END`, or both of tomocupy's
+    /// options.
+    fn spelled(&self, r: &Range<usize>, b: usize) -> String {
+        let (start, end) = (r.start * b, r.end * b);
+        match self.name {
+            LAMINO_ROWS => format!("--lamino-start-row {start} --lamino-end-row {end}"),
+            _ => format!("{start}:{end}"),
+        }
+    }
+
+    /// The option with the range given.
+    fn named(&self) -> String {
+        match self.name {
+            LAMINO_ROWS => self.spelled(&self.range, 1),
+            name => format!("{name} {}", self.spelled(&self.range, 1)),
+        }
+    }
+}
+
+/// tomocupy's two options of the slab, as one name.
+const LAMINO_ROWS: &str = "--lamino-start-row/--lamino-end-row";
