@@ -12,7 +12,6 @@ mod solve;
 mod volume_box;
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
 
@@ -20,7 +19,10 @@ use lamino::io::{OutputSet, StackFormat};
 use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;
-use lamino::preprocess::{find_rotation_axis, AxisSearch, AxisSource, AUTO_AXIS_RANGE_FRACTION};
+use lamino::preprocess::{
+    describe_axis_search, find_rotation_axis, AxisChoice, AxisSearch, AxisSource,
+    AUTO_AXIS_RANGE_FRACTION,
+};
 use lamino::recon::input::input_geometry;
 use lamino::recon::{CheckpointInterval, Provenance};
 
@@ -49,29 +51,6 @@ impl VolumeFormat {
             Self::Tiff => StackFormat::Tiff,
             Self::H5 => StackFormat::Hdf5,
             Self::Zarr => StackFormat::Zarr,
-        }
-    }
-}
-
-/// `--rotation-axis`: a detector column or `auto`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum AxisChoice {
-    Column(f64),
-    Auto,
-}
-
-impl FromStr for AxisChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s == "auto" {
-            return Ok(Self::Auto);
-        }
-        match s.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(Self::Column(v)),
-            _ => Err(format!(
-                "{s:?}: expected a detector column (pixels, e.g. 1023.5) or `auto`"
-            )),
         }
     }
 }
@@ -349,32 +328,6 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             .for_each(|path| eprintln!("wrote {}", path.display()));
     }
     Ok(())
-}
-
-/// How sure an axis search is, in words: the slab score's peak half width and, for CT, the
-/// Fourier estimate and how far the two disagree (columns).
-pub fn describe_axis_search(search: &AxisSearch) -> String {
-    let peak = match search.peak_half_width {
-        Some(w) => format!("the slab score halves {w:.2} columns from its peak"),
-        None => "the slab score has no interior peak".into(),
-    };
-    match (search.fourier_axis, search.disagreement) {
-        (Some(f), Some(d)) => format!(
-            "confidence: {peak} (slab search {:.2}, {} slices); Fourier estimate (Vo et al.) \
-             {f:.2}, {d:.2} columns apart; using the {}",
-            search.slab_axis,
-            search.slab.slices,
-            if search.method == "fourier" {
-                "Fourier estimate"
-            } else {
-                "slab search"
-            }
-        ),
-        _ => format!(
-            "confidence: {peak} (slab search {:.2}, {} slices)",
-            search.slab_axis, search.slab.slices
-        ),
-    }
 }
 
 /// Stages the scores of `search` in `set` (the writing rank's) and says what it found
