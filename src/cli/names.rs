@@ -1,27 +1,9 @@
-//! tomocupy's names on lamino's command line: `--binning` as tomocupy's exponent, and the
-//! tomocupy options lamino has no equivalent for, refused with what lamino offers instead of
-//! clap's "unexpected argument" (docs/field-conventions.md).
+//! tomocupy's names on lamino's command line: the tomocupy options lamino has no equivalent for,
+//! refused with what lamino offers instead of clap's "unexpected argument"
+//! (docs/field-conventions.md). `--binning` as tomocupy's exponent is the library's
+//! ([`lamino::preprocess::parse_binning`]), which the viewer's command line shares.
 
 use clap::{Arg, ArgAction, Command};
-
-/// The largest `--binning` exponent, as tomocupy's (`--binning 3`: 8 x 8 pixels).
-pub const MAX_BINNING: u32 = 3;
-
-/// `--binning b`: tomocupy's exponent, the detector binned by 2^b.
-pub fn parse_binning(s: &str) -> Result<u32, String> {
-    match s.parse::<u32>() {
-        Ok(b) if b <= MAX_BINNING => Ok(b),
-        _ => Err(format!(
-            "expected an exponent 0 to {MAX_BINNING}, as tomocupy's: the detector is binned by \
-             2^b (0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8 pixels)"
-        )),
-    }
-}
-
-/// The binning factor of the exponent `b` (the library's unit).
-pub fn binning_factor(b: u32) -> usize {
-    1 << b
-}
 
 /// The tomocupy options lamino has no equivalent for, with what to do instead.
 const REFUSED: [(&str, &str); 3] = [
@@ -65,19 +47,6 @@ pub fn refuse_tomocupy_options(mut command: Command) -> Command {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn binning_is_tomocupys_exponent() {
-        let factors: Vec<usize> = ["0", "1", "2", "3"]
-            .iter()
-            .map(|s| binning_factor(parse_binning(s).unwrap()))
-            .collect();
-        assert_eq!(factors, [1, 2, 4, 8]);
-        for bad in ["4", "-1", "2.0", "x"] {
-            let e = parse_binning(bad).unwrap_err();
-            assert!(e.contains("2^b"), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn refused_options_say_why_for_every_value() {

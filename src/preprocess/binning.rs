@@ -22,6 +22,39 @@ use crate::io::Stack;
 use crate::operator::Geometry;
 use crate::scan::Projections;
 
+/// The largest `--binning` exponent, as tomocupy's (`--binning 3`: 8 x 8 pixels).
+pub const MAX_BINNING: u32 = 3;
+
+/// `--binning b` of the command lines (`lamino`'s and the viewer's): tomocupy's exponent, the
+/// detector binned by 2^b; the message says what is expected.
+pub fn parse_binning(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(b) if b <= MAX_BINNING => Ok(b),
+        _ => Err(format!(
+            "expected an exponent 0 to {MAX_BINNING}, as tomocupy's: the detector is binned by \
+             2^b (0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8 pixels)"
+        )),
+    }
+}
+
+/// The binning factor of the exponent `b` (the unit of [`bin_projections`] and
+/// [`LoadOptions::binning`](crate::recon::input::LoadOptions::binning)).
+pub fn binning_factor(b: u32) -> usize {
+    1 << b
+}
+
+/// A column of the detector binned by `b` in unbinned columns (binned pixel j is centred on
+/// unbinned coordinate b j + (b - 1)/2).
+pub fn unbinned_column(c: f64, b: usize) -> f64 {
+    c * b as f64 + (b as f64 - 1.0) / 2.0
+}
+
+/// An unbinned detector column on the detector binned by `b` (a rotation axis given in unbinned
+/// columns, as `--rotation-axis` takes it, on binned projections).
+pub fn binned_column(c: f64, b: usize) -> f64 {
+    (c - (b as f64 - 1.0) / 2.0) / b as f64
+}
+
 /// The largest even count of whole `b`-blocks in `n` pixels.
 fn binned_len(n: usize, b: usize) -> usize {
     n / b / 2 * 2
@@ -78,7 +111,7 @@ pub(super) fn bin_geometry_by(
         n2,
         deth,
         detw,
-        center: Some((g.rotation_axis() - (b - 1.0) / 2.0) / b),
+        center: Some(binned_column(g.rotation_axis(), columns)),
         // The volume's centre in binned voxels.
         offset: [g.offset[0] / rows as f64, g.offset[1] / b, g.offset[2] / b],
         ..g.clone()
@@ -166,6 +199,29 @@ fn bin_projections_by(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binning_is_tomocupys_exponent() {
+        let factors: Vec<usize> = ["0", "1", "2", "3"]
+            .iter()
+            .map(|s| binning_factor(parse_binning(s).unwrap()))
+            .collect();
+        assert_eq!(factors, [1, 2, 4, 8]);
+        for bad in ["4", "-1", "2.0", "x"] {
+            let e = parse_binning(bad).unwrap_err();
+            assert!(e.contains("2^b"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn binned_columns_are_centred_on_their_unbinned_blocks() {
+        // Binned pixel 3 of 4 x 4 blocks covers unbinned 12..=15, centred on 13.5.
+        assert_eq!(unbinned_column(3.0, 4), 13.5);
+        assert_eq!(binned_column(13.5, 4), 3.0);
+        for (c, b) in [(17.25, 1), (17.25, 2), (1023.5, 8)] {
+            assert_eq!(unbinned_column(binned_column(c, b), b), c);
+        }
+    }
 
     #[test]
     fn frames_are_summed_in_blocks_and_ragged_edges_dropped() {

@@ -11,7 +11,10 @@ mod search;
 mod slab;
 mod stripe;
 
-pub use binning::{bin_frames, bin_geometry, bin_projections};
+pub use binning::{
+    bin_frames, bin_geometry, bin_projections, binned_column, binning_factor, parse_binning,
+    unbinned_column, MAX_BINNING,
+};
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
 pub use search::{
     candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisDecision,
@@ -103,4 +106,61 @@ pub enum AxisSource {
     /// `--rotation-axis auto --resume`: the axis of the checkpoint resumed from (the one the
     /// interrupted run found), not searched again.
     Checkpoint,
+}
+
+/// `--rotation-axis` of the command lines (`lamino reconstruct`'s and the viewer's): an unbinned
+/// detector column, or `auto` ([`find_rotation_axis`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AxisChoice {
+    Column(f64),
+    Auto,
+}
+
+impl std::str::FromStr for AxisChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        match s.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Self::Column(v)),
+            _ => Err(format!(
+                "{s:?}: expected a detector column (pixels, e.g. 1023.5) or `auto`"
+            )),
+        }
+    }
+}
+
+/// How sure an axis search is, in words (what `lamino reconstruct --rotation-axis auto` prints
+/// and the viewer shows): the slab score's peak half width and, for CT, the Fourier estimate,
+/// how far the two disagree (columns) and which one the axis is, and why ([`AxisDecision`]).
+pub fn describe_axis_search(search: &AxisSearch) -> String {
+    let peak = match search.peak_half_width {
+        Some(w) => format!("the slab score halves {w:.2} columns from its peak"),
+        None => "the slab score has no interior peak".into(),
+    };
+    let fourier = match (search.fourier_axis, search.disagreement) {
+        (Some(f), Some(d)) => format!("; Fourier estimate (Vo et al.) {f:.2}, {d:.2} columns apart"),
+        _ => String::new(),
+    };
+    format!(
+        "confidence: {peak} (slab search {:.2}, {} slices){fourier}; the axis is {}",
+        search.slab_axis, search.slab.slices, search.reason
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AxisChoice;
+
+    #[test]
+    fn an_axis_choice_is_a_finite_column_or_auto() {
+        assert_eq!("auto".parse(), Ok(AxisChoice::Auto));
+        assert_eq!("1023.5".parse(), Ok(AxisChoice::Column(1023.5)));
+        for bad in ["Auto", "nan", "inf", "", "12px"] {
+            let e = bad.parse::<AxisChoice>().unwrap_err();
+            assert!(e.contains("or `auto`"), "{bad}: {e}");
+        }
+    }
 }

@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 use eframe::egui::{self, load::SizedTexture, Color32, ColorImage, Rect, RichText, Vec2};
 use eframe::egui_wgpu::RenderState;
 use lamino::params::{AdmmParams, Convergence};
+use lamino::preprocess::{binning_factor, AxisChoice, MAX_BINNING};
 use lamino::recon::input::{ProjectionInput, Shading};
 use lamino::simulate::{PhantomKind, ScanSpec};
 use lamino::solver::IterationReport;
 use lamino::GpuContext;
 
-use crate::slices::{create_textures, free_textures, slice_sizes, Display, Drawn};
-use crate::worker::{self, Command, Event, Link, ScanSource};
-use crate::{plot, Args};
+use crate::slices::{create_textures, free_textures, slice_boxes, Display, Drawn};
+use crate::worker::{self, Command, Event, Link, Preprocess, ScanSource};
+use crate::{plot, Args, OpenBeam, StripeMethod};
 
 /// How the program ends: `None` while it runs (and when the window is closed without --exit).
 pub type Outcome = Arc<Mutex<Option<Result<(), String>>>>;
@@ -36,10 +37,16 @@ struct ScanForm {
     path: String,
     /// For a file: the tilt that overrides the file's (empty: the file's); a TIFF stack needs it.
     tilt: String,
-    angle_list: String,
+    angles_file: String,
     flats: String,
     darks: String,
+    /// `--flatfield envelope`: estimate the open beam of a TIFF stack without white fields.
     envelope: bool,
+    /// `--binning`'s exponent.
+    binning: u32,
+    stripes: StripeMethod,
+    /// `--rotation-axis`: a column, `auto`, or empty (the detector's centre).
+    axis: String,
 }
 
 impl ScanForm {
@@ -49,18 +56,44 @@ impl ScanForm {
             simulate: args.open.is_none(),
             phantom: args.simulate.unwrap_or(PhantomKind::Chip),
             size: args.size,
-            angles: args.angles.unwrap_or(args.size),
+            angles: args.angle_count.unwrap_or(args.size),
             tilt_deg: args.tilt_deg.unwrap_or(30.0),
             noisy: args.photons.is_some(),
             photons: args.photons.unwrap_or(1e5),
             seed: args.seed,
             path: text(&args.open).unwrap_or_default(),
             tilt: args.tilt_deg.map(|t| t.to_string()).unwrap_or_default(),
-            angle_list: text(&args.angle_list).unwrap_or_default(),
+            angles_file: match args.open {
+                Some(_) => text(&args.angles).unwrap_or_default(),
+                None => String::new(),
+            },
             flats: text(&args.flats).unwrap_or_default(),
             darks: text(&args.darks).unwrap_or_default(),
-            envelope: args.envelope,
+            envelope: args.flatfield == Some(OpenBeam::Envelope),
+            binning: args.binning,
+            stripes: args.remove_stripe,
+            axis: match args.rotation_axis {
+                None => String::new(),
+                Some(AxisChoice::Auto) => "auto".into(),
+                Some(AxisChoice::Column(c)) => c.to_string(),
+            },
         }
+    }
+
+    /// The preprocessing the form describes, or what is wrong with it.
+    fn preprocess(&self) -> Result<Preprocess, String> {
+        let rotation_axis = match self.axis.trim() {
+            "" => None,
+            axis => Some(
+                axis.parse::<AxisChoice>()
+                    .map_err(|e| format!("rotation axis {e}"))?,
+            ),
+        };
+        Ok(Preprocess {
+            binning: self.binning,
+            stripes: self.stripes,
+            rotation_axis,
+        })
     }
 
     /// The scan the form describes, or what is missing.
@@ -91,14 +124,14 @@ impl ScanForm {
             "h5" | "hdf5" | "nxs" | "nx" => ProjectionInput::DXchange {
                 path,
                 tilt_deg,
-                angles: None,
+                angles: optional(&self.angles_file),
                 theta_units: None,
                 tilt_path: None,
                 theta_path: None,
             },
             "tif" | "tiff" => ProjectionInput::TiffStack {
-                angles: optional(&self.angle_list)
-                    .ok_or("a TIFF stack needs its angle list (one angle per projection)")?,
+                angles: optional(&self.angles_file)
+                    .ok_or("a TIFF stack needs its angles file (one angle per projection)")?,
                 tilt_deg: tilt_deg.ok_or("a TIFF stack needs its tilt (degrees)")?,
                 theta_units: None,
                 shading: match (optional(&self.flats), self.envelope) {
@@ -106,11 +139,17 @@ impl ScanForm {
                         flats,
                         darks: optional(&self.darks),
                     },
+                    (None, true) if optional(&self.darks).is_some() => {
+                        return Err("dark fields need white fields: with the open-beam \
+                                    estimate (flatfield envelope), subtract the dark field from \
+                                    the projections first"
+                            .into())
+                    }
                     (None, true) => Shading::OpenBeamEnvelope,
                     (None, false) => {
                         return Err(
                             "a TIFF stack needs white fields, or the open-beam estimate \
-                                    (envelope)"
+                                    (flatfield envelope)"
                                 .into(),
                         )
                     }
@@ -185,6 +224,8 @@ pub struct App {
     exact: bool,
     iterations: usize,
     max_iterations: usize,
+    /// The TV weight (`--alpha`).
+    alpha: f64,
     reports: Vec<IterationReport>,
     tolerance: Option<Convergence>,
     progress: Option<(usize, usize, f64, f64)>,
@@ -277,6 +318,7 @@ impl App {
             exact: args.iterations.is_some(),
             iterations: args.iterations.unwrap_or(10),
             max_iterations: params.outer_iterations,
+            alpha: args.alpha,
             reports: Vec::new(),
             tolerance: None,
             progress: None,
@@ -327,22 +369,34 @@ impl App {
     }
 
     fn open(&mut self) {
-        match self.form.source() {
-            Ok(source) => {
-                self.status = "opening the scan...".into();
-                self.send(Command::Open(source));
+        match self
+            .form
+            .source()
+            .and_then(|s| Ok((s, self.form.preprocess()?)))
+        {
+            Ok((source, preprocess)) => {
+                self.status = match preprocess.rotation_axis {
+                    Some(AxisChoice::Auto) => "opening the scan, searching the rotation axis...",
+                    _ => "opening the scan...",
+                }
+                .into();
+                self.send(Command::Open(source, preprocess));
             }
             Err(e) => self.fail(e),
         }
     }
 
     fn params(&self) -> AdmmParams {
-        match self.exact {
+        let params = match self.exact {
             true => AdmmParams::exactly(self.iterations),
             false => AdmmParams {
                 outer_iterations: self.max_iterations,
                 ..AdmmParams::default()
             },
+        };
+        AdmmParams {
+            alpha: self.alpha,
+            ..params
         }
     }
 
@@ -387,6 +441,10 @@ impl App {
                         streams,
                         textures: ids,
                     });
+                    if self.exit.is_some() {
+                        // What --exit ran on (its test reads the rotation axis).
+                        println!("{}", self.scan.as_ref().map_or("", |s| &s.summary));
+                    }
                     self.run = RunState::Idle;
                     self.reports.clear();
                     self.drawn = None;
@@ -425,6 +483,9 @@ impl App {
                     self.run = RunState::Done {
                         cancelled: !completed,
                     };
+                    if self.exit.is_some() {
+                        println!("{stop}");
+                    }
                     self.status = stop;
                     if self.exit == Some(ExitStep::Running) {
                         match completed {
@@ -629,6 +690,15 @@ impl App {
                 ui.add(egui::DragValue::new(&mut self.iterations).range(1..=100_000));
                 ui.label("outer iterations");
             });
+            ui.horizontal(|ui| {
+                ui.label("TV weight alpha");
+                ui.add(
+                    egui::DragValue::new(&mut self.alpha)
+                        .range(0.0..=f64::MAX)
+                        .speed(1e-5)
+                        .min_decimals(4),
+                );
+            });
         });
         let open = self.scan.is_some();
         let cancelled = self.run == RunState::Done { cancelled: true };
@@ -656,8 +726,11 @@ impl App {
         });
         if let Some((done, total, elapsed, eta)) = self.progress {
             let text = match running {
-                true => format!("{done} / {total}, {elapsed:.1} s, at most {eta:.0} s left"),
-                false => format!("{done} / {total}, {elapsed:.1} s"),
+                true => format!(
+                    "{done} / {total} outer iterations, {elapsed:.1} s iterating, at most \
+                     {eta:.0} s left"
+                ),
+                false => format!("{done} / {total} outer iterations, {elapsed:.1} s iterating"),
             };
             ui.add(egui::ProgressBar::new(done as f32 / total.max(1) as f32).text(text));
         }
@@ -744,7 +817,11 @@ impl App {
                 for (name, value, hint) in [
                     ("scan", &mut f.path, ".h5 (DXchange, NXtomo) or .tif"),
                     ("tilt (deg)", &mut f.tilt, "the file's"),
-                    ("angles", &mut f.angle_list, "TIFF: angle list file"),
+                    (
+                        "angles",
+                        &mut f.angles_file,
+                        "file (TIFF; replaces an HDF5 scan's)",
+                    ),
                     ("flats", &mut f.flats, "TIFF: white fields"),
                     ("darks", &mut f.darks, "TIFF: dark fields"),
                 ] {
@@ -755,9 +832,35 @@ impl App {
             });
             ui.checkbox(
                 &mut f.envelope,
-                "TIFF without flats: estimate the open beam",
+                "TIFF without flats: estimate the open beam (flatfield envelope)",
             );
         }
+        egui::Grid::new("preprocess").num_columns(2).show(ui, |ui| {
+            ui.label("rotation axis");
+            ui.add(
+                egui::TextEdit::singleline(&mut f.axis)
+                    .hint_text("unbinned column, auto, or the centre"),
+            );
+            ui.end_row();
+            ui.label("binning");
+            egui::ComboBox::from_id_salt("binning")
+                .selected_text(binning_name(f.binning))
+                .show_ui(ui, |ui| {
+                    for b in 0..=MAX_BINNING {
+                        ui.selectable_value(&mut f.binning, b, binning_name(b));
+                    }
+                });
+            ui.end_row();
+            ui.label("remove stripes");
+            egui::ComboBox::from_id_salt("stripes")
+                .selected_text(f.stripes.name())
+                .show_ui(ui, |ui| {
+                    for method in StripeMethod::ALL {
+                        ui.selectable_value(&mut f.stripes, method, method.name());
+                    }
+                });
+            ui.end_row();
+        });
         if ui.button("Open").clicked() {
             self.open();
         }
@@ -770,14 +873,12 @@ impl App {
             return;
         };
         let shape = scan.shape;
-        let sizes = slice_sizes(shape);
-        let spacing = ui.spacing().item_spacing.x;
-        let width: usize = sizes.iter().map(|s| s[0]).sum();
-        let height = sizes.iter().map(|s| s[1]).max().unwrap_or(1);
         let available = ui.available_size();
-        let scale = ((available.x - 2.0 * spacing) / width as f32)
-            .min(available.y * 0.55 / height as f32)
-            .max(0.1);
+        let boxes = slice_boxes(
+            shape,
+            [available.x, available.y * 0.55],
+            ui.spacing().item_spacing.x,
+        );
         let textures = scan.textures;
         ui.horizontal_top(|ui| {
             for (k, name) in ["xy (at z)", "xz (at y)", "yz (at x)"]
@@ -785,9 +886,11 @@ impl App {
                 .enumerate()
             {
                 ui.vertical(|ui| {
-                    ui.label(name);
-                    let [w, h] = sizes[k];
-                    let size = Vec2::new(w as f32, h as f32) * scale;
+                    match boxes[k].stretched() {
+                        s if s.is_empty() => ui.label(name),
+                        s => ui.label(format!("{name}, {s}")),
+                    };
+                    let size = Vec2::from(boxes[k].size);
                     let response = ui.add(egui::Image::new(SizedTexture::new(textures[k], size)));
                     self.slice_rects[k] = response.rect;
                 });
@@ -830,6 +933,14 @@ impl App {
         ui.separator();
         let size = Vec2::new(ui.available_width(), ui.available_height().max(120.0));
         plot::convergence(ui, size, &self.reports, self.tolerance);
+    }
+}
+
+/// `--binning b` as the form lists it: the exponent and the block it bins.
+fn binning_name(b: u32) -> String {
+    match binning_factor(b) {
+        1 => "0 (none)".into(),
+        f => format!("{b} ({f} x {f})"),
     }
 }
 

@@ -249,6 +249,59 @@ pub fn slice_sizes(shape: [usize; 3]) -> [[usize; 2]; 3] {
     })
 }
 
+/// The least size (points) a slice is drawn with along either of its axes: a thin volume's slices
+/// (a 2-row scan's xz and yz slices are 2 voxels tall) are stretched to it rather than drawn a
+/// pixel or two thick.
+pub const MIN_SLICE_POINTS: f32 = 64.0;
+
+/// The volume axes along each slice's width and height, in the order xy, xz, yz.
+const SLICE_AXES: [[&str; 2]; 3] = [["x", "y"], ["x", "z"], ["y", "z"]];
+
+/// Where one slice goes on the screen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SliceBox {
+    /// Width and height in points.
+    pub size: [f32; 2],
+    /// How much more a voxel is drawn along the width and the height than the common scale
+    /// draws it (1: the voxel aspect kept).
+    pub stretch: [f32; 2],
+    /// The volume axes along the width and the height.
+    pub axes: [&'static str; 2],
+}
+
+impl SliceBox {
+    /// What the stretch is, for the slice's label (empty when the voxels are drawn square).
+    pub fn stretched(&self) -> String {
+        let said: Vec<String> = (0..2)
+            .filter(|&k| self.stretch[k] > 1.0)
+            .map(|k| format!("{} stretched {:.1}x", self.axes[k], self.stretch[k]))
+            .collect();
+        said.join(", ")
+    }
+}
+
+/// The sizes of the xy, xz and yz slices of a volume of `shape` in a row `available` points wide
+/// and tall with `spacing` between them: one scale for the three, voxels square (the volume's
+/// voxels are cubes), the row as wide as the space allows; a slice side below
+/// [`MIN_SLICE_POINTS`] (or the height available, where that is less) stretched to it.
+pub fn slice_boxes(shape: [usize; 3], available: [f32; 2], spacing: f32) -> [SliceBox; 3] {
+    let sizes = slice_sizes(shape);
+    let width: usize = sizes.iter().map(|s| s[0]).sum();
+    let height = sizes.iter().map(|s| s[1]).max().unwrap_or(1);
+    let scale = ((available[0] - 2.0 * spacing) / width as f32)
+        .min(available[1] / height as f32)
+        .max(0.1);
+    let least = MIN_SLICE_POINTS.min(available[1]).max(1.0);
+    [0, 1, 2].map(|k| {
+        let drawn = sizes[k].map(|n| n as f32 * scale);
+        SliceBox {
+            size: drawn.map(|d| d.max(least)),
+            stretch: drawn.map(|d| (least / d).max(1.0)),
+            axes: SLICE_AXES[k],
+        }
+    })
+}
+
 /// The xy, xz and yz textures of a volume of `shape` on the UI's device, registered with its
 /// renderer: sRGB grey (what the pass writes is what the screen shows), copied into, sampled.
 pub fn create_textures(
@@ -333,5 +386,30 @@ mod tests {
     #[test]
     fn slice_sizes_are_width_by_height_of_xy_xz_yz() {
         assert_eq!(slice_sizes([2, 3, 4]), [[4, 3], [4, 2], [3, 2]]);
+    }
+
+    #[test]
+    fn thin_slices_are_stretched_to_a_least_size_and_cubes_keep_their_aspect() {
+        // A cube: three squares of one size, nothing stretched.
+        let cube = slice_boxes([32, 32, 32], [1000.0, 400.0], 8.0);
+        for b in cube {
+            assert_eq!(b.size[0], b.size[1]);
+            assert_eq!(b.size, cube[0].size);
+            assert_eq!(b.stretch, [1.0, 1.0]);
+            assert_eq!(b.stretched(), "");
+        }
+        // A 2-row scan's volume, 2 x 64 x 64: the xy slice is square; the xz and yz slices keep
+        // their width and are drawn MIN_SLICE_POINTS tall, z stretched.
+        let [xy, xz, yz] = slice_boxes([2, 64, 64], [1000.0, 400.0], 8.0);
+        let scale = (1000.0 - 16.0) / 192.0;
+        assert_eq!(xy.size, [64.0 * scale; 2]);
+        for b in [xz, yz] {
+            assert_eq!(b.size, [64.0 * scale, MIN_SLICE_POINTS]);
+            assert_eq!(b.stretch, [1.0, MIN_SLICE_POINTS / (2.0 * scale)]);
+            assert_eq!(b.stretched(), format!("z stretched {:.1}x", b.stretch[1]));
+        }
+        // A row too low for the least size: the slices fill its height.
+        let [_, low, _] = slice_boxes([2, 64, 64], [1000.0, 30.0], 8.0);
+        assert_eq!(low.size[1], 30.0);
     }
 }

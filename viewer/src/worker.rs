@@ -13,6 +13,10 @@ use std::time::Instant;
 
 use eframe::wgpu;
 use lamino::io::write_dxchange;
+use lamino::preprocess::{
+    binned_column, binning_factor, describe_axis_search, find_rotation_axis, remove_stripes,
+    unbinned_column, AxisChoice,
+};
 use lamino::recon::input::{load_projections_with, LoadOptions, ProjectionInput};
 use lamino::simulate::{simulated_scan, ScanSpec};
 use lamino::solver::IterationReport;
@@ -21,6 +25,7 @@ use lamino::{
 };
 
 use crate::slices::{Display, Drawn, SliceTargets, Window};
+use crate::StripeMethod;
 
 /// Where a scan comes from.
 #[derive(Debug, Clone)]
@@ -33,9 +38,21 @@ pub enum ScanSource {
     File(ProjectionInput),
 }
 
+/// What is done to a scan's projections between reading and reconstructing them: the options of
+/// `lamino reconstruct` of the same names, applied with the same library calls in its order
+/// (binning on the way in, stripes, the axis).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Preprocess {
+    /// `--binning`: tomocupy's exponent (the detector binned by 2^b).
+    pub binning: u32,
+    pub stripes: StripeMethod,
+    /// Unbinned detector column, or searched; `None`: the detector's centre column.
+    pub rotation_axis: Option<AxisChoice>,
+}
+
 /// What the UI asks of the worker.
 pub enum Command {
-    Open(ScanSource),
+    Open(ScanSource, Preprocess),
     /// The textures the slices of the opened scan's volume are drawn into.
     Targets(Box<[wgpu::Texture; 3]>),
     /// Runs `params` from the start, or from the checkpoint of the last cancelled run.
@@ -109,11 +126,11 @@ pub fn run(ctx: GpuContext, link: Link) {
     let mut solved: Option<Solved<'_>> = None;
     while let Ok(command) = link.commands.recv() {
         let result = match command {
-            Command::Open(source) => {
+            Command::Open(source, preprocess) => {
                 solved = None;
                 targets = None;
                 projections = None;
-                open(&ctx, &link, &source).map(|(p, event)| {
+                open(&ctx, &link, &source, preprocess).map(|(p, event)| {
                     projections = Some(p);
                     link.send(event);
                 })
@@ -153,11 +170,13 @@ pub fn run(ctx: GpuContext, link: Link) {
     }
 }
 
-/// Loads `source` and plans its reconstruction.
+/// Loads `source`, preprocesses it as `lamino reconstruct` does with the same options, and plans
+/// its reconstruction.
 fn open(
     ctx: &GpuContext,
     link: &Link,
     source: &ScanSource,
+    preprocess: Preprocess,
 ) -> Result<(Projections, Event), String> {
     let input = match source {
         ScanSource::File(input) => input.clone(),
@@ -179,14 +198,70 @@ fn open(
             }
         }
     };
-    let loaded =
-        load_projections_with(&input, &LoadOptions::default()).map_err(|e| e.to_string())?;
-    let g = loaded.projections.geometry();
+    let b = binning_factor(preprocess.binning);
+    let options = LoadOptions {
+        binning: b,
+        ..LoadOptions::default()
+    };
+    let loaded = load_projections_with(&input, &options).map_err(|e| e.to_string())?;
+    let mut projections = loaded.projections;
+    let mut notes: Vec<String> = loaded
+        .notes
+        .iter()
+        .chain(&loaded.warnings)
+        .cloned()
+        .collect();
+    if b > 1 {
+        notes.push(format!(
+            "binning {} = {b} x {b} pixels: voxels {b} times larger (values {b} times those of \
+             an unbinned reconstruction)",
+            preprocess.binning
+        ));
+    }
+    if let Some(method) = preprocess.stripes.removal() {
+        let started = Instant::now();
+        let method = method.resolved(projections.geometry().detw);
+        projections = remove_stripes(&projections, method).map_err(|e| e.to_string())?;
+        notes.push(format!(
+            "stripes removed ({method:?}) in {:.2} s",
+            started.elapsed().as_secs_f64()
+        ));
+    }
+    let axis = match preprocess.rotation_axis {
+        None => format!(
+            "rotation axis at column {:.2} (the detector's centre; set it with --rotation-axis)",
+            unbinned_column(projections.geometry().rotation_axis(), b)
+        ),
+        Some(AxisChoice::Column(c)) => {
+            projections = projections
+                .with_rotation_axis(binned_column(c, b))
+                .map_err(|e| e.to_string())?;
+            format!("rotation axis at column {c:.2} (given)")
+        }
+        Some(AxisChoice::Auto) => {
+            let started = Instant::now();
+            let tilt = projections.geometry().phi.to_degrees() - 90.0;
+            let search = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)
+                .map_err(|e| e.to_string())?;
+            projections = projections
+                .with_rotation_axis(binned_column(search.rotation_axis, b))
+                .map_err(|e| e.to_string())?;
+            format!(
+                "rotation axis at column {:.2} (searched over [{:.1}, {:.1}] in {:.1} s; {})",
+                search.rotation_axis,
+                search.range[0],
+                search.range[1],
+                started.elapsed().as_secs_f64(),
+                describe_axis_search(&search)
+            )
+        }
+    };
+    let g = projections.geometry();
     let plan = with_budget(Reconstructor::new(ctx), link)
         .plan(g)
         .map_err(|e| e.to_string())?;
     let mut summary = format!(
-        "{}: {} projections of {} x {}, tilt {:.2} deg ({}), volume {} x {} x {}",
+        "{}: {} projections of {} x {}, tilt {:.2} deg ({}), volume {} x {} x {}\n{axis}",
         input_path(&input).display(),
         g.ntheta(),
         g.deth,
@@ -197,7 +272,7 @@ fn open(
         g.n1,
         g.n2
     );
-    for note in loaded.notes.iter().chain(&loaded.warnings) {
+    for note in notes {
         summary += &format!("\n{note}");
     }
     let event = Event::Opened {
@@ -206,7 +281,7 @@ fn open(
         plan: plan.to_string(),
         streams: plan.mode == lamino::plan::Mode::Streaming,
     };
-    Ok((loaded.projections, event))
+    Ok((projections, event))
 }
 
 fn input_path(input: &ProjectionInput) -> &Path {
@@ -295,12 +370,18 @@ fn reconstruct<'a>(
         redraw(link, &solved, targets)?;
     }
     let report = &solved.report;
+    let all_s = started.elapsed().as_secs_f64();
+    // The progress bar shows the iterations' time (the solver's clock, from the first
+    // iteration); the run's own time adds the setup (plan, buffers, kernels) and the last draw.
     let event = Event::Finished {
         stop: format!(
-            "{} after {} outer iterations in {:.1} s",
+            "{} after {} outer iterations: {:.1} s iterating, {:.1} s in all (with {:.1} s of \
+             setup and the last draw)",
             report.stop.describe(),
             report.reports.last().map_or(0, |r| r.iteration + 1),
-            started.elapsed().as_secs_f64()
+            report.iterations_s,
+            all_s,
+            all_s - report.iterations_s
         ),
         completed: report.completed,
         iteration_s: times.take(),

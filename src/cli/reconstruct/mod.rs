@@ -13,7 +13,6 @@ mod solve;
 mod volume_box;
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use clap::{Args, ValueEnum};
 
@@ -22,7 +21,8 @@ use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;
 use lamino::preprocess::{
-    find_rotation_axis, AxisSearch, AxisSource, AUTO_AXIS_RANGE_FRACTION, AXIS_NEAR_FOURIER,
+    describe_axis_search, find_rotation_axis, AxisChoice, AxisSearch, AxisSource,
+    AUTO_AXIS_RANGE_FRACTION, AXIS_NEAR_FOURIER,
 };
 use lamino::recon::input::input_geometry;
 use lamino::recon::{CheckpointInterval, Provenance};
@@ -52,29 +52,6 @@ impl VolumeFormat {
             Self::Tiff => StackFormat::Tiff,
             Self::H5 => StackFormat::Hdf5,
             Self::Zarr => StackFormat::Zarr,
-        }
-    }
-}
-
-/// `--rotation-axis`: a detector column or `auto`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum AxisChoice {
-    Column(f64),
-    Auto,
-}
-
-impl FromStr for AxisChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s == "auto" {
-            return Ok(Self::Auto);
-        }
-        match s.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(Self::Column(v)),
-            _ => Err(format!(
-                "{s:?}: expected a detector column (pixels, e.g. 1023.5) or `auto`"
-            )),
         }
     }
 }
@@ -393,25 +370,6 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             .for_each(|path| eprintln!("wrote {}", path.display()));
     }
     Ok(())
-}
-
-/// How sure an axis search is, in words: the slab score's peak half width and, for CT, the
-/// Fourier estimate, how far the two disagree (columns) and which one the axis is, and why.
-pub fn describe_axis_search(search: &AxisSearch) -> String {
-    let peak = match search.peak_half_width {
-        Some(w) => format!("the slab score halves {w:.2} columns from its peak"),
-        None => "the slab score has no interior peak".into(),
-    };
-    let fourier = match (search.fourier_axis, search.disagreement) {
-        (Some(f), Some(d)) => {
-            format!("; Fourier estimate (Vo et al.) {f:.2}, {d:.2} columns apart")
-        }
-        _ => String::new(),
-    };
-    format!(
-        "confidence: {peak} (slab search {:.2}, {} slices){fourier}; the axis is {}",
-        search.slab_axis, search.slab.slices, search.reason
-    )
 }
 
 /// Stages the scores of `search` in `set` (the writing rank's) and says what it found

@@ -4,7 +4,11 @@
 use clap::{Args, ValueEnum};
 
 use lamino::io::{PixelSize, MAX_CLAMPED_FRACTION};
-use lamino::preprocess::{remove_stripes, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA};
+pub use lamino::preprocess::{binned_column, unbinned_column};
+use lamino::preprocess::{
+    binning_factor, parse_binning, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
+    FW_SIGMA,
+};
 use lamino::recon::input::{
     input_geometry, load_projection_share, load_projections_with, LoadOptions,
 };
@@ -20,7 +24,7 @@ pub struct PreprocessArgs {
     /// -log (line integrals are averaged), and the volume's voxels are 2^b times larger, so its
     /// values (attenuation per voxel) are 2^b times those of an unbinned reconstruction.
     /// --rotation-axis stays in unbinned detector columns.
-    #[arg(long, default_value_t = 0, value_parser = super::super::names::parse_binning)]
+    #[arg(long, default_value_t = 0, value_parser = parse_binning)]
     binning: u32,
     /// Refuse a scan when flat/dark normalisation clamps more than this fraction of its pixels
     /// (transmission at or below zero: white field zero or below the dark, data at or below the
@@ -87,7 +91,7 @@ enum StripeMethod {
 impl PreprocessArgs {
     /// The binning factor of `--binning` (the library's unit).
     pub(super) fn binning_factor(&self) -> usize {
-        super::super::names::binning_factor(self.binning)
+        binning_factor(self.binning)
     }
 
     pub(super) fn load_options(&self) -> LoadOptions {
@@ -267,15 +271,4 @@ fn remove_stripes_here(
     _quiet: bool,
 ) -> Result<Projections, Box<dyn std::error::Error>> {
     Ok(remove_stripes(&projections, method)?)
-}
-
-/// A column of the binned detector in unbinned columns (binned pixel j is centred on unbinned
-/// coordinate b j + (b - 1)/2).
-pub fn unbinned_column(c: f64, b: usize) -> f64 {
-    c * b as f64 + (b as f64 - 1.0) / 2.0
-}
-
-/// An unbinned detector column on the detector binned by `b`.
-pub fn binned_column(c: f64, b: usize) -> f64 {
-    (c - (b as f64 - 1.0) / 2.0) / b as f64
 }
