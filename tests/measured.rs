@@ -173,7 +173,7 @@ fn every_axis_search_gives_the_same_axis() {
         p.values().to_vec(),
     )
     .unwrap();
-    let library = find_rotation_axis(ctx(), &unknown, 1, 0.0, None, 0.0).unwrap();
+    let library = find_rotation_axis(ctx(), &unknown, 1, 0.0, None, 0.0, None).unwrap();
     eprintln!(
         "library: {:.2} ({}: {}), true {axis:.2}",
         library.rotation_axis, library.method, library.reason

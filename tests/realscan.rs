@@ -106,7 +106,7 @@ fn the_search_recovers_the_axis_and_tilt_of_a_noisy_chip() {
     eprintln!("chip: axis {a:.3} (true {axis}), tilt {t:.3} deg (true {tilt})");
     assert!((a - axis).abs() < 0.5, "axis {a}");
     assert!((t - tilt).abs() < 0.5, "tilt {t}");
-    let auto = find_rotation_axis(ctx(), &p, 1, tilt + 0.7, None, 0.0).unwrap();
+    let auto = find_rotation_axis(ctx(), &p, 1, tilt + 0.7, None, 0.0, None).unwrap();
     eprintln!(
         "chip: --rotation-axis auto {:.3} over {:?}",
         auto.rotation_axis, auto.range
@@ -136,7 +136,7 @@ fn the_search_recovers_the_axis_and_tilt_of_a_noisy_shepp_logan() {
     assert!((a - axis).abs() < 0.5, "axis {a}");
     assert!((t - tilt).abs() < 0.5, "tilt {t}");
     let small = scan(PhantomKind::Shepp, 64, 90, tilt, Some(1e4), Some(34.3));
-    let auto = find_rotation_axis(ctx(), &small, 1, tilt, None, 0.0).unwrap();
+    let auto = find_rotation_axis(ctx(), &small, 1, tilt, None, 0.0, None).unwrap();
     eprintln!("shepp 64^3: --rotation-axis auto {:.3}", auto.rotation_axis);
     assert!(
         (auto.rotation_axis - 34.3).abs() < 0.5,
@@ -388,7 +388,7 @@ fn auto_finds_the_axis_of_short_ct_detectors_with_its_defaults() {
     let full = scan(PhantomKind::Shepp, 32, 90, 0.0, Some(1e4), Some(axis));
     for rows in [2, 4, 8] {
         let p = central_rows(&full, rows);
-        let auto = find_rotation_axis(ctx(), &p, 1, 0.0, None, 0.0).unwrap();
+        let auto = find_rotation_axis(ctx(), &p, 1, 0.0, None, 0.0, None).unwrap();
         eprintln!(
             "{rows} rows: auto {:.3} (slab {:.3} on {} slices, peak half width {:?}; Fourier {:?}), \
              true {axis}: {}",
@@ -417,7 +417,7 @@ fn auto_finds_the_axis_of_a_short_laminography_detector_with_its_defaults() {
         &scan(PhantomKind::Shepp, 32, 90, tilt, Some(1e4), Some(axis)),
         8,
     );
-    let auto = find_rotation_axis(ctx(), &p, 1, tilt, None, 0.0).unwrap();
+    let auto = find_rotation_axis(ctx(), &p, 1, tilt, None, 0.0, None).unwrap();
     eprintln!(
         "tilt {tilt}, 8 rows: auto {:.3} on {} slices (radius {}), peak half width {:?}",
         auto.rotation_axis,

@@ -338,7 +338,11 @@ fn find_rotation_axis<'py>(
     };
     let axes = list(centers, "centers")?;
     let tilts = list(tilts, "tilts")?
-        .map(|t| t.into_iter().map(checked_tilt).collect::<PyResult<Vec<f64>>>())
+        .map(|t| {
+            t.into_iter()
+                .map(checked_tilt)
+                .collect::<PyResult<Vec<f64>>>()
+        })
         .transpose()?;
     let options = Devices::one(device, allow_software_gpu)?;
     let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt).to_radians());
@@ -365,12 +369,17 @@ fn find_rotation_axis<'py>(
                 tilt,
                 slab_slices,
                 slab_z,
+                None,
             )
             .map_err(preprocess_error)?;
             lease.give_back();
             Ok(search)
         })?;
-        let scored: Vec<Scored> = search.passes.iter().flat_map(|p| p.scored.clone()).collect();
+        let scored: Vec<Scored> = search
+            .passes
+            .iter()
+            .flat_map(|p| p.scored.clone())
+            .collect();
         record(&scored)?;
         scores.set_item("method", search.method)?;
         scores.set_item("reason", &search.reason)?;
@@ -399,9 +408,11 @@ fn find_rotation_axis<'py>(
             .map_err(preprocess_error)?;
         lease.give_back();
         // Plain CT over 180 or 360 degrees: the Fourier estimate over the candidates' range.
-        let range = axes.iter().fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &a| {
-            [lo.min(a), hi.max(a)]
-        });
+        let range = axes
+            .iter()
+            .fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &a| {
+                [lo.min(a), hi.max(a)]
+            });
         let fourier = match (searched_axes && tilts == [tilt], half_turn(g)) {
             (true, Some(_)) => Some(find_center_vo(&projections, range).map_err(preprocess_error)?),
             _ => None,

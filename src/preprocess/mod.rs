@@ -52,6 +52,9 @@ pub enum PreprocessError {
     /// A search that cannot run (empty or unusable ranges, a slab off the detector).
     #[error("axis/tilt search: {0}")]
     BadSearch(String),
+    /// The caller's cancel flag stopped the axis search between two of its passes.
+    #[error("the rotation-axis search was cancelled")]
+    Cancelled,
     #[error(transparent)]
     HostMemory(#[from] crate::memory::HostMemoryError),
     #[error(transparent)]
@@ -141,7 +144,9 @@ pub fn describe_axis_search(search: &AxisSearch) -> String {
         None => "the slab score has no interior peak".into(),
     };
     let fourier = match (search.fourier_axis, search.disagreement) {
-        (Some(f), Some(d)) => format!("; Fourier estimate (Vo et al.) {f:.2}, {d:.2} columns apart"),
+        (Some(f), Some(d)) => {
+            format!("; Fourier estimate (Vo et al.) {f:.2}, {d:.2} columns apart")
+        }
         _ => String::new(),
     };
     format!(

@@ -36,6 +36,7 @@
 //! are degrees (`phi = 90 + tilt`).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
@@ -580,7 +581,9 @@ pub struct AxisSearch {
 /// gives the slab's axis. [`AxisDecision`] then chooses between the two estimates.
 /// `binning` is the factor `projections` were already binned by; the result is in unbinned
 /// columns. Every pass scores a slab of `slices` (`None`: chosen for that pass's binning by
-/// [`choose_slab`]) centred `z_offset` voxels from the volume's centre.
+/// [`choose_slab`]) centred `z_offset` voxels from the volume's centre. `cancel`, when set
+/// (a stop signal, a window's Cancel), stops the search before its next pass with
+/// [`PreprocessError::Cancelled`].
 pub fn find_rotation_axis(
     ctx: &GpuContext,
     projections: &Projections,
@@ -588,6 +591,7 @@ pub fn find_rotation_axis(
     tilt_deg: f64,
     slices: Option<usize>,
     z_offset: f64,
+    cancel: Option<&AtomicBool>,
 ) -> Result<AxisSearch, PreprocessError> {
     let (_, search, _) = search_held(
         ctx,
@@ -595,8 +599,8 @@ pub fn find_rotation_axis(
         projections,
         binning,
         tilt_deg,
-        slices,
-        z_offset,
+        (slices, z_offset),
+        cancel,
     )?;
     search.ok_or_else(|| PreprocessError::BadSearch("one process scores its own slabs".into()))
 }
@@ -658,9 +662,15 @@ fn search_held(
     projections: &Projections,
     binning: usize,
     tilt_deg: f64,
-    slices: Option<usize>,
-    z_offset: f64,
+    (slices, z_offset): (Option<usize>, f64),
+    cancel: Option<&AtomicBool>,
 ) -> Result<(f64, Option<AxisSearch>, usize), PreprocessError> {
+    // Every process stops where the scoring one saw the flag (an MPI rank stopping alone would
+    // leave the others waiting for its sums).
+    let cancelled = || {
+        let mine = cancel.is_some_and(|c| c.load(Ordering::SeqCst));
+        holder.tell(f64::from(u8::from(mine))) != 0.0
+    };
     let g = projections.geometry();
     let b0 = binning.max(1) as f64;
     // The geometry's axis and the range, in unbinned columns.
@@ -726,6 +736,9 @@ fn search_held(
         };
         let pass_binning = binning.max(1) * extra;
         let mut pass = |lo: f64, hi: f64, step: f64, value: fn(&SearchResult) -> f64| {
+            if cancelled() {
+                return Err(PreprocessError::Cancelled);
+            }
             let axes = candidate_range(lo, hi + 1e-9 * step, step)?;
             let candidates = grid(&axes, &[tilt_deg])?;
             let slab = choose_slab(
@@ -848,13 +861,21 @@ pub fn find_rotation_axis_on_ranks(
     projections: &Projections,
     binning: usize,
     tilt_deg: f64,
+    cancel: Option<&AtomicBool>,
 ) -> Result<(f64, Option<AxisSearch>, AxisSearchShare), PreprocessError> {
     let holder = OnRanks {
         ranks,
         slab_values_held: std::cell::Cell::new(0),
     };
-    let (axis, search, held) =
-        search_held(ctx, &holder, projections, binning, tilt_deg, None, 0.0)?;
+    let (axis, search, held) = search_held(
+        ctx,
+        &holder,
+        projections,
+        binning,
+        tilt_deg,
+        (None, 0.0),
+        cancel,
+    )?;
     let share = AxisSearchShare {
         angles: projections.angles(),
         values_held: held,

@@ -204,6 +204,9 @@ fn missing_display() -> Option<String> {
 }
 
 fn main() -> ExitCode {
+    // First, while this is the only thread: the Vulkan loader reads it when the device opens.
+    #[cfg(unix)]
+    lamino::gpu::provide_runtime_dir();
     let mut args = Args::parse();
     if let Err(e) = args.check() {
         Args::command()

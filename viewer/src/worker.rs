@@ -241,8 +241,11 @@ fn open(
         Some(AxisChoice::Auto) => {
             let started = Instant::now();
             let tilt = projections.geometry().phi.to_degrees() - 90.0;
-            let search = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)
-                .map_err(|e| e.to_string())?;
+            // Cancel stops the search before its next pass.
+            link.cancel.store(false, Ordering::SeqCst);
+            let search =
+                find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, Some(&link.cancel))
+                    .map_err(|e| e.to_string())?;
             projections = projections
                 .with_rotation_axis(binned_column(search.rotation_axis, b))
                 .map_err(|e| e.to_string())?;

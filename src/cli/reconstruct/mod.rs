@@ -21,7 +21,7 @@ use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;
 use lamino::preprocess::{
-    describe_axis_search, find_rotation_axis, AxisChoice, AxisSearch, AxisSource,
+    describe_axis_search, find_rotation_axis, AxisChoice, AxisSearch, AxisSource, PreprocessError,
     AUTO_AXIS_RANGE_FRACTION, AXIS_NEAR_FOURIER,
 };
 use lamino::recon::input::input_geometry;
@@ -474,17 +474,21 @@ fn reconstruct_into(
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
+            // A stop signal ends the search before its next pass.
+            let flag = signals.flag();
+            let cancel = Some(&*flag);
             // Under MPI every rank sums its angles in turn, the first scores and tells the others.
             #[cfg(feature = "mpi")]
             let searched = match &options.ranks {
-                Some(r) => {
-                    let (axis, search, share) = lamino::preprocess::find_rotation_axis_on_ranks(
-                        ctx,
-                        r,
-                        &projections,
-                        b,
-                        tilt,
-                    )?;
+                Some(r) => lamino::preprocess::find_rotation_axis_on_ranks(
+                    ctx,
+                    r,
+                    &projections,
+                    b,
+                    tilt,
+                    cancel,
+                )
+                .map(|(axis, search, share)| {
                     if !options.quiet {
                         eprintln!(
                             "rank {} of {}: axis searched on its angles {}..{} (the ranks summing \
@@ -499,17 +503,17 @@ fn reconstruct_into(
                         );
                     }
                     (axis, search)
-                }
-                None => {
-                    let s = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
-                    (s.rotation_axis, Some(s))
-                }
+                }),
+                None => find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, cancel)
+                    .map(|s| (s.rotation_axis, Some(s))),
             };
             #[cfg(not(feature = "mpi"))]
-            let searched = {
-                let s = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0)?;
-                (s.rotation_axis, Some(s))
-            };
+            let searched = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, cancel)
+                .map(|s| (s.rotation_axis, Some(s)));
+            if matches!(searched, Err(PreprocessError::Cancelled)) {
+                signals.stop_before_solving("the rotation-axis search")?;
+            }
+            let searched = searched?;
             signals.stop_before_solving("the rotation-axis search")?;
             let (axis, search) = searched;
             pre.rotation_axis_source = AxisSource::Searched;
