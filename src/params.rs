@@ -221,6 +221,15 @@ impl Convergence {
 }
 
 impl AdmmParams {
+    /// The most outer iterations a run may take: far beyond any run that converges (hundreds),
+    /// and the report keeps one record per iteration.
+    pub const MAX_OUTER_ITERATIONS: usize = 100_000;
+
+    /// The most inner iterations per outer iteration: a stop (Ctrl-C, SIGTERM, a window's
+    /// Cancel) is honoured between outer iterations, so an outer iteration must stay short; 2 to
+    /// 4 warm-started CG steps are what pays.
+    pub const MAX_INNER_ITERATIONS: usize = 100;
+
     /// Plain ADMM: the default before over-relaxation (relaxation 1, 4 CG steps per outer
     /// iteration, rho0 0.5, the residual recomputed every outer iteration, the penalty adapted
     /// by residual balancing alone), kept as the
@@ -248,11 +257,19 @@ impl AdmmParams {
     /// Checks every parameter against the range where the iteration is defined.
     pub fn validate(&self) -> Result<(), InvalidParameter> {
         let bad = |name, value: String, bound| Err(InvalidParameter { name, value, bound });
-        if self.outer_iterations == 0 {
-            return bad("outer_iterations", "0".into(), "at least 1");
+        if !(1..=Self::MAX_OUTER_ITERATIONS).contains(&self.outer_iterations) {
+            return bad(
+                "outer_iterations",
+                self.outer_iterations.to_string(),
+                "from 1 to 100000 (a run that converges takes hundreds)",
+            );
         }
-        if self.inner_iterations == 0 {
-            return bad("inner_iterations", "0".into(), "at least 1");
+        if !(1..=Self::MAX_INNER_ITERATIONS).contains(&self.inner_iterations) {
+            return bad(
+                "inner_iterations",
+                self.inner_iterations.to_string(),
+                "from 1 to 100 (a stop is honoured between outer iterations, which must stay short)",
+            );
         }
         if !(self.alpha.is_finite() && self.alpha >= 0.0) {
             return bad(
@@ -382,6 +399,14 @@ mod tests {
                 ..AdmmParams::default()
             },
             AdmmParams {
+                inner_iterations: AdmmParams::MAX_INNER_ITERATIONS + 1,
+                ..AdmmParams::default()
+            },
+            AdmmParams {
+                outer_iterations: usize::MAX,
+                ..AdmmParams::default()
+            },
+            AdmmParams {
                 inner: InnerSolver::DaiYuan { step: -1.0 },
                 ..AdmmParams::default()
             },
@@ -412,6 +437,8 @@ mod tests {
             "alpha",
             "alpha",
             "rho0",
+            "inner_iterations",
+            "outer_iterations",
             "inner_iterations",
             "outer_iterations",
             "dai_yuan_step",

@@ -107,7 +107,7 @@ pub struct ReconstructArgs {
     #[arg(long, default_value_t = AdmmParams::default().rho0)]
     rho0: f64,
     /// Keep the penalty to residual balancing alone: do not set it after 10 outer iterations to
-    /// the power of two nearest 0.85 sqrt(alpha / rms |grad u|) (the default before 2026-12-04).
+    /// the power of two nearest 0.85 sqrt(w / rms |grad u|), w the TV weight (the default before 2026-12-04).
     #[arg(long)]
     no_penalty_from_gradient: bool,
     /// Over-relaxation factor of the ADMM splitting, 0 < a < 2; 1 is plain ADMM (Boyd et al.,
@@ -199,14 +199,6 @@ impl MemoArgs {
     }
 }
 
-/// The most outer iterations `--iterations` and `--max-iterations` take: far beyond any run
-/// that converges (hundreds), and the report keeps one record per iteration.
-pub const MAX_OUTER_ITERATIONS: usize = 100_000;
-
-/// The most inner iterations `--inner` takes: a stop (Ctrl-C, SIGTERM) is honoured between outer
-/// iterations, so an outer iteration must stay short; 2 to 4 warm-started CG steps are what pays.
-pub const MAX_INNER_ITERATIONS: usize = 100;
-
 /// Refuses a solver count above `bound`, naming the option and the bound.
 pub fn check_count(option: &str, value: usize, bound: usize, why: &str) -> Result<(), String> {
     match value <= bound {
@@ -216,22 +208,23 @@ pub fn check_count(option: &str, value: usize, bound: usize, why: &str) -> Resul
 }
 
 impl ReconstructArgs {
-    /// The solver counts against their bounds, before any work.
+    /// The solver counts against their bounds (those of [`AdmmParams::validate`]), before any
+    /// work, named as options.
     fn check_counts(&self) -> Result<(), String> {
         let outer = "a run that converges takes hundreds";
         check_count(
             "--max-iterations",
             self.max_iterations,
-            MAX_OUTER_ITERATIONS,
+            AdmmParams::MAX_OUTER_ITERATIONS,
             outer,
         )?;
         if let Some(n) = self.iterations {
-            check_count("--iterations", n, MAX_OUTER_ITERATIONS, outer)?;
+            check_count("--iterations", n, AdmmParams::MAX_OUTER_ITERATIONS, outer)?;
         }
         check_count(
             "--inner",
             self.inner,
-            MAX_INNER_ITERATIONS,
+            AdmmParams::MAX_INNER_ITERATIONS,
             "a stop is honoured between outer iterations, which must stay short",
         )
     }

@@ -84,7 +84,7 @@ fn parameter_table(p: &AdmmParams) -> String {
     };
     let penalty_rule = |r: Option<GradientPenalty>| match r {
         Some(r) => format!(
-            "residual balancing; after {} iterations {} sqrt(alpha / rms |grad u|)",
+            "residual balancing; after {} iterations {} sqrt(w / rms |grad u|)",
             r.after_iterations, r.scale
         ),
         None => "residual balancing alone (--no-penalty-from-gradient)".to_string(),
