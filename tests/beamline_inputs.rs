@@ -12,7 +12,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
-use lamino::io::{read_dxchange, read_tiff_volume, AngleUnit, IoError, Scan, Stack};
+use lamino::io::{
+    read_dxchange, read_dxchange_with, read_tiff_volume, AngleUnit, IoError, Scan, ScanOptions,
+    Stack,
+};
 use lamino::operator::Geometry;
 use lamino::recon::input::{
     input_geometry, load_projections, read_angle_list_in, InputError, LoadOptions, ProjectionInput,
@@ -311,6 +314,61 @@ fn angle_lists_follow_the_unit_rules() {
         read("# none\n", None),
         Err(InputError::Angles { .. })
     ));
+}
+
+/// Angles that span no rotation or are no angles at all are refused in any unit, naming where
+/// they come from: `/exchange/theta` all 0 degrees or all 1e300 degrees, `rotation_step` 0 with
+/// `--theta-units deg`, a list of zeros.
+#[test]
+fn degenerate_angles_are_refused_naming_them() {
+    let (_, scan) = simulated();
+    let dir = tempfile::tempdir().unwrap();
+    let n = scan.data.shape[0];
+    let path = dir.path().join("theta.h5");
+    let deg = ScanOptions {
+        theta_units: Some(AngleUnit::Degrees),
+        ..ScanOptions::default()
+    };
+    for (theta, units) in [(0.0, Some("deg")), (0.0, None), (1e300, Some("degree"))] {
+        write_variant(&path, scan, &vec![theta; n], units, true);
+        let err = read_dxchange_with(&path, &deg).unwrap_err();
+        let expected = match theta {
+            0.0 => matches!(err, IoError::NoRotation { count, .. } if count == n),
+            _ => matches!(err, IoError::AngleOutOfRange { index: 0, .. }),
+        };
+        assert!(expected, "{theta} {units:?}: {err:?}");
+        assert!(err.to_string().contains("/exchange/theta"), "{err}");
+    }
+
+    // rotation_start + i * rotation_step with a step of 0.
+    let step = dir.path().join("step.h5");
+    let mut file = Hdf5Builder::new();
+    for (name, st) in [("data", &scan.data), ("data_white", &scan.flats)] {
+        let shape = st.shape.map(|n| n as u64);
+        let d = DatasetBuilder::typed_data(format!("exchange/{name}"), shape, &st.values);
+        file = file.dataset(d.unwrap());
+    }
+    for (name, value) in [("rotation_start", 10.0), ("rotation_step", 0.0)] {
+        let d = DatasetBuilder::typed_data(
+            format!("process/acquisition/rotation/{name}"),
+            [1],
+            &[value][..],
+        );
+        file = file.dataset(d.unwrap());
+    }
+    finish(&step, file);
+    let err = read_dxchange_with(&step, &deg).unwrap_err();
+    assert!(matches!(err, IoError::NoRotation { .. }), "{err:?}");
+    assert!(err.to_string().contains("rotation_step"), "{err}");
+
+    let list = dir.path().join("zeros.txt");
+    std::fs::write(&list, "0\n0\n0\n").unwrap();
+    let err = read_angle_list_in(&list, Some(AngleUnit::Degrees)).unwrap_err();
+    assert!(
+        matches!(err, InputError::Io(IoError::NoRotation { count: 3, .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("span no rotation"), "{err}");
 }
 
 /// `.npy` line integrals with a geometry file of any size, as the other inputs take: the scan

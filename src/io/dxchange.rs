@@ -302,7 +302,8 @@ pub const MIN_UNITLESS_SPAN_DEG: f64 = 7.0;
 /// one `stated` by the source (a `units` attribute), else `option` (`--theta-units`); the two
 /// must agree. Without either, they are degrees unless that is implausible: all within
 /// [-2 pi, 2 pi] (radians?) or spanning less than [`MIN_UNITLESS_SPAN_DEG`], which is refused
-/// with an error naming `--theta-units`.
+/// with an error naming `--theta-units`. Angles past float32's range in radians, or two or more
+/// all equal (no rotation), are refused in any unit.
 pub fn angles_in_radians(
     path: &Path,
     dataset: &str,
@@ -347,10 +348,32 @@ pub fn angles_in_radians(
             AngleUnit::Degrees
         }
     };
-    Ok(match unit {
-        AngleUnit::Degrees => values.into_iter().map(f64::to_radians).collect(),
-        AngleUnit::Radians => values,
-    })
+    let radians: Vec<f64> = match unit {
+        AngleUnit::Degrees => values.iter().map(|v| v.to_radians()).collect(),
+        AngleUnit::Radians => values.clone(),
+    };
+    // The operator turns the angles into float32 on the device: one past its range is no angle.
+    if let Some(index) = radians.iter().position(|r| !(*r as f32).is_finite()) {
+        return Err(IoError::AngleOutOfRange {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            index,
+            value: values[index],
+            unit,
+        });
+    }
+    // Projections all at one angle are one view repeated, whatever its unit: no rotation to
+    // reconstruct from.
+    if radians.len() > 1 && radians.iter().all(|r| *r == radians[0]) {
+        return Err(IoError::NoRotation {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            count: radians.len(),
+            value: values[0],
+            unit,
+        });
+    }
+    Ok(radians)
 }
 
 /// How to read a scan's angles.

@@ -166,6 +166,30 @@ pub enum IoError {
         min: f64,
         max: f64,
     },
+    /// An angle too large for the device's float32 once in radians.
+    #[error(
+        "{path}: {dataset} angle {index} is {value} {unit}, beyond the float32 range of the \
+         device's angles; expected the angles of a scan"
+    )]
+    AngleOutOfRange {
+        path: PathBuf,
+        dataset: String,
+        index: usize,
+        value: f64,
+        unit: AngleUnit,
+    },
+    /// Two or more projections, all at one angle: no rotation to reconstruct from.
+    #[error(
+        "{path}: {dataset} gives all {count} projections the angle {value} {unit}: they span no \
+         rotation; expected the angles of a scan"
+    )]
+    NoRotation {
+        path: PathBuf,
+        dataset: String,
+        count: usize,
+        value: f64,
+        unit: AngleUnit,
+    },
     /// The file states one angle unit and `--theta-units` another.
     #[error("{path}: {dataset} says its angles are in {stated} but --theta-units says {option}; drop --theta-units or fix the file's units attribute")]
     AngleUnitConflict {
