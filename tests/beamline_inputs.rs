@@ -73,29 +73,44 @@ fn finish(path: &Path, file: Hdf5Builder) {
 /// The scan as an NXtomo entry: a dark, the flats, then the projections, all in one stack, with
 /// `image_key` and the rotation angles in degrees.
 fn write_nxtomo(path: &Path, scan: &Scan, degrees: &[f64]) {
+    write_nxtomo_without(path, scan, degrees, "");
+}
+
+/// [`write_nxtomo`] without `missing`: the `flats` or `projections` (frames and keys), the
+/// `image_key` or the `rotation_angle` dataset ("" for none).
+fn write_nxtomo_without(path: &Path, scan: &Scan, degrees: &[f64], missing: &str) {
     let [n, h, w] = scan.data.shape;
-    let nflat = scan.flats.shape[0];
+    let nflat = if missing == "flats" {
+        0
+    } else {
+        scan.flats.shape[0]
+    };
+    let n = if missing == "projections" { 0 } else { n };
     let mut frames = scan.darks.values[..h * w].to_vec();
-    frames.extend_from_slice(&scan.flats.values);
-    frames.extend_from_slice(&scan.data.values);
+    frames.extend_from_slice(&scan.flats.values[..nflat * h * w]);
+    frames.extend_from_slice(&scan.data.values[..n * h * w]);
     let mut keys = vec![2i64];
     keys.extend(std::iter::repeat_n(1, nflat));
     keys.extend(std::iter::repeat_n(0, n));
     let mut angles = vec![0.0; 1 + nflat];
-    angles.extend_from_slice(degrees);
+    angles.extend_from_slice(&degrees[..n]);
     let total = (1 + nflat + n) as u64;
     let det = "entry/instrument/detector";
-    let file = Hdf5Builder::new()
-        .dataset(
-            DatasetBuilder::typed_data(format!("{det}/data"), [total, h as u64, w as u64], &frames)
-                .unwrap(),
-        )
-        .dataset(DatasetBuilder::typed_data(format!("{det}/image_key"), [total], &keys).unwrap())
-        .dataset(
-            DatasetBuilder::typed_data("entry/sample/rotation_angle", [total], &angles)
-                .unwrap()
+    let mut file = Hdf5Builder::new().dataset(
+        DatasetBuilder::typed_data(format!("{det}/data"), [total, h as u64, w as u64], &frames)
+            .unwrap(),
+    );
+    if missing != "image_key" {
+        let d = DatasetBuilder::typed_data(format!("{det}/image_key"), [total], &keys);
+        file = file.dataset(d.unwrap());
+    }
+    if missing != "rotation_angle" {
+        let d = DatasetBuilder::typed_data("entry/sample/rotation_angle", [total], &angles);
+        file = file.dataset(
+            d.unwrap()
                 .attribute(AttributeBuilder::fixed_string("units", "degree")),
         );
+    }
     finish(path, file);
 }
 
@@ -369,6 +384,35 @@ fn degenerate_angles_are_refused_naming_them() {
         "{err:?}"
     );
     assert!(err.to_string().contains("span no rotation"), "{err}");
+}
+
+/// An NXtomo file lacking its flats, its projections, `image_key` or `rotation_angle` is
+/// refused naming what is missing, not as a file without `/exchange/data`.
+#[test]
+fn an_nxtomo_scan_missing_a_part_is_refused_naming_it() {
+    let (_, scan) = simulated();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scan.nxs");
+    for (missing, named) in [
+        (
+            "flats",
+            "no frame has image key 1: the scan has no flat fields",
+        ),
+        (
+            "projections",
+            "no frame has image key 0: the scan has no projections",
+        ),
+        ("image_key", "/entry/instrument/detector/image_key"),
+        ("rotation_angle", "/entry/sample/rotation_angle"),
+    ] {
+        write_nxtomo_without(&path, scan, &degrees(scan), missing);
+        let err = match load_projections(&hdf5_input(&path, Some(30.0), None)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{missing}: read without it"),
+        };
+        assert!(err.contains(named), "{missing}: {err}");
+        assert!(!err.contains("/exchange/data"), "{missing}: {err}");
+    }
 }
 
 /// `.npy` line integrals with a geometry file of any size, as the other inputs take: the scan

@@ -37,7 +37,7 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, write_f32_npy, ComplexArray,
     Dtype, NpyReader,
 };
-pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength};
+pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength, NO_ENTRY as NXTOMO_NO_ENTRY};
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use pixel_size::{LengthUnit, PixelSize};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};

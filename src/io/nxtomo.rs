@@ -80,6 +80,11 @@ pub struct NxtomoReader {
     darks: Vec<usize>,
 }
 
+/// What [`NxtomoReader::open`] names as missing when the file holds no NXtomo entry at all (the
+/// one missing dataset that says the file is not NXtomo, rather than an NXtomo file lacking
+/// one of its datasets).
+pub const NO_ENTRY: &str = "an NXtomo entry (/<entry>/instrument/detector/data)";
+
 const ALIGNMENT: i64 = -1;
 const PROJECTION: i64 = 0;
 const FLAT: i64 = 1;
@@ -112,7 +117,7 @@ impl NxtomoReader {
             0 => {
                 return Err(IoError::MissingDataset {
                     path: path.to_path_buf(),
-                    dataset: "an NXtomo entry (/<entry>/instrument/detector/data)".into(),
+                    dataset: NO_ENTRY.into(),
                 })
             }
             _ => {
@@ -166,11 +171,15 @@ impl NxtomoReader {
                 }
             }
         }
-        for (what, frames) in [("projections", &projections), ("flat fields", &flats)] {
+        for (what, key, frames) in [
+            ("projections", PROJECTION, &projections),
+            ("flat fields", FLAT, &flats),
+        ] {
             if frames.is_empty() {
-                return Err(IoError::MissingDataset {
+                return Err(IoError::Hdf5 {
                     path: path.to_path_buf(),
-                    dataset: format!("{what} ({key_name} has none)"),
+                    dataset: key_name,
+                    reason: format!("no frame has image key {key}: the scan has no {what}"),
                 });
             }
         }
