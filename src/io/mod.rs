@@ -74,6 +74,12 @@ pub enum IoError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {reason}")]
     Read { path: PathBuf, reason: String },
+    /// A file read as a NumPy array does not start with `.npy`'s magic string.
+    #[error(
+        "{path} is not a NumPy .npy file{found} (it lacks the \\x93NUMPY magic string); this input \
+         takes an .npy array"
+    )]
+    NotNpy { path: PathBuf, found: &'static str },
     /// The file is not a valid file of the format its extension names.
     #[error("{path} is not a valid {} file: {reason}", format_name(path))]
     Corrupt { path: PathBuf, reason: String },
