@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
 use lamino::io::{
     read_dxchange, read_dxchange_with, read_tiff_volume, AngleUnit, IoError, Scan, ScanOptions,
-    Stack,
+    Stack, StatedLength,
 };
 use lamino::operator::Geometry;
 use lamino::recon::input::{
@@ -412,6 +412,32 @@ fn an_nxtomo_scan_missing_a_part_is_refused_naming_it() {
         };
         assert!(err.contains(named), "{missing}: {err}");
         assert!(!err.contains("/exchange/data"), "{missing}: {err}");
+    }
+}
+
+/// A pixel size no output can record consistently is refused on the command line, and an
+/// NXtomo `x_pixel_size` that is no pixel size is named, as DXchange metadata is (the scan's
+/// reader turns it into an input warning), whatever its sign.
+#[test]
+fn pixel_sizes_that_cannot_be_recorded_are_refused_naming_the_range() {
+    let (path, _) = simulated();
+    for size in ["1e300", "1e-300", "-1", "nan"] {
+        let option = format!("--pixel-size={size}");
+        let o = lamino(&["reconstruct", s(path), &option, "--out", "unused"]);
+        assert!(!o.status.success(), "{size}");
+        assert!(
+            stderr(&o).contains("expected 0.0001 to 10000 micrometres"),
+            "{size}: {}",
+            stderr(&o)
+        );
+    }
+    for (value, units) in [(-6.5e-6, "m"), (0.0, "m"), (f64::NAN, "m"), (1e300, "nm")] {
+        let stated = StatedLength {
+            value,
+            units: Some(units.into()),
+        };
+        let e = stated.micrometers().unwrap_err();
+        assert!(e.contains("a pixel size of"), "{value} {units}: {e}");
     }
 }
 

@@ -38,17 +38,25 @@ pub struct StatedLength {
 }
 
 impl StatedLength {
-    /// The length in micrometres (the unit every output records), or `None` when the file states
-    /// no unit or one that is not a length: NeXus writes SI (`m`) unless the attribute says
-    /// otherwise, but a missing attribute is not guessed.
-    pub fn micrometers(&self) -> Option<PixelSize> {
-        let per_unit = match self.units.as_deref()?.trim() {
-            "m" | "meter" | "metre" | "meters" | "metres" => 1e6,
-            "mm" | "millimeter" | "millimetre" | "millimeters" | "millimetres" => 1e3,
-            "um" | "µm" | "μm" | "micrometer" | "micrometre" | "micrometers" | "micrometres"
-            | "micron" | "microns" => 1.0,
-            "nm" | "nanometer" | "nanometre" | "nanometers" | "nanometres" => 1e-3,
-            _ => return None,
+    /// The length in micrometres (the unit every output records), or why it is none: the file
+    /// states no unit or one that is not a length (NeXus writes SI (`m`) unless the attribute
+    /// says otherwise, but a missing attribute is not guessed), or the length is no pixel size
+    /// ([`PixelSize::micrometers`]: negative, zero, not finite, out of range).
+    pub fn micrometers(&self) -> Result<PixelSize, String> {
+        let per_unit = match self.units.as_deref().map(str::trim) {
+            Some("m" | "meter" | "metre" | "meters" | "metres") => 1e6,
+            Some("mm" | "millimeter" | "millimetre" | "millimeters" | "millimetres") => 1e3,
+            Some(
+                "um" | "µm" | "μm" | "micrometer" | "micrometre" | "micrometers" | "micrometres"
+                | "micron" | "microns",
+            ) => 1.0,
+            Some("nm" | "nanometer" | "nanometre" | "nanometers" | "nanometres") => 1e-3,
+            units => {
+                return Err(format!(
+                    "the pixel size {} has no length unit lamino knows (units = {units:?})",
+                    self.value
+                ))
+            }
         };
         PixelSize::micrometers(self.value * per_unit)
     }
@@ -240,13 +248,8 @@ impl NxtomoReader {
                     expected: "one value (the pixel size)".into(),
                 });
             };
-            if !(value.is_finite() && value > 0.0) {
-                return Err(IoError::Hdf5 {
-                    path: path.to_path_buf(),
-                    dataset: name,
-                    reason: format!("the pixel size is {value}; expected a positive length"),
-                });
-            }
+            // Any value: one that is no pixel size only leaves the outputs uncalibrated, with a
+            // warning ([`StatedLength::micrometers`]), as DXchange metadata does.
             let units = file.string_attr(&d, "units")?;
             Ok(Some(StatedLength { value, units }))
         };

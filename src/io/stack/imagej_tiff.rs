@@ -28,13 +28,16 @@ pub(super) struct ImagejTiff {
     pub(super) directories: Vec<u8>,
 }
 
-/// `x` as a TIFF rational: six significant decimals within `u32`.
+/// `x` as a TIFF rational, the denominator as large as `u32` allows: within 2e-6 of `x` for the
+/// resolutions of every [`PixelSize`] (1e-4 to 1e4 pixels per micrometre).
 fn rational(x: f64) -> [u32; 2] {
-    let d = (1e6 / x.max(1e-9)).min(1e6).round().max(1.0);
-    [
-        (x * d).round().clamp(1.0, f64::from(u32::MAX)) as u32,
-        d as u32,
-    ]
+    let max = f64::from(u32::MAX);
+    let d = if x <= 1.0 {
+        max
+    } else {
+        (max / x).floor().max(1.0)
+    };
+    [(x * d).round().clamp(1.0, max) as u32, d as u32]
 }
 
 /// The ImageJ description of a float32 stack of `count` slices with voxels of `voxel_size`
@@ -191,6 +194,7 @@ mod tests {
     use tiff::decoder::Decoder;
     use tiff::tags::Tag;
 
+    use super::super::super::PixelSize;
     use super::super::{Pixels, StackReader, StackWriter};
 
     /// Every page's strips, in file order, are one unbroken block from the first strip on (what
@@ -254,6 +258,21 @@ mod tests {
                 };
                 assert!(got == image(i), "{path:?} page {i}");
             }
+        }
+    }
+
+    /// The resolution tags give every pixel size lamino takes within 2e-6 (`1/size` pixels per
+    /// micrometre), where six decimals of a `u32` numerator gave 5 significant digits at 10 um.
+    #[test]
+    fn the_resolution_holds_every_pixel_size_within_2e_6() {
+        let mut size = PixelSize::MIN_MICROMETERS;
+        while size <= PixelSize::MAX_MICROMETERS {
+            for s in [size, size * 1.2345678, 0.65] {
+                let [n, d] = super::rational(1.0 / s);
+                let error = (f64::from(n) / f64::from(d) * s - 1.0).abs();
+                assert!(error <= 2e-6, "{s}: {n}/{d}, error {error}");
+            }
+            size *= 10.0;
         }
     }
 
