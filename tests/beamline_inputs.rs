@@ -12,7 +12,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
-use lamino::io::{read_dxchange, read_tiff_volume, AngleUnit, IoError, Scan, Stack};
+use lamino::io::{
+    read_dxchange, read_dxchange_with, read_tiff_volume, AngleUnit, IoError, Scan, ScanOptions,
+    Stack, StatedLength,
+};
 use lamino::operator::Geometry;
 use lamino::recon::input::{
     input_geometry, load_projections, read_angle_list_in, InputError, LoadOptions, ProjectionInput,
@@ -70,29 +73,44 @@ fn finish(path: &Path, file: Hdf5Builder) {
 /// The scan as an NXtomo entry: a dark, the flats, then the projections, all in one stack, with
 /// `image_key` and the rotation angles in degrees.
 fn write_nxtomo(path: &Path, scan: &Scan, degrees: &[f64]) {
+    write_nxtomo_without(path, scan, degrees, "");
+}
+
+/// [`write_nxtomo`] without `missing`: the `flats` or `projections` (frames and keys), the
+/// `image_key` or the `rotation_angle` dataset ("" for none).
+fn write_nxtomo_without(path: &Path, scan: &Scan, degrees: &[f64], missing: &str) {
     let [n, h, w] = scan.data.shape;
-    let nflat = scan.flats.shape[0];
+    let nflat = if missing == "flats" {
+        0
+    } else {
+        scan.flats.shape[0]
+    };
+    let n = if missing == "projections" { 0 } else { n };
     let mut frames = scan.darks.values[..h * w].to_vec();
-    frames.extend_from_slice(&scan.flats.values);
-    frames.extend_from_slice(&scan.data.values);
+    frames.extend_from_slice(&scan.flats.values[..nflat * h * w]);
+    frames.extend_from_slice(&scan.data.values[..n * h * w]);
     let mut keys = vec![2i64];
     keys.extend(std::iter::repeat_n(1, nflat));
     keys.extend(std::iter::repeat_n(0, n));
     let mut angles = vec![0.0; 1 + nflat];
-    angles.extend_from_slice(degrees);
+    angles.extend_from_slice(&degrees[..n]);
     let total = (1 + nflat + n) as u64;
     let det = "entry/instrument/detector";
-    let file = Hdf5Builder::new()
-        .dataset(
-            DatasetBuilder::typed_data(format!("{det}/data"), [total, h as u64, w as u64], &frames)
-                .unwrap(),
-        )
-        .dataset(DatasetBuilder::typed_data(format!("{det}/image_key"), [total], &keys).unwrap())
-        .dataset(
-            DatasetBuilder::typed_data("entry/sample/rotation_angle", [total], &angles)
-                .unwrap()
+    let mut file = Hdf5Builder::new().dataset(
+        DatasetBuilder::typed_data(format!("{det}/data"), [total, h as u64, w as u64], &frames)
+            .unwrap(),
+    );
+    if missing != "image_key" {
+        let d = DatasetBuilder::typed_data(format!("{det}/image_key"), [total], &keys);
+        file = file.dataset(d.unwrap());
+    }
+    if missing != "rotation_angle" {
+        let d = DatasetBuilder::typed_data("entry/sample/rotation_angle", [total], &angles);
+        file = file.dataset(
+            d.unwrap()
                 .attribute(AttributeBuilder::fixed_string("units", "degree")),
         );
+    }
     finish(path, file);
 }
 
@@ -311,6 +329,116 @@ fn angle_lists_follow_the_unit_rules() {
         read("# none\n", None),
         Err(InputError::Angles { .. })
     ));
+}
+
+/// Angles that span no rotation or are no angles at all are refused in any unit, naming where
+/// they come from: `/exchange/theta` all 0 degrees or all 1e300 degrees, `rotation_step` 0 with
+/// `--theta-units deg`, a list of zeros.
+#[test]
+fn degenerate_angles_are_refused_naming_them() {
+    let (_, scan) = simulated();
+    let dir = tempfile::tempdir().unwrap();
+    let n = scan.data.shape[0];
+    let path = dir.path().join("theta.h5");
+    let deg = ScanOptions {
+        theta_units: Some(AngleUnit::Degrees),
+        ..ScanOptions::default()
+    };
+    for (theta, units) in [(0.0, Some("deg")), (0.0, None), (1e300, Some("degree"))] {
+        write_variant(&path, scan, &vec![theta; n], units, true);
+        let err = read_dxchange_with(&path, &deg).unwrap_err();
+        let expected = match theta {
+            0.0 => matches!(err, IoError::NoRotation { count, .. } if count == n),
+            _ => matches!(err, IoError::AngleOutOfRange { index: 0, .. }),
+        };
+        assert!(expected, "{theta} {units:?}: {err:?}");
+        assert!(err.to_string().contains("/exchange/theta"), "{err}");
+    }
+
+    // rotation_start + i * rotation_step with a step of 0.
+    let step = dir.path().join("step.h5");
+    let mut file = Hdf5Builder::new();
+    for (name, st) in [("data", &scan.data), ("data_white", &scan.flats)] {
+        let shape = st.shape.map(|n| n as u64);
+        let d = DatasetBuilder::typed_data(format!("exchange/{name}"), shape, &st.values);
+        file = file.dataset(d.unwrap());
+    }
+    for (name, value) in [("rotation_start", 10.0), ("rotation_step", 0.0)] {
+        let d = DatasetBuilder::typed_data(
+            format!("process/acquisition/rotation/{name}"),
+            [1],
+            &[value][..],
+        );
+        file = file.dataset(d.unwrap());
+    }
+    finish(&step, file);
+    let err = read_dxchange_with(&step, &deg).unwrap_err();
+    assert!(matches!(err, IoError::NoRotation { .. }), "{err:?}");
+    assert!(err.to_string().contains("rotation_step"), "{err}");
+
+    let list = dir.path().join("zeros.txt");
+    std::fs::write(&list, "0\n0\n0\n").unwrap();
+    let err = read_angle_list_in(&list, Some(AngleUnit::Degrees)).unwrap_err();
+    assert!(
+        matches!(err, InputError::Io(IoError::NoRotation { count: 3, .. })),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("span no rotation"), "{err}");
+}
+
+/// An NXtomo file lacking its flats, its projections, `image_key` or `rotation_angle` is
+/// refused naming what is missing, not as a file without `/exchange/data`.
+#[test]
+fn an_nxtomo_scan_missing_a_part_is_refused_naming_it() {
+    let (_, scan) = simulated();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("scan.nxs");
+    for (missing, named) in [
+        (
+            "flats",
+            "no frame has image key 1: the scan has no flat fields",
+        ),
+        (
+            "projections",
+            "no frame has image key 0: the scan has no projections",
+        ),
+        ("image_key", "/entry/instrument/detector/image_key"),
+        ("rotation_angle", "/entry/sample/rotation_angle"),
+    ] {
+        write_nxtomo_without(&path, scan, &degrees(scan), missing);
+        let err = match load_projections(&hdf5_input(&path, Some(30.0), None)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{missing}: read without it"),
+        };
+        assert!(err.contains(named), "{missing}: {err}");
+        assert!(!err.contains("/exchange/data"), "{missing}: {err}");
+    }
+}
+
+/// A pixel size no output can record consistently is refused on the command line, and an
+/// NXtomo `x_pixel_size` that is no pixel size is named, as DXchange metadata is (the scan's
+/// reader turns it into an input warning), whatever its sign.
+#[test]
+fn pixel_sizes_that_cannot_be_recorded_are_refused_naming_the_range() {
+    let (path, _) = simulated();
+    for size in ["1e300", "1e-300", "-1", "nan"] {
+        let option = format!("--pixel-size={size}");
+        let o = lamino(&["reconstruct", s(path), &option, "--out", "unused"]);
+        assert!(!o.status.success(), "{size}");
+        assert!(
+            stderr(&o).contains("expected 0.0001 to 10000 micrometres"),
+            "{size}: {}",
+            stderr(&o)
+        );
+    }
+    for (value, units) in [(-6.5e-6, "m"), (0.0, "m"), (f64::NAN, "m"), (1e300, "nm")] {
+        let stated = StatedLength {
+            value,
+            units: Some(units.into()),
+        };
+        let e = stated.micrometers().unwrap_err();
+        assert!(e.contains("a pixel size of"), "{value} {units}: {e}");
+    }
 }
 
 /// `.npy` line integrals with a geometry file of any size, as the other inputs take: the scan

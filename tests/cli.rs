@@ -162,6 +162,20 @@ fn bad_input_exits_non_zero_with_a_clear_message() {
     let corrupt = dir.path().join("corrupt.npy");
     std::fs::write(&corrupt, b"\x93NUMPY\x01\x00garbage").unwrap();
     fft_fails(&corrupt, "not a valid .npy");
+    // A TIFF stack given for the array: named as what it is, not as a damaged TIFF.
+    let tif = dir.path().join("stack.tif");
+    lamino::io::write_tiff_volume(
+        &tif,
+        &lamino::io::Stack {
+            shape: [2, 3, 4],
+            values: vec![1.0; 24],
+        },
+    )
+    .unwrap();
+    fft_fails(&tif, "is not a NumPy .npy file but a TIFF file");
+    let h5 = dir.path().join("scan.npy");
+    std::fs::write(&h5, b"\x89HDF\r\n\x1a\n\0\0\0\0\0\0\0\0").unwrap();
+    fft_fails(&h5, "is not a NumPy .npy file but an HDF5 file");
     let good = dir.path().join("good.npy");
     ndarray::Array2::<f32>::zeros((2, 2))
         .write_npy(std::fs::File::create(&good).unwrap())

@@ -225,10 +225,7 @@ fn binning_is_an_exponent_and_tomocupy_aliases_reach_the_run() {
     assert!(err.contains("binning 2 = 4 x 4 pixels"), "{err}");
     // The parameter echo: names and values, the changed ones with their default.
     assert!(err.contains("solver parameters:"), "{err}");
-    assert!(
-        err.contains("--alpha       0.002   (default: 5)"),
-        "{err}"
-    );
+    assert!(err.contains("--alpha       0.002   (default: 5)"), "{err}");
     assert!(err.contains("after exactly 1 iterations"), "{err}");
     assert!(
         err.contains("penalty rule  residual balancing alone (--no-penalty-from-gradient)   (default: residual balancing; after 10 iterations 0.85 sqrt(w / rms |grad u|))"),

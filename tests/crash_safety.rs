@@ -284,10 +284,15 @@ fn runs_killed_at_seeded_moments_resume_to_the_uninterrupted_bits() {
         .output()
         .unwrap();
         assert!(!o.status.success(), "the fault was not injected");
-        assert!(out.join("checkpoint.partial").exists());
+        let partial = out.join("checkpoint.ckpt.partial");
+        assert!(partial.exists());
         assert!(out.join("checkpoint.ckpt").exists());
         assert!(!out.join("recon.tif").exists());
         finish(&input, &out);
+        assert!(
+            !partial.exists(),
+            "the resumed run removes the half-written checkpoint"
+        );
         assert!(
             recon_tif(&out) == recon_tif(&reference),
             "abort in checkpoint write {n}"

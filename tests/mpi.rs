@@ -462,7 +462,7 @@ fn a_rank_killed_while_writing_its_part_leaves_the_previous_checkpoint() {
     assert!(
         files
             .iter()
-            .any(|f| f.starts_with("checkpoint.ckpt.2-") && f.ends_with(".r1.partial")),
+            .any(|f| f.starts_with("checkpoint.ckpt.2-") && f.ends_with(".r1.part.partial")),
         "rank 1 was stopped inside its part: {files:?}"
     );
     // The first checkpoint is whole: one process resumes it to the uninterrupted result.

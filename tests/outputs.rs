@@ -251,7 +251,7 @@ fn reconstruct_writes_the_voxel_size_into_every_output() {
 
     // recon.zarr: one level (16^3 is below the pyramid's floor), scaled in micrometres.
     let meta = ome(&out.join("recon.zarr"));
-    assert!(meta == ome_metadata("recon", 1, PixelSize::micrometers(voxel)));
+    assert!(meta == ome_metadata("recon", 1, PixelSize::micrometers(voxel).ok()));
 
     // Without a pixel size the outputs say the voxels are uncalibrated, and only the formats
     // asked for are written (the previous run's recon.tif and recon.zarr are removed).

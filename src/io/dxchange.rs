@@ -303,7 +303,8 @@ pub const MIN_UNITLESS_SPAN_DEG: f64 = 7.0;
 /// must agree. Without either, they are degrees unless that is implausible: all within
 /// [-2 pi, 2 pi] (radians?) or spanning less than [`MIN_UNITLESS_SPAN_DEG`], which is refused
 /// with an error naming `--theta-units`. Radians that cannot be radians are refused
-/// ([`check_radians`]).
+/// ([`check_radians`]); angles past float32's range in radians, or two or more all equal (no
+/// rotation), are refused in any unit.
 pub fn angles_in_radians(
     path: &Path,
     dataset: &str,
@@ -355,10 +356,32 @@ pub fn angles_in_radians(
             source,
         })?;
     }
-    Ok(match unit {
-        AngleUnit::Degrees => values.into_iter().map(f64::to_radians).collect(),
-        AngleUnit::Radians => values,
-    })
+    let radians: Vec<f64> = match unit {
+        AngleUnit::Degrees => values.iter().map(|v| v.to_radians()).collect(),
+        AngleUnit::Radians => values.clone(),
+    };
+    // The operator turns the angles into float32 on the device: one past its range is no angle.
+    if let Some(index) = radians.iter().position(|r| !(*r as f32).is_finite()) {
+        return Err(IoError::AngleOutOfRange {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            index,
+            value: values[index],
+            unit,
+        });
+    }
+    // Projections all at one angle are one view repeated, whatever its unit: no rotation to
+    // reconstruct from.
+    if radians.len() > 1 && radians.iter().all(|r| *r == radians[0]) {
+        return Err(IoError::NoRotation {
+            path: path.to_path_buf(),
+            dataset: dataset.to_string(),
+            count: radians.len(),
+            value: values[0],
+            unit,
+        });
+    }
+    Ok(radians)
 }
 
 /// Angles given as radians that cannot be: they span more than a turn and a step.
@@ -796,34 +819,55 @@ pub const CAMERA_PIXEL_SIZE_PATH: &str = "/measurement/instrument/detector/pixel
 pub const MAGNIFICATION_PATH: &str =
     "/measurement/instrument/detection_system/objective/magnification";
 
-/// The effective pixel size `path` records ([`PIXEL_SIZE_PATHS`], else [`CAMERA_PIXEL_SIZE_PATH`]
-/// over [`MAGNIFICATION_PATH`]) and where it was read from; `None` when no such metadata holds a
-/// positive finite value (beamline software writes 0 for "not set").
+/// The effective pixel size `path` records and where it was read from: the first of
+/// [`PIXEL_SIZE_PATHS`], else [`CAMERA_PIXEL_SIZE_PATH`] over [`MAGNIFICATION_PATH`], that holds a
+/// value other than 0 (beamline software's "not set"); `None` when none does. That value decides:
+/// one that is no pixel size (negative, NaN, infinite, out of [`PixelSize::micrometers`]'s range,
+/// or a magnification that is not positive) is an error naming its dataset, which the scan's
+/// reader turns into an input warning (the outputs are left uncalibrated), as for NXtomo.
 pub fn read_pixel_size(path: &Path) -> Result<Option<(PixelSize, String)>, IoError> {
     let file = H5File::open(path)?;
-    // The first value of a scalar or one-element metadata dataset, if present.
+    // The first value of a scalar or one-element metadata dataset, if present and set.
     let value = |name: &str| -> Result<Option<f64>, IoError> {
         match file.dataset(name)? {
-            Some(d) => Ok(file.read_all_f64(&d)?.first().copied()),
+            Some(d) => Ok(file
+                .read_all_f64(&d)?
+                .first()
+                .copied()
+                .filter(|v| *v != 0.0)),
             None => Ok(None),
         }
     };
+    let unusable = |dataset: &str, reason: String| IoError::Hdf5 {
+        path: path.to_path_buf(),
+        dataset: dataset.to_string(),
+        reason,
+    };
     for name in PIXEL_SIZE_PATHS {
-        if let Some(size) = value(name)?.and_then(PixelSize::micrometers) {
-            return Ok(Some((size, name.to_string())));
+        if let Some(v) = value(name)? {
+            return match PixelSize::micrometers(v) {
+                Ok(size) => Ok(Some((size, name.to_string()))),
+                Err(reason) => Err(unusable(name, reason)),
+            };
         }
     }
-    let camera = value(CAMERA_PIXEL_SIZE_PATH)?;
-    let magnification = value(MAGNIFICATION_PATH)?;
-    Ok(match (camera, magnification) {
-        (Some(pixel), Some(m)) if m > 0.0 => PixelSize::micrometers(pixel / m).map(|size| {
-            (
-                size,
-                format!("{CAMERA_PIXEL_SIZE_PATH} / {MAGNIFICATION_PATH}"),
-            )
-        }),
-        _ => None,
-    })
+    let Some(pixel) = value(CAMERA_PIXEL_SIZE_PATH)? else {
+        return Ok(None);
+    };
+    let from = format!("{CAMERA_PIXEL_SIZE_PATH} / {MAGNIFICATION_PATH}");
+    match file.dataset(MAGNIFICATION_PATH)? {
+        None => Ok(None),
+        Some(d) => match file.read_all_f64(&d)?.first().copied() {
+            Some(m) if m.is_finite() && m > 0.0 => match PixelSize::micrometers(pixel / m) {
+                Ok(size) => Ok(Some((size, from))),
+                Err(reason) => Err(unusable(&from, reason)),
+            },
+            m => Err(unusable(
+                MAGNIFICATION_PATH,
+                format!("the magnification is {m:?}; expected a positive number"),
+            )),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -861,5 +905,45 @@ mod pixel_size_tests {
             "{size} {from}"
         );
         assert!(read(&[("/exchange/other", 1.0)]).is_none());
+    }
+
+    /// One rule for a recorded pixel size that is no pixel size, as for NXtomo's: the first place
+    /// holding a value other than 0 decides, and a value that cannot be used is an error naming
+    /// its dataset (an input warning), never dropped in silence for the next place's.
+    #[test]
+    fn a_recorded_pixel_size_that_is_none_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |datasets: &[(&str, f64)]| {
+            read_pixel_size(&metadata_file(dir.path(), datasets)).map(|v| v.map(|(s, _)| s.value))
+        };
+        let [resolution, actual] = PIXEL_SIZE_PATHS;
+        for bad in [-0.65, f64::NAN, f64::INFINITY, 1e300, 1e-300] {
+            let e = read(&[(resolution, bad), (actual, 1.3)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(resolution) && e.contains("pixel size of"),
+                "{bad}: {e}"
+            );
+        }
+        for m in [0.0, -10.0, f64::NAN] {
+            let e = read(&[(CAMERA_PIXEL_SIZE_PATH, 6.5), (MAGNIFICATION_PATH, m)])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(MAGNIFICATION_PATH) && e.contains("magnification"),
+                "{m}: {e}"
+            );
+        }
+        let e = read(&[(CAMERA_PIXEL_SIZE_PATH, -6.5), (MAGNIFICATION_PATH, 10.0)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(CAMERA_PIXEL_SIZE_PATH), "{e}");
+        // No camera pixel (or 0): nothing recorded, whatever the magnification.
+        assert!(
+            read(&[(CAMERA_PIXEL_SIZE_PATH, 0.0), (MAGNIFICATION_PATH, 0.0)])
+                .unwrap()
+                .is_none()
+        );
     }
 }

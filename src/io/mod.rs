@@ -37,7 +37,7 @@ pub use npy::{
     f32_npy_header, read_complex_npy, read_f32_npy, write_complex_npy, write_f32_npy, ComplexArray,
     Dtype, NpyReader,
 };
-pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength};
+pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength, NO_ENTRY as NXTOMO_NO_ENTRY};
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use pixel_size::{LengthUnit, PixelSize};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
@@ -74,6 +74,12 @@ pub enum IoError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {reason}")]
     Read { path: PathBuf, reason: String },
+    /// A file read as a NumPy array does not start with `.npy`'s magic string.
+    #[error(
+        "{path} is not a NumPy .npy file{found} (it lacks the \\x93NUMPY magic string); this input \
+         takes an .npy array"
+    )]
+    NotNpy { path: PathBuf, found: &'static str },
     /// The file is not a valid file of the format its extension names.
     #[error("{path} is not a valid {} file: {reason}", format_name(path))]
     Corrupt { path: PathBuf, reason: String },
@@ -165,6 +171,30 @@ pub enum IoError {
         dataset: String,
         min: f64,
         max: f64,
+    },
+    /// An angle too large for the device's float32 once in radians.
+    #[error(
+        "{path}: {dataset} angle {index} is {value} {unit}, beyond the float32 range of the \
+         device's angles; expected the angles of a scan"
+    )]
+    AngleOutOfRange {
+        path: PathBuf,
+        dataset: String,
+        index: usize,
+        value: f64,
+        unit: AngleUnit,
+    },
+    /// Two or more projections, all at one angle: no rotation to reconstruct from.
+    #[error(
+        "{path}: {dataset} gives all {count} projections the angle {value} {unit}: they span no \
+         rotation; expected the angles of a scan"
+    )]
+    NoRotation {
+        path: PathBuf,
+        dataset: String,
+        count: usize,
+        value: f64,
+        unit: AngleUnit,
     },
     /// The file states one angle unit and `--theta-units` another.
     #[error("{path}: {dataset} says its angles are in {stated} but --theta-units says {option}; drop --theta-units or fix the file's units attribute")]

@@ -116,7 +116,17 @@ impl NpyReader {
             None => return Err(corrupt(path, "shorter than an .npy header")),
         };
         if &prefix[..6] != b"\x93NUMPY" {
-            return Err(corrupt(path, "missing the \\x93NUMPY magic string"));
+            // Whatever the name says: `apply --input stack.tif` is a TIFF given where an array
+            // is read, not a damaged TIFF.
+            let found = match &prefix[..4] {
+                b"II*\0" | b"MM\0*" | b"II+\0" | b"MM\0+" => " but a TIFF file",
+                b"\x89HDF" => " but an HDF5 file",
+                _ => "",
+            };
+            return Err(IoError::NotNpy {
+                path: path.into(),
+                found,
+            });
         }
         let header_len = match prefix_len {
             10 => u64::from(u16::from_le_bytes([prefix[8], prefix[9]])),

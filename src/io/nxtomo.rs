@@ -38,17 +38,25 @@ pub struct StatedLength {
 }
 
 impl StatedLength {
-    /// The length in micrometres (the unit every output records), or `None` when the file states
-    /// no unit or one that is not a length: NeXus writes SI (`m`) unless the attribute says
-    /// otherwise, but a missing attribute is not guessed.
-    pub fn micrometers(&self) -> Option<PixelSize> {
-        let per_unit = match self.units.as_deref()?.trim() {
-            "m" | "meter" | "metre" | "meters" | "metres" => 1e6,
-            "mm" | "millimeter" | "millimetre" | "millimeters" | "millimetres" => 1e3,
-            "um" | "µm" | "μm" | "micrometer" | "micrometre" | "micrometers" | "micrometres"
-            | "micron" | "microns" => 1.0,
-            "nm" | "nanometer" | "nanometre" | "nanometers" | "nanometres" => 1e-3,
-            _ => return None,
+    /// The length in micrometres (the unit every output records), or why it is none: the file
+    /// states no unit or one that is not a length (NeXus writes SI (`m`) unless the attribute
+    /// says otherwise, but a missing attribute is not guessed), or the length is no pixel size
+    /// ([`PixelSize::micrometers`]: negative, zero, not finite, out of range).
+    pub fn micrometers(&self) -> Result<PixelSize, String> {
+        let per_unit = match self.units.as_deref().map(str::trim) {
+            Some("m" | "meter" | "metre" | "meters" | "metres") => 1e6,
+            Some("mm" | "millimeter" | "millimetre" | "millimeters" | "millimetres") => 1e3,
+            Some(
+                "um" | "µm" | "μm" | "micrometer" | "micrometre" | "micrometers" | "micrometres"
+                | "micron" | "microns",
+            ) => 1.0,
+            Some("nm" | "nanometer" | "nanometre" | "nanometers" | "nanometres") => 1e-3,
+            units => {
+                return Err(format!(
+                    "the pixel size {} has no length unit lamino knows (units = {units:?})",
+                    self.value
+                ))
+            }
         };
         PixelSize::micrometers(self.value * per_unit)
     }
@@ -79,6 +87,11 @@ pub struct NxtomoReader {
     flats: Vec<usize>,
     darks: Vec<usize>,
 }
+
+/// What [`NxtomoReader::open`] names as missing when the file holds no NXtomo entry at all (the
+/// one missing dataset that says the file is not NXtomo, rather than an NXtomo file lacking
+/// one of its datasets).
+pub const NO_ENTRY: &str = "an NXtomo entry (/<entry>/instrument/detector/data)";
 
 const ALIGNMENT: i64 = -1;
 const PROJECTION: i64 = 0;
@@ -112,7 +125,7 @@ impl NxtomoReader {
             0 => {
                 return Err(IoError::MissingDataset {
                     path: path.to_path_buf(),
-                    dataset: "an NXtomo entry (/<entry>/instrument/detector/data)".into(),
+                    dataset: NO_ENTRY.into(),
                 })
             }
             _ => {
@@ -166,11 +179,15 @@ impl NxtomoReader {
                 }
             }
         }
-        for (what, frames) in [("projections", &projections), ("flat fields", &flats)] {
+        for (what, key, frames) in [
+            ("projections", PROJECTION, &projections),
+            ("flat fields", FLAT, &flats),
+        ] {
             if frames.is_empty() {
-                return Err(IoError::MissingDataset {
+                return Err(IoError::Hdf5 {
                     path: path.to_path_buf(),
-                    dataset: format!("{what} ({key_name} has none)"),
+                    dataset: key_name,
+                    reason: format!("no frame has image key {key}: the scan has no {what}"),
                 });
             }
         }
@@ -231,13 +248,8 @@ impl NxtomoReader {
                     expected: "one value (the pixel size)".into(),
                 });
             };
-            if !(value.is_finite() && value > 0.0) {
-                return Err(IoError::Hdf5 {
-                    path: path.to_path_buf(),
-                    dataset: name,
-                    reason: format!("the pixel size is {value}; expected a positive length"),
-                });
-            }
+            // Any value: one that is no pixel size only leaves the outputs uncalibrated, with a
+            // warning ([`StatedLength::micrometers`]), as DXchange metadata does.
             let units = file.string_attr(&d, "units")?;
             Ok(Some(StatedLength { value, units }))
         };

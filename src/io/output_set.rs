@@ -14,10 +14,13 @@
 //! it); the next set begun in the same directory removes the staging directories of processes
 //! that no longer exist (Linux: no `/proc/<pid>`) and leaves the others alone.
 //!
-//! A set of a *kind* (`OutputSet::begin(dir, "reconstruct")`) owns the names it wrote: they are
-//! listed in `DIR/.lamino-<kind>.outputs`, and the next set of that kind removes those it does
-//! not write again (a `convergence.png` of an earlier run must not sit beside the outputs of a
-//! run without one). A set of one user-named file ([`OutputSet::file`]) owns only that name.
+//! A set of a *kind* (`OutputSet::begin(dir, "reconstruct")`) owns the files it wrote: they are
+//! listed in `DIR/.lamino-<kind>.outputs`, each with a digest of its content, and the next set of
+//! that kind removes those it does not write again (a `convergence.png` of an earlier run must
+//! not sit beside the outputs of a run without one), but only where the file still has the
+//! content recorded: a name alone (a line `notes.txt` added to the list, a file the user has
+//! since replaced) never removes anything. A set of one user-named file ([`OutputSet::file`])
+//! owns only that name.
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -209,20 +212,34 @@ impl OutputSet {
         Ok(self.staging.join(name))
     }
 
-    /// The names the previous set of this kind recorded (none for a set without a kind, or
-    /// when no set of this kind was committed here).
-    fn previous_members(&self) -> Vec<String> {
+    /// The names the previous set of this kind recorded, with their digests (none for a set
+    /// without a kind, or when no set of this kind was committed here). A line that is not
+    /// `DIGEST NAME` of a plain name is no member.
+    fn previous_members(&self) -> Vec<(String, u64)> {
         let Some(manifest) = &self.manifest else {
             return Vec::new();
         };
         std::fs::read_to_string(manifest)
             .map(|text| {
                 text.lines()
-                    .filter(|l| Path::new(l).file_name().and_then(|n| n.to_str()) == Some(l))
-                    .map(String::from)
+                    .filter_map(|l| {
+                        let (digest, name) = l.split_once(' ')?;
+                        let plain = Path::new(name).file_name().and_then(|n| n.to_str());
+                        (plain == Some(name) && digest.len() == 16).then(|| {
+                            Some((name.to_string(), u64::from_str_radix(digest, 16).ok()?))
+                        })?
+                    })
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Whether `name` in the output directory is the member of the previous set that the
+    /// manifest records: the name listed and the content of its digest.
+    fn is_previous_member(previous: &[(String, u64)], path: &Path, name: &str) -> bool {
+        previous
+            .iter()
+            .any(|(n, d)| n == name && digest(path).is_ok_and(|now| now == *d))
     }
 
     /// Refuses, before anything is written, to run when one of `inputs` is one of `outputs`
@@ -245,7 +262,7 @@ impl OutputSet {
         let names = outputs
             .iter()
             .copied()
-            .chain(previous.iter().map(String::as_str));
+            .chain(previous.iter().map(|(name, _)| name.as_str()));
         for name in names {
             let output = self.final_path(name);
             if let Some(input) = inputs.iter().find(|i| same_file(i, &output)) {
@@ -286,17 +303,22 @@ impl OutputSet {
     /// (and says so).
     pub fn commit(mut self) -> Result<Vec<PathBuf>, IoError> {
         let previous = self.previous_members();
+        let mut digests = Vec::with_capacity(self.members.len());
         for name in &self.members {
             let staged = self.staging.join(name);
-            if let Err(e) = sync_tree(&staged) {
-                let reason = write_error(&self.final_path(name), "flushing it to disk", e);
-                return Err(self.abandon(reason));
+            match sync_tree(&staged).and_then(|()| digest(&staged)) {
+                Ok(d) => digests.push(d),
+                Err(e) => {
+                    let reason = write_error(&self.final_path(name), "flushing it to disk", e);
+                    return Err(self.abandon(reason));
+                }
             }
             let path = self.final_path(name);
             // A directory output (OME-Zarr) replaces the one a previous run wrote; any other
             // directory is the user's.
-            let replaceable =
-                staged.is_dir() && (previous.contains(name) || path.join(ZARR_METADATA).is_file());
+            let replaceable = staged.is_dir()
+                && (Self::is_previous_member(&previous, &path, name)
+                    || path.join(ZARR_METADATA).is_file());
             if path.is_dir() && !replaceable {
                 let reason = write_error(
                     &path,
@@ -309,7 +331,12 @@ impl OutputSet {
         let manifest = match &self.manifest {
             Some(path) => {
                 let staged = self.staging.join(".manifest");
-                let text: String = self.members.iter().map(|m| format!("{m}\n")).collect();
+                let text: String = self
+                    .members
+                    .iter()
+                    .zip(&digests)
+                    .map(|(m, d)| format!("{d:016x} {m}\n"))
+                    .collect();
                 let written = std::fs::write(&staged, text).and_then(|()| sync(&staged));
                 if let Err(e) = written {
                     let reason = write_error(path, "recording the outputs", e);
@@ -355,8 +382,12 @@ impl OutputSet {
             })?;
             written.push(path);
         }
-        for stale in previous.iter().filter(|p| !self.members.contains(p)) {
+        for (stale, _) in previous.iter().filter(|(p, _)| !self.members.contains(p)) {
             let path = self.final_path(stale);
+            // Only what is still the content this kind of set wrote there: never a name alone.
+            if !Self::is_previous_member(&previous, &path, stale) {
+                continue;
+            }
             let removed = match path.is_dir() {
                 true => std::fs::remove_dir_all(&path),
                 false => std::fs::remove_file(&path),
@@ -380,6 +411,34 @@ impl OutputSet {
         self.created = false;
         Ok(written)
     }
+}
+
+/// A digest of an output: FNV-1a of a file's bytes, or of a directory's files (OME-Zarr), each
+/// path relative to it and its bytes, in name order.
+fn digest(path: &Path) -> std::io::Result<u64> {
+    fn walk(path: &Path, relative: &str, state: u64) -> std::io::Result<u64> {
+        let mut state = crate::hash::fnv1a_continue(state, relative.as_bytes());
+        if std::fs::symlink_metadata(path)?.is_dir() {
+            let mut names: Vec<_> = std::fs::read_dir(path)?
+                .map(|e| e.map(|e| e.file_name()))
+                .collect::<Result<_, _>>()?;
+            names.sort();
+            for name in names {
+                let child = format!("{relative}/{}", name.to_string_lossy());
+                state = walk(&path.join(&name), &child, state)?;
+            }
+            return Ok(state);
+        }
+        let mut file = std::fs::File::open(path)?;
+        let mut buffer = vec![0; 1 << 20];
+        loop {
+            match std::io::Read::read(&mut file, &mut buffer)? {
+                0 => return Ok(state),
+                n => state = crate::hash::fnv1a_continue(state, &buffer[..n]),
+            }
+        }
+    }
+    walk(path, "", crate::hash::FNV_OFFSET)
 }
 
 impl Drop for OutputSet {
@@ -480,6 +539,30 @@ mod tests {
         second.commit().unwrap();
         assert!(entries(&out) == [".lamino-t.outputs", "a.txt"]);
         assert!(std::fs::read(out.join("a.txt")).unwrap() == b"new");
+    }
+
+    /// A name added to the manifest, or a member the user has since replaced, is not removed:
+    /// only content the manifest's digest recognises is.
+    #[test]
+    fn only_files_with_the_recorded_content_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut first = OutputSet::begin(&out, "t").unwrap();
+        for name in ["a.txt", "b.txt", "c.txt"] {
+            std::fs::write(first.stage(name).unwrap(), name).unwrap();
+        }
+        first.commit().unwrap();
+        let manifest = out.join(".lamino-t.outputs");
+        let mut text = std::fs::read_to_string(&manifest).unwrap();
+        text.push_str("notes.txt\n0000000000000000 notes.txt\n");
+        std::fs::write(&manifest, text).unwrap();
+        std::fs::write(out.join("notes.txt"), "the user's").unwrap();
+        std::fs::write(out.join("c.txt"), "the user's now").unwrap();
+        let mut second = OutputSet::begin(&out, "t").unwrap();
+        std::fs::write(second.stage("a.txt").unwrap(), "new").unwrap();
+        second.commit().unwrap();
+        assert!(entries(&out) == [".lamino-t.outputs", "a.txt", "c.txt", "notes.txt"]);
+        assert!(std::fs::read(out.join("notes.txt")).unwrap() == b"the user's");
     }
 
     #[test]

@@ -23,7 +23,8 @@ use crate::io::PixelSize;
 use crate::io::{
     angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
     read_volume_h5, AngleUnit, ClampCount, DxchangeReader, IoError, NormalizeError, NxtomoReader,
-    Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION, RATIO_FLOOR,
+    Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION, NXTOMO_NO_ENTRY,
+    RATIO_FLOOR,
 };
 use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_geometry, PreprocessError};
@@ -402,13 +403,16 @@ impl Hdf5Scan {
         match DxchangeReader::open_with(path, options) {
             Err(IoError::MissingDataset { dataset, .. }) if dataset == "/exchange/data" => {
                 match NxtomoReader::open(path, options) {
-                    Err(IoError::MissingDataset { .. }) => Err(IoError::MissingDataset {
-                        path: path.to_path_buf(),
-                        dataset: "/exchange/data (DXchange) or /<entry>/instrument/detector/data \
+                    Err(IoError::MissingDataset { dataset, .. }) if dataset == NXTOMO_NO_ENTRY => {
+                        Err(IoError::MissingDataset {
+                            path: path.to_path_buf(),
+                            dataset:
+                                "/exchange/data (DXchange) or /<entry>/instrument/detector/data \
                                   (NXtomo)"
-                            .into(),
+                                    .into(),
+                        }
+                        .into())
                     }
-                    .into()),
                     other => Ok(Self::Nxtomo(Box::new(other?))),
                 }
             }

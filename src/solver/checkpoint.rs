@@ -835,7 +835,11 @@ fn write_atomically<E: From<CheckpointError>>(
         path: path.into(),
         reason: e.to_string(),
     };
-    let tmp = path.with_extension("partial");
+    // Named after the whole file name (`checkpoint.ckpt.partial`), so that the clean-up of
+    // [`remove_stale_parts`], which looks for names starting with it, finds one a kill left.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
     let result = (|| -> Result<(), E> {
         let mut f = BufWriter::new(File::create(&tmp).map_err(err)?);
         let mut hash = FNV_OFFSET;

@@ -149,6 +149,32 @@ fn folders_that_are_not_one_stack_are_refused_naming_the_file() {
     );
 }
 
+/// A `.tif` entry of a folder that cannot be read (a dangling link, a link loop) is refused by
+/// name, as a `.tif` that is not a TIFF is, not skipped.
+#[cfg(unix)]
+#[test]
+fn unreadable_tif_entries_of_a_folder_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["proj_0.tif", "proj_1.tif"] {
+        std::fs::copy(fixture("proj_folder").join(name), dir.path().join(name)).unwrap();
+    }
+    let dangling = dir.path().join("proj_2.tif");
+    std::os::unix::fs::symlink(dir.path().join("gone.tif"), &dangling).unwrap();
+    let looping = dir.path().join("proj_3.tif");
+    std::os::unix::fs::symlink(&looping, &looping).unwrap();
+    for (link, other) in [(&dangling, &looping), (&looping, &dangling)] {
+        std::fs::rename(other, dir.path().join("aside")).unwrap();
+        match StackReader::open(dir.path()).unwrap_err() {
+            IoError::FolderFrame { file, reason, .. } => {
+                assert_eq!(&file, link);
+                assert!(reason.contains("cannot be read"), "{reason}");
+            }
+            other => panic!("{link:?}: {other}"),
+        }
+        std::fs::rename(dir.path().join("aside"), other).unwrap();
+    }
+}
+
 #[test]
 fn float64_values_beyond_float32_are_refused_naming_their_index_and_nan_stays_nan() {
     let dir = tempfile::tempdir().unwrap();

@@ -59,10 +59,10 @@ pub struct PreprocessArgs {
 }
 
 fn parse_pixel_size(s: &str) -> Result<PixelSize, String> {
-    s.parse::<f64>()
-        .ok()
-        .and_then(PixelSize::micrometers)
-        .ok_or_else(|| format!("{s:?}: expected a positive pixel size in micrometres"))
+    let value = s
+        .parse::<f64>()
+        .map_err(|_| format!("{s:?}: expected a pixel size in micrometres"))?;
+    PixelSize::micrometers(value).map_err(|e| format!("{s:?}: {e}"))
 }
 
 fn parse_fraction(s: &str) -> Result<f64, String> {

@@ -9,7 +9,7 @@ use super::{Source, StackReader};
 
 /// The `.tif` / `.tiff` files of `dir` (any case; not those whose name starts with `.`, such as
 /// the `._name.tif` files macOS leaves) in natural order ([`natural_cmp`]); other files and
-/// sub-folders are ignored.
+/// sub-folders are ignored, a `.tif` entry that is not a readable file is an error.
 fn tiff_files_in(dir: &Path) -> Result<Vec<PathBuf>, IoError> {
     let read = |e: std::io::Error| IoError::Read {
         path: dir.into(),
@@ -20,11 +20,21 @@ fn tiff_files_in(dir: &Path) -> Result<Vec<PathBuf>, IoError> {
         let path = entry.map_err(read)?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if !name.starts_with('.')
-            && matches!(ext.to_ascii_lowercase().as_str(), "tif" | "tiff")
-            && path.is_file()
-        {
-            files.push(path);
+        if name.starts_with('.') || !matches!(ext.to_ascii_lowercase().as_str(), "tif" | "tiff") {
+            continue;
+        }
+        // A `.tif` entry that cannot be read (a dangling or looping link, no permission, a
+        // device) is a frame missing from the stack: refused by name, never skipped.
+        let unreadable = |reason: String| IoError::FolderFrame {
+            folder: dir.into(),
+            file: path.clone(),
+            reason,
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => files.push(path),
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(unreadable("not a regular file".into())),
+            Err(e) => return Err(unreadable(format!("cannot be read: {e}"))),
         }
     }
     files.sort_by(|a, b| natural_cmp(&a.to_string_lossy(), &b.to_string_lossy()));

@@ -7,6 +7,7 @@
 //! arithmetic, before anything is allocated from it.
 
 mod folder;
+mod imagej_tiff;
 mod tiff_pages;
 mod writer;
 

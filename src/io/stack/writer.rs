@@ -5,12 +5,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use tiff::tags::Tag;
-
 use super::super::h5::AttrValue;
 use super::super::npy::f32_npy_header;
 use super::super::IoError;
 use super::super::{LengthUnit, PixelSize};
+use super::imagej_tiff::ImagejTiff;
 
 /// The file formats a float32 stack or volume is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +44,7 @@ impl StackFormat {
 pub struct StackWriter {
     path: PathBuf,
     inner: WriterInner,
-    /// The file, to flush to disk at the end (TIFF writes through a handle of its own); none for
-    /// a directory (OME-Zarr).
+    /// The file, to flush to disk at the end; none for a directory (OME-Zarr).
     file: Option<File>,
     count: usize,
     written: usize,
@@ -60,23 +58,13 @@ enum WriterInner {
         w: BufWriter<File>,
         suffix: u64,
     },
-    /// Unbuffered, so that every failed write is reported (a buffer's last flush on drop is not).
-    /// With the ImageJ description (first page only) and the resolution tags of every page.
+    /// The pixels after the header, page after page; the directories at the end
+    /// ([`ImagejTiff`]).
     Tiff {
-        enc: Box<tiff::encoder::TiffEncoder<File>>,
-        description: Option<String>,
-        resolution: tiff::encoder::Rational,
+        w: BufWriter<File>,
+        directories: Vec<u8>,
     },
     Zarr(Box<super::super::zarr::ZarrPart>),
-}
-
-/// `x` as a TIFF rational: six significant decimals within `u32`.
-fn rational(x: f64) -> tiff::encoder::Rational {
-    let d = (1e6 / x.max(1e-9)).min(1e6).round().max(1.0);
-    tiff::encoder::Rational {
-        n: (x * d).round().clamp(1.0, f64::from(u32::MAX)) as u32,
-        d: d as u32,
-    }
 }
 
 /// The attributes of `/volume` in HDF5: the axis order, the unit and the voxel size per axis.
@@ -93,13 +81,6 @@ fn volume_attributes(voxel_size: Option<PixelSize>) -> Vec<(&'static str, AttrVa
         }
     }
     attributes
-}
-
-/// The ImageJ description of a float32 stack of `count` slices with voxels of `voxel_size`
-/// (Fiji's and tifffile's calibration: `unit` and the z `spacing`; `pixel` when unknown).
-fn imagej_description(count: usize, voxel_size: Option<PixelSize>) -> String {
-    let (unit, spacing) = voxel_size.map_or(("pixel", 1.0), |v| (v.unit.imagej_name(), v.value));
-    format!("ImageJ=1.11a\nimages={count}\nslices={count}\nunit={unit}\nspacing={spacing}\nloop=false\n")
 }
 
 impl std::fmt::Debug for StackWriter {
@@ -148,6 +129,13 @@ impl StackWriter {
         voxel_size: Option<PixelSize>,
     ) -> Result<Self, IoError> {
         let shape = [count, height, width];
+        // A TIFF's layout is settled before the file exists: a stack it cannot hold leaves nothing.
+        let tiff = match format {
+            StackFormat::Tiff => {
+                Some(ImagejTiff::new(shape, voxel_size).map_err(|e| write_error(path, e))?)
+            }
+            _ => None,
+        };
         let file = match format {
             // A directory of files, each flushed by the set that commits it.
             StackFormat::Zarr => None,
@@ -165,20 +153,13 @@ impl StackWriter {
                 )?))
             }
             StackFormat::Tiff => {
-                if u32::try_from(width).is_err() || u32::try_from(height).is_err() {
-                    return Err(write_error(
-                        path,
-                        "TIFF pages are at most 2^32 - 1 pixels wide and high",
-                    ));
-                }
+                let layout = tiff.expect("settled above for a TIFF");
+                let mut w = BufWriter::new(handle()?);
+                w.write_all(&layout.header)
+                    .map_err(|e| write_error(path, e))?;
                 WriterInner::Tiff {
-                    enc: Box::new(
-                        tiff::encoder::TiffEncoder::new(handle()?)
-                            .map_err(|e| write_error(path, e))?,
-                    ),
-                    description: Some(imagej_description(count, voxel_size)),
-                    // Pixels per unit, the unit being ImageJ's (ResolutionUnit none).
-                    resolution: rational(1.0 / voxel_size.map_or(1.0, |v| v.value)),
+                    w,
+                    directories: layout.directories,
                 }
             }
             StackFormat::Npy | StackFormat::Hdf5 => {
@@ -229,32 +210,12 @@ impl StackWriter {
             ));
         }
         match &mut self.inner {
-            WriterInner::Raw { w, .. } => {
+            WriterInner::Raw { w, .. } | WriterInner::Tiff { w, .. } => {
                 let mut bytes = Vec::with_capacity(image.len() * 4);
                 for v in image {
                     bytes.extend_from_slice(&v.to_le_bytes());
                 }
                 w.write_all(&bytes).map_err(|e| write_error(path, e))?;
-            }
-            WriterInner::Tiff {
-                enc,
-                description,
-                resolution,
-            } => {
-                let (w, h) = (self.width as u32, self.height as u32);
-                let mut page = enc
-                    .new_image::<tiff::encoder::colortype::Gray32Float>(w, h)
-                    .map_err(|e| write_error(path, e))?;
-                let tags = page.encoder();
-                if let Some(text) = description.take() {
-                    tags.write_tag(Tag::ImageDescription, text.as_str())
-                        .map_err(|e| write_error(path, e))?;
-                }
-                for tag in [Tag::XResolution, Tag::YResolution] {
-                    tags.write_tag(tag, resolution.clone())
-                        .map_err(|e| write_error(path, e))?;
-                }
-                page.write_data(image).map_err(|e| write_error(path, e))?;
             }
             WriterInner::Zarr(zarr) => zarr.push_image(image)?,
         }
@@ -277,7 +238,11 @@ impl StackWriter {
                     .and_then(|()| w.flush())
                     .map_err(|e| write_error(path, e))?;
             }
-            WriterInner::Tiff { enc, .. } => drop(enc),
+            WriterInner::Tiff { mut w, directories } => {
+                w.write_all(&directories)
+                    .and_then(|()| w.flush())
+                    .map_err(|e| write_error(path, e))?;
+            }
             WriterInner::Zarr(zarr) => {
                 zarr.finish_alone()?;
             }

@@ -342,14 +342,11 @@ impl Hdf5Scan {
                 };
                 let from = format!("{}/instrument/detector/x_pixel_size", info.entry);
                 match stated.micrometers() {
-                    Some(size) => Ok(Some((size, from))),
-                    None => Err(IoError::Hdf5 {
+                    Ok(size) => Ok(Some((size, from))),
+                    Err(reason) => Err(IoError::Hdf5 {
                         path: path.to_path_buf(),
                         dataset: from,
-                        reason: format!(
-                            "the pixel size {} has no length unit lamino knows (units = {:?})",
-                            stated.value, stated.units
-                        ),
+                        reason,
                     }),
                 }
             }

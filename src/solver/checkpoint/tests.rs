@@ -615,3 +615,21 @@ fn an_edited_manifest_a_damaged_part_and_another_checkpoint_s_part_are_refused()
         "{e}"
     );
 }
+
+/// The half-written file a kill leaves (`NAME.partial`) is removed by the next checkpoint
+/// written at that path, as stale parts are.
+#[test]
+fn the_next_write_removes_a_half_written_file_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.ckpt");
+    let (c, arrays) = sample();
+    let left = dir.path().join("checkpoint.ckpt.partial");
+    std::fs::write(&left, b"half").unwrap();
+    write(&path, &c, &arrays);
+    assert!(!left.exists());
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["checkpoint.ckpt"]);
+}
