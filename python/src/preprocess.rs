@@ -352,7 +352,7 @@ fn find_rotation_axis<'py>(
         let values: Vec<f64> = scored.iter().map(f).collect();
         to_numpy(py, &[values.len()], values)
     };
-    let mut record = |scored: &[Scored]| -> PyResult<()> {
+    let record = |scored: &[Scored]| -> PyResult<()> {
         scores.set_item("center", column(scored, &|s| s.candidate.rotation_axis)?)?;
         scores.set_item("tilt", column(scored, &|s| s.candidate.tilt_deg)?)?;
         scores.set_item("score", column(scored, &|s| s.score)?)

@@ -7,6 +7,7 @@
 
 mod binning;
 mod center_vo;
+mod decision;
 mod search;
 mod slab;
 mod stripe;
@@ -16,10 +17,10 @@ pub use binning::{
     unbinned_column, MAX_BINNING,
 };
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
+pub use decision::{AxisDecision, AXIS_NEAR_FOURIER, SHARP_PEAK_CONTRAST};
 pub use search::{
-    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisDecision,
-    AxisSearch, Scored, SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION,
-    AXIS_NEAR_FOURIER, MAX_CANDIDATES, SHARP_PEAK_CONTRAST,
+    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch, Scored,
+    SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
 };
 #[cfg(feature = "mpi")]
 pub use search::{find_rotation_axis_on_ranks, AxisSearchShare};

@@ -42,6 +42,7 @@ use serde::Serialize;
 
 use super::binning::{bin_columns, bin_geometry_by};
 use super::center_vo::{find_center_vo_of_sinogram, mean_sinogram};
+use super::decision::{AxisDecision, AXIS_NEAR_FOURIER};
 use super::slab::{
     choose_slab, fitted_radius, footprint, pose, scale_slabs, sum_slabs, Candidate, Pose, Slab,
 };
@@ -66,21 +67,6 @@ const AUTO_COARSE_WIDTH: usize = 256;
 /// winner and its neighbours already places the axis to a fraction of a column (a 2 x 640
 /// detector's search at full width took minutes on the software adapter).
 const AUTO_FINE_WIDTH: usize = 320;
-
-/// For a plain CT scan the slab search refines the Fourier estimate within this many unbinned
-/// columns either side of it: the two methods agree to a column or two where both are sure
-/// (`tests/realscan.rs`), and a search over the whole range let a flat score's noise pick an
-/// axis a dozen columns off (a measured tooth: 308 where the Fourier estimate and the previews
-/// said 296).
-pub const AXIS_NEAR_FOURIER: f64 = 6.0;
-
-/// The slab score refines the Fourier estimate only where its peak stands out of the window
-/// [`AXIS_NEAR_FOURIER`] columns either side: the best score at least this fraction above the
-/// window's lowest. A sharp peak drops far more within six columns (an axis six columns off
-/// doubles every edge); a noise-dominated score (a thin, weakly attenuating sample) varies by
-/// a per cent or three across the whole window, and its local curvature, which the peak's half
-/// width measures, is the noise's.
-pub const SHARP_PEAK_CONTRAST: f64 = 0.1;
 
 /// The most candidates one search scores, in one range and in the grid of both ranges: every
 /// candidate holds a slab on the device and its read-back copy on the host, so the grid's count,
@@ -393,7 +379,7 @@ fn score_slabs(
 /// The winner moved along each searched axis to the parabola's vertex through its neighbours
 /// on that axis (equally spaced, same value on the other axis), and the half width of the peak
 /// along the rotation axis (see [`SearchResult::peak_half_width`]).
-fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
+pub(super) fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
     let b = scored[best].candidate;
     let mut out = b;
     let mut half_width = None;
@@ -441,96 +427,6 @@ fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
         }
     }
     (out, half_width)
-}
-
-/// Which estimate of the rotation axis a search reports, and why: one rule for every entry point
-/// (`try`, `reconstruct --rotation-axis auto`, Python's `find_rotation_axis`, the viewer).
-///
-/// Without a Fourier estimate (laminography, or CT not over 180 or 360 degrees) the slab search
-/// decides. For plain CT the Fourier estimate (Vo et al.) comes first, and the slab score refines
-/// it only where it has an interior peak within [`AXIS_NEAR_FOURIER`] columns of it that stands
-/// [`SHARP_PEAK_CONTRAST`] above the window's lowest score: a flat score does not overrule it,
-/// and the reason says so.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AxisDecision {
-    /// The axis (unbinned detector columns).
-    pub rotation_axis: f64,
-    /// `"slab"` (no Fourier estimate), `"fourier"` (the Fourier estimate, the slab score too
-    /// flat or its peak outside the window around it) or `"fourier+slab"` (the Fourier estimate
-    /// refined by the slab score's peak near it).
-    pub method: &'static str,
-    /// Why, in words: how much the slab score varies near the Fourier estimate.
-    pub reason: String,
-}
-
-impl AxisDecision {
-    /// The decision from the slab scores of `window` (a pass over the Fourier estimate's
-    /// window, or `try`'s grid: candidates at the best tilt), the slab search's axis `slab_axis`
-    /// (`None`: `window`'s own, refined by the parabola) and the Fourier estimate `fourier`
-    /// (unbinned columns) where there is one.
-    pub fn of(window: &SearchResult, slab_axis: Option<f64>, fourier: Option<f64>) -> Self {
-        let Some(f) = fourier else {
-            return Self {
-                rotation_axis: slab_axis.unwrap_or(window.refined.rotation_axis),
-                method: "slab",
-                reason: match window.peak_half_width {
-                    Some(w) => format!("the slab score's peak ({w:.2} columns half width)"),
-                    None => {
-                        "the best slab score, at the edge of the range (no interior peak)".into()
-                    }
-                },
-            };
-        };
-        let mut near: Vec<Scored> = window
-            .scored
-            .iter()
-            .filter(|s| {
-                s.candidate.tilt_deg == window.best.tilt_deg
-                    && (s.candidate.rotation_axis - f).abs() <= AXIS_NEAR_FOURIER
-            })
-            .copied()
-            .collect();
-        near.sort_by(|a, b| {
-            a.candidate
-                .rotation_axis
-                .total_cmp(&b.candidate.rotation_axis)
-        });
-        let kept = |why: String| Self {
-            rotation_axis: f,
-            method: "fourier",
-            reason: format!("the Fourier estimate (Vo et al.): {why}"),
-        };
-        let best = (0..near.len()).max_by(|&a, &b| near[a].score.total_cmp(&near[b].score));
-        let best = match best {
-            Some(i) if i > 0 && i + 1 < near.len() => i,
-            _ => {
-                return kept(format!(
-                    "the slab score has no interior peak within {AXIS_NEAR_FOURIER} columns of it"
-                ))
-            }
-        };
-        let low = near.iter().map(|s| s.score).fold(f64::INFINITY, f64::min);
-        let contrast = (near[best].score - low) / near[best].score;
-        if !(contrast >= SHARP_PEAK_CONTRAST) {
-            return kept(format!(
-                "the slab score is too flat to overrule it (it varies by {:.1} % within \
-                 {AXIS_NEAR_FOURIER} columns of it, a sharp peak by {:.0} % or more)",
-                100.0 * contrast,
-                100.0 * SHARP_PEAK_CONTRAST
-            ));
-        }
-        let axis = slab_axis.unwrap_or_else(|| refine(&near, best).0.rotation_axis);
-        Self {
-            rotation_axis: axis,
-            method: "fourier+slab",
-            reason: format!(
-                "the Fourier estimate {f:.2} refined by the slab score's peak near it (the score \
-                 varies by {:.1} % within {AXIS_NEAR_FOURIER} columns; {:.2} columns from it)",
-                100.0 * contrast,
-                (axis - f).abs()
-            ),
-        }
-    }
 }
 
 /// The outcome of [`find_rotation_axis`]: the axis, how it was found and how sure it is, and
@@ -950,125 +846,4 @@ impl Holder for OnRanks<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_include_their_end_and_reject_nonsense() {
-        assert_eq!(
-            candidate_range(1.0, 2.0, 0.25).unwrap(),
-            vec![1.0, 1.25, 1.5, 1.75, 2.0]
-        );
-        assert_eq!(candidate_range(3.0, 3.0, 1.0).unwrap(), vec![3.0]);
-        assert!(candidate_range(0.0, 9_999.0, 1.0).unwrap().len() == MAX_CANDIDATES);
-        for (a, b, s) in [
-            (2.0, 1.0, 0.5),
-            (0.0, 1.0, 0.0),
-            (0.0, f64::NAN, 1.0),
-            (0.0, 1e9, 1.0),
-            (0.0, 1.0, 1e-300),
-            (0.0, 10_000.0, 1.0),
-        ] {
-            assert!(matches!(
-                candidate_range(a, b, s),
-                Err(PreprocessError::BadSearch(_))
-            ));
-        }
-    }
-
-    #[test]
-    fn the_grid_of_both_ranges_is_capped() {
-        let axes = candidate_range(0.0, 999.0, 1.0).unwrap();
-        assert!(grid(&axes, &[0.0; 10]).unwrap().len() == MAX_CANDIDATES);
-        assert!(matches!(
-            grid(&axes, &[0.0; 11]),
-            Err(PreprocessError::BadSearch(m)) if m.contains("1000 axes x 11 tilts")
-        ));
-        assert!(check_grid(usize::MAX, 2).is_err());
-    }
-
-    /// A search result over `axes` with `scores` (one tilt), its best refined by the parabola.
-    fn result(axes: &[f64], scores: &[f64]) -> SearchResult {
-        let scored: Vec<Scored> = axes
-            .iter()
-            .zip(scores)
-            .map(|(&rotation_axis, &score)| Scored {
-                candidate: Candidate {
-                    rotation_axis,
-                    tilt_deg: 0.0,
-                },
-                score,
-            })
-            .collect();
-        let best = (0..scored.len())
-            .max_by(|&a, &b| scored[a].score.total_cmp(&scored[b].score))
-            .unwrap();
-        let (refined, peak_half_width) = refine(&scored, best);
-        SearchResult {
-            best: scored[best].candidate,
-            scored,
-            refined,
-            peak_half_width,
-            slab: Slab {
-                slices: 1,
-                z_offset: 0.0,
-            },
-            binning: 1,
-            score_radius: 1.0,
-            preview_shape: [1, 1],
-            previews: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn a_flat_slab_score_does_not_overrule_the_fourier_estimate() {
-        let axes = candidate_range(40.0, 60.0, 1.0).unwrap();
-        // A sharp peak at 51 (the score falls by half 3 columns away), Fourier at 50.4: the slab
-        // refines it, and decides alone without a Fourier estimate.
-        let sharp: Vec<f64> = axes
-            .iter()
-            .map(|a| 1.0 / (1.0 + ((a - 51.2) / 3.0).powi(2)))
-            .collect();
-        let r = result(&axes, &sharp);
-        let d = AxisDecision::of(&r, None, Some(50.4));
-        assert_eq!(d.method, "fourier+slab", "{}", d.reason);
-        assert!((d.rotation_axis - 51.2).abs() < 0.2, "{}", d.rotation_axis);
-        let given = AxisDecision::of(&r, Some(51.17), Some(50.4));
-        assert_eq!(given.rotation_axis, 51.17);
-        let alone = AxisDecision::of(&r, None, None);
-        assert_eq!(
-            (alone.method, alone.rotation_axis),
-            ("slab", r.refined.rotation_axis)
-        );
-        // Noise on a flat score: the best, 47, half a per cent above the window's lowest.
-        let flat: Vec<f64> = axes
-            .iter()
-            .map(|&a| if a == 47.0 { 1.005 } else { 1.0 })
-            .collect();
-        let d = AxisDecision::of(&result(&axes, &flat), None, Some(50.4));
-        assert_eq!((d.method, d.rotation_axis), ("fourier", 50.4));
-        assert!(d.reason.contains("too flat"), "{}", d.reason);
-        // The sharpest slab beyond the window around the Fourier estimate, or at its edge.
-        let far: Vec<f64> = axes
-            .iter()
-            .map(|a| 1.0 / (1.0 + ((a - 58.0) / 2.0).powi(2)))
-            .collect();
-        let d = AxisDecision::of(&result(&axes, &far), None, Some(45.0));
-        assert_eq!((d.method, d.rotation_axis), ("fourier", 45.0));
-        assert!(d.reason.contains("no interior peak"), "{}", d.reason);
-        // NaN scores never make a peak.
-        let nan = vec![f64::NAN; axes.len()];
-        assert_eq!(
-            AxisDecision::of(&result(&axes, &nan), None, Some(50.0)).method,
-            "fourier"
-        );
-    }
-
-    #[test]
-    fn the_parabola_finds_its_vertex() {
-        // y = -(x - 0.3)^2 at -1, 0, 1.
-        let y = |x: f64| -(x - 0.3) * (x - 0.3);
-        assert!((parabola_vertex(y(-1.0), y(0.0), y(1.0)) - 0.3).abs() < 1e-12);
-        assert_eq!(parabola_vertex(1.0, 0.0, 1.0), 0.0);
-    }
-}
+mod tests;
