@@ -574,7 +574,7 @@ mod tests {
         std::fs::write(&junk, b"not an array").unwrap();
         assert!(matches!(
             read_complex_npy(&junk),
-            Err(IoError::Corrupt { .. })
+            Err(IoError::NotNpy { found: "", .. })
         ));
         let missing = dir.path().join("missing.npy");
         assert!(matches!(
