@@ -1,10 +1,11 @@
-//! Which estimate of the rotation axis a search reports, and why ([`AxisDecision`]): the one
-//! rule of `lamino try`, `reconstruct --rotation-axis auto`, Python's `find_rotation_axis` and
-//! the viewer.
+//! A search's scores ([`SearchResult`]), their refinement by the parabola, and which estimate
+//! of the rotation axis a search reports, and why ([`AxisDecision`]): the one rule of
+//! `lamino try`, `reconstruct --rotation-axis auto`, Python's `find_rotation_axis` and the
+//! viewer.
 
 use serde::Serialize;
 
-use super::search::{refine, Scored, SearchResult};
+use super::slab::{Candidate, Slab};
 
 /// For a plain CT scan the slab search refines the Fourier estimate within this many unbinned
 /// columns either side of it: the two methods agree to a column or two where both are sure
@@ -110,4 +111,105 @@ impl AxisDecision {
             ),
         }
     }
+}
+
+/// A candidate and its score.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Scored {
+    pub candidate: Candidate,
+    /// Gradient energy of the slab (mean `|grad_xy f|^2` over its inscribed disc; larger is
+    /// sharper).
+    pub score: f64,
+}
+
+/// The scores of all candidates, the winner, and the central slice of every candidate's slab.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    pub scored: Vec<Scored>,
+    /// The highest score.
+    pub best: Candidate,
+    /// The winner refined along each searched axis by the vertex of the parabola through it and
+    /// its two neighbours (when it is not at the edge of its range); the best candidate otherwise.
+    pub refined: Candidate,
+    /// The confidence of the axis: how far (unbinned columns) from the peak the parabola the
+    /// refinement fits through the winner and its neighbours falls to half the best score, i.e.
+    /// `sqrt(score / -score'')` (`None` when the winner is at the edge of its range or not a
+    /// strict maximum). A peak a column or less wide pins the axis down; a wide one (the
+    /// score of neighbours differing by a fraction of a per cent) does not.
+    pub peak_half_width: Option<f64>,
+    /// The slab that was scored.
+    pub slab: Slab,
+    /// The detector binning the slabs were reconstructed at.
+    pub binning: usize,
+    /// Radius (voxels of the searched volume) of the disc the score is taken over.
+    pub score_radius: f64,
+    /// `(n1, n2)` of the preview slices.
+    pub preview_shape: [usize; 2],
+    /// The central slice of every candidate's slab, in the order of `scored`.
+    #[serde(skip)]
+    pub previews: Vec<Vec<f32>>,
+}
+
+/// The vertex offset (in steps, within +-1/2) of the parabola through `(-1, a), (0, b), (1, c)`
+/// when b is a strict maximum; 0 otherwise.
+pub(super) fn parabola_vertex(a: f64, b: f64, c: f64) -> f64 {
+    let curvature = a - 2.0 * b + c;
+    if curvature < 0.0 && b >= a && b >= c {
+        (0.5 * (a - c) / curvature).clamp(-0.5, 0.5)
+    } else {
+        0.0
+    }
+}
+
+/// The winner moved along each searched axis to the parabola's vertex through its neighbours
+/// on that axis (equally spaced, same value on the other axis), and the half width of the peak
+/// along the rotation axis (see [`SearchResult::peak_half_width`]).
+pub(super) fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
+    let b = scored[best].candidate;
+    let mut out = b;
+    let mut half_width = None;
+    for along_axis in [true, false] {
+        let coordinate = |c: &Candidate| {
+            if along_axis {
+                c.rotation_axis
+            } else {
+                c.tilt_deg
+            }
+        };
+        let same_line = |c: &Candidate| {
+            if along_axis {
+                c.tilt_deg == b.tilt_deg
+            } else {
+                c.rotation_axis == b.rotation_axis
+            }
+        };
+        let mut line: Vec<&Scored> = scored.iter().filter(|s| same_line(&s.candidate)).collect();
+        line.sort_by(|x, y| coordinate(&x.candidate).total_cmp(&coordinate(&y.candidate)));
+        let Some(i) = line.iter().position(|s| s.candidate == b) else {
+            continue;
+        };
+        if i == 0 || i + 1 == line.len() {
+            continue;
+        }
+        let (lo, hi) = (
+            coordinate(&line[i - 1].candidate),
+            coordinate(&line[i + 1].candidate),
+        );
+        let step = (hi - lo) / 2.0;
+        if ((coordinate(&b) - lo) - step).abs() > 1e-9 * step.abs().max(1.0) {
+            continue; // unequal spacing: no parabola
+        }
+        let (a, peak, c) = (line[i - 1].score, line[i].score, line[i + 1].score);
+        let shift = step * parabola_vertex(a, peak, c);
+        if along_axis {
+            let curvature = (a - 2.0 * peak + c) / (step * step);
+            if curvature < 0.0 && peak > 0.0 && peak >= a && peak >= c {
+                half_width = Some((peak / -curvature).sqrt());
+            }
+            out.rotation_axis += shift;
+        } else {
+            out.tilt_deg += shift;
+        }
+    }
+    (out, half_width)
 }

@@ -17,10 +17,10 @@ pub use binning::{
     unbinned_column, MAX_BINNING,
 };
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
-pub use decision::{AxisDecision, AXIS_NEAR_FOURIER, SHARP_PEAK_CONTRAST};
+pub use decision::{AxisDecision, Scored, SearchResult, AXIS_NEAR_FOURIER, SHARP_PEAK_CONTRAST};
 pub use search::{
-    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch, Scored,
-    SearchResult, AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
+    candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch,
+    AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
 };
 #[cfg(feature = "mpi")]
 pub use search::{find_rotation_axis_on_ranks, AxisSearchShare};

@@ -42,7 +42,7 @@ use serde::Serialize;
 
 use super::binning::{bin_columns, bin_geometry_by};
 use super::center_vo::{find_center_vo_of_sinogram, mean_sinogram};
-use super::decision::{AxisDecision, AXIS_NEAR_FOURIER};
+use super::decision::{refine, AxisDecision, Scored, SearchResult, AXIS_NEAR_FOURIER};
 use super::slab::{
     choose_slab, fitted_radius, footprint, pose, scale_slabs, sum_slabs, Candidate, Pose, Slab,
 };
@@ -72,43 +72,6 @@ const AUTO_FINE_WIDTH: usize = 320;
 /// candidate holds a slab on the device and its read-back copy on the host, so the grid's count,
 /// not each range's, sets the memory (see [`score_candidates`]).
 pub const MAX_CANDIDATES: usize = 10_000;
-
-/// A candidate and its score.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Scored {
-    pub candidate: Candidate,
-    /// Gradient energy of the slab (mean `|grad_xy f|^2` over its inscribed disc; larger is
-    /// sharper).
-    pub score: f64,
-}
-
-/// The scores of all candidates, the winner, and the central slice of every candidate's slab.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SearchResult {
-    pub scored: Vec<Scored>,
-    /// The highest score.
-    pub best: Candidate,
-    /// The winner refined along each searched axis by the vertex of the parabola through it and
-    /// its two neighbours (when it is not at the edge of its range); the best candidate otherwise.
-    pub refined: Candidate,
-    /// The confidence of the axis: how far (unbinned columns) from the peak the parabola the
-    /// refinement fits through the winner and its neighbours falls to half the best score, i.e.
-    /// `sqrt(score / -score'')` (`None` when the winner is at the edge of its range or not a
-    /// strict maximum). A peak a column or less wide pins the axis down; a wide one (the
-    /// score of neighbours differing by a fraction of a per cent) does not.
-    pub peak_half_width: Option<f64>,
-    /// The slab that was scored.
-    pub slab: Slab,
-    /// The detector binning the slabs were reconstructed at.
-    pub binning: usize,
-    /// Radius (voxels of the searched volume) of the disc the score is taken over.
-    pub score_radius: f64,
-    /// `(n1, n2)` of the preview slices.
-    pub preview_shape: [usize; 2],
-    /// The central slice of every candidate's slab, in the order of `scored`.
-    #[serde(skip)]
-    pub previews: Vec<Vec<f32>>,
-}
 
 /// `start, start + step, ...` up to `end` (inclusive, to within a millionth of a step).
 pub fn candidate_range(start: f64, end: f64, step: f64) -> Result<Vec<f64>, PreprocessError> {
@@ -183,17 +146,6 @@ fn gradient_energy(slab: &[f32], slices: usize, n1: usize, n2: usize, radius: f6
         }
     }
     sum / count.max(1) as f64
-}
-
-/// The vertex offset (in steps, within +-1/2) of the parabola through `(-1, a), (0, b), (1, c)`
-/// when b is a strict maximum; 0 otherwise.
-fn parabola_vertex(a: f64, b: f64, c: f64) -> f64 {
-    let curvature = a - 2.0 * b + c;
-    if curvature < 0.0 && b >= a && b >= c {
-        (0.5 * (a - c) / curvature).clamp(-0.5, 0.5)
-    } else {
-        0.0
-    }
 }
 
 /// Refuses up front a search whose slabs do not fit: every candidate's slab is held on the
@@ -374,59 +326,6 @@ fn score_slabs(
         preview_shape: [n1, n2],
         previews,
     })
-}
-
-/// The winner moved along each searched axis to the parabola's vertex through its neighbours
-/// on that axis (equally spaced, same value on the other axis), and the half width of the peak
-/// along the rotation axis (see [`SearchResult::peak_half_width`]).
-pub(super) fn refine(scored: &[Scored], best: usize) -> (Candidate, Option<f64>) {
-    let b = scored[best].candidate;
-    let mut out = b;
-    let mut half_width = None;
-    for along_axis in [true, false] {
-        let coordinate = |c: &Candidate| {
-            if along_axis {
-                c.rotation_axis
-            } else {
-                c.tilt_deg
-            }
-        };
-        let same_line = |c: &Candidate| {
-            if along_axis {
-                c.tilt_deg == b.tilt_deg
-            } else {
-                c.rotation_axis == b.rotation_axis
-            }
-        };
-        let mut line: Vec<&Scored> = scored.iter().filter(|s| same_line(&s.candidate)).collect();
-        line.sort_by(|x, y| coordinate(&x.candidate).total_cmp(&coordinate(&y.candidate)));
-        let Some(i) = line.iter().position(|s| s.candidate == b) else {
-            continue;
-        };
-        if i == 0 || i + 1 == line.len() {
-            continue;
-        }
-        let (lo, hi) = (
-            coordinate(&line[i - 1].candidate),
-            coordinate(&line[i + 1].candidate),
-        );
-        let step = (hi - lo) / 2.0;
-        if ((coordinate(&b) - lo) - step).abs() > 1e-9 * step.abs().max(1.0) {
-            continue; // unequal spacing: no parabola
-        }
-        let (a, peak, c) = (line[i - 1].score, line[i].score, line[i + 1].score);
-        let shift = step * parabola_vertex(a, peak, c);
-        if along_axis {
-            let curvature = (a - 2.0 * peak + c) / (step * step);
-            if curvature < 0.0 && peak > 0.0 && peak >= a && peak >= c {
-                half_width = Some((peak / -curvature).sqrt());
-            }
-            out.rotation_axis += shift;
-        } else {
-            out.tilt_deg += shift;
-        }
-    }
-    (out, half_width)
 }
 
 /// The outcome of [`find_rotation_axis`]: the axis, how it was found and how sure it is, and

@@ -39,7 +39,7 @@ pub enum SolverError {
         differences.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     )]
     CheckpointGeometry {
-        differences: Vec<super::resume::GeometryDifference>,
+        differences: Vec<super::geometry_difference::GeometryDifference>,
     },
     /// A checkpoint file could not be written or read.
     #[error(transparent)]

@@ -2,6 +2,7 @@
 //! is the axis.
 
 use super::*;
+use crate::preprocess::decision::parabola_vertex;
 
 #[test]
 fn ranges_include_their_end_and_reject_nonsense() {
