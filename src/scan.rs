@@ -8,6 +8,7 @@ use thiserror::Error;
 
 use crate::io::{normalize, ClampCount, NormalizeError, Stack, MAX_CLAMPED_FRACTION};
 use crate::operator::{Geometry, GeometryError, VolumeBox};
+use crate::params::DataScale;
 use crate::solver::ProjectionBlocks;
 
 /// Projections that cannot be reconstructed; each names what is wrong.
@@ -61,6 +62,10 @@ pub struct Projections {
     values: Vec<f32>,
     /// The first angle `values` holds (0 unless an MPI rank holds only its share).
     first: usize,
+    /// The scale of the whole scan's data, kept when a box of its volume is cut out
+    /// ([`with_volume`](Self::with_volume)): the TV weight is the scan's, not the box's, so a
+    /// slab or region reconstructed alone matches the same box of the full volume.
+    scan_scale: Option<DataScale>,
 }
 
 impl Projections {
@@ -135,6 +140,7 @@ impl Projections {
             geometry,
             values,
             first: angles.start,
+            scan_scale: None,
         })
     }
 
@@ -213,18 +219,41 @@ impl Projections {
         Ok(Self { geometry, ..self })
     }
 
+    /// The scale of these projections' data ([`DataScale`]), when every angle is held: the
+    /// mean attenuation per voxel of the volume box, from the line integrals' absolute sums.
+    pub(crate) fn data_scale(&self) -> Option<DataScale> {
+        let g = &self.geometry;
+        if self.angles() != (0..g.ntheta()) || g.ntheta() == 0 {
+            return None;
+        }
+        let total: f64 = self.values.iter().map(|&v| f64::from(v).abs()).sum();
+        Some(DataScale {
+            attenuation_per_voxel: total / (g.ntheta() as f64 * g.volume_len() as f64),
+            width: g.n2,
+        })
+    }
+
+    /// The scale of the whole scan a box was cut from ([`with_volume`](Self::with_volume)),
+    /// which its reconstruction's TV weight takes; `None` for a scan not cut (its solver
+    /// estimates the scale from the data it reads).
+    pub fn scan_scale(&self) -> Option<DataScale> {
+        self.scan_scale
+    }
+
     /// The same line integrals, reconstructed into the box `b` of the detector's default volume
     /// only (a thin slab, an x/y region of interest: [`Geometry::with_subvolume`]), and cut to
     /// the detector rows and columns the box projects onto ([`boxed_geometry`]): the rest of the
     /// detector carries nothing the box's voxels explain, and the operator's data side (its 2D
     /// transforms and gridding) then follows the box's size rather than the detector's.
     pub fn with_volume(self, b: &VolumeBox) -> Result<Self, ScanError> {
-        let (deth, detw) = (self.geometry.deth, self.geometry.detw);
-        let (geometry, [rows, columns]) = boxed_geometry(&self.geometry, b)?;
+        let scan_scale = self.scan_scale.or_else(|| self.data_scale());
+        let this = Self { scan_scale, ..self };
+        let (deth, detw) = (this.geometry.deth, this.geometry.detw);
+        let (geometry, [rows, columns]) = boxed_geometry(&this.geometry, b)?;
         if [&rows, &columns] == [&(0..deth), &(0..detw)] {
-            return Ok(Self { geometry, ..self });
+            return Ok(Self { geometry, ..this });
         }
-        let values = self
+        let values = this
             .values
             .chunks(deth * detw)
             .flat_map(|frame| frame[rows.start * detw..rows.end * detw].chunks(detw))
@@ -234,7 +263,7 @@ impl Projections {
         Ok(Self {
             geometry,
             values,
-            ..self
+            ..this
         })
     }
 }

@@ -84,7 +84,9 @@ fn admm_with_default_parameters_approaches_the_truth() {
         "final relative error {:.3}",
         errors.last().unwrap()
     );
-    assert!(reports.last().unwrap().data_term < 0.05 * reports[0].data_term);
+    // The data term falls by an order of magnitude (measured: 13.2 to 1.05, 8 %, with the TV
+    // weight relative to this noiseless phantom's scale; 5 % held with the former absolute 1e-3).
+    assert!(reports.last().unwrap().data_term < 0.1 * reports[0].data_term);
 }
 
 #[test]

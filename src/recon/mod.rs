@@ -502,6 +502,15 @@ impl<'a> Reconstructor<'a> {
         }
         let data = projections.operator_blocks(padding.detector, &g);
         let mut team = self.team(&g, &data, &plan)?;
+        // The TV weight's scale from the scan's own line integrals (a box's from its whole
+        // scan's), not from the padded data: the same for the volume and any box of it. An MPI
+        // rank's share keeps the scale the ranks gathered.
+        if let Some(scale) = projections
+            .scan_scale()
+            .or_else(|| projections.data_scale())
+        {
+            team.adopt_data_scale(scale);
+        }
         team.set_memo(self.devices, self.memo)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {

@@ -287,6 +287,15 @@ impl AdmmTeam {
         }
     }
 
+    /// Takes `scale` as the data's scale on every member: the scan's, estimated from its line
+    /// integrals before padding, and the whole scan's when a box of its volume is reconstructed.
+    pub(crate) fn adopt_data_scale(&mut self, scale: crate::params::DataScale) {
+        for m in &mut self.members {
+            let hash = m.data_hash();
+            m.adopt_data(hash, scale);
+        }
+    }
+
     fn of(members: Vec<AdmmSolver>, sync: Arc<TeamSync>) -> Self {
         Self {
             members,
