@@ -220,16 +220,18 @@ impl Projections {
     }
 
     /// The scale of these projections' data ([`DataScale`]), when every angle is held: the
-    /// mean attenuation per voxel of the volume box, from the line integrals' absolute sums.
+    /// mean attenuation per voxel of the detector's default volume (`deth x detw x detw`,
+    /// whatever box of it is reconstructed), from the line integrals' absolute sums.
     pub(crate) fn data_scale(&self) -> Option<DataScale> {
         let g = &self.geometry;
         if self.angles() != (0..g.ntheta()) || g.ntheta() == 0 {
             return None;
         }
         let total: f64 = self.values.iter().map(|&v| f64::from(v).abs()).sum();
+        let voxels = (g.deth * g.detw * g.detw) as f64;
         Some(DataScale {
-            attenuation_per_voxel: total / (g.ntheta() as f64 * g.volume_len() as f64),
-            width: g.n2,
+            attenuation_per_voxel: total / (g.ntheta() as f64 * voxels),
+            width: g.detw,
         })
     }
 
