@@ -140,7 +140,10 @@ pub struct DataScale {
     /// `sum |p| / (ntheta x voxels)` (absolute values, so that signed data such as phase or a
     /// flat-field offset do not cancel). The mean over the whole box, air included.
     pub attenuation_per_voxel: f64,
-    /// The volume's width `n2` (voxels along x).
+    /// The width `n2` (voxels along x) of the volume the operator reconstructs, detector
+    /// padding included: the operator's normalisation `1/sqrt(n2)` weighs the data term by
+    /// `1/n2`, which the TV weight follows, so that a box narrower than the detector solves the
+    /// full volume's problem restricted to it.
     pub width: usize,
 }
 
@@ -148,7 +151,8 @@ impl DataScale {
     /// How the scale is estimated, in words (report.json states it beside the values).
     pub const ESTIMATE: &'static str = "mean |line integral| over every angle and detector pixel, \
         summed over the detector and divided by the volume's voxels: the mean attenuation per \
-        voxel of the volume box; the TV weight is alpha x that / the volume's width (voxels)";
+        voxel of the volume box; the TV weight is alpha x that / the width of the volume the \
+        operator reconstructs (voxels along x, detector padding included)";
 
     /// The scale of projections whose line integrals `p` (in the operator's normalisation,
     /// `d = p / sqrt(n2 ntheta)`) have absolute sums `abs_sums` (one per projection, in angle

@@ -221,7 +221,8 @@ impl Projections {
 
     /// The scale of these projections' data ([`DataScale`]), when every angle is held: the
     /// mean attenuation per voxel of the detector's default volume (`deth x detw x detw`,
-    /// whatever box of it is reconstructed), from the line integrals' absolute sums.
+    /// whatever box of it is reconstructed), from the line integrals' absolute sums; its width
+    /// the detector's (a reconstruction takes its operator's, padding included).
     pub(crate) fn data_scale(&self) -> Option<DataScale> {
         let g = &self.geometry;
         if self.angles() != (0..g.ntheta()) || g.ntheta() == 0 {

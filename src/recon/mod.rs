@@ -503,13 +503,18 @@ impl<'a> Reconstructor<'a> {
         let data = projections.operator_blocks(padding.detector, &g);
         let mut team = self.team(&g, &data, &plan)?;
         // The TV weight's scale from the scan's own line integrals (a box's from its whole
-        // scan's), not from the padded data: the same for the volume and any box of it. An MPI
-        // rank's share keeps the scale the ranks gathered.
+        // scan's), not from the padded data: the same attenuation for the volume and any box of
+        // it. Its width is the operator's (padding included), whose normalisation `1/sqrt(n2)`
+        // weighs the data term: so a box narrower than the detector solves the full volume's
+        // problem restricted to it. An MPI rank's share keeps the scale the ranks gathered.
         if let Some(scale) = projections
             .scan_scale()
             .or_else(|| projections.data_scale())
         {
-            team.adopt_data_scale(scale);
+            team.adopt_data_scale(DataScale {
+                width: g.n2,
+                ..scale
+            });
         }
         team.set_memo(self.devices, self.memo)?;
         let mut resumed_from = None;
