@@ -3,7 +3,11 @@
 //! (exit 101), an abort (134), a hang or an allocation beyond the address-space limit. The
 //! options come from the binary's own command definition (the hidden `numeric-options`), so an
 //! option added later is covered without a list to keep here. Each case is a process on an 8^3
-//! scan (`--iterations 1` where it runs), with a time limit and RLIMIT_AS.
+//! scan (`--iterations 1` where it runs), with a time limit and RLIMIT_AS. The benchmarks size
+//! their work on purpose (a minute on lavapipe even at their smallest): a benchmark case with a
+//! value it may run with (0, 1, -1, 2^32, 1e-300) is stopped once it opens its device, its
+//! options checked; with the others (2^63 and beyond, NaN, +-inf, 1e300) it must refuse, or
+//! finish in time.
 
 mod common;
 
@@ -37,10 +41,15 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// well below it; the allocations of unbounded counts (a 34 GB median window) go beyond.
 const ADDRESS_SPACE: u64 = 8 << 30;
 
-/// Commands left out, with why: their only numeric option is `--device`, which every GPU command
-/// parses alike (it is fed to `reconstruct`), or they run benchmarks whose options size the work
-/// on purpose (minutes on lavapipe).
-const LEFT_OUT: [&str; 2] = ["bench", "selftest"];
+/// The values a benchmark can run with (a count of 0 or 1, a tilt of -1 degree, 2^32 bytes, a
+/// tiny step): a benchmark case with one of them is stopped once it opens its device, its
+/// options checked. With any other value it must refuse, or finish within the time limit as any
+/// command must.
+const A_BENCHMARK_MAY_RUN: [&str; 5] = ["0", "1", "-1", "4294967296", "1e-300"];
+
+/// What the CLI prints when it opens the software adapter: a benchmark case has passed its
+/// option checks by then.
+const DEVICE_OPENED: &str = "note: running on the software adapter";
 
 fn s(p: &Path) -> String {
     p.to_str().unwrap().to_string()
@@ -80,13 +89,58 @@ fn inputs(dir: &Path) -> Inputs {
     }
 }
 
-/// The arguments a command runs with on the tiny inputs (`out`: its output), as (option, value)
-/// pairs, an empty option for a positional value.
-fn base_args(command: &str, i: &Inputs, out: &Path) -> Option<Vec<(String, String)>> {
+/// The arguments a command runs with on the tiny inputs (`out`: its output) when `option` is
+/// varied, as (option, value) pairs, an empty option for a positional value.
+fn base_args(command: &str, option: &str, i: &Inputs, out: &Path) -> Option<Vec<(String, String)>> {
     let pairs =
         |v: &[(&str, String)]| Some(v.iter().map(|(o, x)| (o.to_string(), x.clone())).collect());
     let one = "1".to_string();
+    let eight = "8".to_string();
     match command {
+        // The benchmarks at their smallest: the checks come first either way.
+        "bench fft" => pairs(&[("--repeats", one), ("--bytes", "65536".into())]),
+        "bench admm" => pairs(&[("--size", eight.clone()), ("--iterations", one.clone())]),
+        "bench operator" => pairs(&[("--size", eight.clone()), ("--repeats", one.clone())]),
+        "bench convergence" => pairs(&[
+            ("--size", eight),
+            ("--phantoms", "chip".into()),
+            ("--reference-iterations", "2".into()),
+        ]),
+        "bench memo" => pairs(&[
+            ("--size", eight),
+            ("--iterations", "10".into()),
+            ("--repeats", one),
+            ("--policies", "certified:0.01".into()),
+            ("--phantoms", "chip".into()),
+            ("--reference-iterations", "2".into()),
+            ("--max-iterations", "2".into()),
+            ("--compare-memo", "certified:0.01".into()),
+            ("--out", s(out)),
+        ]),
+        "bench search" => pairs(&[
+            ("--sizes", eight),
+            ("--candidates", "2".into()),
+            ("--repeats", one),
+        ]),
+        "bench stripes" => pairs(&[
+            ("--angles", eight.clone()),
+            ("--width", eight),
+            ("--rows", one),
+        ]),
+        // The cost model's options act with `--model` only; the others without it.
+        "bench scale" if option.starts_with("--model") => pairs(&[
+            ("--model", String::new()),
+            ("--model-measure-size", eight.clone()),
+            ("--model-sizes", eight),
+            ("--model-ranks", one),
+        ]),
+        "bench scale" => pairs(&[
+            ("--size", eight.clone()),
+            ("--iterations", one.clone()),
+            ("--large", "0".into()),
+            ("--plan-sizes", eight),
+            ("--plan-device-gib", one),
+        ]),
         "reconstruct" => pairs(&[
             ("", s(&i.scan)),
             ("--iterations", one),
@@ -153,10 +207,13 @@ struct Ended {
     status: std::process::ExitStatus,
     stderr: String,
     seconds: f64,
+    /// Stopped once it opened its device (a benchmark past its option checks).
+    started: bool,
 }
 
-/// Runs `args` in `dir` with the limits; `None` when it ran past [`LIMIT`] (killed).
-fn run_case(args: &[String], dir: &Path) -> Option<Ended> {
+/// Runs `args` in `dir` with the limits; `None` when it ran past [`LIMIT`] (killed). With
+/// `stop_once_started`, a case that opens its device ([`DEVICE_OPENED`]) is stopped there.
+fn run_case(args: &[String], dir: &Path, stop_once_started: bool) -> Option<Ended> {
     let log = dir.join("stderr.txt");
     let mut cmd = common::process::lamino_command();
     cmd.args(args)
@@ -168,11 +225,20 @@ fn run_case(args: &[String], dir: &Path) -> Option<Ended> {
     let start = Instant::now();
     let mut child = cmd.spawn().unwrap();
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        let started = stop_once_started
+            && std::fs::read_to_string(&log).is_ok_and(|e| e.contains(DEVICE_OPENED));
+        if started {
+            child.kill().unwrap();
+        }
+        if let Some(status) = started
+            .then(|| child.wait().unwrap())
+            .or_else(|| child.try_wait().unwrap())
+        {
             return Some(Ended {
                 status,
                 stderr: std::fs::read_to_string(&log).unwrap_or_default(),
                 seconds: start.elapsed().as_secs_f64(),
+                started,
             });
         }
         if start.elapsed() > LIMIT {
@@ -211,13 +277,11 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
         "the listing misses known options: {options:?}"
     );
     let mut cases = Vec::new();
+    assert!(
+        options["bench scale"].contains(&"--model-bus-gbps".to_string()),
+        "the listing misses the benchmarks' options: {options:?}"
+    );
     for (command, opts) in &options {
-        if LEFT_OUT
-            .iter()
-            .any(|c| command.split(' ').next() == Some(c))
-        {
-            continue;
-        }
         for option in opts {
             // Every GPU command's `--device` is the same parser: fed once, to reconstruct.
             if option == "--device" && command != "reconstruct" {
@@ -230,6 +294,7 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
+    let times = std::sync::Mutex::new(Vec::new());
     let start = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..2 {
@@ -240,7 +305,7 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
                 };
                 let case_dir = dir.path().join(format!("case{n}"));
                 std::fs::create_dir(&case_dir).unwrap();
-                let Some(base) = base_args(command, &inputs, &case_dir.join("out")) else {
+                let Some(base) = base_args(command, option, &inputs, &case_dir.join("out")) else {
                     failures.lock().unwrap().push(format!(
                         "`{command}` has numeric options but no base arguments in this test: \
                          add them to base_args"
@@ -260,8 +325,15 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
                 }
                 args.push(format!("{option}={value}"));
                 let what = args.join(" ");
-                let failure = match run_case(&args, &case_dir) {
+                let stop_once_started =
+                    command.starts_with("bench ") && A_BENCHMARK_MAY_RUN.contains(value);
+                let ended = run_case(&args, &case_dir, stop_once_started);
+                if let Some(e) = &ended {
+                    times.lock().unwrap().push((e.seconds, what.clone()));
+                }
+                let failure = match ended {
                     None => Some(format!("{what}: ran past {LIMIT:?}")),
+                    Some(e) if e.started => None,
                     Some(e) if e.status.code().is_none() || e.status.code() == Some(101) => {
                         Some(format!(
                             "{what}: {:?} after {:.1} s\n{}",
@@ -283,11 +355,14 @@ fn every_numeric_option_takes_extreme_values_without_a_panic_abort_or_hang() {
         }
     });
     let failures = failures.into_inner().unwrap();
+    let mut times = times.into_inner().unwrap();
+    times.sort_by(|a, b| b.0.total_cmp(&a.0));
     eprintln!(
-        "{} cases over {} commands in {:.1} s",
+        "{} cases over {} commands in {:.1} s; the longest: {:#?}",
         cases.len(),
         options.len(),
-        start.elapsed().as_secs_f64()
+        start.elapsed().as_secs_f64(),
+        &times[..times.len().min(8)]
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

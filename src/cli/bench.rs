@@ -387,6 +387,7 @@ fn default_compared() -> Vec<MemoPolicy> {
 
 pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
     use lamino::bench;
+    super::bench_options::check(what)?;
     match what {
         BenchWhat::Demo { out } => demo(cli, out)?,
         BenchWhat::Fft {

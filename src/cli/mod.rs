@@ -4,6 +4,7 @@
 
 mod apply;
 mod bench;
+mod bench_options;
 mod demo;
 mod devices;
 mod flatfield;

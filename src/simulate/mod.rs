@@ -15,7 +15,7 @@ mod noise;
 mod presets;
 mod scan;
 
-pub use noise::{measure, poisson, Measurement, Noise, SimulateError};
+pub use noise::{check_photons, measure, poisson, Measurement, Noise, SimulateError};
 pub use presets::{blobs, chip, shepp, PhantomKind};
 pub use scan::{simulated_scan, ScanSpec, SimulatedScan};
 

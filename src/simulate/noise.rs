@@ -62,6 +62,15 @@ pub struct Measurement {
     pub dark: Vec<f32>,
 }
 
+/// Refuses an incident photon count that is not a positive number whose float32 (the type
+/// intensities are stored in) is normal: 1e-300 is a positive f64 but a zero f32.
+pub fn check_photons(photons: f64) -> Result<(), SimulateError> {
+    match photons > 0.0 && (photons as f32).is_normal() {
+        true => Ok(()),
+        false => Err(SimulateError::BadPhotons { photons }),
+    }
+}
+
 /// Intensities `I = I0 exp(-P)` of line integrals `projections` (frames of `frame_len` pixels).
 pub fn measure(
     projections: &[f32],
@@ -69,11 +78,8 @@ pub fn measure(
     photons: f64,
     noise: Noise,
 ) -> Result<Measurement, SimulateError> {
-    // Checked as the f32 it is stored as: 1e-300 is a positive f64 but a zero f32.
+    check_photons(photons)?;
     let stored = photons as f32;
-    if !(photons > 0.0 && stored.is_normal()) {
-        return Err(SimulateError::BadPhotons { photons });
-    }
     let mut rng = match noise {
         Noise::None => None,
         Noise::Poisson { seed } => Some(SplitMix64::new(seed)),

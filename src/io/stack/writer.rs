@@ -59,10 +59,12 @@ enum WriterInner {
         suffix: u64,
     },
     /// The pixels after the header, page after page; the directories at the end
-    /// ([`ImagejTiff`]).
+    /// ([`ImagejTiff`]), laid out again then from the stack's shape and voxel size rather than
+    /// held while the pages are written (a streamed volume's write holds one slab).
     Tiff {
         w: BufWriter<File>,
-        directories: Vec<u8>,
+        shape: [usize; 3],
+        voxel_size: Option<PixelSize>,
     },
     Zarr(Box<super::super::zarr::ZarrPart>),
 }
@@ -159,7 +161,8 @@ impl StackWriter {
                     .map_err(|e| write_error(path, e))?;
                 WriterInner::Tiff {
                     w,
-                    directories: layout.directories,
+                    shape,
+                    voxel_size,
                 }
             }
             StackFormat::Npy | StackFormat::Hdf5 => {
@@ -238,8 +241,15 @@ impl StackWriter {
                     .and_then(|()| w.flush())
                     .map_err(|e| write_error(path, e))?;
             }
-            WriterInner::Tiff { mut w, directories } => {
-                w.write_all(&directories)
+            WriterInner::Tiff {
+                mut w,
+                shape,
+                voxel_size,
+            } => {
+                // The layout settled when the writer was created: the same again.
+                let layout =
+                    ImagejTiff::new(shape, voxel_size).map_err(|e| write_error(path, e))?;
+                w.write_all(&layout.directories)
                     .and_then(|()| w.flush())
                     .map_err(|e| write_error(path, e))?;
             }
