@@ -241,7 +241,14 @@ fn remove_stripe<'py>(
     };
     let mut values = array.as_slice()?.to_vec();
     py.detach(|| remove_stripes_in_place(&mut values, dims, method))
-        .map_err(preprocess_error)?;
+        .map_err(|e| match (method, e) {
+            // The library names the median window; Python's argument is `size`.
+            (
+                StripeRemoval::Sorting { size: Some(size) },
+                lamino_core::preprocess::PreprocessError::BadStripeParameter(reason),
+            ) => input_error(&format!("size = {size}"), reason),
+            (_, e) => preprocess_error(e),
+        })?;
     to_numpy(py, &shape, values)
 }
 
