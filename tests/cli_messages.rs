@@ -133,12 +133,13 @@ fn sigterm_during_the_axis_search_says_so_and_leaves_no_staging() {
         .spawn()
         .unwrap();
     let lines = common::process::stderr_lines(&mut child);
-    // The tilt's source is the last line before the search, which takes seconds here.
+    // The search says when it begins (it takes seconds here); the tilt's source, printed while
+    // the projections are read, came too early (a SIGTERM there stops the reading).
     let mut seen = Vec::new();
     while let Ok(line) = lines.recv_timeout(Duration::from_secs(120)) {
-        let loaded = line.contains("from /lamino/phi_deg");
+        let searching = line.contains("searching for the rotation axis");
         seen.push(line);
-        if loaded {
+        if searching {
             break;
         }
     }

@@ -467,6 +467,10 @@ fn reconstruct_into(
             let g = projections.geometry();
             let tilt = g.phi.to_degrees() - 90.0;
             let start = std::time::Instant::now();
+            if !options.quiet {
+                // The search takes seconds to minutes: say what runs until its result.
+                eprintln!("searching for the rotation axis (--rotation-axis auto) ...");
+            }
             // A stop signal ends the search before its next pass.
             let flag = signals.flag();
             let cancel = Some(&*flag);
