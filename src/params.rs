@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::io::number_as_typed;
+
 /// A solver parameter outside the range where the iteration is defined.
 #[derive(Debug, Clone, PartialEq, Error)]
 #[error("solver parameter {name} = {value}: it must be {bound}")]
@@ -278,22 +280,22 @@ impl AdmmParams {
         if !(self.alpha.is_finite() && self.alpha >= 0.0) {
             return bad(
                 "alpha",
-                self.alpha.to_string(),
+                number_as_typed(self.alpha),
                 "finite and >= 0 (a negative TV weight makes the shrinkage grow vectors)",
             );
         }
         if !(self.rho0.is_finite() && self.rho0 > 0.0) {
-            return bad("rho0", self.rho0.to_string(), "finite and > 0");
+            return bad("rho0", number_as_typed(self.rho0), "finite and > 0");
         }
         if let InnerSolver::DaiYuan { step } = self.inner {
             if !(step.is_finite() && step > 0.0) {
-                return bad("dai_yuan_step", step.to_string(), "finite and > 0");
+                return bad("dai_yuan_step", number_as_typed(step), "finite and > 0");
             }
         }
         if !(self.relaxation > 0.0 && self.relaxation < 2.0) {
             return bad(
                 "relaxation",
-                self.relaxation.to_string(),
+                number_as_typed(self.relaxation),
                 "between 0 and 2 (ADMM diverges outside)",
             );
         }
@@ -301,7 +303,7 @@ impl AdmmParams {
             if !(rule.scale.is_finite() && rule.scale > 0.0) {
                 return bad(
                     "penalty_from_gradient.scale",
-                    rule.scale.to_string(),
+                    number_as_typed(rule.scale),
                     "finite and > 0",
                 );
             }
@@ -313,7 +315,7 @@ impl AdmmParams {
                 ("convergence.dual", c.dual),
             ] {
                 if !(v.is_finite() && v > 0.0 && v < 1.0) {
-                    return bad(name, v.to_string(), "between 0 and 1");
+                    return bad(name, number_as_typed(v), "between 0 and 1");
                 }
             }
         }
@@ -423,6 +425,10 @@ mod tests {
                 ..AdmmParams::default()
             },
             AdmmParams {
+                relaxation: 1e300,
+                ..AdmmParams::default()
+            },
+            AdmmParams {
                 convergence: Some(Convergence {
                     change: 0.0,
                     ..Convergence::DEFAULT
@@ -448,12 +454,14 @@ mod tests {
             "dai_yuan_step",
             "relaxation",
             "relaxation",
+            "relaxation",
             "convergence.change",
             "penalty_from_gradient.scale",
         ]) {
             let e = p.validate().unwrap_err();
             assert_eq!(e.name, name);
             assert!(e.to_string().contains("must be"), "{e}");
+            assert!(e.value.len() <= 20, "the value as a user types it: {e}");
         }
     }
 

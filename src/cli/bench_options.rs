@@ -5,6 +5,7 @@
 //! their work on purpose, so the bounds are what a machine can hold and what a measurement can
 //! mean, not what is quick.
 
+use lamino::io::number_as_typed;
 use lamino::memory::check_available;
 use lamino::params::AdmmParams;
 use lamino::preprocess::MAX_CANDIDATES;
@@ -35,14 +36,6 @@ const FFT_BYTES: (u64, u64) = (4096, 1 << 40);
 /// Why `option`'s `value` is refused, with the bound.
 fn refuse(option: &str, value: impl std::fmt::Display, bound: &str) -> Result<(), String> {
     Err(format!("--{option} {value}: expected {bound}"))
-}
-
-/// `value` as a user would type it: in exponent form when far from 1 (1e300, not 301 digits).
-fn shown(value: f64) -> String {
-    match value == 0.0 || (1e-4..1e6).contains(&value.abs()) {
-        true => value.to_string(),
-        false => format!("{value:e}"),
-    }
 }
 
 /// A count within `min..=max`.
@@ -80,7 +73,11 @@ fn number(option: &str, value: f64, (min, max): (f64, f64), unit: &str) -> Resul
         false => refuse(
             option,
             value,
-            &format!("a number from {} to {} {unit}", shown(min), shown(max)),
+            &format!(
+                "a number from {} to {} {unit}",
+                number_as_typed(min),
+                number_as_typed(max)
+            ),
         ),
     }
 }
@@ -160,7 +157,7 @@ pub(super) fn check(what: &BenchWhat) -> Result<(), String> {
             if !(tilt_deg.is_finite() && tilt_deg.abs() < 90.0) {
                 return refuse(
                     "tilt-deg",
-                    shown(*tilt_deg),
+                    number_as_typed(*tilt_deg),
                     "an angle strictly between -90 and 90 degrees (0: plain tomography)",
                 );
             }

@@ -41,7 +41,9 @@ pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength, NO_ENTRY as NXTOMO_NO_E
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use pixel_size::{LengthUnit, PixelSize};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
-pub use text::{parse_angle_list, read_text, AngleList, TextError, MAX_TEXT_BYTES};
+pub use text::{
+    number_as_typed, parse_angle_list, read_text, AngleList, TextError, MAX_TEXT_BYTES,
+};
 pub use volume::{
     central_slices, central_slices_of, read_tiff_volume, write_calibrated_volume_files,
     write_tiff_volume, write_volume, write_volume_as, write_volume_files, CentralSlice,

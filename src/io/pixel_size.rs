@@ -52,7 +52,8 @@ impl PixelSize {
             })
         } else {
             Err(format!(
-                "a pixel size of {value} micrometres; expected {} to {} micrometres (0.1 nm to 1 cm)",
+                "a pixel size of {} micrometres; expected {} to {} micrometres (0.1 nm to 1 cm)",
+                super::number_as_typed(value),
                 Self::MIN_MICROMETERS,
                 Self::MAX_MICROMETERS
             ))
@@ -86,6 +87,10 @@ mod tests {
             1.01e4,
         ] {
             let e = PixelSize::micrometers(v).unwrap_err();
+            assert!(
+                e.len() < 120,
+                "{v}: the message quotes the value as typed: {e}"
+            );
             assert!(
                 e.contains("expected 0.0001 to 10000 micrometres"),
                 "{v}: {e}"

@@ -1,7 +1,7 @@
 //! Small text inputs a user names (angle lists, geometry JSON), read with a bound: a path to
 //! `/dev/zero`, a FIFO or a multi-gigabyte file by mistake must end in an error naming the limit,
-//! not in an allocation that grows until the process is killed; and the angle lists' syntax
-//! ([`parse_angle_list`]).
+//! not in an allocation that grows until the process is killed; the angle lists' syntax
+//! ([`parse_angle_list`]); and a user's number written back in a message ([`number_as_typed`]).
 
 use std::io::Read;
 use std::path::Path;
@@ -24,6 +24,15 @@ pub enum TextError {
     TooLarge,
     #[error("not UTF-8 text: {0}")]
     NotUtf8(std::string::FromUtf8Error),
+}
+
+/// `value` as a user would type it, for messages that quote it: in exponent form when far from
+/// 1 (`1e300`, not 301 digits).
+pub fn number_as_typed(value: f64) -> String {
+    match value == 0.0 || (1e-4..1e6).contains(&value.abs()) {
+        true => value.to_string(),
+        false => format!("{value:e}"),
+    }
 }
 
 /// The whole of the text file `path`, reading at most [`MAX_TEXT_BYTES`] + 1 bytes so that an
