@@ -7,6 +7,7 @@
 //! Every measured closure submits its work and waits for it (`submit_and_wait`), so a sample is
 //! the wall time of the whole recording.
 
+use lamino::Tilt;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -60,7 +61,7 @@ fn fft_plans(c: &mut Criterion, ctx: &GpuContext) {
 /// The two gridding stages of the operator at 32^3, 32 angles, 20 degree tilt, forward and
 /// adjoint.
 fn gridding_stages(c: &mut Criterion, ctx: &GpuContext) {
-    let g = Geometry::cube(32, 32, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let g = Geometry::cube(32, 32, Tilt::from_degrees(20.0));
     let op = LaminoOperator::new(ctx, &g, &OperatorOptions::default()).unwrap();
     let arrays = OperatorArrays::new(ctx, &g).unwrap();
     for (name, what) in [
@@ -82,7 +83,7 @@ fn gridding_stages(c: &mut Criterion, ctx: &GpuContext) {
 
 /// One outer ADMM-TV iteration with the default parameters at 16^3, 16 angles.
 fn admm_iteration(c: &mut Criterion, ctx: &GpuContext) {
-    let g = Geometry::cube(16, 16, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let g = Geometry::cube(16, 16, Tilt::from_degrees(30.0));
     let mut rng = SplitMix64::new(3);
     let data: Vec<f32> = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
     // Enough iterations for every sample criterion takes; the convergence test must not stop a

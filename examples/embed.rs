@@ -9,6 +9,7 @@
 //! LAMINO_ALLOW_SOFTWARE_GPU=1 cargo run --example embed # software adapter (slow)
 //! ```
 
+use lamino::Tilt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -59,8 +60,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?
     .scan;
     let [_, deth, detw] = frames.data.shape;
-    let tilt = std::f64::consts::FRAC_PI_2 + 30f64.to_radians();
-    let geometry = Geometry::for_detector(deth, detw, frames.theta.clone(), tilt);
+    let geometry =
+        Geometry::for_detector(deth, detw, frames.theta.clone(), Tilt::from_degrees(30.0));
     // Flat/dark normalisation and -log, as tomopy's normalize + minus_log (and lamino's own
     // file readers) do it; pixels without transmission are counted and a scan with too many
     // is refused.

@@ -6,7 +6,8 @@
 //! the internals (public for the tests, benchmarks and the command line).
 //!
 //! - A device: [`GpuContext`] from [`DeviceOptions`] ([`DeviceSelection`], [`list_adapters`]).
-//! - A scan: [`Projections`] of a [`Geometry`], made from intensities with flats and darks
+//! - A scan: [`Projections`] of a [`Geometry`] (its [`Tilt`] given in degrees or radians), made
+//!   from intensities with flats and darks
 //!   ([`Projections::from_intensities`], tomopy's `normalize` + `minus_log`, frames as
 //!   [`Stack`]s) or from line integrals ([`Projections::new`]).
 //! - A run: [`Reconstructor`] with [`AdmmParams`], budgets, [`Progress`] reports, a cancel
@@ -17,10 +18,10 @@
 //!   [`num_complex`]), the complex type of the operator's public signatures.
 //!
 //! ```no_run
-//! use lamino::{DeviceOptions, Geometry, GpuContext, Projections, Reconstructor, Stack};
+//! use lamino::{DeviceOptions, Geometry, GpuContext, Projections, Reconstructor, Stack, Tilt};
 //!
 //! let ctx = GpuContext::new(&DeviceOptions::default())?;
-//! let geometry = Geometry::cube(32, 32, 1.92);
+//! let geometry = Geometry::cube(32, 32, Tilt::from_degrees(20.0));
 //! let (ntheta, h, w) = (32, 32, 32);
 //! let data = Stack { shape: [ntheta, h, w], values: vec![900.0; ntheta * h * w] };
 //! let flats = Stack { shape: [1, h, w], values: vec![1000.0; h * w] };
@@ -46,6 +47,7 @@
 //!   the bits of one device.
 //! - [`fft`]: complex FFT plans on the GPU (Stockham, mixed radix, Bluestein).
 //! - [`flatfield`]: BaSiC flat-field, dark-field and baseline estimation and correction.
+//! - [`geometry`]: the scan's geometry in its units (the tilt in degrees or radians).
 //! - [`gpu`]: the GPU runtime, the only module that calls wgpu (device policy, buffers, kernels,
 //!   recordings, and its typed errors [`GpuError`]).
 //! - [`hash`]: the crate's one checksum (64-bit FNV-1a) for checkpoints and fingerprints.
@@ -71,6 +73,7 @@ pub mod bench;
 pub mod distributed;
 pub mod fft;
 pub mod flatfield;
+pub mod geometry;
 pub mod gpu;
 pub mod hash;
 pub mod io;
@@ -90,6 +93,7 @@ pub mod shaders;
 pub mod simulate;
 pub mod solver;
 
+pub use geometry::Tilt;
 pub use gpu::{
     list_adapters, DeviceOptions, DeviceSelection, GpuContext, GpuError, SliceAxis, SliceMode,
     SlicePass,

@@ -212,6 +212,19 @@ fn fft_3d(data: &mut [Complex<f64>], shape: [usize; 3]) {
     }
 }
 
+/// SSIM's stabilising constants `(c1, c2)` for the dynamic range `range` (Wang et al. 2004:
+/// `K1 = 0.01`, `K2 = 0.03`).
+fn ssim_constants(range: f64) -> (f64, f64) {
+    ((0.01 * range).powi(2), (0.03 * range).powi(2))
+}
+
+/// SSIM at one voxel from the windowed means `[mx, my]` and second moments `[sxx, syy, sxy]`
+/// of the two volumes around it.
+fn ssim_of_moments([mx, my]: [f64; 2], [sxx, syy, sxy]: [f64; 3], (c1, c2): (f64, f64)) -> f64 {
+    let (vx, vy, cov) = (sxx - mx * mx, syy - my * my, sxy - mx * my);
+    ((2.0 * mx * my + c1) * (2.0 * cov + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+}
+
 /// Scores `rec` against `truth`, both (n0, n1, n2) volumes, a z slice at a time: beyond the
 /// volumes it holds [`score_working_bytes`].
 pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
@@ -224,7 +237,7 @@ pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
     let range = (hi - lo).max(f64::MIN_POSITIVE);
     let len = rec.len();
     let mse = diff2 / len as f64;
-    let (c1, c2) = ((0.01 * range).powi(2), (0.03 * range).powi(2));
+    let constants = ssim_constants(range);
     let weights = window_weights();
     let (x, y) = (|i: usize| rec[i] as f64, |i: usize| truth[i] as f64);
     let ssim = (0..shape[0])
@@ -237,15 +250,7 @@ pub fn score(rec: &[f32], truth: &[f32], shape: [usize; 3]) -> Score {
                 blur(&|i| x(i) * y(i)),
             );
             (0..mx.len())
-                .map(|i| {
-                    let (vx, vy, cov) = (
-                        sxx[i] - mx[i] * mx[i],
-                        syy[i] - my[i] * my[i],
-                        sxy[i] - mx[i] * my[i],
-                    );
-                    ((2.0 * mx[i] * my[i] + c1) * (2.0 * cov + c2))
-                        / ((mx[i] * mx[i] + my[i] * my[i] + c1) * (vx + vy + c2))
-                })
+                .map(|i| ssim_of_moments([mx[i], my[i]], [sxx[i], syy[i], sxy[i]], constants))
                 .collect::<Vec<f64>>()
         })
         .sum::<f64>()
@@ -331,20 +336,12 @@ mod tests {
             });
         let range = (hi - lo).max(f64::MIN_POSITIVE);
         let mse = diff2 / x.len() as f64;
-        let (c1, c2) = ((0.01 * range).powi(2), (0.03 * range).powi(2));
+        let constants = ssim_constants(range);
         let sq = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).collect::<Vec<f64>>();
         let (mx, my) = (blur(&x), blur(&y));
         let (sxx, syy, sxy) = (blur(&sq(&x, &x)), blur(&sq(&y, &y)), blur(&sq(&x, &y)));
         let ssim = (0..x.len())
-            .map(|i| {
-                let (vx, vy, cov) = (
-                    sxx[i] - mx[i] * mx[i],
-                    syy[i] - my[i] * my[i],
-                    sxy[i] - mx[i] * my[i],
-                );
-                ((2.0 * mx[i] * my[i] + c1) * (2.0 * cov + c2))
-                    / ((mx[i] * mx[i] + my[i] * my[i] + c1) * (vx + vy + c2))
-            })
+            .map(|i| ssim_of_moments([mx[i], my[i]], [sxx[i], syy[i], sxy[i]], constants))
             .sum::<f64>()
             / x.len() as f64;
         Score {

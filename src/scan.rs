@@ -378,13 +378,14 @@ pub fn validate_scan_geometry(g: &Geometry) -> Result<(), ScanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
 
     /// In-memory intensities become `-ln((I - D) / (F - D))` of the mean flat and dark, clamped
     /// pixels counted; a shape that is not the geometry's and a scan of mostly clamped pixels
     /// are refused.
     #[test]
     fn intensities_with_flats_and_darks_become_line_integrals() {
-        let g = Geometry::cube(4, 3, std::f64::consts::FRAC_PI_2 + 0.5);
+        let g = Geometry::cube(4, 3, Tilt::from_degrees(30.0));
         let n = g.data_len();
         let frame = g.deth * g.detw;
         let data = Stack {
@@ -430,7 +431,7 @@ mod tests {
     /// whatever the blocks and however uneven the padding.
     #[test]
     fn operator_blocks_pad_and_scale_any_block_of_projections() {
-        let g = Geometry::cube(6, 5, std::f64::consts::FRAC_PI_2 + 0.5);
+        let g = Geometry::cube(6, 5, Tilt::from_degrees(30.0));
         let values: Vec<f32> = (0..g.data_len()).map(|i| (i as f32).sin() + 1.5).collect();
         let p = Projections::new(g.clone(), values.clone()).unwrap();
         for (rows, columns) in [
@@ -483,7 +484,7 @@ mod tests {
             n2: 31,
             deth: 1,
             detw: 31,
-            ..Geometry::cube(4, 3, std::f64::consts::FRAC_PI_2)
+            ..Geometry::cube(4, 3, Tilt::CT)
         };
         validate_scan_geometry(&g).unwrap();
         let empty = Geometry {
@@ -503,7 +504,10 @@ mod tests {
             validate_scan_geometry(&huge),
             Err(ScanError::Geometry(GeometryError::Overflow))
         ));
-        let tilt = Geometry { phi: 0.0, ..g };
+        let tilt = Geometry {
+            tilt: Tilt::from_phi(0.0),
+            ..g
+        };
         assert!(matches!(
             validate_scan_geometry(&tilt),
             Err(ScanError::Geometry(GeometryError::PhiOutOfRange { .. }))

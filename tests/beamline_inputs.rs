@@ -57,7 +57,7 @@ fn write_variant(path: &Path, scan: &Scan, theta: &[f64], units: Option<&str>, d
     if let Some(units) = units {
         d = d.attribute(AttributeBuilder::fixed_string("units", units));
     }
-    let phi = [scan.phi.unwrap().to_degrees()];
+    let phi = [scan.tilt.unwrap().phi().to_degrees()];
     let tilt = DatasetBuilder::typed_data("lamino/phi_deg", Vec::<u64>::new(), &phi[..]);
     finish(path, file.dataset(d).dataset(tilt.unwrap()));
 }
@@ -236,7 +236,7 @@ fn an_nxtomo_scan_reconstructs_as_its_dxchange_twin() {
     let p = |name: &str| -> PathBuf { dir.path().join(name) };
     // Under the extension NeXus files take; NXtomo has no tilt.
     write_nxtomo(&p("scan.nxs"), scan, &degrees(scan));
-    let tilt = (scan.phi.unwrap().to_degrees() - 90.0).round();
+    let tilt = scan.tilt.unwrap().degrees().round();
     assert!(
         loaded(hdf5_input(&p("scan.nxs"), Some(tilt), None))
             == loaded(hdf5_input(path, None, None))
@@ -515,7 +515,7 @@ fn hdf5_geometry(
 
 /// Degrees of the tilt `T` of a geometry (phi = 90 + T).
 fn tilt_of(g: &Geometry) -> f64 {
-    g.phi.to_degrees() - 90.0
+    g.tilt.degrees()
 }
 
 /// The tilt and angles where a beamline's own layout holds them (`--tilt-path`, `--theta-path`,

@@ -6,6 +6,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::path::Path;
 use std::process::Output;
 
@@ -148,7 +149,7 @@ fn a_resume_with_fewer_iterations_than_its_checkpoint_is_refused_with_the_number
 fn detectors_of_one_row_or_one_column_are_reconstructed() {
     let dir = tempfile::tempdir().unwrap();
     for (deth, detw) in [(1, 8), (8, 1), (1, 1)] {
-        let mut g = Geometry::cube(8, 8, std::f64::consts::FRAC_PI_2);
+        let mut g = Geometry::cube(8, 8, Tilt::CT);
         (g.deth, g.detw) = (deth, detw);
         (g.n0, g.n1, g.n2) = (deth, detw, detw);
         let name = format!("{deth}x{detw}");

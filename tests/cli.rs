@@ -3,6 +3,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::path::Path;
 use std::process::Output;
 
@@ -350,7 +351,7 @@ fn apply_operator_commands_match_the_references_and_check_shapes() {
         n2: 14,
         deth: 12,
         detw: 16,
-        ..Geometry::cube(12, 5, 1.9)
+        ..Geometry::cube(12, 5, Tilt::from_phi(1.9))
     };
     g.write_json(&path("g.json")).unwrap();
     let volume = SplitMix64::new(31).complex_uniform(g.volume_len());
@@ -432,7 +433,7 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name);
     let n = 16;
-    let g = Geometry::cube(n, 12, 1.92);
+    let g = Geometry::cube(n, 12, Tilt::from_phi(1.92));
     g.write_json(&path("g.json")).unwrap();
     // A box, projected with the operator and scaled back to line integrals.
     let mut truth = vec![0.0f32; n * n * n];

@@ -28,7 +28,7 @@ fn scan(dir: &Path, size: usize, tilt: Option<f64>) -> String {
     })
     .unwrap();
     if tilt.is_none() {
-        sim.scan.phi = None;
+        sim.scan.tilt = None;
     }
     let path = dir.join("scan.h5");
     write_dxchange(&path, &sim.scan).unwrap();

@@ -4,7 +4,8 @@
 
 mod common;
 
-use std::f64::consts::{FRAC_PI_2, PI};
+use lamino::Tilt;
+use std::f64::consts::PI;
 use std::time::Instant;
 
 use common::{correlation, ctx};
@@ -21,7 +22,7 @@ use lamino::simulate::{project, rasterize, Ellipsoid, Phantom, Primitive};
 /// equispaced over a half turn.
 fn ct_geometry(rows: usize, width: usize, angles: usize) -> Geometry {
     let theta = (0..angles).map(|i| PI * i as f64 / angles as f64).collect();
-    Geometry::for_detector(rows, width, theta, FRAC_PI_2)
+    Geometry::for_detector(rows, width, theta, Tilt::CT)
 }
 
 /// Cylinders along the rotation axis (disks in every slice; values per voxel) and a ball that

@@ -3,7 +3,7 @@
 //! its make_fixtures.py), block reads for streaming, and a typed error for every kind of bad file,
 //! truncated and corrupted ones included.
 
-use std::f64::consts::PI;
+use lamino::Tilt;
 use std::path::{Path, PathBuf};
 
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
@@ -14,7 +14,7 @@ use lamino::io::{
 use lamino::random::SplitMix64;
 use lamino::recon::input::read_volume;
 
-const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
+const TILT: Tilt = Tilt::from_degrees(20.0);
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,7 +35,7 @@ fn scan(with_extras: bool) -> Scan {
         flats: stack([3, 6, 8]),
         darks: stack([2, 6, 8]),
         theta: (0..5).map(|i| 0.3 * i as f64).collect(),
-        phi: with_extras.then_some(TILT),
+        tilt: with_extras.then_some(TILT),
         truth: with_extras.then(|| stack([4, 6, 8])),
     }
 }
@@ -63,14 +63,15 @@ fn dxchange_files_round_trip_with_theta_in_degrees() {
             assert!((a - b).abs() < 1e-14, "{a} vs {b}");
         }
         assert!(back
-            .phi
-            .zip(s.phi)
+            .tilt
+            .map(Tilt::phi)
+            .zip(s.tilt.map(Tilt::phi))
             .is_none_or(|(a, b)| (a - b).abs() < 1e-14));
-        assert_eq!(back.phi.is_some(), extras);
+        assert_eq!(back.tilt.is_some(), extras);
         assert_eq!(
             Scan {
                 theta: s.theta.clone(),
-                phi: s.phi,
+                tilt: s.tilt,
                 ..back
             },
             s
@@ -195,8 +196,9 @@ fn files_written_by_h5py_are_read_exactly() {
     // The tilt only the first one records.
     let phi = read_dxchange(&fixture("h5py_contiguous_f32.h5"))
         .unwrap()
-        .phi;
-    assert!((phi.unwrap() - TILT).abs() < 1e-14);
+        .tilt
+        .map(Tilt::phi);
+    assert!((phi.unwrap() - TILT.phi()).abs() < 1e-14);
 }
 
 #[test]
@@ -221,7 +223,7 @@ fn a_scan_written_by_libhdf5_is_read() {
     for (i, t) in s.theta.iter().enumerate() {
         assert!((t - (60.0 * i as f64).to_radians()).abs() < 1e-12);
     }
-    assert!((s.phi.unwrap() - TILT).abs() < 1e-14);
+    assert!((s.tilt.unwrap().phi() - TILT.phi()).abs() < 1e-14);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::f64::consts::FRAC_PI_2;
+use lamino::Tilt;
 
 use common::process::{run_lamino, succeeded};
 use common::{chip_projections, correlation, ctx};
@@ -82,7 +82,7 @@ fn tooth_like(width: usize, angles: usize, photons: f64) -> (Projections, f64) {
     let axis = width as f64 / 2.0 - 0.0375 * width as f64 - 0.3;
     let g = Geometry {
         center: Some(axis),
-        ..Geometry::for_detector(2, width, theta, FRAC_PI_2)
+        ..Geometry::for_detector(2, width, theta, Tilt::CT)
     };
     let s = width as f64 / 2.0;
     let ellipse = |x: f64, y: f64, a: f64, b: f64, angle: f64, value: f64| {

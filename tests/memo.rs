@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::f64::consts::PI;
+use lamino::Tilt;
 
 use common::ctx;
 use lamino::array::{Field, Scalars};
@@ -22,7 +22,7 @@ const N: usize = 16;
 const ROWS: usize = 4;
 
 fn geometry() -> Geometry {
-    Geometry::cube(N, 8, PI / 2.0 + 30f64.to_radians())
+    Geometry::cube(N, 8, Tilt::from_degrees(30.0))
 }
 
 fn chunked() -> OperatorOptions {

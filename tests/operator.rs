@@ -5,6 +5,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::f64::consts::PI;
 
 use common::{ctx, new_context, to_f64};
@@ -21,7 +22,7 @@ use num_complex::{Complex, Complex32};
 
 type C64 = Complex<f64>;
 
-const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
+const TILT: Tilt = Tilt::from_degrees(20.0);
 
 fn small() -> Geometry {
     // The direct-sum test's shape (docs/operator-method.md, "Exactness tests"): every size
@@ -166,7 +167,7 @@ fn smaller_eps_reaches_its_accuracy() {
 #[test]
 fn projection_of_a_gaussian_blob_matches_the_analytic_line_integral() {
     let tilted = Geometry::cube(32, 8, TILT);
-    let tomo = Geometry::cube(32, 8, PI / 2.0);
+    let tomo = Geometry::cube(32, 8, Tilt::CT);
     let odd = Geometry {
         deth: 30,
         ..uneven_angles(Geometry::cube(32, 8, TILT))
@@ -198,7 +199,12 @@ fn projection_of_a_gaussian_blob_matches_the_analytic_line_integral() {
         let scale = 1.0 / ((g.n2 * g.ntheta()) as f64).sqrt();
         let per_angle = g.deth * g.detw;
         for (t, &theta) in g.theta.iter().enumerate() {
-            let (ct, st, cp, sp) = (theta.cos(), theta.sin(), g.phi.cos(), g.phi.sin());
+            let (ct, st, cp, sp) = (
+                theta.cos(),
+                theta.sin(),
+                g.tilt.phi().cos(),
+                g.tilt.phi().sin(),
+            );
             let e1 = [ct, st, 0.0];
             let e2 = [st * cp, -ct * cp, sp];
             let c1: f64 = e1.iter().zip(&r0).map(|(a, b)| a * b).sum();
@@ -221,7 +227,7 @@ fn projection_of_a_gaussian_blob_matches_the_analytic_line_integral() {
                 err < 1e-3,
                 "deth {} phi {:.3} angle {t}: rel. error {err:.2e}",
                 g.deth,
-                g.phi
+                g.tilt.phi()
             );
             assert!(
                 imag < 1e-3 * peak,
@@ -429,7 +435,7 @@ fn bad_geometries_are_refused_with_the_reason() {
         "{err}"
     );
     let g = Geometry {
-        phi: 0.0,
+        tilt: Tilt::from_phi(0.0),
         ..small()
     };
     assert!(LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).is_err());
@@ -562,7 +568,11 @@ fn a_volume_offset_is_a_per_angle_shift_of_the_projections() {
     let phases = sub.detector_phases();
     let (mut got, mut want, mut clamped) = (Vec::new(), Vec::new(), 0);
     for t in 0..full.ntheta() {
-        let (ct, st, cp) = (full.theta[t].cos(), full.theta[t].sin(), full.phi.cos());
+        let (ct, st, cp) = (
+            full.theta[t].cos(),
+            full.theta[t].sin(),
+            full.tilt.phi().cos(),
+        );
         for a in 0..full.deth {
             for w in 0..full.detw {
                 let ku = (w as f64 - 12.0) / 24.0;

@@ -3,6 +3,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use num_complex::Complex32;
 /// Projections (line integrals) of a centred box, computed with the operator and scaled back to
 /// line-integral units.
 fn projections(n: usize) -> Projections {
-    let g = Geometry::cube(n, 8, 1.92);
+    let g = Geometry::cube(n, 8, Tilt::from_phi(1.92));
     let mut u = vec![Complex32::new(0.0, 0.0); g.volume_len()];
     for z in n / 2 - 2..n / 2 + 2 {
         for y in n / 4..3 * n / 4 {

@@ -4,6 +4,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::f64::consts::PI;
 
 use common::ctx;
@@ -17,7 +18,7 @@ use lamino::simulate::{
 };
 use num_complex::Complex32;
 
-const TILT: f64 = PI / 2.0 + 20.0 * PI / 180.0;
+const TILT: Tilt = Tilt::from_degrees(20.0);
 
 fn uniform(rng: &mut SplitMix64, lo: f64, hi: f64) -> f64 {
     lo + (hi - lo) * rng.next_f64()
@@ -73,7 +74,12 @@ fn gaussian_blob_projection_equals_the_closed_form() {
     let mut worst = 0.0f64;
     for (t, &theta) in g.theta.iter().enumerate() {
         // Written out again rather than calling detector_frame: this pins the convention.
-        let (ct, st, cp, sp) = (theta.cos(), theta.sin(), g.phi.cos(), g.phi.sin());
+        let (ct, st, cp, sp) = (
+            theta.cos(),
+            theta.sin(),
+            g.tilt.phi().cos(),
+            g.tilt.phi().sin(),
+        );
         let e1 = [ct, st, 0.0];
         let e2 = [st * cp, -ct * cp, sp];
         let c1: f64 = (0..3).map(|k| e1[k] * r0[k]).sum();
@@ -225,7 +231,7 @@ fn each_projection_conserves_the_mass_of_smooth_phantoms() {
 fn the_operator_on_rasterised_blobs_matches_the_analytic_projection() {
     let n = 32;
     let phantom = blobs(n);
-    for g in [Geometry::cube(n, 12, TILT), Geometry::cube(n, 6, PI / 2.0)] {
+    for g in [Geometry::cube(n, 12, TILT), Geometry::cube(n, 6, Tilt::CT)] {
         let volume: Vec<Complex32> = rasterize(&phantom, &g)
             .into_iter()
             .map(|v| Complex32::new(v, 0.0))
@@ -250,19 +256,19 @@ fn the_operator_on_rasterised_blobs_matches_the_analytic_projection() {
             assert!(
                 err < 1e-3,
                 "phi {:.3} angle {t}: relative L2 {err:.2e}",
-                g.phi
+                g.tilt.phi()
             );
         }
         eprintln!(
             "blobs, phi {:.3}: worst per-angle relative L2 {worst:.2e}",
-            g.phi
+            g.tilt.phi()
         );
     }
 }
 
 #[test]
 fn detector_frame_is_orthonormal_and_right_handed() {
-    let (e1, e2, b) = detector_frame(0.7, TILT);
+    let (e1, e2, b) = detector_frame(0.7, TILT.phi());
     let dot = |a: [f64; 3], c: [f64; 3]| a[0] * c[0] + a[1] * c[1] + a[2] * c[2];
     for (a, c, expect) in [
         (e1, e1, 1.0),
@@ -275,7 +281,7 @@ fn detector_frame_is_orthonormal_and_right_handed() {
         assert!((dot(a, c) - expect).abs() < 1e-15);
     }
     // At phi = pi/2 (tomography) rays are horizontal and detector rows run along z.
-    let (_, e2, b) = detector_frame(0.3, PI / 2.0);
+    let (_, e2, b) = detector_frame(0.3, Tilt::CT.phi());
     assert!(b[2].abs() < 1e-15 && (e2[2] - 1.0).abs() < 1e-15);
 }
 
@@ -347,7 +353,7 @@ fn lamino_simulate_writes_a_scan_that_normalises_back_to_the_projections() {
     let s = read_dxchange(&out).unwrap();
     let g = Geometry::cube(16, 8, TILT);
     assert_eq!(s.data.shape, [8, 16, 16]);
-    assert!((s.phi.unwrap() - TILT).abs() < 1e-12);
+    assert!((s.tilt.unwrap().phi() - TILT.phi()).abs() < 1e-12);
     for (a, b) in s.theta.iter().zip(&g.theta) {
         assert!((a - b).abs() < 1e-12);
     }

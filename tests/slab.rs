@@ -7,6 +7,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Instant;
@@ -23,7 +24,7 @@ const N: usize = 16;
 /// A 30 degree laminographic scan of `phantom` in the default `N`^3 volume, `N` angles, with
 /// analytic line integrals.
 fn scan(phantom: &Phantom) -> Projections {
-    let g = Geometry::cube(N, N, 120f64.to_radians());
+    let g = Geometry::cube(N, N, Tilt::from_phi(120f64.to_radians()));
     let data = project(phantom, &g);
     Projections::new(g, data).unwrap()
 }
@@ -285,7 +286,7 @@ fn smooth_random(g: &Geometry) -> Vec<num_complex::Complex32> {
 fn a_slab_is_projected_onto_the_rows_it_is_cut_to() {
     let theta: Vec<f64> = (0..24).map(|i| (i as f64 * 15.0).to_radians()).collect();
     for (tilt, want_rows) in [(0.0, 14), (20.0, 30), (30.0, 36)] {
-        let g = Geometry::for_detector(64, 32, theta.clone(), (90.0f64 + tilt).to_radians());
+        let g = Geometry::for_detector(64, 32, theta.clone(), Tilt::from_degrees(tilt));
         let slab = g
             .with_subvolume(&VolumeBox {
                 z: 28..36,
@@ -347,7 +348,7 @@ fn cut_reconstructs_as_the_whole_detector(
 ) -> Geometry {
     const ITERATIONS: usize = 20;
     let theta: Vec<f64> = (0..24).map(|i| (i as f64 * 15.0).to_radians()).collect();
-    let g = Geometry::for_detector(deth, detw, theta, 110f64.to_radians());
+    let g = Geometry::for_detector(deth, detw, theta, Tilt::from_phi(110f64.to_radians()));
     let p = Projections::new(g.clone(), project(phantom, &g)).unwrap();
     let truth = truth_in_box(phantom, &g, b);
     let cut = p.clone().with_volume(b).unwrap();

@@ -8,12 +8,13 @@ use lamino::operator::{Geometry, OperatorOptions};
 use lamino::params::AdmmParams;
 use lamino::random::SplitMix64;
 use lamino::solver::AdmmSolver;
+use lamino::Tilt;
 
 #[test]
 fn five_hundred_iterations_hold_host_and_device_memory_flat() {
     let ctx = common::new_context();
     let n = 16;
-    let g = Geometry::cube(n, n, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let g = Geometry::cube(n, n, Tilt::from_degrees(30.0));
     let mut rng = SplitMix64::new(5);
     let data: Vec<f32> = (0..g.data_len())
         .map(|_| 0.01 * rng.next_f64() as f32)

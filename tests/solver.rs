@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::f64::consts::PI;
+use lamino::Tilt;
 
 use common::ctx;
 use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
@@ -43,7 +43,7 @@ fn chip(n: usize) -> Vec<f32> {
 use lamino::metrics::rel_l2 as rel_err;
 
 fn setup(n: usize) -> (Geometry, Vec<f32>, Vec<f32>) {
-    let g = Geometry::cube(n, n, PI / 2.0 + 30f64.to_radians());
+    let g = Geometry::cube(n, n, Tilt::from_degrees(30.0));
     let truth = chip(n);
     let op = LaminoOperator::new(ctx(), &g, &OperatorOptions::default()).unwrap();
     let complex: Vec<Complex32> = truth.iter().map(|&v| Complex32::new(v, 0.0)).collect();

@@ -6,6 +6,7 @@
 
 mod common;
 
+use lamino::Tilt;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -234,7 +235,7 @@ fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_and_checkpoints_a
 /// 256^3 at 256 angles plans within 192 MiB, a budget below the tables alone.
 #[test]
 fn a_256_cube_plans_within_192_mib_with_streamed_tables() {
-    let g = lamino::operator::Geometry::cube(256, 256, std::f64::consts::FRAC_PI_2 + 0.5);
+    let g = lamino::operator::Geometry::cube(256, 256, Tilt::from_degrees(30.0));
     let budget = 192 << 20;
     let p = plan(
         common::ctx(),
@@ -256,7 +257,7 @@ fn a_256_cube_plans_within_192_mib_with_streamed_tables() {
 /// 1/256 of the array per call site (6.4 GiB); what exceeds 512 GiB of host goes to scratch.
 #[test]
 fn a_2048_cube_plans_within_8_gib_on_paper() {
-    let g = lamino::operator::Geometry::cube(2048, 2048, std::f64::consts::FRAC_PI_2 + 0.5);
+    let g = lamino::operator::Geometry::cube(2048, 2048, Tilt::from_degrees(30.0));
     let budget = 8 << 30;
     let p = lamino::plan::plan_on_paper(
         common::ctx(),
@@ -749,7 +750,7 @@ fn streamed_stages_wait_only_to_reuse_a_buffer_or_read_unfinished_blocks() {
     use lamino::array::{Field, Scalars, Staging};
     use lamino::operator::{Apply, Geometry, LaminoOperator, Sink, Source, Stage};
     use std::sync::Arc;
-    let g = Geometry::cube(16, 16, std::f64::consts::FRAC_PI_2 + 0.35);
+    let g = Geometry::cube(16, 16, Tilt::from_degrees(20.0));
     for chunk in [16usize, 4, 1] {
         // A fresh context: its readback pool holds only this chunking's buffers.
         let ctx = common::new_context();

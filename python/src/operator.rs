@@ -6,7 +6,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use lamino_core::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, DEFAULT_EPS};
-use lamino_core::Complex32;
+use lamino_core::{Complex32, Tilt};
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
@@ -116,7 +116,7 @@ impl Operator {
             deth,
             detw,
             theta,
-            phi: (90.0 + checked_tilt(tilt)?).to_radians(),
+            tilt: Tilt::from_degrees(checked_tilt(tilt)?),
             eps,
             center,
             offset: [0.0; 3],

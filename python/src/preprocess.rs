@@ -13,7 +13,7 @@ use lamino_core::preprocess::{
     choose_slab, find_center_vo, find_rotation_axis as core_find_rotation_axis, grid, half_turn,
     remove_stripes_in_place, score_candidates, AxisDecision, Scored, StripeRemoval, FW_SIGMA,
 };
-use lamino_core::Projections;
+use lamino_core::{Projections, Tilt};
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -166,7 +166,7 @@ fn read_dxchange<'py>(
         array(scan.flats)?,
         array(scan.darks)?,
         to_numpy(py, &[ntheta], scan.theta)?,
-        scan.phi.map(|phi| phi.to_degrees() - 90.0),
+        scan.tilt.map(Tilt::degrees),
     ))
 }
 
@@ -352,7 +352,7 @@ fn find_rotation_axis<'py>(
         })
         .transpose()?;
     let options = Devices::one(device, allow_software_gpu)?;
-    let geometry = Geometry::for_detector(deth, detw, theta, (90.0 + tilt).to_radians());
+    let geometry = Geometry::for_detector(deth, detw, theta, Tilt::from_degrees(tilt));
     let values = proj.as_slice()?;
     let scores = PyDict::new(py);
     let column = |scored: &[Scored], f: &dyn Fn(&Scored) -> f64| -> PyResult<_> {

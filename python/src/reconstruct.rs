@@ -5,7 +5,7 @@
 
 use lamino_core::memo::{MemoOptions, MemoPolicy};
 use lamino_core::preprocess::{bin_projections, remove_stripes, StripeRemoval, FW_SIGMA};
-use lamino_core::{AdmmParams, Geometry, Projections, Reconstructor};
+use lamino_core::{AdmmParams, Geometry, Projections, Reconstructor, Tilt};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -188,10 +188,9 @@ fn reconstruct<'py>(
             ),
         ));
     }
-    let phi = (90.0 + tilt).to_radians();
     let mut geometry = Geometry {
         center,
-        ..Geometry::for_detector(deth, detw, theta, phi)
+        ..Geometry::for_detector(deth, detw, theta, Tilt::from_degrees(tilt))
     };
     if let Some((n0, n1, n2)) = volume_shape {
         (geometry.n0, geometry.n1, geometry.n2) = (n0, n1, n2);

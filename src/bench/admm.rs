@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::{median, print_json, time_once, BenchError, OperatorArrays};
 use crate::fft::FftError;
+use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::random::SplitMix64;
 
@@ -54,7 +55,7 @@ pub fn bench_admm(
     use crate::operator::{Apply, Geometry, OperatorOptions};
     use crate::params::AdmmParams;
     use crate::solver::AdmmSolver;
-    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let g = Geometry::cube(n, angles, Tilt::from_degrees(30.0));
     let mut rng = SplitMix64::new(3);
     let data: Vec<f32> = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
     // Timed iterations of the default solver (the convergence test does not stop a benchmark),

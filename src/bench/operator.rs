@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::{median, print_json, time_once, BenchError};
 use crate::fft::{Direction, FftError, FftPlan, Normalization};
+use crate::geometry::Tilt;
 use crate::gpu::{GpuContext, Recorder};
 use crate::random::SplitMix64;
 
@@ -131,7 +132,7 @@ pub fn bench_operator(
     slab: Option<std::ops::Range<usize>>,
 ) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
     use crate::operator::{Geometry, VolumeBox};
-    let cube = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let cube = Geometry::cube(n, angles, Tilt::from_degrees(20.0));
     let mut records = bench_geometry(ctx, &cube, repeats)?;
     if let Some(z) = slab {
         let g = cube.with_subvolume(&VolumeBox {
@@ -387,7 +388,7 @@ pub fn bench_stage(
     adjoint: crate::operator::AdjointGridding,
 ) -> Result<StageBenchRecord, crate::operator::OperatorError> {
     use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
-    let g = Geometry::cube(n, angles, std::f64::consts::FRAC_PI_2 + 20f64.to_radians());
+    let g = Geometry::cube(n, angles, Tilt::from_degrees(20.0));
     let points = match stage {
         GriddingStage::U1 | GriddingStage::U1Adjoint => g.spectrum_len(),
         GriddingStage::U2 | GriddingStage::U2Adjoint => g.data_len(),

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::{host_peak_bytes, median, print_json, BenchError};
 use crate::fft::FftError;
+use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::random::SplitMix64;
 
@@ -45,7 +46,7 @@ pub struct ScaleBenchRecord {
 }
 
 /// The tilt of the scale benchmark's scans (30 degrees).
-pub(super) const SCALE_PHI: f64 = std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6;
+pub(super) const SCALE_TILT_DEGREES: f64 = 30.0;
 
 /// Times `iterations` outer iterations (after one untimed with `warm_up`) under `plan` on a
 /// fresh context whose budget is the plan's; returns (median ms, bytes moved per timed
@@ -100,7 +101,7 @@ pub enum ScaleBenchError {
 
 /// Random data in the operator's range of values for an `n`^3 volume seen at `angles`.
 pub(super) fn scale_scan(n: usize, angles: usize) -> (crate::operator::Geometry, Vec<f32>) {
-    let g = crate::operator::Geometry::cube(n, angles, SCALE_PHI);
+    let g = crate::operator::Geometry::cube(n, angles, Tilt::from_degrees(SCALE_TILT_DEGREES));
     let mut rng = SplitMix64::new(5);
     let data = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
     (g, data)
@@ -197,7 +198,7 @@ pub fn bench_scale_plan(
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::operator::{Geometry, OperatorOptions};
     use crate::plan::{plan_on_paper, Budgets};
-    let g = Geometry::cube(n, n, SCALE_PHI);
+    let g = Geometry::cube(n, n, Tilt::from_degrees(SCALE_TILT_DEGREES));
     let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()));
     let p = plan_on_paper(
         ctx,

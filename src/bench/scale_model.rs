@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::scale::{scale_scan, timed_iterations, ScaleBenchError, SCALE_PHI};
+use super::scale::{scale_scan, timed_iterations, ScaleBenchError, SCALE_TILT_DEGREES};
 use super::{copy_gbps, print_json, BenchError};
 use crate::gpu::GpuContext;
 
@@ -67,7 +67,11 @@ pub fn bench_scale_model(
     let modelled = GpuContext::new(options)?.modelling_max_binding_bytes(max_binding_bytes);
     let mut points = Vec::new();
     for &n in sizes {
-        let target = crate::operator::Geometry::cube(n, n, SCALE_PHI);
+        let target = crate::operator::Geometry::cube(
+            n,
+            n,
+            crate::geometry::Tilt::from_degrees(SCALE_TILT_DEGREES),
+        );
         points.extend(model(&modelled, &target, &params, &inputs, ranks)?);
     }
     Ok((

@@ -6,6 +6,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::{print_json, BenchError};
+use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::preprocess::{
     candidate_range, grid, score_candidates, PreprocessError, Slab, DEFAULT_SLAB_SLICES,
@@ -39,7 +40,7 @@ pub fn bench_search(
     candidates: usize,
     repeats: usize,
 ) -> Result<SearchBenchRecord, PreprocessError> {
-    let g = crate::operator::Geometry::cube(size, angles, (90.0f64 + 30.0).to_radians());
+    let g = crate::operator::Geometry::cube(size, angles, Tilt::from_degrees(30.0));
     let values = project(&PhantomKind::Chip.build(size), &g);
     let p = Projections::new(g, values)?;
     let slab = Slab {

@@ -57,13 +57,12 @@ pub fn run(args: &SimulateArgs) -> CliResult {
         .copied()
         .fold(f32::NEG_INFINITY, f32::max);
     println!(
-        "wrote {}: {} phantom, {}^3 voxels, {} angles, tilt {} deg (phi {} deg), rotation axis at column {}, max line integral {max_p:.3}{}",
+        "wrote {}: {} phantom, {}^3 voxels, {} angles, tilt {} deg, rotation axis at column {}, max line integral {max_p:.3}{}",
         args.out.display(),
         args.phantom,
         args.size,
         args.angles,
         args.tilt_deg,
-        90.0 + args.tilt_deg,
         simulated.geometry.rotation_axis(),
         match args.photons {
             Some(i0) => format!(", Poisson noise with {i0} photons (seed {})", args.seed),

@@ -128,7 +128,7 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         })
         .map_err(|e| format!("candidate rotation axis {c} (unbinned columns): {e}"))?;
     }
-    let tilts = tilt_range.unwrap_or_else(|| vec![g.phi.to_degrees() - 90.0]);
+    let tilts = tilt_range.unwrap_or_else(|| vec![g.tilt.degrees()]);
     let candidates = grid(&axes, &tilts)?;
     let slab = choose_slab(g, b, &candidates, args.slab_slices, args.slab_z)?;
     let ctx = cli.context()?;

@@ -30,6 +30,8 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use crate::geometry::Tilt;
+
 use super::h5::{H5Dataset, H5File, H5Writer, SampleType};
 use super::PixelSize;
 use super::{write_atomically, IoError, Stack};
@@ -45,8 +47,8 @@ pub struct Scan {
     pub darks: Stack,
     /// Projection angles in radians, one per projection.
     pub theta: Vec<f64>,
-    /// Tilt in radians (pi/2 is plain tomography), when the file records it.
-    pub phi: Option<f64>,
+    /// The tilt, when the file records it.
+    pub tilt: Option<Tilt>,
     /// The ground-truth volume of a simulated scan.
     pub truth: Option<Stack>,
 }
@@ -113,7 +115,7 @@ fn check(path: &Path, scan: &Scan) -> Result<(), IoError> {
         });
     }
     finite(path, THETA, &scan.theta)?;
-    finite(path, PHI, scan.phi.as_slice())
+    finite(path, PHI, scan.tilt.map(Tilt::phi).as_slice())
 }
 
 /// Writes `scan` to `path` atomically: into a temporary file in the same directory, renamed over
@@ -131,8 +133,8 @@ pub fn write_dxchange(path: &Path, scan: &Scan) -> Result<(), IoError> {
         }
         let degrees: Vec<f64> = scan.theta.iter().map(|t| t.to_degrees()).collect();
         file.add(THETA, &[degrees.len()], &degrees, &[("units", "degrees")])?;
-        if let Some(phi) = scan.phi {
-            file.add(PHI, &[], &[phi.to_degrees()], &[])?;
+        if let Some(tilt) = scan.tilt {
+            file.add(PHI, &[], &[tilt.phi().to_degrees()], &[])?;
         }
         if let Some(truth) = &scan.truth {
             file.add(TRUTH, &truth.shape, &truth.values, &[])?;
@@ -161,7 +163,7 @@ pub fn read_dxchange_with(path: &Path, options: &ScanOptions) -> Result<Scan, Io
         flats: reader.read_flats()?,
         darks: reader.read_darks()?,
         theta: info.theta.clone(),
-        phi: info.phi,
+        tilt: info.tilt,
         truth: reader.read_truth()?,
     })
 }
@@ -241,13 +243,13 @@ pub struct ScanInfo {
     pub theta: Vec<f64>,
     /// Where the angles came from: a dataset of the file, or the file that overrode them.
     pub theta_source: String,
-    /// Tilt in radians (pi/2 is plain tomography), when the file records it.
-    pub phi: Option<f64>,
-    /// Where [`phi`](Self::phi) was read (a dataset, or an attribute `dataset@name`).
-    pub phi_source: Option<String>,
+    /// The tilt, when the file records it.
+    pub tilt: Option<Tilt>,
+    /// Where [`tilt`](Self::tilt) was read (a dataset, or an attribute `dataset@name`).
+    pub tilt_source: Option<String>,
     /// Why the file's tilt could not be read although it names one, when `--tilt-deg`
     /// ([`ScanOptions::tilt_deg`]) gives the tilt anyway (without it, that is an error).
-    pub phi_unread: Option<String>,
+    pub tilt_unread: Option<String>,
     /// `/truth/volume`, when the file has one.
     pub truth: Option<StackInfo>,
 }
@@ -470,10 +472,10 @@ impl DxchangeReader {
         let (theta, theta_source) = read_theta(&file, path, projections.shape[0], options)?;
         let tilt = match &options.tilt_path {
             Some(name) => read_tilt_dataset(&file, path, name).map(Some),
-            None => read_phi(&file, path).map(|phi| phi.map(|phi| (phi, PHI.to_string()))),
+            None => read_phi(&file, path).map(|tilt| tilt.map(|tilt| (tilt, PHI.to_string()))),
         };
-        let (tilt, phi_unread) = recorded_tilt(tilt, options)?;
-        let (phi, phi_source) = tilt.unzip();
+        let (tilt, tilt_unread) = recorded_tilt(tilt, options)?;
+        let (tilt, tilt_source) = tilt.unzip();
         Ok(Self {
             file,
             path: path.to_path_buf(),
@@ -483,9 +485,9 @@ impl DxchangeReader {
                 darks: dark_info,
                 theta,
                 theta_source,
-                phi,
-                phi_source,
-                phi_unread,
+                tilt,
+                tilt_source,
+                tilt_unread,
                 truth: truth_info,
             },
             data,
@@ -681,8 +683,9 @@ fn read_theta(
     Ok((theta, source))
 }
 
-/// `/lamino/phi_deg` in radians, if present: one finite value.
-fn read_phi(file: &H5File, path: &Path) -> Result<Option<f64>, IoError> {
+/// The tilt `/lamino/phi_deg` records (the operator's angle in degrees), if present: one finite
+/// value.
+fn read_phi(file: &H5File, path: &Path) -> Result<Option<Tilt>, IoError> {
     let Some(d) = file.dataset(PHI)? else {
         return Ok(None);
     };
@@ -696,7 +699,7 @@ fn read_phi(file: &H5File, path: &Path) -> Result<Option<f64>, IoError> {
     }
     let phi = file.read_all_f64(&d)?;
     finite(path, PHI, &phi)?;
-    Ok(phi.first().map(|p| p.to_radians()))
+    Ok(phi.first().map(|p| Tilt::from_phi(p.to_radians())))
 }
 
 /// The values of the angle dataset `d` (`name` in `path`), which must have one axis, with its
@@ -721,13 +724,13 @@ pub(super) fn angle_dataset(
 /// The tilt a dataset `name` of `file` records (`--tilt-path`): one finite value `T`, the
 /// laminographic tilt from the tomography plane as `--tilt-deg` and tomocupy's
 /// `--lamino-angle` take it, in degrees, or in radians when its `units` attribute says so (any
-/// other unit is refused); strictly between -90 and 90 degrees. Returns `phi = 90 + T` in
-/// radians with where it was read (the unit said).
+/// other unit is refused); strictly between -90 and 90 degrees. Returns it with where it was
+/// read (the unit said).
 pub(super) fn read_tilt_dataset(
     file: &H5File,
     path: &Path,
     name: &str,
-) -> Result<(f64, String), IoError> {
+) -> Result<RecordedTilt, IoError> {
     let d = file.dataset(name)?.ok_or_else(|| IoError::MissingDataset {
         path: path.to_path_buf(),
         dataset: format!("{name} (--tilt-path)"),
@@ -754,20 +757,19 @@ pub(super) fn read_tilt_dataset(
         Some(AngleUnit::Radians) => tilt.to_degrees(),
         _ => tilt,
     };
-    tilt_phi(path, name, degrees).map(|phi| {
+    checked_tilt(path, name, degrees).map(|tilt| {
         let said = match unit {
             Some(u) => format!("{name} (units {u})"),
             None => format!("{name} (no units attribute: degrees, as --tilt-deg)"),
         };
-        (phi, said)
+        (tilt, said)
     })
 }
 
-/// `phi = 90 + T` in radians for a tilt of `degrees` read from `name`, which must lie strictly
-/// between -90 and 90.
-pub(super) fn tilt_phi(path: &Path, name: &str, degrees: f64) -> Result<f64, IoError> {
+/// The tilt of `degrees` read from `name`, which must lie strictly between -90 and 90.
+pub(super) fn checked_tilt(path: &Path, name: &str, degrees: f64) -> Result<Tilt, IoError> {
     if degrees.abs() < 90.0 {
-        return Ok((90.0 + degrees).to_radians());
+        return Ok(Tilt::from_degrees(degrees));
     }
     Err(IoError::Hdf5 {
         path: path.to_path_buf(),
@@ -778,8 +780,8 @@ pub(super) fn tilt_phi(path: &Path, name: &str, degrees: f64) -> Result<f64, IoE
     })
 }
 
-/// A tilt a file records: `phi` in radians and where it was read.
-pub(super) type RecordedTilt = (f64, String);
+/// A tilt a file records and where it was read.
+pub(super) type RecordedTilt = (Tilt, String);
 
 /// The tilt a file records (`read`, with where from) as the scan will hold it: an error in
 /// reading it is the scan's error, unless `--tilt-deg` gives the tilt anyway, when the reason

@@ -23,8 +23,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::dxchange::{
-    angle_dataset, angles_in_radians, given_theta, read_frames, read_tilt_dataset, recorded_tilt,
-    tilt_phi, volume_stack, zero_frame, ScanInfo, ScanOptions, StackInfo,
+    angle_dataset, angles_in_radians, checked_tilt, given_theta, read_frames, read_tilt_dataset,
+    recorded_tilt, volume_stack, zero_frame, RecordedTilt, ScanInfo, ScanOptions, StackInfo,
 };
 use super::h5::{H5Dataset, H5File};
 use super::{IoError, PixelSize, Stack};
@@ -233,8 +233,8 @@ impl NxtomoReader {
             Some(name) => read_tilt_dataset(&file, path, name).map(Some),
             None => axis_vector_tilt(&file, path, &rotation),
         };
-        let (tilt, phi_unread) = recorded_tilt(tilt, options)?;
-        let (phi, phi_source) = tilt.unzip();
+        let (tilt, tilt_unread) = recorded_tilt(tilt, options)?;
+        let (tilt, tilt_source) = tilt.unzip();
         let pixel = |axis: &str| -> Result<Option<StatedLength>, IoError> {
             let name = format!("{entry}/instrument/detector/{axis}_pixel_size");
             let Some(d) = file.dataset(&name)? else {
@@ -262,9 +262,9 @@ impl NxtomoReader {
                 darks: (!darks.is_empty()).then(|| info(darks.len())),
                 theta,
                 theta_source,
-                phi,
-                phi_source,
-                phi_unread,
+                tilt,
+                tilt_source,
+                tilt_unread,
                 truth: None,
             },
             entry,
@@ -345,7 +345,7 @@ fn axis_vector_tilt(
     file: &H5File,
     path: &Path,
     rotation: &str,
-) -> Result<Option<(f64, String)>, IoError> {
+) -> Result<Option<RecordedTilt>, IoError> {
     let Some(d) = file.dataset(rotation)? else {
         return Ok(None);
     };
@@ -373,9 +373,9 @@ fn axis_vector_tilt(
     }
     // The axis as a line: [0, -1, 0] is the same vertical axis, turning the other way.
     let degrees = (z * y.signum()).atan2(y.abs()).to_degrees();
-    let phi = tilt_phi(path, &name, degrees)?;
+    let tilt = checked_tilt(path, &name, degrees)?;
     Ok(Some((
-        phi,
+        tilt,
         format!("{name} (NeXus NXtransformations axis {vector:?})"),
     )))
 }

@@ -64,6 +64,7 @@ pub(super) fn host_pooled_key(input: &Block, x: &[Complex32]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
     use crate::memo::gpu::{self, Shape, StageDevice};
     use crate::operator::{Geometry, LaminoOperator, OperatorOptions, Space, Stage};
     use crate::random::SplitMix64;
@@ -74,7 +75,7 @@ mod tests {
     fn a_wave_stages_every_chunk_and_its_keys_are_the_reference_pooling() {
         let ctx = ctx();
         // 20 and 14 are not multiples of 3, so PyTorch's bins overlap.
-        let mut g = Geometry::cube(20, 7, 2.0);
+        let mut g = Geometry::cube(20, 7, Tilt::from_phi(2.0));
         g.deth = 14;
         let options = OperatorOptions {
             max_chunk_y: Some(6),

@@ -165,12 +165,13 @@ fn usable(v: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
 
     #[test]
     fn stores_reads_back_and_refuses_what_does_not_belong() {
         let dir = tempfile::tempdir().unwrap();
         let cache = NormCache::at(dir.path());
-        let g = Geometry::cube(16, 8, 1.2);
+        let g = Geometry::cube(16, 8, Tilt::from_phi(1.2));
         assert_eq!(cache.get(&g), Lookup::Miss);
         let norms = OperatorNorms { u1: 1.25, u2: 0.75 };
         cache.put(&g, norms).unwrap();
@@ -211,7 +212,7 @@ mod tests {
         std::fs::write(&file, b"").unwrap();
         // The cache directory would have to be inside a regular file.
         let cache = NormCache::at(&file);
-        let g = Geometry::cube(16, 8, 1.2);
+        let g = Geometry::cube(16, 8, Tilt::from_phi(1.2));
         assert!(cache.put(&g, OperatorNorms { u1: 1.0, u2: 1.0 }).is_err());
         assert!(matches!(cache.get(&g), Lookup::Miss | Lookup::Unusable(_)));
     }

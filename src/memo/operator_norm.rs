@@ -113,6 +113,7 @@ pub(super) fn operator_norms(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
     use crate::operator::{Geometry, OperatorOptions};
 
     use crate::gpu::test_context as ctx;
@@ -122,7 +123,7 @@ mod tests {
     #[test]
     fn the_norm_estimate_through_host_arrays_is_the_device_estimate() {
         let ctx = ctx();
-        let g = Geometry::cube(16, 8, 2.0);
+        let g = Geometry::cube(16, 8, Tilt::from_phi(2.0));
         let options = OperatorOptions {
             max_chunk_y: Some(4),
             max_chunk_rows: Some(4),

@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use super::block_copies::{stage_in, stage_out};
+use super::chunk_program::{Step, View};
 use super::stages::{Kind, Stage};
-use super::staging::{stage_in, stage_out};
-use super::steps::{Step, View};
 use super::{Apply, LaminoOperator, OperatorError, Sink, Source, Space};
 use crate::array::{Field, Scalars, Staging};
 use crate::gpu::GpuContext;
@@ -224,6 +224,7 @@ impl LaminoOperator {
 mod tests {
     use super::*;
     use crate::array::{Coef, Residency};
+    use crate::geometry::Tilt;
     use crate::operator::{Geometry, OperatorOptions};
     use crate::random::SplitMix64;
 
@@ -236,7 +237,7 @@ mod tests {
             n2: 20,
             deth: 14,
             detw: 18,
-            ..Geometry::cube(16, 6, std::f64::consts::PI / 2.0 + 0.35)
+            ..Geometry::cube(16, 6, Tilt::from_degrees(20.0))
         }
     }
 

@@ -4,7 +4,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::steps::{Step, View};
+use super::chunk_program::{Step, View};
 use super::OperatorError;
 use crate::array::{BlockView, Coef, Field, Role, Scalars, Staging};
 use crate::gpu::{Bound, BufferSlice, GpuBuffer, GpuContext, KernelSpec};

@@ -2,8 +2,8 @@
 //! shared FFT workspace, then each stage's buffers, tables, kernels and chunks (U1 in `u1.rs`, U2
 //! in `u2.rs`, the 2D FFT stage in `fft2d.rs`), with the helpers those builders share.
 
+use super::block_copies::WORKGROUP;
 use super::sizing::{f_chunk, fft_workspace, u1_chunk, u2_adjoint_gridding, u2_chunk};
-use super::staging::WORKGROUP;
 use super::{Geometry, LaminoOperator, OperatorError, OperatorOptions, Space};
 use crate::array::{Field, Residency, Scalars};
 use crate::distributed::team::Share;
@@ -143,13 +143,14 @@ impl LaminoOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
 
     /// Chunks far below the size at which a one-off FFT gets specialised kernels (2^16 elements)
     /// still get them: the operator runs its plans at every application.
     #[test]
     fn every_fft_pass_of_a_chunked_operator_is_specialised() {
         let ctx = crate::gpu::test_context();
-        let g = Geometry::cube(16, 8, 1.0);
+        let g = Geometry::cube(16, 8, Tilt::from_phi(1.0));
         let options = OperatorOptions {
             max_chunk_y: Some(2),
             max_chunk_rows: Some(2),
@@ -181,7 +182,7 @@ mod member_tests {
     #[test]
     fn a_members_operator_holds_the_u2_tables_of_its_rows_only() {
         let ctx = crate::gpu::test_context();
-        let g = Geometry::cube(16, 8, 1.0);
+        let g = Geometry::cube(16, 8, crate::geometry::Tilt::from_phi(1.0));
         let options = OperatorOptions {
             max_chunk_rows: Some(3),
             ..OperatorOptions::default()

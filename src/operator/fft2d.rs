@@ -1,10 +1,10 @@
 //! Building the 2D FFT stage: the centred 2D FFT of each projection (with the rotation axis's
 //! phase and the operator's scale), chunk by chunk along the angles, in both directions.
 
+use super::block_copies::{modulate, PhaseTables};
 use super::build::complex_buffer;
+use super::chunk_program::{Block, Chunk, Step};
 use super::stages::Kind;
-use super::staging::{modulate, PhaseTables};
-use super::steps::{Block, Chunk, Step};
 use super::{LaminoOperator, OperatorError, View};
 use crate::fft::{Direction, FftPlan, Normalization};
 use crate::gpu::GpuContext;

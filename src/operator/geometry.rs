@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::gridding::GriddingAxis;
+use crate::geometry::Tilt;
 
 /// Default gridding accuracy: the reference's `EPS = 1e-3` (lamino's kernel takes 5 taps per axis at it,
 /// the reference's Gaussian 9: docs/operator-method.md, "Gridding kernel").
@@ -68,7 +69,7 @@ pub enum GeometryError {
 }
 
 /// Volume `(n0, n1, n2) = (z, y, x)` with z the rotation axis, detector `(deth, detw)`, angles
-/// `theta` (radians, any list), tilt `phi` (radians; pi/2 is plain tomography), the column the
+/// `theta` (radians, any list), the rotation axis's [`Tilt`], the column the
 /// rotation axis projects onto and the gridding accuracy.
 ///
 /// Public array layouts (row-major): volume `(n0, n1, n2)`, data `(ntheta, deth, detw)`.
@@ -80,7 +81,9 @@ pub struct Geometry {
     pub deth: usize,
     pub detw: usize,
     pub theta: Vec<f64>,
-    pub phi: f64,
+    /// Held in files and checkpoints as `phi`, the operator's angle in radians.
+    #[serde(rename = "phi")]
+    pub tilt: Tilt,
     #[serde(default = "default_eps")]
     pub eps: f64,
     /// The detector column (pixels, sub-pixel; pixel `w` is centred at `w`) the rotation axis
@@ -170,8 +173,8 @@ impl DetectorPhases {
 
 impl Geometry {
     /// A cube of side `n` seen by an `n x n` detector at `ntheta` equispaced angles over [0, 2 pi)
-    /// with tilt `phi`.
-    pub fn cube(n: usize, ntheta: usize, phi: f64) -> Self {
+    /// with tilt `tilt`.
+    pub fn cube(n: usize, ntheta: usize, tilt: Tilt) -> Self {
         Self {
             n0: n,
             n1: n,
@@ -181,7 +184,7 @@ impl Geometry {
             theta: (0..ntheta)
                 .map(|i| 2.0 * PI * i as f64 / ntheta as f64)
                 .collect(),
-            phi,
+            tilt,
             eps: DEFAULT_EPS,
             center: None,
             offset: [0.0; 3],
@@ -189,8 +192,8 @@ impl Geometry {
     }
 
     /// The reference's volume for a `deth x detw` detector: `(deth, detw, detw)`, at the angles
-    /// `theta` (radians) and tilt `phi` (radians), with the default gridding accuracy.
-    pub fn for_detector(deth: usize, detw: usize, theta: Vec<f64>, phi: f64) -> Self {
+    /// `theta` (radians) and tilt `tilt`, with the default gridding accuracy.
+    pub fn for_detector(deth: usize, detw: usize, theta: Vec<f64>, tilt: Tilt) -> Self {
         Self {
             n0: deth,
             n1: detw,
@@ -198,7 +201,7 @@ impl Geometry {
             deth,
             detw,
             theta,
-            phi,
+            tilt,
             eps: DEFAULT_EPS,
             center: None,
             offset: [0.0; 3],
@@ -225,7 +228,7 @@ impl Geometry {
     pub fn projection_shift(&self, t: usize) -> [f64; 2] {
         let [z0, y0, x0] = self.offset;
         let (sin_t, cos_t) = self.theta[t].sin_cos();
-        let (sin_p, cos_p) = self.phi.sin_cos();
+        let (sin_p, cos_p) = self.tilt.phi().sin_cos();
         [
             x0 * sin_t * cos_p - y0 * cos_t * cos_p + z0 * sin_p,
             x0 * cos_t + y0 * sin_t + self.axis_shift(),
@@ -332,7 +335,7 @@ impl Geometry {
     /// `(n2 |sin(theta) cos(phi)| + n1 |cos(theta) cos(phi)| + n0 sin(phi)) / 2` rows either side of
     /// its centre's row at angle `theta`.
     pub fn shadow_rows(&self) -> Range<usize> {
-        let (sin_p, cos_p) = self.phi.sin_cos();
+        let (sin_p, cos_p) = self.tilt.phi().sin_cos();
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         for (t, theta) in self.theta.iter().enumerate() {
             let (sin_t, cos_t) = theta.sin_cos();
@@ -430,7 +433,7 @@ impl Geometry {
         let [z0, y0, x0] = self.offset;
         let g = Self {
             deth: len,
-            offset: [z0 - moved / self.phi.sin(), y0, x0],
+            offset: [z0 - moved / self.tilt.phi().sin(), y0, x0],
             ..self.clone()
         };
         g.validate()?;
@@ -460,7 +463,7 @@ impl Geometry {
     /// Frequencies along z sampled by detector row k, `z_k = (k - deth/2)/deth * sin(phi)` in
     /// cycles per voxel, computed in f32 as the reference's `take_x` does.
     pub fn z_frequencies(&self) -> Vec<f32> {
-        let sin_phi = self.phi.sin() as f32;
+        let sin_phi = self.tilt.phi().sin() as f32;
         (0..self.deth)
             .map(|k| (k as f32 - (self.deth / 2) as f32) / self.deth as f32 * sin_phi)
             .collect()
@@ -471,7 +474,7 @@ impl Geometry {
     /// `x = ku cos(theta) + kv sin(theta) cos(phi)`, `y = ku sin(theta) - kv cos(theta) cos(phi)`.
     pub fn xy_frequency(&self, t: usize, k: usize, w: usize) -> [f32; 2] {
         let (cos_t, sin_t) = (self.theta[t].cos() as f32, self.theta[t].sin() as f32);
-        let cos_phi = self.phi.cos() as f32;
+        let cos_phi = self.tilt.phi().cos() as f32;
         let ku = (w as f32 - (self.detw / 2) as f32) / self.detw as f32;
         let kv = (k as f32 - (self.deth / 2) as f32) / self.deth as f32;
         let clamp = |a: f32| a.clamp(-0.5 + 1e-5, 0.5 - 1e-5);
@@ -493,7 +496,7 @@ impl Geometry {
             deth,
             detw,
             theta,
-            phi,
+            tilt,
             eps,
             center,
             offset,
@@ -503,7 +506,7 @@ impl Geometry {
             bytes.extend_from_slice(&(*size as u64).to_le_bytes());
         }
         bytes.extend_from_slice(&(theta.len() as u64).to_le_bytes());
-        for value in theta.iter().chain([phi, eps]) {
+        for value in theta.iter().chain([&tilt.phi(), eps]) {
             bytes.extend_from_slice(&value.to_bits().to_le_bytes());
         }
         // The axis: absent (the centre column, whatever detw is) adds nothing, so a centred
@@ -545,8 +548,9 @@ impl Geometry {
         if let Some((index, &value)) = self.theta.iter().enumerate().find(|(_, t)| !t.is_finite()) {
             return Err(GeometryError::NonFiniteAngle { index, value });
         }
-        if !(self.phi > 0.0 && self.phi < PI) {
-            return Err(GeometryError::PhiOutOfRange { phi: self.phi });
+        let phi = self.tilt.phi();
+        if !(phi > 0.0 && phi < PI) {
+            return Err(GeometryError::PhiOutOfRange { phi });
         }
         if !(MIN_EPS..=0.1).contains(&self.eps) {
             return Err(GeometryError::BadEps { eps: self.eps });

@@ -19,32 +19,32 @@
 //! updates around an operator application happen while a chunk is on its way in or out.
 //!
 //! Here: the errors, the options and the operator itself. The stage vocabulary is in `stages`,
-//! the chunk programs in `steps`, chunk sizing and the memory estimate in `sizing`, building in
+//! the chunk programs in `chunk_program`, chunk sizing and the memory estimate in `sizing`, building in
 //! `build` (with one file per stage: `u1`, `u2`, `fft2d`), binding an application in
-//! `application` and recording it in `record`; `staging` moves blocks between whole arrays and
+//! `application` and recording it in `record`; `block_copies` moves blocks between whole arrays and
 //! chunks, `tables` computes the gridding tables, `geometry` describes the scan.
 
 mod application;
+mod block_copies;
 mod build;
+mod chunk_program;
 mod fft2d;
 mod geometry;
 mod gridding;
 mod record;
 mod sizing;
 mod stages;
-mod staging;
-mod steps;
 pub(crate) mod tables;
 mod u1;
 mod u2;
 
 pub use application::Application;
+pub use block_copies::{Sink, Source};
+pub(crate) use chunk_program::Block;
+pub(crate) use chunk_program::View;
 pub use geometry::{DetectorPhases, Geometry, GeometryError, VolumeBox, DEFAULT_EPS, MIN_EPS};
 pub use gridding::GriddingAxis;
 pub use stages::{Apply, Space, Stage};
-pub use staging::{Sink, Source};
-pub(crate) use steps::Block;
-pub(crate) use steps::View;
 
 use thiserror::Error;
 
@@ -55,7 +55,7 @@ use crate::distributed::team::Share;
 use crate::fft::FftError;
 use crate::gpu::GpuBuffer;
 use crate::gpu::GpuError;
-use steps::{FftPlans, StageChunks};
+use chunk_program::{FftPlans, StageChunks};
 
 /// Errors of operator construction and application.
 #[derive(Debug, Error)]

@@ -2,8 +2,8 @@
 //! stage-out) in order, a team member's share of them between the team's syncs, and the
 //! chunk-by-chunk entry points the memo layer records a chunk's parts through.
 
+use super::chunk_program::{Block, Step};
 use super::stages::{Kind, Stage};
-use super::steps::{Block, Step};
 use super::{Application, LaminoOperator, OperatorError};
 use crate::array::{BlockView, Field, Role, Staging};
 use crate::distributed::shares::share_range;

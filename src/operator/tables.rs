@@ -194,10 +194,11 @@ impl U2Tables {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
 
     #[test]
     fn u1_cell_lists_are_the_transpose_of_the_taps() {
-        let g = Geometry::cube(16, 4, 1.9);
+        let g = Geometry::cube(16, 4, Tilt::from_phi(1.9));
         let t = U1Tables::new(&g);
         let taps = 2 * t.axis.half_width + 1;
         assert_eq!(t.tap_cell.len(), g.deth * taps);
@@ -222,7 +223,7 @@ mod tests {
         for (n, eps) in [(4, 1e-3), (8, 1e-3), (6, 1e-6), (10, 1e-4)] {
             let g = Geometry {
                 eps,
-                ..Geometry::cube(n, 6, 1.2)
+                ..Geometry::cube(n, 6, Tilt::from_phi(1.2))
             };
             let t = U2Tables::new(&g);
             let (ax, ay) = (&t.axis_x, &t.axis_y);

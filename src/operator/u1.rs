@@ -3,10 +3,10 @@
 
 use bytemuck::{Pod, Zeroable};
 
+use super::block_copies::groups;
 use super::build::{complex_buffer, gridding_kernel};
+use super::chunk_program::{Block, Chunk, Step};
 use super::stages::{Kind, Stage};
-use super::staging::groups;
-use super::steps::{Block, Chunk, Step};
 use super::tables::U1Tables;
 use super::{LaminoOperator, OperatorError, View};
 use crate::fft::{Direction, FftDescriptor, FftPlan1d, Layout, Normalization};
@@ -80,7 +80,8 @@ impl LaminoOperator {
         };
         let (divker, gather) = (bind("u1_divker")?, bind("u1_gather")?);
         let (spread, divker_adj) = (bind("u1_spread")?, bind("u1_divker_adjoint")?);
-        // FFT along the slow axis p of the (2 n0, columns) grid: the U1 plan of section 12.
+        // FFT along the slow axis p of the (2 n0, columns) grid: the U1 plan of
+        // docs/operator-method.md, "FFT plans".
         let fft_layout = Layout::axis_of(&[grid_len as usize, columns as usize], 0);
         // The operator's plans run at every application: kernels specialised to their sizes,
         // however small the chunks.

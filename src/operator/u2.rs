@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::block_copies::{groups, window};
 use super::build::{complex_buffer, gridding_kernel};
+use super::chunk_program::{Block, Chunk, FftPlanId, Step};
 use super::gridding::TapPolynomials;
 use super::sizing::{u2_records_bytes, u2_table_layouts};
 use super::stages::{Kind, Stage};
-use super::staging::{groups, window};
-use super::steps::{Block, Chunk, FftPlanId, Step};
 use super::tables::U2Tables;
 use super::{AdjointGridding, Geometry, GriddingAxis, LaminoOperator, OperatorError, View};
 use crate::array::{BlockView, Field, PlaneLayout, Residency};
@@ -279,7 +279,8 @@ impl LaminoOperator {
             },
             _ => Spread::Evaluated(ctx.kernel(&spec("u2_spread"))?),
         };
-        // 2D FFT over the last two axes of the (rows, 2 n1, 2 n2) grids: the U2 plan of section 12.
+        // 2D FFT over the last two axes of the (rows, 2 n1, 2 n2) grids: the U2 plan of
+        // docs/operator-method.md, "FFT plans".
         let shape = [ck as usize, gy as usize, gx as usize];
         let mut plans = |direction| -> Result<Vec<FftPlanId>, OperatorError> {
             let plan = FftPlan::specialized(ctx, &shape, 2, direction, Normalization::None, &grid)?;

@@ -76,11 +76,7 @@ const PACKED_SHARE: f64 = 0.9;
 /// from the beam's normal.
 #[cfg(test)]
 fn test_geometry(n: usize) -> Geometry {
-    Geometry::cube(
-        n,
-        n,
-        std::f64::consts::FRAC_PI_2 + std::f64::consts::FRAC_PI_6,
-    )
+    Geometry::cube(n, n, crate::geometry::Tilt::from_degrees(30.0))
 }
 
 /// The least device bytes (up to 1 TiB) for which `is_in_core`, found by bisection: plans are

@@ -199,6 +199,7 @@ fn bin_projections_by(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
 
     #[test]
     fn binning_is_tomocupys_exponent() {
@@ -254,7 +255,7 @@ mod tests {
     fn binned_geometry_keeps_the_rotation_axis_where_it_physically_is() {
         let g = Geometry {
             center: Some(70.3),
-            ..Geometry::for_detector(64, 132, vec![0.0, 1.0], 1.9)
+            ..Geometry::for_detector(64, 132, vec![0.0, 1.0], Tilt::from_phi(1.9))
         };
         let b = bin_geometry(&g, 4).unwrap();
         // 132 / 4 = 33 blocks, 32 kept (even).
@@ -265,14 +266,14 @@ mod tests {
         // The default axis (column 66) maps to 16.125, not to the binned default 16.
         let d = bin_geometry(&Geometry { center: None, ..g }, 4).unwrap();
         assert_eq!(d.center, Some(16.125));
-        assert!(bin_geometry(&Geometry::cube(8, 2, 1.9), 8).is_err());
+        assert!(bin_geometry(&Geometry::cube(8, 2, Tilt::from_phi(1.9)), 8).is_err());
     }
 
     #[test]
     fn columns_alone_bin_a_two_row_detector() {
         let g = Geometry {
             center: Some(9.3),
-            ..Geometry::for_detector(2, 20, vec![0.0, 1.0, 2.0], std::f64::consts::FRAC_PI_2)
+            ..Geometry::for_detector(2, 20, vec![0.0, 1.0, 2.0], Tilt::CT)
         };
         let values: Vec<f32> = (0..g.data_len()).map(|i| (i % 11) as f32).collect();
         let p = Projections::new(g.clone(), values.clone()).unwrap();
@@ -290,7 +291,7 @@ mod tests {
 
     #[test]
     fn binned_line_integrals_are_block_means() {
-        let g = Geometry::cube(8, 2, 1.9);
+        let g = Geometry::cube(8, 2, Tilt::from_phi(1.9));
         let values: Vec<f32> = (0..g.data_len()).map(|i| (i % 7) as f32).collect();
         let p = Projections::new(g.clone(), values.clone()).unwrap();
         let b = bin_projections(&p, 2).unwrap();

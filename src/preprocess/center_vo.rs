@@ -37,7 +37,7 @@ const VO_COARSE_WIDTH: usize = 256;
 /// `180 / n` degrees (a scan of 181 angles over 0..=180 has n = 180). `None` otherwise.
 pub fn half_turn(g: &Geometry) -> Option<usize> {
     let theta = &g.theta;
-    let tilt = g.phi.to_degrees() - 90.0;
+    let tilt = g.tilt.degrees();
     if tilt.abs() > 1e-6 || theta.len() < 4 {
         return None;
     }
@@ -79,7 +79,7 @@ fn vo_rows(g: &Geometry) -> Result<usize, PreprocessError> {
         PreprocessError::BadSearch(format!(
             "the Fourier centre estimate (Vo et al.) needs a plain CT scan (tilt 0) with \
              equispaced angles over 180 or 360 degrees; this scan has tilt {} deg and {} angles",
-            g.phi.to_degrees() - 90.0,
+            g.tilt.degrees(),
             g.ntheta()
         ))
     })
@@ -361,6 +361,7 @@ fn fft2(mat: &mut [Complex<f64>], h: usize, w: usize, planner: &mut FftPlanner<f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
     use crate::recon::input::projections_from_scan;
     use crate::simulate::{simulated_scan, PhantomKind, ScanSpec};
     use std::path::Path;
@@ -406,7 +407,7 @@ mod tests {
     fn vo_refuses_what_it_cannot_measure() {
         let p = ct_scan(90, 90, 16.0);
         let mut g = p.geometry().clone();
-        g.phi = (90.0f64 + 20.0).to_radians();
+        g.tilt = Tilt::from_degrees(20.0);
         assert!(half_turn(&g).is_none());
         let tilted = Projections::new(g, p.values().to_vec()).unwrap();
         assert!(matches!(

@@ -231,8 +231,7 @@ fn prepare(
         )));
     }
     for c in candidates {
-        let phi = 90.0 + c.tilt_deg;
-        if !(c.rotation_axis.is_finite() && phi > 0.0 && phi < 180.0) {
+        if !(c.rotation_axis.is_finite() && c.tilt_deg.abs() < 90.0) {
             return Err(PreprocessError::BadSearch(format!(
                 "candidate axis {} / tilt {} deg: needs a finite axis and a tilt in (-90, 90)",
                 c.rotation_axis, c.tilt_deg

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::PreprocessError;
 use crate::fft::{Direction, FftPlan, Normalization};
+use crate::geometry::Tilt;
 use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec, Recorder};
 use crate::operator::Geometry;
 use crate::scan::Projections;
@@ -66,7 +67,7 @@ pub(super) struct Pose {
 
 pub(super) fn pose(c: &Candidate, binning: usize) -> Pose {
     let b = binning as f64;
-    let phi = (90.0 + c.tilt_deg).to_radians();
+    let phi = Tilt::from_degrees(c.tilt_deg).phi();
     Pose {
         center: (c.rotation_axis - (b - 1.0) / 2.0) / b,
         cos_phi: phi.cos(),
@@ -670,7 +671,7 @@ mod tests {
 
     /// A 32-wide geometry of `rows` detector rows (and volume slices) at `tilt` degrees.
     fn short_detector(rows: usize, tilt: f64) -> Geometry {
-        let mut g = Geometry::cube(32, 12, (90.0f64 + tilt).to_radians());
+        let mut g = Geometry::cube(32, 12, Tilt::from_degrees(tilt));
         g.deth = rows;
         g.n0 = rows;
         g

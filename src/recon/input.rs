@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::flatfield::FlatfieldError;
+use crate::geometry::Tilt;
 use crate::io::PixelSize;
 use crate::io::{
     angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
@@ -232,11 +233,11 @@ fn detector_geometry(
     deth: usize,
     detw: usize,
     theta: Vec<f64>,
-    phi: f64,
+    tilt: Tilt,
     b: usize,
 ) -> Result<Geometry, InputError> {
     Ok(bin_geometry(
-        &Geometry::for_detector(deth, detw, theta, phi),
+        &Geometry::for_detector(deth, detw, theta, tilt),
         b,
     )?)
 }
@@ -255,9 +256,9 @@ pub fn input_geometry(
         ProjectionInput::DXchange { .. } => {
             let (scan, path, tilt_deg) = hdf5_scan(input)?;
             let info = scan.info();
-            let phi = scan_tilt(path, tilt_deg, info)?.phi;
+            let tilt = scan_tilt(path, tilt_deg, info)?.tilt;
             let [_, deth, detw] = info.projections.shape;
-            detector_geometry(deth, detw, info.theta.clone(), phi, b)
+            detector_geometry(deth, detw, info.theta.clone(), tilt, b)
         }
         ProjectionInput::TiffStack {
             path,
@@ -269,8 +270,8 @@ pub fn input_geometry(
             let theta = read_angle_list_in(angles, *theta_units)?;
             let stack = StackReader::open(path)?;
             check_angle_count(path, angles, theta.len(), stack.count())?;
-            let phi = (90.0 + tilt_deg).to_radians();
-            detector_geometry(stack.height(), stack.width(), theta, phi, b)
+            let tilt = Tilt::from_degrees(*tilt_deg);
+            detector_geometry(stack.height(), stack.width(), theta, tilt, b)
         }
     }
 }
@@ -286,8 +287,7 @@ fn hdf5_scan(input: &ProjectionInput) -> Result<OpenedScan<'_>, InputError> {
 
 /// A scan's tilt and what a user must be told about it.
 struct ScanTilt {
-    /// `phi` in radians (pi/2 is plain CT).
-    phi: f64,
+    tilt: Tilt,
     /// Where it came from.
     source: String,
     /// `--tilt-deg` overriding a tilt the file records differently, or one it could not read.
@@ -297,14 +297,13 @@ struct ScanTilt {
 /// The tilt of the HDF5 scan at `path` (`info`): `tilt_deg` given, else what the file records
 /// (its source said); a given tilt that differs from the file's wins, said.
 fn scan_tilt(path: &Path, tilt_deg: Option<f64>, info: &ScanInfo) -> Result<ScanTilt, InputError> {
-    let recorded = info.phi.zip(info.phi_source.as_ref());
-    let degrees = |phi: f64| phi.to_degrees() - 90.0;
+    let recorded = info.tilt.zip(info.tilt_source.as_ref());
     match (tilt_deg, recorded) {
         (Some(t), recorded) => {
-            let warning = match (recorded, &info.phi_unread) {
-                (Some((phi, from)), _) if (degrees(phi) - t).abs() > 1e-9 => Some(format!(
+            let warning = match (recorded, &info.tilt_unread) {
+                (Some((tilt, from)), _) if (tilt.degrees() - t).abs() > 1e-9 => Some(format!(
                     "--tilt-deg {t} overrides the tilt of {:.6} degrees that {} records in {from}",
-                    degrees(phi),
+                    tilt.degrees(),
                     path.display()
                 )),
                 (None, Some(why)) => Some(format!(
@@ -314,13 +313,13 @@ fn scan_tilt(path: &Path, tilt_deg: Option<f64>, info: &ScanInfo) -> Result<Scan
                 _ => None,
             };
             Ok(ScanTilt {
-                phi: (90.0 + t).to_radians(),
+                tilt: Tilt::from_degrees(t),
                 source: "--tilt-deg".into(),
                 warning,
             })
         }
-        (None, Some((phi, from))) => Ok(ScanTilt {
-            phi,
+        (None, Some((tilt, from))) => Ok(ScanTilt {
+            tilt,
             source: from.clone(),
             warning: None,
         }),
@@ -487,9 +486,9 @@ pub fn projections_from_scan(
     scan: Scan,
     tilt_deg: Option<f64>,
 ) -> Result<LoadedProjections, InputError> {
-    let (phi, tilt_source) = match (tilt_deg, scan.phi) {
-        (Some(t), _) => ((90.0 + t).to_radians(), "--tilt-deg".to_string()),
-        (None, Some(phi)) => (phi, "the scan's phi".to_string()),
+    let (tilt, tilt_source) = match (tilt_deg, scan.tilt) {
+        (Some(t), _) => (Tilt::from_degrees(t), "--tilt-deg".to_string()),
+        (None, Some(tilt)) => (tilt, "the scan's phi".to_string()),
         (None, None) => {
             return Err(InputError::Missing(format!(
                 "{} records no tilt: pass --tilt-deg T (`--tilt-deg 0` for plain CT)",
@@ -498,7 +497,7 @@ pub fn projections_from_scan(
         }
     };
     let [ntheta, deth, detw] = scan.data.shape;
-    let geometry = Geometry::for_detector(deth, detw, scan.theta, phi);
+    let geometry = Geometry::for_detector(deth, detw, scan.theta, tilt);
     let (projections, clamps) =
         Projections::from_intensities(geometry, &scan.data, &scan.flats, &scan.darks).map_err(
             |e| match e {

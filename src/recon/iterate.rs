@@ -98,6 +98,7 @@ impl Solved<'_> {
 
 #[cfg(test)]
 mod tests {
+    use crate::geometry::Tilt;
     use std::cell::RefCell;
 
     use super::super::Reconstructor;
@@ -130,7 +131,7 @@ mod tests {
     fn the_iterate_views_show_the_volume_the_run_returns() {
         let ctx = test_context();
         let n = 16;
-        let g = Geometry::cube(n, 8, 1.92);
+        let g = Geometry::cube(n, 8, Tilt::from_phi(1.92));
         let values = (0..g.ntheta() * g.deth * g.detw)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.01)
             .collect();

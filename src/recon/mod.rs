@@ -3,12 +3,13 @@
 //!
 //! ```no_run
 //! use lamino::gpu::{DeviceOptions, GpuContext};
+//! use lamino::geometry::Tilt;
 //! use lamino::operator::Geometry;
 //! use lamino::recon::Reconstructor;
 //! use lamino::scan::Projections;
 //!
 //! let ctx = GpuContext::new(&DeviceOptions::default())?;
-//! let geometry = Geometry::cube(64, 64, 1.92);
+//! let geometry = Geometry::cube(64, 64, Tilt::from_degrees(20.0));
 //! let projections = Projections::new(geometry, vec![0.0; 64 * 64 * 64])?;
 //! let result = Reconstructor::new(&ctx)
 //!     .on_progress(|p| eprintln!("iteration {} of {}", p.iteration + 1, p.total))

@@ -153,8 +153,8 @@ impl Padding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Tilt;
     use crate::operator::DEFAULT_EPS;
-    use std::f64::consts::FRAC_PI_2;
 
     /// At the default accuracy the kernels take even sizes of at least 4 (m = 2 needs 3); sizes
     /// they take already are kept.
@@ -173,7 +173,7 @@ mod tests {
     /// pixel, and the volume is cropped from where it was put.
     #[test]
     fn padding_keeps_the_axis_and_centre_on_their_pixels() {
-        let g = Geometry::for_detector(2, 31, vec![0.0, 1.0], FRAC_PI_2);
+        let g = Geometry::for_detector(2, 31, vec![0.0, 1.0], Tilt::CT);
         let pad = Padding::new(&g, 0);
         assert!(
             pad.detector.rows == [1, 1] && pad.detector.columns == [1, 0],
@@ -194,7 +194,7 @@ mod tests {
         assert!(pad.for_kernels());
         assert!(pad.describe(&g).is_some_and(|d| d.contains("4 x 32")));
         // The lateral padding adds to both sides; sizes the kernels take need nothing more.
-        let even = Geometry::for_detector(8, 32, vec![0.0], FRAC_PI_2);
+        let even = Geometry::for_detector(8, 32, vec![0.0], Tilt::CT);
         let lateral = Padding::new(&even, 8);
         assert!(!lateral.for_kernels() && lateral.describe(&even).is_none());
         assert!(lateral.apply(&even).detw == 48 && lateral.detector.columns == [8, 8]);

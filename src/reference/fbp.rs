@@ -24,6 +24,7 @@ use std::f64::consts::PI;
 
 use thiserror::Error;
 
+use crate::geometry::Tilt;
 use crate::operator::Geometry;
 
 /// Projections FBP cannot reconstruct.
@@ -83,8 +84,8 @@ fn check_angles(theta: &[f64]) -> Result<(), FbpError> {
 /// The FBP volume `(n0, n1, n2)` of the line integrals `projections` `(ntheta, deth, detw)`
 /// (row-major) of a plain-CT geometry `g` (see the module's documentation).
 pub fn fbp(g: &Geometry, projections: &[f32]) -> Result<Vec<f64>, FbpError> {
-    if (g.phi - PI / 2.0).abs() > 1e-12 {
-        return Err(FbpError::Tilted { phi: g.phi });
+    if (g.tilt.phi() - Tilt::CT.phi()).abs() > 1e-12 {
+        return Err(FbpError::Tilted { phi: g.tilt.phi() });
     }
     if projections.len() != g.data_len() {
         return Err(FbpError::Shape {
@@ -145,7 +146,6 @@ mod tests {
     use super::*;
     use crate::metrics::rel_l2;
     use crate::simulate::{project, rasterize, shepp};
-    use std::f64::consts::FRAC_PI_2;
 
     fn ct(n: usize, rows: usize, angles: usize, turn: f64) -> Geometry {
         let theta = (0..angles)
@@ -153,7 +153,7 @@ mod tests {
             .collect();
         Geometry {
             n0: rows,
-            ..Geometry::for_detector(rows, n, theta, FRAC_PI_2)
+            ..Geometry::for_detector(rows, n, theta, Tilt::CT)
         }
     }
 
@@ -230,7 +230,7 @@ mod tests {
         let g = ct(8, 1, 8, PI);
         let data = vec![0.0; g.data_len()];
         let tilted = Geometry {
-            phi: 1.0,
+            tilt: Tilt::from_phi(1.0),
             ..g.clone()
         };
         assert!(fbp(&tilted, &data) == Err(FbpError::Tilted { phi: 1.0 }));

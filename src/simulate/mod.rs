@@ -279,7 +279,7 @@ pub fn project(phantom: &Phantom, g: &Geometry) -> Vec<f32> {
                 let mut acc = vec![0.0f64; per_angle];
                 for (dt, out_angle) in out.chunks_mut(per_angle).enumerate() {
                     let theta = g.theta[block * angles_per_block + dt];
-                    let (e1, e2, ray) = detector_frame(theta, g.phi);
+                    let (e1, e2, ray) = detector_frame(theta, g.tilt.phi());
                     acc.fill(0.0);
                     for p in &phantom.primitives {
                         // Only pixels within the projected bounding sphere can see the primitive.

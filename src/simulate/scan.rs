@@ -2,6 +2,7 @@
 //! measured intensities with flat and dark fields, as a DXchange [`Scan`] with the ground truth.
 
 use super::{measure, project, rasterize, Noise, PhantomKind, SimulateError};
+use crate::geometry::Tilt;
 use crate::io::{Scan, Stack};
 use crate::memory::check_available;
 use crate::operator::Geometry;
@@ -64,10 +65,10 @@ pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
         needed,
         "choose a smaller --size or fewer --angles",
     )?;
-    let phi = (90.0 + spec.tilt_deg).to_radians();
+    let tilt = Tilt::from_degrees(spec.tilt_deg);
     let g = Geometry {
         center: spec.rotation_axis,
-        ..Geometry::cube(spec.size, spec.angles, phi)
+        ..Geometry::cube(spec.size, spec.angles, tilt)
     };
     g.validate()?;
     let phantom = spec.phantom.build(spec.size);
@@ -97,7 +98,7 @@ pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
             values: m.dark,
         },
         theta: g.theta.clone(),
-        phi: Some(phi),
+        tilt: Some(tilt),
         truth: Some(Stack {
             shape: [g.n0, g.n1, g.n2],
             values: rasterize(&phantom, &g),

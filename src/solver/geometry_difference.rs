@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::geometry::Tilt;
 use crate::operator::Geometry;
 
 /// A field in which the geometry a checkpoint was written for and a run's differ, with both
@@ -49,7 +50,7 @@ impl GeometryDifference {
             deth,
             detw,
             theta,
-            phi,
+            tilt,
             eps,
             center,
             offset,
@@ -89,8 +90,9 @@ impl GeometryDifference {
                 run.theta[i],
             ));
         }
-        if !same(phi, &run.phi) {
-            found.push(Self::new("phi (radians)", phi, run.phi));
+        if !same(&tilt.phi(), &run.tilt.phi()) {
+            let shown = |t: Tilt| format!("{:.6} deg (phi {} rad)", t.degrees(), t.phi());
+            found.push(Self::new("tilt", shown(*tilt), shown(run.tilt)));
         }
         if !same(eps, &run.eps) {
             found.push(Self::new("eps", eps, run.eps));
@@ -125,7 +127,7 @@ mod tests {
 
     #[test]
     fn differences_name_each_field_with_both_values() {
-        let g = Geometry::cube(16, 8, 2.0);
+        let g = Geometry::cube(16, 8, Tilt::from_phi(2.0));
         assert!(GeometryDifference::list(&g, &g).is_empty());
         let mut run = g.clone();
         run.detw = 18;
@@ -147,6 +149,26 @@ mod tests {
                  column), this run 8.25"
                     .to_string(),
             ]
+        );
+        run.tilt = Tilt::from_degrees(30.0);
+        let tilt = GeometryDifference::list(
+            &Geometry {
+                tilt: Tilt::from_degrees(20.0),
+                ..g.clone()
+            },
+            &run,
+        )
+        .iter()
+        .map(ToString::to_string)
+        .find(|d| d.starts_with("tilt"))
+        .unwrap();
+        assert_eq!(
+            tilt,
+            format!(
+                "tilt: checkpoint 20.000000 deg (phi {} rad), this run 30.000000 deg (phi {} rad)",
+                Tilt::from_degrees(20.0).phi(),
+                Tilt::from_degrees(30.0).phi()
+            )
         );
         run.theta.pop();
         let theta = &GeometryDifference::list(&g, &run)[1];

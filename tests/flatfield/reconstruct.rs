@@ -3,6 +3,7 @@
 //! with the open beam estimated from the projections.
 
 use crate::common;
+use lamino::Tilt;
 
 use lamino::flatfield::estimate_open_beam;
 use lamino::metrics::score;
@@ -37,7 +38,7 @@ fn reconstruct(g: &Geometry, p: Vec<f32>) -> Vec<f32> {
 
 #[test]
 fn the_estimated_open_beam_beats_no_correction() {
-    let g = Geometry::cube(N, 32, (90.0f64 + 30.0).to_radians());
+    let g = Geometry::cube(N, 32, Tilt::from_degrees(30.0));
     let phantom = blobs(N);
     let truth = rasterize(&phantom, &g);
     let frame = N * N;

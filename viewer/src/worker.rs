@@ -240,7 +240,7 @@ fn open(
         }
         Some(AxisChoice::Auto) => {
             let started = Instant::now();
-            let tilt = projections.geometry().phi.to_degrees() - 90.0;
+            let tilt = projections.geometry().tilt.degrees();
             // Cancel stops the search before its next pass.
             link.cancel.store(false, Ordering::SeqCst);
             let search =
@@ -269,7 +269,7 @@ fn open(
         g.ntheta(),
         g.deth,
         g.detw,
-        (g.phi - std::f64::consts::FRAC_PI_2).to_degrees().abs(),
+        g.tilt.degrees(),
         loaded.tilt_source,
         g.n0,
         g.n1,

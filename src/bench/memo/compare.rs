@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::bench::process_cpu_seconds;
+use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoPolicy};
 use crate::metrics::rel_l2;
@@ -186,7 +187,7 @@ pub fn run_comparison(
     mut on_record: impl FnMut(&CompareRecord),
 ) -> Result<Vec<CompareRecord>, ReconError> {
     let n = config.size;
-    let g = Geometry::cube(n, n, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let g = Geometry::cube(n, n, Tilt::from_degrees(30.0));
     let mut records = Vec::new();
     for &phantom in &config.phantoms {
         let projections = Projections::new(g.clone(), project(&phantom.build(n), &g))?;

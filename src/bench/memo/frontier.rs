@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::bench::process_cpu_seconds;
+use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::io::{IoError, OutputSet};
 use crate::memo::{MemoOptions, MemoPolicy, AUTO_FLOOR};
@@ -210,7 +211,7 @@ pub fn run_frontier(
     mut on_point: impl FnMut(&FrontierPoint),
 ) -> Result<Vec<FrontierPoint>, ReconError> {
     let n = config.size;
-    let g = Geometry::cube(n, n, std::f64::consts::FRAC_PI_2 + 30f64.to_radians());
+    let g = Geometry::cube(n, n, Tilt::from_degrees(30.0));
     let phantom = PhantomKind::Chip.build(n);
     let truth = crate::simulate::rasterize(&phantom, &g);
     let projections = Projections::new(g.clone(), project(&phantom, &g))?;

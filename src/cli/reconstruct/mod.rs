@@ -465,7 +465,7 @@ fn reconstruct_into(
         }
         (Some(AxisChoice::Auto), None) => {
             let g = projections.geometry();
-            let tilt = g.phi.to_degrees() - 90.0;
+            let tilt = g.tilt.degrees();
             let start = std::time::Instant::now();
             if !options.quiet {
                 // The search takes seconds to minutes: say what runs until its result.

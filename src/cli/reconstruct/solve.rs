@@ -208,7 +208,7 @@ pub(in crate::cli) fn run_reconstruction<'a>(
             g.ntheta(),
             g.deth,
             g.detw,
-            (g.phi - std::f64::consts::FRAC_PI_2).to_degrees().abs(),
+            g.tilt.degrees(),
             g.rotation_axis(),
             devices
                 .iter()

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn validation_names_each_problem() {
-    let good = Geometry::cube(32, 16, PI / 2.0 + 20f64.to_radians());
+    let good = Geometry::cube(32, 16, Tilt::from_degrees(20.0));
     good.validate().unwrap();
     let mut g = good.clone();
     g.n1 = 31;
@@ -32,7 +32,7 @@ fn validation_names_each_problem() {
         Err(GeometryError::NonFiniteAngle { index: 3, .. })
     ));
     let mut g = good.clone();
-    g.phi = PI;
+    g.tilt = Tilt::from_phi(PI);
     assert!(matches!(
         g.validate(),
         Err(GeometryError::PhiOutOfRange { .. })
@@ -56,7 +56,7 @@ fn validation_names_each_problem() {
 fn the_axis_phase_is_the_fourier_shift_in_f64() {
     let g = Geometry {
         center: Some(15.37),
-        ..Geometry::for_detector(8, 26, vec![0.0], 1.9)
+        ..Geometry::for_detector(8, 26, vec![0.0], Tilt::from_phi(1.9))
     };
     assert_eq!(g.rotation_axis(), 15.37);
     assert!((g.axis_shift() - 2.37).abs() < 1e-12);
@@ -66,7 +66,7 @@ fn the_axis_phase_is_the_fourier_shift_in_f64() {
         assert!((p[1] as f64 - angle.sin()).abs() < 1e-7, "{b}");
     }
     // The default axis: no phase at all.
-    let centred = Geometry::cube(16, 2, 1.9);
+    let centred = Geometry::cube(16, 2, Tilt::from_phi(1.9));
     assert!(centred
         .detector_phases()
         .columns
@@ -75,7 +75,7 @@ fn the_axis_phase_is_the_fourier_shift_in_f64() {
     // A large shift keeps its digits (reduced modulo detw before the angle).
     let far = Geometry {
         center: Some(1000.25),
-        ..Geometry::for_detector(8, 2048, vec![0.0], 1.9)
+        ..Geometry::for_detector(8, 2048, vec![0.0], Tilt::from_phi(1.9))
     };
     let b = 2047;
     let turns = ((b as f64 - 1024.0) * (1000.25 - 1024.0) / 2048.0).rem_euclid(1.0);
@@ -87,12 +87,12 @@ fn the_axis_phase_is_the_fourier_shift_in_f64() {
 
 #[test]
 fn fingerprints_see_every_bit_and_survive_json() {
-    let g = Geometry::cube(16, 7, 1.2345678901234567);
+    let g = Geometry::cube(16, 7, Tilt::from_phi(1.2345678901234567));
     let mut h = g.clone();
     h.theta[5] = f64::from_bits(h.theta[5].to_bits() + 1);
     assert_ne!(g.fingerprint(), h.fingerprint());
     let mut h = g.clone();
-    h.phi = f64::from_bits(h.phi.to_bits() - 1);
+    h.tilt = Tilt::from_phi(f64::from_bits(h.tilt.phi().to_bits() - 1));
     assert_ne!(g.fingerprint(), h.fingerprint());
     let mut h = g.clone();
     h.n2 += 2;
@@ -123,7 +123,7 @@ fn fingerprints_see_every_bit_and_survive_json() {
 fn json_round_trip_with_default_eps() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.json");
-    let g = Geometry::cube(16, 4, 1.2);
+    let g = Geometry::cube(16, 4, Tilt::from_phi(1.2));
     g.write_json(&path).unwrap();
     assert_eq!(Geometry::read_json(&path).unwrap(), g);
     std::fs::write(
@@ -171,7 +171,7 @@ fn json_round_trip_with_default_eps() {
 
 #[test]
 fn a_subvolume_is_sized_and_placed_in_the_default_volume() {
-    let g = Geometry::for_detector(32, 48, vec![0.0, 1.0], 1.9);
+    let g = Geometry::for_detector(32, 48, vec![0.0, 1.0], Tilt::from_phi(1.9));
     let b = VolumeBox {
         z: 20..28,
         y: 6..30,
@@ -210,7 +210,7 @@ fn a_subvolume_is_sized_and_placed_in_the_default_volume() {
 #[test]
 fn a_box_is_cut_to_the_rows_it_projects_onto() {
     let theta: Vec<f64> = (0..12).map(|i| i as f64 * 0.5).collect();
-    let g = Geometry::for_detector(64, 32, theta, 110f64.to_radians());
+    let g = Geometry::for_detector(64, 32, theta, Tilt::from_phi(110f64.to_radians()));
     // The default volume's shadow covers its detector: nothing to cut.
     assert!(g.shadow_rows() == (0..64));
     let slab = g
@@ -234,7 +234,7 @@ fn a_box_is_cut_to_the_rows_it_projects_onto() {
     }
     // Plain CT: the slab's own rows plus the kernel's reach and a row each side.
     let ct = Geometry {
-        phi: PI / 2.0,
+        tilt: Tilt::CT,
         ..slab.clone()
     };
     assert!(ct.shadow_rows() == (37..51), "{:?}", ct.shadow_rows());
@@ -255,12 +255,12 @@ fn the_offset_projects_as_a_per_angle_detector_shift() {
     let g = Geometry {
         offset: [3.0, -2.5, 4.25],
         center: Some(13.5),
-        ..Geometry::for_detector(8, 26, vec![0.0, 0.7, 2.1], 1.9)
+        ..Geometry::for_detector(8, 26, vec![0.0, 0.7, 2.1], Tilt::from_phi(1.9))
     };
     g.validate().unwrap();
     let phases = g.detector_phases();
     assert_eq!(phases.angles, 3);
-    let (sp, cp) = g.phi.sin_cos();
+    let (sp, cp) = g.tilt.phi().sin_cos();
     for (t, &theta) in g.theta.iter().enumerate() {
         let (st, ct) = theta.sin_cos();
         let sv = 4.25 * st * cp + 2.5 * ct * cp + 3.0 * sp;

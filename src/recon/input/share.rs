@@ -14,6 +14,7 @@ use super::{
     LoadedProjections, ProjectionInput, Shading,
 };
 use crate::flatfield::estimate_open_beam;
+use crate::geometry::Tilt;
 use crate::io::{
     read_complex_npy, AngleUnit, ClampCount, Dtype, FieldMeans, IoError, NpyReader, PixelSize,
     Stack, StackReader,
@@ -150,9 +151,8 @@ fn projections_from_dxchange(
     let b = options.binning;
     let info = reader.info().clone();
     let tilt = scan_tilt(path, tilt_deg, &info)?;
-    let phi = tilt.phi;
     let [count, deth, detw] = info.projections.shape;
-    let geometry = detector_geometry(deth, detw, info.theta, phi, b)?;
+    let geometry = detector_geometry(deth, detw, info.theta, tilt.tilt, b)?;
     let frame = [geometry.deth, geometry.detw];
     let means = FieldMeans::new(
         &bin_frames(reader.read_flats()?, b)?,
@@ -172,7 +172,7 @@ fn projections_from_dxchange(
     let clamps = clamp_outcome(path, clamped, values.len(), options, &mut warnings)?;
     let mut notes = vec![format!(
         "tilt {:.6} degrees from {}; angles from {}",
-        phi.to_degrees() - 90.0,
+        tilt.tilt.degrees(),
         tilt.source,
         info.theta_source
     )];
@@ -218,7 +218,7 @@ fn projections_from_tiff(
     let mut pages = StackReader::open(path)?;
     let (count, raw_h, raw_w) = (pages.count(), pages.height(), pages.width());
     check_angle_count(path, angles, theta.len(), count)?;
-    let geometry = detector_geometry(raw_h, raw_w, theta, (90.0 + tilt_deg).to_radians(), b)?;
+    let geometry = detector_geometry(raw_h, raw_w, theta, Tilt::from_degrees(tilt_deg), b)?;
     let (deth, detw) = (geometry.deth, geometry.detw);
     let share = share(count);
     let mut notes = Vec::new();

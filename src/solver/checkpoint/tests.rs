@@ -2,6 +2,7 @@
 //! and older files; a failed write leaves the previous checkpoint.
 
 use super::*;
+use crate::geometry::Tilt;
 use crate::hash::fnv1a;
 use serde_json::{json, Value};
 
@@ -33,7 +34,7 @@ fn sample() -> (Checkpoint, [Vec<f32>; ARRAY_COUNT]) {
 
 /// [`sample`] of the solver parameters `params`.
 fn sample_of(params: AdmmParams) -> (Checkpoint, [Vec<f32>; ARRAY_COUNT]) {
-    let geometry = Geometry::cube(4, 2, 1.2);
+    let geometry = Geometry::cube(4, 2, Tilt::from_phi(1.2));
     let lengths = Checkpoint::array_lengths(&geometry, &params);
     let mut next = 0.0f32;
     let arrays = lengths.map(|l| {
@@ -186,7 +187,7 @@ fn a_consistent_header_edit_is_refused_by_the_checksum() {
         }),
         ("geometry", |h| {
             let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
-            g.phi = 1.3;
+            g.tilt = Tilt::from_phi(1.3);
             h["geometry_fingerprint"] = json!(g.fingerprint());
             h["geometry"] = serde_json::to_value(g).unwrap();
         }),
@@ -238,7 +239,7 @@ fn an_inconsistent_header_is_refused_naming_the_field() {
         }),
         ("geometry: phi = 4", |h| {
             let mut g: Geometry = serde_json::from_value(h["geometry"].clone()).unwrap();
-            g.phi = 4.0;
+            g.tilt = Tilt::from_phi(4.0);
             h["geometry_fingerprint"] = json!(g.fingerprint());
             h["geometry"] = serde_json::to_value(g).unwrap();
         }),
