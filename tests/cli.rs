@@ -1224,8 +1224,11 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     let report = read_json(p("rec/report.json"));
     let rec = &report["reconstruction"];
     assert_eq!(rec["geometry"]["n2"], 16, "{rec}");
-    // Unbinned column 18.5 is binned column (18.5 - 0.5) / 2 = 9.
-    assert_eq!(rec["rotation_axis"], 9.0, "{rec}");
+    // The report's axis is the original detector's column; the geometry's own (binned) column
+    // (18.5 - 0.5) / 2 = 9 is named as such.
+    assert_eq!(rec["rotation_axis"], 18.5, "{rec}");
+    assert_eq!(rec["rotation_axis_in_geometry"], 9.0, "{rec}");
+    assert_eq!(rec["geometry"]["center"], 9.0, "{rec}");
     let pre = &rec["preprocessing"];
     assert_eq!(pre["binning"], 2, "{pre}");
     assert_eq!(pre["rotation_axis"], 18.5, "{pre}");

@@ -506,4 +506,23 @@ fn the_command_line_reconstructs_the_box_it_is_given() {
     assert_eq!(g["offset"], serde_json::json!([-1.0, 0.0, 0.0]));
     let volume = lamino::io::read_tiff_volume(&out.join("recon.tif")).unwrap();
     assert_eq!(volume.shape, [6, 16, 16]);
+    // A region whose shadow is 14 of the 16 columns: the report's axis is the detector's column
+    // as given; the geometry's own (the cut's columns) is named as such and is its `center`.
+    let o = run(&[
+        "--roi",
+        "6:10,6:10",
+        "--rotation-axis",
+        "8.25",
+        "--iterations",
+        "2",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let rec = &report["reconstruction"];
+    assert_eq!(rec["rotation_axis"], 8.25, "{rec}");
+    assert_eq!(rec["geometry"]["detw"], 14, "{rec}");
+    assert_eq!(rec["rotation_axis_in_geometry"], 6.25, "{rec}");
+    assert_eq!(rec["geometry"]["center"], 6.25, "{rec}");
 }

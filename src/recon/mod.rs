@@ -128,8 +128,15 @@ pub struct Reconstruction {
     /// when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub padding: Option<Padding>,
-    /// The detector column of the rotation axis the reconstruction used (pixels of the input).
+    /// The detector column of the rotation axis the reconstruction used: of the original
+    /// detector (unbinned, uncut) once the caller states its preprocessing
+    /// ([`state_preprocessing`](Self::state_preprocessing)), else of the projections given.
     pub rotation_axis: f64,
+    /// The same axis in [`geometry`](Self::geometry)'s own detector columns (binned, cut to the
+    /// columns a box projects onto: what its `center` means), where they differ from the
+    /// original detector's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rotation_axis_in_geometry: Option<f64>,
     /// What was done to the projections before (binning, stripe removal, the axis search), when
     /// the caller says so; `None` from [`Reconstructor::run`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -174,6 +181,16 @@ pub struct Reconstruction {
 }
 
 impl Reconstruction {
+    /// States what was done to the projections before the run: the report then gives the
+    /// rotation axis in the original detector's columns, and in the geometry's own columns
+    /// beside it, named as such, where the two differ.
+    pub fn state_preprocessing(&mut self, pre: crate::preprocess::Preprocessing) {
+        let in_geometry = self.rotation_axis_in_geometry.unwrap_or(self.rotation_axis);
+        self.rotation_axis_in_geometry = (in_geometry != pre.rotation_axis).then_some(in_geometry);
+        self.rotation_axis = pre.rotation_axis;
+        self.preprocessing = Some(pre);
+    }
+
     /// The edge of a voxel: the detector's pixel size ([`Preprocessing::pixel_size`]) times the
     /// binning; `None` when the pixel size is unknown.
     ///
@@ -615,6 +632,7 @@ impl<'a> Reconstructor<'a> {
             geometry: projections.geometry().clone(),
             padding: (padding != Padding::default()).then_some(padding),
             rotation_axis: projections.geometry().rotation_axis(),
+            rotation_axis_in_geometry: None,
             preprocessing: None,
             params: self.params,
             regularisation: Regularisation {

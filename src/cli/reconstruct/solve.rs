@@ -294,7 +294,9 @@ pub(in crate::cli) fn run_reconstruction<'a>(
         }
         return Ok(solved);
     };
-    solved.report.preprocessing = preprocessing;
+    if let Some(pre) = preprocessing {
+        solved.report.state_preprocessing(pre);
+    }
     let result = &solved.report;
     progress.finish();
     if !result.completed {
