@@ -1302,6 +1302,37 @@ fn try_finds_the_axis_and_reconstruct_takes_it_with_binning_and_stripe_removal()
     }
 }
 
+/// `--max-device-memory` holds from the moment the devices open: the axis search of
+/// `--rotation-axis auto`, which runs before the solve plans its memory, keeps to it too (its
+/// slabs for a 64-wide detector need 3.2 MB: refused under 1 MiB, naming the option).
+#[test]
+fn the_device_budget_holds_for_the_axis_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = dir.path().join("scan.h5");
+    common::simulate_scan(&scan, "chip", 64);
+    let out = dir.path().join("rec");
+    let o = lamino(
+        &[
+            "reconstruct",
+            scan.to_str().unwrap(),
+            "--rotation-axis",
+            "auto",
+            "--max-device-memory",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        true,
+    );
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("more than the device budget (--max-device-memory), 1048576 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists());
+}
+
 /// A reconstruction too large for its budgets (device 10 MiB of which the memo cache takes 8,
 /// host 2 MiB, the rest in scratch files) streams with `--memo`, reuses chunks, stays within the
 /// device budget, writes its outputs from where the solver keeps the volume (the TIFF and the

@@ -174,11 +174,15 @@ fn check_search_memory(
     let advice = "score fewer candidates, use fewer --slab-slices or bin the detector";
     crate::memory::check_available(&what, host.unwrap_or(u64::MAX), advice)?;
     let device = slabs.unwrap_or(u64::MAX);
-    if let Some(limit) = ctx.device_budget().or(ctx.device_local_bytes()) {
+    let limit = match ctx.device_budget() {
+        Some(budget) => Some((budget, "the device budget (--max-device-memory)")),
+        None => ctx.device_local_bytes().map(|b| (b, "the device's memory")),
+    };
+    if let Some((limit, whose)) = limit {
         if device > limit {
             return Err(PreprocessError::BadSearch(format!(
-                "{what} needs {device} bytes of device memory for the slabs, more than the \
-                 device's {limit}; {advice}"
+                "{what} needs {device} bytes of device memory for the slabs, more than \
+                 {whose}, {limit} bytes; {advice}"
             )));
         }
     }

@@ -137,7 +137,8 @@ pub struct ReconstructArgs {
     quiet: bool,
     /// Device memory the reconstruction may hold (MiB). Default: the device-local memory the
     /// Vulkan driver reports, else 2048. Beyond it the arrays stream through the device in
-    /// chunks (same results, more transfers); too small for even one chunk is an error.
+    /// chunks (same results, more transfers); too small for even one chunk is an error. It
+    /// holds from the start: the axis search of `--rotation-axis auto` keeps to it too.
     #[arg(long, value_parser = super::mib_as_bytes)]
     max_device_memory: Option<u64>,
     /// Host memory the arrays the device does not hold may take (MiB). Default: 70 % of the
@@ -420,6 +421,7 @@ fn reconstruct_into(
     // The devices first: under MPI, a rank's share of the projections depends on how many
     // devices every rank has. A rank reads only its share.
     let devices = open_devices(cli, &options.ranks, false)?;
+    options.budgets.cap_devices(&devices);
     let share = rank_share(&options.ranks);
     let share = share
         .as_ref()
