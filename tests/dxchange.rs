@@ -641,6 +641,7 @@ mod through_libhdf5 {
     //! lamino reads without it.
 
     use super::*;
+    use std::f64::consts::PI;
 
     #[test]
     fn libhdf5_reads_what_lamino_writes() {
