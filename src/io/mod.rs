@@ -9,6 +9,7 @@
 //! Readers treat every size in a header as a claim: it is checked against the file's length,
 //! with checked arithmetic, before anything is allocated from it.
 
+mod angles;
 mod dxchange;
 mod h5;
 mod normalize;
@@ -21,10 +22,10 @@ mod text;
 mod volume;
 mod zarr;
 
+pub use angles::{angles_in_radians, check_radians, AngleUnit, NotRadians, MIN_UNITLESS_SPAN_DEG};
 pub use dxchange::{
-    angles_in_radians, check_radians, read_dxchange, read_dxchange_with, read_volume_h5,
-    write_dxchange, write_volume_h5, AngleUnit, DxchangeReader, NotRadians, Scan, ScanInfo,
-    ScanOptions, StackInfo, MIN_UNITLESS_SPAN_DEG,
+    read_dxchange, read_dxchange_with, read_volume_h5, write_dxchange, write_volume_h5,
+    DxchangeReader, Scan, ScanInfo, ScanOptions, StackInfo,
 };
 pub use dxchange::{read_pixel_size, CAMERA_PIXEL_SIZE_PATH, MAGNIFICATION_PATH, PIXEL_SIZE_PATHS};
 pub use h5::{SampleType, MAX_COMPRESSION_RATIO};
@@ -211,7 +212,7 @@ pub enum IoError {
     NotRadians {
         path: PathBuf,
         dataset: String,
-        source: dxchange::NotRadians,
+        source: angles::NotRadians,
     },
     /// A block of frames outside the dataset was asked for.
     #[error("{path}: rows {range:?} of {dataset} were asked for; it has {len}")]

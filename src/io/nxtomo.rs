@@ -22,9 +22,10 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::angles::angles_in_radians;
 use super::dxchange::{
-    angle_dataset, angles_in_radians, checked_tilt, given_theta, read_frames, read_tilt_dataset,
-    recorded_tilt, volume_stack, zero_frame, RecordedTilt, ScanInfo, ScanOptions, StackInfo,
+    angle_dataset, checked_tilt, given_theta, read_frames, read_tilt_dataset, recorded_tilt,
+    volume_stack, zero_frame, RecordedTilt, ScanInfo, ScanOptions, StackInfo,
 };
 use super::h5::{H5Dataset, H5File};
 use super::{IoError, PixelSize, Stack};
