@@ -23,10 +23,10 @@ pub struct AdmmParams {
     /// this many when it is not. Default 300 as the net: see `Convergence::DEFAULT`.
     pub outer_iterations: usize,
     /// Conjugate-gradient iterations per outer iteration (the u-subproblem is solved inexactly,
-    /// warm-started from the last u). Default 2: on the 32^3 chip with noise, 2 steps reach a
-    /// given distance from the converged volume in fewer operator applications than the
-    /// reference's 4 (`titer`) (docs/reconstruct.md, "Time to solution").
-    pub inner_iterations: usize,
+    /// warm-started from the last u). `None`, the default: by the width of the volume the
+    /// operator reconstructs, [`AdmmParams::inner_for_width`]; a number is taken as given (and a
+    /// checkpoint's or report's parameters hold the count the run used).
+    pub inner_iterations: Option<usize>,
     /// TV weight alpha, relative to the data's own scale: the TV term's weight is
     /// `alpha x` [`DataScale::tv_unit`], estimated from the projections before the solve, so that
     /// the reconstruction of `c d` is `c` times that of `d` for any `c > 0` (units, pixel size,
@@ -192,7 +192,7 @@ impl Default for AdmmParams {
     fn default() -> Self {
         Self {
             outer_iterations: 300,
-            inner_iterations: 2,
+            inner_iterations: None,
             alpha: 5.0,
             inner: InnerSolver::ConjugateGradient,
             rho0: 0.125,
@@ -236,13 +236,59 @@ impl AdmmParams {
     /// 4 warm-started CG steps are what pays.
     pub const MAX_INNER_ITERATIONS: usize = 100;
 
+    /// CG iterations per outer iteration by default, below [`WIDE_FROM`](Self::WIDE_FROM):
+    /// on the 32^3 chip with noise, 2 steps reach a given distance from the converged volume in
+    /// fewer operator applications than the reference's 4 (`titer`) and than 3 (1.4x fewer
+    /// seconds; docs/reconstruct.md, "Time to solution").
+    pub const INNER_ITERATIONS: usize = 2;
+
+    /// CG iterations per outer iteration by default from [`WIDE_FROM`](Self::WIDE_FROM) on.
+    /// The u-subproblem's conditioning grows with the width `n2` (`L*L ~ 1/(pi n2 |k|)` against
+    /// the TV penalty's `rho |k|^2`), and 2 steps then leave ADMM's primal residual to fall
+    /// slowly: a CT scan 640 columns wide (2 rows, 181 angles) stopped at 300 outer iterations
+    /// unconverged with 2, converged in 202 with 3; the 64^3 chip took 132 instead of 203 in
+    /// 5 % less time (docs/benchmarks.md, "CG steps per outer iteration and the detector's
+    /// width").
+    pub const WIDE_INNER_ITERATIONS: usize = 3;
+
+    /// The operator width (voxels along x, detector padding included) from which the default
+    /// takes [`WIDE_INNER_ITERATIONS`](Self::WIDE_INNER_ITERATIONS): 64, the narrowest measured
+    /// where 3 steps were not slower (32 was 1.4x slower on the chip, equal on Shepp-Logan and
+    /// blobs).
+    pub const WIDE_FROM: usize = 64;
+
+    /// The default CG iterations per outer iteration for an operator `width` voxels wide.
+    pub const fn inner_for_width(width: usize) -> usize {
+        if width >= Self::WIDE_FROM {
+            Self::WIDE_INNER_ITERATIONS
+        } else {
+            Self::INNER_ITERATIONS
+        }
+    }
+
+    /// The CG iterations per outer iteration these parameters take on an operator `width` voxels
+    /// wide: the count given, else [`inner_for_width`](Self::inner_for_width).
+    pub fn inner_steps(&self, width: usize) -> usize {
+        self.inner_iterations
+            .unwrap_or(Self::inner_for_width(width))
+    }
+
+    /// These parameters with the CG iterations per outer iteration stated for an operator
+    /// `width` voxels wide: what a solver runs and a report or checkpoint records.
+    pub fn for_width(self, width: usize) -> Self {
+        Self {
+            inner_iterations: Some(self.inner_steps(width)),
+            ..self
+        }
+    }
+
     /// Plain ADMM: the default before over-relaxation (relaxation 1, 4 CG steps per outer
     /// iteration, rho0 0.5, the residual recomputed every outer iteration, the penalty adapted
     /// by residual balancing alone), kept as the
     /// baseline `lamino bench convergence` measures the default against.
     pub fn plain() -> Self {
         Self {
-            inner_iterations: 4,
+            inner_iterations: Some(4),
             rho0: 0.5,
             relaxation: 1.0,
             carried_residual: false,
@@ -270,10 +316,13 @@ impl AdmmParams {
                 "from 1 to 100000 (a run that converges takes hundreds)",
             );
         }
-        if !(1..=Self::MAX_INNER_ITERATIONS).contains(&self.inner_iterations) {
+        if let Some(inner) = self
+            .inner_iterations
+            .filter(|k| !(1..=Self::MAX_INNER_ITERATIONS).contains(k))
+        {
             return bad(
                 "inner_iterations",
-                self.inner_iterations.to_string(),
+                inner.to_string(),
                 "from 1 to 100 (a stop is honoured between outer iterations, which must stay short)",
             );
         }
@@ -358,10 +407,18 @@ mod tests {
     #[test]
     fn defaults_are_the_documented_ones() {
         let d = AdmmParams::default();
-        assert_eq!((d.outer_iterations, d.inner_iterations), (300, 2));
+        assert_eq!((d.outer_iterations, d.inner_iterations), (300, None));
+        assert_eq!((d.inner_steps(32), d.inner_steps(63)), (2, 2));
+        assert_eq!((d.inner_steps(64), d.inner_steps(640)), (3, 3));
+        assert_eq!(d.for_width(640).inner_iterations, Some(3));
+        // A count given is kept whatever the width.
+        assert_eq!(AdmmParams::plain().for_width(640).inner_iterations, Some(4));
         assert_eq!((d.alpha, d.rho0, d.relaxation), (5.0, 0.125, 1.7));
         let p = AdmmParams::plain();
-        assert_eq!((p.inner_iterations, p.rho0, p.relaxation), (4, 0.5, 1.0));
+        assert_eq!(
+            (p.inner_iterations, p.rho0, p.relaxation),
+            (Some(4), 0.5, 1.0)
+        );
         assert!(d.carried_residual && !p.carried_residual);
         assert_eq!(d.penalty_from_gradient, Some(GradientPenalty::DEFAULT));
         assert_eq!(p.penalty_from_gradient, None);
@@ -397,7 +454,7 @@ mod tests {
                 ..AdmmParams::default()
             },
             AdmmParams {
-                inner_iterations: 0,
+                inner_iterations: Some(0),
                 ..AdmmParams::default()
             },
             AdmmParams {
@@ -405,7 +462,7 @@ mod tests {
                 ..AdmmParams::default()
             },
             AdmmParams {
-                inner_iterations: AdmmParams::MAX_INNER_ITERATIONS + 1,
+                inner_iterations: Some(AdmmParams::MAX_INNER_ITERATIONS + 1),
                 ..AdmmParams::default()
             },
             AdmmParams {

@@ -61,23 +61,35 @@ fn help_shows_defaults_examples_and_no_internal_notes() {
     let d = lamino::AdmmParams::default();
     let solver_defaults = [
         d.outer_iterations.to_string(),
-        d.inner_iterations.to_string(),
         d.alpha.to_string(),
         d.rho0.to_string(),
         d.relaxation.to_string(),
     ]
     .map(|v| format!("[default: {v}]"));
-    for expected in solver_defaults.iter().map(String::as_str).chain([
-        "Examples:",
-        "lamino reconstruct scan.h5",
-        "[default: 0]",
-        "[default: 256]",
-        "(default 1)",
-        "GPU options",
-        "--lamino-angle",
-        "--center",
-        "--remove-stripe-method",
-    ]) {
+    // The CG steps' default follows the width: the help states the rule with the constants.
+    let inner_rule = format!(
+        "[default: {} on volumes narrower than {} voxels (with padding), {} from {}",
+        lamino::AdmmParams::INNER_ITERATIONS,
+        lamino::AdmmParams::WIDE_FROM,
+        lamino::AdmmParams::WIDE_INNER_ITERATIONS,
+        lamino::AdmmParams::WIDE_FROM
+    );
+    for expected in solver_defaults
+        .iter()
+        .chain([&inner_rule])
+        .map(String::as_str)
+        .chain([
+            "Examples:",
+            "lamino reconstruct scan.h5",
+            "[default: 0]",
+            "[default: 256]",
+            "(default 1)",
+            "GPU options",
+            "--lamino-angle",
+            "--center",
+            "--remove-stripe-method",
+        ])
+    {
         assert!(help.contains(expected), "no {expected:?} in\n{help}");
     }
     for command in [
@@ -232,10 +244,16 @@ fn binning_is_an_exponent_and_tomocupy_aliases_reach_the_run() {
         "{err}"
     );
     assert!(!err.contains("AdmmParams"), "{err}");
+    // The CG steps by the operator's width (8 voxels), said so, and recorded as taken.
+    assert!(
+        err.contains("--inner       2 (by the width, 8 voxels: 3 from 64, else 2)\n"),
+        "{err}"
+    );
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let rec = &report["reconstruction"];
     assert_eq!(rec["geometry"]["n2"], 8, "{rec}");
+    assert_eq!(rec["params"]["inner_iterations"], 2, "{rec}");
     let phi = rec["geometry"]["phi"].as_f64().unwrap();
     assert!((phi.to_degrees() - 120.0).abs() <= 1e-9, "phi {phi}");
     let pre = &rec["preprocessing"];

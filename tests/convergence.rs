@@ -42,7 +42,7 @@ fn check(phantom: PhantomKind) -> (usize, Vec<f32>) {
         .at_stop
         .unwrap_or_else(|| panic!("{phantom}: the default test never passed in {LONG_RUN}"));
     let difference = rel_l2(&at_k, &run.at_end);
-    let (forward, adjoint) = operator_applications_in(&params, k);
+    let (forward, adjoint) = operator_applications_in(&params, p.geometry().n2, k);
     let applications = forward + adjoint;
     eprintln!(
         "{phantom}: the default stops after {k} iterations ({applications} applications), {:.3} % from the {LONG_RUN}-iteration volume",

@@ -189,7 +189,11 @@ fn in_core_ranks_move_only_what_they_exchange(reconstruction: &serde_json::Value
     let planes = g["n0"].as_u64().unwrap().max(g["deth"].as_u64().unwrap());
     let params: lamino::params::AdmmParams =
         serde_json::from_value(reconstruction["params"].clone()).unwrap();
-    let reductions = 16 * (1 + params.inner_iterations as u64) * 16 * planes;
+    // The report states the CG steps the run took.
+    let inner = params
+        .inner_iterations
+        .expect("the report states the CG steps") as u64;
+    let reductions = 16 * (1 + inner) * 16 * planes;
     for (r, e) in ranks.iter().enumerate() {
         let bus: u64 = e["bus_bytes_per_iteration"]
             .as_array()
@@ -227,7 +231,7 @@ fn spectrum_bytes(reconstruction: &serde_json::Value, ranks: usize, devices: usi
     let params: lamino::params::AdmmParams =
         serde_json::from_value(reconstruction["params"].clone()).unwrap();
     let iterations = reconstruction["reports"].as_array().unwrap().len();
-    let (forward, adjoint) = lamino::plan::operator_applications_in(&params, iterations);
+    let (forward, adjoint) = lamino::plan::operator_applications_in(&params, n2, iterations);
     (0..ranks)
         .map(|r| {
             let group = r * devices..(r + 1) * devices;

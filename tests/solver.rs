@@ -298,3 +298,35 @@ fn volumes_beyond_one_binding_give_the_same_bits() {
     let small = common::new_context().with_max_binding_bytes(16 << 10);
     assert_eq!(run(ctx()), run(&small));
 }
+
+/// The default's CG steps per outer iteration follow the operator's width (2 below
+/// `AdmmParams::WIDE_FROM` voxels, 3 from there): the default run is the run with that count
+/// given, bit for bit, and not the run with the other count.
+#[test]
+fn the_default_cg_steps_follow_the_width() {
+    for (width, steps, other) in [(62, 2, 3), (64, 3, 2)] {
+        let theta = (0..24)
+            .map(|i| i as f64 * std::f64::consts::PI / 24.0)
+            .collect();
+        let g = Geometry::for_detector(4, width, theta, Tilt::CT);
+        let data: Vec<f32> = (0..g.data_len())
+            .map(|i| ((i * 7919) % 113) as f32 / 113.0)
+            .collect();
+        let run = |inner_iterations| {
+            let params = AdmmParams {
+                inner_iterations,
+                ..AdmmParams::exactly(2)
+            };
+            let mut s =
+                AdmmSolver::new(ctx(), &g, &data, params, &OperatorOptions::default()).unwrap();
+            s.run(ctx(), |_| {}).unwrap();
+            s.volume(ctx()).unwrap()
+        };
+        let default = run(None);
+        assert!(
+            default == run(Some(steps)),
+            "width {width}: not {steps} steps"
+        );
+        assert!(default != run(Some(other)), "width {width}: {other} steps");
+    }
+}

@@ -41,6 +41,10 @@ class Defaults(TypedDict):
     alpha: float
     max_iterations: int
     inner_iterations: int
+    """CG steps per outer iteration on volumes narrower than ``inner_wide_from`` voxels."""
+    inner_iterations_wide: int
+    """CG steps per outer iteration from ``inner_wide_from`` voxels wide on."""
+    inner_wide_from: int
     rho0: float
     memo: str
 

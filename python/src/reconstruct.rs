@@ -240,7 +240,11 @@ pub(crate) fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("alpha", p.alpha)?;
     d.set_item("max_iterations", p.outer_iterations)?;
-    d.set_item("inner_iterations", p.inner_iterations)?;
+    // The CG steps per outer iteration follow the operator's width: `inner_iterations` below
+    // `inner_wide_from` voxels, `inner_iterations_wide` from there.
+    d.set_item("inner_iterations", AdmmParams::INNER_ITERATIONS)?;
+    d.set_item("inner_iterations_wide", AdmmParams::WIDE_INNER_ITERATIONS)?;
+    d.set_item("inner_wide_from", AdmmParams::WIDE_FROM)?;
     d.set_item("rho0", p.rho0)?;
     d.set_item("memo", MemoPolicy::DEFAULT.to_string())?;
     Ok(d)

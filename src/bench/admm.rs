@@ -115,7 +115,7 @@ pub fn bench_admm(
         time_op(Apply::FourierAdjoint)?,
     );
     // After the first outer iteration a carried data residual needs no A* of its own.
-    let k = params.inner_iterations as f64;
+    let k = params.inner_steps(g.n2) as f64;
     let adjoints = if params.carries_residual() {
         k
     } else {
@@ -126,7 +126,7 @@ pub fn bench_admm(
     Ok(AdmmBenchRecord {
         size: n,
         angles,
-        inner_iterations: params.inner_iterations,
+        inner_iterations: params.inner_steps(g.n2),
         ms_per_iteration,
         ms_operator,
         ms_vector_and_sync: ms_per_iteration - ms_operator,

@@ -161,9 +161,11 @@ pub struct Reached {
 impl Reached {
     /// The first outer iteration of a history (`distances[k]`, `seconds[k]` after iteration
     /// `k + 1`) within `tolerance` of the reference, costed with `params`' applications per
-    /// outer iteration; `None` when no iterate came that close.
+    /// outer iteration on an operator `width` voxels wide; `None` when no iterate came that
+    /// close.
     pub fn first(
         params: &AdmmParams,
+        width: usize,
         distances: &[f64],
         seconds: &[f64],
         tolerance: f64,
@@ -172,8 +174,8 @@ impl Reached {
         let k = i + 1;
         Some(Self {
             outer_iterations: k,
-            inner_iterations: k * params.inner_iterations,
-            applications: crate::plan::operator_applications_in(params, k),
+            inner_iterations: k * params.inner_steps(width),
+            applications: crate::plan::operator_applications_in(params, width, k),
             seconds: seconds[i],
             to_reference: distances[i],
         })
@@ -209,18 +211,23 @@ pub struct StoppedRun {
 }
 
 impl StoppedRun {
-    fn new(params: &AdmmParams, run: &Tracked, reference: &[f32], truth: &[f32]) -> Self {
+    fn new(
+        (params, width): (&AdmmParams, usize),
+        run: &Tracked,
+        reference: &[f32],
+        truth: &[f32],
+    ) -> Self {
         use crate::metrics::rel_l2;
         let stop = run.at_stop.as_ref();
         let k = stop.map(|(k, _)| *k);
         Self {
             outer_iterations: k,
-            inner_iterations: k.map(|k| k * params.inner_iterations),
-            applications: k.map(|k| crate::plan::operator_applications_in(params, k)),
+            inner_iterations: k.map(|k| k * params.inner_steps(width)),
+            applications: k.map(|k| crate::plan::operator_applications_in(params, width, k)),
             seconds: k.map(|k| run.seconds[k - 1]),
             to_reference: stop.map(|(_, v)| rel_l2(v, reference)),
             to_truth: stop.map(|(_, v)| rel_l2(v, truth)),
-            reached: Reached::first(params, &run.distances, &run.seconds, REACHED),
+            reached: Reached::first(params, width, &run.distances, &run.seconds, REACHED),
         }
     }
 }
@@ -341,8 +348,9 @@ pub fn bench_convergence(
                 })?;
         }
     }
-    let default = StoppedRun::new(&default, &run, reference_volume, &truth);
-    let plain = StoppedRun::new(&plain, &reference, reference_volume, &truth);
+    let width = p.geometry().n2;
+    let default = StoppedRun::new((&default, width), &run, reference_volume, &truth);
+    let plain = StoppedRun::new((&plain, width), &reference, reference_volume, &truth);
     let ratio = |of: fn(&Reached) -> f64| match (&default.reached, &plain.reached) {
         (Some(d), Some(p)) => Some(of(d) / of(p)),
         _ => None,
@@ -454,22 +462,27 @@ mod tests {
         let plain = AdmmParams::plain();
         let distances = [0.3, 0.02, 0.0051, 0.005, 0.007, 0.001];
         let seconds = [1.0, 2.0, 3.0, 4.5, 6.0, 7.0];
-        let r = Reached::first(&plain, &distances, &seconds, REACHED).unwrap();
+        let r = Reached::first(&plain, 32, &distances, &seconds, REACHED).unwrap();
         assert_eq!((r.outer_iterations, r.inner_iterations), (4, 16));
         assert_eq!((r.applications, r.total_applications()), ((16, 20), 36));
         assert_eq!((r.seconds, r.to_reference), (4.5, 0.005));
-        // The default: 2 CG steps, 2 A and 2 A* per outer iteration and the A* that forms the
-        // carried residual once; the first crossing counts even when a later iterate moves away
-        // again.
-        let r = Reached::first(&AdmmParams::default(), &distances, &seconds, 0.01).unwrap();
+        // The default 32 wide: 2 CG steps, 2 A and 2 A* per outer iteration and the A* that
+        // forms the carried residual once; the first crossing counts even when a later iterate
+        // moves away again. 64 wide: 3 CG steps.
+        let r = Reached::first(&AdmmParams::default(), 32, &distances, &seconds, 0.01).unwrap();
         assert_eq!((r.outer_iterations, r.applications), (3, (6, 7)));
+        let r = Reached::first(&AdmmParams::default(), 64, &distances, &seconds, 0.01).unwrap();
+        assert_eq!((r.inner_iterations, r.applications), (9, (9, 10)));
         assert_eq!(r.seconds, 3.0);
         assert_eq!(
-            Reached::first(&plain, &distances[..3], &seconds, REACHED),
+            Reached::first(&plain, 32, &distances[..3], &seconds, REACHED),
             None
         );
-        assert_eq!(Reached::first(&plain, &[], &[], REACHED), None);
+        assert_eq!(Reached::first(&plain, 32, &[], &[], REACHED), None);
         // NaN never counts as reached.
-        assert_eq!(Reached::first(&plain, &[f64::NAN], &[1.0], REACHED), None);
+        assert_eq!(
+            Reached::first(&plain, 32, &[f64::NAN], &[1.0], REACHED),
+            None
+        );
     }
 }

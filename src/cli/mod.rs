@@ -89,8 +89,9 @@ enum Command {
     /// and DIR/convergence.png.
     #[command(after_help = reconstruct::EXAMPLES)]
     Reconstruct {
+        // Boxed: the largest arguments by far, and the enum is as large as its largest variant.
         #[command(flatten)]
-        args: reconstruct::ReconstructArgs,
+        args: Box<reconstruct::ReconstructArgs>,
         #[command(flatten)]
         gpu: GpuArgs,
     },

@@ -79,10 +79,15 @@ impl Array {
 
     /// Whole-array reads and writes in one outer iteration of `params` (a read-modify-write
     /// counts two), from the order of operations in `solver::admm`.
-    pub fn accesses(self, params: &AdmmParams) -> u64 {
+    /// `width` is the operator's (voxels along x), which the CG steps per outer iteration may
+    /// follow ([`AdmmParams::inner_steps`]).
+    pub fn accesses(self, params: &AdmmParams, width: usize) -> u64 {
+        let k = params.inner_steps(width) as u64;
         let (relax_added, relax_saved) = self.relaxation_accesses(params);
-        let (carry_added, carry_saved) = self.carried_residual_accesses(params);
-        self.accesses_plain(params) + relax_added + carry_added - relax_saved - carry_saved
+        let (carry_added, carry_saved) = self.carried_residual_accesses(params, k);
+        self.accesses_plain(params, width, k) + relax_added + carry_added
+            - relax_saved
+            - carry_saved
     }
 
     /// What carrying the data residual changes (from the second outer iteration on): no A* of
@@ -90,11 +95,10 @@ impl Array {
     /// inner step moves r saved with `A*(A p)` instead of r, and forms r from it afresh (a copy,
     /// then the divergence of psi, lambda and grad u instead of that of grad p): (accesses
     /// added, accesses saved).
-    fn carried_residual_accesses(self, params: &AdmmParams) -> (u64, u64) {
+    fn carried_residual_accesses(self, params: &AdmmParams, k: u64) -> (u64, u64) {
         if !params.carries_residual() {
             return (0, 0);
         }
-        let k = params.inner_iterations as u64;
         match self {
             Self::RSaved => (1 + 3 * k, 0),
             Self::R | Self::GradP => (0, k),
@@ -118,10 +122,9 @@ impl Array {
     }
 
     /// The accesses of plain ADMM (relaxation 1, the residual recomputed every outer iteration).
-    fn accesses_plain(self, params: &AdmmParams) -> u64 {
-        let k = params.inner_iterations as u64;
+    fn accesses_plain(self, params: &AdmmParams, width: usize, k: u64) -> u64 {
         // The spectrum is written and read once by every application of A or A*.
-        let (forward, adjoint) = operator_applications(params);
+        let (forward, adjoint) = operator_applications(params, width);
         let spectrum = 2 * (forward + adjoint);
         match params.inner {
             InnerSolver::ConjugateGradient => match self {
@@ -162,8 +165,9 @@ impl Array {
 /// `solver::admm`: CG applies A* to the residual once (only in the first outer iteration when
 /// it carries the residual), then A to p and A* to A p per inner step; Dai-Yuan forms the
 /// residual (A u, then A*) per inner step and A u once more at the end.
-pub fn operator_applications(params: &AdmmParams) -> (u64, u64) {
-    let k = params.inner_iterations as u64;
+/// `width` is the operator's (voxels along x), which the CG steps may follow.
+pub fn operator_applications(params: &AdmmParams, width: usize) -> (u64, u64) {
+    let k = params.inner_steps(width) as u64;
     match params.inner {
         InnerSolver::ConjugateGradient if params.carries_residual() => (k, k),
         InnerSolver::ConjugateGradient => (k, 1 + k),
@@ -173,8 +177,8 @@ pub fn operator_applications(params: &AdmmParams) -> (u64, u64) {
 
 /// Applications of `A` and `A*` in all over the first `outer` outer iterations of `params`: as
 /// many times [`operator_applications`], plus the carried residual's first `A*`.
-pub fn operator_applications_in(params: &AdmmParams, outer: usize) -> (u64, u64) {
-    let (forward, adjoint) = operator_applications(params);
+pub fn operator_applications_in(params: &AdmmParams, width: usize, outer: usize) -> (u64, u64) {
+    let (forward, adjoint) = operator_applications(params, width);
     let first = u64::from(params.carries_residual() && outer > 0);
     (outer as u64 * forward, outer as u64 * adjoint + first)
 }
@@ -183,8 +187,11 @@ pub fn operator_applications_in(params: &AdmmParams, outer: usize) -> (u64, u64)
 /// after its window, the divergence the plane before), as (inputs, output, runs per outer
 /// iteration), from `solver::admm`: the divergence of (psi, lambda, grad u) in every residual,
 /// the gradient of p and, with CG, the divergence of grad p in every inner step.
-pub(super) fn halo_passes(params: &AdmmParams) -> Vec<(&'static [Array], Array, u64)> {
-    let k = params.inner_iterations as u64;
+pub(super) fn halo_passes(
+    params: &AdmmParams,
+    width: usize,
+) -> Vec<(&'static [Array], Array, u64)> {
+    let k = params.inner_steps(width) as u64;
     let state: &[Array] = &[Array::Psi, Array::Lambda, Array::GradU];
     match params.inner {
         InnerSolver::ConjugateGradient if params.carries_residual() => {
@@ -213,7 +220,7 @@ pub(super) fn halo_bytes(
 ) -> u64 {
     let binding_words =
         (ctx.max_binding_bytes() / 4).saturating_sub((ctx.binding_alignment() / 4).max(1));
-    halo_passes(params)
+    halo_passes(params, g.n2)
         .into_iter()
         .map(|(inputs, output, runs)| {
             let layout = |a: Array| a.layout(g);

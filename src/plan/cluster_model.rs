@@ -120,7 +120,7 @@ pub struct ClusterPoint {
 pub fn touched_bytes(g: &Geometry, params: &AdmmParams) -> u64 {
     Array::BY_TRAFFIC
         .iter()
-        .map(|a| a.layout(g).bytes() * a.accesses(params))
+        .map(|a| a.layout(g).bytes() * a.accesses(params, g.n2))
         .sum()
 }
 
@@ -133,7 +133,7 @@ pub fn network_bytes_per_rank(g: &Geometry, params: &AdmmParams, ranks: usize) -
     if ranks <= 1 {
         return 0;
     }
-    let (forward, adjoint) = operator_applications(params);
+    let (forward, adjoint) = operator_applications(params, g.n2);
     spectrum_exchange_bytes(g, forward + adjoint, ranks) + halo_bytes_per_rank(g, params)
 }
 
@@ -149,7 +149,7 @@ pub fn network_bytes_per_rank_in(
     if ranks <= 1 || outer == 0 {
         return 0;
     }
-    let (forward, adjoint) = super::arrays::operator_applications_in(params, outer);
+    let (forward, adjoint) = super::arrays::operator_applications_in(params, g.n2, outer);
     let exchange = spectrum_exchange_bytes(g, forward + adjoint, ranks);
     (exchange + outer as u64 * halo_bytes_per_rank(g, params)) / outer as u64
 }
@@ -165,7 +165,7 @@ fn spectrum_exchange_bytes(g: &Geometry, applications: u64, ranks: usize) -> u64
 /// [`network_bytes_per_rank`]).
 fn halo_bytes_per_rank(g: &Geometry, params: &AdmmParams) -> u64 {
     let y_plane_words = (g.n0 * g.n2) as u64;
-    halo_passes(params)
+    halo_passes(params, g.n2)
         .iter()
         .map(|(inputs, _, runs)| {
             let words: u64 = inputs
@@ -179,12 +179,12 @@ fn halo_bytes_per_rank(g: &Geometry, params: &AdmmParams) -> u64 {
 
 /// Messages' latency per outer iteration on `ranks` ranks, seconds: `ranks - 1` per all-to-all
 /// and `ceil(log2 ranks)` per reduction (one per CG step and one per outer iteration).
-fn latency_s(params: &AdmmParams, ranks: usize, latency_us: f64) -> f64 {
+fn latency_s(params: &AdmmParams, width: usize, ranks: usize, latency_us: f64) -> f64 {
     if ranks <= 1 {
         return 0.0;
     }
-    let (forward, adjoint) = operator_applications(params);
-    let reductions = params.inner_iterations as f64 + 1.0;
+    let (forward, adjoint) = operator_applications(params, width);
+    let reductions = params.inner_steps(width) as f64 + 1.0;
     let depth = (ranks as f64).log2().ceil();
     let messages = (forward + adjoint) as f64 * (ranks - 1) as f64 + reductions * depth;
     messages * latency_us * 1e-6
@@ -251,7 +251,7 @@ fn point(
     let network_bytes = network_bytes_per_rank(g, params, k);
     let per_rank_network = inputs.network_gbps / inputs.gpus_per_node.max(1) as f64;
     let network_s = network_bytes as f64 / (per_rank_network * 1e9);
-    let latency_s = latency_s(params, k, inputs.latency_us);
+    let latency_s = latency_s(params, g.n2, k, inputs.latency_us);
     let iteration_s = device_s.max(bus_s) + network_s + latency_s;
     let compute_s = device_s.max(bus_s);
     let exposed = exposed_communication_s(g, params, inputs, k, (compute_s, plan.chunks));
@@ -318,7 +318,7 @@ fn streaming_prefix(
 /// application reads its input (a volume or the data), writes and reads the spectrum and writes
 /// its output.
 fn operator_touched_bytes(g: &Geometry, params: &AdmmParams) -> u64 {
-    let (forward, adjoint) = operator_applications(params);
+    let (forward, adjoint) = operator_applications(params, g.n2);
     let volume = Array::P.layout(g).bytes();
     let data = Array::Ap.layout(g).bytes();
     let spectrum = Array::Spectrum.layout(g).bytes();
@@ -342,7 +342,7 @@ fn exposed_communication_s(
     if k <= 1 {
         return 0.0;
     }
-    let (forward, adjoint) = operator_applications(params);
+    let (forward, adjoint) = operator_applications(params, g.n2);
     let applications = (forward + adjoint) as f64;
     let exchange_bytes = spectrum_exchange_bytes(g, forward + adjoint, k);
     let halo_bytes = halo_bytes_per_rank(g, params);
@@ -359,7 +359,7 @@ fn exposed_communication_s(
         (exchange - compute).max(0.0) + exchange.min(compute) / groups as f64
     };
     let per_application = exposed(crate::distributed::shares::exchange_groups(chunks, k));
-    let reductions = (params.inner_iterations as f64 + 1.0) * (k as f64).log2().ceil();
+    let reductions = (params.inner_steps(g.n2) as f64 + 1.0) * (k as f64).log2().ceil();
     applications * per_application
         + halo_bytes as f64 / per_rank_network
         + reductions * inputs.latency_us * 1e-6
@@ -400,8 +400,8 @@ mod tests {
         let g = geometry(64);
         let params = AdmmParams::default();
         assert_eq!(network_bytes_per_rank(&g, &params, 1), 0);
-        assert_eq!(latency_s(&params, 1, 10.0), 0.0);
-        let (forward, adjoint) = operator_applications(&params);
+        assert_eq!(latency_s(&params, g.n2, 1, 10.0), 0.0);
+        let (forward, adjoint) = operator_applications(&params, g.n2);
         let spectrum = (g.deth * g.n1 * g.n2 * 8) as u64;
         let halo_only = |k: usize| {
             let kk = k as u64;
@@ -414,7 +414,7 @@ mod tests {
         // ... and are the gradient and divergence passes' inputs, one y-plane each, to one
         // neighbour.
         let plane = (g.n0 * g.n2 * 4) as u64;
-        let expected: u64 = halo_passes(&params)
+        let expected: u64 = halo_passes(&params, g.n2)
             .iter()
             .map(|(inputs, _, runs)| {
                 let words: u64 = inputs

@@ -740,7 +740,7 @@ fn streaming_residency(
         let bytes: u64 = group.iter().map(|&a| portion.held_bytes(a, g)).sum();
         let traffic: u64 = group
             .iter()
-            .map(|&a| portion.share_bytes(a, g) * a.accesses(params))
+            .map(|&a| portion.share_bytes(a, g) * a.accesses(params, g.n2))
             .sum();
         if !tables_considered && (traffic as f64) < tables_rate * bytes as f64 {
             tables_considered = true;
@@ -773,7 +773,7 @@ fn streaming_residency(
 /// resident: a forward U2 chunk uploads its slice of the coordinates, an adjoint chunk all three
 /// tables.
 fn u2_table_traffic(g: &Geometry, params: &AdmmParams, portion: Portion) -> u64 {
-    let (forward, adjoint) = operator_applications(params);
+    let (forward, adjoint) = operator_applications(params, g.n2);
     forward * portion.u2_coordinates_bytes(g) + adjoint * portion.u2_table_bytes(g)
 }
 
@@ -805,7 +805,7 @@ fn assemble(
             } else {
                 Residency::Host
             },
-            accesses_per_iteration: array.accesses(params),
+            accesses_per_iteration: array.accesses(params, g.n2),
         })
         .collect();
     // U2 tables that are not resident are held on the host; read at every application, more

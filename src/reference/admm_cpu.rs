@@ -178,7 +178,7 @@ impl CpuAdmm {
         let mut rr = dot(&r, &r);
         let mut p = vec![0.0; v];
         let mut beta = 0.0;
-        for _ in 0..self.params.inner_iterations {
+        for _ in 0..self.params.inner_steps(self.g.n2) {
             if rr == 0.0 {
                 break;
             }

@@ -122,6 +122,12 @@ impl AdmmSolver {
         self.params.alpha * self.data_scale.tv_unit()
     }
 
+    /// CG (or Dai-Yuan) steps per outer iteration: the count given, else the default for the
+    /// operator's width.
+    fn inner_steps(&self) -> usize {
+        self.params.inner_steps(self.op.geometry().n2)
+    }
+
     /// Outer iterations done so far.
     pub fn iterations_done(&self) -> usize {
         self.iteration
@@ -256,7 +262,7 @@ impl AdmmSolver {
         rec: &mut Recorder,
     ) -> Result<(), SolverError> {
         let o = &self.ops;
-        for k in 0..self.params.inner_iterations {
+        for k in 0..self.inner_steps() {
             if k > 0 {
                 rec.dispatch(&self.steps.cg_beta, 1);
             }
@@ -290,7 +296,7 @@ impl AdmmSolver {
     fn record_dai_yuan(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
         let o = &self.ops;
         self.record_residual(ctx, rec)?;
-        for i in 0..self.params.inner_iterations {
+        for i in 0..self.inner_steps() {
             if i > 0 {
                 self.record_operator(ctx, rec, &self.apps.forward_u)?;
                 self.record_residual(ctx, rec)?;

@@ -83,6 +83,8 @@ impl AdmmSolver {
     ) -> Result<Self, SolverError> {
         params.validate()?;
         let g = geometry;
+        // The CG steps stated (checkpoints record the count the run took).
+        let params = params.for_width(g.n2);
         let op = operator(ctx, g, plan, member)?;
         let share = member.map(|(_, share)| share);
         let scalars = Scalars::new(ctx, slot::COUNT, sum::COUNT)?;

@@ -93,9 +93,10 @@ pub struct ReconstructArgs {
     /// The most outer iterations a run that stops on convergence may take.
     #[arg(long, default_value_t = AdmmParams::default().outer_iterations)]
     max_iterations: usize,
-    /// Inner iterations per outer iteration.
-    #[arg(long, default_value_t = AdmmParams::default().inner_iterations)]
-    inner: usize,
+    /// Conjugate-gradient iterations per outer iteration [default: 2 on volumes narrower than
+    /// 64 voxels (with padding), 3 from 64: the subproblem's conditioning grows with the width]
+    #[arg(long)]
+    inner: Option<usize>,
     /// TV weight relative to the data's scale (the mean attenuation per voxel estimated from
     /// the projections, over the volume's width): the same value suits data in any units and
     /// volumes of any size; report.json's `regularisation` gives the scale and the absolute
@@ -222,12 +223,15 @@ impl ReconstructArgs {
         if let Some(n) = self.iterations {
             check_count("--iterations", n, AdmmParams::MAX_OUTER_ITERATIONS, outer)?;
         }
-        check_count(
-            "--inner",
-            self.inner,
-            AdmmParams::MAX_INNER_ITERATIONS,
-            "a stop is honoured between outer iterations, which must stay short",
-        )
+        match self.inner {
+            Some(k) => check_count(
+                "--inner",
+                k,
+                AdmmParams::MAX_INNER_ITERATIONS,
+                "a stop is honoured between outer iterations, which must stay short",
+            ),
+            None => Ok(()),
+        }
     }
 
     fn solver_params(&self) -> AdmmParams {

@@ -75,9 +75,20 @@ pub(super) fn reconstructor<'a>(devices: &'a [GpuContext], ranks: &MpiRanks) -> 
 }
 
 /// The solver parameters as the command line names them, one per line, with the default of
-/// each one that differs from it.
-fn parameter_table(p: &AdmmParams) -> String {
+/// each one that differs from it, for an operator `width` voxels wide (the CG steps' default
+/// follows it).
+fn parameter_table(p: &AdmmParams, width: usize) -> String {
     let d = AdmmParams::default();
+    let inner = |p: &AdmmParams| match p.inner_iterations {
+        Some(k) => k.to_string(),
+        None => format!(
+            "{} (by the width, {width} voxels: {} from {}, else {})",
+            p.inner_steps(width),
+            AdmmParams::WIDE_INNER_ITERATIONS,
+            AdmmParams::WIDE_FROM,
+            AdmmParams::INNER_ITERATIONS
+        ),
+    };
     let solver = |s: InnerSolver| match s {
         InnerSolver::ConjugateGradient => "conjugate gradient (exact step)".to_string(),
         InnerSolver::DaiYuan { step } => format!("Dai-Yuan, step {step} (--dai-yuan-step)"),
@@ -101,11 +112,7 @@ fn parameter_table(p: &AdmmParams) -> String {
     };
     let rows = [
         ("stop", stop(p), stop(&d)),
-        (
-            "--inner",
-            p.inner_iterations.to_string(),
-            d.inner_iterations.to_string(),
-        ),
+        ("--inner", inner(p), inner(&d)),
         ("--alpha", p.alpha.to_string(), d.alpha.to_string()),
         ("--rho0", p.rho0.to_string(), d.rho0.to_string()),
         (
@@ -225,7 +232,6 @@ pub(in crate::cli) fn run_reconstruction<'a>(
                 .collect::<Vec<_>>()
                 .join(" + ")
         );
-        eprint!("{}", parameter_table(&params));
         if o.memo.policy != MemoPolicy::DEFAULT {
             eprintln!(
                 "memo policy {} (default {}), chunks of {} rows",
@@ -270,6 +276,8 @@ pub(in crate::cli) fn run_reconstruction<'a>(
         builder = builder.resume_from(checkpoint.clone());
     }
     if !o.quiet {
+        let width = builder.padding(g).apply(g).n2;
+        progress.suspend(|| eprint!("{}", parameter_table(&params, width)));
         if let Some(padding) = builder.padding(g).describe(g) {
             progress.suspend(|| eprintln!("{padding}"));
         }
