@@ -10,8 +10,8 @@ use lamino_core::io::{check_radians, ScanOptions, Stack};
 use lamino_core::io::{minus_log as core_minus_log, read_dxchange_with, AngleUnit, FieldMeans};
 use lamino_core::operator::Geometry;
 use lamino_core::preprocess::{
-    choose_slab, find_center_vo, find_rotation_axis as core_find_rotation_axis, grid, half_turn,
-    remove_stripes_in_place, score_candidates, AxisDecision, Scored, StripeRemoval, FW_SIGMA,
+    find_rotation_axis as core_find_rotation_axis, remove_stripes_in_place, AxisGrid, Scored,
+    StripeRemoval, FW_SIGMA,
 };
 use lamino_core::{Projections, Tilt};
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
@@ -400,48 +400,49 @@ fn find_rotation_axis<'py>(
         scores.set_item("slab_slices", search.slab.slices)?;
         return Ok((search.rotation_axis, scores));
     }
-    // The candidates given: `lamino try`'s grid; a tilt search alone keeps the detector's
-    // centre column, as `try --tilt-range` does.
+    // The candidates given: `lamino try`'s grid search; a tilt search alone keeps the
+    // detector's centre column, as `try --tilt-range` does.
     let searched_axes = axes.is_some();
     let axes = axes.unwrap_or_else(|| vec![(detw / 2) as f64]);
     let tilts = tilts.unwrap_or_else(|| vec![tilt]);
-    let (result, fourier) = py.detach(|| -> PyResult<_> {
+    let found = py.detach(|| -> PyResult<_> {
         let projections = Projections::new(geometry, values.to_vec()).map_err(scan_error)?;
-        let candidates = grid(&axes, &tilts).map_err(preprocess_error)?;
-        let g = projections.geometry();
-        let slab = choose_slab(g, 1, &candidates, slab_slices, slab_z).map_err(preprocess_error)?;
+        let search = AxisGrid::new(
+            projections.geometry(),
+            1,
+            (&axes, searched_axes),
+            &tilts,
+            (slab_slices, slab_z),
+        )
+        .map_err(preprocess_error)?;
         let lease = Lease::take(&options)?;
-        let result = score_candidates(lease.ctx(), &projections, 1, &candidates, &slab)
+        let found = search
+            .score(lease.ctx(), &projections)
             .map_err(preprocess_error)?;
         lease.give_back();
-        // Plain CT over 180 or 360 degrees: the Fourier estimate over the candidates' range.
-        let range = axes
-            .iter()
-            .fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], &a| {
-                [lo.min(a), hi.max(a)]
-            });
-        let fourier = match (searched_axes && tilts == [tilt], half_turn(g)) {
-            (true, Some(_)) => Some(find_center_vo(&projections, range).map_err(preprocess_error)?),
-            _ => None,
-        };
-        Ok((result, fourier))
+        Ok(found)
     })?;
-    // The same rule as `lamino try` and `--rotation-axis auto` for which estimate is the axis.
-    let decision = AxisDecision::of(&result, None, fourier);
+    let result = &found.result;
     record(&result.scored)?;
-    scores.set_item("method", decision.method)?;
-    scores.set_item("reason", &decision.reason)?;
-    scores.set_item("fourier_center", fourier)?;
+    let (method, reason) = match &found.decision {
+        Some(d) => (d.method, d.reason.clone()),
+        None => (
+            "slab",
+            "the axis given (centers not searched): the tilts' slab scores".to_string(),
+        ),
+    };
+    scores.set_item("method", method)?;
+    scores.set_item("reason", reason)?;
+    scores.set_item("fourier_center", found.fourier_axis)?;
     scores.set_item("slab_center", result.refined.rotation_axis)?;
     scores.set_item("best_center", result.best.rotation_axis)?;
     scores.set_item("best_tilt", result.best.tilt_deg)?;
     scores.set_item("refined_tilt", result.refined.tilt_deg)?;
     scores.set_item("peak_half_width", result.peak_half_width)?;
     scores.set_item("slab_slices", result.slab.slices)?;
-    let center = match searched_axes {
-        true => decision.rotation_axis,
-        false => result.refined.rotation_axis,
-    };
+    let center = found
+        .decision
+        .map_or(result.refined.rotation_axis, |d| d.rotation_axis);
     Ok((center, scores))
 }
 

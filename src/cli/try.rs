@@ -8,10 +8,7 @@ use clap::Args;
 
 use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
 use lamino::plot::write_preview_png;
-use lamino::preprocess::{
-    candidate_range, check_grid, choose_slab, find_center_vo, grid, half_turn, score_candidates,
-    AxisDecision, Scored,
-};
+use lamino::preprocess::{candidate_range, check_grid, AxisGrid, Scored};
 use lamino::scan::validate_scan_geometry;
 use lamino::Geometry;
 
@@ -129,8 +126,14 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         .map_err(|e| format!("candidate rotation axis {c} (unbinned columns): {e}"))?;
     }
     let tilts = tilt_range.unwrap_or_else(|| vec![g.tilt.degrees()]);
-    let candidates = grid(&axes, &tilts)?;
-    let slab = choose_slab(g, b, &candidates, args.slab_slices, args.slab_z)?;
+    let search = AxisGrid::new(
+        g,
+        b,
+        (&axes, args.rotation_axis_range.is_some()),
+        &tilts,
+        (args.slab_slices, args.slab_z),
+    )?;
+    let (candidates, slab) = (&search.candidates, &search.slab);
     let ctx = cli.context()?;
     eprintln!(
         "scoring {} candidates ({} axes x {} tilts) on a slab of {} slices of {}x{} from {} \
@@ -146,21 +149,12 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
         g.detw
     );
     let start = Instant::now();
-    let result = score_candidates(&ctx, &projections, b, &candidates, &slab)?;
+    // The scores; with the axis searched on plain CT over 180 or 360 degrees, Vo et al.'s
+    // Fourier estimate over its range, and the one rule for which is the axis (as
+    // `reconstruct --rotation-axis auto` and Python's search decide it).
+    let found = search.score(&ctx, &projections)?;
     let elapsed = start.elapsed().as_secs_f64();
-    // Plain CT over 180 or 360 degrees: Vo et al.'s Fourier estimate over the axis range, for
-    // comparison (unbinned columns).
-    let fourier = match (args.rotation_axis_range, half_turn(g)) {
-        (Some([lo, hi, _]), Some(_)) => Some(unbinned_column(
-            find_center_vo(&projections, [binned_column(lo, b), binned_column(hi, b)])?,
-            b,
-        )),
-        _ => None,
-    };
-    // One rule for the axis, as `reconstruct --rotation-axis auto` and Python's search decide it.
-    let decision = args
-        .rotation_axis_range
-        .map(|_| AxisDecision::of(&result, None, fourier));
+    let (result, fourier, decision) = (found.result, found.fourier_axis, found.decision);
     let [n1, n2] = result.preview_shape;
     // Names carry the values to the precision of their steps (at least 2 decimals).
     let (a, t) = (

@@ -1,10 +1,12 @@
 //! Preprocessing for scans from real instruments: detector binning ([`bin_projections`],
 //! [`bin_frames`]), stripe (ring) removal ([`remove_stripes`]) and the search for the rotation
-//! axis and the tilt ([`score_candidates`], [`find_rotation_axis`]).
+//! axis and the tilt ([`score_candidates`], [`find_rotation_axis`], a grid of candidates:
+//! [`AxisGrid`]).
 //!
 //! The rotation axis itself is part of the geometry ([`crate::operator::Geometry::center`]); the
 //! operator applies it exactly, so these tools only find it.
 
+mod axis_grid;
 mod binning;
 mod center_vo;
 mod decision;
@@ -12,6 +14,7 @@ mod search;
 mod slab;
 mod stripe;
 
+pub use axis_grid::{AxisGrid, GridSearch};
 pub use binning::{
     bin_frames, bin_geometry, bin_projections, binned_column, binning_factor, parse_binning,
     unbinned_column, MAX_BINNING,
