@@ -26,6 +26,7 @@ fn context() -> GpuContext {
     let ctx = GpuContext::new(&DeviceOptions {
         selection: DeviceSelection::Best,
         allow_software: true,
+        limits: None,
     })
     .unwrap_or_else(|e| panic!("the benchmarks need an adapter (mesa-vulkan-drivers): {e}"));
     eprintln!("benchmarks run on {}", ctx.info());

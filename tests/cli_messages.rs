@@ -158,3 +158,45 @@ fn sigterm_during_the_axis_search_says_so_and_leaves_no_staging() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The device's limits by `--limits` or LAMINO_LIMITS: the portable ones run (the self-test's
+/// transforms pass under them); a setting other than `adapter` or `portable` is refused, naming
+/// the option or the variable, before any device opens.
+#[test]
+fn the_device_limits_are_chosen_by_option_or_variable_and_a_bad_one_is_refused() {
+    let run = |limits_env: Option<&str>, args: &[&str]| {
+        let mut cmd = lamino_command();
+        cmd.env_remove("LAMINO_LIMITS")
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .args(args)
+            .arg("--allow-software-gpu");
+        if let Some(v) = limits_env {
+            cmd.env("LAMINO_LIMITS", v);
+        }
+        cmd.output().unwrap()
+    };
+    for (env, args) in [
+        (None, &["selftest", "--limits", "portable"][..]),
+        (Some("portable"), &["selftest"][..]),
+    ] {
+        let o = run(env, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{env:?} {args:?}: {err}");
+    }
+    let o = run(None, &["selftest", "--limits", "large"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "'large' for '--limits <LIMITS>': \"large\": expected \"adapter\" or \"portable\""
+        ),
+        "{err}"
+    );
+    let o = run(Some("large"), &["selftest"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("LAMINO_LIMITS=\"large\": expected \"adapter\""),
+        "{err}"
+    );
+}

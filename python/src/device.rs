@@ -127,7 +127,7 @@ impl Lease {
             Some(contexts) => contexts,
             None => devices
                 .set
-                .open_with_policy(devices.allow_software)
+                .open_with_policy(devices.allow_software, None)
                 .map_err(gpu_error)?,
         };
         Ok(Self {

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use lamino::gpu::{DeviceOptions, DeviceSet, GpuContext};
+use lamino::gpu::{DeviceLimits, DeviceOptions, DeviceSet, GpuContext};
 
 /// What every command returns: errors are printed once, by [`main`].
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -41,6 +41,9 @@ pub struct Cli {
     /// the command.
     #[arg(long)]
     allow_software_gpu: bool,
+    /// The device limits (see the commands' `--limits`); also accepted after the command.
+    #[arg(long, value_parser = parse_limits)]
+    limits: Option<DeviceLimits>,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,6 +61,18 @@ pub struct GpuArgs {
     /// LAMINO_ALLOW_SOFTWARE_GPU=1. Meant for tests, CI and batch runs: it is slow.
     #[arg(long, global = true)]
     allow_software_gpu: bool,
+    /// The limits to open the device with: "adapter" (everything it offers, the default) or
+    /// "portable" (WebGPU's defaults: 8 storage buffers per stage, 128 MiB bindings, 16 KiB
+    /// workgroup memory, 256 invocations; what any WebGPU GPU offers). Also set by
+    /// LAMINO_LIMITS.
+    #[arg(long, global = true, value_parser = parse_limits)]
+    limits: Option<DeviceLimits>,
+}
+
+/// `--limits`: `adapter` or `portable`.
+fn parse_limits(s: &str) -> Result<DeviceLimits, String> {
+    s.parse()
+        .map_err(|()| format!("{s:?}: expected \"adapter\" or \"portable\""))
 }
 
 #[derive(Subcommand)]
@@ -165,6 +180,7 @@ impl Cli {
             return;
         };
         self.allow_software_gpu |= gpu.allow_software_gpu;
+        self.limits = gpu.limits.or(self.limits);
         // The command's `--device` is its default unless given: a default never overrides a
         // device named before the command.
         if gpu.device != DeviceSet::default() {
@@ -180,7 +196,10 @@ impl Cli {
     /// The device options of the GPU flags, for commands that run on one device.
     fn device_options(&self) -> Result<DeviceOptions, String> {
         match self.device_set() {
-            DeviceSet::One(selection) => Ok(DeviceOptions::new(selection, self.allow_software_gpu)),
+            DeviceSet::One(selection) => Ok(DeviceOptions {
+                limits: self.limits,
+                ..DeviceOptions::new(selection, self.allow_software_gpu)
+            }),
             several => Err(format!(
                 "--device {several}: this command runs on one device; several devices apply to \
                  `reconstruct` and `demo`"
@@ -207,9 +226,11 @@ impl Cli {
         speaks: bool,
         planning: bool,
     ) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self
-            .device_set()
-            .open_for_rank(self.allow_software_gpu || planning, local)?;
+        let devices = self.device_set().open_for_rank(
+            self.allow_software_gpu || planning,
+            self.limits,
+            local,
+        )?;
         if speaks {
             devices.iter().for_each(|d| self.note_adapter(d, planning));
         }
@@ -228,7 +249,9 @@ impl Cli {
 
     /// Every device the GPU options name (one unless `--device` lists several).
     fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self.device_set().open(self.allow_software_gpu)?;
+        let devices = self
+            .device_set()
+            .open(self.allow_software_gpu, self.limits)?;
         devices.iter().for_each(note_software);
         Ok(devices)
     }
@@ -237,7 +260,7 @@ impl Cli {
     /// software adapter needs no opt-in, since a plan only reads the adapter's limits and runs
     /// nothing on it (hardware GPUs still come first); says which adapter the plan is for.
     fn planning_contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self.device_set().open(true)?;
+        let devices = self.device_set().open(true, self.limits)?;
         devices.iter().for_each(|d| self.note_adapter(d, true));
         Ok(devices)
     }

@@ -13,6 +13,75 @@ use super::error::GpuError;
 /// The environment variable that opts in to software adapters (lavapipe, WARP, SwiftShader).
 pub const SOFTWARE_OPT_IN_ENV: &str = "LAMINO_ALLOW_SOFTWARE_GPU";
 
+/// The environment variable that chooses the limits devices are opened with ([`DeviceLimits`]):
+/// `adapter` (the default) or `portable`.
+pub const LIMITS_ENV: &str = "LAMINO_LIMITS";
+
+/// The limits a device is opened with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceLimits {
+    /// Everything the adapter offers (the default): the largest bindings, workgroups and
+    /// buffers this GPU allows, which the kernels, the FFT's strategies and the memory planner
+    /// read from the device.
+    #[default]
+    Adapter,
+    /// WebGPU's default limits (`wgpu::Limits::default()`: 8 storage buffers per shader stage,
+    /// 128 MiB per storage binding, 256 MiB buffers, 16 KiB of workgroup memory, 256 invocations
+    /// per workgroup), which every WebGPU-conformant GPU offers: a run under them needs no more
+    /// from a laptop's or a Mac's GPU than that. An adapter that offers less in any of them is
+    /// refused with the driver's reason.
+    Portable,
+}
+
+impl DeviceLimits {
+    /// The limits [`LIMITS_ENV`] names: [`Adapter`](Self::Adapter) when it is unset or empty; a
+    /// value other than `adapter` or `portable` (any case) is refused, naming the variable.
+    pub fn from_env() -> Result<Self, GpuError> {
+        match std::env::var(LIMITS_ENV) {
+            Ok(v) if v.trim().is_empty() => Ok(Self::Adapter),
+            Ok(v) => v.parse().map_err(|_| GpuError::BadLimits {
+                setting: LIMITS_ENV,
+                value: v,
+            }),
+            Err(std::env::VarError::NotPresent) => Ok(Self::Adapter),
+            Err(std::env::VarError::NotUnicode(v)) => Err(GpuError::BadLimits {
+                setting: LIMITS_ENV,
+                value: v.to_string_lossy().into_owned(),
+            }),
+        }
+    }
+
+    /// The limits to request on `adapter`.
+    pub(super) fn wgpu_limits(self, adapter: &wgpu::Adapter) -> wgpu::Limits {
+        match self {
+            Self::Adapter => adapter.limits(),
+            Self::Portable => wgpu::Limits::default(),
+        }
+    }
+}
+
+impl FromStr for DeviceLimits {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "adapter" => Ok(Self::Adapter),
+            "portable" => Ok(Self::Portable),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for DeviceLimits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Adapter => "adapter",
+            Self::Portable => "portable",
+        })
+    }
+}
+
 /// True when [`SOFTWARE_OPT_IN_ENV`] is set to `1`, `true` or `yes` (any case).
 pub fn software_opt_in_from_env() -> bool {
     std::env::var(SOFTWARE_OPT_IN_ENV)
@@ -205,6 +274,9 @@ pub struct DeviceOptions {
     /// Accept a software adapter (`DeviceType::Cpu`). Off by default: interactive use needs a real
     /// GPU; tests, CI and batch runs opt in explicitly.
     pub allow_software: bool,
+    /// The limits to open the device with; `None`: as [`LIMITS_ENV`] says (the adapter's when
+    /// it is unset).
+    pub limits: Option<DeviceLimits>,
 }
 
 impl DeviceOptions {
@@ -214,6 +286,7 @@ impl DeviceOptions {
         Self {
             selection,
             allow_software: allow_software || software_opt_in_from_env(),
+            limits: None,
         }
     }
 }
@@ -374,6 +447,7 @@ mod tests {
         DeviceOptions {
             selection,
             allow_software,
+            limits: None,
         }
     }
 

@@ -12,7 +12,7 @@ use bytemuck::Pod;
 
 use super::adapter::{
     adapters, choose_adapter, list_adapters, summarize, vulkan_device_local_bytes, AdapterSummary,
-    DeviceOptions, DeviceSelection, DeviceSet,
+    DeviceLimits, DeviceOptions, DeviceSelection, DeviceSet,
 };
 use super::device::Device;
 use super::error::GpuError;
@@ -68,7 +68,11 @@ impl GpuContext {
         let index = choose_adapter(&summaries, options)?;
         let adapter = &found[index];
         let info = summaries[index].clone();
-        let core = Device::open(adapter, &info)?;
+        let limits = match options.limits {
+            Some(limits) => limits,
+            None => DeviceLimits::from_env()?,
+        };
+        let core = Device::open(adapter, &info, limits)?;
         let device_local = vulkan_device_local_bytes(adapter);
         Ok(Self::on_device(core, info, device_local))
     }
@@ -127,11 +131,14 @@ impl GpuContext {
         ))
     }
 
-    /// The device descriptor lamino asks for on `adapter` (the adapter's own limits, GPU
-    /// timestamps where available): what an application that shares its device with lamino
-    /// ([`from_wgpu`](Self::from_wgpu)) requests its device with.
-    pub fn device_descriptor(adapter: &wgpu::Adapter) -> wgpu::DeviceDescriptor<'static> {
-        Device::descriptor(adapter)
+    /// The device descriptor lamino asks for on `adapter` with `limits` (the adapter's own,
+    /// or the portable ones; GPU timestamps where available): what an application that shares
+    /// its device with lamino ([`from_wgpu`](Self::from_wgpu)) requests its device with.
+    pub fn device_descriptor(
+        adapter: &wgpu::Adapter,
+        limits: DeviceLimits,
+    ) -> wgpu::DeviceDescriptor<'static> {
+        Device::descriptor(adapter, limits)
     }
 
     /// Caps the bytes of one storage binding below the device limit. Tests use this to exercise
@@ -485,6 +492,7 @@ impl DeviceSet {
     pub fn open_for_rank(
         &self,
         allow_software: bool,
+        limits: Option<DeviceLimits>,
         local: usize,
     ) -> Result<Vec<GpuContext>, GpuError> {
         let allow_software =
@@ -492,13 +500,20 @@ impl DeviceSet {
         open_each(
             self.selections_for_rank(&list_adapters(), allow_software, local)?,
             allow_software,
+            limits,
         )
     }
 
-    /// A context on every device of the set (see [`GpuContext::new`] for the policy).
-    pub fn open(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
+    /// A context on every device of the set (see [`GpuContext::new`] for the policy), with
+    /// `limits` (`None`: as [`LIMITS_ENV`](super::LIMITS_ENV) says).
+    pub fn open(
+        &self,
+        allow_software: bool,
+        limits: Option<DeviceLimits>,
+    ) -> Result<Vec<GpuContext>, GpuError> {
         self.open_with_policy(
             DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software,
+            limits,
         )
     }
 
@@ -506,10 +521,15 @@ impl DeviceSet {
     /// says so, whatever [`SOFTWARE_OPT_IN_ENV`](super::SOFTWARE_OPT_IN_ENV) says: for callers
     /// whose own argument overrides the environment (the Python package's
     /// `allow_software_gpu=False`).
-    pub fn open_with_policy(&self, allow_software: bool) -> Result<Vec<GpuContext>, GpuError> {
+    pub fn open_with_policy(
+        &self,
+        allow_software: bool,
+        limits: Option<DeviceLimits>,
+    ) -> Result<Vec<GpuContext>, GpuError> {
         open_each(
             self.selections(&list_adapters(), allow_software)?,
             allow_software,
+            limits,
         )
     }
 }
@@ -518,6 +538,7 @@ impl DeviceSet {
 fn open_each(
     selections: Vec<DeviceSelection>,
     allow_software: bool,
+    limits: Option<DeviceLimits>,
 ) -> Result<Vec<GpuContext>, GpuError> {
     selections
         .into_iter()
@@ -525,6 +546,7 @@ fn open_each(
             GpuContext::new(&DeviceOptions {
                 selection,
                 allow_software,
+                limits,
             })
         })
         .collect()
@@ -566,5 +588,29 @@ mod tests {
             "{read:?}"
         );
         assert!(matches!(ctx.wait(), Err(GpuError::DeviceLost(_))));
+    }
+
+    #[test]
+    fn the_portable_limits_are_webgpus_defaults_and_a_bad_setting_is_refused() {
+        let portable = GpuContext::new(&DeviceOptions {
+            selection: DeviceSelection::Best,
+            allow_software: true,
+            limits: Some(DeviceLimits::Portable),
+        })
+        .unwrap();
+        let webgpu = wgpu::Limits::default();
+        assert_eq!(
+            portable.max_workgroup_storage_bytes(),
+            webgpu.max_compute_workgroup_storage_size
+        );
+        assert_eq!(
+            portable.max_invocations_per_workgroup(),
+            webgpu.max_compute_invocations_per_workgroup
+        );
+        assert_eq!(portable.max_buffer_bytes(), webgpu.max_buffer_size);
+        assert!(portable.device_max_binding_bytes() <= webgpu.max_storage_buffer_binding_size);
+        assert_eq!("Portable".parse(), Ok(DeviceLimits::Portable));
+        assert_eq!(" adapter ".parse(), Ok(DeviceLimits::Adapter));
+        assert_eq!("large".parse::<DeviceLimits>(), Err(()));
     }
 }

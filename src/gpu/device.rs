@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use super::adapter::AdapterSummary;
+use super::adapter::{AdapterSummary, DeviceLimits};
 use super::error::{convert_error, GpuError};
 use super::memory::{Allocation, GpuBuffer, Ledger};
 use super::traffic::Counters;
@@ -26,9 +26,13 @@ pub(crate) struct Device {
 }
 
 impl Device {
-    /// Creates a device on `adapter` (described by `info`) with the adapter's full limits.
-    pub(super) fn open(adapter: &wgpu::Adapter, info: &AdapterSummary) -> Result<Self, GpuError> {
-        let desc = Self::descriptor(adapter);
+    /// Creates a device on `adapter` (described by `info`) with `limits`.
+    pub(super) fn open(
+        adapter: &wgpu::Adapter,
+        info: &AdapterSummary,
+        limits: DeviceLimits,
+    ) -> Result<Self, GpuError> {
+        let desc = Self::descriptor(adapter, limits);
         let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| {
             GpuError::DeviceCreation {
                 adapter: info.to_string(),
@@ -38,15 +42,19 @@ impl Device {
         Ok(Self::adopt(device, queue))
     }
 
-    /// What lamino asks of a device on `adapter`. wgpu's default limits are far below what
-    /// devices offer (16 KiB workgroup memory, 256 invocations, 256 MiB buffers): the adapter's
-    /// own, with GPU timestamps where it has them.
-    pub(super) fn descriptor(adapter: &wgpu::Adapter) -> wgpu::DeviceDescriptor<'static> {
+    /// What lamino asks of a device on `adapter`: `limits` (wgpu's default limits are far below
+    /// what devices offer, 16 KiB workgroup memory, 256 invocations, 256 MiB buffers, so the
+    /// adapter's own unless the portable ones are asked for), with GPU timestamps where it has
+    /// them.
+    pub(super) fn descriptor(
+        adapter: &wgpu::Adapter,
+        limits: DeviceLimits,
+    ) -> wgpu::DeviceDescriptor<'static> {
         let wanted = wgpu::Features::TIMESTAMP_QUERY;
         wgpu::DeviceDescriptor {
             label: Some("lamino"),
             required_features: adapter.features() & wanted,
-            required_limits: adapter.limits(),
+            required_limits: limits.wgpu_limits(adapter),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,

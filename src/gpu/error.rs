@@ -31,6 +31,12 @@ pub enum GpuError {
     /// A device selector string could not be parsed.
     #[error("invalid device selector {0:?}: expected an adapter index (0, 1, ...), \"best\", a list of indices (\"0,2\") or \"all\"")]
     BadSelector(String),
+    /// A limits setting other than `adapter` or `portable`.
+    #[error("{setting}={value:?}: expected \"adapter\" (the adapter's own limits, the default) or \"portable\" (WebGPU's default limits)")]
+    BadLimits {
+        setting: &'static str,
+        value: String,
+    },
     /// The driver refused to create a device on the chosen adapter.
     #[error("could not create a device on adapter {adapter}: {reason}")]
     DeviceCreation { adapter: String, reason: String },

@@ -35,8 +35,8 @@ pub use crate::shaders::BindingKind;
 #[cfg(unix)]
 pub use adapter::provide_runtime_dir;
 pub use adapter::{
-    list_adapters, software_opt_in_from_env, AdapterSummary, DeviceOptions, DeviceSelection,
-    DeviceSet, SOFTWARE_OPT_IN_ENV,
+    list_adapters, software_opt_in_from_env, AdapterSummary, DeviceLimits, DeviceOptions,
+    DeviceSelection, DeviceSet, LIMITS_ENV, SOFTWARE_OPT_IN_ENV,
 };
 pub use bind::{Bound, BufferSlice};
 pub use context::GpuContext;
@@ -57,6 +57,7 @@ pub(crate) fn test_context() -> GpuContext {
     GpuContext::new(&DeviceOptions {
         selection: DeviceSelection::Best,
         allow_software: true,
+        limits: None,
     })
     .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
 }

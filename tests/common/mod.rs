@@ -18,6 +18,7 @@ pub fn new_context() -> GpuContext {
     let ctx = GpuContext::new(&DeviceOptions {
         selection: DeviceSelection::Best,
         allow_software: true,
+        limits: None,
     })
     .unwrap_or_else(|e| panic!("GPU tests need an adapter (install mesa-vulkan-drivers): {e}"));
     eprintln!("GPU tests run on {}", ctx.info());

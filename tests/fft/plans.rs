@@ -378,7 +378,9 @@ fn two_level_passes_meet_the_accuracy_bound() {
             .flat_map(|p| p.passes())
             .filter(|p| p.launch.exchange == Exchange::TwoLevel)
             .count();
-        if ctx.info().software {
+        // Where workgroup memory holds the longest row (4096 complex values, 32 KiB): under the
+        // portable limits' 16 KiB the planner takes more passes instead, as accurate.
+        if ctx.info().software && ctx.max_workgroup_storage_bytes() >= 32 * 1024 {
             assert!(two_level > 0, "{shape:?}: {:?}", plan.axis_plans());
         }
         let ratio = common::fft_error_ratio(ctx, shape, axes, direction, 41);

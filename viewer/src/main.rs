@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use clap::{CommandFactory, Parser, ValueEnum};
 use eframe::egui;
 use eframe::egui_wgpu::{WgpuSetup, WgpuSetupCreateNew};
+use lamino::gpu::DeviceLimits;
 use lamino::params::AdmmParams;
 use lamino::preprocess::{AxisChoice, StripeRemoval, FW_SIGMA};
 use lamino::simulate::PhantomKind;
@@ -217,6 +218,14 @@ fn main() -> ExitCode {
         eprintln!("lamino-viewer: {why}");
         return ExitCode::FAILURE;
     }
+    // The limits the device opens with (LAMINO_LIMITS), checked before any window opens.
+    let limits = match DeviceLimits::from_env() {
+        Ok(limits) => limits,
+        Err(e) => {
+            eprintln!("lamino-viewer: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let outcome = Arc::new(Mutex::new(None));
     let mut options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
@@ -225,10 +234,11 @@ fn main() -> ExitCode {
         renderer: eframe::Renderer::Wgpu,
         ..Default::default()
     };
-    // The UI's device is created with lamino's descriptor (the adapter's limits), so that the
-    // reconstruction's kernels get what they would get on a device of their own.
+    // The UI's device is created with lamino's descriptor (the adapter's limits, or the portable
+    // ones), so that the reconstruction's kernels get what they would get on a device of their
+    // own.
     options.wgpu_options.wgpu_setup = WgpuSetup::CreateNew(WgpuSetupCreateNew {
-        device_descriptor: Arc::new(GpuContext::device_descriptor),
+        device_descriptor: Arc::new(move |adapter| GpuContext::device_descriptor(adapter, limits)),
         ..WgpuSetupCreateNew::without_display_handle()
     });
     let creator_outcome = outcome.clone();
