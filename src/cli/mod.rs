@@ -19,7 +19,7 @@ mod r#try;
 
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use lamino::gpu::{DeviceLimits, DeviceOptions, DeviceSet, GpuContext};
 
@@ -42,8 +42,8 @@ pub struct Cli {
     #[arg(long)]
     allow_software_gpu: bool,
     /// The device limits (see the commands' `--limits`); also accepted after the command.
-    #[arg(long, value_parser = parse_limits)]
-    limits: Option<DeviceLimits>,
+    #[arg(long, value_enum)]
+    limits: Option<LimitsArg>,
     #[command(subcommand)]
     command: Command,
 }
@@ -65,14 +65,24 @@ pub struct GpuArgs {
     /// "portable" (WebGPU's defaults: 8 storage buffers per stage, 128 MiB bindings, 16 KiB
     /// workgroup memory, 256 invocations; what any WebGPU GPU offers). Also set by
     /// LAMINO_LIMITS.
-    #[arg(long, global = true, value_parser = parse_limits)]
-    limits: Option<DeviceLimits>,
+    #[arg(long, global = true, value_enum)]
+    limits: Option<LimitsArg>,
 }
 
-/// `--limits`: `adapter` or `portable`.
-fn parse_limits(s: &str) -> Result<DeviceLimits, String> {
-    s.parse()
-        .map_err(|()| format!("{s:?}: expected \"adapter\" or \"portable\""))
+/// `--limits`: the library's [`DeviceLimits`] by name.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LimitsArg {
+    Adapter,
+    Portable,
+}
+
+impl From<LimitsArg> for DeviceLimits {
+    fn from(a: LimitsArg) -> Self {
+        match a {
+            LimitsArg::Adapter => DeviceLimits::Adapter,
+            LimitsArg::Portable => DeviceLimits::Portable,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -197,7 +207,7 @@ impl Cli {
     fn device_options(&self) -> Result<DeviceOptions, String> {
         match self.device_set() {
             DeviceSet::One(selection) => Ok(DeviceOptions {
-                limits: self.limits,
+                limits: self.limits.map(DeviceLimits::from),
                 ..DeviceOptions::new(selection, self.allow_software_gpu)
             }),
             several => Err(format!(
@@ -228,7 +238,7 @@ impl Cli {
     ) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self.device_set().open_for_rank(
             self.allow_software_gpu || planning,
-            self.limits,
+            self.limits.map(DeviceLimits::from),
             local,
         )?;
         if speaks {
@@ -251,7 +261,7 @@ impl Cli {
     fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self
             .device_set()
-            .open(self.allow_software_gpu, self.limits)?;
+            .open(self.allow_software_gpu, self.limits.map(DeviceLimits::from))?;
         devices.iter().for_each(note_software);
         Ok(devices)
     }
@@ -260,7 +270,9 @@ impl Cli {
     /// software adapter needs no opt-in, since a plan only reads the adapter's limits and runs
     /// nothing on it (hardware GPUs still come first); says which adapter the plan is for.
     fn planning_contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self.device_set().open(true, self.limits)?;
+        let devices = self
+            .device_set()
+            .open(true, self.limits.map(DeviceLimits::from))?;
         devices.iter().for_each(|d| self.note_adapter(d, true));
         Ok(devices)
     }
