@@ -203,11 +203,16 @@ impl Cli {
         self.device.clone().unwrap_or_default()
     }
 
+    /// The device limits `--limits` asks for (`None`: as LAMINO_LIMITS says).
+    fn device_limits(&self) -> Option<DeviceLimits> {
+        self.limits.map(DeviceLimits::from)
+    }
+
     /// The device options of the GPU flags, for commands that run on one device.
     fn device_options(&self) -> Result<DeviceOptions, String> {
         match self.device_set() {
             DeviceSet::One(selection) => Ok(DeviceOptions {
-                limits: self.limits.map(DeviceLimits::from),
+                limits: self.device_limits(),
                 ..DeviceOptions::new(selection, self.allow_software_gpu)
             }),
             several => Err(format!(
@@ -238,7 +243,7 @@ impl Cli {
     ) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self.device_set().open_for_rank(
             self.allow_software_gpu || planning,
-            self.limits.map(DeviceLimits::from),
+            self.device_limits(),
             local,
         )?;
         if speaks {
@@ -261,7 +266,7 @@ impl Cli {
     fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
         let devices = self
             .device_set()
-            .open(self.allow_software_gpu, self.limits.map(DeviceLimits::from))?;
+            .open(self.allow_software_gpu, self.device_limits())?;
         devices.iter().for_each(note_software);
         Ok(devices)
     }
@@ -270,9 +275,7 @@ impl Cli {
     /// software adapter needs no opt-in, since a plan only reads the adapter's limits and runs
     /// nothing on it (hardware GPUs still come first); says which adapter the plan is for.
     fn planning_contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
-        let devices = self
-            .device_set()
-            .open(true, self.limits.map(DeviceLimits::from))?;
+        let devices = self.device_set().open(true, self.device_limits())?;
         devices.iter().for_each(|d| self.note_adapter(d, true));
         Ok(devices)
     }

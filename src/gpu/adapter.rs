@@ -18,8 +18,7 @@ pub const SOFTWARE_OPT_IN_ENV: &str = "LAMINO_ALLOW_SOFTWARE_GPU";
 pub const LIMITS_ENV: &str = "LAMINO_LIMITS";
 
 /// The limits a device is opened with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceLimits {
     /// Everything the adapter offers (the default): the largest bindings, workgroups and
     /// buffers this GPU allows, which the kernels, the FFT's strategies and the memory planner
@@ -70,15 +69,6 @@ impl FromStr for DeviceLimits {
             "portable" => Ok(Self::Portable),
             _ => Err(()),
         }
-    }
-}
-
-impl fmt::Display for DeviceLimits {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Adapter => "adapter",
-            Self::Portable => "portable",
-        })
     }
 }
 

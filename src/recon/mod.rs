@@ -378,14 +378,6 @@ impl<'a> Reconstructor<'a> {
         Padding::new(geometry, self.pad)
     }
 
-    /// The parameters a run on `geometry` takes: those given, with the CG steps per outer
-    /// iteration stated for the operator's width (padding included) where they were left to it
-    /// ([`AdmmParams::inner_for_width`]). The report records these.
-    pub fn params_for(&self, geometry: &Geometry) -> AdmmParams {
-        self.params
-            .for_width(self.padding(geometry).apply(geometry).n2)
-    }
-
     /// Writes the full solver state to `path` at `every` (a number of iterations, a
     /// [`Duration`], or any [`CheckpointInterval`]) and when cancelled.
     pub fn checkpoint_every(mut self, path: PathBuf, every: impl Into<CheckpointInterval>) -> Self {
