@@ -5,6 +5,7 @@
 
 mod common;
 
+use lamino::distributed::OneProcess;
 use lamino::gpu::GpuContext;
 use lamino::gpu::GpuError;
 use lamino::operator::OperatorOptions;
@@ -72,8 +73,15 @@ fn run_team(
     let bus = |d: &GpuContext| d.traffic().bytes_uploaded + d.traffic().bytes_downloaded;
     let before: Vec<u64> = devices.iter().map(|d| d.traffic().bytes_uploaded).collect();
     let data = p.operator_data();
-    let mut team =
-        AdmmTeam::with_plan_from(devices, p.geometry(), &data[..], params, plan).unwrap();
+    let mut team = AdmmTeam::new(
+        &OneProcess::shared(),
+        devices,
+        p.geometry(),
+        &data[..],
+        params,
+        plan,
+    )
+    .unwrap();
     let mut reports = Vec::new();
     let steps: Vec<u64> = devices.iter().map(bus).collect();
     while team.solver().stop_reason().is_none() {
@@ -276,7 +284,7 @@ fn a_device_that_fails_stops_the_others_with_its_cause() {
     // The second device may hold almost nothing: it fails while the first waits for it.
     team[1].set_device_budget(4096);
     let data = p.operator_data();
-    let err = AdmmTeam::with_plan_from(&team, g, &data[..], params, &shared)
+    let err = AdmmTeam::new(&OneProcess::shared(), &team, g, &data[..], params, &shared)
         .err()
         .expect("the second device cannot hold its buffers");
     assert!(

@@ -140,3 +140,74 @@ fn the_plan_holds_what_the_run_holds_and_a_budget_too_small_for_one_chunk_is_ref
     );
     assert!(err.to_string().contains("MiB"), "{err}");
 }
+
+/// A preparation removes the stripes, sets the axis given in unbinned columns and boxes the
+/// volume, in that order, recording each in the report's preprocessing: the projections are
+/// those of the library's steps taken by hand, and each step is heard of once.
+#[test]
+fn a_preparation_takes_the_steps_in_order_and_records_them() {
+    use lamino::distributed::OneProcess;
+    use lamino::operator::VolumeBox;
+    use lamino::preprocess::{
+        bin_projections, binned_column, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
+    };
+    use lamino::recon::{AxisStep, Preparation, Prepared};
+
+    let scan = common::chip_projections(32, 3);
+    let b = 2;
+    let binned = bin_projections(&scan, b).unwrap();
+    let method = StripeRemoval::Sorting { size: None };
+    let axis = 15.25;
+    let volume = VolumeBox {
+        z: 4..12,
+        y: 2..14,
+        x: 2..14,
+    };
+    let preparation = Preparation {
+        stripes: Some(method),
+        axis: AxisStep::Column(axis),
+        volume: Some(volume.clone()),
+    };
+    let mut pre = Preprocessing {
+        binning: b,
+        ..Preprocessing::default()
+    };
+    let mut heard = Vec::new();
+    let prepared = preparation
+        .run(
+            ctx(),
+            &OneProcess::default(),
+            binned.clone(),
+            &mut pre,
+            None,
+            &mut |step| {
+                heard.push(match step {
+                    Prepared::StripesRemoved { share, .. } => {
+                        assert!(share.is_none(), "one process has no share");
+                        "stripes"
+                    }
+                    Prepared::Boxed { kept, of } => {
+                        assert_eq!(of, [16, 16]);
+                        assert!(kept[0] <= 16 && kept[1] <= 16, "{kept:?}");
+                        "box"
+                    }
+                    other => panic!("a step not asked for: {other:?}"),
+                })
+            },
+        )
+        .unwrap();
+    assert_eq!(heard, ["stripes", "box"]);
+    let method = method.resolved(binned.geometry().detw);
+    let by_hand = remove_stripes(&binned, method)
+        .unwrap()
+        .with_rotation_axis(binned_column(axis, b))
+        .unwrap()
+        .with_volume(&volume)
+        .unwrap();
+    assert_eq!(prepared.geometry(), by_hand.geometry());
+    assert!(prepared.values() == by_hand.values(), "the same values");
+    assert_eq!(pre.stripe_removal, Some(method));
+    assert_eq!(pre.rotation_axis_source, AxisSource::Given);
+    assert_eq!(pre.rotation_axis, axis);
+    assert_eq!(pre.axis_search, None);
+}

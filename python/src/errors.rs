@@ -11,6 +11,7 @@ use lamino_core::memory::HostMemoryError;
 use lamino_core::operator::{GeometryError as CoreGeometryError, OperatorError};
 use lamino_core::plan::PlanError;
 use lamino_core::preprocess::PreprocessError;
+use lamino_core::recon::PrepareError;
 use lamino_core::simulate::SimulateError;
 use lamino_core::solver::SolverError;
 use lamino_core::{GpuError, IoError, ReconError, ScanError};
@@ -217,6 +218,14 @@ pub(crate) fn preprocess_error(e: PreprocessError) -> PyErr {
         PreprocessError::Gpu(e) => gpu_error(e),
         PreprocessError::Fft(e) => LaminoError::new_err(in_python_terms(e)),
         e => InputError::new_err(in_python_terms(e)),
+    }
+}
+
+pub(crate) fn prepare_error(e: PrepareError) -> PyErr {
+    match e {
+        PrepareError::Preprocess(e) => preprocess_error(e),
+        PrepareError::Scan(e) => scan_error(e),
+        e => LaminoError::new_err(in_python_terms(e)),
     }
 }
 

@@ -1,17 +1,20 @@
 //! `lamino.reconstruct`: line integrals and angles in, the ADMM-TV volume out, through the same
 //! library path as `lamino reconstruct` on `.npy` line integrals with a geometry file (the
-//! geometry's volume and rotation axis, binning, stripe removal, then [`Reconstructor`]), so
-//! both give the same bits. The GPU work runs without the GIL.
+//! geometry's volume, binning, then the library's [`Preparation`]: stripe removal and the
+//! rotation axis, in the command line's order; then [`Reconstructor`]), so both give the same
+//! bits. The GPU work runs without the GIL.
 
+use lamino_core::distributed::OneProcess;
 use lamino_core::memo::{MemoOptions, MemoPolicy};
-use lamino_core::preprocess::{bin_projections, remove_stripes, StripeRemoval, FW_SIGMA};
+use lamino_core::preprocess::{bin_projections, Preprocessing, StripeRemoval, FW_SIGMA};
+use lamino_core::recon::{AxisStep, Preparation};
 use lamino_core::{AdmmParams, Geometry, Projections, Reconstructor, Tilt};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
 use crate::device::{DeviceArg, Devices, Lease};
-use crate::errors::{input_error, preprocess_error, recon_error, scan_error};
+use crate::errors::{input_error, prepare_error, preprocess_error, recon_error, scan_error};
 use crate::preprocess::read_theta;
 use crate::progress::{Reporter, Watch};
 
@@ -188,10 +191,7 @@ fn reconstruct<'py>(
             ),
         ));
     }
-    let mut geometry = Geometry {
-        center,
-        ..Geometry::for_detector(deth, detw, theta, Tilt::from_degrees(tilt))
-    };
+    let mut geometry = Geometry::for_detector(deth, detw, theta, Tilt::from_degrees(tilt));
     if let Some((n0, n1, n2)) = volume_shape {
         (geometry.n0, geometry.n1, geometry.n2) = (n0, n1, n2);
     }
@@ -203,13 +203,33 @@ fn reconstruct<'py>(
         if binning != 1 {
             projections = bin_projections(&projections, binning).map_err(preprocess_error)?;
         }
-        if let Some(method) = stripes {
-            let method = method.resolved(projections.geometry().detw);
-            projections = remove_stripes(&projections, method).map_err(preprocess_error)?;
-        }
-        // Leased once the scan is known good: a call that fails before leaves the idle
-        // devices idle (an error after the lease drops its devices, which it may have broken).
+        // An error after the lease drops its devices, which it may have broken; a preparation
+        // that fails has not used them and gives them back.
         let lease = Lease::take(&devices)?;
+        let preparation = Preparation {
+            stripes,
+            axis: center.map_or(AxisStep::Geometry, AxisStep::Column),
+            volume: None,
+        };
+        let mut pre = Preprocessing {
+            binning,
+            ..Preprocessing::default()
+        };
+        let prepared = preparation.run(
+            &lease.contexts()[0],
+            &OneProcess::default(),
+            projections,
+            &mut pre,
+            None,
+            &mut |_| {},
+        );
+        let projections = match prepared {
+            Ok(projections) => projections,
+            Err(e) => {
+                lease.give_back();
+                return Err(prepare_error(e));
+            }
+        };
         let solved = Reconstructor::on_devices(lease.contexts())
             .params(params)
             .memo(memo)

@@ -549,8 +549,11 @@ impl Field {
             }
         })
     }
+}
 
-    #[cfg(feature = "mpi")]
+/// What MPI ranks' exchanges do with a host array (see [`crate::distributed::ranks`]).
+#[cfg(feature = "mpi")]
+impl Field {
     /// The runs downloaded outside this rank's planes since the last call.
     pub(crate) fn take_away_runs(&self) -> Vec<(usize, usize)> {
         self.host().map_or_else(Vec::new, |h| {
@@ -558,7 +561,6 @@ impl Field {
         })
     }
 
-    #[cfg(feature = "mpi")]
     /// The words of `runs`, one after the other.
     pub(crate) fn copy_runs(&self, runs: &[(usize, usize)]) -> Vec<f32> {
         let h = self.host().expect("a host array");
@@ -572,7 +574,6 @@ impl Field {
             .collect()
     }
 
-    #[cfg(feature = "mpi")]
     /// Writes `values` into `runs`, one after the other.
     pub(crate) fn fill_runs(&self, runs: &[(usize, usize)], values: &[f32]) {
         let h = self.host().expect("a host array");
@@ -590,7 +591,6 @@ impl Field {
     /// Bytes of this host array resident in memory now (pages the system backs, as `mincore`
     /// reports them; 0 for an array on the device): what an MPI rank's array really holds,
     /// its planes and the fetched ones not yet let go.
-    #[cfg(feature = "mpi")]
     pub(crate) fn resident_bytes(&self) -> u64 {
         let Some(h) = self.host() else { return 0 };
         let w = h.words.read().expect("host array poisoned");
@@ -619,7 +619,6 @@ impl Field {
 
     /// Returns the memory of the words outside this rank's planes to the system (they read as
     /// zero afterwards): the blocks fetched for a stage are not kept beyond it.
-    #[cfg(feature = "mpi")]
     pub(crate) fn release_away(&self) {
         let Some(h) = self.host() else { return };
         let Some(home) = &h.home else { return };

@@ -15,7 +15,6 @@ pub mod flatfield;
 pub mod memo;
 pub mod operator;
 pub mod scale;
-#[cfg(feature = "mpi")]
 pub mod scale_distributed;
 pub mod scale_model;
 pub mod search;
@@ -66,7 +65,6 @@ pub enum BenchError {
     Scale(#[from] ScaleBenchError),
     #[error(transparent)]
     Convergence(#[from] ConvergenceBenchError),
-    #[cfg(feature = "mpi")]
     #[error(transparent)]
     Distributed(#[from] scale_distributed::DistributedBenchError),
     /// `lamino bench scale`'s large run could not make its scratch directory.

@@ -1,4 +1,4 @@
-//! `lamino bench scale --distributed` (feature `mpi`): one simulated scan reconstructed as one
+//! `lamino bench scale --distributed` (a lamino built with the `mpi` feature): one simulated scan reconstructed as one
 //! process and as K MPI ranks (`mpirun -n K` on this machine, each a `lamino reconstruct`), with
 //! the time of an outer iteration, the bytes each rank sent during it (and of which arrays), and
 //! the bytes the cost model counts for that run's geometry and parameters.
@@ -12,6 +12,12 @@ use crate::simulate::PhantomKind;
 pub enum DistributedBenchError {
     #[error("cannot create a temporary directory for the ranks' runs: {0}")]
     TempDir(std::io::Error),
+    /// This lamino cannot run as MPI ranks.
+    #[error(
+        "this lamino was built without MPI ranks: build it with `cargo build --features mpi` \
+         (Open MPI and libclang needed) to measure them"
+    )]
+    NoRanks,
     #[error(transparent)]
     Simulate(#[from] crate::simulate::SimulateError),
     #[error(transparent)]
@@ -70,6 +76,9 @@ pub fn print(
     iterations: usize,
 ) -> Result<(), BenchError> {
     use crate::simulate::{simulated_scan, ScanSpec};
+    if !crate::distributed::RANKS_BUILT {
+        return Err(DistributedBenchError::NoRanks.into());
+    }
     let dir = tempfile::tempdir().map_err(DistributedBenchError::TempDir)?;
     let scan = dir.path().join("scan.h5");
     let simulated = simulated_scan(&ScanSpec {
@@ -103,7 +112,7 @@ pub fn print(
             }
         };
         if !overlap {
-            cmd.env(crate::distributed::ranks::EXCHANGE_OVERLAP_ENV, "off");
+            cmd.env(crate::distributed::EXCHANGE_OVERLAP_ENV, "off");
         }
         cmd.args(global_args)
             .arg("reconstruct")
@@ -205,7 +214,7 @@ pub fn print(
             println!(
                 "  exchanging between stages only ({}=off): {:.0} ms per outer iteration, in \
                  exchanges by each rank {} ms",
-                crate::distributed::ranks::EXCHANGE_OVERLAP_ENV,
+                crate::distributed::EXCHANGE_OVERLAP_ENV,
                 run.iteration_ms,
                 exchange.join(", "),
             );

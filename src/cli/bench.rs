@@ -264,7 +264,6 @@ pub struct ScaleArgs {
     pub plan_host_bytes: u64,
     #[command(flatten)]
     pub model: ScaleModelArgs,
-    #[cfg(feature = "mpi")]
     #[command(flatten)]
     pub distributed: ScaleDistributedArgs,
 }
@@ -321,13 +320,13 @@ pub struct ScaleModelArgs {
     pub model_latency_us: f64,
 }
 
-// `bench scale --distributed` (feature `mpi`).
-#[cfg(feature = "mpi")]
+// `bench scale --distributed` (a lamino built with the `mpi` feature).
 #[derive(Args)]
 pub struct ScaleDistributedArgs {
     /// Instead of the runs and plans: reconstruct one simulated scan as one process and as
     /// K MPI ranks (`mpirun -n K` on this machine) for each K given, and print the time of
-    /// an outer iteration and the bytes each rank sent during it.
+    /// an outer iteration and the bytes each rank sent during it (a lamino built with the
+    /// `mpi` feature).
     #[arg(long)]
     pub distributed: bool,
     /// Volume side of those runs (n^3 voxels, n angles).
@@ -524,7 +523,6 @@ fn demo(cli: &Cli, out: &std::path::Path) -> CliResult {
 /// `bench scale`: the distributed runs, the cost model, or the runs and the plans.
 fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
     use lamino::bench::{scale, scale_model};
-    #[cfg(feature = "mpi")]
     if args.distributed.distributed {
         let d = &args.distributed;
         return Ok(lamino::bench::scale_distributed::print(

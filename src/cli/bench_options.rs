@@ -298,20 +298,17 @@ fn scale(args: &ScaleArgs) -> Result<(), String> {
         (0.0, 1e9),
         "microseconds",
     )?;
-    #[cfg(feature = "mpi")]
-    {
-        let d = &args.distributed;
-        simulated_run("distributed-size", d.distributed_size, d.distributed_size)?;
-        for &k in &d.distributed_ranks {
-            count(
-                "distributed-ranks",
-                k,
-                1,
-                MAX_MODEL_RANKS,
-                "processes on this machine",
-            )?;
-        }
-        outer_iterations("distributed-iterations", d.distributed_iterations)?;
+    let d = &args.distributed;
+    simulated_run("distributed-size", d.distributed_size, d.distributed_size)?;
+    for &k in &d.distributed_ranks {
+        count(
+            "distributed-ranks",
+            k,
+            1,
+            MAX_MODEL_RANKS,
+            "processes on this machine",
+        )?;
     }
+    outer_iterations("distributed-iterations", d.distributed_iterations)?;
     Ok(())
 }

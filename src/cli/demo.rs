@@ -119,7 +119,7 @@ fn demo(
         checkpoint_every: None,
         resume: false,
         quiet: false,
-        ranks: None,
+        processes: lamino::distributed::OneProcess::shared(),
         formats: lamino::recon::DEFAULT_FORMATS.to_vec(),
         zarr: None,
         provenance: Some(lamino::recon::Provenance::now(None)),

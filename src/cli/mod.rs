@@ -234,7 +234,6 @@ impl Cli {
     /// [`planning_contexts`](Self::planning_contexts)). Only the first rank `speaks` (notes
     /// the software adapter): the others run quietly, and a line of theirs could land inside one
     /// of the first rank's in mpirun's merged stderr.
-    #[cfg(feature = "mpi")]
     fn rank_contexts(
         &self,
         local: usize,
@@ -253,7 +252,6 @@ impl Cli {
     }
 
     /// The GPU flags as arguments before the command, for a lamino this one starts.
-    #[cfg(feature = "mpi")]
     fn global_args(&self) -> Vec<String> {
         let mut args = vec!["--device".to_string(), self.device_set().to_string()];
         if self.allow_software_gpu {

@@ -21,15 +21,15 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::collective::{
+    words_of, ClusterError, Collective, ScratchLedger, Traffic, EXCHANGE_OVERLAP_ENV,
+};
+use crate::array::{BlockView, Field};
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
 use mpi::Count;
-use thiserror::Error;
-
-use super::shares::chunk_planes;
-use crate::array::{BlockView, Field};
 
 /// Environment variables that MPI launchers set (Open MPI's mpirun, PMI and PMIx, as srun uses):
 /// with none of them, lamino runs as one process without initialising MPI.
@@ -42,31 +42,8 @@ const LOCAL_RANK_ENV: [&str; 3] = [
     "MPI_LOCALRANKID",
 ];
 
-/// Environment variable that, set to `off` on any rank, makes every rank exchange between
-/// stages only instead of sending a stage's blocks while it computes: to measure what the
-/// overlap hides (`lamino bench scale --distributed`). The bits are the same either way.
-pub const EXCHANGE_OVERLAP_ENV: &str = "LAMINO_EXCHANGE_OVERLAP";
-
 /// Elements one all-to-all round sends to one rank at most (MPI counts are 32-bit).
 const ROUND_ELEMENTS: u64 = 1 << 26;
-
-/// Errors of starting MPI.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum ClusterError {
-    /// MPI could not be initialised although a launcher started this process.
-    #[error(
-        "this process was started by an MPI launcher ({0} is set), but MPI failed to initialise"
-    )]
-    Init(&'static str),
-    /// The ranks use different numbers of devices.
-    #[error("rank {rank} uses {devices} device(s), this rank {here}: every rank must use as many")]
-    Devices {
-        rank: usize,
-        devices: usize,
-        here: usize,
-    },
-}
 
 /// The MPI library's handles, used from one thread at a time (MPI is initialised for that).
 struct Mpi {
@@ -134,7 +111,7 @@ impl std::fmt::Debug for Ranks {
 impl Ranks {
     /// The ranks of this run when an MPI launcher started more than one; `None` when no
     /// launcher did (or it started one process).
-    pub fn from_launcher() -> Result<Option<Arc<Self>>, ClusterError> {
+    pub(super) fn from_launcher() -> Result<Option<Arc<Self>>, ClusterError> {
         let Some(var) = LAUNCHER_ENV
             .into_iter()
             .find(|v| std::env::var_os(v).is_some())
@@ -178,42 +155,8 @@ impl Ranks {
         self.overlaps.load(Ordering::Relaxed)
     }
 
-    /// This rank's index.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    /// The number of ranks.
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
-    /// This rank's index among the ranks on its node, as the launcher says.
-    pub fn local_rank() -> Option<usize> {
-        LOCAL_RANK_ENV
-            .into_iter()
-            .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
-    }
-
-    /// Bytes this rank sent to other ranks so far.
-    pub fn bytes_sent(&self) -> u64 {
-        self.bytes_sent.load(Ordering::Relaxed)
-    }
-
-    /// Seconds this rank has spent in exchanges (and other calls that involve other ranks):
-    /// packing, the MPI calls and the waits in them for the other ranks.
-    pub fn exchange_s(&self) -> f64 {
-        self.exchange_ns.load(Ordering::Relaxed) as f64 * 1e-9
-    }
-
-    /// Of [`exchange_s`](Self::exchange_s), the seconds of the exchanges made while the rank's
-    /// devices had a stage's later chunks to compute.
-    pub fn overlapped_exchange_s(&self) -> f64 {
-        self.overlapped_ns.load(Ordering::Relaxed) as f64 * 1e-9
-    }
-
     /// The MPI handles, held while the returned guard lives; the time it is held counts as
-    /// exchange time ([`exchange_s`](Self::exchange_s)).
+    /// exchange time ([`Traffic::exchange_s`]).
     fn lock_mpi(&self) -> HeldMpi<'_> {
         HeldMpi {
             mpi: self.mpi.lock().expect("MPI poisoned"),
@@ -222,114 +165,9 @@ impl Ranks {
         }
     }
 
-    /// Stops every rank of the run (`MPI_Abort`).
-    pub fn abort(&self, code: i32) -> ! {
-        let mpi = self.mpi.lock().unwrap_or_else(|e| e.into_inner());
-        mpi.world.abort(code)
-    }
-
-    /// Sets how many devices each rank uses, `devices` this rank's: every rank must use as many
-    /// (their devices share the rank's planes). Collective.
-    pub fn set_devices(&self, devices: usize) -> Result<(), ClusterError> {
-        let all = self.all_gather_words(&[devices as u64]);
-        if let Some((rank, d)) = all.iter().enumerate().find(|(_, d)| d[0] != devices as u64) {
-            return Err(ClusterError::Devices {
-                rank,
-                devices: d[0] as usize,
-                here: devices,
-            });
-        }
-        self.devices.store(devices, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// How many devices each rank uses.
-    pub fn devices(&self) -> usize {
-        self.devices.load(Ordering::Relaxed)
-    }
-
-    /// The planes of `planes` that rank `rank` keeps: the shares of its devices, together.
-    pub fn home(&self, rank: usize, planes: usize) -> Range<usize> {
-        self.chunk_home(rank, planes, 1)
-    }
-
-    /// The planes of `planes` that rank `rank` keeps when a stage reads the array in chunks of
-    /// `chunk` planes: those of its devices' shares of the chunks, so that the stage reads its
-    /// chunks at home.
-    pub fn chunk_home(&self, rank: usize, planes: usize, chunk: usize) -> Range<usize> {
-        let d = self.devices();
-        chunk_planes(rank * d..(rank + 1) * d, self.size * d, planes, chunk)
-    }
-
-    /// Every rank's [`chunk_home`](Self::chunk_home), in rank order.
-    pub(crate) fn chunk_homes(&self, planes: usize, chunk: usize) -> Vec<Range<usize>> {
-        (0..self.size)
-            .map(|r| self.chunk_home(r, planes, chunk))
-            .collect()
-    }
-
-    /// Adds an array with a home to the exchanges: `homes[r]` the planes rank r keeps (every
-    /// rank registers the same arrays, with the same homes, in the same order).
-    pub(crate) fn register(&self, field: &Field, homes: Vec<Range<usize>>) {
-        assert_eq!(homes.len(), self.size, "a home for every rank");
-        self.fields.lock().expect("fields poisoned").push(Owned {
-            field: field.clone(),
-            homes,
-        });
-        self.array_bytes_sent
-            .lock()
-            .expect("bytes poisoned")
-            .push(0);
-    }
-
-    /// Bytes of each registered array's words this rank sent so far, by the array's label, in
-    /// registration order.
-    pub fn array_bytes_sent(&self) -> Vec<(String, u64)> {
-        let fields = self.fields.lock().expect("fields poisoned");
-        let sent = self.array_bytes_sent.lock().expect("bytes poisoned");
-        fields
-            .iter()
-            .zip(sent.iter())
-            .map(|(o, &b)| (o.field.label().to_string(), b))
-            .collect()
-    }
-
     /// Counts `words` words of registered array number `index` as sent.
     fn count_array_words(&self, index: usize, words: usize) {
         self.array_bytes_sent.lock().expect("bytes poisoned")[index] += 4 * words as u64;
-    }
-
-    /// Every rank's `part`, in rank order.
-    pub(crate) fn all_gather(&self, part: Vec<f32>) -> Vec<Vec<f32>> {
-        let mpi = self.lock_mpi();
-        let mut lengths = vec![0 as Count; self.size];
-        mpi.world
-            .all_gather_into(&(part.len() as Count), &mut lengths[..]);
-        let displs = offsets(&lengths);
-        let mut all = vec![0f32; lengths.iter().sum::<Count>() as usize];
-        mpi.world.all_gather_varcount_into(
-            &part[..],
-            &mut PartitionMut::new(&mut all[..], &lengths[..], &displs[..]),
-        );
-        lengths
-            .iter()
-            .zip(&displs)
-            .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
-            .collect()
-    }
-
-    /// Every rank's `part` of 64-bit words, in rank order (exact: each word as two f32 bit
-    /// patterns).
-    pub(crate) fn all_gather_words(&self, part: &[u64]) -> Vec<Vec<u64>> {
-        let halves = |w: &u64| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)];
-        self.all_gather(part.iter().flat_map(halves).collect())
-            .iter()
-            .map(|p| {
-                p.chunks_exact(2)
-                    .map(|h| u64::from(h[0].to_bits()) | (u64::from(h[1].to_bits()) << 32))
-                    .collect()
-            })
-            .collect()
     }
 
     /// `send[r]` to rank r, for every r; returns what each rank sent here. Collective.
@@ -373,27 +211,6 @@ impl Ranks {
         self.bytes_sent
             .fetch_add(sent * std::mem::size_of::<T>() as u64, Ordering::Relaxed);
         received
-    }
-
-    /// `send[r]` to rank r, for every r; returns what each rank sent here, in rank order: for
-    /// exchanges outside the arrays' homes (the sinograms of stripe removal, the volume's slices
-    /// for the outputs). Collective.
-    pub(crate) fn all_to_all_values(&self, send: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
-        self.all_to_all(send)
-    }
-
-    /// The word ranges of `field` that rank `rank` keeps: its registered home, or (an array
-    /// not registered) the rank's share of its planes.
-    pub(crate) fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
-        let layout = field.layout();
-        let planes = self
-            .fields
-            .lock()
-            .expect("fields poisoned")
-            .iter()
-            .find(|o| o.field.same(field))
-            .map_or_else(|| self.home(rank, layout.planes), |o| o.homes[rank].clone());
-        words_of(&planes, layout.plane_words)
     }
 
     /// For each rank, the parts of `runs` of field number `index` in its home (none for this
@@ -491,7 +308,7 @@ impl Ranks {
     }
 
     /// [`push`](Self::push), while the rank's devices compute a stage's later chunks: its
-    /// time counts as overlapped ([`overlapped_exchange_s`](Self::overlapped_exchange_s)).
+    /// time counts as overlapped ([`Traffic::overlapped_s`]).
     pub(crate) fn push_while_computing(&self, exchange: &mut Exchange, parts: Vec<Owed>) {
         let before = self.exchange_ns.load(Ordering::Relaxed);
         self.push(exchange, parts);
@@ -535,39 +352,145 @@ impl Ranks {
         exchange.owed.iter_mut().for_each(Vec::clear);
         exchange.awaited.iter_mut().for_each(Vec::clear);
     }
+}
 
-    /// After a collective step in which this rank went on with nothing where it failed
-    /// (`failed`), so that no rank waits forever for it: every rank's verdict, this rank's own
-    /// error, else `other(rank)` for the first rank that failed. Collective.
-    pub(crate) fn agree<E>(
-        &self,
-        failed: Option<E>,
-        other: impl FnOnce(usize) -> E,
-    ) -> Result<(), E> {
-        let all = self.all_gather_words(&[u64::from(failed.is_some())]);
-        if let Some(e) = failed {
-            return Err(e);
+/// The ranks as the processes of one reconstruction (see [`Collective`]).
+impl Collective for Ranks {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn local_rank(&self) -> usize {
+        LOCAL_RANK_ENV
+            .into_iter()
+            .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+            .unwrap_or(self.rank)
+    }
+
+    fn set_devices(&self, devices: usize) -> Result<(), ClusterError> {
+        let all = self.all_gather_words(&[devices as u64]);
+        if let Some((rank, d)) = all.iter().enumerate().find(|(_, d)| d[0] != devices as u64) {
+            return Err(ClusterError::Devices {
+                rank,
+                devices: d[0] as usize,
+                here: devices,
+            });
         }
-        match all.iter().position(|w| w[0] != 0) {
-            Some(rank) => Err(other(rank)),
-            None => Ok(()),
+        self.devices.store(devices, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn devices(&self) -> usize {
+        self.devices.load(Ordering::Relaxed)
+    }
+
+    fn all_gather(&self, part: Vec<f32>) -> Vec<Vec<f32>> {
+        let mpi = self.lock_mpi();
+        let mut lengths = vec![0 as Count; self.size];
+        mpi.world
+            .all_gather_into(&(part.len() as Count), &mut lengths[..]);
+        let displs = offsets(&lengths);
+        let mut all = vec![0f32; lengths.iter().sum::<Count>() as usize];
+        mpi.world.all_gather_varcount_into(
+            &part[..],
+            &mut PartitionMut::new(&mut all[..], &lengths[..], &displs[..]),
+        );
+        lengths
+            .iter()
+            .zip(&displs)
+            .map(|(&l, &d)| all[d as usize..(d + l) as usize].to_vec())
+            .collect()
+    }
+
+    /// Exact: each word as two f32 bit patterns.
+    fn all_gather_words(&self, part: &[u64]) -> Vec<Vec<u64>> {
+        let halves = |w: &u64| [f32::from_bits(*w as u32), f32::from_bits((*w >> 32) as u32)];
+        self.all_gather(part.iter().flat_map(halves).collect())
+            .iter()
+            .map(|p| {
+                p.chunks_exact(2)
+                    .map(|h| u64::from(h[0].to_bits()) | (u64::from(h[1].to_bits()) << 32))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn all_to_all_values(&self, send: Vec<Vec<f32>>) -> Vec<Vec<f32>> {
+        self.all_to_all(send)
+    }
+
+    fn send_values(&self, to: usize, values: &[f32]) {
+        self.send_to(to, values);
+    }
+
+    fn receive_values(&self, from: usize) -> Vec<f32> {
+        self.receive_from(from)
+    }
+
+    fn send_words(&self, to: usize, words: &[u64]) {
+        self.send_to(to, words);
+    }
+
+    fn receive_words(&self, from: usize) -> Vec<u64> {
+        self.receive_from(from)
+    }
+
+    fn home_words(&self, field: &Field, rank: usize) -> Range<usize> {
+        let layout = field.layout();
+        let planes = self
+            .fields
+            .lock()
+            .expect("fields poisoned")
+            .iter()
+            .find(|o| o.field.same(field))
+            .map_or_else(|| self.home(rank, layout.planes), |o| o.homes[rank].clone());
+        words_of(&planes, layout.plane_words)
+    }
+
+    fn register(&self, field: &Field, homes: Vec<Range<usize>>) {
+        assert_eq!(homes.len(), self.size, "a home for every rank");
+        self.fields.lock().expect("fields poisoned").push(Owned {
+            field: field.clone(),
+            homes,
+        });
+        self.array_bytes_sent
+            .lock()
+            .expect("bytes poisoned")
+            .push(0);
+    }
+
+    /// See [`Field::release_away`].
+    fn release_fetched(&self) {
+        for o in self.fields.lock().expect("fields poisoned").iter() {
+            o.field.release_away();
         }
     }
 
-    /// What every rank sent this one, concatenated in rank order, where each rank sends at most
-    /// one message `(rank, values)`: the slices at the boundaries of the ranks' parts of an
-    /// OME-Zarr volume that each writes in parallel (see [`crate::io::ZarrPart`]). Collective.
-    pub(crate) fn send_to_one(&self, message: Option<(usize, Vec<f32>)>) -> Vec<f32> {
-        let mut send = vec![Vec::new(); self.size];
-        if let Some((to, values)) = message {
-            send[to] = values;
-        }
-        self.all_to_all(send).concat()
+    fn ledger_bytes(&self, field: &Field) -> u64 {
+        field.resident_bytes()
     }
 
-    /// This rank's scratch files: what its arrays hold in them against the planes they keep
-    /// there (see [`Field::scratch_bytes`]).
-    pub fn scratch_ledger(&self) -> ScratchLedger {
+    fn traffic(&self) -> Traffic {
+        let fields = self.fields.lock().expect("fields poisoned");
+        let sent = self.array_bytes_sent.lock().expect("bytes poisoned");
+        Traffic {
+            bytes: self.bytes_sent.load(Ordering::Relaxed),
+            by_array: fields
+                .iter()
+                .zip(sent.iter())
+                .map(|(o, &b)| (o.field.label().to_string(), b))
+                .collect(),
+            exchange_s: self.exchange_ns.load(Ordering::Relaxed) as f64 * 1e-9,
+            overlapped_s: self.overlapped_ns.load(Ordering::Relaxed) as f64 * 1e-9,
+        }
+    }
+
+    /// See [`Field::scratch_bytes`].
+    fn scratch_ledger(&self) -> ScratchLedger {
         let fields = self.fields.lock().expect("fields poisoned");
         let mut ledger = ScratchLedger::default();
         for f in fields
@@ -583,26 +506,15 @@ impl Ranks {
         ledger
     }
 
-    /// Lets go of the blocks every array fetched from other ranks (see [`Field::release_away`]).
-    pub(crate) fn release_fetched(&self) {
-        for o in self.fields.lock().expect("fields poisoned").iter() {
-            o.field.release_away();
-        }
+    /// `MPI_Abort`.
+    fn abort(&self, code: i32) -> ! {
+        let mpi = self.mpi.lock().unwrap_or_else(|e| e.into_inner());
+        mpi.world.abort(code)
     }
-}
 
-/// A rank's scratch files ([`Ranks::scratch_ledger`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ScratchLedger {
-    /// Arrays in scratch files.
-    pub arrays: usize,
-    /// Bytes of their scratch files on this rank: the planes it keeps, each array's rounded out
-    /// to whole pages (at most two more pages an array).
-    pub file_bytes: u64,
-    /// Bytes of the planes this rank keeps of them.
-    pub share_bytes: u64,
-    /// Bytes of the whole arrays, every rank's planes together.
-    pub whole_bytes: u64,
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// An array with a home on every rank.
@@ -618,11 +530,6 @@ impl Owned {
     fn home_words(&self, rank: usize) -> Range<usize> {
         words_of(&self.homes[rank], self.field.layout().plane_words)
     }
-}
-
-/// The words of `planes` of `plane_words` words each.
-fn words_of(planes: &Range<usize>, plane_words: usize) -> Range<usize> {
-    planes.start * plane_words..planes.end * plane_words
 }
 
 /// Runs of a field in one rank's home: as (field, start, length) triples to send, and as runs.
@@ -797,7 +704,7 @@ impl Ranks {
     /// holds), which takes them with [`receive_from`](Self::receive_from): the ranks of the
     /// axis search passing their slab sums along, one after the other. Blocks until `to` takes
     /// them where MPI does not buffer them.
-    pub(crate) fn send_to<T: Equivalence>(&self, to: usize, values: &[T]) {
+    fn send_to<T: Equivalence>(&self, to: usize, values: &[T]) {
         let mpi = self.lock_mpi();
         let destination = mpi.world.process_at_rank(to as i32);
         destination.send(&(values.len() as u64));
@@ -809,7 +716,7 @@ impl Ranks {
     }
 
     /// What rank `from` sends this one with [`send_to`](Self::send_to).
-    pub(crate) fn receive_from<T: Equivalence + Copy + Default>(&self, from: usize) -> Vec<T> {
+    fn receive_from<T: Equivalence + Copy + Default>(&self, from: usize) -> Vec<T> {
         let mpi = self.lock_mpi();
         let source = mpi.world.process_at_rank(from as i32);
         let (len, _) = source.receive::<u64>();

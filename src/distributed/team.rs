@@ -189,7 +189,7 @@ enum Meeting {
     /// or more devices: `local` is the meeting of the rank's threads, `device` this one's index.
     #[cfg(feature = "mpi")]
     Ranks {
-        ranks: Arc<super::ranks::Ranks>,
+        ranks: Arc<dyn super::Collective>,
         local: Arc<TeamSync>,
         device: usize,
     },
@@ -214,11 +214,27 @@ impl Share {
         })
     }
 
-    /// The share of device `device` of this MPI rank's devices (met at `local`): members are
-    /// numbered rank by rank, so a rank's devices hold one contiguous share, its home.
+    /// The share of device `device` of this process's devices (met at `local`) in the team of
+    /// every process's devices: under MPI ranks members are numbered rank by rank, so a rank's
+    /// devices hold one contiguous share, its home; alone, the team of its devices.
+    pub fn of_process_device(
+        processes: &Arc<dyn super::Collective>,
+        local: &Arc<TeamSync>,
+        device: usize,
+    ) -> Arc<Self> {
+        #[cfg(feature = "mpi")]
+        if processes.as_any().is::<super::ranks::Ranks>() {
+            return Self::rank_device(processes, local, device);
+        }
+        // Only MPI ranks are several processes.
+        debug_assert_eq!(processes.size(), 1, "several processes without MPI");
+        Self::new(device, local)
+    }
+
+    /// [`of_process_device`](Self::of_process_device) under MPI ranks.
     #[cfg(feature = "mpi")]
-    pub fn rank_device(
-        ranks: &Arc<super::ranks::Ranks>,
+    fn rank_device(
+        ranks: &Arc<dyn super::Collective>,
         local: &Arc<TeamSync>,
         device: usize,
     ) -> Arc<Self> {
@@ -290,7 +306,9 @@ impl Share {
     ) -> Result<Option<Ahead>, GpuError> {
         match &self.meeting {
             #[cfg(feature = "mpi")]
-            Meeting::Ranks { ranks, .. } if ranks.overlaps_exchanges() => self.ask(reads).map(Some),
+            Meeting::Ranks { .. } if self.rank_meeting().0.overlaps_exchanges() => {
+                self.ask(reads).map(Some)
+            }
             _ => Ok(None),
         }
     }
@@ -335,13 +353,17 @@ pub(crate) enum Ready {}
 #[cfg(feature = "mpi")]
 impl Share {
     /// The MPI meeting's parts: the ranks, the rank's devices' meeting and this device's index.
-    fn rank_meeting(&self) -> (&Arc<super::ranks::Ranks>, &Arc<TeamSync>, usize) {
+    fn rank_meeting(&self) -> (&super::ranks::Ranks, &Arc<TeamSync>, usize) {
         match &self.meeting {
             Meeting::Ranks {
                 ranks,
                 local,
                 device,
-            } => (ranks, local, *device),
+            } => {
+                let ranks = ranks.as_any().downcast_ref::<super::ranks::Ranks>();
+                let ranks = ranks.expect("a meeting of ranks holds MPI ranks");
+                (ranks, local, *device)
+            }
             Meeting::Threads(_) => unreachable!("only ranks exchange ahead"),
         }
     }

@@ -379,24 +379,6 @@ impl GpuContext {
         Ok(())
     }
 
-    /// A mark of the downloads submitted so far, for
-    /// [`wait_for_downloads_before`](Self::wait_for_downloads_before).
-    #[cfg(feature = "mpi")]
-    pub(crate) fn download_mark(&self) -> u64 {
-        self.readback.download_mark()
-    }
-
-    /// Waits until every download submitted before `mark` ([`download_mark`](Self::download_mark))
-    /// has landed, each only for the submission that copies it: work submitted since keeps the
-    /// device computing.
-    #[cfg(feature = "mpi")]
-    pub(crate) fn wait_for_downloads_before(&self, mark: u64) -> Result<(), GpuError> {
-        self.wait_for_downloads_until(
-            || self.readback.landed_before(mark),
-            || format!("downloads submitted before mark {mark} vanished"),
-        )
-    }
-
     /// Hands every download that has arrived to its completion; with `wait`, first waits for
     /// the device to finish what was submitted.
     pub fn poll_downloads(&self, wait: bool) -> Result<(), GpuError> {
@@ -483,6 +465,27 @@ impl GpuContext {
     /// Raises the first error the device reported since the last check.
     pub fn check(&self) -> Result<(), GpuError> {
         self.core.check()
+    }
+}
+
+/// Waiting for some downloads while later work computes: what MPI ranks' exchanges do
+/// (see [`crate::distributed::ranks`]).
+#[cfg(feature = "mpi")]
+impl GpuContext {
+    /// A mark of the downloads submitted so far, for
+    /// [`wait_for_downloads_before`](Self::wait_for_downloads_before).
+    pub(crate) fn download_mark(&self) -> u64 {
+        self.readback.download_mark()
+    }
+
+    /// Waits until every download submitted before `mark` ([`download_mark`](Self::download_mark))
+    /// has landed, each only for the submission that copies it: work submitted since keeps the
+    /// device computing.
+    pub(crate) fn wait_for_downloads_before(&self, mark: u64) -> Result<(), GpuError> {
+        self.wait_for_downloads_until(
+            || self.readback.landed_before(mark),
+            || format!("downloads submitted before mark {mark} vanished"),
+        )
     }
 }
 

@@ -178,23 +178,6 @@ impl Readback {
         });
     }
 
-    /// The number the next registered download gets: a mark that
-    /// [`landed_before`](Self::landed_before) compares with.
-    #[cfg(feature = "mpi")]
-    pub(super) fn download_mark(&self) -> u64 {
-        self.downloads
-            .lock()
-            .expect("download pool poisoned")
-            .registered
-    }
-
-    /// Whether every download registered before `mark` is on the host (its completion run).
-    #[cfg(feature = "mpi")]
-    pub(super) fn landed_before(&self, mark: u64) -> bool {
-        let d = self.downloads.lock().expect("download pool poisoned");
-        d.handing_over == 0 && d.in_flight.iter().all(|f| f.number >= mark)
-    }
-
     /// Hands every download that has arrived to its completion; with `wait`, first waits for
     /// the device to finish what was submitted.
     pub(super) fn poll_downloads(&self, core: &Device, wait: bool) -> Result<(), GpuError> {
@@ -375,6 +358,26 @@ impl Readback {
             d.pooled_bytes -= released;
         }
         *self.staging.lock().expect("staging slot poisoned") = None;
+    }
+}
+
+/// The marks of the downloads that MPI ranks' exchanges wait for while later work computes
+/// (see [`crate::distributed::ranks`]).
+#[cfg(feature = "mpi")]
+impl Readback {
+    /// The number the next registered download gets: a mark that
+    /// [`landed_before`](Self::landed_before) compares with.
+    pub(super) fn download_mark(&self) -> u64 {
+        self.downloads
+            .lock()
+            .expect("download pool poisoned")
+            .registered
+    }
+
+    /// Whether every download registered before `mark` is on the host (its completion run).
+    pub(super) fn landed_before(&self, mark: u64) -> bool {
+        let d = self.downloads.lock().expect("download pool poisoned");
+        d.handing_over == 0 && d.in_flight.iter().all(|f| f.number >= mark)
     }
 }
 

@@ -25,11 +25,9 @@ pub use search::{
     candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch,
     AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
 };
-#[cfg(feature = "mpi")]
 pub use search::{find_rotation_axis_on_ranks, AxisSearchShare};
 pub use slab::{choose_slab, slab_reference, Candidate, Slab, DEFAULT_SLAB_SLICES};
 pub use stripe::{remove_stripes, remove_stripes_in_place, StripeRemoval, FW_SIGMA};
-#[cfg(feature = "mpi")]
 pub use stripe::{remove_stripes_on_ranks, StripeShare};
 
 use serde::Serialize;

@@ -47,6 +47,7 @@ use super::slab::{
     choose_slab, fitted_radius, footprint, pose, scale_slabs, sum_slabs, Candidate, Pose, Slab,
 };
 use super::{bin_projections, half_turn, PreprocessError};
+use crate::distributed::Collective;
 use crate::gpu::GpuContext;
 use crate::operator::Geometry;
 use crate::scan::Projections;
@@ -628,7 +629,6 @@ fn failed_elsewhere() -> PreprocessError {
 }
 
 /// What [`find_rotation_axis_on_ranks`] held on this rank.
-#[cfg(feature = "mpi")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AxisSearchShare {
     /// The angles whose sums this rank computed: its share.
@@ -652,10 +652,9 @@ pub struct AxisSearchShare {
 /// scan each rank contributes the rows of Vo et al.'s mean sinogram of its angles (a row of
 /// `detw` doubles per angle of the first half turn). Returns the axis (unbinned columns) on
 /// every rank, the search on the first and what this rank held. Collective.
-#[cfg(feature = "mpi")]
 pub fn find_rotation_axis_on_ranks(
     ctx: &GpuContext,
-    ranks: &crate::distributed::ranks::Ranks,
+    ranks: &dyn Collective,
     projections: &Projections,
     binning: usize,
     tilt_deg: f64,
@@ -683,14 +682,12 @@ pub fn find_rotation_axis_on_ranks(
 }
 
 /// MPI ranks each holding its share of the angles, in rank order; the first scores.
-#[cfg(feature = "mpi")]
 struct OnRanks<'a> {
-    ranks: &'a crate::distributed::ranks::Ranks,
+    ranks: &'a dyn Collective,
     /// The most slab values held at once so far.
     slab_values_held: std::cell::Cell<usize>,
 }
 
-#[cfg(feature = "mpi")]
 impl Holder for OnRanks<'_> {
     fn sum_every_angle(
         &self,
@@ -699,7 +696,7 @@ impl Holder for OnRanks<'_> {
     ) -> Result<Option<Vec<f32>>, PreprocessError> {
         let (rank, size) = (self.ranks.rank(), self.ranks.size());
         // Sums of the wrong length (none) say that a rank before failed.
-        let before = (rank > 0).then(|| self.ranks.receive_from::<f32>(rank - 1));
+        let before = (rank > 0).then(|| self.ranks.receive_values(rank - 1));
         let mine = match (here, &before) {
             (None, _) => Ok(None),
             (Some(_), Some(b)) if b.len() != words => Err(failed_elsewhere()),
@@ -713,13 +710,13 @@ impl Holder for OnRanks<'_> {
             Ok(Some(s)) => &s[..],
             _ => &[][..],
         };
-        self.ranks.send_to((rank + 1) % size, sums);
+        self.ranks.send_values((rank + 1) % size, sums);
         let summed = mine.map(|s| s.is_some());
         if rank != 0 {
             return summed.map(|_| None);
         }
         // The last rank's sums are received whatever happened here: it sends them anyway.
-        let last = self.ranks.receive_from::<f32>(size - 1);
+        let last = self.ranks.receive_values(size - 1);
         if !summed? {
             return Ok(None);
         }
@@ -736,12 +733,13 @@ impl Holder for OnRanks<'_> {
     fn join_rows(&self, rows: Vec<f64>) -> Option<Vec<f64>> {
         let (rank, size) = (self.ranks.rank(), self.ranks.size());
         if rank != 0 {
-            self.ranks.send_to(0, &rows);
+            let words: Vec<u64> = rows.iter().map(|r| r.to_bits()).collect();
+            self.ranks.send_words(0, &words);
             return None;
         }
         let mut all = rows;
         for r in 1..size {
-            all.extend(self.ranks.receive_from::<f64>(r));
+            all.extend(self.ranks.receive_words(r).into_iter().map(f64::from_bits));
         }
         Some(all)
     }

@@ -151,7 +151,6 @@ pub fn remove_stripes(
 }
 
 /// What [`remove_stripes_on_ranks`] held on this rank.
-#[cfg(feature = "mpi")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StripeShare {
     /// The detector rows whose sinograms this rank corrected.
@@ -168,9 +167,8 @@ pub struct StripeShare {
 /// of its share of the detector rows, correct them there (each row as one process corrects it:
 /// the same bits), and exchange them back to their angles. No rank holds more than its angles
 /// and its rows of the projections besides what is in flight. Collective.
-#[cfg(feature = "mpi")]
 pub fn remove_stripes_on_ranks(
-    ranks: &crate::distributed::ranks::Ranks,
+    ranks: &dyn crate::distributed::Collective,
     p: Projections,
     method: StripeRemoval,
 ) -> Result<(Projections, StripeShare), PreprocessError> {

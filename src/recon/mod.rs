@@ -20,6 +20,7 @@
 pub mod input;
 mod iterate;
 pub mod padding;
+pub mod prepare;
 pub mod schedule;
 mod solved;
 
@@ -32,6 +33,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::array::Residency;
+use crate::distributed::{Collective, OneProcess};
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::{Geometry, OperatorOptions};
@@ -43,6 +45,7 @@ use crate::solver::{
 };
 pub use iterate::IterateView;
 pub use padding::{kernel_size, Padding};
+pub use prepare::{AxisStep, Preparation, PrepareError, Prepared};
 pub use schedule::CheckpointInterval;
 use schedule::CheckpointSchedule;
 pub use solved::{
@@ -258,8 +261,8 @@ pub struct Reconstructor<'a> {
     ctx: &'a GpuContext,
     /// Every device of the run, `ctx` first.
     devices: &'a [GpuContext],
-    #[cfg(feature = "mpi")]
-    ranks: Option<Arc<crate::distributed::ranks::Ranks>>,
+    /// The processes of the run: this one alone, or the MPI ranks it is one of.
+    processes: Arc<dyn Collective>,
     params: AdmmParams,
     options: OperatorOptions,
     pad: usize,
@@ -287,8 +290,7 @@ impl<'a> Reconstructor<'a> {
         Self {
             ctx: devices.first().expect("a run needs a device"),
             devices,
-            #[cfg(feature = "mpi")]
-            ranks: None,
+            processes: OneProcess::shared(),
             params: AdmmParams::default(),
             options: OperatorOptions::default(),
             pad: 0,
@@ -304,22 +306,22 @@ impl<'a> Reconstructor<'a> {
         }
     }
 
-    /// This process as one of the MPI ranks that share the run (see [`crate::distributed::ranks`]), on its
-    /// devices ([`on_devices`](Self::on_devices)); budgets are per device. Every rank runs the same builder on the same input;
-    /// the first writes checkpoints, and [`Solved`] holds the volume there.
-    #[cfg(feature = "mpi")]
-    pub fn on_ranks(mut self, ranks: Arc<crate::distributed::ranks::Ranks>) -> Self {
-        self.ranks = Some(ranks);
+    /// The processes that share the run (default: this one alone, [`OneProcess`]): under MPI
+    /// ranks ([`crate::distributed::launch`]) this process is one of them, on its devices
+    /// ([`on_devices`](Self::on_devices)); budgets are per device. Every rank runs the same
+    /// builder on the same input; the first writes checkpoints, and [`Solved`] holds the
+    /// volume there.
+    pub fn processes(mut self, processes: Arc<dyn Collective>) -> Self {
+        self.processes = processes;
         self
     }
 
-    /// How many processes or devices share the run.
+    /// How many processes (or, alone, devices) share the run.
     fn sharers(&self) -> usize {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks.size();
+        match self.processes.size() {
+            1 => self.devices.len(),
+            ranks => ranks,
         }
-        self.devices.len()
     }
 
     /// Memoization of the operator's chunk computations (default: [`MemoOptions::default`],
@@ -450,12 +452,10 @@ impl<'a> Reconstructor<'a> {
         } else {
             plan
         };
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            // A rank holds 1/K of the host arrays (its planes), plus what one stage reads
-            // beyond them: the plan of all of them may take K ranks' budgets.
-            budgets.host_bytes = budgets.host_bytes.saturating_mul(ranks.size() as u64);
-        }
+        // A rank holds 1/K of the host arrays (its planes), plus what one stage reads beyond
+        // them: the plan of all of them may take K ranks' budgets.
+        let ranks = self.processes.size();
+        budgets.host_bytes = budgets.host_bytes.saturating_mul(ranks as u64);
         let mut plan = make(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             match &source {
@@ -483,10 +483,6 @@ impl<'a> Reconstructor<'a> {
             // Each member's plan under the team's: in-core where its homes fit its device
             // (the run keeps them there), else streaming its share.
             let devices = self.devices.len().max(1);
-            #[cfg(feature = "mpi")]
-            let ranks = self.ranks.as_ref().map_or(1, |r| r.size());
-            #[cfg(not(feature = "mpi"))]
-            let ranks = 1;
             plan.members = member_plans(self.ctx, g, &self.params, &plan, (ranks, devices))
                 .map_err(ReconError::Plan)?;
         }
@@ -700,11 +696,7 @@ impl<'a> Reconstructor<'a> {
 impl Reconstructor<'_> {
     /// Whether the run's volume array is its one device's own (one device, no MPI ranks).
     fn single(&self) -> bool {
-        #[cfg(feature = "mpi")]
-        if self.ranks.is_some() {
-            return false;
-        }
-        self.devices.len() == 1
+        self.processes.size() == 1 && self.devices.len() == 1
     }
 
     /// The solver of this run: on this process's devices, or this rank's part.
@@ -714,10 +706,6 @@ impl Reconstructor<'_> {
         data: &(impl ProjectionBlocks + ?Sized),
         plan: &MemoryPlan,
     ) -> Result<AdmmTeam, SolverError> {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return AdmmTeam::on_ranks(ranks, self.devices, g, data, self.params, plan);
-        }
-        AdmmTeam::with_plan_from(self.devices, g, data, self.params, plan)
+        AdmmTeam::new(&self.processes, self.devices, g, data, self.params, plan)
     }
 }

@@ -44,7 +44,6 @@ pub struct AdmmSolver {
     pub(super) data_residual_formed: bool,
     /// The digest of each projection this member read (an MPI rank's are combined with the
     /// others' into the hash and the scale of the data).
-    #[cfg(feature = "mpi")]
     pub(super) projection_digests: super::projections::ProjectionDigests,
 }
 

@@ -160,12 +160,11 @@ impl TeamArrays {
     /// are the detector rows of the rank's share of U2's chunks, which U2 and U2* then read and
     /// write at home; the volume side's the y rows of its share of U1's chunks, which U1 and U1*
     /// read and write at home. The vector passes run over the homes.
-    #[cfg(feature = "mpi")]
-    pub fn on_ranks(
+    pub fn of_processes(
         ctx: &GpuContext,
         g: &Geometry,
         plan: &MemoryPlan,
-        ranks: &crate::distributed::ranks::Ranks,
+        ranks: &dyn crate::distributed::Collective,
     ) -> Result<Self, SolverError> {
         Self::with(g, plan, |label, layout, residency, chunk| {
             let homes = ranks.chunk_homes(layout.planes, chunk);

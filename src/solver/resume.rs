@@ -45,7 +45,6 @@ impl AdmmSolver {
 
     /// Writes MPI rank `rank`'s part of the checkpoint `path` of `generation`: words `words[a]`
     /// of each checkpointed array `a` (see [`Checkpoint::write_part`]).
-    #[cfg(feature = "mpi")]
     pub(crate) fn write_checkpoint_part(
         &self,
         ctx: &GpuContext,
@@ -63,7 +62,6 @@ impl AdmmSolver {
 
     /// Writes the manifest of the checkpoint `path` whose arrays are in `parts` (see
     /// [`Checkpoint::write_manifest`]).
-    #[cfg(feature = "mpi")]
     pub(crate) fn write_checkpoint_manifest(
         &self,
         path: &Path,
@@ -140,7 +138,6 @@ impl AdmmSolver {
     }
 
     /// The digest of each projection this member read.
-    #[cfg(feature = "mpi")]
     pub(crate) fn projection_digests(&self) -> &super::projections::ProjectionDigests {
         &self.projection_digests
     }

@@ -134,7 +134,6 @@ impl AdmmSolver {
             memo: None,
             last: None,
             data_residual_formed: false,
-            #[cfg(feature = "mpi")]
             projection_digests: digests,
         })
     }

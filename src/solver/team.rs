@@ -18,6 +18,7 @@ use super::projections::ProjectionBlocks;
 use super::report::IterationReport;
 use crate::array::Residency;
 use crate::distributed::team::{Share, TeamSync};
+use crate::distributed::{Collective, Traffic};
 use crate::gpu::GpuContext;
 use crate::memo::MemoOptions;
 use crate::operator::Geometry;
@@ -49,29 +50,6 @@ pub struct RankReport {
     pub iteration_overlapped_exchange_s: f64,
 }
 
-/// What an MPI rank has sent so far: bytes in all and of each array, and the seconds spent in
-/// exchanges.
-#[cfg(feature = "mpi")]
-#[derive(Debug, Clone)]
-struct SentSoFar {
-    bytes: u64,
-    by_array: Vec<(String, u64)>,
-    exchange_s: f64,
-    overlapped_s: f64,
-}
-
-#[cfg(feature = "mpi")]
-impl SentSoFar {
-    fn of(ranks: &crate::distributed::ranks::Ranks) -> Self {
-        Self {
-            bytes: ranks.bytes_sent(),
-            by_array: ranks.array_bytes_sent(),
-            exchange_s: ranks.exchange_s(),
-            overlapped_s: ranks.overlapped_exchange_s(),
-        }
-    }
-}
-
 /// Bytes of one array's blocks that an MPI rank sent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArrayBytes {
@@ -86,15 +64,14 @@ pub struct AdmmTeam {
     /// This process's members: one per device, or this MPI rank's one.
     members: Vec<AdmmSolver>,
     sync: Arc<TeamSync>,
-    #[cfg(feature = "mpi")]
-    ranks: Option<Arc<crate::distributed::ranks::Ranks>>,
+    /// The processes of the run: this one alone, or MPI ranks of which this is one.
+    processes: Arc<dyn Collective>,
     /// The most volume bytes held while reading it a slab at a time (see
     /// [`AdmmTeam::slab_ledger`]).
     slab_ledger: AtomicU64,
     /// What this MPI rank had sent when the first outer iteration began (see
     /// [`AdmmTeam::rank_reports`]).
-    #[cfg(feature = "mpi")]
-    setup_sent: Option<SentSoFar>,
+    setup_sent: Option<Traffic>,
 }
 
 /// Stops the team when its member ends without finishing its part (an error or a panic), so
@@ -207,133 +184,49 @@ fn check_shared(plan: &MemoryPlan) -> Result<(), SolverError> {
 }
 
 impl AdmmTeam {
-    /// One solver per device of `devices`, as [`AdmmSolver::with_plan_from`] builds it. With
-    /// several devices the plan must hold every array in host memory (or scratch), as
-    /// [`crate::plan::plan_shared`] makes it, and every device must chunk the stages alike.
-    pub fn with_plan_from(
+    /// This process's members of a team of every process's devices, one per device of
+    /// `devices`, each an [`AdmmSolver`] as [`AdmmSolver::with_plan_from`] builds it (with one
+    /// process and one device, that solver alone). With several devices or processes the plan
+    /// must hold every array in host memory (or scratch), as [`crate::plan::plan_shared`]
+    /// makes it, and every device must chunk the stages alike. Under MPI ranks each keeps its
+    /// home of the arrays (see [`crate::distributed::ranks`]) and reads its share of the
+    /// projections (`data` holds them, the angles of
+    /// [`home`](crate::distributed::Collective::home)); every rank was told how many devices
+    /// the others use ([`Collective::set_devices`]). Collective.
+    pub fn new(
+        processes: &Arc<dyn Collective>,
         devices: &[GpuContext],
         geometry: &Geometry,
         data: &(impl ProjectionBlocks + ?Sized),
         params: AdmmParams,
         plan: &MemoryPlan,
     ) -> Result<Self, SolverError> {
-        match devices {
-            [] => Err(SolverError::NoDevices),
-            [ctx] => Ok(Self::of(
-                vec![AdmmSolver::with_plan_from(
-                    ctx, geometry, data, params, plan,
-                )?],
-                TeamSync::new(1),
-            )),
-            [first, ..] => {
-                check_shared(plan)?;
-                let arrays = TeamArrays::new(first, geometry, plan)?;
-                let sync = TeamSync::new(devices.len());
-                sync.add_homed(&arrays.homed());
-                let in_core = in_core_members(first, geometry, &params, plan, (1, devices.len()))?;
-                // A member whose plan is in-core keeps its homes on its device from the start.
-                let member = |index: usize, ctx: &GpuContext| {
-                    if in_core[index] {
-                        let portion = Portion {
-                            member: index,
-                            members: devices.len(),
-                        };
-                        arrays.keep_on_device(ctx, geometry, plan, portion)?;
-                    }
-                    Ok::<_, SolverError>((&arrays, Share::new(index, &sync)))
-                };
-                let mut members = on_members(
-                    &sync,
-                    devices,
-                    vec![(); devices.len()],
-                    |(), ctx| {
-                        let (arrays, share) = member(0, ctx)?;
-                        AdmmSolver::build(
-                            ctx,
-                            geometry,
-                            Some((data, 0..geometry.ntheta())),
-                            params,
-                            plan,
-                            Some((arrays, &share)),
-                        )
-                    },
-                    // The first member alone reads the projections.
-                    |i, (), ctx| {
-                        let (arrays, share) = member(i, ctx)?;
-                        AdmmSolver::build(
-                            ctx,
-                            geometry,
-                            None::<(&[f32], _)>,
-                            params,
-                            plan,
-                            Some((arrays, &share)),
-                        )
-                    },
-                )?;
-                let (hash, scale) = (members[0].data_hash(), members[0].data_scale());
-                let chunks = members[0].operator().chunks();
-                for (m, ctx) in members.iter_mut().zip(devices) {
-                    if m.operator().chunks() != chunks {
-                        return Err(SolverError::TeamChunks {
-                            device: ctx.info().to_string(),
-                            chunks: m.operator().chunks(),
-                            first: chunks,
-                        });
-                    }
-                    m.adopt_data(hash, scale);
-                }
-                Ok(Self::of(members, sync))
-            }
+        let ranks = processes.size();
+        let [first, ..] = devices else {
+            return Err(SolverError::NoDevices);
+        };
+        if ranks == 1 && devices.len() == 1 {
+            let solver = AdmmSolver::with_plan_from(first, geometry, data, params, plan)?;
+            return Ok(Self::of(vec![solver], TeamSync::new(1), processes));
         }
-    }
-
-    /// Takes `scale` as the data's scale on every member: the scan's, estimated from its line
-    /// integrals before padding, and the whole scan's when a box of its volume is reconstructed.
-    pub(crate) fn adopt_data_scale(&mut self, scale: crate::params::DataScale) {
-        for m in &mut self.members {
-            let hash = m.data_hash();
-            m.adopt_data(hash, scale);
-        }
-    }
-
-    fn of(members: Vec<AdmmSolver>, sync: Arc<TeamSync>) -> Self {
-        Self {
-            members,
-            sync,
-            #[cfg(feature = "mpi")]
-            ranks: None,
-            slab_ledger: AtomicU64::new(0),
-            #[cfg(feature = "mpi")]
-            setup_sent: None,
-        }
-    }
-
-    /// This MPI rank's members of a team of every rank's devices, one per device of `devices`
-    /// (see [`crate::distributed::ranks`]; [`crate::distributed::ranks::Ranks::set_devices`] told every rank how many);
-    /// the plan as for several devices ([`crate::plan::plan_shared`]). Collective.
-    #[cfg(feature = "mpi")]
-    pub fn on_ranks(
-        ranks: &Arc<crate::distributed::ranks::Ranks>,
-        devices: &[GpuContext],
-        geometry: &Geometry,
-        data: &(impl ProjectionBlocks + ?Sized),
-        params: AdmmParams,
-        plan: &MemoryPlan,
-    ) -> Result<Self, SolverError> {
         check_shared(plan)?;
-        assert_eq!(
-            devices.len(),
-            ranks.devices(),
-            "the devices the ranks were told of"
-        );
-        let arrays = TeamArrays::on_ranks(&devices[0], geometry, plan, ranks)?;
+        let arrays = match ranks {
+            1 => TeamArrays::new(first, geometry, plan)?,
+            _ => {
+                assert_eq!(
+                    devices.len(),
+                    processes.devices(),
+                    "the devices the ranks were told of"
+                );
+                TeamArrays::of_processes(first, geometry, plan, &**processes)?
+            }
+        };
         let local = TeamSync::new(devices.len());
         local.add_homed(&arrays.homed());
-        let team = (ranks.size(), devices.len());
-        let in_core = in_core_members(&devices[0], geometry, &params, plan, team)?;
+        let in_core = in_core_members(first, geometry, &params, plan, (ranks, devices.len()))?;
         // A member whose plan is in-core keeps its homes on its device from the start.
         let share = |device: usize, ctx: &GpuContext| {
-            let share = Share::rank_device(ranks, &local, device);
+            let share = Share::of_process_device(processes, &local, device);
             if in_core[share.index] {
                 let portion = Portion {
                     member: share.index,
@@ -343,8 +236,8 @@ impl AdmmTeam {
             }
             Ok::<_, SolverError>(share)
         };
-        // The rank's first device reads the rank's projections.
-        let home = ranks.home(ranks.rank(), geometry.ntheta());
+        // The process's first device reads the process's projections.
+        let home = processes.home(processes.rank(), geometry.ntheta());
         let mut members = on_members(
             &local,
             devices,
@@ -358,7 +251,7 @@ impl AdmmTeam {
                 AdmmSolver::build(ctx, geometry, None::<(&[f32], _)>, params, plan, member)
             },
         )?;
-        // Every device of every rank must chunk the stages alike.
+        // Every device of every process must chunk the stages alike.
         let chunks: Vec<u64> = members
             .iter()
             .flat_map(|m| {
@@ -366,20 +259,24 @@ impl AdmmTeam {
                 [c.0 as u64, c.1 as u64, c.2 as u64]
             })
             .collect();
-        let all = ranks.all_gather_words(&chunks).concat();
+        let all = processes.all_gather_words(&chunks).concat();
         let triple = |v: &[u64]| (v[0] as usize, v[1] as usize, v[2] as usize);
         if let Some((i, other)) = all.chunks(3).enumerate().find(|(_, c)| *c != &all[..3]) {
+            let d = devices.len();
             return Err(SolverError::TeamChunks {
-                device: format!("{} of rank {}", i % devices.len(), i / devices.len()),
+                device: match ranks {
+                    1 => devices[i].info().to_string(),
+                    _ => format!("{} of rank {}", i % d, i / d),
+                },
                 chunks: triple(other),
                 first: triple(&all[..3]),
             });
         }
-        // The data's hash and scale from every rank's projections, in order.
+        // The data's hash and scale from every process's projections, in order.
         let digests = members[0].projection_digests();
-        let hashes = ranks.all_gather_words(&digests.hashes).concat();
+        let hashes = processes.all_gather_words(&digests.hashes).concat();
         let sums: Vec<u64> = digests.abs_sums.iter().map(|s| s.to_bits()).collect();
-        let sums: Vec<f64> = ranks
+        let sums: Vec<f64> = processes
             .all_gather_words(&sums)
             .concat()
             .into_iter()
@@ -391,19 +288,37 @@ impl AdmmTeam {
         for m in &mut members {
             m.adopt_data(hash, scale);
         }
-        let mut team = Self::of(members, local);
-        team.ranks = Some(ranks.clone());
-        Ok(team)
+        Ok(Self::of(members, local, processes))
+    }
+
+    /// Takes `scale` as the data's scale on every member: the scan's, estimated from its line
+    /// integrals before padding, and the whole scan's when a box of its volume is reconstructed.
+    pub(crate) fn adopt_data_scale(&mut self, scale: crate::params::DataScale) {
+        for m in &mut self.members {
+            let hash = m.data_hash();
+            m.adopt_data(hash, scale);
+        }
+    }
+
+    fn of(members: Vec<AdmmSolver>, sync: Arc<TeamSync>, processes: &Arc<dyn Collective>) -> Self {
+        Self {
+            members,
+            sync,
+            processes: processes.clone(),
+            slab_ledger: AtomicU64::new(0),
+            setup_sent: None,
+        }
+    }
+
+    /// Whether this team is one MPI rank's part.
+    fn is_ranks(&self) -> bool {
+        self.processes.size() > 1
     }
 
     /// Whether this process writes the outputs and checkpoints' manifests (the first MPI rank,
     /// or the only process).
     pub fn writes(&self) -> bool {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks.rank() == 0;
-        }
-        true
+        self.processes.rank() == 0
     }
 
     /// Writes a checkpoint of the state after the iterations done (see
@@ -416,41 +331,34 @@ impl AdmmTeam {
         path: &std::path::Path,
     ) -> Result<(), SolverError> {
         self.bring_to_host(devices)?;
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return self.write_checkpoint_parts(ranks, &devices[0], path);
+        if self.is_ranks() {
+            return self.write_checkpoint_parts(&devices[0], path);
         }
         self.members[0].write_checkpoint(&devices[0], path)
     }
 
     /// The words of each checkpointed array that MPI rank `rank` keeps (none of an array the
     /// checkpoint leaves empty).
-    #[cfg(feature = "mpi")]
-    fn home_words(
-        &self,
-        ranks: &crate::distributed::ranks::Ranks,
-        rank: usize,
-    ) -> [std::ops::Range<usize>; super::checkpoint::ARRAY_COUNT] {
+    fn home_words(&self, rank: usize) -> [std::ops::Range<usize>; super::checkpoint::ARRAY_COUNT] {
         let solver = &self.members[0];
         let lengths = Checkpoint::array_lengths(solver.op.geometry(), &solver.params);
         let arrays = solver.checkpointed();
         std::array::from_fn(|a| match lengths[a] {
             0 => 0..0,
-            _ => ranks.home_words(arrays[a], rank),
+            _ => self.processes.home_words(arrays[a], rank),
         })
     }
 
     /// [`write_checkpoint`](Self::write_checkpoint) on MPI ranks. Collective: every rank learns
     /// whether every part and the manifest were written, and returns an error naming the rank
     /// that failed if one did (the previous checkpoint stays).
-    #[cfg(feature = "mpi")]
     fn write_checkpoint_parts(
         &self,
-        ranks: &crate::distributed::ranks::Ranks,
         ctx: &GpuContext,
         path: &std::path::Path,
     ) -> Result<(), SolverError> {
-        use super::checkpoint::{Checkpoint, CheckpointError, Part};
+        use super::checkpoint::{CheckpointError, Part};
+        let ranks = &self.processes;
         let solver = &self.members[0];
         // A name of this checkpoint's own: the iteration and the first rank's clock.
         let clock = std::time::SystemTime::now()
@@ -459,13 +367,8 @@ impl AdmmTeam {
         let clock = ranks.all_gather_words(&[clock])[0][0];
         let generation = format!("{}-{clock:x}", solver.iterations_done());
         let rank = ranks.rank();
-        let written = solver.write_checkpoint_part(
-            ctx,
-            path,
-            &generation,
-            rank,
-            self.home_words(ranks, rank),
-        );
+        let written =
+            solver.write_checkpoint_part(ctx, path, &generation, rank, self.home_words(rank));
         let mine = match &written {
             Ok(part) => [1, part.hash],
             Err(_) => [0, 0],
@@ -496,7 +399,7 @@ impl AdmmTeam {
                     .expect("a part's path names a file")
                     .to_string_lossy()
                     .into_owned(),
-                words: self.home_words(ranks, r).map(|h| [h.start, h.end]),
+                words: self.home_words(r).map(|h| [h.start, h.end]),
                 hash: w[1],
             })
             .collect();
@@ -523,14 +426,13 @@ impl AdmmTeam {
         planes: std::ops::Range<usize>,
     ) -> Result<Vec<(usize, Vec<f32>)>, SolverError> {
         let solver = &self.members[0];
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
+        if self.is_ranks() {
             // The first rank takes every slice; the others take none and send their rows.
-            let wanted = match ranks.rank() {
+            let wanted = match self.processes.rank() {
                 0 => planes.clone(),
                 _ => planes.start..planes.start,
             };
-            let slab = self.slices_from_rows(ctx, ranks, wanted)?;
+            let slab = self.slices_from_rows(ctx, wanted)?;
             return Ok(match slab.is_empty() {
                 true => Vec::new(),
                 false => vec![(planes.start, slab)],
@@ -548,17 +450,15 @@ impl AdmmTeam {
     /// than its planes, its slices and one slice's rows. A rank that cannot read its rows goes
     /// on taking part with none, so that no rank waits forever for it, and then every rank
     /// returns an error. Records what this rank held in the ledger. Collective.
-    #[cfg(feature = "mpi")]
     fn slices_from_rows(
         &self,
         ctx: &GpuContext,
-        ranks: &crate::distributed::ranks::Ranks,
         planes: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, SolverError> {
-        let solver = &self.members[0];
+        let (solver, ranks) = (&self.members[0], &self.processes);
         // What the last stage fetched from other ranks is not kept while writing.
         ranks.release_fetched();
-        let rows = self.volume_rows(ranks, ranks.rank());
+        let rows = self.volume_rows(ranks.rank());
         let wanted = ranks.all_gather_words(&[planes.start as u64, planes.end as u64]);
         let most = wanted.iter().map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
         let g = solver.op.geometry();
@@ -593,19 +493,14 @@ impl AdmmTeam {
             self.note_held(4 * (slab.capacity() + sent + received) as u64);
             got.into_iter().for_each(|rows| slab.extend(rows));
         }
-        ranks.agree(failed, |rank| SolverError::RankRead { rank })?;
+        crate::distributed::agree(&**ranks, failed, |rank| SolverError::RankRead { rank })?;
         Ok(slab)
     }
 
     /// The y rows of the volume MPI rank `rank` keeps (its home of the volume's planes).
-    #[cfg(feature = "mpi")]
-    fn volume_rows(
-        &self,
-        ranks: &crate::distributed::ranks::Ranks,
-        rank: usize,
-    ) -> std::ops::Range<usize> {
+    fn volume_rows(&self, rank: usize) -> std::ops::Range<usize> {
         let u = self.members[0].volume_field();
-        let words = ranks.home_words(u, rank);
+        let words = self.processes.home_words(u, rank);
         let plane = u.layout().plane_words;
         words.start / plane..words.end / plane
     }
@@ -615,25 +510,17 @@ impl AdmmTeam {
     /// divide the volume when each writes its own part of it ([`crate::io::ZarrPart`]), each
     /// its share of the z slices.
     pub fn volume_part_bounds(&self, planes: std::ops::Range<usize>) -> Vec<usize> {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            let total = self.members[0].op.geometry().n0;
-            let mut bounds: Vec<usize> = (0..ranks.size())
-                .map(|r| ranks.home(r, total).start.clamp(planes.start, planes.end))
-                .collect();
-            bounds.push(planes.end);
-            return bounds.into_iter().map(|b| b - planes.start).collect();
-        }
-        vec![0, planes.len()]
+        let (total, ranks) = (self.members[0].op.geometry().n0, &self.processes);
+        let mut bounds: Vec<usize> = (0..ranks.size())
+            .map(|r| ranks.home(r, total).start.clamp(planes.start, planes.end))
+            .collect();
+        bounds.push(planes.end);
+        bounds.into_iter().map(|b| b - planes.start).collect()
     }
 
     /// This process's index among the MPI ranks (0 without ranks).
     pub fn rank(&self) -> usize {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks.rank();
-        }
-        0
+        self.processes.rank()
     }
 
     /// Z slices `planes` of the volume, which this process writes (an MPI rank's part of
@@ -648,64 +535,58 @@ impl AdmmTeam {
         ctx: &GpuContext,
         planes: std::ops::Range<usize>,
     ) -> Result<Vec<f32>, SolverError> {
-        let solver = &self.members[0];
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return self.slices_from_rows(ctx, ranks, planes);
+        if self.is_ranks() {
+            return self.slices_from_rows(ctx, planes);
         }
-        let slab = solver.volume_planes(ctx, planes)?;
+        let slab = self.members[0].volume_planes(ctx, planes)?;
         self.note_held(4 * slab.len() as u64);
         Ok(slab)
     }
 
     /// Records in the ledger that this process holds `bytes` of the volume besides its volume
     /// array's resident pages (MPI ranks) or beside nothing (one process, whose array the
-    /// ledger does not count, as in [`volume_slab`](Self::volume_slab)).
+    /// ledger does not count, as in [`volume_slab`](Self::volume_slab); see
+    /// [`Collective::ledger_bytes`]).
     pub fn note_held(&self, bytes: u64) {
-        #[cfg(feature = "mpi")]
-        if self.ranks.is_some() {
-            let resident = self.members[0].volume_field().resident_bytes();
-            self.slab_ledger
-                .fetch_max(resident + bytes, Ordering::Relaxed);
-            return;
-        }
-        self.slab_ledger.fetch_max(bytes, Ordering::Relaxed);
+        let array = self.processes.ledger_bytes(self.members[0].volume_field());
+        self.slab_ledger.fetch_max(array + bytes, Ordering::Relaxed);
     }
 
     /// What every MPI rank sent this one in an exchange where each sends at most one message
-    /// `(rank, values)`, in rank order (nothing without ranks, where there is no one to send
-    /// to). Collective.
+    /// `(rank, values)`, in rank order (alone, what it sent itself). Collective.
     pub fn send_to_one(&self, message: Option<(usize, Vec<f32>)>) -> Vec<f32> {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks.send_to_one(message);
-        }
-        let _ = message;
-        Vec::new()
+        self.processes.send_to_one(message)
     }
 
     /// `path` of the first MPI rank on every rank (`path` without ranks): where the first rank
     /// staged a directory the others write into; `None` when the first rank has none. Collective.
     pub fn first_rank_path(&self, path: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            use std::os::unix::ffi::{OsStrExt, OsStringExt};
-            // A leading word says whether there is a path; then one byte a word.
-            let mine: Vec<u64> = match path {
-                Some(p) => std::iter::once(1)
-                    .chain(p.as_os_str().as_bytes().iter().map(|&b| u64::from(b)))
-                    .collect(),
-                None => vec![0],
-            };
-            let first = ranks.all_gather_words(&mine).swap_remove(0);
-            return match first.split_first() {
-                Some((1, bytes)) => Some(std::path::PathBuf::from(std::ffi::OsString::from_vec(
-                    bytes.iter().map(|&b| b as u8).collect(),
-                ))),
-                _ => None,
-            };
+        if !self.is_ranks() {
+            return path.map(std::path::Path::to_path_buf);
         }
-        path.map(std::path::Path::to_path_buf)
+        // A leading word says whether there is a path; then one byte a word.
+        let mine: Vec<u64> = match path {
+            Some(p) => std::iter::once(1)
+                .chain(
+                    p.as_os_str()
+                        .as_encoded_bytes()
+                        .iter()
+                        .map(|&b| u64::from(b)),
+                )
+                .collect(),
+            None => vec![0],
+        };
+        let first = self.processes.all_gather_words(&mine).swap_remove(0);
+        match first.split_first() {
+            Some((1, bytes)) => {
+                let bytes: Vec<u8> = bytes.iter().map(|&b| b as u8).collect();
+                // SAFETY: the bytes are `as_encoded_bytes` of the first rank's path, made by
+                // the same lamino binary on the same platform, whole.
+                let path = unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(bytes) };
+                Some(std::path::PathBuf::from(path))
+            }
+            _ => None,
+        }
     }
 
     /// The most bytes of the volume each process held while [`volume_slab`](Self::volume_slab)
@@ -714,98 +595,80 @@ impl AdmmTeam {
     /// slices it held. Collective.
     pub fn slab_ledger(&self) -> Vec<u64> {
         let mine = self.slab_ledger.load(Ordering::Relaxed);
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks.all_gather_words(&[mine]).concat();
-        }
-        vec![mine]
+        self.processes.all_gather_words(&[mine]).concat()
     }
 
     /// The least of `value` over the MPI ranks (`value` without ranks): what every rank agrees
     /// on where their values may differ. Collective.
     pub fn least(&self, value: u64) -> u64 {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks
-                .all_gather_words(&[value])
-                .concat()
-                .into_iter()
-                .min()
-                .unwrap_or(value);
-        }
-        value
+        self.processes
+            .all_gather_words(&[value])
+            .concat()
+            .into_iter()
+            .min()
+            .unwrap_or(value)
     }
 
     /// The bytes of the volume MPI rank `rank` keeps (the whole volume without ranks).
     pub fn volume_share_bytes(&self, rank: usize) -> u64 {
         let u = self.members[0].volume_field();
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return 4 * ranks.home_words(u, rank).len() as u64;
-        }
-        let _ = rank;
-        u.layout().bytes()
+        4 * self.processes.home_words(u, rank).len() as u64
     }
 
     /// Whether `flag` is set on any MPI rank (on this process otherwise). Collective.
     pub fn any(&self, flag: bool) -> bool {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            return ranks
-                .all_gather(vec![f32::from(u8::from(flag))])
-                .iter()
-                .any(|v| v[0] != 0.0);
-        }
-        flag
+        self.processes
+            .all_gather(vec![f32::from(u8::from(flag))])
+            .iter()
+            .any(|v| v[0] != 0.0)
     }
 
     /// Every MPI rank's setup and iteration times, bytes sent, those before the first outer
     /// iteration counted as setup, and `bus` (its devices' bytes over the bus per iteration)
     /// (empty without ranks). Collective.
     pub fn rank_reports(&self, setup_s: f64, iterations_s: f64, bus: &[u64]) -> Vec<RankReport> {
-        #[cfg(feature = "mpi")]
-        if let Some(ranks) = &self.ranks {
-            let now = SentSoFar::of(ranks);
-            let setup = self.setup_sent.clone().unwrap_or_else(|| now.clone());
-            let (sent, by_array) = (now.bytes, now.by_array);
-            let mut mine = vec![
-                setup_s.to_bits(),
-                iterations_s.to_bits(),
-                sent,
-                sent - setup.bytes,
-                (now.exchange_s - setup.exchange_s).to_bits(),
-                (now.overlapped_s - setup.overlapped_s).to_bits(),
-            ];
-            mine.extend(by_array.iter().zip(&setup.by_array).map(|(a, s)| a.1 - s.1));
-            // Every rank has as many devices.
-            mine.extend(bus);
-            let arrays = by_array.len();
-            return ranks
-                .all_gather_words(&mine)
-                .iter()
-                .enumerate()
-                .map(|(rank, w)| RankReport {
-                    rank,
-                    setup_s: f64::from_bits(w[0]),
-                    iterations_s: f64::from_bits(w[1]),
-                    bytes_sent: w[2],
-                    iteration_bytes_sent: w[3],
-                    iteration_exchange_s: f64::from_bits(w[4]),
-                    iteration_overlapped_exchange_s: f64::from_bits(w[5]),
-                    iteration_bytes_by_array: by_array
-                        .iter()
-                        .zip(&w[6..6 + arrays])
-                        .map(|((array, _), &bytes)| ArrayBytes {
-                            array: array.clone(),
-                            bytes,
-                        })
-                        .collect(),
-                    bus_bytes_per_iteration: w[6 + arrays..].to_vec(),
-                })
-                .collect();
+        if !self.is_ranks() {
+            return Vec::new();
         }
-        let _ = (setup_s, iterations_s, bus);
-        Vec::new()
+        let ranks = &self.processes;
+        let now = ranks.traffic();
+        let setup = self.setup_sent.clone().unwrap_or_else(|| now.clone());
+        let (sent, by_array) = (now.bytes, now.by_array);
+        let mut mine = vec![
+            setup_s.to_bits(),
+            iterations_s.to_bits(),
+            sent,
+            sent - setup.bytes,
+            (now.exchange_s - setup.exchange_s).to_bits(),
+            (now.overlapped_s - setup.overlapped_s).to_bits(),
+        ];
+        mine.extend(by_array.iter().zip(&setup.by_array).map(|(a, s)| a.1 - s.1));
+        // Every rank has as many devices.
+        mine.extend(bus);
+        let arrays = by_array.len();
+        ranks
+            .all_gather_words(&mine)
+            .iter()
+            .enumerate()
+            .map(|(rank, w)| RankReport {
+                rank,
+                setup_s: f64::from_bits(w[0]),
+                iterations_s: f64::from_bits(w[1]),
+                bytes_sent: w[2],
+                iteration_bytes_sent: w[3],
+                iteration_exchange_s: f64::from_bits(w[4]),
+                iteration_overlapped_exchange_s: f64::from_bits(w[5]),
+                iteration_bytes_by_array: by_array
+                    .iter()
+                    .zip(&w[6..6 + arrays])
+                    .map(|((array, _), &bytes)| ArrayBytes {
+                        array: array.clone(),
+                        bytes,
+                    })
+                    .collect(),
+                bus_bytes_per_iteration: w[6 + arrays..].to_vec(),
+            })
+            .collect()
     }
 
     /// Memoizes the operator's gridding stages (one device only: the memo layer decides per
@@ -825,9 +688,8 @@ impl AdmmTeam {
     /// Runs one outer iteration on every device and reports its terms (the same on each).
     pub fn step(&mut self, devices: &[GpuContext]) -> Result<IterationReport, SolverError> {
         assert_eq!(devices.len(), self.members.len(), "one context per member");
-        #[cfg(feature = "mpi")]
-        if let (Some(ranks), None) = (&self.ranks, &self.setup_sent) {
-            self.setup_sent = Some(SentSoFar::of(ranks));
+        if self.setup_sent.is_none() {
+            self.setup_sent = Some(self.processes.traffic());
         }
         if let [solver] = &mut self.members[..] {
             return solver.step(&devices[0]);
@@ -850,10 +712,9 @@ impl AdmmTeam {
         devices: &[GpuContext],
         path: &std::path::Path,
     ) -> Result<Checkpoint, SolverError> {
-        #[cfg(feature = "mpi")]
-        let share = self.ranks.as_ref().map(|r| self.home_words(r, r.rank()));
-        #[cfg(not(feature = "mpi"))]
-        let share = None;
+        let share = self
+            .is_ranks()
+            .then(|| self.home_words(self.processes.rank()));
         let (first, others) = self.members.split_first_mut().expect("a team has a member");
         let checkpoint = first.resume_share(&devices[0], path, share.as_ref())?;
         for m in others {
@@ -877,15 +738,6 @@ impl AdmmTeam {
             }
         }
         Ok(())
-    }
-
-    /// Whether this team is one MPI rank's part.
-    fn is_ranks(&self) -> bool {
-        #[cfg(feature = "mpi")]
-        if self.ranks.is_some() {
-            return true;
-        }
-        false
     }
 
     /// The first device's solver: the shared arrays (volume, checkpoints) and the reports.

@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use eframe::wgpu;
+use lamino::distributed::OneProcess;
 use lamino::io::write_dxchange;
 use lamino::preprocess::{
-    binned_column, binning_factor, describe_axis_search, find_rotation_axis, remove_stripes,
-    unbinned_column, AxisChoice,
+    binning_factor, describe_axis_search, unbinned_column, AxisChoice, Preprocessing,
 };
 use lamino::recon::input::{load_projections_with, LoadOptions, ProjectionInput};
+use lamino::recon::{AxisStep, Preparation, Prepared};
 use lamino::simulate::{simulated_scan, ScanSpec};
 use lamino::solver::IterationReport;
 use lamino::{
@@ -39,8 +40,8 @@ pub enum ScanSource {
 }
 
 /// What is done to a scan's projections between reading and reconstructing them: the options of
-/// `lamino reconstruct` of the same names, applied with the same library calls in its order
-/// (binning on the way in, stripes, the axis).
+/// `lamino reconstruct` of the same names, binning on the way in, then the library's
+/// [`Preparation`] (stripes, the axis), as the command line runs them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Preprocess {
     /// `--binning`: tomocupy's exponent (the detector binned by 2^b).
@@ -204,7 +205,7 @@ fn open(
         ..LoadOptions::default()
     };
     let loaded = load_projections_with(&input, &options).map_err(|e| e.to_string())?;
-    let mut projections = loaded.projections;
+    let projections = loaded.projections;
     let mut notes: Vec<String> = loaded
         .notes
         .iter()
@@ -218,47 +219,58 @@ fn open(
             preprocess.binning
         ));
     }
-    if let Some(method) = preprocess.stripes.removal() {
-        let started = Instant::now();
-        let method = method.resolved(projections.geometry().detw);
-        projections = remove_stripes(&projections, method).map_err(|e| e.to_string())?;
-        notes.push(format!(
-            "stripes removed ({method:?}) in {:.2} s",
-            started.elapsed().as_secs_f64()
-        ));
-    }
-    let axis = match preprocess.rotation_axis {
-        None => format!(
-            "rotation axis at column {:.2} (the detector's centre; set it with --rotation-axis)",
-            unbinned_column(projections.geometry().rotation_axis(), b)
-        ),
-        Some(AxisChoice::Column(c)) => {
-            projections = projections
-                .with_rotation_axis(binned_column(c, b))
-                .map_err(|e| e.to_string())?;
-            format!("rotation axis at column {c:.2} (given)")
-        }
-        Some(AxisChoice::Auto) => {
-            let started = Instant::now();
-            let tilt = projections.geometry().tilt.degrees();
-            // Cancel stops the search before its next pass.
-            link.cancel.store(false, Ordering::SeqCst);
-            let search =
-                find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, Some(&link.cancel))
-                    .map_err(|e| e.to_string())?;
-            projections = projections
-                .with_rotation_axis(binned_column(search.rotation_axis, b))
-                .map_err(|e| e.to_string())?;
-            format!(
-                "rotation axis at column {:.2} (searched over [{:.1}, {:.1}] in {:.1} s; {})",
-                search.rotation_axis,
-                search.range[0],
-                search.range[1],
-                started.elapsed().as_secs_f64(),
-                describe_axis_search(&search)
-            )
-        }
+    let preparation = Preparation {
+        stripes: preprocess.stripes.removal(),
+        axis: match preprocess.rotation_axis {
+            None => AxisStep::Geometry,
+            Some(AxisChoice::Column(c)) => AxisStep::Column(c),
+            Some(AxisChoice::Auto) => AxisStep::Search,
+        },
+        volume: None,
     };
+    let mut pre = Preprocessing {
+        binning: b,
+        rotation_axis: unbinned_column(projections.geometry().rotation_axis(), b),
+        ..Preprocessing::default()
+    };
+    // Cancel stops the axis search before its next pass.
+    link.cancel.store(false, Ordering::SeqCst);
+    let mut axis = format!(
+        "rotation axis at column {:.2} (the detector's centre; set it with --rotation-axis)",
+        pre.rotation_axis
+    );
+    let projections = preparation
+        .run(
+            ctx,
+            &OneProcess::default(),
+            projections,
+            &mut pre,
+            Some(&link.cancel),
+            &mut |step| match step {
+                Prepared::StripesRemoved {
+                    method, seconds, ..
+                } => notes.push(format!("stripes removed ({method:?}) in {seconds:.2} s")),
+                Prepared::AxisSearched {
+                    axis: column,
+                    search: Some(search),
+                    seconds,
+                    ..
+                } => {
+                    axis = format!(
+                        "rotation axis at column {column:.2} (searched over [{:.1}, {:.1}] in \
+                         {seconds:.1} s; {})",
+                        search.range[0],
+                        search.range[1],
+                        describe_axis_search(search)
+                    )
+                }
+                _ => {}
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    if let AxisStep::Column(c) = preparation.axis {
+        axis = format!("rotation axis at column {c:.2} (given)");
+    }
     let g = projections.geometry();
     let plan = with_budget(Reconstructor::new(ctx), link)
         .plan(g)

@@ -21,11 +21,11 @@ use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
 use lamino::params::AdmmParams;
 use lamino::params::InnerSolver;
 use lamino::preprocess::{
-    describe_axis_search, find_rotation_axis, AxisChoice, AxisSearch, AxisSource, PreprocessError,
-    AUTO_AXIS_RANGE_FRACTION, AXIS_NEAR_FOURIER,
+    describe_axis_search, AxisChoice, AxisSearch, PreprocessError, AUTO_AXIS_RANGE_FRACTION,
+    AXIS_NEAR_FOURIER,
 };
 use lamino::recon::input::input_geometry;
-use lamino::recon::{CheckpointInterval, Provenance};
+use lamino::recon::{AxisStep, CheckpointInterval, PrepareError, Prepared, Provenance};
 
 use super::signals::{Interrupted, StopSignals};
 use super::{Cli, CliResult};
@@ -33,8 +33,9 @@ use super::{Cli, CliResult};
 pub(super) use inputs::report_loaded;
 pub use inputs::InputArgs;
 pub use preprocess::{binned_column, unbinned_column, PreprocessArgs};
-use solve::{checkpoint_path, is_first, open_devices, rank_share, reconstructor};
-pub(super) use solve::{run_reconstruction, MemoryBudgets, MpiRanks, RunOptions};
+use preprocess::{projections_shape, say_prepared};
+use solve::{checkpoint_path, open_devices, rank_share, ranks, reconstructor};
+pub(super) use solve::{run_reconstruction, MemoryBudgets, Processes, RunOptions};
 pub(super) use volume_box::parse_span;
 use volume_box::VolumeArgs;
 
@@ -259,23 +260,23 @@ impl ReconstructArgs {
 
 pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     // Started by an MPI launcher: this process is one rank; an error on it stops them all.
-    #[cfg(feature = "mpi")]
-    if let Some(ranks) = lamino::distributed::ranks::Ranks::from_launcher()? {
-        return run_as(cli, args, Some(ranks.clone())).or_else(|e| {
-            eprintln!("error on rank {} of {}: {e}", ranks.rank(), ranks.size());
-            ranks.abort(1)
-        });
+    let processes = lamino::distributed::launch()?;
+    match processes.size() {
+        1 => run_as(cli, args, processes),
+        size => run_as(cli, args, processes.clone()).or_else(|e| {
+            eprintln!("error on rank {} of {size}: {e}", processes.rank());
+            processes.abort(1)
+        }),
     }
-    run_as(cli, args, None)
 }
 
-fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
+fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult {
     // Parameters first: a bad one is reported before any file is read.
     args.check_counts()?;
     let params = args.solver_params();
     params.validate()?;
     args.preprocess.stripe_removal()?;
-    let first = is_first(&ranks);
+    let first = processes.rank() == 0;
     let options = RunOptions {
         memo: args.memo.options(),
         budgets: MemoryBudgets {
@@ -287,7 +288,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
         checkpoint_every: Some(args.checkpoint_every),
         resume: args.resume,
         quiet: args.quiet || !first,
-        ranks,
+        processes,
         formats: unique_formats(&args.format),
         zarr: args.zarr_chunks,
         provenance: Some(Provenance::now(Some(args.input.input.clone()))),
@@ -309,10 +310,10 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
             Some(b) => lamino::scan::boxed_geometry(&g, &b)?.0,
             None => g,
         };
-        let devices = open_devices(cli, &options.ranks, true)?;
+        let devices = open_devices(cli, &options.processes, true)?;
         let builder = options
             .budgets
-            .apply(reconstructor(&devices, &options.ranks))
+            .apply(reconstructor(&devices, &options.processes))
             .params(params)
             .memo(options.memo)
             .lateral_padding(if options.pad { g.detw / 4 } else { 0 });
@@ -370,13 +371,13 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, ranks: MpiRanks) -> CliResult {
     Ok(())
 }
 
-/// Stages the scores of `search` in `set` (the writing rank's) and says what it found
-/// (`start`: when it began).
+/// Stages the scores of `search` in `set` (the writing rank's) and says what it found (in
+/// `seconds`).
 fn report_axis_search(
     search: &AxisSearch,
     out: &std::path::Path,
     set: Option<&mut OutputSet>,
-    start: std::time::Instant,
+    seconds: f64,
 ) -> CliResult {
     let csv = out.join(AXIS_SEARCH_CSV);
     if let Some(set) = set {
@@ -392,7 +393,7 @@ fn report_axis_search(
             None => format!("the default axis +- {AUTO_AXIS_RANGE_FRACTION} of the width"),
         },
         search.passes.len(),
-        start.elapsed().as_secs_f64(),
+        seconds,
         search.rotation_axis,
         csv.display()
     );
@@ -424,17 +425,16 @@ fn reconstruct_into(
     };
     // The devices first: under MPI, a rank's share of the projections depends on how many
     // devices every rank has. A rank reads only its share.
-    let devices = open_devices(cli, &options.ranks, false)?;
+    let devices = open_devices(cli, &options.processes, false)?;
     options.budgets.cap_devices(&devices);
-    let share = rank_share(&options.ranks);
+    let share = rank_share(&options.processes);
     let share = share
         .as_ref()
         .map(|s| s as &dyn Fn(usize) -> std::ops::Range<usize>);
     let (projections, mut pre) =
         args.preprocess
-            .load_share(&args.input, options.quiet, share, &options.ranks)?;
+            .load_share(&args.input, options.quiet, share, &options.processes)?;
     signals.stop_before_solving("reading the projections")?;
-    let ctx = &devices[0];
     let b = pre.binning;
     let volume = args.volume.volume_box(projections.geometry(), b)?;
     let resumed_axis = match (&checkpoint, args.rotation_axis) {
@@ -446,104 +446,63 @@ fn reconstruct_into(
         )),
         _ => None,
     };
-    let projections = match (args.rotation_axis, resumed_axis) {
-        (None, _) => projections,
-        (Some(AxisChoice::Column(c)), _) => {
-            pre.rotation_axis_source = AxisSource::Given;
-            pre.rotation_axis = c;
-            projections.with_rotation_axis(binned_column(c, b))?
-        }
-        // No column of this detector gives the checkpoint's axis: the geometry check below
-        // says what differs.
-        (Some(AxisChoice::Auto), Some(None)) => projections,
-        (Some(AxisChoice::Auto), Some(Some(axis))) => {
-            pre.rotation_axis_source = AxisSource::Checkpoint;
-            pre.rotation_axis = unbinned_column(axis, b);
-            if !options.quiet {
-                eprintln!(
-                    "rotation axis {:.2} (unbinned columns): the one {} was written with, not \
-                     searched again",
-                    pre.rotation_axis,
+    let axis = match (args.rotation_axis, resumed_axis) {
+        (None, _) => AxisStep::Geometry,
+        (Some(AxisChoice::Column(c)), _) => AxisStep::Column(c),
+        // The checkpoint's (none where no column of this detector gives it: the geometry
+        // check below says what differs).
+        (Some(AxisChoice::Auto), Some(axis)) => AxisStep::Checkpoint(axis),
+        (Some(AxisChoice::Auto), None) => AxisStep::Search,
+    };
+    let preparation = args.preprocess.preparation(axis, volume)?;
+    let rank = ranks(&options.processes).map(|r| (r.rank(), r.size()));
+    let mut say = say_prepared(
+        options.quiet,
+        args.quiet,
+        projections_shape(&projections),
+        rank,
+    );
+    let mut reported = Ok(());
+    // A stop signal ends the axis search before its next pass.
+    let flag = signals.flag();
+    let prepared = preparation.run(
+        &devices[0],
+        &*options.processes,
+        projections,
+        &mut pre,
+        Some(&*flag),
+        &mut |step| {
+            match &step {
+                Prepared::AxisFromCheckpoint { axis } if !options.quiet => eprintln!(
+                    "rotation axis {axis:.2} (unbinned columns): the one {} was written with, \
+                     not searched again",
                     checkpoint_path(&args.out).display()
-                );
+                ),
+                Prepared::AxisSearched {
+                    search: Some(search),
+                    seconds,
+                    ..
+                } => {
+                    reported = report_axis_search(search, &args.out, set.as_deref_mut(), *seconds);
+                }
+                _ => {}
             }
-            projections.with_rotation_axis(axis)?
-        }
-        (Some(AxisChoice::Auto), None) => {
-            let g = projections.geometry();
-            let tilt = g.tilt.degrees();
-            let start = std::time::Instant::now();
-            if !options.quiet {
-                // The search takes seconds to minutes: say what runs until its result.
-                eprintln!("searching for the rotation axis (--rotation-axis auto) ...");
-            }
-            // A stop signal ends the search before its next pass.
-            let flag = signals.flag();
-            let cancel = Some(&*flag);
-            // Under MPI every rank sums its angles in turn, the first scores and tells the others.
-            #[cfg(feature = "mpi")]
-            let searched = match &options.ranks {
-                Some(r) => lamino::preprocess::find_rotation_axis_on_ranks(
-                    ctx,
-                    r,
-                    &projections,
-                    b,
-                    tilt,
-                    cancel,
-                )
-                .map(|(axis, search, share)| {
-                    if !options.quiet {
-                        eprintln!(
-                            "rank {} of {}: axis searched on its angles {}..{} (the ranks summing \
-                             theirs in turn), holding at most {} projection values and {} slab \
-                             values at once",
-                            r.rank(),
-                            r.size(),
-                            share.angles.start,
-                            share.angles.end,
-                            share.values_held,
-                            share.slab_values_held
-                        );
-                    }
-                    (axis, search)
-                }),
-                None => find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, cancel)
-                    .map(|s| (s.rotation_axis, Some(s))),
-            };
-            #[cfg(not(feature = "mpi"))]
-            let searched = find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, cancel)
-                .map(|s| (s.rotation_axis, Some(s)));
-            if matches!(searched, Err(PreprocessError::Cancelled)) {
-                signals.stop_before_solving("the rotation-axis search")?;
-            }
-            let searched = searched?;
-            signals.stop_before_solving("the rotation-axis search")?;
-            let (axis, search) = searched;
-            pre.rotation_axis_source = AxisSource::Searched;
-            pre.rotation_axis = axis;
-            if let Some(search) = search {
-                report_axis_search(&search, &args.out, set.as_deref_mut(), start)?;
-                pre.axis_search = Some(search);
-            }
-            projections.with_rotation_axis(binned_column(axis, b))?
-        }
+            say(step);
+        },
+    );
+    let step = match axis {
+        AxisStep::Search => "the rotation-axis search",
+        _ => "preparing the projections",
     };
-    let projections = match volume {
-        Some(volume) => {
-            let (deth, detw) = (projections.geometry().deth, projections.geometry().detw);
-            let boxed = projections.with_volume(&volume)?;
-            let kept = [boxed.geometry().deth, boxed.geometry().detw];
-            if kept != [deth, detw] && !args.quiet {
-                eprintln!(
-                    "slab/roi: the operator uses the {} of {deth} detector rows and {} of {detw} \
-                     columns the box projects onto (its shadow, plus the gridding kernel's reach)",
-                    kept[0], kept[1]
-                );
-            }
-            boxed
-        }
-        None => projections,
-    };
+    if matches!(
+        prepared,
+        Err(PrepareError::Preprocess(PreprocessError::Cancelled))
+    ) {
+        signals.stop_before_solving(step)?;
+    }
+    let projections = prepared?;
+    reported?;
+    signals.stop_before_solving(step)?;
     if let Some(checkpoint) = &checkpoint {
         resume::check_geometry(checkpoint, projections.geometry(), &pre, options.pad)?;
     }

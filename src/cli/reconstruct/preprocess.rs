@@ -6,12 +6,12 @@ use clap::{Args, ValueEnum};
 use lamino::io::{PixelSize, MAX_CLAMPED_FRACTION};
 pub use lamino::preprocess::{binned_column, unbinned_column};
 use lamino::preprocess::{
-    binning_factor, parse_binning, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
-    FW_SIGMA,
+    binning_factor, parse_binning, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA,
 };
 use lamino::recon::input::{
     input_geometry, load_projection_share, load_projections_with, LoadOptions,
 };
+use lamino::recon::{AxisStep, Preparation, Prepared};
 use lamino::scan::Projections;
 
 use super::inputs::{report_loaded, InputArgs};
@@ -134,25 +134,49 @@ impl PreprocessArgs {
         }
     }
 
-    /// Reads the projections binned and with stripes removed; prints what it did unless `quiet`.
+    /// Reads the projections binned and with stripes removed (the first step of a
+    /// [`Preparation`]); prints what it did unless `quiet`.
     pub fn load(
         &self,
         input: &InputArgs,
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
-        self.load_share(input, quiet, None, &None)
+        let one = lamino::distributed::OneProcess::shared();
+        let (projections, mut pre) = self.load_share(input, quiet, None, &one)?;
+        let preparation = self.preparation(AxisStep::Geometry, None)?;
+        let shape = projections_shape(&projections);
+        let projections = preparation.remove_stripes(
+            &*one,
+            projections,
+            &mut pre,
+            &mut say_prepared(quiet, quiet, shape, None),
+        )?;
+        Ok((projections, pre))
     }
 
-    /// As [`load`](Self::load), reading only the angles `share(ntheta)` when given (an MPI
-    /// rank's, one of `ranks`; see [`load_projection_share`]). Stripe removal, which needs
-    /// every angle of each sinogram, then runs on the ranks together, each on its share of the
-    /// detector rows ([`lamino::preprocess::remove_stripes_on_ranks`]).
+    /// The steps after reading ([`Preparation`]): the stripe removal these options ask for,
+    /// then `axis` and the box `volume` (binned voxels).
+    pub(super) fn preparation(
+        &self,
+        axis: AxisStep,
+        volume: Option<lamino::operator::VolumeBox>,
+    ) -> Result<Preparation, String> {
+        Ok(Preparation {
+            stripes: self.stripe_removal()?,
+            axis,
+            volume,
+        })
+    }
+
+    /// Reads the projections binned (only the angles `share(ntheta)` when given: an MPI
+    /// rank's, one of `processes`; see [`load_projection_share`]), the stripe parameters checked
+    /// against the detector first; prints what it read unless `quiet`.
     pub fn load_share(
         &self,
         input: &InputArgs,
         quiet: bool,
         share: Option<&dyn Fn(usize) -> std::ops::Range<usize>>,
-        ranks: &super::solve::MpiRanks,
+        processes: &super::solve::Processes,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let stripes = self.stripe_removal()?;
         let options = self.load_options();
@@ -165,7 +189,7 @@ impl PreprocessArgs {
             Some(share) => load_projection_share(&input, &options, share)?,
             None => load_projections_with(&input, &options)?,
         };
-        #[cfg(feature = "mpi")]
+        let ranks = super::solve::ranks(processes);
         if let (Some(r), false) = (ranks, quiet) {
             let p = &loaded.projections;
             let angles = p.angles();
@@ -191,10 +215,10 @@ impl PreprocessArgs {
                 given.value, recorded.value
             );
         }
-        let mut projections = report_loaded(loaded, quiet);
+        let projections = report_loaded(loaded, quiet);
         let g = projections.geometry().clone();
         let b = self.binning_factor();
-        let mut pre = Preprocessing {
+        let pre = Preprocessing {
             binning: b,
             stripe_removal: None,
             rotation_axis_source: AxisSource::Geometry,
@@ -206,22 +230,6 @@ impl PreprocessArgs {
             tilt_source: Some(tilt_source),
             angles_source: Some(angles_source),
         };
-        if let Some(method) = stripes {
-            let start = std::time::Instant::now();
-            let method = method.resolved(g.detw);
-            projections =
-                remove_stripes_here(projections, method, share.and(ranks.as_ref()), quiet)?;
-            if !quiet {
-                eprintln!(
-                    "stripes removed ({method:?}) from {} sinograms of {} x {} in {:.2} s",
-                    g.deth,
-                    g.ntheta(),
-                    g.detw,
-                    start.elapsed().as_secs_f64()
-                );
-            }
-            pre.stripe_removal = Some(method);
-        }
         if b > 1 && !quiet {
             let g = projections.geometry();
             eprintln!(
@@ -234,41 +242,61 @@ impl PreprocessArgs {
     }
 }
 
-/// The projections with stripes removed: by the MPI ranks together when `ranks` is given (each
-/// holding its share of the angles), else here.
-#[cfg(feature = "mpi")]
-fn remove_stripes_here(
-    projections: Projections,
-    method: StripeRemoval,
-    ranks: Option<&std::sync::Arc<lamino::distributed::ranks::Ranks>>,
-    quiet: bool,
-) -> Result<Projections, Box<dyn std::error::Error>> {
-    let Some(r) = ranks else {
-        return Ok(remove_stripes(&projections, method)?);
-    };
-    let held = projections.values().len();
-    let (mine, stripes) = lamino::preprocess::remove_stripes_on_ranks(r, projections, method)?;
-    if !quiet {
-        eprintln!(
-            "rank {} of {}: stripes removed from the sinograms of detector rows {}..{}, holding \
-             at most {} projection values at once (its angles {held})",
-            r.rank(),
-            r.size(),
-            stripes.rows.start,
-            stripes.rows.end,
-            stripes.values_held
-        );
-    }
-    Ok(mine)
+/// `(angles, rows, columns)` of `projections`' whole scan (its geometry's).
+pub(super) fn projections_shape(projections: &Projections) -> [usize; 3] {
+    let g = projections.geometry();
+    [g.ntheta(), g.deth, g.detw]
 }
 
-/// The projections with stripes removed (no MPI ranks in this build).
-#[cfg(not(feature = "mpi"))]
-fn remove_stripes_here(
-    projections: Projections,
-    method: StripeRemoval,
-    _ranks: Option<&std::convert::Infallible>,
-    _quiet: bool,
-) -> Result<Projections, Box<dyn std::error::Error>> {
-    Ok(remove_stripes(&projections, method)?)
+/// Prints what the steps of a [`Preparation`] did on projections of `shape` (see
+/// [`projections_shape`]) unless `quiet`, as rank `rank` of the MPI ranks where `rank` says
+/// `(rank, ranks)`; the box's message unless `quiet_box` (every rank says it). The axis
+/// search's scores are reported by its caller.
+pub(super) fn say_prepared(
+    quiet: bool,
+    quiet_box: bool,
+    [ntheta, deth, detw]: [usize; 3],
+    rank: Option<(usize, usize)>,
+) -> impl FnMut(Prepared<'_>) {
+    let (r, k) = rank.unwrap_or((0, 1));
+    move |step| match step {
+        Prepared::StripesRemoved {
+            method,
+            seconds,
+            share,
+        } if !quiet => {
+            if let Some((stripes, held)) = share {
+                eprintln!(
+                    "rank {r} of {k}: stripes removed from the sinograms of detector rows \
+                     {}..{}, holding at most {} projection values at once (its angles {held})",
+                    stripes.rows.start, stripes.rows.end, stripes.values_held
+                );
+            }
+            eprintln!(
+                "stripes removed ({method:?}) from {deth} sinograms of {ntheta} x {detw} in \
+                 {seconds:.2} s"
+            );
+        }
+        // The search takes seconds to minutes: say what runs until its result.
+        Prepared::AxisSearchStarted if !quiet => {
+            eprintln!("searching for the rotation axis (--rotation-axis auto) ...");
+        }
+        Prepared::AxisSearched {
+            share: Some(share), ..
+        } if !quiet => {
+            eprintln!(
+                "rank {r} of {k}: axis searched on its angles {}..{} (the ranks summing theirs \
+                 in turn), holding at most {} projection values and {} slab values at once",
+                share.angles.start, share.angles.end, share.values_held, share.slab_values_held
+            );
+        }
+        Prepared::Boxed { kept, of } if kept != of && !quiet_box => {
+            eprintln!(
+                "slab/roi: the operator uses the {} of {} detector rows and {} of {} columns the \
+                 box projects onto (its shadow, plus the gridding kernel's reach)",
+                kept[0], of[0], kept[1], of[1]
+            );
+        }
+        _ => {}
+    }
 }

@@ -2,9 +2,9 @@
 //! the memory budgets, the parameter echo, progress, the stop signals and the staged outputs.
 
 use std::path::{Path, PathBuf};
-#[cfg(feature = "mpi")]
 use std::sync::Arc;
 
+use lamino::distributed::Collective;
 use lamino::gpu::GpuContext;
 use lamino::io::{OutputSet, StackFormat};
 use lamino::memo::{MemoOptions, MemoPolicy};
@@ -17,18 +17,13 @@ use super::super::progress::IterationProgress;
 use super::super::signals::{Interrupted, StopSignals};
 use super::super::Cli;
 
-/// The MPI ranks this process is one of (never any without the `mpi` feature).
-#[cfg(feature = "mpi")]
-pub(in crate::cli) type MpiRanks = Option<Arc<lamino::distributed::ranks::Ranks>>;
-#[cfg(not(feature = "mpi"))]
-pub(in crate::cli) type MpiRanks = Option<std::convert::Infallible>;
+/// The processes of the run ([`lamino::distributed::launch`]): this one alone, or the MPI
+/// ranks it is one of.
+pub(in crate::cli) type Processes = Arc<dyn Collective>;
 
-/// Whether this process writes the outputs and speaks: the first rank, or the only process.
-pub(super) fn is_first(ranks: &MpiRanks) -> bool {
-    #[cfg(feature = "mpi")]
-    return ranks.as_ref().is_none_or(|r| r.rank() == 0);
-    #[cfg(not(feature = "mpi"))]
-    ranks.is_none()
+/// The MPI ranks this process is one of: the processes when there are several.
+pub(super) fn ranks(processes: &Processes) -> Option<&Processes> {
+    (processes.size() > 1).then_some(processes)
 }
 
 /// The devices of this process: the global options' devices, or under MPI this rank's (see
@@ -36,17 +31,14 @@ pub(super) fn is_first(ranks: &MpiRanks) -> bool {
 /// only `planning` (`--dry-run`) run nothing: a software adapter needs no opt-in for them.
 pub(super) fn open_devices(
     cli: &Cli,
-    ranks: &MpiRanks,
+    processes: &Processes,
     planning: bool,
 ) -> Result<Vec<GpuContext>, Box<dyn std::error::Error>> {
-    #[cfg(feature = "mpi")]
-    if let Some(r) = ranks {
-        let local = lamino::distributed::ranks::Ranks::local_rank().unwrap_or(r.rank());
-        let devices = cli.rank_contexts(local, r.rank() == 0, planning)?;
+    if let Some(r) = ranks(processes) {
+        let devices = cli.rank_contexts(r.local_rank(), r.rank() == 0, planning)?;
         r.set_devices(devices.len())?;
         return Ok(devices);
     }
-    let _ = ranks;
     match planning {
         true => Ok(cli.planning_contexts()?),
         false => Ok(cli.contexts()?),
@@ -55,23 +47,17 @@ pub(super) fn open_devices(
 
 /// The angles an MPI rank keeps, by the number of angles (`None` without ranks).
 pub(super) fn rank_share(
-    ranks: &MpiRanks,
+    processes: &Processes,
 ) -> Option<impl Fn(usize) -> std::ops::Range<usize> + '_> {
-    #[cfg(feature = "mpi")]
-    return ranks.as_ref().map(|r| move |n| r.home(r.rank(), n));
-    #[cfg(not(feature = "mpi"))]
-    ranks.as_ref().map(|r| move |_: usize| match *r {})
+    ranks(processes).map(|r| move |n| r.home(r.rank(), n))
 }
 
-/// A reconstruction on `devices`, as one of `ranks` under MPI.
-pub(super) fn reconstructor<'a>(devices: &'a [GpuContext], ranks: &MpiRanks) -> Reconstructor<'a> {
-    let builder = Reconstructor::on_devices(devices);
-    #[cfg(feature = "mpi")]
-    if let Some(ranks) = ranks {
-        return builder.on_ranks(ranks.clone());
-    }
-    let _ = ranks;
-    builder
+/// A reconstruction on `devices`, as one of the `processes` (under MPI, a rank).
+pub(super) fn reconstructor<'a>(
+    devices: &'a [GpuContext],
+    processes: &Processes,
+) -> Reconstructor<'a> {
+    Reconstructor::on_devices(devices).processes(processes.clone())
 }
 
 /// The solver parameters as the command line names them, one per line, with the default of
@@ -179,7 +165,7 @@ pub(in crate::cli) struct RunOptions {
     pub checkpoint_every: Option<CheckpointInterval>,
     pub resume: bool,
     pub quiet: bool,
-    pub ranks: MpiRanks,
+    pub processes: Processes,
     /// The formats the volume is written in.
     pub formats: Vec<StackFormat>,
     /// recon.zarr's chunks and pyramid (`None`: the default for the volume's shape).
@@ -259,7 +245,7 @@ pub(in crate::cli) fn run_reconstruction<'a>(
     );
     let mut builder = o
         .budgets
-        .apply(reconstructor(devices, &o.ranks))
+        .apply(reconstructor(devices, &o.processes))
         .params(params)
         .memo(o.memo)
         .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
@@ -287,8 +273,7 @@ pub(in crate::cli) fn run_reconstruction<'a>(
         progress.suspend(|| eprintln!("{plan}"));
     }
     let mut solved = builder.solve(projections)?;
-    #[cfg(feature = "mpi")]
-    if let (Some(ranks), false) = (&o.ranks, o.quiet) {
+    if let (Some(ranks), false) = (ranks(&o.processes), o.quiet) {
         let s = ranks.scratch_ledger();
         if s.arrays > 0 {
             eprintln!(

@@ -1,0 +1,183 @@
+//! The steps between a scan as read (binned, flat-fielded) and the solver's projections, in one
+//! order for every front end (the command line, Python): stripes removed, then the rotation
+//! axis (the geometry's, a column given, a checkpoint's, or searched), then the box of the
+//! volume the operator reconstructs. Under MPI ranks each process holds its share of the angles
+//! and the steps run on every rank together ([`Collective`]); alone they run here. The front
+//! ends only map their arguments onto a [`Preparation`] and say what each step did
+//! ([`Prepared`]).
+
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use crate::distributed::Collective;
+use crate::gpu::GpuContext;
+use crate::operator::VolumeBox;
+use crate::preprocess::{
+    binned_column, find_rotation_axis, find_rotation_axis_on_ranks, remove_stripes,
+    remove_stripes_on_ranks, unbinned_column, AxisSearch, AxisSearchShare, AxisSource,
+    PreprocessError, Preprocessing, StripeRemoval, StripeShare,
+};
+use crate::scan::{Projections, ScanError};
+
+/// How the rotation axis is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AxisStep {
+    /// The scan geometry's (its `center`, else the detector's middle).
+    Geometry,
+    /// A column of the **unbinned** detector (`--rotation-axis X`, tomopy's `center`).
+    Column(f64),
+    /// Searched on the binned projections ([`find_rotation_axis`]; on MPI ranks
+    /// [`find_rotation_axis_on_ranks`]).
+    Search,
+    /// The one a checkpoint was written with, which a resumed run takes instead of searching
+    /// again: the column of the binned detector that gives it, `None` where no column does (the
+    /// resumed run's geometry check then says what differs).
+    Checkpoint(Option<f64>),
+}
+
+/// The steps from the scan as read to the solver's projections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preparation {
+    /// Stripe removal, its parameters resolved for the detector when it runs.
+    pub stripes: Option<StripeRemoval>,
+    pub axis: AxisStep,
+    /// A box of the volume, in the binned voxels of the scan as read.
+    pub volume: Option<VolumeBox>,
+}
+
+/// What a step did, as it is done.
+#[derive(Debug)]
+pub enum Prepared<'a> {
+    /// Stripes removed with `method` (resolved) in `seconds`; under MPI ranks, the rows this
+    /// rank corrected and what it held, against the `held` projection values of its angles.
+    StripesRemoved {
+        method: StripeRemoval,
+        seconds: f64,
+        share: Option<(StripeShare, usize)>,
+    },
+    /// The axis search begins (it takes seconds to minutes).
+    AxisSearchStarted,
+    /// The axis searched (unbinned columns) in `seconds`: the search on the process that scored
+    /// it, and under MPI ranks what this rank held.
+    AxisSearched {
+        axis: f64,
+        search: Option<&'a AxisSearch>,
+        share: Option<AxisSearchShare>,
+        seconds: f64,
+    },
+    /// The checkpoint's axis taken (unbinned columns), not searched again.
+    AxisFromCheckpoint { axis: f64 },
+    /// The volume's box: the operator uses `kept` (rows, columns) of the detector's `of`.
+    Boxed { kept: [usize; 2], of: [usize; 2] },
+}
+
+/// Why a preparation stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrepareError {
+    #[error(transparent)]
+    Preprocess(#[from] PreprocessError),
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+}
+
+impl Preparation {
+    /// Runs the steps on `projections` (binned by `pre.binning`; under MPI ranks this rank's
+    /// share of the angles), on `ctx` for the axis search, and records in `pre` what they
+    /// chose (the stripe removal, the axis and its source, the search); `note` hears of each
+    /// step as it is done. `cancel` stops the axis search before its next pass
+    /// ([`PreprocessError::Cancelled`]). Collective under MPI ranks.
+    pub fn run(
+        &self,
+        ctx: &GpuContext,
+        processes: &dyn Collective,
+        mut projections: Projections,
+        pre: &mut Preprocessing,
+        cancel: Option<&AtomicBool>,
+        note: &mut dyn FnMut(Prepared<'_>),
+    ) -> Result<Projections, PrepareError> {
+        let ranks = processes.size() > 1;
+        let b = pre.binning;
+        projections = self.remove_stripes(processes, projections, pre, note)?;
+        projections = match self.axis {
+            AxisStep::Geometry => projections,
+            AxisStep::Column(c) => {
+                pre.rotation_axis_source = AxisSource::Given;
+                pre.rotation_axis = c;
+                projections.with_rotation_axis(binned_column(c, b))?
+            }
+            AxisStep::Checkpoint(None) => projections,
+            AxisStep::Checkpoint(Some(axis)) => {
+                pre.rotation_axis_source = AxisSource::Checkpoint;
+                pre.rotation_axis = unbinned_column(axis, b);
+                note(Prepared::AxisFromCheckpoint {
+                    axis: pre.rotation_axis,
+                });
+                projections.with_rotation_axis(axis)?
+            }
+            AxisStep::Search => {
+                let start = Instant::now();
+                note(Prepared::AxisSearchStarted);
+                let tilt = projections.geometry().tilt.degrees();
+                // Under MPI every rank sums its angles in turn, the first scores and tells the
+                // others.
+                let (axis, search, share) = match ranks {
+                    true => {
+                        find_rotation_axis_on_ranks(ctx, processes, &projections, b, tilt, cancel)
+                            .map(|(axis, search, share)| (axis, search, Some(share)))?
+                    }
+                    false => find_rotation_axis(ctx, &projections, b, tilt, None, 0.0, cancel)
+                        .map(|s| (s.rotation_axis, Some(s), None))?,
+                };
+                pre.rotation_axis_source = AxisSource::Searched;
+                pre.rotation_axis = axis;
+                note(Prepared::AxisSearched {
+                    axis,
+                    search: search.as_ref(),
+                    share,
+                    seconds: start.elapsed().as_secs_f64(),
+                });
+                pre.axis_search = search;
+                projections.with_rotation_axis(binned_column(axis, b))?
+            }
+        };
+        if let Some(volume) = &self.volume {
+            let of = [projections.geometry().deth, projections.geometry().detw];
+            projections = projections.with_volume(volume)?;
+            let kept = [projections.geometry().deth, projections.geometry().detw];
+            note(Prepared::Boxed { kept, of });
+        }
+        Ok(projections)
+    }
+
+    /// The first step of [`run`](Self::run) alone: `projections` with stripes removed, if the
+    /// preparation removes them (recorded in `pre`). Collective under MPI ranks.
+    pub fn remove_stripes(
+        &self,
+        processes: &dyn Collective,
+        projections: Projections,
+        pre: &mut Preprocessing,
+        note: &mut dyn FnMut(Prepared<'_>),
+    ) -> Result<Projections, PrepareError> {
+        let Some(method) = self.stripes else {
+            return Ok(projections);
+        };
+        let start = Instant::now();
+        let method = method.resolved(projections.geometry().detw);
+        let (projections, share) = match processes.size() > 1 {
+            true => {
+                let held = projections.values().len();
+                let (mine, share) = remove_stripes_on_ranks(processes, projections, method)?;
+                (mine, Some((share, held)))
+            }
+            false => (remove_stripes(&projections, method)?, None),
+        };
+        pre.stripe_removal = Some(method);
+        note(Prepared::StripesRemoved {
+            method,
+            seconds: start.elapsed().as_secs_f64(),
+            share,
+        });
+        Ok(projections)
+    }
+}
