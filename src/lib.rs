@@ -93,14 +93,13 @@ pub mod shaders;
 pub mod simulate;
 pub mod solver;
 
-pub use geometry::Tilt;
+pub use geometry::{DetectorColumn, Geometry, Tilt};
 pub use gpu::{
     list_adapters, DeviceOptions, DeviceSelection, GpuContext, GpuError, SliceAxis, SliceMode,
     SlicePass,
 };
 pub use io::{write_volume, IoError, Stack, VolumeSlabs};
 pub use num_complex::{self, Complex32};
-pub use operator::Geometry;
 pub use params::AdmmParams;
 pub use recon::{
     CheckpointInterval, IterateView, Progress, ReconError, Reconstruction, Reconstructor, Solved,

@@ -6,8 +6,8 @@ use std::ops::Range;
 
 use thiserror::Error;
 
+use crate::geometry::{Geometry, GeometryError, VolumeBox};
 use crate::io::{normalize, ClampCount, NormalizeError, Stack, MAX_CLAMPED_FRACTION};
-use crate::operator::{Geometry, GeometryError, VolumeBox};
 use crate::params::DataScale;
 use crate::solver::ProjectionBlocks;
 

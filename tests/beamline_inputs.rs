@@ -12,11 +12,11 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use hdf5_writer::{AttributeBuilder, DatasetBuilder, Hdf5Builder, Hdf5Writer, WriteOptions};
+use lamino::geometry::Geometry;
 use lamino::io::{
     read_dxchange, read_dxchange_with, read_tiff_volume, AngleUnit, IoError, Scan, ScanOptions,
     Stack, StatedLength,
 };
-use lamino::operator::Geometry;
 use lamino::recon::input::{
     input_geometry, load_projections, read_angle_list_in, InputError, LoadOptions, ProjectionInput,
 };

@@ -341,7 +341,7 @@ fn devices_lists_every_adapter_and_the_selftest_passes() {
 
 #[test]
 fn apply_operator_commands_match_the_references_and_check_shapes() {
-    use lamino::operator::Geometry;
+    use lamino::geometry::Geometry;
     use lamino::reference::{usfft1d_direct, CpuOperator};
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name);
@@ -429,7 +429,8 @@ fn apply_operator_commands_match_the_references_and_check_shapes() {
 
 #[test]
 fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
-    use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+    use lamino::geometry::Geometry;
+    use lamino::operator::{Apply, LaminoOperator, OperatorOptions};
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name);
     let n = 16;

@@ -9,8 +9,8 @@ use std::f64::consts::PI;
 use std::time::Instant;
 
 use common::{correlation, ctx};
+use lamino::geometry::Geometry;
 use lamino::metrics::rel_l2;
-use lamino::operator::Geometry;
 use lamino::params::AdmmParams;
 use lamino::recon::input::{load_projections, read_volume, ProjectionInput};
 use lamino::recon::{Padding, ReconError, Reconstructor};

@@ -10,8 +10,8 @@ use lamino::Tilt;
 
 use common::process::{run_lamino, succeeded};
 use common::{chip_projections, correlation, ctx};
+use lamino::geometry::Geometry;
 use lamino::metrics::rel_l2;
-use lamino::operator::Geometry;
 use lamino::preprocess::{find_rotation_axis, half_turn};
 use lamino::recon::{Reconstruction, Reconstructor};
 use lamino::reference::fbp;

@@ -8,11 +8,10 @@ use lamino::Tilt;
 
 use common::ctx;
 use lamino::array::{Field, Scalars};
+use lamino::geometry::Geometry;
 use lamino::gpu::{GpuContext, Traffic};
 use lamino::memo::{Memo, MemoOptions, MemoPolicy, MemoStages, MemoStats};
-use lamino::operator::{
-    Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source, Space, Stage,
-};
+use lamino::operator::{Apply, LaminoOperator, OperatorOptions, Sink, Source, Space, Stage};
 use lamino::params::AdmmParams;
 use lamino::random::SplitMix64;
 use lamino::solver::AdmmSolver;

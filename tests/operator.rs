@@ -10,12 +10,10 @@ use std::f64::consts::PI;
 
 use common::{ctx, new_context, to_f64};
 use lamino::array::Residency;
+use lamino::geometry::{Geometry, GeometryError, VolumeBox};
 use lamino::gpu::GpuContext;
 use lamino::metrics::nan_max;
-use lamino::operator::{
-    AdjointGridding, Apply, Geometry, GeometryError, LaminoOperator, OperatorError,
-    OperatorOptions, VolumeBox,
-};
+use lamino::operator::{AdjointGridding, Apply, LaminoOperator, OperatorError, OperatorOptions};
 use lamino::random::SplitMix64;
 use lamino::reference::{fft2d_adjoint_direct, usfft1d_direct, usfft2d_direct};
 use num_complex::{Complex, Complex32};

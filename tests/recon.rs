@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::ctx;
-use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+use lamino::geometry::Geometry;
+use lamino::operator::{Apply, LaminoOperator, OperatorOptions};
 use lamino::params::AdmmParams;
 use lamino::plan::{Mode, PlanError};
 use lamino::recon::{ReconError, Reconstructor};
@@ -147,9 +148,9 @@ fn the_plan_holds_what_the_run_holds_and_a_budget_too_small_for_one_chunk_is_ref
 #[test]
 fn a_preparation_takes_the_steps_in_order_and_records_them() {
     use lamino::distributed::OneProcess;
-    use lamino::operator::VolumeBox;
+    use lamino::geometry::VolumeBox;
     use lamino::preprocess::{
-        bin_projections, binned_column, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
+        bin_projections, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
     };
     use lamino::recon::{AxisStep, Preparation, Prepared};
 
@@ -157,7 +158,7 @@ fn a_preparation_takes_the_steps_in_order_and_records_them() {
     let b = 2;
     let binned = bin_projections(&scan, b).unwrap();
     let method = StripeRemoval::Sorting { size: None };
-    let axis = 15.25;
+    let axis = lamino::DetectorColumn::recorded(15.25);
     let volume = VolumeBox {
         z: 4..12,
         y: 2..14,
@@ -200,7 +201,7 @@ fn a_preparation_takes_the_steps_in_order_and_records_them() {
     let method = method.resolved(binned.geometry().detw);
     let by_hand = remove_stripes(&binned, method)
         .unwrap()
-        .with_rotation_axis(binned_column(axis, b))
+        .with_rotation_axis(axis.in_binned(b))
         .unwrap()
         .with_volume(&volume)
         .unwrap();

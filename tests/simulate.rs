@@ -8,9 +8,10 @@ use lamino::Tilt;
 use std::f64::consts::PI;
 
 use common::ctx;
+use lamino::geometry::Geometry;
 use lamino::io::{normalize, read_dxchange};
 use lamino::metrics::nan_max;
-use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+use lamino::operator::{Apply, LaminoOperator, OperatorOptions};
 use lamino::random::SplitMix64;
 use lamino::simulate::{
     blobs, chip, detector_frame, poisson, project, rasterize, shepp, Cuboid, Ellipsoid, Gaussian,

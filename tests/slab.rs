@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use common::ctx;
-use lamino::operator::{Geometry, VolumeBox};
+use lamino::geometry::{Geometry, VolumeBox};
 use lamino::params::AdmmParams;
 use lamino::recon::{Reconstruction, Reconstructor};
 use lamino::scan::Projections;

@@ -3,8 +3,9 @@
 
 mod common;
 
+use lamino::geometry::Geometry;
 use lamino::memory::resident_bytes;
-use lamino::operator::{Geometry, OperatorOptions};
+use lamino::operator::OperatorOptions;
 use lamino::params::AdmmParams;
 use lamino::random::SplitMix64;
 use lamino::solver::AdmmSolver;

@@ -7,7 +7,8 @@ mod common;
 use lamino::Tilt;
 
 use common::ctx;
-use lamino::operator::{Apply, Geometry, LaminoOperator, OperatorOptions};
+use lamino::geometry::Geometry;
+use lamino::operator::{Apply, LaminoOperator, OperatorOptions};
 use lamino::params::AdmmParams;
 use lamino::solver::{AdmmSolver, SolverError};
 use num_complex::Complex32;

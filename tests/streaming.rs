@@ -55,8 +55,9 @@ fn peak_heap_during<T>(f: impl FnOnce() -> T) -> (T, u64) {
 }
 
 use lamino::array::Residency;
+use lamino::geometry::Geometry;
 use lamino::io::{SlabVisitor, VolumeSlabs};
-use lamino::operator::{Geometry, OperatorOptions};
+use lamino::operator::OperatorOptions;
 use lamino::params::AdmmParams;
 use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
 use lamino::recon::Reconstructor;
@@ -235,7 +236,7 @@ fn streaming_at_an_eighth_of_the_device_gives_the_in_core_bits_and_checkpoints_a
 /// 256^3 at 256 angles plans within 192 MiB, a budget below the tables alone.
 #[test]
 fn a_256_cube_plans_within_192_mib_with_streamed_tables() {
-    let g = lamino::operator::Geometry::cube(256, 256, Tilt::from_degrees(30.0));
+    let g = lamino::geometry::Geometry::cube(256, 256, Tilt::from_degrees(30.0));
     let budget = 192 << 20;
     let p = plan(
         common::ctx(),
@@ -257,7 +258,7 @@ fn a_256_cube_plans_within_192_mib_with_streamed_tables() {
 /// 1/256 of the array per call site (6.4 GiB); what exceeds 512 GiB of host goes to scratch.
 #[test]
 fn a_2048_cube_plans_within_8_gib_on_paper() {
-    let g = lamino::operator::Geometry::cube(2048, 2048, Tilt::from_degrees(30.0));
+    let g = lamino::geometry::Geometry::cube(2048, 2048, Tilt::from_degrees(30.0));
     let budget = 8 << 30;
     let p = lamino::plan::plan_on_paper(
         common::ctx(),
@@ -748,7 +749,8 @@ fn memo_streams_to_the_in_core_result_within_the_device_budget() {
 #[test]
 fn streamed_stages_wait_only_to_reuse_a_buffer_or_read_unfinished_blocks() {
     use lamino::array::{Field, Scalars, Staging};
-    use lamino::operator::{Apply, Geometry, LaminoOperator, Sink, Source, Stage};
+    use lamino::geometry::Geometry;
+    use lamino::operator::{Apply, LaminoOperator, Sink, Source, Stage};
     use std::sync::Arc;
     let g = Geometry::cube(16, 16, Tilt::from_degrees(20.0));
     for chunk in [16usize, 4, 1] {

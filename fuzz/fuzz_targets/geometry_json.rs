@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let path = std::env::temp_dir().join(format!("lamino-fuzz-{}.json", std::process::id()));
     std::fs::write(&path, data).unwrap();
-    if let Ok(g) = lamino::operator::Geometry::read_json(&path) {
+    if let Ok(g) = lamino::geometry::Geometry::read_json(&path) {
         g.validate().unwrap();
     }
 });

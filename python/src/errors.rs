@@ -7,8 +7,9 @@
 //! `OutOfMemoryError` (device or host memory, budgets); all derive from `LaminoError`.
 
 use lamino_core::flatfield::FlatfieldError;
+use lamino_core::geometry::GeometryError as CoreGeometryError;
 use lamino_core::memory::HostMemoryError;
-use lamino_core::operator::{GeometryError as CoreGeometryError, OperatorError};
+use lamino_core::operator::OperatorError;
 use lamino_core::plan::PlanError;
 use lamino_core::preprocess::PreprocessError;
 use lamino_core::recon::PrepareError;

@@ -12,8 +12,8 @@ mod progress;
 mod reconstruct;
 mod simulate;
 
+use lamino_core::geometry::DEFAULT_EPS;
 use lamino_core::gpu::DeviceSet;
-use lamino_core::operator::DEFAULT_EPS;
 use pyo3::prelude::*;
 
 #[pymodule(name = "_lamino")]

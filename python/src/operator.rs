@@ -5,7 +5,8 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use lamino_core::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, DEFAULT_EPS};
+use lamino_core::geometry::{Geometry, DEFAULT_EPS};
+use lamino_core::operator::{Apply, LaminoOperator, OperatorOptions};
 use lamino_core::{Complex32, Tilt};
 use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;

@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 
+use lamino_core::geometry::Geometry;
 use lamino_core::io::{check_radians, ScanOptions, Stack};
 use lamino_core::io::{minus_log as core_minus_log, read_dxchange_with, AngleUnit, FieldMeans};
-use lamino_core::operator::Geometry;
 use lamino_core::preprocess::{
     find_rotation_axis as core_find_rotation_axis, remove_stripes_in_place, AxisGrid, Scored,
     StripeRemoval, FW_SIGMA,

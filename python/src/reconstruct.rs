@@ -8,7 +8,7 @@ use lamino_core::distributed::OneProcess;
 use lamino_core::memo::{MemoOptions, MemoPolicy};
 use lamino_core::preprocess::{bin_projections, Preprocessing, StripeRemoval, FW_SIGMA};
 use lamino_core::recon::{AxisStep, Preparation};
-use lamino_core::{AdmmParams, Geometry, Projections, Reconstructor, Tilt};
+use lamino_core::{AdmmParams, DetectorColumn, Geometry, Projections, Reconstructor, Tilt};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -208,7 +208,9 @@ fn reconstruct<'py>(
         let lease = Lease::take(&devices)?;
         let preparation = Preparation {
             stripes,
-            axis: center.map_or(AxisStep::Geometry, AxisStep::Column),
+            axis: center.map_or(AxisStep::Geometry, |c| {
+                AxisStep::Column(DetectorColumn::recorded(c))
+            }),
             volume: None,
         };
         let mut pre = Preprocessing {

@@ -52,7 +52,8 @@ pub fn bench_admm(
     iterations: usize,
     adjoint: crate::operator::AdjointGridding,
 ) -> Result<AdmmBenchRecord, crate::solver::SolverError> {
-    use crate::operator::{Apply, Geometry, OperatorOptions};
+    use crate::geometry::Geometry;
+    use crate::operator::{Apply, OperatorOptions};
     use crate::params::AdmmParams;
     use crate::solver::AdmmSolver;
     let g = Geometry::cube(n, angles, Tilt::from_degrees(30.0));

@@ -30,7 +30,7 @@ pub struct ConvergedPrefix {
 /// test (`params.convergence`, else the default test) first passed.
 pub fn converge_then_continue(
     ctx: &GpuContext,
-    g: &crate::operator::Geometry,
+    g: &crate::geometry::Geometry,
     data: &[f32],
     params: AdmmParams,
     iterations: usize,
@@ -88,7 +88,7 @@ struct Tracked {
 /// own end is known.
 fn track(
     ctx: &GpuContext,
-    g: &crate::operator::Geometry,
+    g: &crate::geometry::Geometry,
     data: &[f32],
     params: AdmmParams,
     iterations: usize,

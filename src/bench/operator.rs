@@ -84,7 +84,7 @@ pub struct OperatorArrays {
 impl OperatorArrays {
     pub fn new(
         ctx: &GpuContext,
-        g: &crate::operator::Geometry,
+        g: &crate::geometry::Geometry,
     ) -> Result<Self, crate::gpu::GpuError> {
         use crate::array::{Field, Scalars};
         use crate::operator::Space;
@@ -131,7 +131,7 @@ pub fn bench_operator(
     repeats: usize,
     slab: Option<std::ops::Range<usize>>,
 ) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
-    use crate::operator::{Geometry, VolumeBox};
+    use crate::geometry::{Geometry, VolumeBox};
     let cube = Geometry::cube(n, angles, Tilt::from_degrees(20.0));
     let mut records = bench_geometry(ctx, &cube, repeats)?;
     if let Some(z) = slab {
@@ -151,7 +151,7 @@ pub fn bench_operator(
 /// L*/L from pairs alternated with L for each.
 fn bench_geometry(
     ctx: &GpuContext,
-    g: &crate::operator::Geometry,
+    g: &crate::geometry::Geometry,
     repeats: usize,
 ) -> Result<Vec<OperatorBenchRecord>, crate::operator::OperatorError> {
     use crate::operator::{AdjointGridding, Apply, LaminoOperator, OperatorOptions};
@@ -387,7 +387,8 @@ pub fn bench_stage(
     stage: GriddingStage,
     adjoint: crate::operator::AdjointGridding,
 ) -> Result<StageBenchRecord, crate::operator::OperatorError> {
-    use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
+    use crate::geometry::Geometry;
+    use crate::operator::{LaminoOperator, OperatorOptions};
     let g = Geometry::cube(n, angles, Tilt::from_degrees(20.0));
     let points = match stage {
         GriddingStage::U1 | GriddingStage::U1Adjoint => g.spectrum_len(),
@@ -444,7 +445,7 @@ pub fn print_stage(
 /// on its own and multiplied by the number of chunks the stage runs.
 fn operator_fft_ms(
     ctx: &GpuContext,
-    g: &crate::operator::Geometry,
+    g: &crate::geometry::Geometry,
     (chunk_y, chunk_rows, chunk_angles): (usize, usize, usize),
     repeats: usize,
 ) -> Result<[f64; 3], FftError> {

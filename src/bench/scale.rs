@@ -53,7 +53,7 @@ pub(super) const SCALE_TILT_DEGREES: f64 = 30.0;
 /// iteration, peak).
 pub(super) fn timed_iterations(
     options: &crate::gpu::DeviceOptions,
-    g: &crate::operator::Geometry,
+    g: &crate::geometry::Geometry,
     data: &[f32],
     plan: &crate::plan::MemoryPlan,
     iterations: usize,
@@ -100,8 +100,8 @@ pub enum ScaleBenchError {
 }
 
 /// Random data in the operator's range of values for an `n`^3 volume seen at `angles`.
-pub(super) fn scale_scan(n: usize, angles: usize) -> (crate::operator::Geometry, Vec<f32>) {
-    let g = crate::operator::Geometry::cube(n, angles, Tilt::from_degrees(SCALE_TILT_DEGREES));
+pub(super) fn scale_scan(n: usize, angles: usize) -> (crate::geometry::Geometry, Vec<f32>) {
+    let g = crate::geometry::Geometry::cube(n, angles, Tilt::from_degrees(SCALE_TILT_DEGREES));
     let mut rng = SplitMix64::new(5);
     let data = (0..g.data_len()).map(|_| rng.next_f64() as f32).collect();
     (g, data)
@@ -196,7 +196,8 @@ pub fn bench_scale_plan(
     device_bytes: u64,
     host_bytes: u64,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
-    use crate::operator::{Geometry, OperatorOptions};
+    use crate::geometry::Geometry;
+    use crate::operator::OperatorOptions;
     use crate::plan::{plan_on_paper, Budgets};
     let g = Geometry::cube(n, n, Tilt::from_degrees(SCALE_TILT_DEGREES));
     let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()));

@@ -151,7 +151,7 @@ pub fn print(
             path: report_path.clone(),
             reason: e.to_string(),
         };
-        let geometry: crate::operator::Geometry =
+        let geometry: crate::geometry::Geometry =
             serde_json::from_value(parsed("geometry")?).map_err(unparsed)?;
         let params: crate::params::AdmmParams =
             serde_json::from_value(parsed("params")?).map_err(unparsed)?;

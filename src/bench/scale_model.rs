@@ -67,7 +67,7 @@ pub fn bench_scale_model(
     let modelled = GpuContext::new(options)?.modelling_max_binding_bytes(max_binding_bytes);
     let mut points = Vec::new();
     for &n in sizes {
-        let target = crate::operator::Geometry::cube(
+        let target = crate::geometry::Geometry::cube(
             n,
             n,
             crate::geometry::Tilt::from_degrees(SCALE_TILT_DEGREES),

@@ -40,7 +40,7 @@ pub fn bench_search(
     candidates: usize,
     repeats: usize,
 ) -> Result<SearchBenchRecord, PreprocessError> {
-    let g = crate::operator::Geometry::cube(size, angles, Tilt::from_degrees(30.0));
+    let g = crate::geometry::Geometry::cube(size, angles, Tilt::from_degrees(30.0));
     let values = project(&PhantomKind::Chip.build(size), &g);
     let p = Projections::new(g, values)?;
     let slab = Slab {

@@ -10,9 +10,9 @@ use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
 use lamino::plot::write_preview_png;
 use lamino::preprocess::{candidate_range, check_grid, AxisGrid, Scored};
 use lamino::scan::validate_scan_geometry;
-use lamino::Geometry;
+use lamino::{DetectorColumn, Geometry};
 
-use super::reconstruct::{binned_column, unbinned_column, InputArgs, PreprocessArgs};
+use super::reconstruct::{InputArgs, PreprocessArgs};
 use super::{Cli, CliResult};
 
 #[derive(Args)]
@@ -114,13 +114,13 @@ pub fn run(cli: &Cli, args: &TryArgs) -> CliResult {
     let axes = axis_range.unwrap_or_else(|| {
         vec![args
             .rotation_axis
-            .unwrap_or_else(|| unbinned_column(g.rotation_axis(), b))]
+            .unwrap_or_else(|| DetectorColumn::of_binned(g.rotation_axis(), b).in_recorded())]
     });
     // Every candidate axis on the detector, by the check `reconstruct --rotation-axis` meets
     // (Projections::with_rotation_axis): the range's ends hold the others between them.
     for c in [axes[0], axes[axes.len() - 1]] {
         validate_scan_geometry(&Geometry {
-            center: Some(binned_column(c, b)),
+            center: Some(DetectorColumn::recorded(c).in_binned(b)),
             ..g.clone()
         })
         .map_err(|e| format!("candidate rotation axis {c} (unbinned columns): {e}"))?;

@@ -1,6 +1,7 @@
 //! Array files in the field's formats: NumPy `.npy` (through ndarray-npy), image stacks and
 //! volumes ([`Stack`]: `.npy` and multi-page TIFF, read image by image), DXchange HDF5 scans with
-//! flat/dark normalisation of the intensities they hold, and PNG previews.
+//! flat/dark normalisation of the intensities they hold, the geometry's JSON file
+//! ([`Geometry::read_json`](crate::Geometry::read_json)), and PNG previews.
 //!
 //! Writers never damage earlier results: the files of one command run form an [`OutputSet`],
 //! staged and moved into place together once all are complete and on disk (a single file through
@@ -11,6 +12,7 @@
 
 mod angles;
 mod dxchange;
+mod geometry_file;
 mod h5;
 mod normalize;
 mod npy;

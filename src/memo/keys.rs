@@ -64,9 +64,10 @@ pub(super) fn host_pooled_key(input: &Block, x: &[Complex32]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Geometry;
     use crate::geometry::Tilt;
     use crate::memo::gpu::{self, Shape, StageDevice};
-    use crate::operator::{Geometry, LaminoOperator, OperatorOptions, Space, Stage};
+    use crate::operator::{LaminoOperator, OperatorOptions, Space, Stage};
     use crate::random::SplitMix64;
 
     use crate::gpu::test_context as ctx;

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::geometry::Geometry;
 use crate::io::write_atomically;
-use crate::operator::Geometry;
 
 /// The environment variable that names the cache directory.
 pub const CACHE_DIR_ENV: &str = "LAMINO_CACHE_DIR";

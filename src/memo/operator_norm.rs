@@ -113,8 +113,9 @@ pub(super) fn operator_norms(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::Geometry;
     use crate::geometry::Tilt;
-    use crate::operator::{Geometry, OperatorOptions};
+    use crate::operator::OperatorOptions;
 
     use crate::gpu::test_context as ctx;
 

@@ -224,8 +224,9 @@ impl LaminoOperator {
 mod tests {
     use super::*;
     use crate::array::{Coef, Residency};
+    use crate::geometry::Geometry;
     use crate::geometry::Tilt;
-    use crate::operator::{Geometry, OperatorOptions};
+    use crate::operator::OperatorOptions;
     use crate::random::SplitMix64;
 
     /// Every size different, so no axis can pass for another; chunks that do not divide the

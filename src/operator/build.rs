@@ -92,7 +92,7 @@ impl LaminoOperator {
         geometry.validate()?;
         let g = geometry;
         for (name, value) in [("n0", g.n0), ("n1", g.n1), ("n2", g.n2)] {
-            if let Some(min) = super::geometry::gridding_minimum(value, g.eps) {
+            if let Some(min) = crate::geometry::gridding_minimum(value, g.eps) {
                 return Err(OperatorError::TooSmall {
                     name,
                     value,

@@ -3,6 +3,8 @@
 
 use std::f64::consts::PI;
 
+use crate::geometry::kernel_half_width;
+
 /// The "exponential of semicircle" gridding kernel of one transformed axis of length `n`
 /// (docs/operator-method.md, "Gridding kernel"): `phi(t) = e^{beta (sqrt(1 - (2t/w)^2) - 1)}` for
 /// `|t| <= w/2` grid cells and zero beyond, with an odd width `w = 2m + 1` taps centred on the
@@ -19,7 +21,7 @@ pub struct GriddingAxis {
 
 impl GriddingAxis {
     pub fn new(n: usize, eps: f64) -> Self {
-        let m = ((-eps.log10() + 0.9) / 2.0).ceil().max(1.0) as usize;
+        let m = kernel_half_width(eps);
         Self {
             n,
             grid: 2 * n,
@@ -181,7 +183,7 @@ impl TapPolynomials {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::DEFAULT_EPS;
+    use crate::geometry::DEFAULT_EPS;
     use crate::random::SplitMix64;
     use num_complex::Complex64;
 
@@ -212,7 +214,7 @@ mod tests {
     /// interval (the jump itself sits at its end) and at every accuracy the operator accepts.
     #[test]
     fn tap_polynomials_follow_the_kernel() {
-        for eps in [0.1, 1e-2, 1e-3, 1e-4, 1e-5, crate::operator::MIN_EPS] {
+        for eps in [0.1, 1e-2, 1e-3, 1e-4, 1e-5, crate::geometry::MIN_EPS] {
             let a = GriddingAxis::new(64, eps);
             let polynomials = a.tap_polynomials();
             assert_eq!(polynomials.taps, 2 * a.half_width + 1);

@@ -22,16 +22,17 @@
 //! the chunk programs in `chunk_program`, chunk sizing and the memory estimate in `sizing`, building in
 //! `build` (with one file per stage: `u1`, `u2`, `fft2d`), binding an application in
 //! `application` and recording it in `record`; `block_copies` moves blocks between whole arrays and
-//! chunks, `tables` computes the gridding tables, `geometry` describes the scan.
+//! chunks, `tables` computes the gridding tables, `sampling` gives what the operator samples of the scan's
+//! geometry (`crate::geometry`): its detector phases and frequencies.
 
 mod application;
 mod block_copies;
 mod build;
 mod chunk_program;
 mod fft2d;
-mod geometry;
 mod gridding;
 mod record;
+mod sampling;
 mod sizing;
 mod stages;
 pub(crate) mod tables;
@@ -42,8 +43,8 @@ pub use application::Application;
 pub use block_copies::{Sink, Source};
 pub(crate) use chunk_program::Block;
 pub(crate) use chunk_program::View;
-pub use geometry::{DetectorPhases, Geometry, GeometryError, VolumeBox, DEFAULT_EPS, MIN_EPS};
 pub use gridding::GriddingAxis;
+pub use sampling::DetectorPhases;
 pub use stages::{Apply, Space, Stage};
 
 use thiserror::Error;
@@ -55,6 +56,8 @@ use crate::distributed::team::Share;
 use crate::fft::FftError;
 use crate::gpu::GpuBuffer;
 use crate::gpu::GpuError;
+// For the stage files (`super::Geometry`): the geometry is the scan's, a module below.
+use crate::geometry::Geometry;
 use chunk_program::{FftPlans, StageChunks};
 
 /// Errors of operator construction and application.
@@ -62,7 +65,7 @@ use chunk_program::{FftPlans, StageChunks};
 #[non_exhaustive]
 pub enum OperatorError {
     #[error(transparent)]
-    Geometry(#[from] GeometryError),
+    Geometry(#[from] crate::geometry::GeometryError),
     #[error(transparent)]
     Gpu(#[from] GpuError),
     #[error(transparent)]

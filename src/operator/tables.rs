@@ -2,8 +2,8 @@
 //! once. Forward and adjoint read the same f32 weights, so they are exact adjoints of each other up
 //! to summation rounding, and every sum runs in a fixed order (no atomics): same input, same bits.
 
-use super::geometry::Geometry;
 use super::gridding::{GriddingAxis, TapPolynomials};
+use super::Geometry;
 use crate::shaders::usfft2d::{U2_BLOCK_COLUMNS, U2_BLOCK_ROWS};
 
 /// Stage U1 (1D gridding along z): forward taps per detector row and their transpose per cell.

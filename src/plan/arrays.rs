@@ -6,8 +6,9 @@ use serde::Serialize;
 
 use crate::array::PlaneLayout;
 use crate::distributed::shares::{chunk_planes, share_range};
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, LaminoOperator, Space};
+use crate::operator::{LaminoOperator, Space};
 use crate::params::{AdmmParams, InnerSolver};
 
 /// The solver's arrays.

@@ -47,8 +47,9 @@ use serde::Serialize;
 
 use super::arrays::halo_passes;
 use super::{operator_applications, plan_member, Array, Budgets, Mode, PlanError, Portion};
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, OperatorOptions};
+use crate::operator::OperatorOptions;
 use crate::params::AdmmParams;
 
 /// What the model is told about the machine, and the measured cost of the computation.

@@ -24,9 +24,10 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::array::Residency;
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::operator::{
-    AdjointGridding, Geometry, LaminoOperator, OperatorError, OperatorOptions, MIN_STAGE_CHUNKS,
+    AdjointGridding, LaminoOperator, OperatorError, OperatorOptions, MIN_STAGE_CHUNKS,
 };
 use crate::params::AdmmParams;
 

@@ -13,8 +13,9 @@ use super::{
     Budgets, MemoryPlan, Mode, PlanError, Portion, PACKED_SHARE,
 };
 use crate::array::Residency;
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::{Geometry, LaminoOperator, OperatorOptions};
+use crate::operator::{LaminoOperator, OperatorOptions};
 use crate::params::AdmmParams;
 
 /// What one member's plan says, for the plan's report (`reconstruct --dry-run`) and the cost

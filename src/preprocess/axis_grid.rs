@@ -4,13 +4,12 @@
 //! and the one rule of [`AxisDecision`] says which estimate is the axis (as
 //! `--rotation-axis auto` decides it).
 
-use super::binning::{binned_column, unbinned_column};
 use super::decision::{AxisDecision, SearchResult};
 use super::search::{grid, score_candidates};
 use super::slab::{choose_slab, Candidate, Slab};
 use super::{find_center_vo, half_turn, PreprocessError};
+use crate::geometry::{DetectorColumn, Geometry};
 use crate::gpu::GpuContext;
-use crate::operator::Geometry;
 use crate::scan::Projections;
 
 /// The candidates and the slab of a grid search, chosen before any GPU work (a caller states
@@ -77,8 +76,9 @@ impl AxisGrid {
         let result = score_candidates(ctx, projections, b, &self.candidates, &self.slab)?;
         let fourier_axis = match (self.searched, half_turn(projections.geometry())) {
             (Some([lo, hi]), Some(_)) => {
-                let range = [binned_column(lo, b), binned_column(hi, b)];
-                Some(unbinned_column(find_center_vo(projections, range)?, b))
+                let range = [lo, hi].map(|c| DetectorColumn::recorded(c).in_binned(b));
+                let axis = DetectorColumn::of_binned(find_center_vo(projections, range)?, b);
+                Some(axis.in_recorded())
             }
             _ => None,
         };

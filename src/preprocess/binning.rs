@@ -18,8 +18,8 @@
 //! moves by at most one binned pixel, which only shifts the volume along z by less than one voxel.
 
 use super::PreprocessError;
+use crate::geometry::{DetectorColumn, Geometry};
 use crate::io::Stack;
-use crate::operator::Geometry;
 use crate::scan::Projections;
 
 /// The largest `--binning` exponent, as tomocupy's (`--binning 3`: 8 x 8 pixels).
@@ -41,18 +41,6 @@ pub fn parse_binning(s: &str) -> Result<u32, String> {
 /// [`LoadOptions::binning`](crate::recon::input::LoadOptions::binning)).
 pub fn binning_factor(b: u32) -> usize {
     1 << b
-}
-
-/// A column of the detector binned by `b` in unbinned columns (binned pixel j is centred on
-/// unbinned coordinate b j + (b - 1)/2).
-pub fn unbinned_column(c: f64, b: usize) -> f64 {
-    c * b as f64 + (b as f64 - 1.0) / 2.0
-}
-
-/// An unbinned detector column on the detector binned by `b` (a rotation axis given in unbinned
-/// columns, as `--rotation-axis` takes it, on binned projections).
-pub fn binned_column(c: f64, b: usize) -> f64 {
-    (c - (b as f64 - 1.0) / 2.0) / b as f64
 }
 
 /// The largest even count of whole `b`-blocks in `n` pixels.
@@ -111,7 +99,7 @@ pub(super) fn bin_geometry_by(
         n2,
         deth,
         detw,
-        center: Some(binned_column(g.rotation_axis(), columns)),
+        center: Some(DetectorColumn::recorded(g.rotation_axis()).in_binned(columns)),
         // The volume's centre in binned voxels.
         offset: [g.offset[0] / rows as f64, g.offset[1] / b, g.offset[2] / b],
         ..g.clone()
@@ -211,16 +199,6 @@ mod tests {
         for bad in ["4", "-1", "2.0", "x"] {
             let e = parse_binning(bad).unwrap_err();
             assert!(e.contains("2^b"), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn binned_columns_are_centred_on_their_unbinned_blocks() {
-        // Binned pixel 3 of 4 x 4 blocks covers unbinned 12..=15, centred on 13.5.
-        assert_eq!(unbinned_column(3.0, 4), 13.5);
-        assert_eq!(binned_column(13.5, 4), 3.0);
-        for (c, b) in [(17.25, 1), (17.25, 2), (1023.5, 8)] {
-            assert_eq!(unbinned_column(binned_column(c, b), b), c);
         }
     }
 

@@ -23,7 +23,7 @@ use rustfft::num_complex::Complex;
 use rustfft::FftPlanner;
 
 use super::PreprocessError;
-use crate::operator::Geometry;
+use crate::geometry::Geometry;
 use crate::scan::Projections;
 
 /// The finest step (columns) of the Fourier method's search, before the parabolic refinement.

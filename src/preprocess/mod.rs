@@ -3,7 +3,7 @@
 //! axis and the tilt ([`score_candidates`], [`find_rotation_axis`], a grid of candidates:
 //! [`AxisGrid`]).
 //!
-//! The rotation axis itself is part of the geometry ([`crate::operator::Geometry::center`]); the
+//! The rotation axis itself is part of the geometry ([`crate::geometry::Geometry::center`]); the
 //! operator applies it exactly, so these tools only find it.
 
 mod axis_grid;
@@ -16,8 +16,7 @@ mod stripe;
 
 pub use axis_grid::{AxisGrid, GridSearch};
 pub use binning::{
-    bin_frames, bin_geometry, bin_projections, binned_column, binning_factor, parse_binning,
-    unbinned_column, MAX_BINNING,
+    bin_frames, bin_geometry, bin_projections, binning_factor, parse_binning, MAX_BINNING,
 };
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
 pub use decision::{AxisDecision, Scored, SearchResult, AXIS_NEAR_FOURIER, SHARP_PEAK_CONTRAST};
@@ -34,8 +33,8 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::fft::FftError;
+use crate::geometry::GeometryError;
 use crate::gpu::GpuError;
-use crate::operator::GeometryError;
 use crate::scan::ScanError;
 
 /// Errors of preprocessing; each names the parameter or the input at fault.
@@ -78,8 +77,8 @@ pub struct Preprocessing {
     pub stripe_removal: Option<StripeRemoval>,
     /// How the rotation axis was chosen.
     pub rotation_axis_source: AxisSource,
-    /// The rotation axis in unbinned detector columns.
-    pub rotation_axis: f64,
+    /// The rotation axis (serialised in the recorded detector's columns).
+    pub rotation_axis: crate::geometry::DetectorColumn,
     /// How `--rotation-axis auto` found it: both estimates, their disagreement and the slab
     /// search's peak half width (`None` unless searched).
     pub axis_search: Option<AxisSearch>,
@@ -113,11 +112,11 @@ pub enum AxisSource {
     Checkpoint,
 }
 
-/// `--rotation-axis` of the command lines (`lamino reconstruct`'s and the viewer's): an unbinned
-/// detector column, or `auto` ([`find_rotation_axis`]).
+/// `--rotation-axis` of the command lines (`lamino reconstruct`'s and the viewer's): a column of
+/// the detector as recorded, or `auto` ([`find_rotation_axis`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum AxisChoice {
-    Column(f64),
+    Column(crate::geometry::DetectorColumn),
     Auto,
 }
 
@@ -129,7 +128,9 @@ impl std::str::FromStr for AxisChoice {
             return Ok(Self::Auto);
         }
         match s.parse::<f64>() {
-            Ok(v) if v.is_finite() => Ok(Self::Column(v)),
+            Ok(v) if v.is_finite() => {
+                Ok(Self::Column(crate::geometry::DetectorColumn::recorded(v)))
+            }
             _ => Err(format!(
                 "{s:?}: expected a detector column (pixels, e.g. 1023.5) or `auto`"
             )),
@@ -160,11 +161,15 @@ pub fn describe_axis_search(search: &AxisSearch) -> String {
 #[cfg(test)]
 mod tests {
     use super::AxisChoice;
+    use crate::geometry::DetectorColumn;
 
     #[test]
     fn an_axis_choice_is_a_finite_column_or_auto() {
         assert_eq!("auto".parse(), Ok(AxisChoice::Auto));
-        assert_eq!("1023.5".parse(), Ok(AxisChoice::Column(1023.5)));
+        assert_eq!(
+            "1023.5".parse(),
+            Ok(AxisChoice::Column(DetectorColumn::recorded(1023.5)))
+        );
         for bad in ["Auto", "nan", "inf", "", "12px"] {
             let e = bad.parse::<AxisChoice>().unwrap_err();
             assert!(e.contains("or `auto`"), "{bad}: {e}");

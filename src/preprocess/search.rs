@@ -48,8 +48,8 @@ use super::slab::{
 };
 use super::{bin_projections, half_turn, PreprocessError};
 use crate::distributed::Collective;
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::Geometry;
 use crate::scan::Projections;
 
 /// The default `--rotation-axis auto` range: the geometry's axis (the detector's centre column

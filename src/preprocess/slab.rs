@@ -15,9 +15,9 @@ use serde::Serialize;
 
 use super::PreprocessError;
 use crate::fft::{Direction, FftPlan, Normalization};
+use crate::geometry::Geometry;
 use crate::geometry::Tilt;
 use crate::gpu::{Bound, GpuBuffer, GpuContext, KernelSpec, Recorder};
-use crate::operator::Geometry;
 use crate::scan::Projections;
 use crate::shaders;
 

@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use crate::flatfield::FlatfieldError;
 use crate::geometry::Tilt;
+use crate::geometry::{Geometry, GeometryError};
 use crate::io::PixelSize;
 use crate::io::{
     angles_in_radians, parse_angle_list, read_complex_npy, read_stack, read_tiff_volume,
@@ -27,7 +28,6 @@ use crate::io::{
     Scan, ScanInfo, ScanOptions, Stack, StackReader, MAX_CLAMPED_FRACTION, NXTOMO_NO_ENTRY,
     RATIO_FLOOR,
 };
-use crate::operator::{Geometry, GeometryError};
 use crate::preprocess::{bin_geometry, PreprocessError};
 use crate::scan::{Projections, ScanError};
 

@@ -2,8 +2,8 @@
 //! ([`super::Reconstructor::on_iterate`]), and the last one once the run is over
 //! ([`Solved::iterate_view`]): on the device, or a host copy where it streams.
 
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::Geometry;
 use crate::solver::AdmmTeam;
 
 use super::{Padding, ReconError, Solved};
@@ -102,8 +102,8 @@ mod tests {
     use std::cell::RefCell;
 
     use super::super::Reconstructor;
+    use crate::geometry::Geometry;
     use crate::gpu::{host_slice_words, test_context, SliceMode, SlicePass, VolumeLayout};
-    use crate::operator::Geometry;
     use crate::params::AdmmParams;
     use crate::plan::Mode;
     use crate::scan::Projections;

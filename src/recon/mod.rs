@@ -4,7 +4,7 @@
 //! ```no_run
 //! use lamino::gpu::{DeviceOptions, GpuContext};
 //! use lamino::geometry::Tilt;
-//! use lamino::operator::Geometry;
+//! use lamino::geometry::Geometry;
 //! use lamino::recon::Reconstructor;
 //! use lamino::scan::Projections;
 //!
@@ -34,9 +34,10 @@ use thiserror::Error;
 
 use crate::array::Residency;
 use crate::distributed::{Collective, OneProcess};
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
-use crate::operator::{Geometry, OperatorOptions};
+use crate::operator::OperatorOptions;
 use crate::params::{AdmmParams, DataScale};
 use crate::plan::{member_plans, plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::scan::{validate_scan_geometry, Projections, ScanError};
@@ -60,7 +61,7 @@ pub enum ReconError {
     #[error(transparent)]
     Solver(#[from] SolverError),
     #[error(transparent)]
-    Geometry(#[from] crate::operator::GeometryError),
+    Geometry(#[from] crate::geometry::GeometryError),
     /// Projections that cannot be reconstructed (shape, non-finite values).
     #[error(transparent)]
     Scan(#[from] ScanError),
@@ -189,8 +190,9 @@ impl Reconstruction {
     /// beside it, named as such, where the two differ.
     pub fn state_preprocessing(&mut self, pre: crate::preprocess::Preprocessing) {
         let in_geometry = self.rotation_axis_in_geometry.unwrap_or(self.rotation_axis);
-        self.rotation_axis_in_geometry = (in_geometry != pre.rotation_axis).then_some(in_geometry);
-        self.rotation_axis = pre.rotation_axis;
+        let recorded = pre.rotation_axis.in_recorded();
+        self.rotation_axis_in_geometry = (in_geometry != recorded).then_some(in_geometry);
+        self.rotation_axis = recorded;
         self.preprocessing = Some(pre);
     }
 

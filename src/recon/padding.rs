@@ -16,7 +16,8 @@
 
 use serde::Serialize;
 
-use crate::operator::{Geometry, GriddingAxis};
+use crate::geometry::Geometry;
+use crate::operator::GriddingAxis;
 use crate::scan::DetectorPadding;
 
 /// The most taps per axis the gridding kernels hold is 15 (`m <= 7`): an axis of 16 fits every
@@ -154,7 +155,7 @@ impl Padding {
 mod tests {
     use super::*;
     use crate::geometry::Tilt;
-    use crate::operator::DEFAULT_EPS;
+    use crate::geometry::DEFAULT_EPS;
 
     /// At the default accuracy the kernels take even sizes of at least 4 (m = 2 needs 3); sizes
     /// they take already are kept.

@@ -10,12 +10,12 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::distributed::Collective;
+use crate::geometry::{DetectorColumn, VolumeBox};
 use crate::gpu::GpuContext;
-use crate::operator::VolumeBox;
 use crate::preprocess::{
-    binned_column, find_rotation_axis, find_rotation_axis_on_ranks, remove_stripes,
-    remove_stripes_on_ranks, unbinned_column, AxisSearch, AxisSearchShare, AxisSource,
-    PreprocessError, Preprocessing, StripeRemoval, StripeShare,
+    find_rotation_axis, find_rotation_axis_on_ranks, remove_stripes, remove_stripes_on_ranks,
+    AxisSearch, AxisSearchShare, AxisSource, PreprocessError, Preprocessing, StripeRemoval,
+    StripeShare,
 };
 use crate::scan::{Projections, ScanError};
 
@@ -24,8 +24,8 @@ use crate::scan::{Projections, ScanError};
 pub enum AxisStep {
     /// The scan geometry's (its `center`, else the detector's middle).
     Geometry,
-    /// A column of the **unbinned** detector (`--rotation-axis X`, tomopy's `center`).
-    Column(f64),
+    /// A column of the detector as recorded (`--rotation-axis X`, tomopy's `center`).
+    Column(DetectorColumn),
     /// Searched on the binned projections ([`find_rotation_axis`]; on MPI ranks
     /// [`find_rotation_axis_on_ranks`]).
     Search,
@@ -104,14 +104,14 @@ impl Preparation {
             AxisStep::Column(c) => {
                 pre.rotation_axis_source = AxisSource::Given;
                 pre.rotation_axis = c;
-                projections.with_rotation_axis(binned_column(c, b))?
+                projections.with_rotation_axis(c.in_binned(b))?
             }
             AxisStep::Checkpoint(None) => projections,
             AxisStep::Checkpoint(Some(axis)) => {
                 pre.rotation_axis_source = AxisSource::Checkpoint;
-                pre.rotation_axis = unbinned_column(axis, b);
+                pre.rotation_axis = DetectorColumn::of_binned(axis, b);
                 note(Prepared::AxisFromCheckpoint {
-                    axis: pre.rotation_axis,
+                    axis: pre.rotation_axis.in_recorded(),
                 });
                 projections.with_rotation_axis(axis)?
             }
@@ -130,7 +130,7 @@ impl Preparation {
                         .map(|s| (s.rotation_axis, Some(s), None))?,
                 };
                 pre.rotation_axis_source = AxisSource::Searched;
-                pre.rotation_axis = axis;
+                pre.rotation_axis = DetectorColumn::recorded(axis);
                 note(Prepared::AxisSearched {
                     axis,
                     search: search.as_ref(),
@@ -138,7 +138,7 @@ impl Preparation {
                     seconds: start.elapsed().as_secs_f64(),
                 });
                 pre.axis_search = search;
-                projections.with_rotation_axis(binned_column(axis, b))?
+                projections.with_rotation_axis(pre.rotation_axis.in_binned(b))?
             }
         };
         if let Some(volume) = &self.volume {

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::io::{
     create_store, OutputSet, SlabVisitor, StackFormat, VolumeSlabs, ZarrOptions, ZarrPart,
 };
-use crate::operator::Geometry;
 use crate::solver::AdmmTeam;
 
 use super::{Padding, ReconError, Reconstruction};

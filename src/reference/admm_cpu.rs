@@ -6,7 +6,7 @@ use num_complex::{Complex32, Complex64};
 
 use super::CpuOperator;
 use crate::fft::Direction;
-use crate::operator::Geometry;
+use crate::geometry::Geometry;
 use crate::params::{AdmmParams, DataScale};
 
 /// The GPU solver's iterations (exact-step CG inner solver) on the CPU.

@@ -24,8 +24,8 @@ use std::f64::consts::PI;
 
 use thiserror::Error;
 
+use crate::geometry::Geometry;
 use crate::geometry::Tilt;
-use crate::operator::Geometry;
 
 /// Projections FBP cannot reconstruct.
 #[derive(Debug, Error, PartialEq)]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::fft::fft_last_axes;
 use crate::fft::Direction;
+use crate::geometry::Geometry;
 use crate::operator::tables::{U1Tables, U2Tables};
-use crate::operator::Geometry;
 
 const ZERO: Complex32 = Complex32::new(0.0, 0.0);
 

@@ -6,7 +6,7 @@ use std::f64::consts::PI;
 
 use num_complex::Complex;
 
-use crate::operator::Geometry;
+use crate::geometry::Geometry;
 
 type C64 = Complex<f64>;
 

@@ -19,7 +19,7 @@ pub use noise::{check_photons, measure, poisson, Measurement, Noise, SimulateErr
 pub use presets::{blobs, chip, shepp, PhantomKind};
 pub use scan::{simulated_scan, ScanSpec, SimulatedScan};
 
-use crate::operator::Geometry;
+use crate::geometry::Geometry;
 
 /// An ellipsoid rotated by `angle` (radians, counter-clockwise) about the z axis.
 #[derive(Debug, Clone, Copy, PartialEq)]

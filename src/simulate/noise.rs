@@ -35,7 +35,7 @@ pub enum SimulateError {
     BadProjection { index: usize, value: f32 },
     /// The scan's geometry is not valid (odd or zero sizes, no angles, tilt out of range).
     #[error(transparent)]
-    Geometry(#[from] crate::operator::GeometryError),
+    Geometry(#[from] crate::geometry::GeometryError),
     /// The scan would not fit in host memory.
     #[error(transparent)]
     HostMemory(#[from] crate::memory::HostMemoryError),

@@ -2,10 +2,10 @@
 //! measured intensities with flat and dark fields, as a DXchange [`Scan`] with the ground truth.
 
 use super::{measure, project, rasterize, Noise, PhantomKind, SimulateError};
+use crate::geometry::Geometry;
 use crate::geometry::Tilt;
 use crate::io::{Scan, Stack};
 use crate::memory::check_available;
-use crate::operator::Geometry;
 
 /// What to simulate.
 #[derive(Debug, Clone, Copy, PartialEq)]

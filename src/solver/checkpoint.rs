@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::report::{report_values, IterationReport};
+use crate::geometry::Geometry;
 use crate::hash::{fnv1a_continue, FNV_OFFSET};
-use crate::operator::Geometry;
 use crate::params::AdmmParams;
 use crate::plan::Array;
 

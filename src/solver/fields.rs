@@ -5,8 +5,8 @@
 use super::error::SolverError;
 use super::projections::projections_layout;
 use crate::array::{Field, PlaneLayout, Residency, StorageError};
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::Geometry;
 use crate::plan::{Array, MemoryPlan, Portion};
 
 /// The arrays of the solver. Persistent across outer iterations: u, psi, lambda, grad u, A u, and

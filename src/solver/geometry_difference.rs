@@ -3,8 +3,8 @@
 
 use std::fmt;
 
+use crate::geometry::Geometry;
 use crate::geometry::Tilt;
-use crate::operator::Geometry;
 
 /// A field in which the geometry a checkpoint was written for and a run's differ, with both
 /// values (exact: the shortest decimals that read back as the same bits), so that a refused

@@ -6,10 +6,10 @@
 use std::ops::Range;
 
 use crate::array::{Field, PlaneLayout};
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::gpu::GpuError;
 use crate::hash::{fnv1a, fnv1a_continue, FNV_OFFSET};
-use crate::operator::Geometry;
 
 /// Spatial projections `(ntheta, deth, detw)` in the operator's normalisation, read a block of
 /// whole projections at a time.

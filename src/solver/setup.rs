@@ -16,9 +16,10 @@ use super::slots::{slot, sum};
 use super::vector::{Kernel, Target};
 use crate::array::{Coef, Field, Residency, Scalars, Staging};
 use crate::distributed::team::Share;
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::gpu::GpuError;
-use crate::operator::{Apply, Geometry, LaminoOperator, OperatorOptions, Sink, Source};
+use crate::operator::{Apply, LaminoOperator, OperatorOptions, Sink, Source};
 use crate::params::{AdmmParams, DataScale};
 use crate::plan::{Array, MemoryPlan};
 

@@ -6,8 +6,8 @@ use crate::common;
 use lamino::Tilt;
 
 use lamino::flatfield::estimate_open_beam;
+use lamino::geometry::Geometry;
 use lamino::metrics::score;
-use lamino::operator::Geometry;
 use lamino::recon::Reconstructor;
 use lamino::scan::Projections;
 use lamino::simulate::{blobs, measure, project, rasterize, Noise};

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::process::{lamino_command, output_within};
 
+use lamino::geometry::{Geometry, GeometryError};
 use lamino::io::{read_stack, IoError, StackReader, MAX_TEXT_BYTES};
-use lamino::operator::{Geometry, GeometryError};
 use lamino::recon::input::{read_angle_list, read_intensity_stack, InputError};
 use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec, SimulateError};
 use tiff::encoder::{colortype, Compression, DeflateLevel, TiffEncoder};

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use lamino::flatfield::io::{read_fields, write_fields};
 use lamino::flatfield::Fields;
+use lamino::geometry::Geometry;
 use lamino::io::{read_complex_npy, read_stack, read_tiff_volume, Pixels, Stack, StackReader};
-use lamino::operator::Geometry;
 use lamino::random::SplitMix64;
 use lamino::recon::input::read_angle_list;
 use ndarray_npy::WriteNpyExt;

@@ -14,15 +14,14 @@ use std::time::Instant;
 use eframe::wgpu;
 use lamino::distributed::OneProcess;
 use lamino::io::write_dxchange;
-use lamino::preprocess::{
-    binning_factor, describe_axis_search, unbinned_column, AxisChoice, Preprocessing,
-};
+use lamino::preprocess::{binning_factor, describe_axis_search, AxisChoice, Preprocessing};
 use lamino::recon::input::{load_projections_with, LoadOptions, ProjectionInput};
 use lamino::recon::{AxisStep, Preparation, Prepared};
 use lamino::simulate::{simulated_scan, ScanSpec};
 use lamino::solver::IterationReport;
 use lamino::{
-    write_volume, AdmmParams, CheckpointInterval, GpuContext, Projections, Reconstructor, Solved,
+    write_volume, AdmmParams, CheckpointInterval, DetectorColumn, GpuContext, Projections,
+    Reconstructor, Solved,
 };
 
 use crate::slices::{Display, Drawn, SliceTargets, Window};
@@ -230,7 +229,7 @@ fn open(
     };
     let mut pre = Preprocessing {
         binning: b,
-        rotation_axis: unbinned_column(projections.geometry().rotation_axis(), b),
+        rotation_axis: DetectorColumn::of_binned(projections.geometry().rotation_axis(), b),
         ..Preprocessing::default()
     };
     // Cancel stops the axis search before its next pass.

@@ -17,11 +17,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::bench::process_cpu_seconds;
+use crate::geometry::Geometry;
 use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoPolicy};
 use crate::metrics::rel_l2;
-use crate::operator::{Geometry, OperatorOptions};
+use crate::operator::OperatorOptions;
 use crate::params::AdmmParams;
 use crate::params::InnerSolver;
 use crate::recon::ReconError;

@@ -7,12 +7,13 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::bench::process_cpu_seconds;
+use crate::geometry::Geometry;
 use crate::geometry::Tilt;
 use crate::gpu::GpuContext;
 use crate::io::{IoError, OutputSet};
 use crate::memo::{MemoOptions, MemoPolicy, AUTO_FLOOR};
 use crate::metrics::rel_l2;
-use crate::operator::{Geometry, OperatorOptions, Stage};
+use crate::operator::{OperatorOptions, Stage};
 use crate::params::AdmmParams;
 use crate::plan::Mode;
 use crate::plot::{write_scatter_png, Marker, PlotSpec, Series};

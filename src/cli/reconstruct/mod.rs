@@ -32,7 +32,7 @@ use super::{Cli, CliResult};
 
 pub(super) use inputs::report_loaded;
 pub use inputs::InputArgs;
-pub use preprocess::{binned_column, unbinned_column, PreprocessArgs};
+pub use preprocess::PreprocessArgs;
 use preprocess::{projections_shape, say_prepared};
 use solve::{checkpoint_path, open_devices, rank_share, ranks, reconstructor};
 pub(super) use solve::{run_reconstruction, MemoryBudgets, Processes, RunOptions};

@@ -4,7 +4,6 @@
 use clap::{Args, ValueEnum};
 
 use lamino::io::{PixelSize, MAX_CLAMPED_FRACTION};
-pub use lamino::preprocess::{binned_column, unbinned_column};
 use lamino::preprocess::{
     binning_factor, parse_binning, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA,
 };
@@ -13,6 +12,7 @@ use lamino::recon::input::{
 };
 use lamino::recon::{AxisStep, Preparation, Prepared};
 use lamino::scan::Projections;
+use lamino::DetectorColumn;
 
 use super::inputs::{report_loaded, InputArgs};
 
@@ -159,7 +159,7 @@ impl PreprocessArgs {
     pub(super) fn preparation(
         &self,
         axis: AxisStep,
-        volume: Option<lamino::operator::VolumeBox>,
+        volume: Option<lamino::geometry::VolumeBox>,
     ) -> Result<Preparation, String> {
         Ok(Preparation {
             stripes: self.stripe_removal()?,
@@ -222,7 +222,7 @@ impl PreprocessArgs {
             binning: b,
             stripe_removal: None,
             rotation_axis_source: AxisSource::Geometry,
-            rotation_axis: unbinned_column(g.rotation_axis(), b),
+            rotation_axis: DetectorColumn::of_binned(g.rotation_axis(), b),
             axis_search: None,
             clamps,
             input_warnings,

@@ -8,7 +8,7 @@
 //! therefore the detector's shifted by whole columns, which depend on the axis only through the
 //! box's cut.
 
-use lamino::operator::{Geometry, VolumeBox};
+use lamino::geometry::{Geometry, VolumeBox};
 use lamino::preprocess::Preprocessing;
 use lamino::recon::Padding;
 use lamino::scan::boxed_geometry;
@@ -95,7 +95,7 @@ pub(super) fn check_geometry(
     }
     // The operator's axis is the detector's moved by whole columns (the same in both runs when
     // only the axis differs); the run's own is what --rotation-axis gave or the search found.
-    let written = pre.rotation_axis
+    let written = pre.rotation_axis.in_recorded()
         + (checkpoint.geometry.rotation_axis() - run.rotation_axis()) * pre.binning as f64;
     // On a detector of another width the columns are not comparable: the operator's are shown.
     let comparable = checkpoint.geometry.detw == run.detw;
