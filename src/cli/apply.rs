@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use lamino::fft::{Direction, FftPlan, Normalization};
-use lamino::geometry::Geometry;
-use lamino::io::{read_complex_npy, write_complex_npy, ComplexArray, OutputSet};
-use lamino::operator::{Apply, LaminoOperator, OperatorOptions};
+use crate::fft::{Direction, FftPlan, Normalization};
+use crate::geometry::Geometry;
+use crate::io::{read_complex_npy, write_complex_npy, ComplexArray, OutputSet};
+use crate::operator::{Apply, LaminoOperator, OperatorOptions};
 
 use super::{Cli, CliResult};
 

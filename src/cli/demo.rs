@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lamino::gpu::GpuContext;
-use lamino::io::{write_dxchange, OutputSet};
-use lamino::memo::MemoOptions;
-use lamino::params::AdmmParams;
-use lamino::recon::input::projections_from_scan;
-use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+use crate::gpu::GpuContext;
+use crate::io::{write_dxchange, OutputSet};
+use crate::memo::MemoOptions;
+use crate::params::AdmmParams;
+use crate::recon::input::projections_from_scan;
+use crate::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
 use super::reconstruct::{report_loaded, run_reconstruction, MemoryBudgets, RunOptions};
 use super::{Cli, CliResult};
@@ -119,10 +119,10 @@ fn demo(
         checkpoint_every: None,
         resume: false,
         quiet: false,
-        processes: lamino::distributed::OneProcess::shared(),
-        formats: lamino::recon::DEFAULT_FORMATS.to_vec(),
+        processes: crate::distributed::OneProcess::shared(),
+        formats: crate::recon::DEFAULT_FORMATS.to_vec(),
         zarr: None,
-        provenance: Some(lamino::recon::Provenance::now(None)),
+        provenance: Some(crate::recon::Provenance::now(None)),
     };
     let result = run_reconstruction(
         devices,
@@ -134,11 +134,11 @@ fn demo(
         None,
     )?
     .into_reconstruction()?;
-    let score = lamino::metrics::score(&result.volume, &truth.values, truth.shape);
+    let score = crate::metrics::score(&result.volume, &truth.values, truth.shape);
     // A chip's layers vary along z, the part of the object laminography does not measure: the
     // relative L2 error alone mostly says how much of the chip lies there.
     let cone =
-        lamino::metrics::missing_cone_split(&result.volume, &truth.values, truth.shape, TILT_DEG);
+        crate::metrics::missing_cone_split(&result.volume, &truth.values, truth.shape, TILT_DEG);
     eprintln!(
         "rel. L2 {:.3} against the truth: {:.3} in the frequencies the scan measures, {:.3} in the \
          cone around the rotation axis that no {TILT_DEG}-degree scan measures (which holds {:.0} % \
@@ -149,11 +149,11 @@ fn demo(
         100.0 * cone.truth_in_cone
     );
     let panel = out.join("comparison.png");
-    let rec = lamino::io::Stack {
+    let rec = crate::io::Stack {
         shape: truth.shape,
         values: result.volume.clone(),
     };
-    lamino::plot::write_comparison_png(&set.stage("comparison.png")?, &truth, &rec)
+    crate::plot::write_comparison_png(&set.stage("comparison.png")?, &truth, &rec)
         .map_err(|e| e.into_io(&panel))?;
     Ok(serde_json::json!({
             "size": n,

@@ -1,6 +1,6 @@
 //! `lamino devices`: every adapter wgpu finds, with the facts that decide whether lamino can use it.
 
-use lamino::gpu::list_adapters;
+use crate::gpu::list_adapters;
 
 use super::CliResult;
 

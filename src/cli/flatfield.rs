@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use lamino::flatfield::{BasicParams, Smoothness};
+use crate::flatfield::{BasicParams, Smoothness};
 
-use lamino::io::OutputSet;
+use crate::io::OutputSet;
 
 use super::progress::bar;
 use super::{Cli, CliResult};
@@ -135,7 +135,7 @@ pub fn run(cli: &Cli, op: &FlatfieldOp) -> CliResult {
 }
 
 fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
-    use lamino::flatfield::io;
+    use crate::flatfield::io;
     let params = args.params();
     params.validate()?;
     for change in params.changes_from_default() {
@@ -151,7 +151,7 @@ fn fit(cli: &Cli, stack: &Path, out: &Path, args: &FitArgs) -> CliResult {
 
 /// The fit of [`fit`] with the fields staged in `set`.
 fn fit_into(cli: &Cli, stack: &Path, params: &BasicParams, set: &mut OutputSet) -> CliResult {
-    use lamino::flatfield::{fit_prepared, io, prepare_stream};
+    use crate::flatfield::{fit_prepared, io, prepare_stream};
     let mut reader = io::StackReader::open(stack)?;
     let (n, h, w) = (reader.count(), reader.height(), reader.width());
     eprintln!(
@@ -216,7 +216,7 @@ fn apply(
     flat_min: Option<f32>,
     keep_negative: bool,
 ) -> CliResult {
-    use lamino::flatfield::{clamped_fraction, io, transform_stream, TransformParams};
+    use crate::flatfield::{clamped_fraction, io, transform_stream, TransformParams};
     let defaults = TransformParams::default();
     let params = TransformParams {
         flat_min: flat_min.unwrap_or(defaults.flat_min),

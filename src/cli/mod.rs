@@ -4,7 +4,6 @@
 
 mod apply;
 mod bench;
-mod bench_options;
 mod demo;
 mod devices;
 mod flatfield;
@@ -21,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use lamino::gpu::{DeviceLimits, DeviceOptions, DeviceSet, GpuContext};
+use crate::gpu::{DeviceLimits, DeviceOptions, DeviceSet, GpuContext};
 
 /// What every command returns: errors are printed once, by [`main`].
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -239,7 +238,7 @@ impl Cli {
         local: usize,
         speaks: bool,
         planning: bool,
-    ) -> Result<Vec<GpuContext>, lamino::GpuError> {
+    ) -> Result<Vec<GpuContext>, crate::GpuError> {
         let devices = self.device_set().open_for_rank(
             self.allow_software_gpu || planning,
             self.device_limits(),
@@ -261,7 +260,7 @@ impl Cli {
     }
 
     /// Every device the GPU options name (one unless `--device` lists several).
-    fn contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
+    fn contexts(&self) -> Result<Vec<GpuContext>, crate::GpuError> {
         let devices = self
             .device_set()
             .open(self.allow_software_gpu, self.device_limits())?;
@@ -272,7 +271,7 @@ impl Cli {
     /// The devices a plan is made for (`--dry-run`): as [`contexts`](Self::contexts), but a
     /// software adapter needs no opt-in, since a plan only reads the adapter's limits and runs
     /// nothing on it (hardware GPUs still come first); says which adapter the plan is for.
-    fn planning_contexts(&self) -> Result<Vec<GpuContext>, lamino::GpuError> {
+    fn planning_contexts(&self) -> Result<Vec<GpuContext>, crate::GpuError> {
         let devices = self.device_set().open(true, self.device_limits())?;
         devices.iter().for_each(|d| self.note_adapter(d, true));
         Ok(devices)
@@ -282,7 +281,7 @@ impl Cli {
     /// opt-in is named as the adapter the plan is for.
     fn note_adapter(&self, ctx: &GpuContext, planning: bool) {
         let info = ctx.info();
-        let opted_in = self.allow_software_gpu || lamino::gpu::software_opt_in_from_env();
+        let opted_in = self.allow_software_gpu || crate::gpu::software_opt_in_from_env();
         match (info.software, planning && !opted_in) {
             (true, true) => eprintln!(
                 "note: the plan is for the software adapter {info} (a dry run does no GPU work; \
@@ -350,10 +349,10 @@ fn numeric_options(command: &clap::Command, path: &mut Vec<String>) {
 }
 
 /// Parses the command line, runs the command and prints its error, if any.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     // First, while this is the only thread: the Vulkan loader reads it when a device is opened.
     #[cfg(unix)]
-    lamino::gpu::provide_runtime_dir();
+    crate::gpu::provide_runtime_dir();
     let command = Cli::command()
         .mut_subcommand("reconstruct", names::refuse_tomocupy_options)
         .mut_subcommand("try", names::refuse_tomocupy_options);

@@ -1,7 +1,7 @@
 //! tomocupy's names on lamino's command line: the tomocupy options lamino has no equivalent for,
 //! refused with what lamino offers instead of clap's "unexpected argument"
 //! (docs/field-conventions.md). `--binning` as tomocupy's exponent is the library's
-//! ([`lamino::preprocess::parse_binning`]), which the viewer's command line shares.
+//! ([`crate::preprocess::parse_binning`]), which the viewer's command line shares.
 
 use clap::{Arg, ArgAction, Command};
 

@@ -6,8 +6,8 @@ use std::io::IsTerminal;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::recon::Progress;
 use indicatif::{ProgressBar, ProgressStyle};
-use lamino::recon::Progress;
 
 /// A bar of `len` steps labelled `what`; hidden when `quiet`.
 pub fn bar(len: u64, what: &str, quiet: bool) -> ProgressBar {
@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_line_says_iteration_residuals_and_times() {
-        let report = lamino::solver::IterationReport {
+        let report = crate::solver::IterationReport {
             iteration: 4,
             data_term: 2.5e-3,
             primal_relative: 1e-2,

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lamino::io::OutputSet;
-use lamino::plot::write_comparison_png;
-use lamino::recon::input::{check_finite, read_volume};
+use crate::io::OutputSet;
+use crate::plot::write_comparison_png;
+use crate::recon::input::{check_finite, read_volume};
 
 use super::CliResult;
 
@@ -37,9 +37,9 @@ pub fn run(args: &ScoreArgs) -> CliResult {
         )
         .into());
     }
-    lamino::memory::check_available(
+    crate::memory::check_available(
         &format!("scoring {} against {}", rec.display(), truth.display()),
-        lamino::metrics::score_working_bytes(r.shape),
+        crate::metrics::score_working_bytes(r.shape),
         "score on a machine with more memory",
     )?;
     let panel = args.panel.clone().unwrap_or_else(|| {
@@ -55,7 +55,7 @@ pub fn run(args: &ScoreArgs) -> CliResult {
     eprintln!("comparison panel: {}", panel.display());
     println!(
         "{}",
-        serde_json::to_string(&lamino::metrics::score(&r.values, &t.values, r.shape))?
+        serde_json::to_string(&crate::metrics::score(&r.values, &t.values, r.shape))?
     );
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! `lamino selftest`: this device's FFTs against an f64 CPU reference, within the accuracy bound
 //! of the FFT issue (2e-6 + 5e-7 log10(N), doubled for prime factors above 13).
 
-use lamino::fft::{Direction, FftPlan, Normalization};
-use lamino::random::SplitMix64;
-use lamino::reference::{fft_last_axes, max_relative_error};
+use crate::fft::{Direction, FftPlan, Normalization};
+use crate::random::SplitMix64;
+use crate::reference::{fft_last_axes, max_relative_error};
 
 use super::{Cli, CliResult};
 
@@ -40,7 +40,7 @@ pub fn run(cli: &Cli) -> CliResult {
                 .collect();
             fft_last_axes(&mut reference, shape, shape.len(), direction, 2);
             let err = max_relative_error(&gpu, &reference);
-            let bound = lamino::fft::recipe::accuracy_bound(shape);
+            let bound = crate::fft::recipe::accuracy_bound(shape);
             // Written so that a NaN error fails.
             let ok = err <= bound;
             failures += usize::from(!ok);

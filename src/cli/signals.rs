@@ -106,7 +106,7 @@ impl StopSignals {
         Ok(Self { cancel, received })
     }
 
-    /// The flag the signals set, for [`lamino::recon::Reconstructor::cancel_flag`].
+    /// The flag the signals set, for [`crate::recon::Reconstructor::cancel_flag`].
     pub fn flag(&self) -> Arc<AtomicBool> {
         self.cancel.clone()
     }

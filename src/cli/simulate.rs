@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use lamino::io::write_dxchange;
-use lamino::simulate::{simulated_scan, PhantomKind, ScanSpec};
+use crate::io::write_dxchange;
+use crate::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
 use super::CliResult;
 

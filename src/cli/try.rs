@@ -6,11 +6,11 @@ use std::time::Instant;
 
 use clap::Args;
 
-use lamino::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
-use lamino::plot::write_preview_png;
-use lamino::preprocess::{candidate_range, check_grid, AxisGrid, Scored};
-use lamino::scan::validate_scan_geometry;
-use lamino::{DetectorColumn, Geometry};
+use crate::io::{write_atomically, write_tiff_volume, OutputSet, Stack};
+use crate::plot::write_preview_png;
+use crate::preprocess::{candidate_range, check_grid, AxisGrid, Scored};
+use crate::scan::validate_scan_geometry;
+use crate::{DetectorColumn, Geometry};
 
 use super::reconstruct::{InputArgs, PreprocessArgs};
 use super::{Cli, CliResult};
@@ -77,7 +77,7 @@ fn decimals(step: f64) -> usize {
 pub fn write_scores<'a>(
     path: &Path,
     rows: impl IntoIterator<Item = &'a Scored>,
-) -> Result<(), lamino::io::IoError> {
+) -> Result<(), crate::io::IoError> {
     let mut text = String::from("rotation_axis,tilt_deg,score\n");
     for s in rows {
         text.push_str(&format!(

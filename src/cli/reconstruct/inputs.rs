@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use lamino::io::AngleUnit;
-use lamino::recon::input::{extension, InputError, LoadedProjections, ProjectionInput, Shading};
-use lamino::scan::Projections;
+use crate::io::AngleUnit;
+use crate::recon::input::{extension, InputError, LoadedProjections, ProjectionInput, Shading};
+use crate::scan::Projections;
 
 /// Where the projections come from: the input routes shared by `reconstruct` and `try`.
 #[derive(Args)]

@@ -16,16 +16,16 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use lamino::io::{OutputSet, StackFormat};
-use lamino::memo::{MemoOptions, MemoPolicy, MemoStages};
-use lamino::params::AdmmParams;
-use lamino::params::InnerSolver;
-use lamino::preprocess::{
+use crate::io::{OutputSet, StackFormat};
+use crate::memo::{MemoOptions, MemoPolicy, MemoStages};
+use crate::params::AdmmParams;
+use crate::params::InnerSolver;
+use crate::preprocess::{
     describe_axis_search, AxisChoice, AxisSearch, PreprocessError, AUTO_AXIS_RANGE_FRACTION,
     AXIS_NEAR_FOURIER,
 };
-use lamino::recon::input::input_geometry;
-use lamino::recon::{AxisStep, CheckpointInterval, PrepareError, Prepared, Provenance};
+use crate::recon::input::input_geometry;
+use crate::recon::{AxisStep, CheckpointInterval, PrepareError, Prepared, Provenance};
 
 use super::signals::{Interrupted, StopSignals};
 use super::{Cli, CliResult};
@@ -86,7 +86,7 @@ pub struct ReconstructArgs {
     /// levels added while the smallest side is above the chunk's smallest side (default: chunks
     /// of up to 64 x 256 x 256, levels down to a smallest side of 64). Needs `--format zarr`.
     #[arg(long, value_parser = parse_zarr_chunks)]
-    zarr_chunks: Option<lamino::io::ZarrOptions>,
+    zarr_chunks: Option<crate::io::ZarrOptions>,
     /// Run exactly N outer ADMM iterations (benchmarks, comparisons) instead of stopping on the
     /// convergence test (the default).
     #[arg(long, conflicts_with = "max_iterations")]
@@ -260,7 +260,7 @@ impl ReconstructArgs {
 
 pub fn run(cli: &Cli, args: &ReconstructArgs) -> CliResult {
     // Started by an MPI launcher: this process is one rank; an error on it stops them all.
-    let processes = lamino::distributed::launch()?;
+    let processes = crate::distributed::launch()?;
     match processes.size() {
         1 => run_as(cli, args, processes),
         size => run_as(cli, args, processes.clone()).or_else(|e| {
@@ -307,7 +307,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult 
             .volume
             .volume_box(&g, args.preprocess.binning_factor())?
         {
-            Some(b) => lamino::scan::boxed_geometry(&g, &b)?.0,
+            Some(b) => crate::scan::boxed_geometry(&g, &b)?.0,
             None => g,
         };
         let devices = open_devices(cli, &options.processes, true)?;
@@ -334,11 +334,11 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult 
     // Only the first rank writes: staging directories are named by process id, which ranks on
     // other nodes may share.
     let mut set = match first {
-        true => Some(OutputSet::begin(&args.out, lamino::recon::OUTPUT_KIND)?),
+        true => Some(OutputSet::begin(&args.out, crate::recon::OUTPUT_KIND)?),
         false => None,
     };
     if let Some(set) = &set {
-        let outputs: Vec<&str> = lamino::recon::OUTPUT_NAMES
+        let outputs: Vec<&str> = crate::recon::OUTPUT_NAMES
             .into_iter()
             .chain([AXIS_SEARCH_CSV])
             .collect();
@@ -418,7 +418,7 @@ fn reconstruct_into(
     let signals = StopSignals::install()?;
     // The checkpoint's header first: a run that cannot resume from it stops before any work.
     let checkpoint = match options.resume {
-        true => Some(lamino::solver::Checkpoint::read(&checkpoint_path(
+        true => Some(crate::solver::Checkpoint::read(&checkpoint_path(
             &args.out,
         ))?),
         false => None,
@@ -534,7 +534,7 @@ Examples:
 
 /// `Z,Y,X`: recon.zarr's chunk shape, each at least 1; the pyramid goes down to the chunk's
 /// smallest side.
-fn parse_zarr_chunks(s: &str) -> Result<lamino::io::ZarrOptions, String> {
+fn parse_zarr_chunks(s: &str) -> Result<crate::io::ZarrOptions, String> {
     let bad = || format!("{s:?}: expected Z,Y,X (voxels, each at least 1)");
     let sides: Vec<usize> = s
         .split(',')
@@ -546,10 +546,10 @@ fn parse_zarr_chunks(s: &str) -> Result<lamino::io::ZarrOptions, String> {
     if z.min(y).min(x) == 0 {
         return Err(bad());
     }
-    Ok(lamino::io::ZarrOptions {
+    Ok(crate::io::ZarrOptions {
         chunk: [z, y, x],
         min_side: z.min(y).min(x),
-        gzip_level: lamino::io::ZarrOptions::for_shape([1, 1, 1]).gzip_level,
+        gzip_level: crate::io::ZarrOptions::for_shape([1, 1, 1]).gzip_level,
     })
 }
 

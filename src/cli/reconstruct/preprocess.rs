@@ -3,16 +3,16 @@
 
 use clap::{Args, ValueEnum};
 
-use lamino::io::{PixelSize, MAX_CLAMPED_FRACTION};
-use lamino::preprocess::{
+use crate::io::{PixelSize, MAX_CLAMPED_FRACTION};
+use crate::preprocess::{
     binning_factor, parse_binning, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA,
 };
-use lamino::recon::input::{
+use crate::recon::input::{
     input_geometry, load_projection_share, load_projections_with, LoadOptions,
 };
-use lamino::recon::{AxisStep, Preparation, Prepared};
-use lamino::scan::Projections;
-use lamino::DetectorColumn;
+use crate::recon::{AxisStep, Preparation, Prepared};
+use crate::scan::Projections;
+use crate::DetectorColumn;
 
 use super::inputs::{report_loaded, InputArgs};
 
@@ -141,7 +141,7 @@ impl PreprocessArgs {
         input: &InputArgs,
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
-        let one = lamino::distributed::OneProcess::shared();
+        let one = crate::distributed::OneProcess::shared();
         let (projections, mut pre) = self.load_share(input, quiet, None, &one)?;
         let preparation = self.preparation(AxisStep::Geometry, None)?;
         let shape = projections_shape(&projections);
@@ -159,7 +159,7 @@ impl PreprocessArgs {
     pub(super) fn preparation(
         &self,
         axis: AxisStep,
-        volume: Option<lamino::geometry::VolumeBox>,
+        volume: Option<crate::geometry::VolumeBox>,
     ) -> Result<Preparation, String> {
         Ok(Preparation {
             stripes: self.stripe_removal()?,

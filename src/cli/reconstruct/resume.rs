@@ -8,11 +8,11 @@
 //! therefore the detector's shifted by whole columns, which depend on the axis only through the
 //! box's cut.
 
-use lamino::geometry::{Geometry, VolumeBox};
-use lamino::preprocess::Preprocessing;
-use lamino::recon::Padding;
-use lamino::scan::boxed_geometry;
-use lamino::solver::{Checkpoint, GeometryDifference, SolverError};
+use crate::geometry::{Geometry, VolumeBox};
+use crate::preprocess::Preprocessing;
+use crate::recon::Padding;
+use crate::scan::boxed_geometry;
+use crate::solver::{Checkpoint, GeometryDifference, SolverError};
 
 /// The geometry the operator of a run on the detector of `g` (binned) runs on: the rotation
 /// axis at binned column `axis`, the box `volume`, padded as the run pads (`pad`: `--pad`);

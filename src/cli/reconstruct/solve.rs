@@ -4,20 +4,20 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use lamino::distributed::Collective;
-use lamino::gpu::GpuContext;
-use lamino::io::{OutputSet, StackFormat};
-use lamino::memo::{MemoOptions, MemoPolicy};
-use lamino::params::{AdmmParams, GradientPenalty, InnerSolver};
-use lamino::preprocess::Preprocessing;
-use lamino::recon::{CheckpointInterval, Provenance, Reconstructor, Solved};
-use lamino::scan::Projections;
+use crate::distributed::Collective;
+use crate::gpu::GpuContext;
+use crate::io::{OutputSet, StackFormat};
+use crate::memo::{MemoOptions, MemoPolicy};
+use crate::params::{AdmmParams, GradientPenalty, InnerSolver};
+use crate::preprocess::Preprocessing;
+use crate::recon::{CheckpointInterval, Provenance, Reconstructor, Solved};
+use crate::scan::Projections;
 
 use super::super::progress::IterationProgress;
 use super::super::signals::{Interrupted, StopSignals};
 use super::super::Cli;
 
-/// The processes of the run ([`lamino::distributed::launch`]): this one alone, or the MPI
+/// The processes of the run ([`crate::distributed::launch`]): this one alone, or the MPI
 /// ranks it is one of.
 pub(in crate::cli) type Processes = Arc<dyn Collective>;
 
@@ -27,7 +27,7 @@ pub(super) fn ranks(processes: &Processes) -> Option<&Processes> {
 }
 
 /// The devices of this process: the global options' devices, or under MPI this rank's (see
-/// [`lamino::gpu::DeviceSet::open_for_rank`]), of which every rank is told the number. Devices
+/// [`crate::gpu::DeviceSet::open_for_rank`]), of which every rank is told the number. Devices
 /// only `planning` (`--dry-run`) run nothing: a software adapter needs no opt-in for them.
 pub(super) fn open_devices(
     cli: &Cli,
@@ -169,7 +169,7 @@ pub(in crate::cli) struct RunOptions {
     /// The formats the volume is written in.
     pub formats: Vec<StackFormat>,
     /// recon.zarr's chunks and pyramid (`None`: the default for the volume's shape).
-    pub zarr: Option<lamino::io::ZarrOptions>,
+    pub zarr: Option<crate::io::ZarrOptions>,
     /// The run, for the report.
     pub provenance: Option<Provenance>,
 }
@@ -269,7 +269,7 @@ pub(in crate::cli) fn run_reconstruction<'a>(
         }
     }
     let plan = builder.plan(g)?;
-    if !o.quiet && plan.mode == lamino::plan::Mode::Streaming {
+    if !o.quiet && plan.mode == crate::plan::Mode::Streaming {
         progress.suspend(|| eprintln!("{plan}"));
     }
     let mut solved = builder.solve(projections)?;

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use clap::Args;
 
-use lamino::geometry::{Geometry, GeometryError, VolumeBox};
+use crate::geometry::{Geometry, GeometryError, VolumeBox};
 
 /// The reconstructed volume as a box of the default volume: the `deth` z planes the detector's
 /// rows see and `detw x detw` in x/y centred on the rotation axis, in unbinned voxels.

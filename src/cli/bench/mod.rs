@@ -1,15 +1,17 @@
 //! `lamino bench`: the arguments of the benchmark subcommands (FFT, operator, ADMM, convergence,
 //! memo frontier, search, stripes, BaSiC, scale), converted into calls of the drivers in
-//! [`lamino::bench`], which measure and print.
+//! [`crate::bench`], which measure and print; `options` bounds their numbers before any work.
+
+mod options;
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use lamino::memo::{MemoOptions, MemoPolicy, MemoStages, AUTO_FLOOR, AUTO_SCALE};
-use lamino::params::{AdmmParams, InnerSolver};
-use lamino::preprocess::StripeRemoval;
-use lamino::simulate::PhantomKind;
+use crate::memo::{MemoOptions, MemoPolicy, MemoStages, AUTO_FLOOR, AUTO_SCALE};
+use crate::params::{AdmmParams, InnerSolver};
+use crate::preprocess::StripeRemoval;
+use crate::simulate::PhantomKind;
 
 use super::{Cli, CliResult};
 
@@ -45,7 +47,7 @@ pub enum BenchWhat {
         iterations: usize,
         /// How U2* weighs its points (auto, tabulated, evaluated).
         #[arg(long, value_parser = parse_adjoint_gridding, default_value = "auto")]
-        adjoint_gridding: lamino::operator::AdjointGridding,
+        adjoint_gridding: crate::operator::AdjointGridding,
     },
     /// The default solver and plain ADMM (the default before over-relaxation) against a long
     /// run: for each phantom, a noisy simulated scan (seed 0) reconstructed by plain ADMM for
@@ -106,11 +108,11 @@ pub enum BenchWhat {
         /// Time only this gridding stage (u1, u1-adjoint, u2, u2-adjoint): no whole
         /// application, no CPU reference; a short run to profile or count instructions on.
         #[arg(long, value_parser = parse_gridding_stage, conflicts_with = "slab")]
-        stage: Option<lamino::bench::operator::GriddingStage>,
+        stage: Option<crate::bench::operator::GriddingStage>,
         /// With --stage u2-adjoint: how U2* weighs its points (auto, tabulated, evaluated).
         /// Without --stage, L* is timed both ways side by side.
         #[arg(long, value_parser = parse_adjoint_gridding, default_value = "auto", requires = "stage")]
-        adjoint_gridding: lamino::operator::AdjointGridding,
+        adjoint_gridding: crate::operator::AdjointGridding,
     },
     /// The axis/tilt search (`lamino try`): one and several candidates on simulated chips of
     /// each size, the time per candidate and the interpolation rate, and what that gives for a
@@ -364,13 +366,13 @@ fn parse_named<T: Copy>(
         })
 }
 
-fn parse_gridding_stage(s: &str) -> Result<lamino::bench::operator::GriddingStage, String> {
-    use lamino::bench::operator::GriddingStage;
+fn parse_gridding_stage(s: &str) -> Result<crate::bench::operator::GriddingStage, String> {
+    use crate::bench::operator::GriddingStage;
     parse_named(s, GriddingStage::ALL.iter().map(|e| (e.0, e.1)), "stage")
 }
 
-fn parse_adjoint_gridding(s: &str) -> Result<lamino::operator::AdjointGridding, String> {
-    parse_named(s, lamino::operator::AdjointGridding::ALL.into_iter(), "way")
+fn parse_adjoint_gridding(s: &str) -> Result<crate::operator::AdjointGridding, String> {
+    parse_named(s, crate::operator::AdjointGridding::ALL.into_iter(), "way")
 }
 
 fn default_compared() -> Vec<MemoPolicy> {
@@ -385,8 +387,8 @@ fn default_compared() -> Vec<MemoPolicy> {
 }
 
 pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
-    use lamino::bench;
-    super::bench_options::check(what)?;
+    use crate::bench;
+    options::check(what)?;
     match what {
         BenchWhat::Demo { out } => demo(cli, out)?,
         BenchWhat::Fft {
@@ -522,10 +524,10 @@ fn demo(cli: &Cli, out: &std::path::Path) -> CliResult {
 
 /// `bench scale`: the distributed runs, the cost model, or the runs and the plans.
 fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
-    use lamino::bench::{scale, scale_model};
+    use crate::bench::{scale, scale_model};
     if args.distributed.distributed {
         let d = &args.distributed;
-        return Ok(lamino::bench::scale_distributed::print(
+        return Ok(crate::bench::scale_distributed::print(
             &cli.global_args(),
             args.json,
             d.distributed_size,
@@ -535,7 +537,7 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
     }
     let m = &args.model;
     if m.model {
-        let inputs = lamino::plan::cluster_model::ClusterInputs {
+        let inputs = crate::plan::cluster_model::ClusterInputs {
             device_bytes: m.model_device_bytes,
             host_bytes: m.model_host_bytes,
             max_buffer_bytes: m.model_max_buffer_bytes.unwrap_or(m.model_device_bytes),
@@ -574,8 +576,8 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
 
 /// `bench memo`: checks the arguments, then runs the frontier and the comparison (or one).
 fn memo(cli: &Cli, args: &MemoArgs) -> CliResult {
-    use lamino::bench::memo::compare::CompareConfig;
-    use lamino::bench::memo::frontier::{swept_policies, FrontierConfig};
+    use crate::bench::memo::compare::CompareConfig;
+    use crate::bench::memo::frontier::{swept_policies, FrontierConfig};
     if args.iterations < 10 {
         return Err("the frontier needs at least 10 outer iterations per run".into());
     }
@@ -610,7 +612,7 @@ fn memo(cli: &Cli, args: &MemoArgs) -> CliResult {
             repeats: args.repeats,
             device_fraction: args.device_fraction,
         };
-        lamino::bench::memo::print_frontier(&ctx, &config, args.json, &args.out)?;
+        crate::bench::memo::print_frontier(&ctx, &config, args.json, &args.out)?;
     }
     if args.only != MemoParts::Frontier {
         let config = CompareConfig {
@@ -623,7 +625,7 @@ fn memo(cli: &Cli, args: &MemoArgs) -> CliResult {
             certified: args.compare_memo.clone(),
             memo,
         };
-        lamino::bench::memo::print_comparison(&ctx, &config, args.json)?;
+        crate::bench::memo::print_comparison(&ctx, &config, args.json)?;
     }
     Ok(())
 }

@@ -5,12 +5,12 @@
 //! their work on purpose, so the bounds are what a machine can hold and what a measurement can
 //! mean, not what is quick.
 
-use lamino::io::number_as_typed;
-use lamino::memory::check_available;
-use lamino::params::AdmmParams;
-use lamino::preprocess::MAX_CANDIDATES;
+use crate::io::number_as_typed;
+use crate::memory::check_available;
+use crate::params::AdmmParams;
+use crate::preprocess::MAX_CANDIDATES;
 
-use super::bench::{BenchWhat, MemoArgs, ScaleArgs};
+use super::{BenchWhat, MemoArgs, ScaleArgs};
 
 /// Timed repeats of one measurement: the median (or the fastest) of more than this many says
 /// nothing new, and a run a thousand times longer than needed is a typo.
@@ -161,7 +161,7 @@ pub(super) fn check(what: &BenchWhat) -> Result<(), String> {
                     "an angle strictly between -90 and 90 degrees (0: plain tomography)",
                 );
             }
-            lamino::simulate::check_photons(*photons).map_err(|e| format!("--photons: {e}"))?;
+            crate::simulate::check_photons(*photons).map_err(|e| format!("--photons: {e}"))?;
             outer_iterations("reference-iterations", *reference_iterations)
         }
         BenchWhat::Memo(args) => memo(args),
