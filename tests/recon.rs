@@ -144,10 +144,10 @@ fn the_plan_holds_what_the_run_holds_and_a_budget_too_small_for_one_chunk_is_ref
 
 /// A preparation removes the stripes, sets the axis given in unbinned columns and boxes the
 /// volume, in that order, recording each in the report's preprocessing: the projections are
-/// those of the library's steps taken by hand, and each step is heard of once.
+/// those of the library's steps taken by hand, and each step is heard of once. It runs under
+/// the reconstruction's device budget: the device is capped at it from the preparation on.
 #[test]
 fn a_preparation_takes_the_steps_in_order_and_records_them() {
-    use lamino::distributed::OneProcess;
     use lamino::geometry::VolumeBox;
     use lamino::preprocess::{
         bin_projections, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
@@ -174,30 +174,28 @@ fn a_preparation_takes_the_steps_in_order_and_records_them() {
         ..Preprocessing::default()
     };
     let mut heard = Vec::new();
-    let prepared = preparation
-        .run(
-            ctx(),
-            &OneProcess::default(),
-            binned.clone(),
-            &mut pre,
-            None,
-            &mut |step| {
-                heard.push(match step {
-                    Prepared::StripesRemoved { share, .. } => {
-                        assert!(share.is_none(), "one process has no share");
-                        "stripes"
-                    }
-                    Prepared::Boxed { kept, of } => {
-                        assert_eq!(of, [16, 16]);
-                        assert!(kept[0] <= 16 && kept[1] <= 16, "{kept:?}");
-                        "box"
-                    }
-                    other => panic!("a step not asked for: {other:?}"),
-                })
-            },
-        )
+    // A context of its own: the budget stays on it.
+    let device = common::new_context();
+    let budget = 64 << 20;
+    let prepared = Reconstructor::new(&device)
+        .device_memory_budget(budget)
+        .prepare(&preparation, binned.clone(), &mut pre, &mut |step| {
+            heard.push(match step {
+                Prepared::StripesRemoved { share, .. } => {
+                    assert!(share.is_none(), "one process has no share");
+                    "stripes"
+                }
+                Prepared::Boxed { kept, of } => {
+                    assert_eq!(of, [16, 16]);
+                    assert!(kept[0] <= 16 && kept[1] <= 16, "{kept:?}");
+                    "box"
+                }
+                other => panic!("a step not asked for: {other:?}"),
+            })
+        })
         .unwrap();
     assert_eq!(heard, ["stripes", "box"]);
+    assert_eq!(device.device_budget(), Some(budget));
     let method = method.resolved(binned.geometry().detw);
     let by_hand = remove_stripes(&binned, method)
         .unwrap()

@@ -4,7 +4,6 @@
 //! rotation axis, in the command line's order; then [`Reconstructor`]), so both give the same
 //! bits. The GPU work runs without the GIL.
 
-use lamino_core::distributed::OneProcess;
 use lamino_core::memo::{MemoOptions, MemoPolicy};
 use lamino_core::preprocess::{bin_projections, Preprocessing, StripeRemoval, FW_SIGMA};
 use lamino_core::recon::{AxisStep, Preparation};
@@ -217,28 +216,21 @@ fn reconstruct<'py>(
             binning,
             ..Preprocessing::default()
         };
-        let prepared = preparation.run(
-            &lease.contexts()[0],
-            &OneProcess::default(),
-            projections,
-            &mut pre,
-            None,
-            &mut |_| {},
-        );
-        let projections = match prepared {
-            Ok(projections) => projections,
-            Err(e) => {
-                lease.give_back();
-                return Err(prepare_error(e));
-            }
-        };
-        let solved = Reconstructor::on_devices(lease.contexts())
+        let reconstructor = Reconstructor::on_devices(lease.contexts())
             .params(params)
             .memo(memo)
             .cancel_flag(watch.cancel.clone())
-            .on_progress(|p| watch.iteration(p))
-            .solve(&projections)
-            .map_err(recon_error)?;
+            .on_progress(|p| watch.iteration(p));
+        let projections =
+            match reconstructor.prepare(&preparation, projections, &mut pre, &mut |_| {}) {
+                Ok(projections) => projections,
+                Err(e) => {
+                    drop(reconstructor);
+                    lease.give_back();
+                    return Err(prepare_error(e));
+                }
+            };
+        let solved = reconstructor.solve(&projections).map_err(recon_error)?;
         // The volume leaves the solver as one host array (the command line writes it a slab at
         // a time instead): the projections and the buffers the run left pooled are freed first,
         // so that the array takes their place rather than adding to the run's peak.

@@ -11,7 +11,7 @@ use super::{print_json, BenchError};
 use crate::gpu::GpuContext;
 use crate::params::{AdmmParams, Convergence};
 use crate::simulate::PhantomKind;
-use crate::solver::IterationReport;
+use crate::solver::{outer_loop, AdmmSolver, IterationReport};
 
 /// The volumes of one long run at the iteration where a convergence test first passed and at
 /// its end. A run that stops on the test makes the first iterates of the long run (same data,
@@ -36,7 +36,6 @@ pub fn converge_then_continue(
     iterations: usize,
 ) -> Result<ConvergedPrefix, crate::solver::SolverError> {
     use crate::operator::OperatorOptions;
-    use crate::solver::AdmmSolver;
     let test = params.convergence.unwrap_or(Convergence::DEFAULT);
     let long = AdmmParams {
         outer_iterations: iterations,
@@ -46,15 +45,15 @@ pub fn converge_then_continue(
     let start = Instant::now();
     let mut solver = AdmmSolver::new(ctx, g, data, long, &OperatorOptions::default())?;
     let mut at_stop = None;
-    let mut reports = Vec::new();
-    while solver.stop_reason().is_none() {
-        let report = solver.step(ctx)?;
+    let after = |solver: &mut AdmmSolver, report: &IterationReport| {
         if at_stop.is_none() && report.converged(&test) {
             let seconds = start.elapsed().as_secs_f64();
             at_stop = Some((report.iteration + 1, solver.volume(ctx)?, seconds));
         }
-        reports.push(report);
-    }
+        Ok(true)
+    };
+    let step = |s: &mut AdmmSolver| s.step(ctx);
+    let (reports, _) = outer_loop(&mut solver, AdmmSolver::stop_reason, step, after)?;
     Ok(ConvergedPrefix {
         at_stop,
         at_end: solver.volume(ctx)?,
@@ -96,7 +95,6 @@ fn track(
 ) -> Result<Tracked, crate::solver::SolverError> {
     use crate::metrics::rel_l2;
     use crate::operator::OperatorOptions;
-    use crate::solver::AdmmSolver;
     let test = params.convergence.unwrap_or(Convergence::DEFAULT);
     let long = AdmmParams {
         outer_iterations: iterations,
@@ -114,8 +112,7 @@ fn track(
         at_stop: None,
         at_end: Vec::new(),
     };
-    while solver.stop_reason().is_none() {
-        let report = solver.step(ctx)?;
+    let after = |solver: &mut AdmmSolver, report: &IterationReport| {
         t.seconds.push((start.elapsed() - readback).as_secs_f64());
         let read = Instant::now();
         let volume = solver.volume(ctx)?;
@@ -123,21 +120,22 @@ fn track(
         if t.at_stop.is_none() && report.converged(&test) {
             t.at_stop = Some((report.iteration + 1, volume.clone()));
         }
-        t.reports.push(report);
-        match reference {
+        Ok(match reference {
             Some(reference) => {
                 t.distances.push(rel_l2(&volume, reference));
                 t.at_end = volume;
-                if t.at_stop.is_some() && t.distances.iter().any(|&d| d <= REACHED) {
-                    break;
-                }
+                // Until the test has passed and the run has come within REACHED.
+                !(t.at_stop.is_some() && t.distances.iter().any(|&d| d <= REACHED))
             }
             None => {
                 t.at_end = volume.clone();
                 t.volumes.push(volume);
+                true
             }
-        }
-    }
+        })
+    };
+    let step = |s: &mut AdmmSolver| s.step(ctx);
+    (t.reports, _) = outer_loop(&mut solver, AdmmSolver::stop_reason, step, after)?;
     if reference.is_none() {
         t.distances = t.volumes.iter().map(|v| rel_l2(v, &t.at_end)).collect();
         t.volumes = Vec::new();

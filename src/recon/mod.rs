@@ -42,7 +42,7 @@ use crate::params::{AdmmParams, DataScale};
 use crate::plan::{member_plans, plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
 use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
-    AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
+    outer_loop, AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
 pub use iterate::IterateView;
 pub use padding::{kernel_size, Padding};
@@ -415,6 +415,26 @@ impl<'a> Reconstructor<'a> {
         self
     }
 
+    /// Prepares `projections` as read (binned by `pre.binning`; under MPI ranks this rank's share
+    /// of the angles) for this reconstruction: the steps of `preparation` (stripes, the rotation
+    /// axis, the volume's box: [`Preparation::run`]) on its first device, among its processes,
+    /// stopped by its cancel flag, and within its device budget: every one of its devices is
+    /// capped at the budget from here on, so the steps before the solve (the axis search) keep to
+    /// it as the solve does. Records the steps in `pre`; `note` hears of each as it is done.
+    pub fn prepare(
+        &self,
+        preparation: &Preparation,
+        projections: Projections,
+        pre: &mut crate::preprocess::Preprocessing,
+        note: &mut dyn FnMut(Prepared<'_>),
+    ) -> Result<Projections, PrepareError> {
+        if let Some(bytes) = self.device_budget {
+            self.devices.iter().for_each(|d| d.set_device_budget(bytes));
+        }
+        let cancel = self.cancel.as_deref();
+        preparation.run(self.ctx, &*self.processes, projections, pre, cancel, note)
+    }
+
     /// The memory plan [`run`](Self::run) would follow for projections of `geometry` (before
     /// padding: the plan is the padded geometry's, see [`padding`](Self::padding)), made without
     /// allocating anything on the device.
@@ -553,27 +573,19 @@ impl<'a> Reconstructor<'a> {
         let loop_start = Instant::now();
         let first = team.solver().iterations_done();
         let single = self.single();
-        let mut reports = Vec::new();
         let total = self.params.outer_iterations;
         let mut schedule = self
             .checkpoint
             .as_ref()
             .map(|(path, every)| (path, CheckpointSchedule::new(*every)));
-        let stop = loop {
-            if let Some(reason) = team.solver().stop_reason() {
-                break reason;
-            }
-            let report = team.step(self.devices)?;
+        let (devices, ctx, cancel) = (self.devices, self.ctx, self.cancel.as_ref());
+        let (progress, iterate) = (&mut self.progress, &mut self.iterate);
+        let after = |team: &mut AdmmTeam, report: &IterationReport| -> Result<bool, ReconError> {
             let solver = team.solver();
-            reports.push(report);
             let done = solver.iterations_done();
-            // Every rank stops at the same iteration when any was told to.
-            let cancelled = team.any(
-                self.cancel
-                    .as_ref()
-                    .is_some_and(|c| c.load(Ordering::SeqCst)),
-            );
             let finished = solver.stop_reason().is_some();
+            // Every rank stops at the same iteration when any was told to.
+            let cancelled = team.any(cancel.is_some_and(|c| c.load(Ordering::SeqCst)));
             let elapsed = loop_start.elapsed();
             let per = elapsed.as_secs_f64() / (done - first) as f64;
             let eta_s = per * total.saturating_sub(done) as f64;
@@ -584,34 +596,38 @@ impl<'a> Reconstructor<'a> {
                 let expected = elapsed.saturating_add(rest);
                 let due = team.any(schedule.due(done, elapsed, expected));
                 if due || (cancelled && !finished) {
-                    team.write_checkpoint(self.devices, path)?;
+                    team.write_checkpoint(devices, path)?;
                     schedule.written(loop_start.elapsed());
                 }
             }
-            if let Some(f) = self.progress.as_mut() {
+            if let Some(f) = progress.as_mut() {
                 f(&Progress {
                     iteration: report.iteration,
                     total,
-                    report,
+                    report: *report,
                     elapsed_s: elapsed.as_secs_f64(),
                     eta_s,
                 });
             }
-            if let Some(f) = self.iterate.as_mut() {
-                team.bring_to_host(self.devices)?;
+            if let Some(f) = iterate.as_mut() {
+                team.bring_to_host(devices)?;
                 f(&IterateView {
                     iteration: report.iteration,
-                    ctx: self.ctx,
+                    ctx,
                     single,
-                    team: &team,
+                    team,
                     padded: &g,
                     padding: &padding,
                 });
             }
-            if cancelled && !finished {
-                break StopReason::Cancelled;
-            }
+            // A stop asked for ends the run here, unless the rule ends it anyway.
+            Ok(!cancelled || finished)
         };
+        let stop_reason = |team: &AdmmTeam| team.solver().stop_reason();
+        let step = |team: &mut AdmmTeam| team.step(devices).map_err(ReconError::from);
+        let (reports, stop) = outer_loop(&mut team, stop_reason, step, after)?;
+        // The rule's reason, or a stop asked for.
+        let stop = stop.unwrap_or(StopReason::Cancelled);
         let completed = stop != StopReason::Cancelled;
         let iterations_s = loop_start.elapsed().as_secs_f64();
         let iterations = (reports.len() as u64).max(1);

@@ -86,8 +86,9 @@ impl Preparation {
     /// share of the angles), on `ctx` for the axis search, and records in `pre` what they
     /// chose (the stripe removal, the axis and its source, the search); `note` hears of each
     /// step as it is done. `cancel` stops the axis search before its next pass
-    /// ([`PreprocessError::Cancelled`]). Collective under MPI ranks.
-    pub fn run(
+    /// ([`PreprocessError::Cancelled`]). Collective under MPI ranks. The front ends run it
+    /// through [`Reconstructor::prepare`](super::Reconstructor::prepare), under the run's budget.
+    pub(crate) fn run(
         &self,
         ctx: &GpuContext,
         processes: &dyn Collective,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::error::SolverError;
 use super::fields::Fields;
 use super::ops::{Apps, Ops, ScalarSteps};
+use super::outer::outer_loop;
 use super::report::{relative, IterationReport, StopReason};
 use super::slots::{slot, sum};
 use super::vector::VectorOp;
@@ -317,13 +318,11 @@ impl AdmmSolver {
         ctx: &GpuContext,
         mut progress: impl FnMut(&IterationReport),
     ) -> Result<Vec<IterationReport>, SolverError> {
-        let mut reports = Vec::new();
-        while self.stop_reason().is_none() {
-            let r = self.step(ctx)?;
-            progress(&r);
-            reports.push(r);
-        }
-        Ok(reports)
+        let after = |_: &mut Self, r: &IterationReport| {
+            progress(r);
+            Ok(true)
+        };
+        outer_loop(self, Self::stop_reason, |s| s.step(ctx), after).map(|(reports, _)| reports)
     }
 
     /// Whether to stop now, and why: the convergence test on the last iteration (when the

@@ -9,11 +9,13 @@
 //! reduction results (partial sums combined in f64) come back. [`AdmmTeam`] runs the same
 //! solver on several devices with the same bits.
 //!
-//! Where things are: `params` holds the parameters, `setup` builds an [`AdmmSolver`] (the arrays of `fields` with the call
-//! sites of `ops`, bound with the slots of `slots`, and the data from `projections`), `admm`
-//! runs the iteration, `report` says what each iteration did, `resume` writes and resumes
-//! `checkpoint`s, `vector` holds the vector kernels, `team` runs on several devices, and
-//! `error` is what all of them fail with.
+//! Where things are: `params` holds the parameters, `setup` builds an [`AdmmSolver`] (the arrays
+//! of `fields` with the call sites of `ops`, bound with the slots of `slots`, and the data from
+//! `projections`), `admm` runs an iteration, `outer` is the outer loop every driver shares
+//! ([`outer_loop`]: the solver's `run`, the reconstructor's team, the convergence benchmarks),
+//! `report` says what each iteration did, `resume` writes and resumes `checkpoint`s, `vector`
+//! holds the vector kernels, `team` runs on several devices, and `error` is what all of them
+//! fail with.
 
 mod admm;
 mod checkpoint;
@@ -21,6 +23,7 @@ mod error;
 mod fields;
 mod geometry_difference;
 mod ops;
+mod outer;
 mod projections;
 mod report;
 mod resume;
@@ -33,6 +36,7 @@ pub use admm::AdmmSolver;
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use error::SolverError;
 pub use geometry_difference::GeometryDifference;
+pub use outer::outer_loop;
 pub use projections::ProjectionBlocks;
 pub use report::{IterationReport, StopReason};
 pub use team::{AdmmTeam, ArrayBytes, RankReport};

@@ -5,6 +5,7 @@
 //! command line, takes a screenshot, saves the volume and exits (what its test does).
 
 mod app;
+mod form;
 mod plot;
 mod slices;
 mod worker;

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use eframe::wgpu;
-use lamino::distributed::OneProcess;
 use lamino::io::write_dxchange;
 use lamino::preprocess::{binning_factor, describe_axis_search, AxisChoice, Preprocessing};
 use lamino::recon::input::{load_projections_with, LoadOptions, ProjectionInput};
@@ -238,13 +237,13 @@ fn open(
         "rotation axis at column {:.2} (the detector's centre; set it with --rotation-axis)",
         pre.rotation_axis
     );
-    let projections = preparation
-        .run(
-            ctx,
-            &OneProcess::default(),
+    // Within the device budget from here on, as the reconstruction.
+    let preparing = with_budget(Reconstructor::new(ctx), link).cancel_flag(link.cancel.clone());
+    let projections = preparing
+        .prepare(
+            &preparation,
             projections,
             &mut pre,
-            Some(&link.cancel),
             &mut |step| match step {
                 Prepared::StripesRemoved {
                     method, seconds, ..

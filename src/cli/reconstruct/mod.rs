@@ -426,7 +426,6 @@ fn reconstruct_into(
     // The devices first: under MPI, a rank's share of the projections depends on how many
     // devices every rank has. A rank reads only its share.
     let devices = open_devices(cli, &options.processes, false)?;
-    options.budgets.cap_devices(&devices);
     let share = rank_share(&options.processes);
     let share = share
         .as_ref()
@@ -463,33 +462,30 @@ fn reconstruct_into(
         rank,
     );
     let mut reported = Ok(());
-    // A stop signal ends the axis search before its next pass.
-    let flag = signals.flag();
-    let prepared = preparation.run(
-        &devices[0],
-        &*options.processes,
-        projections,
-        &mut pre,
-        Some(&*flag),
-        &mut |step| {
-            match &step {
-                Prepared::AxisFromCheckpoint { axis } if !options.quiet => eprintln!(
-                    "rotation axis {axis:.2} (unbinned columns): the one {} was written with, \
+    // Within the device budget from here on; a stop signal ends the axis search before its
+    // next pass.
+    let preparing = options
+        .budgets
+        .apply(reconstructor(&devices, &options.processes))
+        .cancel_flag(signals.flag());
+    let prepared = preparing.prepare(&preparation, projections, &mut pre, &mut |step| {
+        match &step {
+            Prepared::AxisFromCheckpoint { axis } if !options.quiet => eprintln!(
+                "rotation axis {axis:.2} (unbinned columns): the one {} was written with, \
                      not searched again",
-                    checkpoint_path(&args.out).display()
-                ),
-                Prepared::AxisSearched {
-                    search: Some(search),
-                    seconds,
-                    ..
-                } => {
-                    reported = report_axis_search(search, &args.out, set.as_deref_mut(), *seconds);
-                }
-                _ => {}
+                checkpoint_path(&args.out).display()
+            ),
+            Prepared::AxisSearched {
+                search: Some(search),
+                seconds,
+                ..
+            } => {
+                reported = report_axis_search(search, &args.out, set.as_deref_mut(), *seconds);
             }
-            say(step);
-        },
-    );
+            _ => {}
+        }
+        say(step);
+    });
     let step = match axis {
         AxisStep::Search => "the rotation-axis search",
         _ => "preparing the projections",

@@ -145,15 +145,6 @@ impl MemoryBudgets {
         }
         builder
     }
-
-    /// Caps every device at `--max-device-memory` from the moment it opens, so that the steps
-    /// before the solve (the axis search) keep to it as the solve does; the solve then sets its
-    /// plan's budget, which is within it.
-    pub(super) fn cap_devices(&self, devices: &[GpuContext]) {
-        if let Some(bytes) = self.device_bytes {
-            devices.iter().for_each(|d| d.set_device_budget(bytes));
-        }
-    }
 }
 
 /// The run settings of the command line.
