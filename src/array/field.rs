@@ -107,7 +107,9 @@ impl HostWords {
 }
 
 /// The page size `madvise`, `mincore` and `mmap` work in: 4 KiB on the systems lamino runs on
-/// (x86-64 and arm64 Linux with 4 KiB pages).
+/// (x86-64 and arm64 Linux with 4 KiB pages). Unix's alone: elsewhere no memory is mapped by
+/// hand.
+#[cfg(unix)]
 const PAGE: usize = 4096;
 
 struct HostArray {

@@ -93,8 +93,12 @@ pub fn print(
     .map_err(DistributedBenchError::from)?;
     crate::io::write_dxchange(&scan, &simulated.scan)?;
     let exe = std::env::current_exe().map_err(DistributedBenchError::Start)?;
-    // Safety: geteuid has no preconditions and cannot fail.
+    // Open MPI refuses root without a flag. Safety: geteuid has no preconditions and cannot
+    // fail.
+    #[cfg(unix)]
     let root = unsafe { libc::geteuid() } == 0;
+    #[cfg(not(unix))]
+    let root = false;
     let runs = ranks
         .iter()
         .flat_map(|&k| [(k, true)].into_iter().chain((k > 1).then_some((k, false))));

@@ -82,6 +82,7 @@ pub fn software_opt_in_from_env() -> bool {
 /// The per-user runtime directory the Vulkan loader's window-system layers look for: without a
 /// usable one (set, absolute, a directory) each instance they load prints "XDG_RUNTIME_DIR is
 /// invalid or not set in the environment", four lines per command that buried real messages.
+#[cfg(unix)]
 const RUNTIME_DIR_ENV: &str = "XDG_RUNTIME_DIR";
 
 /// Gives this process a private runtime directory, `$TMPDIR/lamino-runtime-UID` (mode 0700,

@@ -1,9 +1,13 @@
-//! An MPI rank's scratch array, of which only the rank's own planes are a scratch file.
+//! An MPI rank's scratch array, of which only the rank's own planes are a scratch file (on Unix,
+//! where MPI ranks run: Open MPI is Unix's; elsewhere the whole array is one scratch file, so that
+//! the crate builds and behaves the same on every platform).
 
 use std::ops::Range;
 use std::path::Path;
 
-use super::{StorageError, PAGE};
+use super::StorageError;
+#[cfg(unix)]
+use super::PAGE;
 
 /// An MPI rank's scratch array: one contiguous range of addresses for the whole array, of which
 /// only the pages holding the rank's planes (its home, rounded out to whole pages) are a scratch
@@ -12,6 +16,7 @@ use super::{StorageError, PAGE};
 /// [`Field::release_away`](super::Field::release_away)). So the rank's scratch file is its
 /// share of the array, not the whole of it, while every word keeps its place in the array and
 /// the code that reads and writes words stays the same.
+#[cfg(unix)]
 pub(super) struct ShareMap {
     base: *mut f32,
     /// Words of the array.
@@ -24,9 +29,12 @@ pub(super) struct ShareMap {
 
 // Safety: the map is owned by one HostArray, whose RwLock orders every access to its words;
 // the pointer is not shared otherwise.
+#[cfg(unix)]
 unsafe impl Send for ShareMap {}
+#[cfg(unix)]
 unsafe impl Sync for ShareMap {}
 
+#[cfg(unix)]
 impl ShareMap {
     /// Words `home` of an array of `len` words in a scratch file in `dir`, the rest in
     /// anonymous memory, all zero.
@@ -108,6 +116,7 @@ impl ShareMap {
     }
 }
 
+#[cfg(unix)]
 impl Drop for ShareMap {
     fn drop(&mut self) {
         // Safety: the range is the one mapped in `new`, unmapped once.
@@ -117,7 +126,39 @@ impl Drop for ShareMap {
     }
 }
 
-#[cfg(test)]
+/// Elsewhere than Unix: the whole array in one scratch file (the rank's share of it is not
+/// apart), with the same words.
+#[cfg(not(unix))]
+pub(super) struct ShareMap {
+    map: memmap2::MmapMut,
+    len: usize,
+    /// Bytes of the scratch file: the whole array's.
+    pub file_bytes: u64,
+}
+
+#[cfg(not(unix))]
+impl ShareMap {
+    /// An array of `len` words, all zero, in a scratch file in `dir`.
+    pub fn new(dir: &Path, len: usize, _home: Range<usize>) -> Result<Self, StorageError> {
+        let bytes = 4 * len as u64;
+        let map = super::scratch_map(dir, bytes)?;
+        Ok(Self {
+            map,
+            len,
+            file_bytes: bytes,
+        })
+    }
+
+    pub fn words(&self) -> &[f32] {
+        &bytemuck::cast_slice(&self.map[..])[..self.len]
+    }
+
+    pub fn words_mut(&mut self) -> &mut [f32] {
+        &mut bytemuck::cast_slice_mut(&mut self.map[..])[..self.len]
+    }
+}
+
+#[cfg(all(test, unix))]
 mod tests {
     use super::{ShareMap, PAGE};
 
