@@ -46,7 +46,8 @@ pub struct Geometry {
     pub offset: [f64; 3],
 }
 
-fn is_zero_offset(offset: &[f64; 3]) -> bool {
+/// Whether a volume's offset is none: the default volume's place (see [`Geometry::offset`]).
+pub(crate) fn is_zero_offset(offset: &[f64; 3]) -> bool {
     *offset == [0.0; 3]
 }
 

@@ -13,6 +13,7 @@ mod tilt;
 
 pub(crate) use accuracy::gridding_minimum;
 pub use accuracy::{kernel_half_width, DEFAULT_EPS, MIN_EPS};
+pub(crate) use acquisition::is_zero_offset;
 pub use acquisition::Geometry;
 pub use column::DetectorColumn;
 pub use region::VolumeBox;

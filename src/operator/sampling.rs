@@ -4,7 +4,7 @@
 
 use std::f64::consts::PI;
 
-use crate::geometry::Geometry;
+use crate::geometry::{is_zero_offset, Geometry};
 
 /// `exp(-2 pi i (b - n/2) shift / n)` for every frequency index `b` of an axis of length `n`: the
 /// Fourier shift theorem moving a centred signal by `shift` samples, in f64 with the integer and
@@ -69,7 +69,7 @@ impl Geometry {
     /// How many projections' phases [`detector_phases`](Self::detector_phases) holds: every
     /// angle's with an offset, else one.
     pub fn detector_phase_angles(&self) -> usize {
-        if self.offset == [0.0; 3] {
+        if is_zero_offset(&self.offset) {
             1
         } else {
             self.ntheta()

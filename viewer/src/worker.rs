@@ -270,9 +270,7 @@ fn open(
         axis = format!("rotation axis at column {c:.2} (given)");
     }
     let g = projections.geometry();
-    let plan = with_budget(Reconstructor::new(ctx), link)
-        .plan(g)
-        .map_err(|e| e.to_string())?;
+    let plan = preparing.plan(g).map_err(|e| e.to_string())?;
     let mut summary = format!(
         "{}: {} projections of {} x {}, tilt {:.2} deg ({}), volume {} x {} x {}\n{axis}",
         input_path(&input).display(),
