@@ -120,7 +120,8 @@ pub use io::{write_volume, IoError, Stack, VolumeSlabs};
 pub use num_complex::{self, Complex32};
 pub use params::AdmmParams;
 pub use recon::{
-    CheckpointInterval, IterateView, Progress, ReconError, Reconstruction, Reconstructor, Solved,
+    CheckpointInterval, IterateView, Job, JobError, JobEvent, JobInput, Preparation, Progress,
+    ReconError, Reconstruction, Reconstructor, Solved,
 };
 pub use scan::{Projections, ScanError};
 

@@ -142,21 +142,21 @@ fn the_plan_holds_what_the_run_holds_and_a_budget_too_small_for_one_chunk_is_ref
     assert!(err.to_string().contains("MiB"), "{err}");
 }
 
-/// A preparation removes the stripes, sets the axis given in unbinned columns and boxes the
-/// volume, in that order, recording each in the report's preprocessing: the projections are
-/// those of the library's steps taken by hand, and each step is heard of once. It runs under
-/// the reconstruction's device budget: the device is capped at it from the preparation on.
+/// A job bins its projections, removes the stripes, sets the axis given in unbinned columns and
+/// boxes the volume, in that order, recording each in its preprocessing: the projections are
+/// those of the library's steps taken by hand, each step is heard of once, and its plan is the
+/// one planned without reading (`--dry-run`'s). It runs under the reconstruction's device
+/// budget: the device is capped at it from the preparation on. A listener's error and the
+/// cancel flag stop a job before its solve.
 #[test]
-fn a_preparation_takes_the_steps_in_order_and_records_them() {
+fn a_job_takes_the_steps_in_order_and_records_them() {
     use lamino::geometry::VolumeBox;
-    use lamino::preprocess::{
-        bin_projections, remove_stripes, AxisSource, Preprocessing, StripeRemoval,
-    };
-    use lamino::recon::{AxisStep, Preparation, Prepared};
+    use lamino::preprocess::{bin_projections, remove_stripes, AxisSource, StripeRemoval};
+    use lamino::recon::input::LoadedProjections;
+    use lamino::recon::{AxisStep, Job, JobError, JobEvent, JobInput, Preparation, Prepared};
 
     let scan = common::chip_projections(32, 3);
     let b = 2;
-    let binned = bin_projections(&scan, b).unwrap();
     let method = StripeRemoval::Sorting { size: None };
     let axis = lamino::DetectorColumn::recorded(15.25);
     let volume = VolumeBox {
@@ -164,38 +164,57 @@ fn a_preparation_takes_the_steps_in_order_and_records_them() {
         y: 2..14,
         x: 2..14,
     };
-    let preparation = Preparation {
-        stripes: Some(method),
-        axis: AxisStep::Column(axis),
-        volume: Some(volume.clone()),
-    };
-    let mut pre = Preprocessing {
-        binning: b,
-        ..Preprocessing::default()
+    let job = || Job {
+        input: JobInput::Loaded {
+            loaded: LoadedProjections::given(scan.clone(), "a test", "a test"),
+            binning: b,
+        },
+        preparation: Preparation {
+            stripes: Some(method),
+            axis: AxisStep::Column(axis),
+            volume: Some(volume.clone()),
+        },
     };
     let mut heard = Vec::new();
     // A context of its own: the budget stays on it.
     let device = common::new_context();
     let budget = 64 << 20;
-    let prepared = Reconstructor::new(&device)
-        .device_memory_budget(budget)
-        .prepare(&preparation, binned.clone(), &mut pre, &mut |step| {
-            heard.push(match step {
-                Prepared::StripesRemoved { share, .. } => {
+    let reconstructor = Reconstructor::new(&device).device_memory_budget(budget);
+    let dry = reconstructor.plan_job(&job(), &mut |_| Ok(())).unwrap();
+    let opened = reconstructor
+        .open(job(), &mut |event| {
+            heard.push(match event {
+                JobEvent::Loaded(loaded) => {
+                    assert_eq!(loaded.projections.geometry().detw, 16, "binned");
+                    "loaded"
+                }
+                JobEvent::Prepared(Prepared::StripesRemoved { share, .. }) => {
                     assert!(share.is_none(), "one process has no share");
                     "stripes"
                 }
-                Prepared::Boxed { kept, of } => {
+                JobEvent::Prepared(Prepared::Boxed { kept, of }) => {
                     assert_eq!(of, [16, 16]);
                     assert!(kept[0] <= 16 && kept[1] <= 16, "{kept:?}");
                     "box"
                 }
+                JobEvent::Planned { plan, geometry, .. } => {
+                    assert_eq!(geometry.n0, 8, "the box's planes");
+                    assert_eq!(plan.device_bytes, dry.device_bytes);
+                    "planned"
+                }
                 other => panic!("a step not asked for: {other:?}"),
-            })
+            });
+            Ok(())
         })
         .unwrap();
-    assert_eq!(heard, ["stripes", "box"]);
+    assert_eq!(heard, ["loaded", "stripes", "box", "planned"]);
     assert_eq!(device.device_budget(), Some(budget));
+    assert_eq!(
+        serde_json::to_value(&opened.plan).unwrap(),
+        serde_json::to_value(&dry).unwrap(),
+        "the plan of the job read is the one planned without reading"
+    );
+    let binned = bin_projections(&scan, b).unwrap();
     let method = method.resolved(binned.geometry().detw);
     let by_hand = remove_stripes(&binned, method)
         .unwrap()
@@ -203,10 +222,37 @@ fn a_preparation_takes_the_steps_in_order_and_records_them() {
         .unwrap()
         .with_volume(&volume)
         .unwrap();
+    let (prepared, pre) = (&opened.projections, &opened.preprocessing);
     assert_eq!(prepared.geometry(), by_hand.geometry());
     assert!(prepared.values() == by_hand.values(), "the same values");
+    assert_eq!(pre.binning, b);
     assert_eq!(pre.stripe_removal, Some(method));
     assert_eq!(pre.rotation_axis_source, AxisSource::Given);
     assert_eq!(pre.rotation_axis, axis);
     assert_eq!(pre.axis_search, None);
+    assert_eq!(pre.tilt_source.as_deref(), Some("a test"));
+
+    // A listener that cannot go on stops the job at the step it was told of.
+    let refused = reconstructor.open(job(), &mut |event| match event {
+        JobEvent::Prepared(Prepared::StripesRemoved { .. }) => Err("no room for it".into()),
+        _ => Ok(()),
+    });
+    assert!(
+        matches!(&refused, Err(JobError::Listener(e)) if e.to_string() == "no room for it"),
+        "{refused:?}"
+    );
+    // A stop asked for before the solve ends the job there, naming the step it stopped.
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let cancelled = Reconstructor::new(&device)
+        .cancel_flag(cancel)
+        .open(job(), &mut |_| Ok(()));
+    assert!(
+        matches!(
+            cancelled,
+            Err(JobError::Cancelled {
+                during: "reading the projections"
+            })
+        ),
+        "{cancelled:?}"
+    );
 }

@@ -12,7 +12,7 @@ use lamino_core::memory::HostMemoryError;
 use lamino_core::operator::OperatorError;
 use lamino_core::plan::PlanError;
 use lamino_core::preprocess::PreprocessError;
-use lamino_core::recon::PrepareError;
+use lamino_core::recon::{JobError, PrepareError};
 use lamino_core::simulate::SimulateError;
 use lamino_core::solver::SolverError;
 use lamino_core::{GpuError, IoError, ReconError, ScanError};
@@ -226,6 +226,16 @@ pub(crate) fn prepare_error(e: PrepareError) -> PyErr {
     match e {
         PrepareError::Preprocess(e) => preprocess_error(e),
         PrepareError::Scan(e) => scan_error(e),
+        e => LaminoError::new_err(in_python_terms(e)),
+    }
+}
+
+pub(crate) fn job_error(e: JobError) -> PyErr {
+    match e {
+        JobError::Preprocess(e) => preprocess_error(e),
+        JobError::Prepare(e) => prepare_error(e),
+        JobError::Recon(e) => recon_error(e),
+        e @ JobError::Input(_) => InputError::new_err(in_python_terms(e)),
         e => LaminoError::new_err(in_python_terms(e)),
     }
 }

@@ -1,19 +1,19 @@
-//! `lamino.reconstruct`: line integrals and angles in, the ADMM-TV volume out, through the same
-//! library path as `lamino reconstruct` on `.npy` line integrals with a geometry file (the
-//! geometry's volume, binning, then the library's [`Preparation`]: stripe removal and the
-//! rotation axis, in the command line's order; then [`Reconstructor`]), so both give the same
+//! `lamino.reconstruct`: line integrals and angles in, the ADMM-TV volume out, as the library's
+//! [`Job`] that `lamino reconstruct` runs (the arrays its input, binned, then its
+//! [`Preparation`]: stripe removal and the rotation axis; then the solve), so both give the same
 //! bits. The GPU work runs without the GIL.
 
 use lamino_core::memo::{MemoOptions, MemoPolicy};
-use lamino_core::preprocess::{bin_projections, Preprocessing, StripeRemoval, FW_SIGMA};
-use lamino_core::recon::{AxisStep, Preparation};
+use lamino_core::preprocess::{StripeRemoval, FW_SIGMA};
+use lamino_core::recon::input::LoadedProjections;
+use lamino_core::recon::{AxisStep, Job, JobError, JobInput, Preparation};
 use lamino_core::{AdmmParams, DetectorColumn, Geometry, Projections, Reconstructor, Tilt};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
 use crate::device::{DeviceArg, Devices, Lease};
-use crate::errors::{input_error, prepare_error, preprocess_error, recon_error, scan_error};
+use crate::errors::{input_error, job_error, recon_error, scan_error};
 use crate::preprocess::read_theta;
 use crate::progress::{Reporter, Watch};
 
@@ -198,43 +198,41 @@ fn reconstruct<'py>(
     let values = proj.as_slice()?.to_vec();
     drop(proj);
     let result = py.detach(|| -> PyResult<_> {
-        let mut projections = Projections::new(geometry, values).map_err(scan_error)?;
-        if binning != 1 {
-            projections = bin_projections(&projections, binning).map_err(preprocess_error)?;
-        }
-        // An error after the lease drops its devices, which it may have broken; a preparation
-        // that fails has not used them and gives them back.
+        let projections = Projections::new(geometry, values).map_err(scan_error)?;
+        let job = Job {
+            input: JobInput::Loaded {
+                loaded: LoadedProjections::given(projections, "the tilt argument", "theta"),
+                binning,
+            },
+            preparation: Preparation {
+                stripes,
+                axis: center.map_or(AxisStep::Geometry, |c| {
+                    AxisStep::Column(DetectorColumn::recorded(c))
+                }),
+                volume: None,
+            },
+        };
         let lease = Lease::take(&devices)?;
-        let preparation = Preparation {
-            stripes,
-            axis: center.map_or(AxisStep::Geometry, |c| {
-                AxisStep::Column(DetectorColumn::recorded(c))
-            }),
-            volume: None,
-        };
-        let mut pre = Preprocessing {
-            binning,
-            ..Preprocessing::default()
-        };
         let reconstructor = Reconstructor::on_devices(lease.contexts())
             .params(params)
             .memo(memo)
             .cancel_flag(watch.cancel.clone())
             .on_progress(|p| watch.iteration(p));
-        let projections =
-            match reconstructor.prepare(&preparation, projections, &mut pre, &mut |_| {}) {
-                Ok(projections) => projections,
-                Err(e) => {
-                    drop(reconstructor);
+        let solved = match reconstructor.run_job(job, &mut |_| Ok(())) {
+            Ok(solved) => solved,
+            // A job that stopped before its solve has not used the devices and gives them
+            // back; an error of the solve drops them, which it may have broken.
+            Err(e) => {
+                if !matches!(e, JobError::Recon(_)) {
                     lease.give_back();
-                    return Err(prepare_error(e));
                 }
-            };
-        let solved = reconstructor.solve(&projections).map_err(recon_error)?;
+                return Err(job_error(e));
+            }
+        };
         // The volume leaves the solver as one host array (the command line writes it a slab at
-        // a time instead): the projections and the buffers the run left pooled are freed first,
-        // so that the array takes their place rather than adding to the run's peak.
-        drop(projections);
+        // a time instead): the buffers the run left pooled are freed first (the job has freed
+        // its projections), so that the array takes their place rather than adding to the
+        // run's peak.
         for ctx in lease.contexts() {
             ctx.release_idle_pools();
         }

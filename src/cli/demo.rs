@@ -9,9 +9,10 @@ use crate::io::{write_dxchange, OutputSet};
 use crate::memo::MemoOptions;
 use crate::params::AdmmParams;
 use crate::recon::input::projections_from_scan;
+use crate::recon::{Job, JobEvent, JobInput, Preparation};
 use crate::simulate::{simulated_scan, PhantomKind, ScanSpec};
 
-use super::reconstruct::{report_loaded, run_reconstruction, MemoryBudgets, RunOptions};
+use super::reconstruct::{say_read, solving, MemoryBudgets, RunOptions};
 use super::{Cli, CliResult};
 
 /// The demo's volume side on a hardware GPU.
@@ -111,7 +112,7 @@ fn demo(
         .truth
         .clone()
         .ok_or("the simulated scan has no truth")?;
-    let projections = report_loaded(projections_from_scan(&scan_path, scan, None)?, false);
+    let loaded = projections_from_scan(&scan_path, scan, None)?;
     let options = RunOptions {
         memo: MemoOptions::default(),
         budgets: MemoryBudgets::default(),
@@ -124,16 +125,23 @@ fn demo(
         zarr: None,
         provenance: Some(crate::recon::Provenance::now(None)),
     };
-    let result = run_reconstruction(
-        devices,
-        &projections,
-        AdmmParams::default(),
-        out,
-        Some(set),
-        &options,
-        None,
-    )?
-    .into_reconstruction()?;
+    // The simulated scan as read, reconstructed as it is (no preparation).
+    let job = Job {
+        input: JobInput::Loaded { loaded, binning: 1 },
+        preparation: Preparation::default(),
+    };
+    let (builder, run) = solving(devices, AdmmParams::default(), out, &options)?;
+    let solved = builder
+        .run_job(job, &mut |event| {
+            if let JobEvent::Loaded(loaded) = &event {
+                say_read(loaded, false);
+            }
+            run.say(&event, devices, &options)
+        })
+        .map_err(|e| run.job_error(e))?;
+    let result = run
+        .finish(solved, Some(set), &options)?
+        .into_reconstruction()?;
     let score = crate::metrics::score(&result.volume, &truth.values, truth.shape);
     // A chip's layers vary along z, the part of the object laminography does not measure: the
     // relative L2 error alone mostly says how much of the chip lies there.

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::recon::Progress;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A bar of `len` steps labelled `what`; hidden when `quiet`.
 pub fn bar(len: u64, what: &str, quiet: bool) -> ProgressBar {
@@ -40,6 +40,8 @@ pub struct IterationProgress {
     bar: ProgressBar,
     /// Without a terminal: when the last line was printed and the latest iteration not printed.
     log: Option<Rc<RefCell<LineLog>>>,
+    /// Whether the bar is drawn (on a terminal, unless quiet), from the first iteration.
+    shown: bool,
 }
 
 struct LineLog {
@@ -60,10 +62,13 @@ impl LineLog {
 }
 
 impl IterationProgress {
-    /// Progress of at most `total` iterations; `converges`: the run may stop earlier.
+    /// Progress of at most `total` iterations; `converges`: the run may stop earlier. On a
+    /// terminal the bar appears with the first iteration: the steps before it (reading, the
+    /// axis search) say what they do in lines of their own.
     pub fn new(total: usize, quiet: bool, converges: bool) -> Self {
         let terminal = std::io::stderr().is_terminal();
-        let bar = bar(total as u64, "iterations", quiet || !terminal);
+        let bar = bar(total as u64, "iterations", true);
+        bar.set_length(total as u64);
         let log = (!quiet && !terminal).then(|| {
             Rc::new(RefCell::new(LineLog {
                 converges,
@@ -71,11 +76,19 @@ impl IterationProgress {
                 pending: None,
             }))
         });
-        Self { bar, log }
+        Self {
+            bar,
+            log,
+            shown: !quiet && terminal,
+        }
     }
 
     /// Shows iteration `p`.
     pub fn update(&self, p: &Progress) {
+        if self.shown && self.bar.is_hidden() {
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.bar.reset_elapsed();
+        }
         self.bar.set_position(p.iteration as u64 + 1);
         self.bar.set_message(format!(
             "|Lu-d|^2 {:.4e}, rho {}, change {:.1e}",

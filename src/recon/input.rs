@@ -175,6 +175,24 @@ pub struct LoadedProjections {
     pub frames_read: usize,
 }
 
+impl LoadedProjections {
+    /// Line integrals a caller gives in memory (nothing read, nothing to note or warn of):
+    /// `tilt_source` and `angles_source` say where the caller's tilt and angles came from.
+    pub fn given(projections: Projections, tilt_source: &str, angles_source: &str) -> Self {
+        let frames_read = projections.geometry().ntheta();
+        Self {
+            projections,
+            notes: Vec::new(),
+            warnings: Vec::new(),
+            clamps: None,
+            pixel_size: None,
+            tilt_source: tilt_source.into(),
+            angles_source: angles_source.into(),
+            frames_read,
+        }
+    }
+}
+
 /// The lower-case extension of `path` ("" when it has none).
 pub fn extension(path: &Path) -> String {
     path.extension()

@@ -19,6 +19,7 @@
 
 pub mod input;
 mod iterate;
+pub mod job;
 pub mod padding;
 pub mod prepare;
 pub mod schedule;
@@ -45,7 +46,8 @@ use crate::solver::{
     outer_loop, AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
 pub use iterate::IterateView;
-pub use padding::{kernel_size, Padding};
+pub use job::{Heard, Job, JobError, JobEvent, JobInput, Opened};
+pub use padding::{kernel_size, LateralPadding, Padding};
 pub use prepare::{AxisStep, Preparation, PrepareError, Prepared};
 pub use schedule::CheckpointInterval;
 use schedule::CheckpointSchedule;
@@ -267,7 +269,7 @@ pub struct Reconstructor<'a> {
     processes: Arc<dyn Collective>,
     params: AdmmParams,
     options: OperatorOptions,
-    pad: usize,
+    pad: LateralPadding,
     checkpoint: Option<(PathBuf, CheckpointInterval)>,
     resume: Option<PathBuf>,
     cancel: Option<Arc<AtomicBool>>,
@@ -295,7 +297,7 @@ impl<'a> Reconstructor<'a> {
             processes: OneProcess::shared(),
             params: AdmmParams::default(),
             options: OperatorOptions::default(),
-            pad: 0,
+            pad: LateralPadding::None,
             checkpoint: None,
             resume: None,
             cancel: None,
@@ -370,16 +372,17 @@ impl<'a> Reconstructor<'a> {
         self
     }
 
-    /// Pads the detector by `pad` columns on each side and crops them off the volume afterwards.
-    pub fn lateral_padding(mut self, pad: usize) -> Self {
-        self.pad = pad;
+    /// Pads the detector laterally (a number of columns on each side, or a
+    /// [`LateralPadding`] rule) and crops the padding off the volume afterwards.
+    pub fn lateral_padding(mut self, pad: impl Into<LateralPadding>) -> Self {
+        self.pad = pad.into();
         self
     }
 
     /// How projections of `geometry` are padded for the operator: to the sizes its kernels take
     /// (any size of at least 1 runs, see [`padding`]) and by the lateral padding.
     pub fn padding(&self, geometry: &Geometry) -> Padding {
-        Padding::new(geometry, self.pad)
+        Padding::new(geometry, self.pad.columns(geometry))
     }
 
     /// Writes the full solver state to `path` at `every` (a number of iterations, a

@@ -38,6 +38,38 @@ pub fn kernel_size(n: usize, eps: f64) -> usize {
     size
 }
 
+/// The columns a run pads the detector by on each side beyond what its kernels need (the volume's
+/// y and x by as many voxels), cropped off the volume afterwards.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LateralPadding {
+    /// None (the default).
+    #[default]
+    None,
+    /// This many columns.
+    Columns(usize),
+    /// A quarter of the detector's width, as the reference pads samples wider than the field
+    /// of view (`lamino reconstruct --pad`): the width is the one the operator gets, after a
+    /// volume box has cut the detector to its shadow.
+    QuarterWidth,
+}
+
+impl LateralPadding {
+    /// The columns on each side for the detector of `g`.
+    pub fn columns(self, g: &Geometry) -> usize {
+        match self {
+            Self::None => 0,
+            Self::Columns(n) => n,
+            Self::QuarterWidth => g.detw / 4,
+        }
+    }
+}
+
+impl From<usize> for LateralPadding {
+    fn from(columns: usize) -> Self {
+        Self::Columns(columns)
+    }
+}
+
 /// How a scan's detector and volume are padded for the operator, `[before, after]` per axis: to
 /// the sizes the kernels take ([`kernel_size`]), plus a lateral padding of the columns and of the
 /// volume's y and x.

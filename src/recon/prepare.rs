@@ -20,9 +20,10 @@ use crate::preprocess::{
 use crate::scan::{Projections, ScanError};
 
 /// How the rotation axis is chosen.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub enum AxisStep {
     /// The scan geometry's (its `center`, else the detector's middle).
+    #[default]
     Geometry,
     /// A column of the detector as recorded (`--rotation-axis X`, tomopy's `center`).
     Column(DetectorColumn),
@@ -35,8 +36,9 @@ pub enum AxisStep {
     Checkpoint(Option<f64>),
 }
 
-/// The steps from the scan as read to the solver's projections.
-#[derive(Debug, Clone, PartialEq)]
+/// The steps from the scan as read to the solver's projections (by default none: the
+/// projections as read, the geometry's axis, the whole volume).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Preparation {
     /// Stripe removal, its parameters resolved for the detector when it runs.
     pub stripes: Option<StripeRemoval>,

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use eframe::wgpu;
 use lamino::io::write_dxchange;
-use lamino::preprocess::{binning_factor, describe_axis_search, AxisChoice, Preprocessing};
-use lamino::recon::input::{load_projections_with, LoadOptions, ProjectionInput};
-use lamino::recon::{AxisStep, Preparation, Prepared};
+use lamino::preprocess::{binning_factor, describe_axis_search, AxisChoice};
+use lamino::recon::input::{LoadOptions, ProjectionInput};
+use lamino::recon::{AxisStep, Job, JobEvent, JobInput, Preparation, Prepared};
 use lamino::simulate::{simulated_scan, ScanSpec};
 use lamino::solver::IterationReport;
 use lamino::{
@@ -198,62 +198,60 @@ fn open(
         }
     };
     let b = binning_factor(preprocess.binning);
-    let options = LoadOptions {
-        binning: b,
-        ..LoadOptions::default()
-    };
-    let loaded = load_projections_with(&input, &options).map_err(|e| e.to_string())?;
-    let projections = loaded.projections;
-    let mut notes: Vec<String> = loaded
-        .notes
-        .iter()
-        .chain(&loaded.warnings)
-        .cloned()
-        .collect();
-    if b > 1 {
-        notes.push(format!(
-            "binning {} = {b} x {b} pixels: voxels {b} times larger (values {b} times those of \
-             an unbinned reconstruction)",
-            preprocess.binning
-        ));
-    }
-    let preparation = Preparation {
-        stripes: preprocess.stripes.removal(),
-        axis: match preprocess.rotation_axis {
-            None => AxisStep::Geometry,
-            Some(AxisChoice::Column(c)) => AxisStep::Column(c),
-            Some(AxisChoice::Auto) => AxisStep::Search,
+    let job = Job {
+        input: JobInput::File {
+            input: input.clone(),
+            load: LoadOptions {
+                binning: b,
+                ..LoadOptions::default()
+            },
+            pixel_size: None,
         },
-        volume: None,
-    };
-    let mut pre = Preprocessing {
-        binning: b,
-        rotation_axis: DetectorColumn::of_binned(projections.geometry().rotation_axis(), b),
-        ..Preprocessing::default()
+        preparation: Preparation {
+            stripes: preprocess.stripes.removal(),
+            axis: match preprocess.rotation_axis {
+                None => AxisStep::Geometry,
+                Some(AxisChoice::Column(c)) => AxisStep::Column(c),
+                Some(AxisChoice::Auto) => AxisStep::Search,
+            },
+            volume: None,
+        },
     };
     // Cancel stops the axis search before its next pass.
     link.cancel.store(false, Ordering::SeqCst);
-    let mut axis = format!(
-        "rotation axis at column {:.2} (the detector's centre; set it with --rotation-axis)",
-        pre.rotation_axis
-    );
+    let mut notes: Vec<String> = Vec::new();
+    let mut tilt_source = String::new();
+    let mut axis = String::new();
     // Within the device budget from here on, as the reconstruction.
     let preparing = with_budget(Reconstructor::new(ctx), link).cancel_flag(link.cancel.clone());
-    let projections = preparing
-        .prepare(
-            &preparation,
-            projections,
-            &mut pre,
-            &mut |step| match step {
-                Prepared::StripesRemoved {
+    let opened = preparing
+        .open(job, &mut |event| {
+            match event {
+                JobEvent::Loaded(loaded) => {
+                    notes.extend(loaded.notes.iter().chain(&loaded.warnings).cloned());
+                    tilt_source.clone_from(&loaded.tilt_source);
+                    if b > 1 {
+                        notes.push(format!(
+                            "binning {} = {b} x {b} pixels: voxels {b} times larger (values {b} \
+                             times those of an unbinned reconstruction)",
+                            preprocess.binning
+                        ));
+                    }
+                    axis = format!(
+                        "rotation axis at column {:.2} (the detector's centre; set it with \
+                         --rotation-axis)",
+                        DetectorColumn::of_binned(loaded.projections.geometry().rotation_axis(), b)
+                    );
+                }
+                JobEvent::Prepared(Prepared::StripesRemoved {
                     method, seconds, ..
-                } => notes.push(format!("stripes removed ({method:?}) in {seconds:.2} s")),
-                Prepared::AxisSearched {
+                }) => notes.push(format!("stripes removed ({method:?}) in {seconds:.2} s")),
+                JobEvent::Prepared(Prepared::AxisSearched {
                     axis: column,
                     search: Some(search),
                     seconds,
                     ..
-                } => {
+                }) => {
                     axis = format!(
                         "rotation axis at column {column:.2} (searched over [{:.1}, {:.1}] in \
                          {seconds:.1} s; {})",
@@ -263,14 +261,15 @@ fn open(
                     )
                 }
                 _ => {}
-            },
-        )
+            }
+            Ok(())
+        })
         .map_err(|e| e.to_string())?;
-    if let AxisStep::Column(c) = preparation.axis {
+    if let Some(AxisChoice::Column(c)) = preprocess.rotation_axis {
         axis = format!("rotation axis at column {c:.2} (given)");
     }
+    let (projections, plan) = (opened.projections, opened.plan);
     let g = projections.geometry();
-    let plan = preparing.plan(g).map_err(|e| e.to_string())?;
     let mut summary = format!(
         "{}: {} projections of {} x {}, tilt {:.2} deg ({}), volume {} x {} x {}\n{axis}",
         input_path(&input).display(),
@@ -278,7 +277,7 @@ fn open(
         g.deth,
         g.detw,
         g.tilt.degrees(),
-        loaded.tilt_source,
+        tilt_source,
         g.n0,
         g.n1,
         g.n2

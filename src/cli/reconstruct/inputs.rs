@@ -7,7 +7,6 @@ use clap::{Args, ValueEnum};
 
 use crate::io::AngleUnit;
 use crate::recon::input::{extension, InputError, LoadedProjections, ProjectionInput, Shading};
-use crate::scan::Projections;
 
 /// Where the projections come from: the input routes shared by `reconstruct` and `try`.
 #[derive(Args)]
@@ -227,8 +226,8 @@ impl InputArgs {
     }
 }
 
-/// Prints what loading the projections found out (unless `quiet`) and returns them.
-pub(in crate::cli) fn report_loaded(loaded: LoadedProjections, quiet: bool) -> Projections {
+/// Prints what reading `loaded` noted and warned of, unless `quiet`.
+pub(in crate::cli) fn say_read(loaded: &LoadedProjections, quiet: bool) {
     if !quiet {
         for note in &loaded.notes {
             eprintln!("{note}");
@@ -237,5 +236,4 @@ pub(in crate::cli) fn report_loaded(loaded: LoadedProjections, quiet: bool) -> P
             eprintln!("warning: {warning}");
         }
     }
-    loaded.projections
 }

@@ -8,7 +8,6 @@
 
 mod inputs;
 mod preprocess;
-mod resume;
 mod solve;
 mod volume_box;
 
@@ -21,21 +20,19 @@ use crate::memo::{MemoOptions, MemoPolicy, MemoStages};
 use crate::params::AdmmParams;
 use crate::params::InnerSolver;
 use crate::preprocess::{
-    describe_axis_search, AxisChoice, AxisSearch, PreprocessError, AUTO_AXIS_RANGE_FRACTION,
-    AXIS_NEAR_FOURIER,
+    describe_axis_search, AxisChoice, AxisSearch, AUTO_AXIS_RANGE_FRACTION, AXIS_NEAR_FOURIER,
 };
-use crate::recon::input::input_geometry;
-use crate::recon::{AxisStep, CheckpointInterval, PrepareError, Prepared, Provenance};
+use crate::recon::{AxisStep, CheckpointInterval, Heard, Job, JobEvent, Prepared, Provenance};
 
-use super::signals::{Interrupted, StopSignals};
+use super::signals::Interrupted;
 use super::{Cli, CliResult};
 
-pub(super) use inputs::report_loaded;
+pub(super) use inputs::say_read;
 pub use inputs::InputArgs;
 pub use preprocess::PreprocessArgs;
 use preprocess::{projections_shape, say_prepared};
-use solve::{checkpoint_path, open_devices, rank_share, ranks, reconstructor};
-pub(super) use solve::{run_reconstruction, MemoryBudgets, Processes, RunOptions};
+use solve::{checkpoint_path, open_devices, ranks, reconstructor, say_job};
+pub(super) use solve::{solving, MemoryBudgets, Processes, RunOptions};
 pub(super) use volume_box::parse_span;
 use volume_box::VolumeArgs;
 
@@ -298,34 +295,13 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult 
             "--zarr-chunks: the volume is not written as OME-Zarr (add zarr to --format)".into(),
         );
     }
+    let job = args.job()?;
     if args.dry_run {
-        let g = input_geometry(
-            &args.input.projection_input()?,
-            &args.preprocess.load_options(),
-        )?;
-        let g = match args
-            .volume
-            .volume_box(&g, args.preprocess.binning_factor())?
-        {
-            Some(b) => crate::scan::boxed_geometry(&g, &b)?.0,
-            None => g,
-        };
         let devices = open_devices(cli, &options.processes, true)?;
-        let builder = options
-            .budgets
-            .apply(reconstructor(&devices, &options.processes))
-            .params(params)
-            .memo(options.memo)
-            .lateral_padding(if options.pad { g.detw / 4 } else { 0 });
-        if !options.quiet {
-            if let Some(padding) = builder.padding(&g).describe(&g) {
-                eprintln!("{padding}");
-            }
-        }
-        let plan = builder.plan(&g)?;
-        if !options.quiet {
-            eprintln!("{plan}");
-        }
+        let plan = reconstructor(&devices, params, &options).plan_job(&job, &mut |event| {
+            say_job(&event, &devices, &params, &options, true);
+            Ok(())
+        })?;
         if first {
             println!("{}", serde_json::to_string_pretty(&plan)?);
         }
@@ -344,7 +320,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult 
             .collect();
         set.refuse_inputs(&outputs, &args.input.files())?;
     }
-    let result = reconstruct_into(cli, args, params, &options, set.as_mut());
+    let result = reconstruct_into(cli, args, job, params, &options, set.as_mut());
     let Some(set) = set else {
         return result;
     };
@@ -378,11 +354,12 @@ fn report_axis_search(
     out: &std::path::Path,
     set: Option<&mut OutputSet>,
     seconds: f64,
-) -> CliResult {
+) -> Heard {
     let csv = out.join(AXIS_SEARCH_CSV);
     if let Some(set) = set {
         let scored = search.passes.iter().flat_map(|p| &p.scored);
-        super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)?;
+        super::r#try::write_scores(&set.stage(AXIS_SEARCH_CSV)?, scored)
+            .map_err(|e| e.to_string())?;
     }
     eprintln!(
         "rotation axis searched over [{:.1}, {:.1}] ({}, {} passes, {:.1} s): {:.2}; scores in {}",
@@ -404,113 +381,75 @@ fn report_axis_search(
 /// Where `reconstruct --rotation-axis auto` writes the scores of its search.
 const AXIS_SEARCH_CSV: &str = "axis_search.csv";
 
-/// The reconstruction of [`run_as`] after its checks, with its outputs staged in `set` (the
-/// first rank's).
+impl ReconstructArgs {
+    /// The job the arguments describe: the input read as the preprocessing options say, then
+    /// the stripes, the axis and the volume's box (resolved against the input's geometry, read
+    /// from its headers alone).
+    fn job(&self) -> Result<Job, Box<dyn std::error::Error>> {
+        let input = self.preprocess.job_input(&self.input)?;
+        let volume = match self.volume.asks_for_box() {
+            true => self
+                .volume
+                .volume_box(&input.geometry()?, self.preprocess.binning_factor())?,
+            false => None,
+        };
+        let axis = match self.rotation_axis {
+            None => AxisStep::Geometry,
+            Some(AxisChoice::Column(c)) => AxisStep::Column(c),
+            // A resumed run takes the checkpoint's instead.
+            Some(AxisChoice::Auto) => AxisStep::Search,
+        };
+        let preparation = self.preprocess.preparation(axis, volume)?;
+        Ok(Job { input, preparation })
+    }
+}
+
+/// The reconstruction of [`run_as`] after its checks: `job` solved, with its outputs staged in
+/// `set` (the first rank's).
 fn reconstruct_into(
     cli: &Cli,
     args: &ReconstructArgs,
+    job: Job,
     params: AdmmParams,
     options: &RunOptions,
     mut set: Option<&mut OutputSet>,
 ) -> CliResult {
-    // A stop signal from here on ends the command cleanly (its staging removed), whatever step
-    // it comes in; the reconstruction stops on the same flag after its current iteration.
-    let signals = StopSignals::install()?;
-    // The checkpoint's header first: a run that cannot resume from it stops before any work.
-    let checkpoint = match options.resume {
-        true => Some(crate::solver::Checkpoint::read(&checkpoint_path(
-            &args.out,
-        ))?),
-        false => None,
-    };
     // The devices first: under MPI, a rank's share of the projections depends on how many
     // devices every rank has. A rank reads only its share.
     let devices = open_devices(cli, &options.processes, false)?;
-    let share = rank_share(&options.processes);
-    let share = share
-        .as_ref()
-        .map(|s| s as &dyn Fn(usize) -> std::ops::Range<usize>);
-    let (projections, mut pre) =
-        args.preprocess
-            .load_share(&args.input, options.quiet, share, &options.processes)?;
-    signals.stop_before_solving("reading the projections")?;
-    let b = pre.binning;
-    let volume = args.volume.volume_box(projections.geometry(), b)?;
-    let resumed_axis = match (&checkpoint, args.rotation_axis) {
-        (Some(c), Some(AxisChoice::Auto)) => Some(resume::checkpoint_axis(
-            &c.geometry,
-            projections.geometry(),
-            volume.as_ref(),
-            options.pad,
-        )),
-        _ => None,
-    };
-    let axis = match (args.rotation_axis, resumed_axis) {
-        (None, _) => AxisStep::Geometry,
-        (Some(AxisChoice::Column(c)), _) => AxisStep::Column(c),
-        // The checkpoint's (none where no column of this detector gives it: the geometry
-        // check below says what differs).
-        (Some(AxisChoice::Auto), Some(axis)) => AxisStep::Checkpoint(axis),
-        (Some(AxisChoice::Auto), None) => AxisStep::Search,
-    };
-    let preparation = args.preprocess.preparation(axis, volume)?;
+    let (builder, run) = solving(&devices, params, &args.out, options)?;
     let rank = ranks(&options.processes).map(|r| (r.rank(), r.size()));
-    let mut say = say_prepared(
-        options.quiet,
-        args.quiet,
-        projections_shape(&projections),
-        rank,
-    );
-    let mut reported = Ok(());
-    // Within the device budget from here on; a stop signal ends the axis search before its
-    // next pass.
-    let preparing = options
-        .budgets
-        .apply(reconstructor(&devices, &options.processes))
-        .cancel_flag(signals.flag());
-    let prepared = preparing.prepare(&preparation, projections, &mut pre, &mut |step| {
-        match &step {
-            Prepared::AxisFromCheckpoint { axis } if !options.quiet => eprintln!(
-                "rotation axis {axis:.2} (unbinned columns): the one {} was written with, \
-                     not searched again",
-                checkpoint_path(&args.out).display()
-            ),
-            Prepared::AxisSearched {
+    let mut say = say_prepared(options.quiet, args.quiet, rank);
+    let checkpoint = checkpoint_path(&args.out);
+    let mut shape = [0; 3];
+    let solved = builder.run_job(job, &mut |event| {
+        match &event {
+            JobEvent::Loaded(loaded) => {
+                shape = projections_shape(&loaded.projections);
+                args.preprocess
+                    .say_loaded(loaded, &options.processes, options.quiet)
+            }
+            JobEvent::Prepared(Prepared::AxisFromCheckpoint { axis }) if !options.quiet => {
+                eprintln!(
+                    "rotation axis {axis:.2} (unbinned columns): the one {} was written with, not \
+                 searched again",
+                    checkpoint.display()
+                )
+            }
+            JobEvent::Prepared(Prepared::AxisSearched {
                 search: Some(search),
                 seconds,
                 ..
-            } => {
-                reported = report_axis_search(search, &args.out, set.as_deref_mut(), *seconds);
-            }
+            }) => report_axis_search(search, &args.out, set.as_deref_mut(), *seconds)?,
             _ => {}
         }
-        say(step);
+        if let JobEvent::Prepared(step) = &event {
+            say(shape, step);
+        }
+        run.say(&event, &devices, options)
     });
-    let step = match axis {
-        AxisStep::Search => "the rotation-axis search",
-        _ => "preparing the projections",
-    };
-    if matches!(
-        prepared,
-        Err(PrepareError::Preprocess(PreprocessError::Cancelled))
-    ) {
-        signals.stop_before_solving(step)?;
-    }
-    let projections = prepared?;
-    reported?;
-    signals.stop_before_solving(step)?;
-    if let Some(checkpoint) = &checkpoint {
-        resume::check_geometry(checkpoint, projections.geometry(), &pre, options.pad)?;
-    }
-    run_reconstruction(
-        &devices,
-        &projections,
-        params,
-        &args.out,
-        set,
-        options,
-        Some(pre),
-    )?;
+    let solved = solved.map_err(|e| run.job_error(e))?;
+    run.finish(solved, set, options)?;
     Ok(())
 }
 

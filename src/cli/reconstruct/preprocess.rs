@@ -4,17 +4,12 @@
 use clap::{Args, ValueEnum};
 
 use crate::io::{PixelSize, MAX_CLAMPED_FRACTION};
-use crate::preprocess::{
-    binning_factor, parse_binning, AxisSource, Preprocessing, StripeRemoval, FW_SIGMA,
-};
-use crate::recon::input::{
-    input_geometry, load_projection_share, load_projections_with, LoadOptions,
-};
-use crate::recon::{AxisStep, Preparation, Prepared};
+use crate::preprocess::{binning_factor, parse_binning, Preprocessing, StripeRemoval, FW_SIGMA};
+use crate::recon::input::{LoadOptions, LoadedProjections};
+use crate::recon::{AxisStep, JobEvent, JobInput, Preparation, Prepared};
 use crate::scan::Projections;
-use crate::DetectorColumn;
 
-use super::inputs::{report_loaded, InputArgs};
+use super::inputs::{say_read, InputArgs};
 
 /// Preprocessing shared by `reconstruct` and `try`.
 #[derive(Args)]
@@ -142,15 +137,23 @@ impl PreprocessArgs {
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let one = crate::distributed::OneProcess::shared();
-        let (projections, mut pre) = self.load_share(input, quiet, None, &one)?;
         let preparation = self.preparation(AxisStep::Geometry, None)?;
+        let input = self.job_input(input)?;
+        // The stripe parameters against the detector before any projection is read.
+        if let Some(method) = preparation.stripes {
+            method.check(input.geometry()?.detw)?;
+        }
+        let (projections, mut pre) = input.load(&*one, &mut |event| {
+            if let JobEvent::Loaded(loaded) = event {
+                self.say_loaded(loaded, &one, quiet);
+            }
+            Ok(())
+        })?;
+        let mut say = say_prepared(quiet, quiet, None);
         let shape = projections_shape(&projections);
-        let projections = preparation.remove_stripes(
-            &*one,
-            projections,
-            &mut pre,
-            &mut say_prepared(quiet, quiet, shape, None),
-        )?;
+        let projections =
+            preparation
+                .remove_stripes(&*one, projections, &mut pre, &mut |step| say(shape, &step))?;
         Ok((projections, pre))
     }
 
@@ -168,30 +171,33 @@ impl PreprocessArgs {
         })
     }
 
-    /// Reads the projections binned (only the angles `share(ntheta)` when given: an MPI
-    /// rank's, one of `processes`; see [`load_projection_share`]), the stripe parameters checked
-    /// against the detector first; prints what it read unless `quiet`.
-    pub fn load_share(
+    /// The projections `input` names, read as these options say (binned, the clamping limit,
+    /// the pixel size).
+    pub(super) fn job_input(
         &self,
         input: &InputArgs,
-        quiet: bool,
-        share: Option<&dyn Fn(usize) -> std::ops::Range<usize>>,
+    ) -> Result<JobInput, Box<dyn std::error::Error>> {
+        Ok(JobInput::File {
+            input: input.projection_input()?,
+            load: self.load_options(),
+            pixel_size: self.pixel_size,
+        })
+    }
+
+    /// Says what reading the projections `loaded` did, unless `quiet`: under MPI ranks (one of
+    /// `processes`) the share this rank read, a pixel size given over the file's, its notes and
+    /// warnings ([`say_read`]), the binning.
+    pub(super) fn say_loaded(
+        &self,
+        loaded: &LoadedProjections,
         processes: &super::solve::Processes,
-    ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
-        let stripes = self.stripe_removal()?;
-        let options = self.load_options();
-        let input = input.projection_input()?;
-        // The stripe parameters against the detector before any projection is read.
-        if let Some(method) = stripes {
-            method.check(input_geometry(&input, &options)?.detw)?;
+        quiet: bool,
+    ) {
+        if quiet {
+            return;
         }
-        let loaded = match share {
-            Some(share) => load_projection_share(&input, &options, share)?,
-            None => load_projections_with(&input, &options)?,
-        };
-        let ranks = super::solve::ranks(processes);
-        if let (Some(r), false) = (ranks, quiet) {
-            let p = &loaded.projections;
+        let p = &loaded.projections;
+        if let Some(r) = super::solve::ranks(processes) {
             let angles = p.angles();
             eprintln!(
                 "rank {} of {}: read {} of {} projections (its angles {}..{}), {} projection \
@@ -205,40 +211,22 @@ impl PreprocessArgs {
                 p.values().len()
             );
         }
-        let (clamps, input_warnings) = (loaded.clamps, loaded.warnings.clone());
-        let (tilt_source, angles_source) =
-            (loaded.tilt_source.clone(), loaded.angles_source.clone());
-        let pixel_size = self.pixel_size.or(loaded.pixel_size);
-        if let (Some(given), Some(recorded), false) = (self.pixel_size, loaded.pixel_size, quiet) {
+        if let (Some(given), Some(recorded)) = (self.pixel_size, loaded.pixel_size) {
             eprintln!(
                 "--pixel-size {} um overrides the {} um the input records",
                 given.value, recorded.value
             );
         }
-        let projections = report_loaded(loaded, quiet);
-        let g = projections.geometry().clone();
+        say_read(loaded, quiet);
         let b = self.binning_factor();
-        let pre = Preprocessing {
-            binning: b,
-            stripe_removal: None,
-            rotation_axis_source: AxisSource::Geometry,
-            rotation_axis: DetectorColumn::of_binned(g.rotation_axis(), b),
-            axis_search: None,
-            clamps,
-            input_warnings,
-            pixel_size,
-            tilt_source: Some(tilt_source),
-            angles_source: Some(angles_source),
-        };
-        if b > 1 && !quiet {
-            let g = projections.geometry();
+        if b > 1 {
+            let g = p.geometry();
             eprintln!(
                 "binning {} = {b} x {b} pixels: {} x {} detector, voxels {b} times larger (values \
                  {b} times those of an unbinned reconstruction)",
                 self.binning, g.deth, g.detw,
             );
         }
-        Ok((projections, pre))
     }
 }
 
@@ -248,18 +236,17 @@ pub(super) fn projections_shape(projections: &Projections) -> [usize; 3] {
     [g.ntheta(), g.deth, g.detw]
 }
 
-/// Prints what the steps of a [`Preparation`] did on projections of `shape` (see
-/// [`projections_shape`]) unless `quiet`, as rank `rank` of the MPI ranks where `rank` says
+/// Prints what the steps of a [`Preparation`] did on projections of the shape it is given
+/// with each (see [`projections_shape`]) unless `quiet`, as rank `rank` of the MPI ranks where `rank` says
 /// `(rank, ranks)`; the box's message unless `quiet_box` (every rank says it). The axis
 /// search's scores are reported by its caller.
 pub(super) fn say_prepared(
     quiet: bool,
     quiet_box: bool,
-    [ntheta, deth, detw]: [usize; 3],
     rank: Option<(usize, usize)>,
-) -> impl FnMut(Prepared<'_>) {
+) -> impl FnMut([usize; 3], &Prepared<'_>) {
     let (r, k) = rank.unwrap_or((0, 1));
-    move |step| match step {
+    move |[ntheta, deth, detw], step| match step {
         Prepared::StripesRemoved {
             method,
             seconds,

@@ -1,17 +1,22 @@
 //! The reconstruction `reconstruct` and `demo` share: this process's devices (or an MPI rank's),
-//! the memory budgets, the parameter echo, progress, the stop signals and the staged outputs.
+//! the one reconstructor of the command (budgets, parameters, memo, padding; for a solve also
+//! the checkpoint, the stop signals and progress), what it says before the iterations, and the
+//! staged outputs after them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::distributed::Collective;
+use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::io::{OutputSet, StackFormat};
 use crate::memo::{MemoOptions, MemoPolicy};
 use crate::params::{AdmmParams, GradientPenalty, InnerSolver};
-use crate::preprocess::Preprocessing;
-use crate::recon::{CheckpointInterval, Provenance, Reconstructor, Solved};
-use crate::scan::Projections;
+use crate::plan::MemoryPlan;
+use crate::recon::{
+    CheckpointInterval, Heard, JobError, JobEvent, LateralPadding, Padding, Provenance,
+    Reconstructor, Solved,
+};
 
 use super::super::progress::IterationProgress;
 use super::super::signals::{Interrupted, StopSignals};
@@ -45,19 +50,23 @@ pub(super) fn open_devices(
     }
 }
 
-/// The angles an MPI rank keeps, by the number of angles (`None` without ranks).
-pub(super) fn rank_share(
-    processes: &Processes,
-) -> Option<impl Fn(usize) -> std::ops::Range<usize> + '_> {
-    ranks(processes).map(|r| move |n| r.home(r.rank(), n))
-}
-
-/// A reconstruction on `devices`, as one of the `processes` (under MPI, a rank).
-pub(super) fn reconstructor<'a>(
+/// The reconstructor of a command on `devices`, as one of its processes (under MPI, a rank):
+/// within the budgets, with the parameters, the memo options and the padding. A planning command
+/// (`--dry-run`) uses it as it is; a solve adds to it ([`solving`]).
+pub(in crate::cli) fn reconstructor<'a>(
     devices: &'a [GpuContext],
-    processes: &Processes,
+    params: AdmmParams,
+    o: &RunOptions,
 ) -> Reconstructor<'a> {
-    Reconstructor::on_devices(devices).processes(processes.clone())
+    let builder = Reconstructor::on_devices(devices).processes(o.processes.clone());
+    o.budgets
+        .apply(builder)
+        .params(params)
+        .memo(o.memo)
+        .lateral_padding(match o.pad {
+            true => LateralPadding::QuarterWidth,
+            false => LateralPadding::None,
+        })
 }
 
 /// The solver parameters as the command line names them, one per line, with the default of
@@ -133,7 +142,7 @@ pub(in crate::cli) struct MemoryBudgets {
 }
 
 impl MemoryBudgets {
-    pub(super) fn apply<'a>(&self, mut builder: Reconstructor<'a>) -> Reconstructor<'a> {
+    fn apply<'a>(&self, mut builder: Reconstructor<'a>) -> Reconstructor<'a> {
         if let Some(bytes) = self.device_bytes {
             builder = builder.device_memory_budget(bytes);
         }
@@ -170,20 +179,95 @@ pub(super) fn checkpoint_path(out: &Path) -> PathBuf {
     out.join("checkpoint.ckpt")
 }
 
-/// Reconstructs with progress and the stop signals handled (the checkpoint in `out`), and stages
-/// the outputs in `set` (absent on the ranks that write nothing). The volume is written a slab
-/// at a time from where the solver keeps it, so it never has to fit in host memory; the
-/// returned [`Solved`] still holds it.
-pub(in crate::cli) fn run_reconstruction<'a>(
+/// What a solving run of the command line holds beside its reconstructor.
+pub(in crate::cli) struct Run {
+    progress: IterationProgress,
+    signals: &'static StopSignals,
+    checkpoint: PathBuf,
+    params: AdmmParams,
+}
+
+/// [`reconstructor`]'s, for a solve: the checkpoint in `out` (written on a stop signal, and as
+/// `o` says; read from there when `o` resumes), stopped by the signals, with progress.
+pub(in crate::cli) fn solving<'a>(
     devices: &'a [GpuContext],
-    projections: &Projections,
     params: AdmmParams,
     out: &Path,
-    set: Option<&mut OutputSet>,
     o: &RunOptions,
-    preprocessing: Option<Preprocessing>,
-) -> Result<Solved<'a>, Box<dyn std::error::Error>> {
-    let g = projections.geometry();
+) -> Result<(Reconstructor<'a>, Run), Box<dyn std::error::Error>> {
+    // The checkpoint's directory (the output set's has made it on the first rank).
+    std::fs::create_dir_all(out)
+        .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
+    let checkpoint = checkpoint_path(out);
+    // A stop signal from here on ends the command cleanly (its staging removed), whatever step
+    // it comes in; the reconstruction stops on the same flag after its current iteration.
+    let signals = StopSignals::install()?;
+    let progress = IterationProgress::new(
+        params.outer_iterations,
+        o.quiet,
+        params.convergence.is_some(),
+    );
+    let mut builder = reconstructor(devices, params, o)
+        .checkpoint_every(
+            checkpoint.clone(),
+            o.checkpoint_every.unwrap_or(CheckpointInterval::Never),
+        )
+        .cancel_flag(signals.flag())
+        .on_progress({
+            let progress = progress.clone();
+            move |p| progress.update(p)
+        });
+    if o.resume {
+        builder = builder.resume_from(checkpoint.clone());
+    }
+    let run = Run {
+        progress,
+        signals,
+        checkpoint,
+        params,
+    };
+    Ok((builder, run))
+}
+
+/// What every command says of a job's plan on `devices` unless `o` is quiet: before the
+/// iterations, the volume, the parameters, the padding and a streaming plan. `plan_only`: the plan of `--dry-run`, whatever its mode, and nothing of a
+/// solve.
+pub(in crate::cli) fn say_job(
+    event: &JobEvent<'_>,
+    devices: &[GpuContext],
+    params: &AdmmParams,
+    o: &RunOptions,
+    plan_only: bool,
+) {
+    let JobEvent::Planned {
+        plan,
+        geometry,
+        padding,
+    } = event
+    else {
+        return;
+    };
+    match plan_only {
+        true if !o.quiet => {
+            if let Some(padding) = padding.describe(geometry) {
+                eprintln!("{padding}");
+            }
+            eprintln!("{plan}");
+        }
+        true => {}
+        false => say_solving(plan, geometry, padding, devices, params, o),
+    }
+}
+
+/// What the solve of projections of `g` will do (`plan`, `padding`), unless `o` is quiet.
+fn say_solving(
+    plan: &MemoryPlan,
+    g: &Geometry,
+    padding: &Padding,
+    devices: &[GpuContext],
+    params: &AdmmParams,
+    o: &RunOptions,
+) {
     if !o.quiet {
         if g.offset != [0.0; 3] {
             eprintln!(
@@ -224,108 +308,109 @@ pub(in crate::cli) fn run_reconstruction<'a>(
             o.memo.policy
         );
     }
-    // The checkpoint's directory (the output set's has made it on the first rank).
-    std::fs::create_dir_all(out)
-        .map_err(|e| format!("cannot create the output directory {}: {e}", out.display()))?;
-    let checkpoint = checkpoint_path(out);
-    let signals = StopSignals::install()?;
-    let progress = IterationProgress::new(
-        params.outer_iterations,
-        o.quiet,
-        params.convergence.is_some(),
-    );
-    let mut builder = o
-        .budgets
-        .apply(reconstructor(devices, &o.processes))
-        .params(params)
-        .memo(o.memo)
-        .lateral_padding(if o.pad { g.detw / 4 } else { 0 })
-        .checkpoint_every(
-            checkpoint.clone(),
-            o.checkpoint_every.unwrap_or(CheckpointInterval::Never),
-        )
-        .cancel_flag(signals.flag())
-        .on_progress({
-            let progress = progress.clone();
-            move |p| progress.update(p)
-        });
-    if o.resume {
-        builder = builder.resume_from(checkpoint.clone());
-    }
     if !o.quiet {
-        let width = builder.padding(g).apply(g).n2;
-        progress.suspend(|| eprint!("{}", parameter_table(&params, width)));
-        if let Some(padding) = builder.padding(g).describe(g) {
-            progress.suspend(|| eprintln!("{padding}"));
+        eprint!("{}", parameter_table(params, padding.apply(g).n2));
+        if let Some(padding) = padding.describe(g) {
+            eprintln!("{padding}");
+        }
+        if plan.mode == crate::plan::Mode::Streaming {
+            eprintln!("{plan}");
         }
     }
-    let plan = builder.plan(g)?;
-    if !o.quiet && plan.mode == crate::plan::Mode::Streaming {
-        progress.suspend(|| eprintln!("{plan}"));
+}
+
+impl Run {
+    /// Says `event` as [`say_job`] does, without the progress bar drawing over it.
+    pub(in crate::cli) fn say(
+        &self,
+        event: &JobEvent<'_>,
+        devices: &[GpuContext],
+        o: &RunOptions,
+    ) -> Heard {
+        self.progress
+            .suspend(|| say_job(event, devices, &self.params, o, false));
+        Ok(())
     }
-    let mut solved = builder.solve(projections)?;
-    if let (Some(ranks), false) = (ranks(&o.processes), o.quiet) {
-        let s = ranks.scratch_ledger();
-        if s.arrays > 0 {
+
+    /// The error that ends a job: the stop signal's where one stopped it before the solve.
+    pub(in crate::cli) fn job_error(&self, e: JobError) -> Box<dyn std::error::Error> {
+        if let JobError::Cancelled { during } = &e {
+            if let Err(stopped) = self.signals.stop_before_solving(during) {
+                return stopped.into();
+            }
+        }
+        e.into()
+    }
+
+    /// The end of a solve: the outputs staged in `set` (absent on the ranks that write nothing,
+    /// which send the writing rank their slices), a slab at a time from where the solver keeps
+    /// the volume, so it never has to fit in host memory; the returned [`Solved`] still holds
+    /// it. A run a stop signal cut short is an [`Interrupted`] error, its checkpoint written.
+    pub(in crate::cli) fn finish<'a>(
+        &self,
+        mut solved: Solved<'a>,
+        set: Option<&mut OutputSet>,
+        o: &RunOptions,
+    ) -> Result<Solved<'a>, Box<dyn std::error::Error>> {
+        if let (Some(ranks), false) = (ranks(&o.processes), o.quiet) {
+            let s = ranks.scratch_ledger();
+            if s.arrays > 0 {
+                eprintln!(
+                    "rank {} of {}: scratch files of {} bytes for its planes of {} bytes of {} \
+                     arrays ({} bytes whole)",
+                    ranks.rank(),
+                    ranks.size(),
+                    s.file_bytes,
+                    s.share_bytes,
+                    s.arrays,
+                    s.whole_bytes
+                );
+            }
+        }
+        let Some(set) = set else {
+            if solved.report.completed {
+                solved.stage_outputs_on_ranks(None, &o.formats, o.zarr)?;
+                solved.slab_ledger();
+            }
+            return Ok(solved);
+        };
+        let result = &solved.report;
+        self.progress.finish();
+        if !result.completed {
+            let iteration = result.reports.last().map_or(0, |r| r.iteration + 1);
+            // The cancel flag is set by the stop signals only.
+            let (signal, number) = self.signals.received().unwrap_or(("a signal", 0));
+            return Err(Interrupted::new(signal, number, iteration, &self.checkpoint).into());
+        }
+        if !o.quiet {
+            let iterations = result.reports.last().map_or(0, |r| r.iteration + 1);
             eprintln!(
-                "rank {} of {}: scratch files of {} bytes for its planes of {} bytes of {} arrays \
-                 ({} bytes whole)",
-                ranks.rank(),
-                ranks.size(),
-                s.file_bytes,
-                s.share_bytes,
-                s.arrays,
-                s.whole_bytes
+                "stopped after {iterations} outer iterations: {}",
+                result.stop.describe()
+            );
+            let r = &result.regularisation;
+            eprintln!(
+                "regularisation: TV weight {:.3e} = alpha {} x {:.3e} (the data's mean \
+                 attenuation per voxel {:.3e} / the volume's width {})",
+                r.tv_weight,
+                r.alpha,
+                r.data_scale.tv_unit(),
+                r.data_scale.attenuation_per_voxel,
+                r.data_scale.width
             );
         }
-    }
-    let Some(set) = set else {
-        // A rank that writes nothing sends the writing rank its slices of the volume.
-        if solved.report.completed {
-            solved.stage_outputs_on_ranks(None, &o.formats, o.zarr)?;
-            solved.slab_ledger();
+        solved.report.provenance = o.provenance.clone();
+        solved.stage_outputs_on_ranks(Some(set), &o.formats, o.zarr)?;
+        let ledger = solved.slab_ledger();
+        if !o.quiet && ledger.len() > 1 {
+            let slab = solved.slab_bytes();
+            for (rank, (held, share)) in ledger.iter().enumerate() {
+                eprintln!(
+                    "writing the volume, rank {rank} held at most {held} bytes of it: its share \
+                     {share} bytes and slabs of at most {slab} bytes"
+                );
+            }
         }
-        return Ok(solved);
-    };
-    if let Some(pre) = preprocessing {
-        solved.report.state_preprocessing(pre);
+        Ok(solved)
     }
-    let result = &solved.report;
-    progress.finish();
-    if !result.completed {
-        let iteration = result.reports.last().map_or(0, |r| r.iteration + 1);
-        // The cancel flag is set by the stop signals only.
-        let (signal, number) = signals.received().unwrap_or(("a signal", 0));
-        return Err(Interrupted::new(signal, number, iteration, &checkpoint).into());
-    }
-    if !o.quiet {
-        let iterations = result.reports.last().map_or(0, |r| r.iteration + 1);
-        eprintln!(
-            "stopped after {iterations} outer iterations: {}",
-            result.stop.describe()
-        );
-        let r = &result.regularisation;
-        eprintln!(
-            "regularisation: TV weight {:.3e} = alpha {} x {:.3e} (the data's mean attenuation \
-             per voxel {:.3e} / the volume's width {})",
-            r.tv_weight,
-            r.alpha,
-            r.data_scale.tv_unit(),
-            r.data_scale.attenuation_per_voxel,
-            r.data_scale.width
-        );
-    }
-    solved.report.provenance = o.provenance.clone();
-    solved.stage_outputs_on_ranks(Some(set), &o.formats, o.zarr)?;
-    let ledger = solved.slab_ledger();
-    if !o.quiet && ledger.len() > 1 {
-        let slab = solved.slab_bytes();
-        for (rank, (held, share)) in ledger.iter().enumerate() {
-            eprintln!(
-                "writing the volume, rank {rank} held at most {held} bytes of it: its share \
-                 {share} bytes and slabs of at most {slab} bytes"
-            );
-        }
-    }
-    Ok(solved)
 }

@@ -54,6 +54,11 @@ fn parse_roi(s: &str) -> Result<[Range<usize>; 2], String> {
 }
 
 impl VolumeArgs {
+    /// Whether the options ask for a box (else the whole default volume: no geometry needed).
+    pub(super) fn asks_for_box(&self) -> bool {
+        self.slab.is_some() || self.lamino_start_row.is_some() || self.roi.is_some()
+    }
+
     /// The box the options ask for in the default volume of `g` (a detector binned by `b`), or
     /// `None` for the whole default volume.
     pub(super) fn volume_box(&self, g: &Geometry, b: usize) -> Result<Option<VolumeBox>, String> {

@@ -1,7 +1,8 @@
-//! `reconstruct --resume` before any work: the checkpoint's geometry against this run's. With
-//! `--rotation-axis auto` the axis is the one the checkpoint was written with (the interrupted
-//! run's search is not repeated); a geometry that differs is refused naming every field that
-//! differs with both values, the rotation axis in unbinned columns as the command line gives it.
+//! A job that resumes ([`Reconstructor::resume_from`](crate::recon::Reconstructor::resume_from)),
+//! before its solve: the checkpoint's geometry against this run's. A searched axis is the one
+//! the checkpoint was written with (the interrupted run's search is not repeated); a geometry
+//! that differs is refused naming every field that differs with both values, the rotation axis
+//! in unbinned columns as the command line gives it.
 //!
 //! The checkpoint records the operator's geometry: the detector binned, cut to the columns a
 //! volume box projects onto and padded for the kernels (and by `--pad`). Its rotation axis is
@@ -10,18 +11,18 @@
 
 use crate::geometry::{Geometry, VolumeBox};
 use crate::preprocess::Preprocessing;
-use crate::recon::Padding;
+use crate::recon::{LateralPadding, Padding};
 use crate::scan::boxed_geometry;
 use crate::solver::{Checkpoint, GeometryDifference, SolverError};
 
 /// The geometry the operator of a run on the detector of `g` (binned) runs on: the rotation
-/// axis at binned column `axis`, the box `volume`, padded as the run pads (`pad`: `--pad`);
+/// axis at binned column `axis`, the box `volume`, padded as the run pads (`pad`);
 /// `None` where the axis is not on the detector or the box's shadow leaves it.
 fn operator_geometry(
     g: &Geometry,
     axis: f64,
     volume: Option<&VolumeBox>,
-    pad: bool,
+    pad: LateralPadding,
 ) -> Option<Geometry> {
     let g = Geometry {
         center: Some(axis),
@@ -37,9 +38,9 @@ fn operator_geometry(
     ))
 }
 
-/// `g` padded as the run pads it (`pad`: `--pad`, a quarter of the width on each side).
-fn padded(g: &Geometry, pad: bool) -> Geometry {
-    Padding::new(g, if pad { g.detw / 4 } else { 0 }).apply(g)
+/// `g` padded as the run pads it.
+fn padded(g: &Geometry, pad: LateralPadding) -> Geometry {
+    Padding::new(g, pad.columns(g)).apply(g)
 }
 
 /// The binned column on the detector of `g` that puts the operator's rotation axis where the
@@ -51,7 +52,7 @@ pub(super) fn checkpoint_axis(
     written: &Geometry,
     g: &Geometry,
     volume: Option<&VolumeBox>,
-    pad: bool,
+    pad: LateralPadding,
 ) -> Option<f64> {
     let target = written.rotation_axis();
     // Only a detector of the checkpoint's width can give its axis.
@@ -80,13 +81,13 @@ pub(super) fn checkpoint_axis(
 }
 
 /// Refuses to resume from `checkpoint` when the operator of this run (projections of the
-/// binned, boxed geometry `g`, preprocessed as `pre` says; `pad`: `--pad`) would run on another
+/// binned, boxed geometry `g`, preprocessed as `pre` says, padded as `pad` says) would run on another
 /// geometry: every field that differs, with both values, the rotation axis in unbinned columns.
 pub(super) fn check_geometry(
     checkpoint: &Checkpoint,
     g: &Geometry,
     pre: &Preprocessing,
-    pad: bool,
+    pad: LateralPadding,
 ) -> Result<(), SolverError> {
     let run = padded(g, pad);
     let mut differences = GeometryDifference::list(&checkpoint.geometry, &run);
