@@ -1,8 +1,10 @@
-//! Every compute entry point of every shader translates, with the translator wgpu runs on each
+//! Every compute entry point of every shader, and every pipeline a run compiles (the kernels a
+//! small reconstruction, an axis search and a sweep of FFT lengths and strategies ask the device
+//! for, with the pipeline constants they set), translates, with the translator wgpu runs on each
 //! platform (naga), to what each backend's driver takes: Metal Shading Language 2.4 (Metal),
 //! HLSL shader model 5.1 (DX12, the oldest model its compilers accept), GLSL ES 3.10 compute
 //! (OpenGL ES / EGL, the first version with compute) and SPIR-V (Vulkan), after its pipeline
-//! constants are fixed as a pipeline fixes them. Where the validators of the Khronos group are
+//! constants are fixed as a pipeline fixes them (the run's own, or WGSL's defaults). Where the validators of the Khronos group are
 //! installed (`spirv-val` from `spirv-tools`, `glslangValidator` from `glslang-tools`; CI installs
 //! them and requires them), the SPIR-V and GLSL are checked by them too: naga's writers refuse
 //! what a backend cannot express, the validators what a driver would refuse. Metal's and DX12's
@@ -11,6 +13,9 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
+use lamino::gpu::KernelSpec;
 use lamino::shaders::{Shader, ALL};
 use naga::back::{glsl, hlsl, msl, spv};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
@@ -75,10 +80,12 @@ fn run(tool: &str, args: &[&str]) -> Result<(), String> {
 }
 
 /// What is wrong with the translations of the entry points of the shader `name`, of WGSL
-/// `source`, one line each (files for the external validators go to `dir`).
+/// `source` (only `entry` where given, with the pipeline constants `set` on top of WGSL's
+/// defaults), one line each; files for the external validators go to `dir`.
 fn translation_failures(
     name: &str,
     source: &str,
+    (entry, set): (Option<&str>, &[(&str, f64)]),
     validators: &Validators,
     dir: &Path,
 ) -> Vec<String> {
@@ -92,10 +99,11 @@ fn translation_failures(
     };
     let mut constants = naga::back::PipelineConstants::default();
     let required = required_constants();
+    let given = |c: &str| set.iter().chain(&required).find(|(n, _)| *n == c).copied();
     for (_, o) in module.overrides.iter() {
         let constant = o.name.clone().unwrap_or_default();
-        match required.iter().find(|(n, _)| *n == constant) {
-            Some(&(_, value)) => {
+        match given(&constant) {
+            Some((_, value)) => {
                 constants.insert(constant, value);
             }
             None if o.init.is_none() => {
@@ -108,7 +116,8 @@ fn translation_failures(
         }
     }
     let mut failures = Vec::new();
-    for entry in module.entry_points.iter().map(|e| e.name.clone()) {
+    let entries = module.entry_points.iter().map(|e| e.name.clone());
+    for entry in entries.filter(|e| entry.is_none_or(|only| only == e)) {
         let at = format!("{name} `{entry}`");
         let fixed = naga::back::pipeline_constants::process_overrides(
             &module,
@@ -293,7 +302,10 @@ fn every_entry_point_translates_for_every_backend() {
     let shaders: Vec<&Shader> = ALL.iter().copied().chain(passes).collect();
     let failures: Vec<String> = shaders
         .iter()
-        .flat_map(|s| translation_failures(s.name, &s.source(), &validators, &scratch.0))
+        .flat_map(|s| {
+            let every_entry = (None, &[][..]);
+            translation_failures(s.name, &s.source(), every_entry, &validators, &scratch.0)
+        })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     let entry_points: usize = shaders
@@ -321,6 +333,80 @@ fn every_entry_point_translates_for_every_backend() {
     assert!(entry_points >= shaders.len(), "{entry_points}");
 }
 
+/// The kernels a run compiles on the software adapter: a reconstruction of a 16^3 chip with its
+/// axis searched, the FFT of a sweep of lengths (radices 2 to 7, a prime for Bluestein, one past
+/// a workgroup's memory) with each strategy in both directions, and the specialised 2D and 3D
+/// transforms the operator uses.
+fn kernels_a_run_compiles() -> Vec<KernelSpec> {
+    use lamino::fft::{Direction, FftDescriptor, FftPlan, FftPlan1d, Normalization, Strategy};
+    use lamino::recon::{AxisStep, Job, JobInput, Preparation};
+
+    let ctx = common::new_context();
+    let scan = common::chip_projections(16, 1);
+    let job = Job {
+        input: JobInput::Loaded {
+            loaded: lamino::recon::input::LoadedProjections::given(scan, "a test", "a test"),
+            binning: 1,
+        },
+        preparation: Preparation {
+            axis: AxisStep::Search,
+            ..Preparation::default()
+        },
+    };
+    lamino::Reconstructor::new(&ctx)
+        .params(lamino::AdmmParams::exactly(1))
+        .run_job(job, &mut |_| Ok(()))
+        .unwrap();
+    let data = ctx.upload("sweep", &vec![[0.0f32; 2]; 1 << 14]).unwrap();
+    for len in [2, 3, 5, 7, 12, 60, 64, 97, 128, 243, 1000, 4096] {
+        for direction in [Direction::Forward, Direction::Inverse] {
+            for strategy in [Strategy::Auto, Strategy::Fused, Strategy::MultiPass] {
+                let desc = FftDescriptor::contiguous(len, 2, direction);
+                FftPlan1d::with_strategy(&ctx, desc, &data, strategy).unwrap();
+            }
+            for shape in [&[6, 16, 24][..], &[8, 12, 10]] {
+                let (axes, norm) = (shape.len() - 1, Normalization::None);
+                FftPlan::specialized(&ctx, shape, axes, direction, norm, &data).unwrap();
+                FftPlan::new(&ctx, shape, shape.len(), direction, norm, &data).unwrap();
+            }
+        }
+    }
+    ctx.compiled_kernels()
+}
+
+#[test]
+fn every_pipeline_a_run_compiles_translates_for_every_backend() {
+    let validators = Validators::find();
+    let scratch = Scratch::new("kernels-translate");
+    let kernels = kernels_a_run_compiles();
+    let failures: Vec<String> = kernels
+        .iter()
+        .flat_map(|k| {
+            let run = (Some(k.entry), &k.overrides[..]);
+            let source = k.shader.source();
+            translation_failures(k.shader.name, &source, run, &validators, &scratch.0)
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let shaders: std::collections::HashSet<&str> = kernels.iter().map(|k| k.shader.name).collect();
+    eprintln!(
+        "{} pipelines of {} shaders a run compiled translated to MSL, HLSL, GLSL and SPIR-V",
+        kernels.len(),
+        shaders.len()
+    );
+    // The run reached the operator's gridding, the solver's vectors, the axis search's
+    // backprojection and the FFT's passes.
+    for shader in [
+        "operator/usfft1d",
+        "operator/usfft2d",
+        "solver/vector",
+        "preprocess/backproject",
+    ] {
+        assert!(shaders.contains(shader), "{shader}: {shaders:?}");
+    }
+    assert!(shaders.iter().any(|s| s.starts_with("fft/")), "{shaders:?}");
+}
+
 /// The checks can fail: a pipeline constant the test cannot fix, and (where they are
 /// installed) what the validators refuse.
 #[test]
@@ -330,6 +416,7 @@ fn the_checks_refuse_what_they_cannot_take() {
     let failures = translation_failures(
         "unknown",
         "override UNKNOWN: u32;\n@compute @workgroup_size(UNKNOWN) fn main() {}",
+        (None, &[]),
         &validators,
         &scratch.0,
     );

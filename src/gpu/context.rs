@@ -457,6 +457,16 @@ impl GpuContext {
         Ok(kernel)
     }
 
+    /// What every kernel this context has compiled was built from (shader, entry point,
+    /// pipeline constants), by label: the pipelines a run of lamino asks a driver for, which
+    /// tests/shaders_translate.rs translates for every backend.
+    pub fn compiled_kernels(&self) -> Vec<KernelSpec> {
+        let kernels = self.kernels.lock().expect("kernel cache poisoned");
+        let mut specs: Vec<KernelSpec> = kernels.values().map(|k| k.spec.clone()).collect();
+        specs.sort_by_cached_key(|s| (s.shader.name, s.entry, format!("{:?}", s.overrides)));
+        specs
+    }
+
     /// Waits until the device is idle, then turns captured errors and device loss into errors.
     pub fn wait(&self) -> Result<(), GpuError> {
         self.core.wait()

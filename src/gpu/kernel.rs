@@ -45,6 +45,8 @@ pub struct Kernel {
     pub(super) layout: wgpu::BindGroupLayout,
     pub(super) bindings: &'static [BindingKind],
     pub(super) label: String,
+    /// What it was built from.
+    pub(super) spec: KernelSpec,
 }
 
 impl Kernel {
@@ -109,6 +111,7 @@ impl Kernel {
             layout,
             bindings,
             label,
+            spec: spec.clone(),
         })
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::block_copies::{stage_in, stage_out};
 use super::chunk_program::{Step, View};
-use super::stages::{Kind, Stage};
+use super::program::{Kind, Stage};
 use super::{Apply, LaminoOperator, OperatorError, Sink, Source, Space};
 use crate::array::{Field, Scalars, Staging};
 use crate::gpu::GpuContext;

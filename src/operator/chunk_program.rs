@@ -2,7 +2,7 @@
 //! the operator's FFT plans and the typed handles steps name them by, and each stage's chunks
 //! (input block, computation, output block).
 
-use super::stages::{Kind, Stage};
+use super::program::{Kind, Stage};
 use crate::array::{BlockView, Field, Role};
 use crate::fft::FftPlan1d;
 use crate::gpu::{Bound, GpuBuffer, Recorder};

@@ -4,7 +4,7 @@
 use super::block_copies::{modulate, PhaseTables};
 use super::build::complex_buffer;
 use super::chunk_program::{Block, Chunk, Step};
-use super::stages::Kind;
+use super::program::Kind;
 use super::{LaminoOperator, OperatorError, View};
 use crate::fft::{Direction, FftPlan, Normalization};
 use crate::gpu::GpuContext;

@@ -18,8 +18,9 @@
 //! difference of two arrays, a scaled real part added to an array), so the solver's vector
 //! updates around an operator application happen while a chunk is on its way in or out.
 //!
-//! Here: the errors, the options and the operator itself. The stage vocabulary is in `stages`,
-//! the chunk programs in `chunk_program`, chunk sizing and the memory estimate in `sizing`, building in
+//! Here: the errors, the options and the operator itself. The operator's program (every
+//! application's stages in order, the arrays between them, each stage's kernels) is in `program`,
+//! what a chunk's program is made of in `chunk_program`, chunk sizing and the memory estimate in `sizing`, building in
 //! `build` (with one file per stage: `u1`, `u2`, `fft2d`), binding an application in
 //! `application` and recording it in `record`; `block_copies` moves blocks between whole arrays and
 //! chunks, `tables` computes the gridding tables, `sampling` gives what the operator samples of the scan's
@@ -31,10 +32,10 @@ mod build;
 mod chunk_program;
 mod fft2d;
 mod gridding;
+mod program;
 mod record;
 mod sampling;
 mod sizing;
-mod stages;
 pub(crate) mod tables;
 mod u1;
 mod u2;
@@ -44,8 +45,8 @@ pub use block_copies::{Sink, Source};
 pub(crate) use chunk_program::Block;
 pub(crate) use chunk_program::View;
 pub use gridding::GriddingAxis;
+pub use program::{Apply, Space, Stage};
 pub use sampling::DetectorPhases;
-pub use stages::{Apply, Space, Stage};
 
 use thiserror::Error;
 

@@ -3,7 +3,7 @@
 //! chunk-by-chunk entry points the memo layer records a chunk's parts through.
 
 use super::chunk_program::{Block, Step};
-use super::stages::{Kind, Stage};
+use super::program::{Kind, Stage};
 use super::{Application, LaminoOperator, OperatorError};
 use crate::array::{BlockView, Field, Role, Staging};
 use crate::distributed::shares::share_range;

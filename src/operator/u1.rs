@@ -6,7 +6,7 @@ use bytemuck::{Pod, Zeroable};
 use super::block_copies::groups;
 use super::build::{complex_buffer, gridding_kernel};
 use super::chunk_program::{Block, Chunk, Step};
-use super::stages::{Kind, Stage};
+use super::program::{Kind, Stage};
 use super::tables::U1Tables;
 use super::{LaminoOperator, OperatorError, View};
 use crate::fft::{Direction, FftDescriptor, FftPlan1d, Layout, Normalization};

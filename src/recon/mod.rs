@@ -424,7 +424,8 @@ impl<'a> Reconstructor<'a> {
     /// stopped by its cancel flag, and within its device budget: every one of its devices is
     /// capped at the budget from here on, so the steps before the solve (the axis search) keep to
     /// it as the solve does. Records the steps in `pre`; `note` hears of each as it is done.
-    pub fn prepare(
+    /// Step 3 of a [`Job`] (front ends run it through the job).
+    pub(crate) fn prepare(
         &self,
         preparation: &Preparation,
         projections: Projections,

@@ -1,10 +1,10 @@
 //! The steps between a scan as read (binned, flat-fielded) and the solver's projections, in one
-//! order for every front end (the command line, Python): stripes removed, then the rotation
-//! axis (the geometry's, a column given, a checkpoint's, or searched), then the box of the
-//! volume the operator reconstructs. Under MPI ranks each process holds its share of the angles
-//! and the steps run on every rank together ([`Collective`]); alone they run here. The front
-//! ends only map their arguments onto a [`Preparation`] and say what each step did
-//! ([`Prepared`]).
+//! order for every front end: stripes removed, then the rotation axis (the geometry's, a column
+//! given, a checkpoint's, or searched), then the box of the volume the operator reconstructs.
+//! Under MPI ranks each process holds its share of the angles and the steps run on every rank
+//! together ([`Collective`]); alone they run here. A [`Preparation`] is part of a
+//! [`Job`](super::Job), which runs it under the reconstruction's budget; each step is heard of
+//! as it is done ([`Prepared`]).
 
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -88,8 +88,8 @@ impl Preparation {
     /// share of the angles), on `ctx` for the axis search, and records in `pre` what they
     /// chose (the stripe removal, the axis and its source, the search); `note` hears of each
     /// step as it is done. `cancel` stops the axis search before its next pass
-    /// ([`PreprocessError::Cancelled`]). Collective under MPI ranks. The front ends run it
-    /// through [`Reconstructor::prepare`](super::Reconstructor::prepare), under the run's budget.
+    /// ([`PreprocessError::Cancelled`]). Collective under MPI ranks. A job runs it through
+    /// [`Reconstructor::prepare`](super::Reconstructor::prepare), under the run's budget.
     pub(crate) fn run(
         &self,
         ctx: &GpuContext,

@@ -1,7 +1,29 @@
-//! The stage vocabulary: what an application computes ([`Apply`]), the arrays it maps between
-//! ([`Space`]), the gridding stages the memo layer reuses chunk by chunk ([`Stage`]) and the
-//! chunked stages an application runs in order (`Kind`: a gridding stage or the 2D FFT in one
-//! direction). Every table between them is here; the rest derives from them.
+//! The operator's program: what each application computes ([`Apply`]), its stages in order
+//! ([`Apply::kinds`], the one table the builders and the recorder follow), the arrays between
+//! them ([`Space`]) and the gridding stages the memo layer reuses chunk by chunk ([`Stage`]).
+//!
+//! | application | stages, in order, and the arrays between them |
+//! |---|---|
+//! | `L` ([`Apply::Forward`]) | volume `(n0, n1, n2)` → U1 → spectrum `(deth, n1, n2)` → U2 → Fourier data `(ntheta, deth, detw)` → F_adj → data |
+//! | `L*` ([`Apply::Adjoint`]) | data → F_fwd → Fourier data → U2* → spectrum → U1* → volume (the data array is the workspace) |
+//! | `A`, `A*` (the solver's pair) | as `L`, `L*` without F: volume ↔ Fourier data |
+//!
+//! Each stage runs chunk by chunk along its own axis (U1 along y, U2 along detector rows, F along
+//! the angles): a chunk's input block staged into chunk-local buffers, its computation, its
+//! output block staged out (`record` records them; `chunk_program` names their parts). The
+//! computations, built once per operator, one file per stage:
+//!
+//! | stage | file | a chunk's computation (kernels of `shaders/operator/`) |
+//! |---|---|---|
+//! | U1 | `u1.rs` | `u1_divker` (the kernel's deconvolution, onto the oversampled grid) → 1D FFT along z → `u1_gather` (the values at the detector rows' frequencies) |
+//! | U1* | `u1.rs` | `u1_spread` (a gather over each grid cell's rows) → inverse 1D FFT → `u1_divker_adjoint` |
+//! | U2 | `u2.rs` | `u2_divker` → 2D FFT of each spectrum plane → `u2_gather` (the values at each angle's and column's (x, y) frequencies) |
+//! | U2* | `u2.rs` | `u2_spread` (or `u2_spread_records` then `u2_spread_tabulated`, as the plan chooses) → inverse 2D FFT → `u2_divker_adjoint` |
+//! | F_adj | `fft2d.rs` | the rotation axis's and offset's phase (`modulate`) → inverse 2D FFT of each projection → scale |
+//! | F_fwd | `fft2d.rs` | forward 2D FFT of each projection → the conjugate phase and the scale |
+//!
+//! The stage files keep the method's names (docs/operator-method.md, "Operator L"): each builds
+//! a stage and its adjoint, which produce different arrays.
 
 use serde::Serialize;
 
