@@ -269,27 +269,10 @@ impl Entry<'_> {
     }
 }
 
-/// A scratch directory of this test's own, removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("lamino-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn every_entry_point_translates_for_every_backend() {
     let validators = Validators::find();
-    let scratch = Scratch::new("shaders-translate");
+    let scratch = tempfile::tempdir().unwrap();
     // The two-level FFT passes are composed at run time: a square split and a long one, with
     // both largest radices.
     use lamino::fft::two_level::{shader, split};
@@ -304,7 +287,13 @@ fn every_entry_point_translates_for_every_backend() {
         .iter()
         .flat_map(|s| {
             let every_entry = (None, &[][..]);
-            translation_failures(s.name, &s.source(), every_entry, &validators, &scratch.0)
+            translation_failures(
+                s.name,
+                &s.source(),
+                every_entry,
+                &validators,
+                scratch.path(),
+            )
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -377,14 +366,14 @@ fn kernels_a_run_compiles() -> Vec<KernelSpec> {
 #[test]
 fn every_pipeline_a_run_compiles_translates_for_every_backend() {
     let validators = Validators::find();
-    let scratch = Scratch::new("kernels-translate");
+    let scratch = tempfile::tempdir().unwrap();
     let kernels = kernels_a_run_compiles();
     let failures: Vec<String> = kernels
         .iter()
         .flat_map(|k| {
             let run = (Some(k.entry), &k.overrides[..]);
             let source = k.shader.source();
-            translation_failures(k.shader.name, &source, run, &validators, &scratch.0)
+            translation_failures(k.shader.name, &source, run, &validators, scratch.path())
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -412,13 +401,13 @@ fn every_pipeline_a_run_compiles_translates_for_every_backend() {
 #[test]
 fn the_checks_refuse_what_they_cannot_take() {
     let validators = Validators::find();
-    let scratch = Scratch::new("shaders-refused");
+    let scratch = tempfile::tempdir().unwrap();
     let failures = translation_failures(
         "unknown",
         "override UNKNOWN: u32;\n@compute @workgroup_size(UNKNOWN) fn main() {}",
         (None, &[]),
         &validators,
-        &scratch.0,
+        scratch.path(),
     );
     assert!(
         failures.len() == 1 && failures[0].contains("UNKNOWN has no default"),
@@ -426,7 +415,7 @@ fn the_checks_refuse_what_they_cannot_take() {
     );
     let checks = Checks {
         validators: &validators,
-        dir: &scratch.0,
+        dir: scratch.path(),
     };
     let bad_glsl = b"#version 310 es\nvoid main() { undefined_call(); }\n";
     let refused = checks.validate(

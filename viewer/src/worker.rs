@@ -13,14 +13,13 @@ use std::time::Instant;
 
 use eframe::wgpu;
 use lamino::io::write_dxchange;
-use lamino::preprocess::{binning_factor, describe_axis_search, AxisChoice};
+use lamino::preprocess::{binning_factor, describe_axis_search, AxisChoice, AxisSource};
 use lamino::recon::input::{LoadOptions, ProjectionInput};
 use lamino::recon::{AxisStep, Job, JobEvent, JobInput, Preparation, Prepared};
 use lamino::simulate::{simulated_scan, ScanSpec};
 use lamino::solver::IterationReport;
 use lamino::{
-    write_volume, AdmmParams, CheckpointInterval, DetectorColumn, GpuContext, Projections,
-    Reconstructor, Solved,
+    write_volume, AdmmParams, CheckpointInterval, GpuContext, Projections, Reconstructor, Solved,
 };
 
 use crate::slices::{Display, Drawn, SliceTargets, Window};
@@ -220,8 +219,7 @@ fn open(
     // Cancel stops the axis search before its next pass.
     link.cancel.store(false, Ordering::SeqCst);
     let mut notes: Vec<String> = Vec::new();
-    let mut tilt_source = String::new();
-    let mut axis = String::new();
+    let mut searched = None;
     // Within the device budget from here on, as the reconstruction.
     let preparing = with_budget(Reconstructor::new(ctx), link).cancel_flag(link.cancel.clone());
     let opened = preparing
@@ -229,7 +227,6 @@ fn open(
             match event {
                 JobEvent::Loaded(loaded) => {
                     notes.extend(loaded.notes.iter().chain(&loaded.warnings).cloned());
-                    tilt_source.clone_from(&loaded.tilt_source);
                     if b > 1 {
                         notes.push(format!(
                             "binning {} = {b} x {b} pixels: voxels {b} times larger (values {b} \
@@ -237,11 +234,6 @@ fn open(
                             preprocess.binning
                         ));
                     }
-                    axis = format!(
-                        "rotation axis at column {:.2} (the detector's centre; set it with \
-                         --rotation-axis)",
-                        DetectorColumn::of_binned(loaded.projections.geometry().rotation_axis(), b)
-                    );
                 }
                 JobEvent::Prepared(Prepared::StripesRemoved {
                     method, seconds, ..
@@ -252,22 +244,31 @@ fn open(
                     seconds,
                     ..
                 }) => {
-                    axis = format!(
+                    searched = Some(format!(
                         "rotation axis at column {column:.2} (searched over [{:.1}, {:.1}] in \
                          {seconds:.1} s; {})",
                         search.range[0],
                         search.range[1],
                         describe_axis_search(search)
-                    )
+                    ))
                 }
                 _ => {}
             }
             Ok(())
         })
         .map_err(|e| e.to_string())?;
-    if let Some(AxisChoice::Column(c)) = preprocess.rotation_axis {
-        axis = format!("rotation axis at column {c:.2} (given)");
-    }
+    let pre = &opened.preprocessing;
+    let axis = match (searched, pre.rotation_axis_source) {
+        (Some(searched), _) => searched,
+        (None, AxisSource::Given) => {
+            format!("rotation axis at column {:.2} (given)", pre.rotation_axis)
+        }
+        (None, _) => format!(
+            "rotation axis at column {:.2} (the detector's centre; set it with --rotation-axis)",
+            pre.rotation_axis
+        ),
+    };
+    let tilt_source = pre.tilt_source.clone().unwrap_or_default();
     let (projections, plan) = (opened.projections, opened.plan);
     let g = projections.geometry();
     let mut summary = format!(

@@ -139,10 +139,7 @@ impl PreprocessArgs {
         let one = crate::distributed::OneProcess::shared();
         let preparation = self.preparation(AxisStep::Geometry, None)?;
         let input = self.job_input(input)?;
-        // The stripe parameters against the detector before any projection is read.
-        if let Some(method) = preparation.stripes {
-            method.check(input.geometry()?.detw)?;
-        }
+        input.check(&preparation)?;
         let (projections, mut pre) = input.load(&*one, &mut |event| {
             if let JobEvent::Loaded(loaded) = event {
                 self.say_loaded(loaded, &one, quiet);

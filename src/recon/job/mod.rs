@@ -142,6 +142,15 @@ impl JobInput {
         }
     }
 
+    /// What `preparation` asks of these projections that their headers can refuse before any
+    /// projection is read: stripe parameters the detector cannot take.
+    pub fn check(&self, preparation: &Preparation) -> Result<(), JobError> {
+        if let Some(method) = preparation.stripes {
+            method.check(self.geometry()?.detw)?;
+        }
+        Ok(())
+    }
+
     /// Reads the projections binned (under MPI ranks only this rank's share of the angles, see
     /// [`load_projection_share`]) and what was done to them so far; `events` hears of them once
     /// read ([`JobEvent::Loaded`]).
@@ -220,9 +229,7 @@ impl<'a> Reconstructor<'a> {
         } = job;
         // A run that cannot resume from its checkpoint stops before any work.
         let checkpoint = self.resume.as_deref().map(Checkpoint::read).transpose()?;
-        if let Some(method) = preparation.stripes {
-            method.check(input.geometry()?.detw)?;
-        }
+        input.check(&preparation)?;
         let (projections, mut pre) = input.load(&*self.processes, events)?;
         self.stop_if_cancelled("reading the projections")?;
         if let (Some(c), AxisStep::Search) = (&checkpoint, preparation.axis) {
