@@ -28,6 +28,7 @@ fn context() -> GpuContext {
         selection: DeviceSelection::Best,
         allow_software: true,
         limits: None,
+        backend: None,
     })
     .unwrap_or_else(|e| panic!("the benchmarks need an adapter (mesa-vulkan-drivers): {e}"));
     eprintln!("benchmarks run on {}", ctx.info());

@@ -40,7 +40,7 @@ fn with_budgets(r: Reconstructor<'_>) -> Reconstructor<'_> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A device menu would list these; the user's choice becomes an index.
-    for a in list_adapters() {
+    for a in list_adapters(None) {
         println!("device {a}{}", if a.software { " (software)" } else { "" });
     }
     let options = DeviceOptions::new(DeviceSelection::Best, false);

@@ -122,6 +122,7 @@ fn base_args(command: &str, option: &str, i: &Inputs, out: &Path) -> Option<Vec<
             ("--candidates", "2".into()),
             ("--repeats", one),
         ]),
+        "bench suite" => pairs(&[("--small", String::new()), ("--out", s(out))]),
         "bench stripes" => pairs(&[
             ("--angles", eight.clone()),
             ("--width", eight),

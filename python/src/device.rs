@@ -14,7 +14,7 @@ use crate::errors::{gpu_error, input_error};
 /// Every adapter wgpu finds, in the order `device=` indexes them (`lamino devices`' order).
 #[pyfunction]
 fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
-    let adapters = py.detach(list_adapters);
+    let adapters = py.detach(|| list_adapters(None));
     adapters
         .into_iter()
         .map(|a| {
@@ -127,7 +127,7 @@ impl Lease {
             Some(contexts) => contexts,
             None => devices
                 .set
-                .open_with_policy(devices.allow_software, None)
+                .open_with_policy(devices.allow_software, None, None)
                 .map_err(gpu_error)?,
         };
         Ok(Self {

@@ -19,6 +19,7 @@ pub mod scale_distributed;
 pub mod scale_model;
 pub mod search;
 pub mod stripes;
+pub mod suite;
 
 pub use admm::{bench_admm, AdmmBenchRecord};
 pub use convergence::{

@@ -1,13 +1,18 @@
 //! `lamino devices`: every adapter wgpu finds, with the facts that decide whether lamino can use it.
 
-use crate::gpu::list_adapters;
+use crate::gpu::{list_adapters, Backend};
 
 use super::CliResult;
 
-pub fn run(json: bool) -> CliResult {
-    let adapters = list_adapters();
+pub fn run(json: bool, backend: Option<Backend>) -> CliResult {
+    let adapters = list_adapters(backend);
     if adapters.is_empty() {
-        println!("no GPU adapters found (is a Vulkan, Metal or DX12 driver installed?)");
+        match backend {
+            Some(b) => println!("no {b:?} adapters found (is its driver installed?)"),
+            None => {
+                println!("no GPU adapters found (is a Vulkan, Metal, DX12 or GL driver installed?)")
+            }
+        }
     }
     for a in adapters {
         if json {

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use crate::gpu::{DeviceLimits, DeviceOptions, DeviceSet, GpuContext};
+use crate::gpu::{Backend, DeviceLimits, DeviceOptions, DeviceSet, GpuContext};
 
 /// What every command returns: errors are printed once, by [`main`].
 pub type CliResult = Result<(), Box<dyn std::error::Error>>;
@@ -43,6 +43,11 @@ pub struct Cli {
     /// The device limits (see the commands' `--limits`); also accepted after the command.
     #[arg(long, value_enum)]
     limits: Option<LimitsArg>,
+    /// The graphics API whose adapters are listed and used (see the commands' `--backend`);
+    /// `lamino devices --backend gl` lists the GL adapters with the indices `--device` takes
+    /// with it. Also accepted after the command.
+    #[arg(long, value_enum)]
+    backend: Option<BackendArg>,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,6 +71,32 @@ pub struct GpuArgs {
     /// LAMINO_LIMITS.
     #[arg(long, global = true, value_enum)]
     limits: Option<LimitsArg>,
+    /// The graphics API to run through: "vulkan", "gl" (OpenGL 4.3 / GLES 3.1, through EGL on
+    /// Linux), "metal" or "dx12"; only its adapters are listed, chosen from and indexed (as
+    /// `lamino --backend B devices` lists them). Unset: every backend built in, or those
+    /// wgpu's WGPU_BACKEND names.
+    #[arg(long, global = true, value_enum)]
+    backend: Option<BackendArg>,
+}
+
+/// `--backend`: the library's [`Backend`] by name.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    Vulkan,
+    Gl,
+    Metal,
+    Dx12,
+}
+
+impl From<BackendArg> for Backend {
+    fn from(a: BackendArg) -> Self {
+        match a {
+            BackendArg::Vulkan => Backend::Vulkan,
+            BackendArg::Gl => Backend::Gl,
+            BackendArg::Metal => Backend::Metal,
+            BackendArg::Dx12 => Backend::Dx12,
+        }
+    }
 }
 
 /// `--limits`: the library's [`DeviceLimits`] by name.
@@ -190,6 +221,7 @@ impl Cli {
         };
         self.allow_software_gpu |= gpu.allow_software_gpu;
         self.limits = gpu.limits.or(self.limits);
+        self.backend = gpu.backend.or(self.backend);
         // The command's `--device` is its default unless given: a default never overrides a
         // device named before the command.
         if gpu.device != DeviceSet::default() {
@@ -207,11 +239,17 @@ impl Cli {
         self.limits.map(DeviceLimits::from)
     }
 
+    /// The backend `--backend` names (`None`: as WGPU_BACKEND says).
+    fn backend(&self) -> Option<Backend> {
+        self.backend.map(Backend::from)
+    }
+
     /// The device options of the GPU flags, for commands that run on one device.
     fn device_options(&self) -> Result<DeviceOptions, String> {
         match self.device_set() {
             DeviceSet::One(selection) => Ok(DeviceOptions {
                 limits: self.device_limits(),
+                backend: self.backend(),
                 ..DeviceOptions::new(selection, self.allow_software_gpu)
             }),
             several => Err(format!(
@@ -242,6 +280,7 @@ impl Cli {
         let devices = self.device_set().open_for_rank(
             self.allow_software_gpu || planning,
             self.device_limits(),
+            self.backend(),
             local,
         )?;
         if speaks {
@@ -256,14 +295,22 @@ impl Cli {
         if self.allow_software_gpu {
             args.push("--allow-software-gpu".into());
         }
+        if let Some(limits) = self.limits.and_then(|l| l.to_possible_value()) {
+            args.extend(["--limits".into(), limits.get_name().into()]);
+        }
+        if let Some(backend) = self.backend.and_then(|b| b.to_possible_value()) {
+            args.extend(["--backend".into(), backend.get_name().into()]);
+        }
         args
     }
 
     /// Every device the GPU options name (one unless `--device` lists several).
     fn contexts(&self) -> Result<Vec<GpuContext>, crate::GpuError> {
-        let devices = self
-            .device_set()
-            .open(self.allow_software_gpu, self.device_limits())?;
+        let devices = self.device_set().open(
+            self.allow_software_gpu,
+            self.device_limits(),
+            self.backend(),
+        )?;
         devices.iter().for_each(note_software);
         Ok(devices)
     }
@@ -272,7 +319,9 @@ impl Cli {
     /// software adapter needs no opt-in, since a plan only reads the adapter's limits and runs
     /// nothing on it (hardware GPUs still come first); says which adapter the plan is for.
     fn planning_contexts(&self) -> Result<Vec<GpuContext>, crate::GpuError> {
-        let devices = self.device_set().open(true, self.device_limits())?;
+        let devices = self
+            .device_set()
+            .open(true, self.device_limits(), self.backend())?;
         devices.iter().for_each(|d| self.note_adapter(d, true));
         Ok(devices)
     }
@@ -303,7 +352,7 @@ fn note_software(ctx: &GpuContext) {
 
 fn run(cli: &Cli) -> CliResult {
     match &cli.command {
-        Command::Devices { json } => devices::run(*json),
+        Command::Devices { json } => devices::run(*json, cli.backend()),
         Command::Apply { op, .. } => apply::run(cli, op),
         Command::Bench { what, .. } => bench::run(cli, what),
         Command::Reconstruct { args, .. } => reconstruct::run(cli, args),

@@ -72,6 +72,45 @@ impl FromStr for DeviceLimits {
     }
 }
 
+/// A graphics API wgpu drives an adapter through. Every kernel is written once in WGSL and
+/// translated for each (`tests/shaders_translate.rs`); which ones have run lamino is in the
+/// README's Devices section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Vulkan,
+    /// OpenGL 4.3+ / OpenGL ES 3.1 (EGL on Linux), for GPUs and drivers without Vulkan.
+    Gl,
+    Metal,
+    Dx12,
+}
+
+impl Backend {
+    /// The backend as wgpu's set of one (for an application that creates its own instance,
+    /// as the viewer does through eframe).
+    pub fn wgpu_backends(self) -> wgpu::Backends {
+        match self {
+            Self::Vulkan => wgpu::Backends::VULKAN,
+            Self::Gl => wgpu::Backends::GL,
+            Self::Metal => wgpu::Backends::METAL,
+            Self::Dx12 => wgpu::Backends::DX12,
+        }
+    }
+}
+
+impl FromStr for Backend {
+    type Err = GpuError;
+
+    fn from_str(s: &str) -> Result<Self, GpuError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "vulkan" => Ok(Self::Vulkan),
+            "gl" => Ok(Self::Gl),
+            "metal" => Ok(Self::Metal),
+            "dx12" => Ok(Self::Dx12),
+            _ => Err(GpuError::BadBackend(s.to_string())),
+        }
+    }
+}
+
 /// True when [`SOFTWARE_OPT_IN_ENV`] is set to `1`, `true` or `yes` (any case).
 pub fn software_opt_in_from_env() -> bool {
     std::env::var(SOFTWARE_OPT_IN_ENV)
@@ -268,6 +307,9 @@ pub struct DeviceOptions {
     /// The limits to open the device with; `None`: as [`LIMITS_ENV`] says (the adapter's when
     /// it is unset).
     pub limits: Option<DeviceLimits>,
+    /// The graphics API whose adapters are listed and chosen from; `None`: as wgpu's
+    /// `WGPU_BACKEND` says (every backend built in when it is unset).
+    pub backend: Option<Backend>,
 }
 
 impl DeviceOptions {
@@ -278,6 +320,7 @@ impl DeviceOptions {
             selection,
             allow_software: allow_software || software_opt_in_from_env(),
             limits: None,
+            backend: None,
         }
     }
 }
@@ -329,17 +372,22 @@ pub(super) fn summarize(index: usize, adapter: &wgpu::Adapter) -> AdapterSummary
     }
 }
 
-pub(super) fn adapters() -> Vec<wgpu::Adapter> {
-    // `_from_env` so that WGPU_BACKEND and friends work for debugging (Instance::default ignores them).
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+/// The adapters of `backend` (`None`: of the backends `WGPU_BACKEND` names, all when unset).
+pub(super) fn adapters(backend: Option<Backend>) -> Vec<wgpu::Adapter> {
+    // `_from_env` so that WGPU_BACKEND and friends work (Instance::default ignores them).
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    if let Some(backend) = backend {
+        desc.backends = backend.wgpu_backends();
+    }
     let backends = desc.backends;
     let instance = wgpu::Instance::new(desc);
     pollster::block_on(instance.enumerate_adapters(backends))
 }
 
-/// Every adapter wgpu can see, in a stable order; the index is what `--device` takes.
-pub fn list_adapters() -> Vec<AdapterSummary> {
-    adapters()
+/// Every adapter wgpu can see on `backend` (`None`: as `WGPU_BACKEND` says, every backend when
+/// it is unset), in a stable order; the index is what `--device` takes with the same backend.
+pub fn list_adapters(backend: Option<Backend>) -> Vec<AdapterSummary> {
+    adapters(backend)
         .iter()
         .enumerate()
         .map(|(i, a)| summarize(i, a))
@@ -439,7 +487,28 @@ mod tests {
             selection,
             allow_software,
             limits: None,
+            backend: None,
         }
+    }
+
+    #[test]
+    fn backends_are_named_as_the_option_takes_them_and_others_refused() {
+        for (name, backend, wgpu) in [
+            ("vulkan", Backend::Vulkan, wgpu::Backends::VULKAN),
+            ("GL", Backend::Gl, wgpu::Backends::GL),
+            ("metal", Backend::Metal, wgpu::Backends::METAL),
+            (" dx12", Backend::Dx12, wgpu::Backends::DX12),
+        ] {
+            let parsed: Backend = name.parse().unwrap();
+            assert_eq!(parsed, backend);
+            assert_eq!(parsed.wgpu_backends(), wgpu);
+        }
+        let err = "webgpu".parse::<Backend>().unwrap_err();
+        assert!(
+            matches!(&err, GpuError::BadBackend(b) if b == "webgpu")
+                && err.to_string().contains("gl"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use bytemuck::Pod;
 
 use super::adapter::{
     adapters, choose_adapter, list_adapters, summarize, vulkan_device_local_bytes, AdapterSummary,
-    DeviceLimits, DeviceOptions, DeviceSelection, DeviceSet,
+    Backend, DeviceLimits, DeviceOptions, DeviceSelection, DeviceSet,
 };
 use super::device::Device;
 use super::error::GpuError;
@@ -59,7 +59,7 @@ impl fmt::Debug for GpuContext {
 impl GpuContext {
     /// Chooses an adapter by the device policy and creates a device with its full limits.
     pub fn new(options: &DeviceOptions) -> Result<Self, GpuError> {
-        let found = adapters();
+        let found = adapters(options.backend);
         let summaries: Vec<AdapterSummary> = found
             .iter()
             .enumerate()
@@ -113,7 +113,7 @@ impl GpuContext {
         // The index `lamino devices` would list it under (0 if this process's enumeration does
         // not see it, as with an adapter of a surface-only backend).
         let wanted = adapter.get_info();
-        let index = adapters()
+        let index = adapters(None)
             .iter()
             .position(|a| a.get_info() == wanted)
             .unwrap_or(0);
@@ -506,27 +506,32 @@ impl DeviceSet {
         &self,
         allow_software: bool,
         limits: Option<DeviceLimits>,
+        backend: Option<Backend>,
         local: usize,
     ) -> Result<Vec<GpuContext>, GpuError> {
         let allow_software =
             DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software;
         open_each(
-            self.selections_for_rank(&list_adapters(), allow_software, local)?,
+            self.selections_for_rank(&list_adapters(backend), allow_software, local)?,
             allow_software,
             limits,
+            backend,
         )
     }
 
     /// A context on every device of the set (see [`GpuContext::new`] for the policy), with
-    /// `limits` (`None`: as [`LIMITS_ENV`](super::LIMITS_ENV) says).
+    /// `limits` (`None`: as [`LIMITS_ENV`](super::LIMITS_ENV) says), among the adapters of
+    /// `backend` (`None`: as `WGPU_BACKEND` says).
     pub fn open(
         &self,
         allow_software: bool,
         limits: Option<DeviceLimits>,
+        backend: Option<Backend>,
     ) -> Result<Vec<GpuContext>, GpuError> {
         self.open_with_policy(
             DeviceOptions::new(DeviceSelection::Best, allow_software).allow_software,
             limits,
+            backend,
         )
     }
 
@@ -538,11 +543,13 @@ impl DeviceSet {
         &self,
         allow_software: bool,
         limits: Option<DeviceLimits>,
+        backend: Option<Backend>,
     ) -> Result<Vec<GpuContext>, GpuError> {
         open_each(
-            self.selections(&list_adapters(), allow_software)?,
+            self.selections(&list_adapters(backend), allow_software)?,
             allow_software,
             limits,
+            backend,
         )
     }
 }
@@ -552,6 +559,7 @@ fn open_each(
     selections: Vec<DeviceSelection>,
     allow_software: bool,
     limits: Option<DeviceLimits>,
+    backend: Option<Backend>,
 ) -> Result<Vec<GpuContext>, GpuError> {
     selections
         .into_iter()
@@ -560,6 +568,7 @@ fn open_each(
                 selection,
                 allow_software,
                 limits,
+                backend,
             })
         })
         .collect()
@@ -609,6 +618,7 @@ mod tests {
             selection: DeviceSelection::Best,
             allow_software: true,
             limits: Some(DeviceLimits::Portable),
+            backend: None,
         })
         .unwrap();
         let webgpu = wgpu::Limits::default();

@@ -31,6 +31,9 @@ pub enum GpuError {
     /// A device selector string could not be parsed.
     #[error("invalid device selector {0:?}: expected an adapter index (0, 1, ...), \"best\", a list of indices (\"0,2\") or \"all\"")]
     BadSelector(String),
+    /// A backend name other than vulkan, gl, metal or dx12.
+    #[error("backend {0:?}: expected vulkan, gl, metal or dx12")]
+    BadBackend(String),
     /// A limits setting other than `adapter` or `portable`.
     #[error("{setting}={value:?}: expected \"adapter\" (the adapter's own limits, the default) or \"portable\" (WebGPU's default limits)")]
     BadLimits {

@@ -35,7 +35,7 @@ pub use crate::shaders::BindingKind;
 #[cfg(unix)]
 pub use adapter::provide_runtime_dir;
 pub use adapter::{
-    list_adapters, software_opt_in_from_env, AdapterSummary, DeviceLimits, DeviceOptions,
+    list_adapters, software_opt_in_from_env, AdapterSummary, Backend, DeviceLimits, DeviceOptions,
     DeviceSelection, DeviceSet, LIMITS_ENV, SOFTWARE_OPT_IN_ENV,
 };
 pub use bind::{Bound, BufferSlice};
@@ -58,6 +58,7 @@ pub(crate) fn test_context() -> GpuContext {
         selection: DeviceSelection::Best,
         allow_software: true,
         limits: None,
+        backend: None,
     })
     .expect("GPU tests need an adapter (install mesa-vulkan-drivers)")
 }

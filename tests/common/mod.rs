@@ -19,6 +19,7 @@ pub fn new_context() -> GpuContext {
         selection: DeviceSelection::Best,
         allow_software: true,
         limits: None,
+        backend: None,
     })
     .unwrap_or_else(|e| panic!("GPU tests need an adapter (install mesa-vulkan-drivers): {e}"));
     eprintln!("GPU tests run on {}", ctx.info());

@@ -66,6 +66,9 @@ pub struct App {
     render: RenderState,
     args: Args,
     commands: Sender<Command>,
+    /// The worker thread, joined when the app ends: it holds the device's last buffers, and
+    /// dropping them after the window's surface is gone fails on GL (EGL's BadAccess, a panic).
+    worker: Option<std::thread::JoinHandle<()>>,
     events: Receiver<Event>,
     display: Arc<Mutex<Display>>,
     cancel: Arc<AtomicBool>,
@@ -146,7 +149,7 @@ impl App {
             device_budget: args.max_device_mib.map(|mib| mib << 20),
             live: !args.no_live_slices,
         };
-        std::thread::Builder::new()
+        let worker = std::thread::Builder::new()
             .name("lamino-worker".into())
             .spawn(move || worker::run(ctx, link))
             .map_err(|e| format!("cannot start the worker thread: {e}"))?;
@@ -162,6 +165,7 @@ impl App {
         let mut app = Self {
             render,
             commands,
+            worker: Some(worker),
             events,
             display,
             cancel,
@@ -509,8 +513,14 @@ impl eframe::App for App {
     }
 
     fn on_exit(&mut self) {
-        // A run still going stops after its iteration (and leaves its checkpoint).
+        // A run still going stops after its iteration (and leaves its checkpoint); with its
+        // commands' channel closed the worker ends, and its device objects go while the
+        // window's surface still exists.
         self.cancel.store(true, Ordering::SeqCst);
+        drop(std::mem::replace(&mut self.commands, mpsc::channel().0));
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
     }
 }
 

@@ -115,6 +115,10 @@ pub struct Args {
     /// LAMINO_ALLOW_SOFTWARE_GPU=1).
     #[arg(long)]
     allow_software_gpu: bool,
+    /// The graphics API to run through, as the CLI's --backend: vulkan, gl, metal or dx12
+    /// (unset: the backends wgpu's WGPU_BACKEND names, every one built in when it is unset).
+    #[arg(long, value_parser = |s: &str| s.parse::<lamino::gpu::Backend>())]
+    backend: Option<lamino::gpu::Backend>,
     /// `--angles` read as a count (with --simulate; set by [`Args::check`]).
     #[arg(skip)]
     angle_count: Option<usize>,
@@ -238,10 +242,14 @@ fn main() -> ExitCode {
     // The UI's device is created with lamino's descriptor (the adapter's limits, or the portable
     // ones), so that the reconstruction's kernels get what they would get on a device of their
     // own.
-    options.wgpu_options.wgpu_setup = WgpuSetup::CreateNew(WgpuSetupCreateNew {
+    let mut setup = WgpuSetupCreateNew {
         device_descriptor: Arc::new(move |adapter| GpuContext::device_descriptor(adapter, limits)),
         ..WgpuSetupCreateNew::without_display_handle()
-    });
+    };
+    if let Some(backend) = args.backend {
+        setup.instance_descriptor.backends = backend.wgpu_backends();
+    }
+    options.wgpu_options.wgpu_setup = WgpuSetup::CreateNew(setup);
     let creator_outcome = outcome.clone();
     let result = eframe::run_native(
         "lamino-viewer",

@@ -163,6 +163,31 @@ pub enum BenchWhat {
     /// in-core (same process), one iteration of a large volume within a device budget with
     /// scratch files, and the memory plans of 512^3-2048^3 at several device budgets.
     Scale(ScaleArgs),
+    /// Every figure the project states, in one command for a GPU lent for a few minutes (about
+    /// eight on an A100/H100-class GPU): the FFT against the copy bound, the operator at 128^3
+    /// and 256^3, the ADMM iteration and the time to solution at 128^3, streaming of 512^3 and
+    /// 1024^3 within a capped device budget, the memo frontier, and the device's limits and
+    /// driver. Each step is `lamino bench WHAT --json` on the same device flags, its records in
+    /// OUT/STEP.jsonl, its messages in OUT/STEP.log, all of them in OUT/suite.json; a step that
+    /// fails or runs over its time is recorded and the suite goes on.
+    Suite {
+        /// Print suite.json's content instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Where the records go (made if missing; the streaming step's scratch files too).
+        #[arg(long, default_value = "lamino-bench-suite")]
+        out: PathBuf,
+        /// List the steps with their commands and run nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// The steps at 16^3-32^3: each runs once on a software adapter in a minute or two (to
+        /// know the suite works before a GPU is lent).
+        #[arg(long)]
+        small: bool,
+        /// Seconds a step may run before it is stopped and recorded as timed out.
+        #[arg(long, default_value_t = 240)]
+        step_timeout_s: u64,
+    },
     /// `lamino demo` with its defaults on this device (the size by the adapter, converged
     /// ADMM-TV), timed: prints the time and the score as JSON and, on a software adapter, the
     /// bound `demo` states; exits with an error when the run takes longer.
@@ -477,7 +502,56 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             plots.as_deref(),
         )?,
         BenchWhat::Memo(args) => memo(cli, args)?,
+        BenchWhat::Suite {
+            json,
+            out,
+            dry_run,
+            small,
+            step_timeout_s,
+        } => suite(cli, out, *dry_run, *small, *json, *step_timeout_s)?,
     }
+    Ok(())
+}
+
+/// `bench suite`: its steps listed (`--dry-run`) or run.
+fn suite(
+    cli: &Cli,
+    out: &std::path::Path,
+    dry_run: bool,
+    small: bool,
+    json: bool,
+    step_timeout_s: u64,
+) -> CliResult {
+    use crate::bench::suite::{run_suite, suite_steps, SuiteSizes};
+    let sizes = match small {
+        true => SuiteSizes::Small,
+        false => SuiteSizes::Gpu,
+    };
+    let steps = suite_steps(sizes, out);
+    if dry_run {
+        let global = cli.global_args().join(" ");
+        for step in &steps {
+            match json {
+                true => println!("{}", serde_json::to_string(step)?),
+                false => println!(
+                    "{}: {}\n    lamino {global} bench {} --json",
+                    step.name,
+                    step.measures,
+                    step.args.join(" ")
+                ),
+            }
+        }
+        return Ok(());
+    }
+    let ctx = cli.context()?;
+    run_suite(
+        ctx,
+        &cli.global_args(),
+        steps,
+        out,
+        std::time::Duration::from_secs(step_timeout_s),
+        json,
+    )?;
     Ok(())
 }
 

@@ -33,6 +33,9 @@ const BANDWIDTH_GBPS: (f64, f64) = (1e-3, 1e6);
 /// any device's memory).
 const FFT_BYTES: (u64, u64) = (4096, 1 << 40);
 
+/// The longest a step of `bench suite` may run, seconds.
+const MAX_STEP_TIMEOUT_S: u64 = 86_400;
+
 /// Why `option`'s `value` is refused, with the bound.
 fn refuse(option: &str, value: impl std::fmt::Display, bound: &str) -> Result<(), String> {
     Err(format!("--{option} {value}: expected {bound}"))
@@ -213,6 +216,16 @@ pub(super) fn check(what: &BenchWhat) -> Result<(), String> {
             }
         }
         BenchWhat::Scale(args) => scale(args),
+        BenchWhat::Suite { step_timeout_s, .. } => {
+            match (1..=MAX_STEP_TIMEOUT_S).contains(step_timeout_s) {
+                true => Ok(()),
+                false => refuse(
+                    "step-timeout-s",
+                    step_timeout_s,
+                    &format!("1 to {MAX_STEP_TIMEOUT_S} (a day)"),
+                ),
+            }
+        }
         BenchWhat::Flatfield { .. } | BenchWhat::Demo { .. } => Ok(()),
     }
 }
