@@ -321,6 +321,42 @@ fn without_a_hardware_gpu_the_cli_refuses_unless_told_otherwise() {
 }
 
 #[test]
+fn compiled_pipelines_are_kept_for_the_next_run_where_the_device_has_a_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // The directory by LAMINO_PIPELINE_CACHE: the driver's own shader cache (Mesa's, under
+    // XDG_CACHE_HOME) stays where it is, warm.
+    let cache = dir.path().join("cache");
+    let selftest = |setting: &std::ffi::OsStr| {
+        let mut cmd = common::process::lamino_command();
+        cmd.args(["selftest", "--allow-software-gpu"])
+            .env(lamino::gpu::PIPELINE_CACHE_ENV, setting);
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let stdout = String::from_utf8(o.stdout).unwrap();
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("pipeline cache: "))
+            .unwrap_or_else(|| panic!("no pipeline cache line:\n{stdout}"))
+            .to_string();
+        line
+    };
+    let cold = selftest(cache.as_os_str());
+    if cold.contains("none") {
+        eprintln!("skipped: this device has no pipeline cache ({cold})");
+        return;
+    }
+    assert!(cold.ends_with("(empty: a cold start)"), "{cold}");
+    let written: Vec<_> = std::fs::read_dir(&cache).unwrap().collect();
+    assert_eq!(written.len(), 1, "one file for this adapter and driver");
+    let warm = selftest(cache.as_os_str());
+    assert!(warm.ends_with("bytes read)"), "{warm}");
+    std::fs::remove_dir_all(&cache).unwrap();
+    let off = selftest("off".as_ref());
+    assert!(off.contains("none (turned off"), "{off}");
+    assert!(!cache.exists(), "nothing written when off");
+}
+
+#[test]
 fn devices_lists_every_adapter_and_the_selftest_passes() {
     let o = lamino(&["devices", "--json"], false);
     assert!(o.status.success(), "{}", stderr(&o));

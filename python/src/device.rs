@@ -150,6 +150,9 @@ impl Lease {
     pub(crate) fn give_back(self) {
         for ctx in &self.contexts {
             ctx.release_idle_pools();
+            // Idle devices live as long as the interpreter and are never dropped: the
+            // pipelines this call compiled are kept for the next process now.
+            ctx.keep_compiled_pipelines();
         }
         let mut idle = IDLE.lock().unwrap_or_else(|e| e.into_inner());
         idle.push((self.devices, self.contexts));

@@ -10,6 +10,14 @@ use super::{Cli, CliResult};
 pub fn run(cli: &Cli) -> CliResult {
     let ctx = cli.context()?;
     println!("device: {}", ctx.info());
+    match ctx.pipeline_cache() {
+        Some((file, 0)) => println!("pipeline cache: {} (empty: a cold start)", file.display()),
+        Some((file, bytes)) => println!("pipeline cache: {} ({bytes} bytes read)", file.display()),
+        None => println!(
+            "pipeline cache: none (turned off, or none on this backend: the driver's own shader \
+             cache, if any, serves the next run)"
+        ),
+    }
     let mut failures = 0;
     let cases: [&[usize]; 6] = [
         &[1000],

@@ -82,15 +82,7 @@ pub fn tuning_cache_path() -> Option<PathBuf> {
     match std::env::var_os(FFT_CACHE_ENV) {
         Some(v) if v.is_empty() || v == "off" || v == "none" => None,
         Some(v) => Some(PathBuf::from(v)),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(|h| PathBuf::from(h).join(".cache"))
-            })
-            .map(|dir| dir.join("lamino").join("fft-tuning.json")),
+        None => crate::gpu::lamino_cache_dir().map(|dir| dir.join("fft-tuning.json")),
     }
 }
 

@@ -18,6 +18,7 @@ use super::device::Device;
 use super::error::GpuError;
 use super::kernel::{Kernel, KernelKey, KernelSpec};
 use super::memory::GpuBuffer;
+use super::pipeline_cache::PipelineStore;
 use super::readback::Readback;
 use super::traffic::{DeviceBusy, Timeline, Traffic};
 
@@ -46,6 +47,14 @@ pub struct GpuContext {
     /// GPU time spans (ns) of every pass recorded while the timeline is on.
     timeline: Mutex<Option<Timeline>>,
     device_local: Option<u64>,
+    /// Compiled pipelines kept across runs, where the device has a pipeline cache.
+    pipelines: Option<PipelineStore>,
+}
+
+impl Drop for GpuContext {
+    fn drop(&mut self) {
+        self.keep_compiled_pipelines();
+    }
 }
 
 impl fmt::Debug for GpuContext {
@@ -73,12 +82,13 @@ impl GpuContext {
             None => DeviceLimits::from_env()?,
         };
         let core = Device::open(adapter, &info, limits)?;
-        let device_local = vulkan_device_local_bytes(adapter);
-        Ok(Self::on_device(core, info, device_local))
+        Ok(Self::on_device(core, adapter, info))
     }
 
-    /// A context on `core`, with nothing cached yet.
-    fn on_device(core: Device, info: AdapterSummary, device_local: Option<u64>) -> Self {
+    /// A context on `core`, a device of `adapter`, with no kernel compiled yet (the pipeline
+    /// cache read from its file).
+    fn on_device(core: Device, adapter: &wgpu::Adapter, info: AdapterSummary) -> Self {
+        let pipelines = PipelineStore::open(&core.device, &adapter.get_info());
         Self {
             core,
             info,
@@ -88,7 +98,8 @@ impl GpuContext {
             readback: Readback::default(),
             scratch: Mutex::default(),
             timeline: Mutex::default(),
-            device_local,
+            device_local: vulkan_device_local_bytes(adapter),
+            pipelines,
         }
     }
 
@@ -124,11 +135,7 @@ impl GpuContext {
                 name: info.name,
             });
         }
-        Ok(Self::on_device(
-            Device::adopt(device, queue),
-            info,
-            vulkan_device_local_bytes(adapter),
-        ))
+        Ok(Self::on_device(Device::adopt(device, queue), adapter, info))
     }
 
     /// The device descriptor lamino asks for on `adapter` with `limits` (the adapter's own,
@@ -449,12 +456,30 @@ impl GpuContext {
         {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(Kernel::build(&self.core.device, spec)?);
+        let cache = self.pipelines.as_ref().map(PipelineStore::for_compile);
+        let kernel = Arc::new(Kernel::build(&self.core.device, spec, cache)?);
         self.kernels
             .lock()
             .expect("kernel cache poisoned")
             .insert(key, kernel.clone());
         Ok(kernel)
+    }
+
+    /// Writes the pipelines compiled since the cache file was read (or last written) to it, for
+    /// the next run; a context does so when it is dropped, and a program that keeps its
+    /// contexts for its whole life (the Python package's idle devices) after its work.
+    pub fn keep_compiled_pipelines(&self) {
+        if let Some(pipelines) = &self.pipelines {
+            pipelines.save();
+        }
+    }
+
+    /// The file compiled pipelines are kept in across runs and the bytes read from it when this
+    /// context opened (0: a cold start); `None` where the device or backend has no pipeline
+    /// cache (the driver's own shader cache is then what a second run gets) or
+    /// [`PIPELINE_CACHE_ENV`](super::PIPELINE_CACHE_ENV) turns it off.
+    pub fn pipeline_cache(&self) -> Option<(&std::path::Path, usize)> {
+        self.pipelines.as_ref().map(PipelineStore::file)
     }
 
     /// What every kernel this context has compiled was built from (shader, entry point,

@@ -44,13 +44,13 @@ impl Device {
 
     /// What lamino asks of a device on `adapter`: `limits` (wgpu's default limits are far below
     /// what devices offer, 16 KiB workgroup memory, 256 invocations, 256 MiB buffers, so the
-    /// adapter's own unless the portable ones are asked for), with GPU timestamps where it has
-    /// them.
+    /// adapter's own unless the portable ones are asked for), with GPU timestamps and pipeline
+    /// caches where it has them.
     pub(super) fn descriptor(
         adapter: &wgpu::Adapter,
         limits: DeviceLimits,
     ) -> wgpu::DeviceDescriptor<'static> {
-        let wanted = wgpu::Features::TIMESTAMP_QUERY;
+        let wanted = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::PIPELINE_CACHE;
         wgpu::DeviceDescriptor {
             label: Some("lamino"),
             required_features: adapter.features() & wanted,

@@ -50,7 +50,13 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    pub(crate) fn build(device: &wgpu::Device, spec: &KernelSpec) -> Result<Self, GpuError> {
+    /// Compiles `spec` on `device`, through `cache` (compiled pipelines kept across runs) when
+    /// the device has one.
+    pub(crate) fn build(
+        device: &wgpu::Device,
+        spec: &KernelSpec,
+        cache: Option<&wgpu::PipelineCache>,
+    ) -> Result<Self, GpuError> {
         let label = spec.label();
         // The layout is the shader's declaration, which tests/shaders_validate.rs checks against
         // the WGSL: there is no second list at the call site to disagree with it.
@@ -101,7 +107,7 @@ impl Kernel {
                 constants: &spec.overrides,
                 ..Default::default()
             },
-            cache: None,
+            cache,
         });
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(convert_error(e, &format!("building kernel {label}")));

@@ -24,6 +24,7 @@ mod device;
 mod error;
 mod kernel;
 mod memory;
+mod pipeline_cache;
 mod readback;
 mod recorder;
 mod slices;
@@ -43,6 +44,7 @@ pub use context::GpuContext;
 pub use error::{GpuError, DEVICE_HELP};
 pub use kernel::{Kernel, KernelSpec};
 pub use memory::GpuBuffer;
+pub use pipeline_cache::{lamino_cache_dir, pipeline_cache_path, PIPELINE_CACHE_ENV};
 pub use readback::Completion;
 pub use recorder::Recorder;
 pub use slices::{
