@@ -53,15 +53,9 @@ pub fn pipeline_cache_path(info: &wgpu::AdapterInfo) -> Option<PathBuf> {
     let key = wgpu::util::pipeline_cache_key(info)?;
     // FNV-1a of the driver's name and version: a driver update starts a new file rather than
     // handing the new driver the old one's data.
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    for byte in info
-        .driver
-        .bytes()
-        .chain([0])
-        .chain(info.driver_info.bytes())
-    {
-        hash = (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
-    }
+    let driver = crate::hash::fnv1a(info.driver.as_bytes());
+    let hash = crate::hash::fnv1a_continue(driver, &[0]);
+    let hash = crate::hash::fnv1a_continue(hash, info.driver_info.as_bytes());
     Some(pipeline_cache_dir()?.join(format!("{key}-{hash:016x}.bin")))
 }
 
