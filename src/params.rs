@@ -401,6 +401,37 @@ pub enum InnerSolver {
     DaiYuan { step: f64 },
 }
 
+/// How the inner solver applies its normal operator `(1/N) Re A*A` (docs/operator-method.md,
+/// "Normal operator by Toeplitz embedding"). The two agree to the gridding accuracy (2e-4
+/// relative in `tests/operator.rs`); the volumes they reach differ by that much.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormalOperator {
+    /// Gridding for now: the Toeplitz loop is faster where it runs (`lamino bench normal`), but
+    /// it runs on one device with every array on it only, and `auto` must give the same bits
+    /// whatever the plan and the device count ([`crate::plan::AUTO_RUNS_GRIDDING`]).
+    #[default]
+    Auto,
+    /// One zero-padded FFT convolution per CG step, with the kernel computed once per
+    /// geometry: no gridding in the inner loop.
+    Toeplitz,
+    /// A then A* per CG step (the reference's way; the memo layer memoizes it).
+    Gridding,
+}
+
+impl NormalOperator {
+    /// Every choice with its name (`--normal-operator`, report.json).
+    pub const ALL: [(&'static str, Self); 3] = [
+        ("auto", Self::Auto),
+        ("toeplitz", Self::Toeplitz),
+        ("gridding", Self::Gridding),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|e| e.1 == self).map_or("", |e| e.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -214,6 +214,15 @@ pub static MODULATE: Shader = Shader {
     layout: &[RW, R, R, U],
 };
 
+/// The normal operator's steps between its FFTs (`crate::operator::ToeplitzNormal`): the real
+/// volume, the doubled grid (complex, half its last axis), the kernel's real spectrum, the real
+/// result, the twiddles between a line's halves, parameters.
+pub static TOEPLITZ: Shader = Shader {
+    name: "operator/toeplitz",
+    parts: &[include_str!("../shaders/operator/toeplitz.wgsl")],
+    layout: &[R, RW, R, RW, R, U],
+};
+
 /// Both gridding stages: three chunk-local arrays (read and written), four read-only tables, the
 /// parameters.
 const GRIDDING: &[BindingKind] = &[RW, RW, RW, R, R, R, R, U];
@@ -334,6 +343,7 @@ pub static ALL: &[&Shader] = &[
     &STAGE_OUT,
     &MEMO,
     &MODULATE,
+    &TOEPLITZ,
     &USFFT1D,
     &USFFT2D,
     &SOLVER_VECTOR,

@@ -1125,6 +1125,7 @@ fn bench_suite_lists_its_steps_runs_each_and_records_one_that_runs_over_its_time
             "operator-128",
             "operator-256",
             "admm-128",
+            "normal-64-256",
             "convergence-128",
             "streaming-512-1024",
             "memo-64"

@@ -101,6 +101,7 @@ fn base_args(command: &str, option: &str, i: &Inputs, out: &Path) -> Option<Vec<
         "bench fft" => pairs(&[("--repeats", one), ("--bytes", "65536".into())]),
         "bench admm" => pairs(&[("--size", eight.clone()), ("--iterations", one.clone())]),
         "bench operator" => pairs(&[("--size", eight.clone()), ("--repeats", one.clone())]),
+        "bench normal" => pairs(&[("--size", eight.clone()), ("--repeats", one.clone())]),
         "bench convergence" => pairs(&[
             ("--size", eight),
             ("--phantoms", "chip".into()),

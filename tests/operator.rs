@@ -720,3 +720,102 @@ fn the_u2_adjoint_gives_the_same_values_tabulated_or_evaluated() {
         }
     }
 }
+
+/// `Re A*A u` of a real volume by gridding: A then A* on the device.
+fn normal_by_gridding(op: &LaminoOperator, u: &[f32]) -> Vec<f32> {
+    let complex: Vec<Complex32> = u.iter().map(|&x| Complex32::new(x, 0.0)).collect();
+    let au = run(ctx(), op, Apply::FourierForward, &complex);
+    run(ctx(), op, Apply::FourierAdjoint, &au)
+        .iter()
+        .map(|c| c.re)
+        .collect()
+}
+
+/// `values` of a `(n0, n1, n2)` volume stored with its first two axes swapped, or back.
+fn swap_volume_axes(shape: [usize; 3], values: &[f32]) -> Vec<f32> {
+    let [a, b, c] = shape;
+    let mut out = vec![0.0; values.len()];
+    for (i, v) in values.iter().enumerate() {
+        let (i0, i1, i2) = (i / (b * c), i / c % b, i % c);
+        out[(i1 * a + i0) * c + i2] = *v;
+    }
+    out
+}
+
+fn real_random(len: usize, seed: u64) -> Vec<f32> {
+    random(len, seed).iter().map(|c| c.re).collect()
+}
+
+fn rel_l2_real(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+#[test]
+fn the_toeplitz_normal_operator_is_a_star_a_by_gridding_and_by_direct_sums() {
+    use lamino::operator::ToeplitzNormal;
+    let options = OperatorOptions::default();
+    let mut slab = Geometry::cube(16, 7, Tilt::from_degrees(60.0));
+    slab.center = Some(slab.detw as f64 / 2.0 + 1.3);
+    slab.offset = [1.5, -2.0, 0.7];
+    slab.n0 = 8;
+    let cases = [
+        ("20 degrees, every size different", uneven_angles(small())),
+        (
+            "tomography (0 degrees)",
+            Geometry::cube(16, 8, Tilt::from_degrees(0.0)),
+        ),
+        (
+            "60 degrees, 7 angles, an off-centre axis, a slab with an offset",
+            slab,
+        ),
+    ];
+    for (what, g) in cases {
+        let op = LaminoOperator::new(ctx(), &g, &options).unwrap();
+        let u = real_random(g.volume_len(), 11);
+        let gridded = normal_by_gridding(&op, &u);
+        let shape = [g.n0, g.n1, g.n2];
+        for swapped in [false, true] {
+            let t = ToeplitzNormal::new(ctx(), &g, &options, swapped).unwrap();
+            let input = if swapped {
+                swap_volume_axes(shape, &u)
+            } else {
+                u.clone()
+            };
+            let out = t.apply_host(ctx(), &input).unwrap();
+            assert_eq!(
+                out,
+                t.apply_host(ctx(), &input).unwrap(),
+                "{what}: bits repeat"
+            );
+            let out = if swapped {
+                swap_volume_axes([g.n1, g.n0, g.n2], &out)
+            } else {
+                out
+            };
+            let error = rel_l2_real(&out, &gridded);
+            eprintln!("{what} (axes swapped {swapped}): T against A*A by gridding {error:.2e}");
+            assert!(error <= 2e-3, "{what}: {error:.2e}");
+            if swapped {
+                continue;
+            }
+            // f64: <v, T u> = Re <A v, A u> with A by direct sums.
+            let v = real_random(g.volume_len(), 12);
+            let direct = |x: &[f32]| {
+                let c: Vec<C64> = x.iter().map(|&r| C64::new(r as f64, 0.0)).collect();
+                usfft2d_direct(&g, &usfft1d_direct(&g, &c))
+            };
+            let (av, au) = (direct(&v), direct(&u));
+            let exact: f64 = av.iter().zip(&au).map(|(a, b)| (a.conj() * b).re).sum();
+            let by_t: f64 = v.iter().zip(&out).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let error = (by_t - exact).abs() / exact.abs();
+            eprintln!("{what}: <v, T u> against direct sums {error:.2e}");
+            assert!(error <= 2e-3, "{what}: <v, T u> {error:.2e}");
+        }
+    }
+}

@@ -47,6 +47,7 @@ class Defaults(TypedDict):
     inner_wide_from: int
     rho0: float
     memo: str
+    normal_operator: str
 
 DEFAULTS: Defaults
 """The solver's defaults, from the library's parameter definitions."""
@@ -79,6 +80,7 @@ def reconstruct(
     max_iterations: int = ...,
     iterations: Optional[int] = None,
     memo: str = "off",
+    normal_operator: Literal["auto", "toeplitz", "gridding"] = "auto",
     binning: int = 0,
     remove_stripe: Optional[Literal["fw", "sort"]] = None,
     device: Union[Device, Sequence[int]] = "best",

@@ -4,6 +4,7 @@
 //! bits. The GPU work runs without the GIL.
 
 use lamino_core::memo::{MemoOptions, MemoPolicy};
+use lamino_core::params::NormalOperator;
 use lamino_core::preprocess::{StripeRemoval, FW_SIGMA};
 use lamino_core::recon::input::LoadedProjections;
 use lamino_core::recon::{AxisStep, Job, JobError, JobInput, Preparation};
@@ -113,6 +114,11 @@ fn solver_params(
 /// memo : str
 ///     Memoization policy: ``"off"``, ``"mlr:TAU"``, ``"certified:TOL"`` or
 ///     ``"certified:auto"`` (see docs/memoization.md).
+/// normal_operator : {"auto", "toeplitz", "gridding"}
+///     How the inner CG applies ``(1/N) Re A*A``, as the command line's ``--normal-operator``:
+///     ``"toeplitz"`` (one padded FFT convolution per step, no gridding in the loop; one
+///     device with every array on it, no memo), ``"gridding"`` (A then A*), ``"auto"`` (the
+///     default: gridding for now, the same bits whatever the plan and device count).
 /// binning : int
 ///     tomocupy's **exponent** ``e``, 0 to 3, as the command line's ``--binning``: the detector
 ///     is binned by ``b = 2**e`` (0 none, 1 2 x 2, 2 4 x 4, 3 8 x 8 pixels); line integrals are
@@ -145,7 +151,7 @@ fn solver_params(
 #[pyo3(signature = (
     proj, theta, *, tilt, center=None, volume_shape=None,
     alpha=AdmmParams::default().alpha, max_iterations=AdmmParams::default().outer_iterations,
-    iterations=None, memo="off", binning=0, remove_stripe=None, device=DeviceArg::default(),
+    iterations=None, memo="off", normal_operator="auto", binning=0, remove_stripe=None, device=DeviceArg::default(),
     allow_software_gpu=None, progress=None,
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -160,6 +166,7 @@ fn reconstruct<'py>(
     max_iterations: usize,
     iterations: Option<usize>,
     memo: &str,
+    normal_operator: &str,
     binning: usize,
     remove_stripe: Option<&str>,
     device: DeviceArg,
@@ -174,6 +181,16 @@ fn reconstruct<'py>(
             .map_err(|e| input_error("memo", e))?,
         ..MemoOptions::default()
     };
+    let normal_operator = NormalOperator::ALL
+        .iter()
+        .find(|(name, _)| *name == normal_operator)
+        .map(|&(_, choice)| choice)
+        .ok_or_else(|| {
+            input_error(
+                "normal_operator",
+                format!("{normal_operator:?}: one of \"auto\", \"toeplitz\", \"gridding\""),
+            )
+        })?;
     let stripes = stripe_removal(remove_stripe)?;
     let binning = binning_factor(binning)?;
     let devices = Devices::several(device, allow_software_gpu)?;
@@ -216,6 +233,7 @@ fn reconstruct<'py>(
         let reconstructor = Reconstructor::on_devices(lease.contexts())
             .params(params)
             .memo(memo)
+            .normal_operator(normal_operator)
             .cancel_flag(watch.cancel.clone())
             .on_progress(|p| watch.iteration(p));
         let solved = match reconstructor.run_job(job, &mut |_| Ok(())) {
@@ -259,6 +277,7 @@ pub(crate) fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("inner_wide_from", AdmmParams::WIDE_FROM)?;
     d.set_item("rho0", p.rho0)?;
     d.set_item("memo", MemoPolicy::DEFAULT.to_string())?;
+    d.set_item("normal_operator", NormalOperator::default().name())?;
     Ok(d)
 }
 

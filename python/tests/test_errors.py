@@ -53,6 +53,8 @@ def test_bad_options_are_input_errors(scan):
         lamino.reconstruct(*args, tilt=30, remove_stripe="ti")
     with pytest.raises(lamino.InputError, match="memo"):
         lamino.reconstruct(*args, tilt=30, memo="sometimes")
+    with pytest.raises(lamino.InputError, match="normal_operator"):
+        lamino.reconstruct(*args, tilt=30, normal_operator="fft")
     with pytest.raises(lamino.InputError, match="iterations"):
         lamino.reconstruct(*args, tilt=30, iterations=0)
     with pytest.raises(lamino.InputError, match="device"):

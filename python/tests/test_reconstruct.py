@@ -37,7 +37,8 @@ def test_simulate_gives_the_documented_arrays(scan):
     ({}, []),
     # binning is tomocupy's exponent in both: 1 bins 2 x 2.
     ({"binning": 1, "remove_stripe": "fw"}, ["--binning", "1", "--remove-stripe", "fw"]),
-], ids=["plain", "binned-fw"])
+    ({"normal_operator": "toeplitz"}, ["--normal-operator", "toeplitz"]),
+], ids=["plain", "binned-fw", "toeplitz"])
 def test_same_bits_as_the_cli(scan, tmp_path, lamino_cli, options, cli_options):
     """The CLI on the same line integrals (.npy + geometry file) gives the same volume."""
     center = SIZE / 2 + 0.5

@@ -14,13 +14,16 @@ use crate::random::SplitMix64;
 /// One line of `lamino bench admm --json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct AdmmBenchRecord {
+    /// The inner loop's normal operator: `gridding` (A then A* per CG step) or `toeplitz`.
+    pub normal_operator: &'static str,
     pub size: usize,
     pub angles: usize,
     pub inner_iterations: usize,
     /// Median wall time of one outer iteration (submit to completion, readbacks included), ms.
     pub ms_per_iteration: f64,
     /// GPU time of the operator applications one outer iteration makes (inner A and A*, plus
-    /// one A* for the data residual unless the solver carries it), each timed on its own, ms.
+    /// one A* for the data residual unless the solver carries it; with Toeplitz, one
+    /// convolution per CG step), each timed on its own, ms.
     pub ms_operator: f64,
     /// The rest: vector kernels, reductions, readbacks and submission overhead, ms.
     pub ms_vector_and_sync: f64,
@@ -51,6 +54,7 @@ pub fn bench_admm(
     (n, angles): (usize, usize),
     iterations: usize,
     adjoint: crate::operator::AdjointGridding,
+    normal: crate::params::NormalOperator,
 ) -> Result<AdmmBenchRecord, crate::solver::SolverError> {
     use crate::geometry::Geometry;
     use crate::operator::{Apply, OperatorOptions};
@@ -68,6 +72,7 @@ pub fn bench_admm(
         ..OperatorOptions::default()
     };
     let mut solver = AdmmSolver::new(ctx, &g, &data, params, &options)?;
+    let choice = solver.set_normal_operator(ctx, normal, false)?;
     solver.step(ctx)?; // warm-up: pays shader compilation
     ctx.complete_downloads()?;
     let mut times = Vec::new();
@@ -111,27 +116,33 @@ pub fn bench_admm(
         }
         Ok(median(t))
     };
-    let (a, a_adj) = (
-        time_op(Apply::FourierForward)?,
-        time_op(Apply::FourierAdjoint)?,
-    );
     // After the first outer iteration a carried data residual needs no A* of its own.
     let k = params.inner_steps(g.n2) as f64;
-    let adjoints = if params.carries_residual() {
-        k
-    } else {
-        1.0 + k
+    let ms_operator = match choice.used {
+        "toeplitz" => k * time_toeplitz(ctx, &g)?,
+        _ => {
+            let (a, a_adj) = (
+                time_op(Apply::FourierForward)?,
+                time_op(Apply::FourierAdjoint)?,
+            );
+            let adjoints = if params.carries_residual() {
+                k
+            } else {
+                1.0 + k
+            };
+            adjoints * a_adj + k * a
+        }
     };
-    let ms_operator = adjoints * a_adj + k * a;
     let ms_per_iteration = median(times);
     Ok(AdmmBenchRecord {
+        normal_operator: choice.used,
         size: n,
         angles,
         inner_iterations: params.inner_steps(g.n2),
         ms_per_iteration,
         ms_operator,
         ms_vector_and_sync: ms_per_iteration - ms_operator,
-        device_bytes: op.device_bytes() + solver.vector_device_bytes(),
+        device_bytes: op.device_bytes() + solver.vector_device_bytes() + choice.device_bytes,
         adjoint_gridding: op.adjoint_gridding().name(),
         submissions_per_iteration: traffic.submissions,
         waits_per_iteration: traffic.waits,
@@ -143,7 +154,39 @@ pub fn bench_admm(
     })
 }
 
-/// Prints the figures of [`bench_admm`] for an `size`^3 volume seen at `angles`.
+/// GPU time of one Toeplitz convolution of the geometry `g` on the solver's layout (the median
+/// of three), ms.
+fn time_toeplitz(
+    ctx: &GpuContext,
+    g: &crate::geometry::Geometry,
+) -> Result<f64, crate::solver::SolverError> {
+    use crate::operator::{OperatorOptions, ToeplitzNormal};
+    let normal = ToeplitzNormal::new(ctx, g, &OperatorOptions::default(), true)?;
+    let bytes = g.volume_len() as u64 * 4;
+    let (input, output) = (
+        ctx.storage_buffer("T input", bytes)?,
+        ctx.storage_buffer("T output", bytes)?,
+    );
+    let application = normal.application(ctx, &input, &output)?;
+    let mut t = Vec::new();
+    for _ in 0..3 {
+        let once = time_once(ctx, |rec| {
+            normal.record(rec, &application);
+            Ok(())
+        });
+        t.push(
+            once.map_err(|e| match e {
+                FftError::Gpu(g) => crate::solver::SolverError::Gpu(g),
+                other => crate::solver::SolverError::Operator(other.into()),
+            })?
+            .0,
+        );
+    }
+    Ok(median(t))
+}
+
+/// Prints the figures of [`bench_admm`] for an `size`^3 volume seen at `angles`, with each
+/// normal operator (gridding, then Toeplitz), side by side.
 pub fn print(
     ctx: &GpuContext,
     json: bool,
@@ -151,12 +194,15 @@ pub fn print(
     iterations: usize,
     adjoint: crate::operator::AdjointGridding,
 ) -> Result<(), BenchError> {
-    let r = bench_admm(ctx, (size, angles), iterations, adjoint)?;
-    if json {
-        print_json(&r)?;
-    } else {
-        println!(
-            "n={} angles={}, U2* {}: {:.1} ms per outer iteration ({} inner): operator {:.1} ms, vectors and sync {:.1} ms; device memory {:.1} MiB",
+    use crate::params::NormalOperator;
+    for normal in [NormalOperator::Gridding, NormalOperator::Toeplitz] {
+        let r = bench_admm(ctx, (size, angles), iterations, adjoint, normal)?;
+        if json {
+            print_json(&r)?;
+        } else {
+            println!(
+            "{}, n={} angles={}, U2* {}: {:.1} ms per outer iteration ({} inner): operator {:.1} ms, vectors and sync {:.1} ms; device memory {:.1} MiB",
+            r.normal_operator,
             r.size,
             r.angles,
             r.adjoint_gridding,
@@ -166,22 +212,23 @@ pub fn print(
             r.ms_vector_and_sync,
             r.device_bytes as f64 / (1 << 20) as f64
         );
-        let idle = r
-            .device_idle_share
-            .map_or("n/a (no timestamp queries)".into(), |s| {
-                format!(
-                    "{:.1}% over {} passes",
-                    100.0 * s,
-                    r.passes_per_iteration.unwrap_or(0)
-                )
-            });
-        println!(
+            let idle = r
+                .device_idle_share
+                .map_or("n/a (no timestamp queries)".into(), |s| {
+                    format!(
+                        "{:.1}% over {} passes",
+                        100.0 * s,
+                        r.passes_per_iteration.unwrap_or(0)
+                    )
+                });
+            println!(
             "per outer iteration: {} submissions, {} waits, {} bytes read back, {} bytes uploaded; device idle {idle}",
             r.submissions_per_iteration,
             r.waits_per_iteration,
             r.bytes_read_back_per_iteration,
             r.bytes_uploaded_per_iteration
         );
+        }
     }
     Ok(())
 }

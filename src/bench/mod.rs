@@ -13,6 +13,7 @@ pub mod convergence;
 pub mod fft;
 pub mod flatfield;
 pub mod memo;
+pub mod normal;
 pub mod operator;
 pub mod scale;
 pub mod scale_distributed;

@@ -84,6 +84,18 @@ pub fn suite_steps(sizes: SuiteSizes, out: &Path) -> Vec<SuiteStep> {
             ],
         ),
         step(
+            pick("normal-64-256", "normal-16"),
+            "the inner loop's normal operator by Toeplitz embedding against A then A* \
+             (alternated pairs: the median ratio, the relative difference)",
+            &[
+                "normal",
+                "--size",
+                pick("64,128,256", "16"),
+                "--repeats",
+                pick("5", "1"),
+            ],
+        ),
+        step(
             pick("convergence-128", "convergence-16"),
             "time to solution: the default solver until its convergence test passes, against \
              a long run of plain ADMM (the chip, Poisson noise)",

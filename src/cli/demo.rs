@@ -115,6 +115,7 @@ fn demo(
     let loaded = projections_from_scan(&scan_path, scan, None)?;
     let options = RunOptions {
         memo: MemoOptions::default(),
+        normal_operator: crate::params::NormalOperator::default(),
         budgets: MemoryBudgets::default(),
         pad: false,
         checkpoint_every: None,

@@ -37,6 +37,7 @@ mod record;
 mod sampling;
 mod sizing;
 pub(crate) mod tables;
+mod toeplitz;
 mod u1;
 mod u2;
 
@@ -47,6 +48,7 @@ pub(crate) use chunk_program::View;
 pub use gridding::GriddingAxis;
 pub use program::{Apply, Space, Stage};
 pub use sampling::DetectorPhases;
+pub use toeplitz::{toeplitz_device_bytes, ToeplitzApplication, ToeplitzNormal};
 
 use thiserror::Error;
 

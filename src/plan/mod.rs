@@ -11,11 +11,16 @@
 mod arrays;
 mod budgets;
 pub mod cluster_model;
+mod normal;
 mod ranks;
 
 use arrays::halo_bytes;
 pub use arrays::{operator_applications, operator_applications_in, Array, Portion};
 pub use budgets::{BudgetSource, Budgets, DEFAULT_DEVICE_BUDGET, DEFAULT_HOST_FRACTION};
+pub use normal::{
+    planned_normal_operator, toeplitz_need_bytes, toeplitz_obstacle, NormalOperatorChoice,
+    ToeplitzConditions, AUTO_RUNS_GRIDDING,
+};
 pub use ranks::{member_plans, plan_member, MemberPlan};
 
 use std::path::PathBuf;
@@ -152,6 +157,10 @@ pub struct MemoryPlan {
     /// For a run of several devices or MPI ranks: each member's own plan (its shares against its
     /// device), which says whether its shares fit its device. Empty for one device.
     pub members: Vec<MemberPlan>,
+    /// The inner loop's normal operator the run will apply (stated by the reconstructor's
+    /// plan; absent from plans of the planner alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normal_operator: Option<NormalOperatorChoice>,
 }
 
 impl MemoryPlan {
@@ -893,5 +902,6 @@ fn assemble(
         budgets,
         portion,
         members: Vec::new(),
+        normal_operator: None,
     })
 }

@@ -174,6 +174,8 @@ pub struct Reconstruction {
     pub memo_stats: Option<MemoStats>,
     /// Device memory of the memo layer's caches.
     pub memo_device_bytes: u64,
+    /// The inner loop's normal operator: what was asked, what ran and why.
+    pub normal_operator: crate::plan::NormalOperatorChoice,
     /// Host <-> device bytes each of this process's devices moved per outer iteration (the mean
     /// over the iterations run, checkpoints' transfers included): what a streaming device moves
     /// of its arrays, and what an in-core member of a team exchanges with the others.
@@ -279,6 +281,7 @@ pub struct Reconstructor<'a> {
     host_budget: Option<u64>,
     scratch: Option<PathBuf>,
     memo: MemoOptions,
+    normal_operator: crate::params::NormalOperator,
 }
 
 impl<'a> Reconstructor<'a> {
@@ -307,6 +310,7 @@ impl<'a> Reconstructor<'a> {
             host_budget: None,
             scratch: None,
             memo: MemoOptions::default(),
+            normal_operator: crate::params::NormalOperator::default(),
         }
     }
 
@@ -333,6 +337,14 @@ impl<'a> Reconstructor<'a> {
     /// [`operator_options`](Self::operator_options) have `chunk_rows` rows.
     pub fn memo(mut self, options: MemoOptions) -> Self {
         self.memo = options;
+        self
+    }
+
+    /// How the inner solver applies its normal operator (default
+    /// [`NormalOperator::Auto`](crate::params::NormalOperator::Auto): Toeplitz where it applies
+    /// and fits, else gridding; the report says which ran and why).
+    pub fn normal_operator(mut self, choice: crate::params::NormalOperator) -> Self {
+        self.normal_operator = choice;
         self
     }
 
@@ -512,6 +524,19 @@ impl<'a> Reconstructor<'a> {
             plan.members = member_plans(self.ctx, g, &self.params, &plan, (ranks, devices))
                 .map_err(ReconError::Plan)?;
         }
+        let conditions = crate::plan::ToeplitzConditions {
+            shared: self.sharers() > 1,
+            in_core: plan.resident_arrays() == plan.arrays.len() && plan.staging_words == 0,
+            carried_cg: self.params.carries_residual(),
+            memo,
+            free_device_bytes: Some(plan.budgets.device_bytes.saturating_sub(plan.device_bytes)),
+        };
+        plan.normal_operator = Some(crate::plan::planned_normal_operator(
+            self.ctx,
+            g,
+            self.normal_operator,
+            conditions,
+        ));
         Ok(plan)
     }
 
@@ -557,6 +582,7 @@ impl<'a> Reconstructor<'a> {
             });
         }
         team.set_memo(self.devices, self.memo)?;
+        let normal_operator = team.set_normal_operator(self.devices, self.normal_operator)?;
         let mut resumed_from = None;
         if let Some(path) = &self.resume {
             let checkpoint = team.resume(self.devices, path)?.iteration;
@@ -682,6 +708,7 @@ impl<'a> Reconstructor<'a> {
             memo: self.memo,
             memo_stats: solver.memo_stats(),
             memo_device_bytes: solver.memo_device_bytes(),
+            normal_operator,
             plan,
             bus_bytes_per_iteration,
             ranks,

@@ -9,16 +9,22 @@ use std::sync::Arc;
 
 use super::error::SolverError;
 use super::fields::Fields;
+use super::normal::ToeplitzLoop;
 use super::ops::{Apps, Ops, ScalarSteps};
 use super::outer::outer_loop;
 use super::report::{relative, IterationReport, StopReason};
 use super::slots::{slot, sum};
 use super::vector::VectorOp;
+use crate::array::Residency;
 use crate::array::{BlockView, Field, Scalars, Staging, SumSlot};
 use crate::gpu::{GpuContext, Recorder};
 use crate::memo::{Memo, MemoOptions, MemoStats};
+use crate::operator::OperatorError;
 use crate::operator::{Application, LaminoOperator};
-use crate::params::{AdmmParams, DataScale, InnerSolver};
+use crate::params::{AdmmParams, DataScale, InnerSolver, NormalOperator};
+use crate::plan::{
+    toeplitz_obstacle, NormalOperatorChoice, ToeplitzConditions, AUTO_RUNS_GRIDDING,
+};
 
 /// Every array, bound kernel and operator application of one reconstruction, built once.
 pub struct AdmmSolver {
@@ -38,6 +44,9 @@ pub struct AdmmSolver {
     /// The staging buffers host arrays pass through (streaming plans only).
     pub(super) staging: Option<Arc<Staging>>,
     pub(super) memo: Option<RefCell<Memo>>,
+    /// The inner loop's normal operator by Toeplitz embedding, when in use
+    /// ([`set_normal_operator`](Self::set_normal_operator)).
+    pub(super) toeplitz: Option<ToeplitzLoop>,
     /// The report of the last iteration done (also restored from a checkpoint).
     pub(super) last: Option<IterationReport>,
     /// The carried data residual in `r_saved` is that of the current u (formed by an outer
@@ -64,6 +73,69 @@ impl AdmmSolver {
             None
         };
         Ok(())
+    }
+
+    /// Applies the inner loop's normal operator as `asked` says (see [`NormalOperator`]); call
+    /// after [`set_memo`](Self::set_memo). `shared`: the solver is a member of a team of
+    /// devices or MPI ranks. Toeplitz asked for where it cannot run is an error naming why;
+    /// `Auto` then runs gridding and says why ([`toeplitz_obstacle`], as the plan decides).
+    pub fn set_normal_operator(
+        &mut self,
+        ctx: &GpuContext,
+        asked: NormalOperator,
+        shared: bool,
+    ) -> Result<NormalOperatorChoice, SolverError> {
+        self.toeplitz = None;
+        if asked == NormalOperator::Gridding {
+            return Ok(NormalOperatorChoice::gridding(asked, None));
+        }
+        let conditions = ToeplitzConditions {
+            shared,
+            in_core: self.staging.is_none()
+                && self
+                    .fields
+                    .planned()
+                    .iter()
+                    .all(|(_, f)| *f.residency() == Residency::Device),
+            carried_cg: self.params.carries_residual(),
+            memo: self.memo.is_some(),
+            free_device_bytes: ctx
+                .device_budget()
+                .map(|b| b.saturating_sub(ctx.device_bytes_held())),
+        };
+        if let Some(reason) = toeplitz_obstacle(ctx, self.op.geometry(), conditions) {
+            return match asked {
+                NormalOperator::Toeplitz => Err(SolverError::ToeplitzUnavailable { reason }),
+                _ => Ok(NormalOperatorChoice::gridding(asked, Some(reason))),
+            };
+        }
+        if asked == NormalOperator::Auto {
+            return Ok(NormalOperatorChoice::gridding(
+                asked,
+                Some(AUTO_RUNS_GRIDDING.into()),
+            ));
+        }
+        let start = std::time::Instant::now();
+        match ToeplitzLoop::new(ctx, &self.op, &self.fields, &self.scalars, self.n_fourier) {
+            Ok(l) => {
+                let device_bytes = l.device_bytes();
+                self.toeplitz = Some(l);
+                Ok(NormalOperatorChoice {
+                    asked: asked.name(),
+                    used: "toeplitz",
+                    reason: None,
+                    device_bytes,
+                    kernel_s: start.elapsed().as_secs_f64(),
+                })
+            }
+            // Beyond one binding: refused naming the grid.
+            Err(SolverError::Operator(OperatorError::TooLarge { what, bytes, limit })) => {
+                Err(SolverError::ToeplitzUnavailable {
+                    reason: format!("{what} needs {bytes} bytes, above this device's {limit}"),
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// What the memo layer did so far (`None` when it is off).
@@ -172,7 +244,9 @@ impl AdmmSolver {
         }
         o.psi_shrink.record(ctx, &mut rec)?;
         o.lambda_update.record(ctx, &mut rec)?;
-        VectorOp::record_all(ctx, &mut rec, &o.sums.iter().collect::<Vec<_>>())?;
+        let data_term = self.toeplitz.as_ref().map_or(&o.data_term, |t| &t.data_dot);
+        let sums: Vec<&VectorOp> = o.sums.iter().chain([data_term]).collect();
+        VectorOp::record_all(ctx, &mut rec, &sums)?;
         ctx.submit(rec)?;
         // The one wait of the iteration: every reduction result in one readback (downloads into
         // host arrays land on the way).
@@ -194,7 +268,11 @@ impl AdmmSolver {
         finite("the CG residual", at(sum::RR))?;
         let primal = finite("the primal residual", at(sum::PRIMAL))?;
         let dual = rho * rho * finite("the dual residual", at(sum::DUAL))?;
-        let data_term = finite("the data term", at(sum::DATA) / self.n_fourier)?;
+        let data_sum = match &self.toeplitz {
+            Some(t) => t.data_term(at(sum::DATA), self.n_fourier),
+            None => at(sum::DATA),
+        };
+        let data_term = finite("the data term", data_sum / self.n_fourier)?;
         let tv_term = alpha * finite("the TV term", at(sum::ISO))?;
         let dual_term = finite("the dual term", at(sum::LAMBDA_DOT))?;
         let norm_u = at(sum::UU).sqrt();
@@ -243,7 +321,10 @@ impl AdmmSolver {
     fn record_residual(&self, ctx: &GpuContext, rec: &mut Recorder) -> Result<(), SolverError> {
         let carried = self.ops.r_from_saved.as_ref();
         if carried.is_none() || !self.data_residual_formed {
-            self.record_operator(ctx, rec, &self.apps.residual)?;
+            match &self.toeplitz {
+                Some(t) => t.record_residual(ctx, rec)?,
+                None => self.record_operator(ctx, rec, &self.apps.residual)?,
+            }
         }
         if let Some(copy) = carried {
             copy.record(ctx, rec)?;
@@ -267,14 +348,23 @@ impl AdmmSolver {
                 rec.dispatch(&self.steps.cg_beta, 1);
             }
             o.p_update.record(ctx, rec)?;
-            self.record_operator(ctx, rec, &self.apps.forward_p)?;
+            match &self.toeplitz {
+                Some(t) => t.record_tp(rec),
+                None => self.record_operator(ctx, rec, &self.apps.forward_p)?,
+            }
             o.grad_p.record(ctx, rec)?;
-            VectorOp::record_all(ctx, rec, &[&o.dot_apap, &o.dot_gpgp])?;
+            let dot_ap = self.toeplitz.as_ref().map_or(&o.dot_apap, |t| &t.dot_ptp);
+            VectorOp::record_all(ctx, rec, &[dot_ap, &o.dot_gpgp])?;
             rec.dispatch(&self.steps.cg_step, 1);
             o.u_move.record(ctx, rec)?;
-            o.au_move.record(ctx, rec)?;
             o.grad_u_move.record(ctx, rec)?;
-            self.record_operator(ctx, rec, &self.apps.r_sub_data_curvature)?;
+            match &self.toeplitz {
+                Some(t) => t.residual_step.record(ctx, rec)?,
+                None => {
+                    o.au_move.record(ctx, rec)?;
+                    self.record_operator(ctx, rec, &self.apps.r_sub_data_curvature)?;
+                }
+            }
             match &o.r_from_saved {
                 // The carried data part took the step: r is formed from it afresh.
                 Some(copy) => {

@@ -59,6 +59,9 @@ pub enum SolverError {
         chunks: (usize, usize, usize),
         first: (usize, usize, usize),
     },
+    /// `--normal-operator toeplitz` where the run cannot use it.
+    #[error("--normal-operator toeplitz: {reason}; use --normal-operator auto or gridding")]
+    ToeplitzUnavailable { reason: String },
     /// Memoization was asked for on several devices.
     #[error("memoization runs on one device: drop --memo or run on one device")]
     TeamMemo,

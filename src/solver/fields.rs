@@ -67,7 +67,7 @@ impl Fields {
 
 impl Fields {
     /// Every array with what the planner calls it.
-    fn planned(&self) -> [(Array, &Field); 13] {
+    pub(super) fn planned(&self) -> [(Array, &Field); 13] {
         [
             (Array::U, &self.u),
             (Array::UPrev, &self.u_prev),

@@ -22,6 +22,7 @@ mod checkpoint;
 mod error;
 mod fields;
 mod geometry_difference;
+mod normal;
 mod ops;
 mod outer;
 mod projections;

@@ -46,6 +46,8 @@ pub(super) struct Ops {
     /// iteration carries it; `r_add_tv_gradient` then completes it).
     pub(super) r_from_saved: Option<VectorOp>,
     pub(super) sums: Vec<VectorOp>,
+    /// `|A u - D|^2` into the data term's slot (the Toeplitz loop sums it another way).
+    pub(super) data_term: VectorOp,
 }
 
 /// The operator applications of the iteration, bound once.
@@ -306,17 +308,17 @@ impl Ops {
                 .then(|| w.copy(&f.r_saved, &f.r))
                 .transpose()?,
             sums: Self::sums(w, f)?,
+            data_term: w.dot(&f.au, Some(&f.dhat), sum::DATA)?,
         })
     }
 
-    /// The reductions read once per outer iteration: the residuals, the Lagrangian terms and
-    /// the norms of the convergence measures.
+    /// The reductions read once per outer iteration: the residuals, the Lagrangian terms (but
+    /// the data term) and the norms of the convergence measures.
     fn sums(w: &Wiring<'_>, f: &Fields) -> Result<Vec<VectorOp>, GpuError> {
         let zero = Coef::ZERO;
         Ok(vec![
             w.dot(&f.grad_u, Some(&f.psi), sum::PRIMAL)?,
             w.dot(&f.grad_u, Some(&f.h0), sum::DUAL)?,
-            w.dot(&f.au, Some(&f.dhat), sum::DATA)?,
             w.op(
                 Kernel::IsoNorm,
                 [Some(&f.psi), None, None, None],

@@ -37,10 +37,22 @@ impl AdmmSolver {
     /// Writes the complete solver state after the iterations done so far to `path`
     /// (atomically), streaming each array a block at a time wherever it lives.
     pub fn write_checkpoint(&self, ctx: &GpuContext, path: &Path) -> Result<(), SolverError> {
+        self.form_au_for_checkpoint(ctx)?;
         let arrays = self.checkpointed();
         self.checkpoint_state().write(path, |a, start, len| {
             Ok::<_, SolverError>(arrays[a].read_words(ctx, start, len)?)
         })
+    }
+
+    /// `A u`, which the Toeplitz inner loop does not carry, formed for a checkpoint: a run that
+    /// resumes it with gridding reads it.
+    fn form_au_for_checkpoint(&self, ctx: &GpuContext) -> Result<(), SolverError> {
+        if self.toeplitz.is_some() {
+            let mut rec = ctx.recorder("A u for a checkpoint");
+            self.op.record(ctx, &mut rec, &self.apps.forward_u)?;
+            ctx.submit(rec)?;
+        }
+        Ok(())
     }
 
     /// Writes MPI rank `rank`'s part of the checkpoint `path` of `generation`: words `words[a]`

@@ -133,6 +133,7 @@ impl AdmmSolver {
             data_scale,
             staging,
             memo: None,
+            toeplitz: None,
             last: None,
             data_residual_formed: false,
             projection_digests: digests,

@@ -685,6 +685,18 @@ impl AdmmTeam {
         }
     }
 
+    /// Applies the inner loop's normal operator as `asked` says (after [`set_memo`]
+    /// (Self::set_memo)): the Toeplitz loop runs on one device of one process; a team runs
+    /// gridding (`auto`) or refuses `toeplitz` naming why.
+    pub fn set_normal_operator(
+        &mut self,
+        devices: &[GpuContext],
+        asked: crate::params::NormalOperator,
+    ) -> Result<crate::plan::NormalOperatorChoice, SolverError> {
+        let shared = self.members.len() > 1 || self.processes.size() > 1;
+        self.members[0].set_normal_operator(&devices[0], asked, shared)
+    }
+
     /// Runs one outer iteration on every device and reports its terms (the same on each).
     pub fn step(&mut self, devices: &[GpuContext]) -> Result<IterationReport, SolverError> {
         assert_eq!(devices.len(), self.members.len(), "one context per member");

@@ -114,6 +114,20 @@ pub enum BenchWhat {
         #[arg(long, value_parser = parse_adjoint_gridding, default_value = "auto", requires = "stage")]
         adjoint_gridding: crate::operator::AdjointGridding,
     },
+    /// The solver's normal operator Re A*A by Toeplitz embedding (one padded FFT convolution)
+    /// against A then A* (gridding): time of each, the median of alternated pairs' ratios, and
+    /// the relative difference of the two results, per size.
+    Normal {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume sides (n^3 voxels, n x n detector, n angles).
+        #[arg(long = "size", value_delimiter = ',', default_values_t = [32usize, 64, 128])]
+        sizes: Vec<usize>,
+        /// Alternated pairs timed (the medians are reported).
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+    },
     /// The axis/tilt search (`lamino try`): one and several candidates on simulated chips of
     /// each size, the time per candidate and the interpolation rate, and what that gives for a
     /// 2048^2 x 1500-angle scan at binning 1, 2 and 4.
@@ -376,7 +390,7 @@ pub enum MemoParts {
 }
 
 /// The value named `s` among `names` (a `value_parser` of the names' table), or the names.
-fn parse_named<T: Copy>(
+pub(in crate::cli) fn parse_named<T: Copy>(
     s: &str,
     names: impl Iterator<Item = (&'static str, T)> + Clone,
     what: &str,
@@ -453,6 +467,11 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             *stage,
             *adjoint_gridding,
         )?,
+        BenchWhat::Normal {
+            json,
+            sizes,
+            repeats,
+        } => bench::normal::print(&cli.context()?, *json, sizes, *repeats)?,
         BenchWhat::Admm {
             json,
             size,

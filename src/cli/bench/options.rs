@@ -177,6 +177,15 @@ pub(super) fn check(what: &BenchWhat) -> Result<(), String> {
             simulated_run("size", *size, angles.unwrap_or(*size))?;
             repeats(*r)
         }
+        BenchWhat::Normal {
+            sizes, repeats: r, ..
+        } => {
+            for &n in sizes {
+                // The doubled volume's operator builds the kernel: 8 times the voxels.
+                simulated_run("size", n.saturating_mul(2), n)?;
+            }
+            repeats(*r)
+        }
         BenchWhat::Search {
             sizes,
             candidates,

@@ -153,8 +153,25 @@ pub struct ReconstructArgs {
     /// (a software adapter is planned for without --allow-software-gpu).
     #[arg(long)]
     dry_run: bool,
+    /// How the inner CG applies its normal operator (1/N) Re A*A: `toeplitz` (one padded FFT
+    /// convolution per CG step, its kernel computed once: no gridding in the loop; one device,
+    /// every array on it, the default CG, no --memo; its volume differs from gridding's by the
+    /// gridding accuracy), `gridding` (A then A* per CG step, the reference's way, which --memo
+    /// memoizes) or `auto` (gridding for now: Toeplitz does not yet run streaming or on several
+    /// devices, and auto gives the same bits whatever the plan). report.json's
+    /// `normal_operator` and --dry-run's plan say which runs and why.
+    #[arg(long, default_value = "auto", value_parser = parse_normal_operator)]
+    normal_operator: crate::params::NormalOperator,
     #[command(flatten)]
     memo: MemoArgs,
+}
+
+fn parse_normal_operator(s: &str) -> Result<crate::params::NormalOperator, String> {
+    super::bench::parse_named(
+        s,
+        crate::params::NormalOperator::ALL.into_iter(),
+        "normal operator",
+    )
 }
 
 /// Memoization of the operator's chunk computations across iterations.
@@ -276,6 +293,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult 
     let first = processes.rank() == 0;
     let options = RunOptions {
         memo: args.memo.options(),
+        normal_operator: args.normal_operator,
         budgets: MemoryBudgets {
             device_bytes: args.max_device_memory,
             host_bytes: args.max_host_memory,

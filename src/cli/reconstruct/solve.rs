@@ -63,6 +63,7 @@ pub(in crate::cli) fn reconstructor<'a>(
         .apply(builder)
         .params(params)
         .memo(o.memo)
+        .normal_operator(o.normal_operator)
         .lateral_padding(match o.pad {
             true => LateralPadding::QuarterWidth,
             false => LateralPadding::None,
@@ -159,6 +160,7 @@ impl MemoryBudgets {
 /// The run settings of the command line.
 pub(in crate::cli) struct RunOptions {
     pub memo: MemoOptions,
+    pub normal_operator: crate::params::NormalOperator,
     pub budgets: MemoryBudgets,
     pub pad: bool,
     /// `None`: only when a signal stops the run.
