@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{print_json, BenchError};
 use crate::gpu::GpuContext;
-use crate::params::{AdmmParams, Convergence};
+use crate::params::{AdmmParams, Convergence, NormalOperator};
 use crate::simulate::PhantomKind;
 use crate::solver::{outer_loop, AdmmSolver, IterationReport};
 
@@ -92,6 +92,7 @@ fn track(
     params: AdmmParams,
     iterations: usize,
     reference: Option<&[f32]>,
+    normal: NormalOperator,
 ) -> Result<Tracked, crate::solver::SolverError> {
     use crate::metrics::rel_l2;
     use crate::operator::OperatorOptions;
@@ -104,6 +105,7 @@ fn track(
     let start = Instant::now();
     let mut readback = std::time::Duration::ZERO;
     let mut solver = AdmmSolver::new(ctx, g, data, long, &OperatorOptions::default())?;
+    solver.set_normal_operator(ctx, normal, false)?;
     let mut t = Tracked {
         reports: Vec::new(),
         seconds: Vec::new(),
@@ -258,11 +260,53 @@ pub struct ConvergenceBenchRecord {
     pub reached_applications_ratio: Option<f64>,
     /// Default over plain: wall time until then.
     pub reached_seconds_ratio: Option<f64>,
+    /// The default with the Toeplitz inner loop (`--normal-operator toeplitz`) against the
+    /// default with gridding; `None` where it does not run on this device.
+    pub toeplitz: Option<ToeplitzRun>,
     /// Relative L2 distance of the reference from the phantom.
     pub reference_to_truth: f64,
     /// Wall time of every run, s.
     pub seconds: f64,
     pub device: String,
+}
+
+/// The default solver with the Toeplitz inner loop against the same with gridding (the
+/// default's own run).
+#[derive(Debug, Clone, Serialize)]
+pub struct ToeplitzRun {
+    /// Outer iterations until its test passed (`None`: not within the reference's count).
+    pub outer_iterations: Option<usize>,
+    /// Wall time from the solver's setup (the kernel's computation included) to the stop, s.
+    pub seconds: Option<f64>,
+    /// Its seconds over the gridding run's, each to its own stop.
+    pub seconds_ratio: Option<f64>,
+    /// Wall time until within [`REACHED`] of the reference, over the gridding run's.
+    pub reached_seconds_ratio: Option<f64>,
+    /// Relative L2 distance of its stopped volume from the gridding run's.
+    pub to_gridding: Option<f64>,
+}
+
+impl ToeplitzRun {
+    fn new(toeplitz: &Tracked, gridding: &Tracked, width: usize) -> Self {
+        fn stop(t: &Tracked) -> Option<(usize, &Vec<f32>)> {
+            t.at_stop.as_ref().map(|(k, v)| (*k, v))
+        }
+        let seconds = |t: &Tracked| stop(t).map(|(k, _)| t.seconds[k - 1]);
+        let reached = |t: &Tracked| {
+            let d = AdmmParams::default();
+            Reached::first(&d, width, &t.distances, &t.seconds, REACHED).map(|r| r.seconds)
+        };
+        let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+        Self {
+            outer_iterations: stop(toeplitz).map(|(k, _)| k),
+            seconds: seconds(toeplitz),
+            seconds_ratio: ratio(seconds(toeplitz), seconds(gridding)),
+            reached_seconds_ratio: ratio(reached(toeplitz), reached(gridding)),
+            to_gridding: stop(toeplitz)
+                .zip(stop(gridding))
+                .map(|((_, a), (_, b))| crate::metrics::rel_l2(a, b)),
+        }
+    }
 }
 
 /// Why `lamino bench convergence` could not measure.
@@ -324,16 +368,27 @@ pub fn bench_convergence(
     let start = Instant::now();
     let data = p.operator_data();
     let (plain, default) = (AdmmParams::plain(), AdmmParams::default());
-    let reference = track(ctx, p.geometry(), &data, plain, reference_iterations, None)?;
+    let gridding = NormalOperator::Gridding;
+    let reference = track(ctx, p.geometry(), &data, plain, reference_iterations, None, gridding)?;
     let reference_volume = &reference.at_end;
-    let run = track(
-        ctx,
-        p.geometry(),
-        &data,
-        default,
-        reference_iterations,
-        Some(reference_volume),
-    )?;
+    let tracked = |normal| {
+        track(
+            ctx,
+            p.geometry(),
+            &data,
+            default,
+            reference_iterations,
+            Some(reference_volume),
+            normal,
+        )
+    };
+    let run = tracked(gridding)?;
+    // The default with the Toeplitz inner loop, where it runs on this device.
+    let toeplitz = match tracked(NormalOperator::Toeplitz) {
+        Ok(t) => Some(t),
+        Err(crate::solver::SolverError::ToeplitzUnavailable { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
     let seconds = start.elapsed().as_secs_f64();
     if let Some(dir) = plots {
         for (name, r, params) in [("default", &run, default), ("plain", &reference, plain)] {
@@ -347,6 +402,7 @@ pub fn bench_convergence(
         }
     }
     let width = p.geometry().n2;
+    let toeplitz = toeplitz.map(|t| ToeplitzRun::new(&t, &run, width));
     let default = StoppedRun::new((&default, width), &run, reference_volume, &truth);
     let plain = StoppedRun::new((&plain, width), &reference, reference_volume, &truth);
     let ratio = |of: fn(&Reached) -> f64| match (&default.reached, &plain.reached) {
@@ -367,6 +423,7 @@ pub fn bench_convergence(
         reached_seconds_ratio: ratio(|r| r.seconds),
         plain,
         default,
+        toeplitz,
         reference_to_truth: rel_l2(reference_volume, &truth),
         seconds,
         device: ctx.info().name.clone(),
@@ -445,6 +502,18 @@ pub fn print(
                 ratio(r.reached_applications_ratio),
                 ratio(r.reached_seconds_ratio),
             );
+            match &r.toeplitz {
+                Some(t) => println!(
+                    "  default, Toeplitz inner loop: stops after {} iterations, {} s ({} the gridding run's time to its stop, {} its time to within {}), {} from its volume",
+                    t.outer_iterations.map_or("n/a".into(), |k| k.to_string()),
+                    t.seconds.map_or("n/a".into(), |s| format!("{s:.1}")),
+                    ratio(t.seconds_ratio),
+                    ratio(t.reached_seconds_ratio),
+                    percent(Some(r.reached_within)),
+                    percent(t.to_gridding),
+                ),
+                None => println!("  default, Toeplitz inner loop: does not run on this device"),
+            }
         }
     }
     Ok(())
