@@ -369,7 +369,15 @@ pub fn bench_convergence(
     let data = p.operator_data();
     let (plain, default) = (AdmmParams::plain(), AdmmParams::default());
     let gridding = NormalOperator::Gridding;
-    let reference = track(ctx, p.geometry(), &data, plain, reference_iterations, None, gridding)?;
+    let reference = track(
+        ctx,
+        p.geometry(),
+        &data,
+        plain,
+        reference_iterations,
+        None,
+        gridding,
+    )?;
     let reference_volume = &reference.at_end;
     let tracked = |normal| {
         track(

@@ -77,8 +77,9 @@ impl AdmmSolver {
 
     /// Applies the inner loop's normal operator as `asked` says (see [`NormalOperator`]); call
     /// after [`set_memo`](Self::set_memo). `shared`: the solver is a member of a team of
-    /// devices or MPI ranks. Toeplitz asked for where it cannot run is an error naming why;
-    /// `Auto` then runs gridding and says why ([`toeplitz_obstacle`], as the plan decides).
+    /// devices or MPI ranks. Toeplitz asked for where it cannot run is an error naming why
+    /// ([`toeplitz_obstacle`], by which the plan decides too); `Auto` runs gridding and says why
+    /// (that obstacle, or [`AUTO_RUNS_GRIDDING`]).
     pub fn set_normal_operator(
         &mut self,
         ctx: &GpuContext,

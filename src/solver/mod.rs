@@ -14,7 +14,8 @@
 //! `projections`), `admm` runs an iteration, `outer` is the outer loop every driver shares
 //! ([`outer_loop`]: the solver's `run`, the reconstructor's team, the convergence benchmarks),
 //! `report` says what each iteration did, `resume` writes and resumes `checkpoint`s, `vector`
-//! holds the vector kernels, `team` runs on several devices, and `error` is what all of them
+//! holds the vector kernels, `normal` the inner loop on the volume alone (the Toeplitz normal
+//! operator instead of A then A*), `team` runs on several devices, and `error` is what all of them
 //! fail with.
 
 mod admm;

@@ -63,9 +63,7 @@ impl ToeplitzLoop {
     pub(super) fn data_term(&self, sum: f64, n_fourier: f64) -> f64 {
         self.data_norm - n_fourier * sum
     }
-}
 
-impl ToeplitzLoop {
     /// Builds the loop for the solver's operator `op`, arrays `f` and `scalars` (`n_fourier`:
     /// N): forms b and sums `|D|^2` (one wait), computes the kernel.
     pub(super) fn new(
