@@ -746,16 +746,6 @@ fn real_random(len: usize, seed: u64) -> Vec<f32> {
     random(len, seed).iter().map(|c| c.re).collect()
 }
 
-fn rel_l2_real(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
-}
-
 #[test]
 fn the_toeplitz_normal_operator_is_a_star_a_by_gridding_and_by_direct_sums() {
     use lamino::operator::ToeplitzNormal;
@@ -798,7 +788,7 @@ fn the_toeplitz_normal_operator_is_a_star_a_by_gridding_and_by_direct_sums() {
             } else {
                 out
             };
-            let error = rel_l2_real(&out, &gridded);
+            let error = lamino::metrics::rel_l2(&out, &gridded);
             eprintln!("{what} (axes swapped {swapped}): T against A*A by gridding {error:.2e}");
             assert!(error <= 2e-3, "{what}: {error:.2e}");
             if swapped {

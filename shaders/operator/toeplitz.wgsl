@@ -50,6 +50,12 @@ fn line_start(line: u32) -> u32 {
     return (i0 * 2u * p.a1 + i1) * p.pitch;
 }
 
+// Invocation g of a split or merge: its pair (k, a2 - k) of frequencies and its line's start.
+fn pair_of(g: u32) -> vec2<u32> {
+    let pairs = p.a2 / 2u + 1u;
+    return vec2<u32>(g % pairs, line_start(g / pairs));
+}
+
 // grid = the volume in the corner of the doubled grid, zero elsewhere, two reals per element
 // along the last axis. A workgroup per line of the grid, its invocations along the line: the
 // line's place is divided out once per invocation, not per element (count: the grid's lines).
@@ -95,9 +101,9 @@ fn toeplitz_split(
     if (g >= p.count) {
         return;
     }
-    let pairs = p.a2 / 2u + 1u;
-    let k = g % pairs;
-    let o = line_start(g / pairs);
+    let pair = pair_of(g);
+    let k = pair.x;
+    let o = pair.y;
     let zk = grid[o + k];
     let zm = conj(grid[o + (p.a2 - k) % p.a2]);
     let e = 0.5 * (zk + zm);
@@ -136,9 +142,9 @@ fn toeplitz_merge(
     if (g >= p.count) {
         return;
     }
-    let pairs = p.a2 / 2u + 1u;
-    let k = g % pairs;
-    let o = line_start(g / pairs);
+    let pair = pair_of(g);
+    let k = pair.x;
+    let o = pair.y;
     let xk = grid[o + k];
     let xm = conj(grid[o + p.a2 - k]);
     let e = xk + xm;

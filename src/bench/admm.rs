@@ -107,10 +107,7 @@ pub fn bench_admm(
         for _ in 0..3 {
             t.push(
                 time_once(ctx, |rec| op.record(ctx, rec, &application))
-                    .map_err(|e| match e {
-                        FftError::Gpu(g) => crate::solver::SolverError::Gpu(g),
-                        other => crate::solver::SolverError::Operator(other.into()),
-                    })?
+                    .map_err(solver_error)?
                     .0,
             );
         }
@@ -154,6 +151,14 @@ pub fn bench_admm(
     })
 }
 
+/// A timing's error as the solver's.
+fn solver_error(e: FftError) -> crate::solver::SolverError {
+    match e {
+        FftError::Gpu(g) => crate::solver::SolverError::Gpu(g),
+        other => crate::solver::SolverError::Operator(other.into()),
+    }
+}
+
 /// GPU time of one Toeplitz convolution of the geometry `g` on the solver's layout (the median
 /// of three), ms.
 fn time_toeplitz(
@@ -174,13 +179,7 @@ fn time_toeplitz(
             normal.record(rec, &application);
             Ok(())
         });
-        t.push(
-            once.map_err(|e| match e {
-                FftError::Gpu(g) => crate::solver::SolverError::Gpu(g),
-                other => crate::solver::SolverError::Operator(other.into()),
-            })?
-            .0,
-        );
+        t.push(once.map_err(solver_error)?.0);
     }
     Ok(median(t))
 }

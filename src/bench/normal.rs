@@ -113,19 +113,13 @@ pub fn bench_normal(
     }
     let read = |f: &Field| ctx.read::<f32>(f.buffer(), 0, g.volume_len());
     let (x, y) = (read(&by_toeplitz)?, read(&by_gridding)?);
-    let num: f64 = x
-        .iter()
-        .zip(&y)
-        .map(|(p, q)| (*p as f64 - *q as f64).powi(2))
-        .sum();
-    let den: f64 = y.iter().map(|q| (*q as f64).powi(2)).sum();
     Ok(NormalBenchRecord {
         size: n,
         angles,
         toeplitz_ms: median(t),
         gridding_ms: median(a),
         toeplitz_over_gridding: median(ratios),
-        relative_difference: (num / den).sqrt(),
+        relative_difference: crate::metrics::rel_l2(&x, &y),
         kernel_ms,
         toeplitz_device_bytes: toeplitz.device_bytes(),
         gridding_device_bytes: op.device_bytes(),

@@ -382,6 +382,17 @@ impl ToeplitzNormal {
     }
 }
 
+/// `g` with a volume twice as large along every axis: the same detector, angles and tilt, so
+/// the same sample frequencies. `A*` of unit weights on it is the kernel.
+pub fn doubled_volume(g: &Geometry) -> Geometry {
+    Geometry {
+        n0: 2 * g.n0,
+        n1: 2 * g.n1,
+        n2: 2 * g.n2,
+        ..g.clone()
+    }
+}
+
 /// The kernel's real spectrum on the grid of the stored axes `shape` (the `a2 + 1` non-negative
 /// frequencies of the last axis), divided by the inverse FFT's length: `A*` of unit weights on
 /// the doubled volume is `c Σ_k e^{2πi k·j'}` at its centred index `j'`, so the kernel at
@@ -395,12 +406,7 @@ fn kernel_spectrum(
     shape: [usize; 3],
     axes_swapped: bool,
 ) -> Result<Vec<f32>, OperatorError> {
-    let doubled = Geometry {
-        n0: 2 * g.n0,
-        n1: 2 * g.n1,
-        n2: 2 * g.n2,
-        ..g.clone()
-    };
+    let doubled = doubled_volume(g);
     let sums = {
         let op = LaminoOperator::new(ctx, &doubled, options)?;
         let data_shape = Apply::FourierAdjoint.spaces().0.shape(&doubled);

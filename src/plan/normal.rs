@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::array::Residency;
 use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::{toeplitz_device_bytes, LaminoOperator, OperatorOptions};
+use crate::operator::{doubled_volume, toeplitz_device_bytes, LaminoOperator, OperatorOptions};
 use crate::params::NormalOperator;
 
 /// The normal operator a run applies, and why (report.json, the plan of `--dry-run`).
@@ -58,12 +58,7 @@ pub struct ToeplitzConditions {
 /// Device memory the Toeplitz loop of `g` needs: its grid, spectrum and two volumes, and while
 /// its kernel is computed an operator of the doubled volume with its data and full grid.
 pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry) -> Option<u64> {
-    let doubled = Geometry {
-        n0: 2 * g.n0,
-        n1: 2 * g.n1,
-        n2: 2 * g.n2,
-        ..g.clone()
-    };
+    let doubled = doubled_volume(g);
     let kernel_op = LaminoOperator::estimate_device_bytes(
         ctx,
         &doubled,
