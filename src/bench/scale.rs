@@ -43,6 +43,9 @@ pub struct ScaleBenchRecord {
     /// scratch files mapped in while they were read or written), bytes (runs only).
     pub peak_host_bytes: Option<u64>,
     pub device: String,
+    /// The largest storage binding the plan was made with, bytes: this device's for a run, the
+    /// target GPU's for a plan (`--target-max-binding`).
+    pub max_binding_bytes: u64,
 }
 
 /// The tilt of the scale benchmark's scans (30 degrees).
@@ -127,6 +130,7 @@ pub fn bench_scale_ratio(
     let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
     let copy = copy_round_trip_gbps(&ctx, streaming.staging_words.max(1 << 20))?;
     let device = ctx.info().name.clone();
+    let max_binding_bytes = ctx.max_binding_bytes();
     drop(ctx);
     let (in_core_ms, _, _) = timed_iterations(options, &g, &data, &in_core, iterations, true)?;
     let (ms, moved, peak) = timed_iterations(options, &g, &data, &streaming, iterations, true)?;
@@ -144,6 +148,7 @@ pub fn bench_scale_ratio(
         peak_device_bytes: Some(peak),
         peak_host_bytes: host_peak_bytes(),
         device: device.clone(),
+        max_binding_bytes,
     })
 }
 
@@ -166,6 +171,7 @@ pub fn bench_scale_large(
     let budgets = Budgets::given(device_bytes, host_bytes, Some(scratch.into()));
     let streaming = plan(&ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
     let device = ctx.info().name.clone();
+    let max_binding_bytes = ctx.max_binding_bytes();
     drop(ctx);
     // One iteration, the first: on lavapipe a 256^3 iteration takes tens of minutes, against
     // well under a second of shader compilation.
@@ -184,30 +190,35 @@ pub fn bench_scale_large(
         peak_device_bytes: Some(peak),
         peak_host_bytes: host_peak_bytes(),
         device: device.clone(),
+        max_binding_bytes,
     })
 }
 
 /// `lamino bench scale`, plans only: an `n`^3 volume seen at `n` angles within the budgets, on
-/// this device's limits (nothing is allocated). What exceeds the host budget is planned into
-/// scratch files (a node's NVMe, as mLR offloads), whose space is not checked here.
+/// the limits of the GPU planned for (nothing is allocated): `ctx` reports that GPU's largest
+/// binding ([`GpuContext::modelling_max_binding_bytes`]), and its largest buffer is
+/// `max_buffer_bytes`. What exceeds the host budget is planned into scratch files (a node's
+/// NVMe, as mLR offloads), whose space is not checked here.
 pub fn bench_scale_plan(
     ctx: &GpuContext,
     n: usize,
-    device_bytes: u64,
-    host_bytes: u64,
+    (device_bytes, host_bytes): (u64, u64),
+    max_buffer_bytes: u64,
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::geometry::Geometry;
     use crate::operator::OperatorOptions;
     use crate::plan::{plan_on_paper, Budgets};
     let g = Geometry::cube(n, n, Tilt::from_degrees(SCALE_TILT_DEGREES));
-    let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()));
-    let p = plan_on_paper(
+    let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()))
+        .for_max_buffer(max_buffer_bytes);
+    let params = crate::params::AdmmParams::default();
+    let mut p = plan_on_paper(ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
+    p.normal_operator = Some(crate::plan::planned_normal_operator(
         ctx,
         &g,
-        &crate::params::AdmmParams::default(),
-        &OperatorOptions::default(),
-        &budgets,
-    )?;
+        crate::params::NormalOperator::default(),
+        p.toeplitz_conditions(1, &params, false),
+    ));
     Ok(ScaleBenchRecord {
         kind: "plan",
         size: n,
@@ -222,6 +233,7 @@ pub fn bench_scale_plan(
         peak_device_bytes: None,
         peak_host_bytes: None,
         device: ctx.info().name.clone(),
+        max_binding_bytes: ctx.max_binding_bytes(),
     })
 }
 
@@ -254,10 +266,11 @@ fn print_record(json: bool, r: &ScaleBenchRecord) -> Result<(), BenchError> {
         crate::array::Residency::Scratch(_) => "scratch",
     };
     print!(
-        "{:<5} {}^3 x {} angles: {:?}, chunks {:?} (U2* {}), {} of {} arrays on the device, the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
+        "{:<5} {}^3 x {} angles, device budget {:.2} GiB: {:?}, chunks {:?} (U2* {}), {} of {} arrays on the device, the U2 tables ({:.2} GiB) on the {tables}; device {:.2} GiB, host {:.2} GiB, scratch {:.2} GiB, planned {:.2} GiB moved per iteration",
         r.kind,
         r.size,
         r.angles,
+        gib(p.budgets.device_bytes),
         p.mode,
         p.chunks,
         p.operator.adjoint_gridding.name(),
@@ -269,6 +282,12 @@ fn print_record(json: bool, r: &ScaleBenchRecord) -> Result<(), BenchError> {
         gib(p.scratch_bytes),
         gib(p.bytes_moved_per_iteration)
     );
+    if let Some(choice) = &p.normal_operator {
+        print!("; inner loop by {}", choice.used);
+        if let Some(reason) = &choice.reason {
+            print!(" ({reason})");
+        }
+    }
     if let Some(ms) = r.ms_per_iteration {
         print!("; {ms:.0} ms per iteration");
     }
@@ -318,15 +337,33 @@ pub fn print_runs(
 }
 
 /// Prints the memory plan of each of `plan_sizes` at each of `plan_device_bytes` (and
-/// `plan_host_bytes` on the host), or where the planner refused it.
+/// `plan_host_bytes` on the host), or where the planner refused it, for a GPU whose largest
+/// binding is `max_binding_bytes` and largest buffer `max_buffer_bytes` (`None`: its memory,
+/// each device budget), whatever this device's limits are.
 pub fn print_plans(
-    ctx: &GpuContext,
+    options: &crate::gpu::DeviceOptions,
     json: bool,
     (plan_sizes, plan_device_bytes, plan_host_bytes): (&[usize], &[u64], u64),
+    (max_binding_bytes, max_buffer_bytes): (u64, Option<u64>),
 ) -> Result<(), BenchError> {
+    if plan_sizes.is_empty() {
+        return Ok(());
+    }
+    let ctx = GpuContext::new(options)?.modelling_max_binding_bytes(max_binding_bytes);
+    if !json {
+        println!(
+            "plans for a GPU whose largest binding is {} MiB and largest buffer {}:",
+            ctx.max_binding_bytes() >> 20,
+            max_buffer_bytes.map_or("its memory".to_string(), |b| format!(
+                "{:.0} GiB",
+                b as f64 / (1u64 << 30) as f64
+            ))
+        );
+    }
     for &n in plan_sizes {
         for &budget in plan_device_bytes {
-            match bench_scale_plan(ctx, n, budget, plan_host_bytes) {
+            let max_buffer = max_buffer_bytes.unwrap_or(budget);
+            match bench_scale_plan(&ctx, n, (budget, plan_host_bytes), max_buffer) {
                 Ok(r) => print_record(json, &r)?,
                 // A refusal is a figure too: where the planner's limit lies.
                 Err(ScaleBenchError::Plan(e)) if json => println!(
@@ -345,4 +382,37 @@ pub fn print_plans(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plans of a target GPU take its largest binding and buffer, not this device's: a
+    /// larger device holds more of a 1024^3 reconstruction and moves less (before, lavapipe's
+    /// buffer limit gave the same plan at every budget).
+    #[test]
+    fn plans_take_the_target_gpus_limits_and_use_its_memory() {
+        let ctx = crate::gpu::test_context().modelling_max_binding_bytes(2047 << 20);
+        let plan = |gib: u64| {
+            let bytes = gib << 30;
+            bench_scale_plan(&ctx, 1024, (bytes, 1024 << 30), bytes).unwrap()
+        };
+        let (small, large) = (plan(8), plan(80));
+        for r in [&small, &large] {
+            assert_eq!(r.max_binding_bytes, 2047 << 20);
+            assert!(r.plan.device_bytes <= r.plan.budgets.device_bytes);
+            let choice = r.plan.normal_operator.as_ref().unwrap();
+            assert_eq!(choice.used, "gridding", "{choice:?}");
+        }
+        assert!(large.plan.resident_arrays() > small.plan.resident_arrays());
+        assert!(large.plan.chunks.0 > small.plan.chunks.0);
+        let moved = |r: &ScaleBenchRecord| r.plan.bytes_moved_per_iteration;
+        assert!(
+            2 * moved(&large) < moved(&small),
+            "{} {}",
+            moved(&large),
+            moved(&small)
+        );
+    }
 }

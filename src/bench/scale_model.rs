@@ -23,7 +23,7 @@ pub struct ScaleModelMeasurement {
     pub copy_equivalents: f64,
     pub device: String,
     /// The largest binding the model's plans were made with: the target's
-    /// (`--model-max-binding`), whatever this device's is.
+    /// (`--target-max-binding`), whatever this device's is.
     pub model_max_binding_bytes: u64,
 }
 

@@ -28,7 +28,7 @@ enum BindingLimit {
     Device,
     /// Below the device's, for tests of the paths that split data across bindings.
     Capped(u64),
-    /// Another GPU's, for plans on paper (`bench scale --model-max-binding`).
+    /// Another GPU's, for plans on paper (`bench scale --target-max-binding`).
     Modelled(u64),
 }
 

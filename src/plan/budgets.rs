@@ -36,7 +36,7 @@ pub struct Budgets {
     /// Where arrays that do not fit the host budget go; none: such a plan is refused.
     pub scratch: Option<PathBuf>,
     /// The largest buffer of the device planned for, where that is not this device (plans on
-    /// paper for another GPU, `bench scale --model-max-buffer`); none: this device's.
+    /// paper for another GPU, `bench scale --target-max-buffer-gib`); none: this device's.
     pub max_buffer_bytes: Option<u64>,
 }
 

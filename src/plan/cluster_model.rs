@@ -40,8 +40,8 @@
 //! What the model leaves out, and which way it errs: the copy-equivalents per byte are measured
 //! at a small size and taken as size-independent (the FFTs' work per byte grows with the log of
 //! the length: optimistic for the device at 2048^3). The plans are made on paper with the
-//! target's largest buffer and binding (`bench scale --model-max-buffer-gib`,
-//! `--model-max-binding`, through a modelling context), whatever this device's are.
+//! target's largest buffer and binding (`bench scale --target-max-buffer-gib`,
+//! `--target-max-binding`, through a modelling context), whatever this device's are.
 
 use serde::Serialize;
 

@@ -55,6 +55,25 @@ pub struct ToeplitzConditions {
     pub free_device_bytes: Option<u64>,
 }
 
+impl super::MemoryPlan {
+    /// The Toeplitz loop's conditions under this plan, for a run on `sharers` devices or ranks
+    /// with `params`, with or without the memo layer.
+    pub fn toeplitz_conditions(
+        &self,
+        sharers: usize,
+        params: &crate::params::AdmmParams,
+        memo: bool,
+    ) -> ToeplitzConditions {
+        ToeplitzConditions {
+            shared: sharers > 1,
+            in_core: self.resident_arrays() == self.arrays.len() && self.staging_words == 0,
+            carried_cg: params.carries_residual(),
+            memo,
+            free_device_bytes: Some(self.budgets.device_bytes.saturating_sub(self.device_bytes)),
+        }
+    }
+}
+
 /// Device memory the Toeplitz loop of `g` needs: its grid, spectrum and two volumes, and while
 /// its kernel is computed an operator of the doubled volume with its data and full grid.
 pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry) -> Option<u64> {
@@ -79,7 +98,9 @@ pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry) -> Option<u64> {
 /// outer iterations in `tests/solver.rs`), and it does not yet run streaming or on several
 /// devices, so choosing it by the plan would make the bits depend on the device budget and the
 /// device count (docs/operator-method.md, "Normal operator by Toeplitz embedding").
-pub const AUTO_RUNS_GRIDDING: &str = "auto runs gridding until the Toeplitz loop also runs      streaming and on several devices (the same bits whatever the plan and device count): ask      for --normal-operator toeplitz";
+pub const AUTO_RUNS_GRIDDING: &str = "auto runs gridding until the Toeplitz loop also runs \
+    streaming and on several devices (the same bits whatever the plan and device count): ask for \
+    --normal-operator toeplitz";
 
 /// Why the Toeplitz loop cannot run under `c` for `g`, if it cannot.
 pub fn toeplitz_obstacle(ctx: &GpuContext, g: &Geometry, c: ToeplitzConditions) -> Option<String> {

@@ -524,13 +524,7 @@ impl<'a> Reconstructor<'a> {
             plan.members = member_plans(self.ctx, g, &self.params, &plan, (ranks, devices))
                 .map_err(ReconError::Plan)?;
         }
-        let conditions = crate::plan::ToeplitzConditions {
-            shared: self.sharers() > 1,
-            in_core: plan.resident_arrays() == plan.arrays.len() && plan.staging_words == 0,
-            carried_cg: self.params.carries_residual(),
-            memo,
-            free_device_bytes: Some(plan.budgets.device_bytes.saturating_sub(plan.device_bytes)),
-        };
+        let conditions = plan.toeplitz_conditions(self.sharers(), &self.params, memo);
         plan.normal_operator = Some(crate::plan::planned_normal_operator(
             self.ctx,
             g,

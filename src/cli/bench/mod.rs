@@ -303,6 +303,16 @@ pub struct ScaleArgs {
     /// scratch files (node-local NVMe), without checking space here.
     #[arg(long = "plan-host-gib", default_value = "1024", value_parser = super::gib_as_bytes)]
     pub plan_host_bytes: u64,
+    /// Largest buffer of the GPU planned for and modelled, GiB: an array (a rank's share of
+    /// it) beyond it streams. Default: the GPU's memory, each plan's device budget (wgpu on
+    /// NVIDIA's Vulkan driver sets no lower buffer limit).
+    #[arg(long = "target-max-buffer-gib", value_parser = super::gib_as_bytes)]
+    pub target_max_buffer_bytes: Option<u64>,
+    /// Largest storage binding of the GPU planned for and modelled, MiB (wgpu on NVIDIA's
+    /// Vulkan driver: i32::MAX bytes, just under 2048 MiB), which the plans' chunk and staging
+    /// buffers are sized by, whatever this device's limit is.
+    #[arg(long = "target-max-binding", default_value = "2047", value_parser = super::mib_as_bytes)]
+    pub target_max_binding_bytes: u64,
     #[command(flatten)]
     pub model: ScaleModelArgs,
     #[command(flatten)]
@@ -331,15 +341,6 @@ pub struct ScaleModelArgs {
     /// Host memory of one rank, GiB (beyond it, node-local scratch).
     #[arg(long = "model-host-gib", default_value = "128", value_parser = super::gib_as_bytes)]
     pub model_host_bytes: u64,
-    /// Largest buffer of one GPU, GiB: a rank's share of an array beyond it streams. Default:
-    /// the GPU's memory (wgpu on NVIDIA's Vulkan driver sets no lower buffer limit).
-    #[arg(long = "model-max-buffer-gib", value_parser = super::gib_as_bytes)]
-    pub model_max_buffer_bytes: Option<u64>,
-    /// Largest storage binding of one GPU, MiB (wgpu on NVIDIA's Vulkan driver: i32::MAX bytes,
-    /// just under 2048 MiB), which the plans' chunk buffers are sized by, whatever this
-    /// device's limit is.
-    #[arg(long = "model-max-binding", default_value = "2047", value_parser = super::mib_as_bytes)]
-    pub model_max_binding_bytes: u64,
     /// Copy bandwidth of one GPU, GB/s (read + write); 0: this device's, measured.
     #[arg(long, default_value_t = 0.0)]
     pub model_device_gbps: f64,
@@ -633,7 +634,7 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
         let inputs = crate::plan::cluster_model::ClusterInputs {
             device_bytes: m.model_device_bytes,
             host_bytes: m.model_host_bytes,
-            max_buffer_bytes: m.model_max_buffer_bytes.unwrap_or(m.model_device_bytes),
+            max_buffer_bytes: args.target_max_buffer_bytes.unwrap_or(m.model_device_bytes),
             device_gbps: m.model_device_gbps,
             bus_gbps: m.model_bus_gbps,
             network_gbps: m.model_network_gbps,
@@ -644,7 +645,7 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
         return Ok(scale_model::print(
             &cli.device_options()?,
             args.json,
-            (m.model_measure_size, m.model_max_binding_bytes),
+            (m.model_measure_size, args.target_max_binding_bytes),
             inputs,
             (&m.model_sizes, &m.model_ranks),
         )?);
@@ -656,13 +657,14 @@ fn scale(cli: &Cli, args: &ScaleArgs) -> CliResult {
         (args.large, args.large_device_bytes, &args.scratch),
     )?;
     scale::print_plans(
-        &cli.context()?,
+        &cli.device_options()?,
         args.json,
         (
             &args.plan_sizes,
             &args.plan_device_bytes,
             args.plan_host_bytes,
         ),
+        (args.target_max_binding_bytes, args.target_max_buffer_bytes),
     )?;
     Ok(())
 }
