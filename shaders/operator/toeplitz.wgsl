@@ -56,9 +56,11 @@ fn pair_of(g: u32) -> vec2<u32> {
     return vec2<u32>(g % pairs, line_start(g / pairs));
 }
 
-// grid = the volume in the corner of the doubled grid, zero elsewhere, two reals per element
-// along the last axis. A workgroup per line of the grid, its invocations along the line: the
-// line's place is divided out once per invocation, not per element (count: the grid's lines).
+// The volume's lines of the grid: the volume's reals, two per element along the last axis, then
+// zeros to the half-length transform's a2 elements (element a2 is the split's). The rest of the
+// grid, zero outside the volume's corner, is cleared by a fill before this. A workgroup per
+// volume line, its invocations along the line: the line's place is divided out once per
+// invocation, not per element (count: the volume's lines).
 @compute @workgroup_size(WORKGROUP)
 fn toeplitz_pad(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -69,16 +71,10 @@ fn toeplitz_pad(
     if (line >= p.count) {
         return;
     }
-    let i1 = line % (2u * p.a1);
-    let i0 = line / (2u * p.a1);
-    let start = line * p.pitch;
-    // Elements of the line that hold the volume's reals (none outside its corner).
-    var filled = 0u;
-    if (i0 < p.a0 && i1 < p.a1) {
-        filled = p.a2 / 2u;
-    }
-    let first = (i0 * p.a1 + i1) * p.a2;
-    for (var m = lid; m < p.pitch; m += WORKGROUP) {
+    let start = line_start(line);
+    let first = line * p.a2;
+    let filled = p.a2 / 2u;
+    for (var m = lid; m < p.a2; m += WORKGROUP) {
         var v = vec2<f32>(0.0, 0.0);
         if (m < filled) {
             v = vec2<f32>(volume[first + 2u * m], volume[first + 2u * m + 1u]);

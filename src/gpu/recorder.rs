@@ -56,6 +56,8 @@ pub struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     timer: Option<wgpu::QuerySet>,
+    /// Whether a pass has written the timer's beginning.
+    timer_begun: bool,
     /// With the context's timeline on: the device, to bracket every pass with timestamps, and
     /// the query sets of the current segment's passes.
     timeline: Option<wgpu::Device>,
@@ -83,6 +85,7 @@ impl Recorder {
             timeline: (!timed && ctx.timeline_on()).then(|| ctx.core.device.clone()),
             pass_timers: Vec::new(),
             timer,
+            timer_begun: false,
             max_groups: ctx.max_workgroups_per_dimension(),
             uploads: Vec::new(),
             downloads: Vec::new(),
@@ -99,8 +102,7 @@ impl Recorder {
     fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
         if self.pass.is_none() {
             let encoder = self.encoder.as_mut().expect("recorder already finished");
-            // A timed recorder holds one pass: the timestamps bracket it. With the timeline on,
-            // every pass gets its own pair.
+            // With the timeline on, every pass gets its own pair of timestamps.
             if let Some(device) = &self.timeline {
                 self.pass_timers
                     .push(device.create_query_set(&wgpu::QuerySetDescriptor {
@@ -109,13 +111,23 @@ impl Recorder {
                         count: 2,
                     }));
             }
-            let timestamp_writes = self.timer.as_ref().or(self.pass_timers.last()).map(|q| {
-                wgpu::ComputePassTimestampWrites {
+            // A timed recorder's span runs from its first pass's beginning to its last pass's
+            // end (a fill or copy between passes splits them): later passes write the end only.
+            let first = !self.timer_begun;
+            self.timer_begun = true;
+            let timestamp_writes = match (&self.timer, self.pass_timers.last()) {
+                (Some(q), _) => Some(wgpu::ComputePassTimestampWrites {
+                    query_set: q,
+                    beginning_of_pass_write_index: first.then_some(0),
+                    end_of_pass_write_index: Some(1),
+                }),
+                (None, Some(q)) => Some(wgpu::ComputePassTimestampWrites {
                     query_set: q,
                     beginning_of_pass_write_index: Some(0),
                     end_of_pass_write_index: Some(1),
-                }
-            });
+                }),
+                (None, None) => None,
+            };
             let pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some(&self.label),
@@ -125,6 +137,16 @@ impl Recorder {
             self.pass = Some(pass);
         }
         self.pass.as_mut().expect("just begun")
+    }
+
+    /// Ends the current pass before a command outside passes (a fill, a copy). A timed
+    /// recorder whose span has not begun begins it with an empty pass first, so that its time
+    /// counts whatever was recorded, passes or not.
+    fn end_pass(&mut self) {
+        if self.timer.is_some() && !self.timer_begun {
+            self.pass();
+        }
+        drop(self.pass.take());
     }
 
     /// Dispatches `groups` workgroups of `bound`'s kernel. Counts above the per-dimension limit are
@@ -227,9 +249,21 @@ impl Recorder {
         if bytes == 0 {
             return;
         }
-        drop(self.pass.take());
+        self.end_pass();
         let encoder = self.encoder.as_mut().expect("recorder already finished");
         encoder.copy_buffer_to_buffer(&source.buffer, from, &target.buffer, to, bytes);
+        self.commands = true;
+    }
+
+    /// Sets `bytes` of `buffer` from byte `offset` (both multiples of 4) to zero on the device,
+    /// after the commands recorded before it: a fill, not a kernel (a memset on CPU adapters).
+    pub fn clear(&mut self, buffer: &GpuBuffer, offset: u64, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.end_pass();
+        let encoder = self.encoder.as_mut().expect("recorder already finished");
+        encoder.clear_buffer(&buffer.buffer, offset, Some(bytes));
         self.commands = true;
     }
 
@@ -267,7 +301,9 @@ impl Recorder {
         if self.pass_timers.is_empty() {
             return Ok(());
         }
-        let bytes = 16 * self.pass_timers.len() as u64;
+        // Each pass's pair is resolved at its own aligned offset (wgpu requires 256 bytes).
+        let stride = wgpu::QUERY_RESOLVE_BUFFER_ALIGNMENT;
+        let bytes = stride * self.pass_timers.len() as u64;
         let resolve = ctx.core.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("timeline timestamps"),
             size: bytes,
@@ -282,7 +318,7 @@ impl Recorder {
             .expect("made when it cannot wait");
         let encoder = self.encoder.as_mut().expect("recorder already finished");
         for (i, q) in self.pass_timers.drain(..).enumerate() {
-            encoder.resolve_query_set(&q, 0..2, &resolve, 16 * i as u64);
+            encoder.resolve_query_set(&q, 0..2, &resolve, stride * i as u64);
         }
         encoder.copy_buffer_to_buffer(&resolve, 0, &readback.buffer, 0, bytes);
         let period = ctx.core.queue.get_timestamp_period() as f64;
@@ -291,12 +327,14 @@ impl Recorder {
             readback,
             bytes,
             done: Box::new(move |b: &[u8]| {
-                let t: &[u64] = bytemuck::cast_slice(b);
                 if let Ok(mut spans) = spans.lock() {
-                    spans.extend(
-                        t.chunks_exact(2)
-                            .map(|p| (p[0] as f64 * period, p[1] as f64 * period)),
-                    );
+                    spans.extend(b.chunks_exact(stride as usize).map(|pair| {
+                        let at = |i: usize| {
+                            let word: [u8; 8] = pair[8 * i..8 * i + 8].try_into().expect("8 bytes");
+                            u64::from_le_bytes(word) as f64 * period
+                        };
+                        (at(0), at(1))
+                    }));
                 }
             }),
             counted: false,

@@ -67,7 +67,7 @@ pub struct ToeplitzNormal {
     twiddles: GpuBuffer,
     /// A binding for the kernels' unused read-write slot.
     placeholder: GpuBuffer,
-    /// The pad's count: the grid's lines, a workgroup each.
+    /// The pad's count: the volume's lines, a workgroup each.
     line_params: GpuBuffer,
     volume_params: GpuBuffer,
     split: Bound,
@@ -219,10 +219,7 @@ impl ToeplitzNormal {
         };
         let lines = (shape[0] * shape[1]) as u64;
         let grid_params = &ctx.uniform("toeplitz grid params", &params(grid_len(shape)))?;
-        let line_params = ctx.uniform(
-            "toeplitz line params",
-            &params(grid_len(shape) / (shape[2] as u64 + 1)),
-        )?;
+        let line_params = ctx.uniform("toeplitz line params", &params(lines))?;
         let pair_params =
             &ctx.uniform("toeplitz pair params", &params(lines * (half as u64 + 1)))?;
         let volume_params = ctx.uniform("toeplitz volume params", &params(voxels))?;
@@ -341,11 +338,20 @@ impl ToeplitzNormal {
         let groups = |count: u64| count.div_ceil(WORKGROUP as u64) as u32;
         let grid = groups(grid_len(a));
         let pairs = groups((a[0] * a[1]) as u64 * (a[2] as u64 / 2 + 1));
-        let lines = (grid_len(a) / (a[2] as u64 + 1)) as u32;
         let [last, forward @ ..] = &self.forward[..] else {
             unreachable!("three axes")
         };
-        rec.dispatch(&application.pad, lines);
+        // Zero where the transforms read and the volume is not: of every first-axis plane
+        // within the volume its second half of rows, and every plane beyond the volume whole.
+        // The inverse leaves them written, so every application clears them again.
+        let line_bytes = (a[2] as u64 + 1) * 8;
+        let half_plane = a[1] as u64 * line_bytes;
+        for i0 in 0..a[0] as u64 {
+            rec.clear(&self.grid, (2 * i0 + 1) * half_plane, half_plane);
+        }
+        let beyond = 2 * a[0] as u64 * half_plane;
+        rec.clear(&self.grid, beyond, self.grid.bytes() - beyond);
+        rec.dispatch(&application.pad, (a[0] * a[1]) as u32);
         last.record(rec);
         rec.dispatch(&self.split, pairs);
         forward.iter().for_each(|plan| plan.record(rec));
