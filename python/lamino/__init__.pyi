@@ -30,7 +30,10 @@ class Adapter(TypedDict):
 
 Device = Union[int, str]
 
-def devices() -> list[Adapter]: ...
+Backend = Literal["vulkan", "gl", "metal", "dx12"]
+Limits = Literal["adapter", "portable"]
+
+def devices(*, backend: Optional[Backend] = None) -> list[Adapter]: ...
 
 # ---- Reconstruction, simulation, scores (python/src/reconstruct.rs, simulate.rs) -------------
 
@@ -85,6 +88,8 @@ def reconstruct(
     remove_stripe: Optional[Literal["fw", "sort"]] = None,
     device: Union[Device, Sequence[int]] = "best",
     allow_software_gpu: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+    limits: Optional[Limits] = None,
     progress: Union[None, bool, Callable[[IterationReport], Any]] = None,
 ) -> Volume:
     """ADMM-TV volume (z, y, x) float32 from line integrals (ntheta, deth, detw); theta in
@@ -128,6 +133,10 @@ class Operator:
         eps: float = 1e-3,
         device: Device = "best",
         allow_software_gpu: Optional[bool] = None,
+        backend: Optional[Backend] = None,
+        limits: Optional[Limits] = None,
+    backend: Optional[Backend] = None,
+    limits: Optional[Limits] = None,
     ) -> None: ...
     def forward(self, volume: ArrayLike) -> npt.NDArray[np.complex64]: ...
     def adjoint(self, data: ArrayLike) -> npt.NDArray[np.complex64]: ...
@@ -171,6 +180,8 @@ def find_rotation_axis(
     slab_z: float = 0.0,
     device: Device = "best",
     allow_software_gpu: Optional[bool] = None,
+    backend: Optional[Backend] = None,
+    limits: Optional[Limits] = None,
 ) -> tuple[float, dict[str, Any]]: ...
 
 class BaSiC:
@@ -195,6 +206,10 @@ class BaSiC:
         clip_negative: Optional[bool] = None,
         device: Device = "best",
         allow_software_gpu: Optional[bool] = None,
+        backend: Optional[Backend] = None,
+        limits: Optional[Limits] = None,
+    backend: Optional[Backend] = None,
+    limits: Optional[Limits] = None,
     ) -> None: ...
     def fit(self, images: ArrayLike) -> None: ...
     def transform(self, images: ArrayLike) -> npt.NDArray[np.float32]: ...

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{DeviceArg, Devices, Lease};
+use crate::device::{DeviceArg, DeviceArgs, Devices, Lease};
 use crate::errors::{flatfield_error, input_error};
 
 /// BaSiC flat-field and dark-field estimation (Peng et al., Nat. Commun. 8:14836, 2017), on
@@ -63,6 +63,8 @@ use crate::errors::{flatfield_error, input_error};
 ///     lamino's: ``transform`` clips corrected values below 0 to 0.
 /// device : "best" or int, default "best"; allow_software_gpu : bool, default None
 ///     As for ``lamino.Operator``.
+/// backend, limits : str, optional
+///     As for ``lamino.Operator``.
 ///
 /// BaSiCPy's ``fitting_mode``, ``sparse_cost_darkfield``, ``autosegment``, ``resize_mode``,
 /// ``fitting_weight`` and ``timelapse`` have no counterpart here.
@@ -91,7 +93,8 @@ impl Basic {
         smoothness_darkfield=None, max_iterations=None, optimization_tol=None,
         max_reweight_iterations=None, reweighting_tol=None, working_size=None, epsilon=None,
         sort_intensity=None, smoothness=None, darkfield_ratio=None, flat_min=None,
-        clip_negative=None, device=DeviceArg::default(), allow_software_gpu=None))]
+        clip_negative=None, device=DeviceArg::default(), allow_software_gpu=None, backend=None,
+        limits=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         get_darkfield: Option<bool>,
@@ -110,6 +113,8 @@ impl Basic {
         clip_negative: Option<bool>,
         device: DeviceArg,
         allow_software_gpu: Option<bool>,
+        backend: Option<&str>,
+        limits: Option<&str>,
     ) -> PyResult<Self> {
         let d = BasicParams::default();
         let params = BasicParams {
@@ -140,7 +145,12 @@ impl Basic {
         Ok(Self {
             params,
             transform_params,
-            device: Devices::one(device, allow_software_gpu)?,
+            device: Devices::one(DeviceArgs {
+                device,
+                allow_software_gpu,
+                backend,
+                limits,
+            })?,
             fitted: Mutex::new(None),
         })
     }

@@ -1,8 +1,10 @@
-//! `lamino.devices()` and the `device=` / `allow_software_gpu=` arguments of every GPU call, with
-//! the command line's policy: `"best"` takes the best hardware GPU; a software adapter (lavapipe)
-//! runs only when the caller opts in, by the argument or `LAMINO_ALLOW_SOFTWARE_GPU=1`.
+//! `lamino.devices()` and the `device=` / `allow_software_gpu=` / `backend=` / `limits=`
+//! arguments of every GPU call, with the command line's policy: `"best"` takes the best hardware
+//! GPU; a software adapter (lavapipe) runs only when the caller opts in, by the argument or
+//! `LAMINO_ALLOW_SOFTWARE_GPU=1`; `backend=` and `limits=` are the command line's `--backend` and
+//! `--limits` (unset: as `WGPU_BACKEND` and `LAMINO_LIMITS` say).
 
-use lamino_core::gpu::{list_adapters, software_opt_in_from_env, DeviceSet};
+use lamino_core::gpu::{list_adapters, software_opt_in_from_env, Backend, DeviceLimits, DeviceSet};
 use lamino_core::{DeviceSelection, GpuContext};
 use std::sync::Mutex;
 
@@ -11,10 +13,14 @@ use pyo3::types::PyDict;
 
 use crate::errors::{gpu_error, input_error};
 
-/// Every adapter wgpu finds, in the order `device=` indexes them (`lamino devices`' order).
+/// Every adapter wgpu finds (of ``backend`` only, when given: ``"vulkan"``, ``"gl"``,
+/// ``"metal"`` or ``"dx12"``), in the order ``device=`` indexes them with the same ``backend=``
+/// (``lamino [--backend B] devices``' order).
 #[pyfunction]
-fn devices(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
-    let adapters = py.detach(|| list_adapters(None));
+#[pyo3(signature = (*, backend=None))]
+fn devices<'py>(py: Python<'py>, backend: Option<&str>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let backend = backend_arg(backend)?;
+    let adapters = py.detach(|| list_adapters(backend));
     adapters
         .into_iter()
         .map(|a| {
@@ -48,19 +54,63 @@ impl Default for DeviceArg {
     }
 }
 
-/// The devices a call runs on: the adapters `device=` names, and whether a software adapter
-/// may be one of them (`allow_software_gpu=`, or `LAMINO_ALLOW_SOFTWARE_GPU` when it is `None`).
+/// `backend=`: a graphics API by the command line's `--backend` names; `None` leaves the choice
+/// to `WGPU_BACKEND` (every backend built in when it is unset).
+fn backend_arg(backend: Option<&str>) -> PyResult<Option<Backend>> {
+    backend
+        .map(|name| {
+            name.parse::<Backend>().map_err(|_| {
+                input_error(
+                    "backend",
+                    format!("{name:?}: expected \"vulkan\", \"gl\", \"metal\" or \"dx12\""),
+                )
+            })
+        })
+        .transpose()
+}
+
+/// What a GPU call's device arguments say: `device=`, `allow_software_gpu=`, `backend=` and
+/// `limits=` as given.
+pub(crate) struct DeviceArgs<'a> {
+    pub(crate) device: DeviceArg,
+    pub(crate) allow_software_gpu: Option<bool>,
+    pub(crate) backend: Option<&'a str>,
+    pub(crate) limits: Option<&'a str>,
+}
+
+/// The devices a call runs on: the adapters `device=` names (among `backend=`'s), whether a
+/// software adapter may be one of them (`allow_software_gpu=`, or `LAMINO_ALLOW_SOFTWARE_GPU`
+/// when it is `None`) and the limits they are opened with (`limits=`, or `LAMINO_LIMITS`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Devices {
     set: DeviceSet,
     allow_software: bool,
+    backend: Option<Backend>,
+    limits: Option<DeviceLimits>,
 }
 
 impl Devices {
-    /// The devices of `device` and `allow_software_gpu` (`None`: as
-    /// `LAMINO_ALLOW_SOFTWARE_GPU` says; `True`/`False`: that, whatever the environment says),
-    /// for a call that runs on every device named (`reconstruct`).
-    pub(crate) fn several(device: DeviceArg, allow_software_gpu: Option<bool>) -> PyResult<Self> {
+    /// The devices of `args` (`allow_software_gpu` `None`: as `LAMINO_ALLOW_SOFTWARE_GPU` says;
+    /// `True`/`False`: that, whatever the environment says), for a call that runs on every
+    /// device named (`reconstruct`).
+    pub(crate) fn several(args: DeviceArgs<'_>) -> PyResult<Self> {
+        let DeviceArgs {
+            device,
+            allow_software_gpu,
+            backend,
+            limits,
+        } = args;
+        let backend = backend_arg(backend)?;
+        let limits = limits
+            .map(|name| {
+                name.parse::<DeviceLimits>().map_err(|()| {
+                    input_error(
+                        "limits",
+                        format!("{name:?}: expected \"adapter\" or \"portable\""),
+                    )
+                })
+            })
+            .transpose()?;
         let set = match device {
             DeviceArg::Index(index) => DeviceSet::One(DeviceSelection::Index(index)),
             DeviceArg::Name(text) => text.parse::<DeviceSet>().map_err(|_| {
@@ -80,13 +130,15 @@ impl Devices {
         Ok(Self {
             set,
             allow_software: allow_software_gpu.unwrap_or_else(software_opt_in_from_env),
+            backend,
+            limits,
         })
     }
 
     /// As [`several`](Self::several), for a call that runs on one device: several are refused,
     /// as the command line refuses them for its one-device commands.
-    pub(crate) fn one(device: DeviceArg, allow_software_gpu: Option<bool>) -> PyResult<Self> {
-        let devices = Self::several(device, allow_software_gpu)?;
+    pub(crate) fn one(args: DeviceArgs<'_>) -> PyResult<Self> {
+        let devices = Self::several(args)?;
         if devices.set.is_several() {
             return Err(input_error(
                 "device",
@@ -127,7 +179,7 @@ impl Lease {
             Some(contexts) => contexts,
             None => devices
                 .set
-                .open_with_policy(devices.allow_software, None, None)
+                .open_with_policy(devices.allow_software, devices.limits, devices.backend)
                 .map_err(gpu_error)?,
         };
         Ok(Self {

@@ -12,7 +12,7 @@ use numpy::{PyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::arrays::{read_array, to_numpy};
-use crate::device::{DeviceArg, Devices, Lease};
+use crate::device::{DeviceArg, DeviceArgs, Devices, Lease};
 use crate::errors::{geometry_error, input_error, operator_error, LaminoError};
 use crate::preprocess::{checked_tilt, read_theta};
 
@@ -49,6 +49,14 @@ use crate::preprocess::{checked_tilt, read_theta};
 ///     Adapter from ``lamino.devices()``; default ``"best"``.
 /// allow_software_gpu : bool, optional
 ///     Run on a software adapter (lavapipe); default: as ``LAMINO_ALLOW_SOFTWARE_GPU`` says.
+/// backend : {"vulkan", "gl", "metal", "dx12"}, optional
+///     The graphics API to run through, as the command line's ``--backend``: ``device=``
+///     indexes that API's adapters (``lamino.devices(backend=...)``); default: every backend
+///     built in, or those ``WGPU_BACKEND`` names.
+/// limits : {"adapter", "portable"}, optional
+///     The limits to open the device with, as ``--limits``: everything the adapter offers, or
+///     WebGPU's defaults (what any WebGPU GPU offers); default: as ``LAMINO_LIMITS`` says
+///     (``"adapter"`` when it is unset).
 ///
 /// Raises
 /// ------
@@ -94,7 +102,8 @@ impl Drop for Operator {
 impl Operator {
     #[new]
     #[pyo3(signature = (volume_shape, theta, tilt, *, detector_shape=None, center=None,
-        eps=DEFAULT_EPS, device=DeviceArg::default(), allow_software_gpu=None))]
+        eps=DEFAULT_EPS, device=DeviceArg::default(), allow_software_gpu=None, backend=None,
+        limits=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -106,6 +115,8 @@ impl Operator {
         eps: f64,
         device: DeviceArg,
         allow_software_gpu: Option<bool>,
+        backend: Option<&str>,
+        limits: Option<&str>,
     ) -> PyResult<Self> {
         let theta = read_theta(theta)?;
         let (n0, n1, n2) = volume_shape;
@@ -122,7 +133,12 @@ impl Operator {
             center,
             offset: [0.0; 3],
         };
-        let options = Devices::one(device, allow_software_gpu)?;
+        let options = Devices::one(DeviceArgs {
+            device,
+            allow_software_gpu,
+            backend,
+            limits,
+        })?;
         // Checked before the device is leased: an error after the lease drops the device.
         geometry.validate().map_err(geometry_error)?;
         let (lease, operator) = py.detach(|| -> PyResult<_> {

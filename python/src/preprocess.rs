@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{DeviceArg, Devices, Lease};
+use crate::device::{DeviceArg, DeviceArgs, Devices, Lease};
 use crate::errors::{input_error, io_error, preprocess_error, scan_error, GeometryError};
 
 /// A 3-D float32 argument as a [`Stack`] (one copy: the core functions own their input).
@@ -286,7 +286,7 @@ fn remove_stripe<'py>(
 /// slab_z : float, optional
 ///     The slab's centre in voxels from the volume's centre along z; default 0. Put it where the
 ///     sample has layers when searching the tilt.
-/// device, allow_software_gpu
+/// device, allow_software_gpu, backend, limits
 ///     As for ``lamino.Operator``.
 ///
 /// Returns
@@ -306,7 +306,7 @@ fn remove_stripe<'py>(
 /// or slabs, ``GeometryError`` for bad angles or tilt, ``DeviceError``/``OutOfMemoryError``.
 #[pyfunction]
 #[pyo3(signature = (proj, theta, tilt, *, centers=None, tilts=None, slab_slices=None,
-    slab_z=0.0, device=DeviceArg::default(), allow_software_gpu=None))]
+    slab_z=0.0, device=DeviceArg::default(), allow_software_gpu=None, backend=None, limits=None))]
 #[allow(clippy::too_many_arguments)]
 fn find_rotation_axis<'py>(
     py: Python<'py>,
@@ -319,6 +319,8 @@ fn find_rotation_axis<'py>(
     slab_z: f64,
     device: DeviceArg,
     allow_software_gpu: Option<bool>,
+    backend: Option<&str>,
+    limits: Option<&str>,
 ) -> PyResult<(f64, Bound<'py, PyDict>)> {
     let proj = read_array::<f32>(proj, "proj", 3)?;
     let [ntheta, deth, detw] = shape3(&proj);
@@ -351,7 +353,12 @@ fn find_rotation_axis<'py>(
                 .collect::<PyResult<Vec<f64>>>()
         })
         .transpose()?;
-    let options = Devices::one(device, allow_software_gpu)?;
+    let options = Devices::one(DeviceArgs {
+        device,
+        allow_software_gpu,
+        backend,
+        limits,
+    })?;
     let geometry = Geometry::for_detector(deth, detw, theta, Tilt::from_degrees(tilt));
     let values = proj.as_slice()?;
     let scores = PyDict::new(py);

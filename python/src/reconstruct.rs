@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::arrays::{read_array, shape3, to_numpy};
-use crate::device::{DeviceArg, Devices, Lease};
+use crate::device::{DeviceArg, DeviceArgs, Devices, Lease};
 use crate::errors::{input_error, job_error, recon_error, scan_error};
 use crate::preprocess::read_theta;
 use crate::progress::{Reporter, Watch};
@@ -134,6 +134,9 @@ fn solver_params(
 ///     line's ``--device``.
 /// allow_software_gpu : bool, optional
 ///     Accept a software adapter (lavapipe). Default: as ``LAMINO_ALLOW_SOFTWARE_GPU`` says.
+/// backend, limits : str, optional
+///     The graphics API (``"vulkan"``, ``"gl"``, ``"metal"``, ``"dx12"``) and the device limits
+///     (``"adapter"``, ``"portable"``), as for ``lamino.Operator``.
 /// progress : callable or bool, optional
 ///     ``True``: a progress bar on stderr; a callable: called after every outer iteration with
 ///     a dict of the report terms (iteration, counted from 1 as the command line's, total, elapsed_s, eta_s, data_term, tv_term,
@@ -152,7 +155,7 @@ fn solver_params(
     proj, theta, *, tilt, center=None, volume_shape=None,
     alpha=AdmmParams::default().alpha, max_iterations=AdmmParams::default().outer_iterations,
     iterations=None, memo="off", normal_operator="auto", binning=0, remove_stripe=None, device=DeviceArg::default(),
-    allow_software_gpu=None, progress=None,
+    allow_software_gpu=None, backend=None, limits=None, progress=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn reconstruct<'py>(
@@ -171,6 +174,8 @@ fn reconstruct<'py>(
     remove_stripe: Option<&str>,
     device: DeviceArg,
     allow_software_gpu: Option<bool>,
+    backend: Option<&str>,
+    limits: Option<&str>,
     progress: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     // Every argument is checked before the device is opened.
@@ -193,7 +198,12 @@ fn reconstruct<'py>(
         })?;
     let stripes = stripe_removal(remove_stripe)?;
     let binning = binning_factor(binning)?;
-    let devices = Devices::several(device, allow_software_gpu)?;
+    let devices = Devices::several(DeviceArgs {
+        device,
+        allow_software_gpu,
+        backend,
+        limits,
+    })?;
     let watch = Watch::new(Reporter::from_arg(progress)?);
     let proj = read_array::<f32>(proj, "proj", 3)?;
     let theta = read_theta(theta)?;

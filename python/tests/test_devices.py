@@ -66,3 +66,45 @@ def test_several_devices_follow_the_software_policy(monkeypatch):
     with pytest.raises(lamino.DeviceError, match="software adapter"):
         lamino.reconstruct(s["projections"], s["theta"], tilt=30.0, iterations=1,
                            device=[software[0]] * 2)
+
+
+def test_backend_lists_and_opens_only_that_apis_adapters():
+    """backend= is the command line's --backend: devices() lists that API's adapters, indexed
+    among themselves, and device= indexes them (tests/cli.rs compares the CLI's GL and Vulkan
+    volumes)."""
+    every = lamino.devices()
+    for name in ("vulkan", "gl"):
+        listed = lamino.devices(backend=name)
+        assert [d["index"] for d in listed] == list(range(len(listed)))
+        assert all(d["backend"].lower() == name for d in listed), listed
+        assert len(listed) == sum(d["backend"].lower() == name for d in every)
+    gl = lamino.devices(backend="gl")
+    if not gl or not lamino.devices(backend="vulkan"):
+        pytest.skip("GL and Vulkan adapters are both needed (CI installs Mesa's EGL)")
+    s = lamino.simulate("chip", size=SIZE, angles=SIZE, tilt_deg=30)
+    args = (s["projections"], s["theta"])
+    on_vulkan = lamino.reconstruct(*args, tilt=30.0, iterations=2, device=0, backend="vulkan")
+    on_gl = lamino.reconstruct(*args, tilt=30.0, iterations=2, device=0, backend="gl")
+    # Another shader compiler: close, not the same bits (the CLI's test allows 1e-4).
+    assert np.linalg.norm(on_gl - on_vulkan) <= 1e-4 * np.linalg.norm(on_vulkan)
+
+
+def test_portable_limits_give_the_adapters_volume():
+    """limits="portable" (WebGPU's defaults) is the command line's --limits portable: the same
+    kernels within smaller bindings, the same volume on this adapter."""
+    s = lamino.simulate("chip", size=SIZE, angles=SIZE, tilt_deg=30)
+    args = (s["projections"], s["theta"])
+    adapter = lamino.reconstruct(*args, tilt=30.0, iterations=2, limits="adapter")
+    portable = lamino.reconstruct(*args, tilt=30.0, iterations=2, limits="portable")
+    assert np.linalg.norm(portable - adapter) <= 1e-6 * np.linalg.norm(adapter)
+
+
+@pytest.mark.parametrize("argument, value", [("backend", "opengl"), ("backend", ""),
+                                             ("limits", "webgpu"), ("limits", "")])
+def test_bad_backend_or_limits_are_input_errors_naming_the_argument(argument, value):
+    theta = np.linspace(0, np.pi, 8, endpoint=False)
+    with pytest.raises(lamino.InputError, match=argument):
+        lamino.Operator((16, 16, 16), theta, 30.0, **{argument: value})
+    if argument == "backend":
+        with pytest.raises(lamino.InputError, match="backend"):
+            lamino.devices(backend=value)

@@ -7,8 +7,8 @@ import lamino
 
 STUBS = pathlib.Path(__file__).resolve().parents[1] / "lamino" / "__init__.pyi"
 # Names the stubs define for typing only (dict shapes and aliases), not module attributes.
-TYPING_ONLY = {"Adapter", "Device", "ArrayLike", "Volume", "Defaults", "IterationReport",
-               "SimulatedScan", "Score"}
+TYPING_ONLY = {"Adapter", "Device", "Backend", "Limits", "ArrayLike", "Volume", "Defaults",
+               "IterationReport", "SimulatedScan", "Score"}
 
 
 def stub_names():
