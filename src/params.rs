@@ -408,7 +408,7 @@ pub enum InnerSolver {
 #[serde(rename_all = "snake_case")]
 pub enum NormalOperator {
     /// Gridding for now: the Toeplitz loop is faster where it runs (`lamino bench normal`), but
-    /// it runs on one device with every array on it only, and `auto` must give the same bits
+    /// it runs on one device only, and `auto` must give the same bits
     /// whatever the plan and the device count ([`crate::plan::AUTO_RUNS_GRIDDING`]).
     #[default]
     Auto,

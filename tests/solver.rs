@@ -431,14 +431,14 @@ fn the_toeplitz_inner_loop_gives_the_gridding_iterates_and_resumes_either_way() 
     // plan and the solver decide by the same function).
     let conditions = lamino::plan::ToeplitzConditions {
         shared: false,
-        in_core: true,
+        volumes_on_device: true,
         carried_cg: true,
         memo: false,
         free_device_bytes: Some(4096),
     };
     let reason = lamino::plan::toeplitz_obstacle(ctx(), &g, conditions).unwrap();
     assert!(reason.contains("bytes of device memory"), "{reason}");
-    let free = lamino::plan::toeplitz_need_bytes(ctx(), &g);
+    let free = lamino::plan::toeplitz_need_bytes(ctx(), &g, true);
     let fits = lamino::plan::ToeplitzConditions {
         free_device_bytes: free,
         ..conditions

@@ -872,3 +872,73 @@ fn a_budgeted_run_after_an_in_core_one_on_the_same_context_keeps_its_budget() {
     );
     assert!(same_bits(&streamed.volume, &in_core.volume));
 }
+
+/// The Toeplitz inner loop on a streaming plan (u on the host: u and p copied into the
+/// convolution's input on the device): the bits of the in-core Toeplitz run with the same
+/// chunks, within the plan's budget and the loop's own memory. Through the reconstructor,
+/// `--normal-operator toeplitz` sets the loop's memory aside before placing the arrays, so a
+/// budget that streams still runs it.
+#[test]
+fn the_toeplitz_loop_streams_to_the_in_core_bits() {
+    use lamino::params::NormalOperator;
+    let p = projections(32);
+    let g = p.geometry();
+    let params = AdmmParams::exactly(4);
+    let ctx = common::ctx();
+    let need = whole_chunk_need(ctx, g, &params);
+    let streaming = plan(
+        ctx,
+        g,
+        &params,
+        &OperatorOptions::default(),
+        &budgets(need / 8, u64::MAX, None),
+    )
+    .unwrap();
+    assert_eq!(streaming.mode, Mode::Streaming);
+    // u on the host: the convolution reads a device copy of u and of p.
+    assert_ne!(*streaming.residency(Array::U), Residency::Device);
+    let toeplitz = |plan: &MemoryPlan| {
+        let ctx = common::new_context();
+        let reserve = lamino::plan::toeplitz_need_bytes(&ctx, g, false).unwrap();
+        let budget = plan.budgets.device_bytes.min(u64::MAX / 2) + reserve;
+        ctx.set_device_budget(budget);
+        ctx.reset_peak_device_bytes();
+        let mut solver = AdmmSolver::with_plan(&ctx, g, &p.operator_data(), params, plan).unwrap();
+        let choice = solver
+            .set_normal_operator(&ctx, NormalOperator::Toeplitz, false)
+            .unwrap();
+        assert_eq!(choice.used, "toeplitz");
+        while solver.stop_reason().is_none() {
+            solver.step(&ctx).unwrap();
+        }
+        let peak = ctx.peak_device_bytes();
+        assert!(peak <= budget, "peak {peak} above {budget}");
+        solver.volume(&ctx).unwrap()
+    };
+    let same_chunks = MemoryPlan::in_core(ctx, g, &params, &streaming.operator).unwrap();
+    let reference = toeplitz(&same_chunks);
+    assert!(
+        same_bits(&reference, &toeplitz(&streaming)),
+        "streaming changed the Toeplitz loop's volume"
+    );
+    // The reconstructor with a budget that streams: the loop's memory set aside, the arrays
+    // streamed in the rest.
+    let reserve = lamino::plan::toeplitz_need_bytes(ctx, g, false).unwrap();
+    let budget = need / 8 + reserve;
+    let run = Reconstructor::new(&common::new_context())
+        .params(params)
+        .device_memory_budget(budget)
+        .normal_operator(NormalOperator::Toeplitz)
+        .run(&p)
+        .unwrap();
+    assert_eq!(run.plan.mode, Mode::Streaming);
+    assert_eq!(run.normal_operator.used, "toeplitz");
+    assert!(
+        run.peak_device_bytes <= budget,
+        "{} > {budget}",
+        run.peak_device_bytes
+    );
+    // Other chunks than the reference's: FFT batches round differently.
+    let chunking = lamino::metrics::rel_l2(&run.volume, &reference);
+    assert!(chunking <= 1e-5, "{chunking}");
+}

@@ -117,7 +117,7 @@ fn solver_params(
 /// normal_operator : {"auto", "toeplitz", "gridding"}
 ///     How the inner CG applies ``(1/N) Re A*A``, as the command line's ``--normal-operator``:
 ///     ``"toeplitz"`` (one padded FFT convolution per step, no gridding in the loop; one
-///     device with every array on it, no memo), ``"gridding"`` (A then A*), ``"auto"`` (the
+///     device, in-core or streaming, no memo), ``"gridding"`` (A then A*), ``"auto"`` (the
 ///     default: gridding for now, the same bits whatever the plan and device count).
 /// binning : int
 ///     tomocupy's **exponent** ``e``, 0 to 3, as the command line's ``--binning``: the detector

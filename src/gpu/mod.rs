@@ -45,6 +45,7 @@ pub use error::{GpuError, DEVICE_HELP};
 pub use kernel::{Kernel, KernelSpec};
 pub use memory::GpuBuffer;
 pub use pipeline_cache::{lamino_cache_dir, pipeline_cache_path, PIPELINE_CACHE_ENV};
+pub(crate) use readback::read_staging_bytes;
 pub use readback::Completion;
 pub use recorder::Recorder;
 pub use slices::{

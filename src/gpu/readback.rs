@@ -297,18 +297,14 @@ impl Readback {
         if bytes == 0 {
             return Ok(Vec::new());
         }
-        // Reads go through one staging buffer of at most 64 MiB at a time so that a readback
-        // never needs a second copy of a large array on the device.
-        const STAGING: u64 = 64 << 20;
-        let chunk = (STAGING / size).max(1) * size;
+        let chunk = (READ_STAGING_BYTES / size).max(1) * size;
         // One staging buffer per context, grown on demand and reused: solvers read a few scalars
         // back every iteration and must not allocate each time. The lock also serialises
         // readbacks from several threads, which would otherwise map the same buffer twice.
         let mut slot = self.staging.lock().expect("staging slot poisoned");
         let need = chunk.min(bytes);
         if slot.as_ref().is_none_or(|b| b.bytes < need) {
-            // Round up so that slightly larger reads later reuse it too.
-            let grown = need.next_power_of_two().min(STAGING.max(need));
+            let grown = read_staging_bytes(need);
             *slot = Some(core.create_raw(
                 "readback staging",
                 grown,
@@ -391,4 +387,15 @@ impl Drop for HandingOver<'_> {
             d.handing_over -= 1;
         }
     }
+}
+
+/// Reads go through one staging buffer of at most 64 MiB at a time so that a readback never
+/// needs a second copy of a large array on the device.
+const READ_STAGING_BYTES: u64 = 64 << 20;
+
+/// The staging buffer a read of `bytes` grows the context's to (it keeps it for later reads):
+/// rounded up so that slightly larger reads reuse it too, at most 64 MiB unless one element is
+/// larger.
+pub(crate) fn read_staging_bytes(bytes: u64) -> u64 {
+    bytes.next_power_of_two().min(READ_STAGING_BYTES.max(bytes))
 }

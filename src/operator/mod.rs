@@ -48,7 +48,10 @@ pub(crate) use chunk_program::View;
 pub use gridding::GriddingAxis;
 pub use program::{Apply, Space, Stage};
 pub use sampling::DetectorPhases;
-pub use toeplitz::{doubled_volume, toeplitz_device_bytes, ToeplitzApplication, ToeplitzNormal};
+pub use toeplitz::{
+    doubled_volume, toeplitz_device_bytes, toeplitz_setup_bytes, ToeplitzApplication,
+    ToeplitzNormal,
+};
 
 use thiserror::Error;
 

@@ -94,6 +94,38 @@ pub fn toeplitz_device_bytes(a: [usize; 3]) -> u64 {
     grid_len(a) * (8 + 4)
 }
 
+/// The FFT workspace slots the pruned transforms of a volume of stored axes `a` need.
+fn pruned_workspace(ctx: &GpuContext, a: [usize; 3]) -> [u64; 2] {
+    crate::fft::max_slots(
+        pruned_axes(a).iter().map(|(len, layout)| {
+            workspace_slot_bytes(ctx, *len, layout.batch_count(), Strategy::Auto)
+        }),
+    )
+}
+
+/// The FFT workspace slots the kernel's transform of the whole doubled grid `b` needs.
+fn kernel_workspace(ctx: &GpuContext, b: [usize; 3]) -> [u64; 2] {
+    let len: usize = b.iter().product();
+    crate::fft::max_slots(b.map(|n| workspace_slot_bytes(ctx, n, (len / n) as u64, Strategy::Auto)))
+}
+
+/// Device bytes building the normal operator of `g` (its arrays stored with the first two axes
+/// swapped when `axes_swapped`) holds beyond its grid and spectrum: the FFT workspace of its
+/// transforms (a pool the context keeps and shares with other plans, counted whole here) and
+/// the staging buffer the kernel's sums and spectrum are read back through (the context keeps
+/// it for later reads).
+pub fn toeplitz_setup_bytes(ctx: &GpuContext, g: &Geometry, axes_swapped: bool) -> u64 {
+    let shape = if axes_swapped {
+        [g.n1, g.n0, g.n2]
+    } else {
+        [g.n0, g.n1, g.n2]
+    };
+    let b = shape.map(|n| 2 * n);
+    let slots = crate::fft::max_slots([pruned_workspace(ctx, shape), kernel_workspace(ctx, b)]);
+    let doubled_bytes = 8 * b.iter().map(|&n| n as u64).product::<u64>();
+    slots[0] + slots[1] + crate::gpu::read_staging_bytes(doubled_bytes)
+}
+
 fn kernel(ctx: &GpuContext, entry: &'static str) -> Result<Arc<Kernel>, OperatorError> {
     let workgroup = match entry {
         "toeplitz_pad" => PAD_WORKGROUP,
@@ -240,10 +272,7 @@ impl ToeplitzNormal {
         let multiply = on_grid("toeplitz_multiply", grid_params)?;
         let merge = on_grid("toeplitz_merge", pair_params)?;
         let axes = pruned_axes(shape);
-        let needs = axes.iter().map(|(len, layout)| {
-            workspace_slot_bytes(ctx, *len, layout.batch_count(), Strategy::Auto)
-        });
-        reserve_workspace(ctx, crate::fft::max_slots(needs))?;
+        reserve_workspace(ctx, pruned_workspace(ctx, shape))?;
         let plan = |(len, layout): &(usize, Layout), direction| {
             let desc = FftDescriptor {
                 len: *len,
@@ -436,8 +465,7 @@ fn kernel_spectrum(
         *value = Complex32::new(h as f32, 0.0);
     }
     let full = ctx.upload("toeplitz kernel", &rolled)?;
-    let needs = b.map(|n| workspace_slot_bytes(ctx, n, (rolled.len() / n) as u64, Strategy::Auto));
-    reserve_workspace(ctx, crate::fft::max_slots(needs))?;
+    reserve_workspace(ctx, kernel_workspace(ctx, b))?;
     FftPlan::new(ctx, &b, 3, Direction::Forward, Normalization::None, &full)?.execute(ctx)?;
     let spectrum: Vec<Complex32> = ctx.read(&full, 0, rolled.len())?;
     let inverse_length = 1.0 / rolled.len() as f64;

@@ -5,10 +5,13 @@
 
 use serde::Serialize;
 
+use super::Array;
 use crate::array::Residency;
 use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
-use crate::operator::{doubled_volume, toeplitz_device_bytes, LaminoOperator, OperatorOptions};
+use crate::operator::{
+    doubled_volume, toeplitz_device_bytes, toeplitz_setup_bytes, LaminoOperator, OperatorOptions,
+};
 use crate::params::NormalOperator;
 
 /// The normal operator a run applies, and why (report.json, the plan of `--dry-run`).
@@ -46,8 +49,9 @@ impl NormalOperatorChoice {
 pub struct ToeplitzConditions {
     /// Several devices or MPI ranks share the run.
     pub shared: bool,
-    /// Every array of the solver lives on the device.
-    pub in_core: bool,
+    /// u and p live on the device (else the convolution reads a device copy of them, 4 bytes
+    /// per voxel more).
+    pub volumes_on_device: bool,
     /// The inner solver is CG with its carried residual.
     pub carried_cg: bool,
     pub memo: bool,
@@ -66,7 +70,9 @@ impl super::MemoryPlan {
     ) -> ToeplitzConditions {
         ToeplitzConditions {
             shared: sharers > 1,
-            in_core: self.resident_arrays() == self.arrays.len() && self.staging_words == 0,
+            volumes_on_device: [Array::U, Array::P]
+                .iter()
+                .all(|&a| *self.residency(a) == Residency::Device),
             carried_cg: params.carries_residual(),
             memo,
             free_device_bytes: Some(self.budgets.device_bytes.saturating_sub(self.device_bytes)),
@@ -74,9 +80,11 @@ impl super::MemoryPlan {
     }
 }
 
-/// Device memory the Toeplitz loop of `g` needs: its grid, spectrum and two volumes, and while
-/// its kernel is computed an operator of the doubled volume with its data and full grid.
-pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry) -> Option<u64> {
+/// Device memory the Toeplitz loop of `g` needs: its grid, spectrum and two volumes (three when
+/// u and p are not `volumes_on_device`: the convolution's input), the FFT workspace and
+/// readback staging its setup leaves in the context, and while its kernel is computed an
+/// operator of the doubled volume with its data and full grid.
+pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry, volumes_on_device: bool) -> Option<u64> {
     let doubled = doubled_volume(g);
     let kernel_op = LaminoOperator::estimate_device_bytes(
         ctx,
@@ -86,7 +94,10 @@ pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry) -> Option<u64> {
     )
     .ok()?;
     let voxels = g.volume_len() as u64;
-    let resident = toeplitz_device_bytes([g.n1, g.n0, g.n2]).checked_add(8 * voxels)?;
+    let volumes = if volumes_on_device { 2 } else { 3 };
+    let resident = toeplitz_device_bytes([g.n1, g.n0, g.n2])
+        .checked_add(volumes * 4 * voxels)?
+        .checked_add(toeplitz_setup_bytes(ctx, g, true))?;
     let transient = kernel_op
         .checked_add(voxels.checked_mul(64)?)?
         .checked_add((doubled.data_len() as u64).checked_mul(8)?)?;
@@ -95,20 +106,18 @@ pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry) -> Option<u64> {
 
 /// Why `auto` runs gridding where the Toeplitz loop could run: the Toeplitz loop gives its own
 /// bits (its volumes differ from gridding's by the gridding accuracy, 1.6e-4 relative after 6
-/// outer iterations in `tests/solver.rs`), and it does not yet run streaming or on several
-/// devices, so choosing it by the plan would make the bits depend on the device budget and the
-/// device count (docs/operator-method.md, "Normal operator by Toeplitz embedding").
-pub const AUTO_RUNS_GRIDDING: &str = "auto runs gridding until the Toeplitz loop also runs \
-    streaming and on several devices (the same bits whatever the plan and device count): ask for \
-    --normal-operator toeplitz";
+/// outer iterations in `tests/solver.rs`), and it does not yet run on several devices, nor does
+/// a plan leave it room unless it is asked for (the plan then reserves its memory first), so
+/// choosing it by the plan would make the bits depend on the device budget and the device count
+/// (docs/operator-method.md, "Normal operator by Toeplitz embedding").
+pub const AUTO_RUNS_GRIDDING: &str = "auto runs gridding until the Toeplitz loop also runs on \
+    several devices and fits streaming plans by itself (the same bits whatever the plan and \
+    device count): ask for --normal-operator toeplitz";
 
 /// Why the Toeplitz loop cannot run under `c` for `g`, if it cannot.
 pub fn toeplitz_obstacle(ctx: &GpuContext, g: &Geometry, c: ToeplitzConditions) -> Option<String> {
     if c.shared {
         return Some("it runs on one device only (this run shares its work among devices)".into());
-    }
-    if !c.in_core {
-        return Some("it needs every array on the device (this run streams them)".into());
     }
     if !c.carried_cg {
         return Some(
@@ -121,7 +130,7 @@ pub fn toeplitz_obstacle(ctx: &GpuContext, g: &Geometry, c: ToeplitzConditions) 
         );
     }
     let free = c.free_device_bytes?;
-    match toeplitz_need_bytes(ctx, g) {
+    match toeplitz_need_bytes(ctx, g, c.volumes_on_device) {
         Some(need) if need <= free => None,
         need => Some(format!(
             "it needs {} bytes of device memory (the kernel's computation included), {free} of \
@@ -151,7 +160,8 @@ pub fn planned_normal_operator(
             asked: asked.name(),
             used: "toeplitz",
             reason: None,
-            device_bytes: toeplitz_device_bytes([g.n1, g.n0, g.n2]) + 8 * g.volume_len() as u64,
+            device_bytes: toeplitz_device_bytes([g.n1, g.n0, g.n2])
+                + if c.volumes_on_device { 8 } else { 12 } * g.volume_len() as u64,
             kernel_s: 0.0,
         },
     }

@@ -485,6 +485,19 @@ impl<'a> Reconstructor<'a> {
         if memo && self.sharers() > 1 {
             return Err(SolverError::TeamMemo.into());
         }
+        // The Toeplitz loop asked for on one device: its memory (with a device copy of u or p,
+        // in case they stream) is set aside before the arrays are placed, so that a streaming
+        // plan leaves it room. Where it cannot run, nothing is set aside and the plan states why.
+        let toeplitz = self.normal_operator == crate::params::NormalOperator::Toeplitz
+            && self.sharers() == 1
+            && !memo;
+        let reserved = match toeplitz {
+            true => crate::plan::toeplitz_need_bytes(self.ctx, g, false)
+                .filter(|&need| need < budgets.device_bytes)
+                .unwrap_or(0),
+            false => 0,
+        };
+        budgets.device_bytes -= reserved;
         let make = if self.sharers() > 1 {
             plan_shared
         } else {
@@ -494,7 +507,16 @@ impl<'a> Reconstructor<'a> {
         // them: the plan of all of them may take K ranks' budgets.
         let ranks = self.processes.size();
         budgets.host_bytes = budgets.host_bytes.saturating_mul(ranks as u64);
-        let mut plan = make(self.ctx, g, &self.params, &options, &budgets).map_err(|source| {
+        let planned = match make(self.ctx, g, &self.params, &options, &budgets) {
+            // Too little left beside the Toeplitz loop's memory: the plan without it, which
+            // states what the loop needs and what is free.
+            Err(PlanError::DeviceBudget { .. }) if reserved > 0 => {
+                budgets.device_bytes += reserved;
+                make(self.ctx, g, &self.params, &options, &budgets)
+            }
+            planned => planned,
+        };
+        let mut plan = planned.map_err(|source| {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             match &source {
                 PlanError::DeviceBudget { .. } if memo => ReconError::MemoBudget {
@@ -514,9 +536,9 @@ impl<'a> Reconstructor<'a> {
         })?;
         if memo {
             plan.device_bytes += self.memo.device_bytes;
-            plan.budgets.device_bytes = device;
             plan.budgets.host_bytes = host;
         }
+        plan.budgets.device_bytes = device;
         if self.sharers() > 1 {
             // Each member's plan under the team's: in-core where its homes fit its device
             // (the run keeps them there), else streaming its share.

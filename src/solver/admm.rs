@@ -15,7 +15,6 @@ use super::outer::outer_loop;
 use super::report::{relative, IterationReport, StopReason};
 use super::slots::{slot, sum};
 use super::vector::VectorOp;
-use crate::array::Residency;
 use crate::array::{BlockView, Field, Scalars, Staging, SumSlot};
 use crate::gpu::{GpuContext, Recorder};
 use crate::memo::{Memo, MemoOptions, MemoStats};
@@ -92,12 +91,9 @@ impl AdmmSolver {
         }
         let conditions = ToeplitzConditions {
             shared,
-            in_core: self.staging.is_none()
-                && self
-                    .fields
-                    .planned()
-                    .iter()
-                    .all(|(_, f)| *f.residency() == Residency::Device),
+            volumes_on_device: [&self.fields.u, &self.fields.p]
+                .iter()
+                .all(|f| f.device_buffer().is_some()),
             carried_cg: self.params.carries_residual(),
             memo: self.memo.is_some(),
             free_device_bytes: ctx
@@ -117,7 +113,13 @@ impl AdmmSolver {
             ));
         }
         let start = std::time::Instant::now();
-        match ToeplitzLoop::new(ctx, &self.op, &self.fields, &self.scalars, self.n_fourier) {
+        match ToeplitzLoop::new(
+            ctx,
+            &self.op,
+            (&self.fields, &self.scalars),
+            self.n_fourier,
+            self.staging.as_ref(),
+        ) {
             Ok(l) => {
                 let device_bytes = l.device_bytes();
                 self.toeplitz = Some(l);
@@ -350,7 +352,7 @@ impl AdmmSolver {
             }
             o.p_update.record(ctx, rec)?;
             match &self.toeplitz {
-                Some(t) => t.record_tp(rec),
+                Some(t) => t.record_tp(ctx, rec)?,
                 None => self.record_operator(ctx, rec, &self.apps.forward_p)?,
             }
             o.grad_p.record(ctx, rec)?;

@@ -155,10 +155,10 @@ pub struct ReconstructArgs {
     dry_run: bool,
     /// How the inner CG applies its normal operator (1/N) Re A*A: `toeplitz` (one padded FFT
     /// convolution per CG step, its kernel computed once: no gridding in the loop; one device,
-    /// every array on it, the default CG, no --memo; its volume differs from gridding's by the
+    /// in-core or streaming, the default CG, no --memo; its volume differs from gridding's by the
     /// gridding accuracy), `gridding` (A then A* per CG step, the reference's way, which --memo
-    /// memoizes) or `auto` (gridding for now: Toeplitz does not yet run streaming or on several
-    /// devices, and auto gives the same bits whatever the plan). report.json's
+    /// memoizes) or `auto` (gridding for now: Toeplitz does not yet run on several devices, and
+    /// auto gives the same bits whatever the plan). report.json's
     /// `normal_operator` and --dry-run's plan say which runs and why.
     #[arg(long, default_value = "auto", value_parser = parse_normal_operator)]
     normal_operator: crate::params::NormalOperator,
