@@ -72,7 +72,8 @@ impl ToeplitzLoop {
         Ok(())
     }
 
-    /// Device memory of the convolution and its two volumes.
+    /// Device memory of the convolution and its volumes (b, `T p`, and the input copy when u
+    /// or p stream).
     pub(super) fn device_bytes(&self) -> u64 {
         self.normal.device_bytes() + self.arrays.iter().map(|f| f.layout().bytes()).sum::<u64>()
     }
