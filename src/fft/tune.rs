@@ -250,18 +250,16 @@ fn write_cache(path: &Path, entries: &BTreeMap<String, Entry>) -> Result<(), Str
 fn fingerprint(ctx: &GpuContext) -> String {
     static SHADERS: OnceLock<u64> = OnceLock::new();
     let shaders = *SHADERS.get_or_init(|| {
-        // FNV-1a over every FFT kernel source.
-        let mut hash = 0xcbf2_9ce4_8422_2325u64;
-        // One two-level pass stands for the generator and its template.
-        let sources = std::iter::once(shaders::FFT_PASS_SHARED.source())
+        // The crate's FNV-1a over every FFT kernel source, one after the other. One two-level
+        // pass stands for the generator and its template.
+        std::iter::once(shaders::FFT_PASS_SHARED.source())
             .chain(shaders::FFT_PASS_PRIVATE.iter().map(|(_, s)| s.source()))
             .chain(std::iter::once(
                 super::two_level::shader(64, 64, 16).source(),
-            ));
-        for byte in sources.flat_map(String::into_bytes) {
-            hash = (hash ^ byte as u64).wrapping_mul(0x100_0000_01b3);
-        }
-        hash
+            ))
+            .fold(crate::hash::FNV_OFFSET, |hash, source| {
+                crate::hash::fnv1a_continue(hash, source.as_bytes())
+            })
     });
     let info = ctx.info();
     format!(
