@@ -94,6 +94,16 @@ pub fn toeplitz_device_bytes(a: [usize; 3]) -> u64 {
     grid_len(a) * (8 + 4)
 }
 
+/// The volume's axes of `g` as its arrays store them: `(n1, n0, n2)` with the first two swapped
+/// (the solver's), else `(n0, n1, n2)`.
+fn stored_axes(g: &Geometry, axes_swapped: bool) -> [usize; 3] {
+    if axes_swapped {
+        [g.n1, g.n0, g.n2]
+    } else {
+        [g.n0, g.n1, g.n2]
+    }
+}
+
 /// The FFT workspace slots the pruned transforms of a volume of stored axes `a` need.
 fn pruned_workspace(ctx: &GpuContext, a: [usize; 3]) -> [u64; 2] {
     crate::fft::max_slots(
@@ -115,11 +125,7 @@ fn kernel_workspace(ctx: &GpuContext, b: [usize; 3]) -> [u64; 2] {
 /// the staging buffer the kernel's sums and spectrum are read back through (the context keeps
 /// it for later reads).
 pub fn toeplitz_setup_bytes(ctx: &GpuContext, g: &Geometry, axes_swapped: bool) -> u64 {
-    let shape = if axes_swapped {
-        [g.n1, g.n0, g.n2]
-    } else {
-        [g.n0, g.n1, g.n2]
-    };
+    let shape = stored_axes(g, axes_swapped);
     let b = shape.map(|n| 2 * n);
     let slots = crate::fft::max_slots([pruned_workspace(ctx, shape), kernel_workspace(ctx, b)]);
     let doubled_bytes = 8 * b.iter().map(|&n| n as u64).product::<u64>();
@@ -207,11 +213,7 @@ impl ToeplitzNormal {
     ) -> Result<Self, OperatorError> {
         geometry.validate()?;
         let g = geometry;
-        let shape = if axes_swapped {
-            [g.n1, g.n0, g.n2]
-        } else {
-            [g.n0, g.n1, g.n2]
-        };
+        let shape = stored_axes(g, axes_swapped);
         let voxels = g.volume_len() as u64;
         // The kernel's full transform runs on the whole doubled grid (complex, 64 bytes per
         // voxel); the convolution's grid is half of it.

@@ -80,6 +80,13 @@ impl super::MemoryPlan {
     }
 }
 
+/// Device bytes the Toeplitz loop of `g` holds while it runs: its grid and spectrum, b and
+/// `T p`, and the convolution's input when u and p are not `volumes_on_device`.
+fn loop_bytes(g: &Geometry, volumes_on_device: bool) -> u64 {
+    let volumes = if volumes_on_device { 2 } else { 3 };
+    toeplitz_device_bytes([g.n1, g.n0, g.n2]) + volumes * 4 * g.volume_len() as u64
+}
+
 /// Device memory the Toeplitz loop of `g` needs: its grid, spectrum and two volumes (three when
 /// u and p are not `volumes_on_device`: the convolution's input), the FFT workspace and
 /// readback staging its setup leaves in the context, and while its kernel is computed an
@@ -94,10 +101,8 @@ pub fn toeplitz_need_bytes(ctx: &GpuContext, g: &Geometry, volumes_on_device: bo
     )
     .ok()?;
     let voxels = g.volume_len() as u64;
-    let volumes = if volumes_on_device { 2 } else { 3 };
-    let resident = toeplitz_device_bytes([g.n1, g.n0, g.n2])
-        .checked_add(volumes * 4 * voxels)?
-        .checked_add(toeplitz_setup_bytes(ctx, g, true))?;
+    let resident =
+        loop_bytes(g, volumes_on_device).checked_add(toeplitz_setup_bytes(ctx, g, true))?;
     let transient = kernel_op
         .checked_add(voxels.checked_mul(64)?)?
         .checked_add((doubled.data_len() as u64).checked_mul(8)?)?;
@@ -160,8 +165,7 @@ pub fn planned_normal_operator(
             asked: asked.name(),
             used: "toeplitz",
             reason: None,
-            device_bytes: toeplitz_device_bytes([g.n1, g.n0, g.n2])
-                + if c.volumes_on_device { 8 } else { 12 } * g.volume_len() as u64,
+            device_bytes: loop_bytes(g, c.volumes_on_device),
             kernel_s: 0.0,
         },
     }
