@@ -59,7 +59,7 @@ use lamino::geometry::Geometry;
 use lamino::io::{SlabVisitor, VolumeSlabs};
 use lamino::operator::OperatorOptions;
 use lamino::params::AdmmParams;
-use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, PlanError};
+use lamino::plan::{plan, Array, Budgets, MemoryPlan, Mode, NormalLoop, PlanError};
 use lamino::recon::Reconstructor;
 use lamino::scan::Projections;
 use lamino::solver::AdmmSolver;
@@ -266,6 +266,7 @@ fn a_2048_cube_plans_within_8_gib_on_paper() {
         &AdmmParams::default(),
         &OperatorOptions::default(),
         &budgets(budget, 1 << 39, Some(std::path::Path::new("nvme"))),
+        NormalLoop::Gridding,
     )
     .unwrap();
     eprintln!("{p}");
@@ -397,12 +398,15 @@ fn the_planner_tabulates_the_u2_adjoints_weights_only_where_they_cost_the_plan_n
 }
 
 /// The plan's bytes moved per outer iteration are the bytes the context counts moving (uploads
-/// and downloads) over one streaming iteration at 32^3, for both inner solvers: every host
-/// array's accesses, the halo planes of the gradient passes and the U2 table slices. What the
-/// plan leaves out is the reductions' readback, a few hundred bytes.
+/// and downloads) over one streaming iteration at 32^3, for both inner solvers and both normal
+/// operators: every host array's accesses, the halo planes of the gradient passes and the U2
+/// table slices. What the plan leaves out is the reductions' readback, a few hundred bytes.
 #[test]
 fn the_plan_predicts_the_bytes_moved_per_iteration() {
-    use lamino::params::InnerSolver;
+    use lamino::params::{InnerSolver, NormalOperator};
+    use lamino::plan::{plan_for_loop, toeplitz_need_bytes};
+    use InnerSolver::{ConjugateGradient, DaiYuan};
+    use NormalLoop::{Gridding, Toeplitz};
     let p = projections(32);
     let g = p.geometry();
     // Plain ADMM (4 CG steps): at 1/2 most arrays and the U2 tables stay on the device; at 1/8
@@ -413,33 +417,45 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         convergence: None,
         ..AdmmParams::plain()
     };
+    // The Toeplitz loop (the default CG) with as much room for the arrays beside its own memory
+    // as gridding has at 1/8 and 1/12: the data-space arrays and the spectrum go last, the U2
+    // tables are not read.
     let default = AdmmParams::exactly(2);
-    for (inner, fraction, base) in [
-        (InnerSolver::ConjugateGradient, 2, &plain),
-        (InnerSolver::ConjugateGradient, 8, &plain),
-        (InnerSolver::ConjugateGradient, 12, &plain),
-        (InnerSolver::DaiYuan { step: 1.0 }, 8, &plain),
-        (InnerSolver::DaiYuan { step: 1.0 }, 12, &plain),
-        (InnerSolver::ConjugateGradient, 8, &default),
-        (InnerSolver::ConjugateGradient, 12, &default),
+    let dai_yuan = DaiYuan { step: 1.0 };
+    for (inner, fraction, base, normal) in [
+        (ConjugateGradient, 2, &plain, Gridding),
+        (ConjugateGradient, 8, &plain, Gridding),
+        (ConjugateGradient, 12, &plain, Gridding),
+        (dai_yuan, 8, &plain, Gridding),
+        (dai_yuan, 12, &plain, Gridding),
+        (ConjugateGradient, 8, &default, Gridding),
+        (ConjugateGradient, 12, &default, Gridding),
+        (ConjugateGradient, 8, &default, Toeplitz),
+        (ConjugateGradient, 12, &default, Toeplitz),
     ] {
         let params = AdmmParams { inner, ..*base };
         let ctx = common::new_context();
         let scratch = tempfile::tempdir().unwrap();
         let host_arrays: u64 = Array::BY_TRAFFIC.iter().map(|a| a.layout(g).bytes()).sum();
-        let streaming = plan(
+        let loop_bytes = match normal {
+            Gridding => 0,
+            Toeplitz => toeplitz_need_bytes(&ctx, g, false).unwrap(),
+        };
+        let streaming = plan_for_loop(
             &ctx,
             g,
             &params,
             &OperatorOptions::default(),
             &budgets(
-                whole_chunk_need(&ctx, g, &params) / fraction,
+                loop_bytes + whole_chunk_need(&ctx, g, &params) / fraction,
                 host_arrays / 3,
                 Some(scratch.path()),
             ),
+            normal,
         )
         .unwrap();
         assert_eq!(streaming.mode, Mode::Streaming);
+        assert_eq!(streaming.inner_loop, normal);
         assert_eq!(
             streaming.u2_tables == Residency::Device,
             fraction == 2,
@@ -449,6 +465,24 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         ctx.set_device_budget(streaming.budgets.device_bytes);
         let mut solver =
             AdmmSolver::with_plan(&ctx, g, &p.operator_data(), params, &streaming).unwrap();
+        if normal == Toeplitz {
+            let choice = solver
+                .set_normal_operator(&ctx, NormalOperator::Toeplitz, false)
+                .unwrap();
+            assert_eq!(choice.used, "toeplitz");
+            for a in [Array::Ap, Array::Au, Array::DHat, Array::Spectrum] {
+                assert_eq!(
+                    streaming
+                        .arrays
+                        .iter()
+                        .find(|x| x.array == a)
+                        .unwrap()
+                        .accesses_per_iteration,
+                    0,
+                    "{a:?}"
+                );
+            }
+        }
         solver.step(&ctx).unwrap();
         let before = ctx.traffic();
         solver.step(&ctx).unwrap();
@@ -456,8 +490,9 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         let measured = t.bytes_uploaded + t.bytes_downloaded;
         let planned = streaming.bytes_moved_per_iteration;
         eprintln!(
-            "{inner:?}, 1/{fraction} of the device, {} arrays resident, U2 tables {:?}: planned \
-             {planned} bytes, measured {measured} bytes per iteration ({} submissions, {} waits)",
+            "{inner:?} by {normal:?}, 1/{fraction} of the device, {} arrays resident, U2 tables \
+             {:?}: planned {planned} bytes, measured {measured} bytes per iteration ({} \
+             submissions, {} waits)",
             streaming.resident_arrays(),
             streaming.u2_tables,
             t.submissions,
@@ -465,7 +500,7 @@ fn the_plan_predicts_the_bytes_moved_per_iteration() {
         );
         assert!(
             (measured as f64 - planned as f64).abs() <= 1e-3 * planned as f64,
-            "{inner:?}: planned {planned}, measured {measured}"
+            "{inner:?} by {normal:?}: planned {planned}, measured {measured}"
         );
         assert!(ctx.peak_device_bytes() <= streaming.budgets.device_bytes);
     }

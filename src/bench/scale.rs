@@ -46,6 +46,26 @@ pub struct ScaleBenchRecord {
     /// The largest storage binding the plan was made with, bytes: this device's for a run, the
     /// target GPU's for a plan (`--target-max-binding`).
     pub max_binding_bytes: u64,
+    /// For a plan: what `--normal-operator toeplitz` would plan beside `plan` (the gridding
+    /// loop's, which `auto` runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub toeplitz: Option<ToeplitzPlanFigures>,
+}
+
+/// The plan of the Toeplitz inner loop for the same volume and budgets: its traffic, or why it
+/// cannot run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToeplitzPlanFigures {
+    /// Host <-> device bytes per outer iteration of its plan (absent where it cannot run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_moved_per_iteration: Option<u64>,
+    /// Arrays its plan keeps on the device.
+    pub resident_arrays: usize,
+    /// Device memory the loop holds beside the arrays (its grid, spectrum and volumes), bytes.
+    pub loop_device_bytes: u64,
+    /// Why it cannot run, where it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// The tilt of the scale benchmark's scans (30 degrees).
@@ -149,6 +169,7 @@ pub fn bench_scale_ratio(
         peak_host_bytes: host_peak_bytes(),
         device: device.clone(),
         max_binding_bytes,
+        toeplitz: None,
     })
 }
 
@@ -191,6 +212,7 @@ pub fn bench_scale_large(
         peak_host_bytes: host_peak_bytes(),
         device: device.clone(),
         max_binding_bytes,
+        toeplitz: None,
     })
 }
 
@@ -207,18 +229,67 @@ pub fn bench_scale_plan(
 ) -> Result<ScaleBenchRecord, ScaleBenchError> {
     use crate::geometry::Geometry;
     use crate::operator::OperatorOptions;
-    use crate::plan::{plan_on_paper, Budgets};
+    use crate::params::NormalOperator;
+    use crate::plan::{plan_on_paper, planned_normal_operator, Budgets, NormalLoop, PlanError};
     let g = Geometry::cube(n, n, Tilt::from_degrees(SCALE_TILT_DEGREES));
     let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()))
         .for_max_buffer(max_buffer_bytes);
     let params = crate::params::AdmmParams::default();
-    let mut p = plan_on_paper(ctx, &g, &params, &OperatorOptions::default(), &budgets)?;
-    p.normal_operator = Some(crate::plan::planned_normal_operator(
+    let on_paper = |normal| {
+        plan_on_paper(
+            ctx,
+            &g,
+            &params,
+            &OperatorOptions::default(),
+            &budgets,
+            normal,
+        )
+    };
+    let mut p = on_paper(NormalLoop::Gridding)?;
+    p.normal_operator = Some(planned_normal_operator(
         ctx,
         &g,
-        crate::params::NormalOperator::default(),
+        NormalOperator::default(),
         p.toeplitz_conditions(1, &params, false),
     ));
+    // What the Toeplitz loop would plan when asked for, as the reconstructor plans it.
+    let toeplitz = match on_paper(NormalLoop::Toeplitz) {
+        Ok(t) => {
+            let choice = planned_normal_operator(
+                ctx,
+                &g,
+                NormalOperator::Toeplitz,
+                t.toeplitz_conditions(1, &params, false),
+            );
+            ToeplitzPlanFigures {
+                bytes_moved_per_iteration: choice
+                    .reason
+                    .is_none()
+                    .then_some(t.bytes_moved_per_iteration),
+                resident_arrays: t.resident_arrays(),
+                loop_device_bytes: choice.device_bytes,
+                refused: choice.reason,
+            }
+        }
+        Err(PlanError::DeviceBudget { .. }) => {
+            let need = crate::plan::toeplitz_need_bytes(ctx, &g, false);
+            let room = match need {
+                Some(need) if need <= device_bytes => "leaves too little of",
+                _ => "is more than",
+            };
+            ToeplitzPlanFigures {
+                bytes_moved_per_iteration: None,
+                resident_arrays: 0,
+                loop_device_bytes: 0,
+                refused: Some(format!(
+                    "its memory ({} bytes, the kernel's computation included) {room} the device \
+                     budget of {device_bytes} bytes beside the smallest streaming plan",
+                    need.map_or("more than 2^64".to_string(), |b| b.to_string())
+                )),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
     Ok(ScaleBenchRecord {
         kind: "plan",
         size: n,
@@ -234,6 +305,7 @@ pub fn bench_scale_plan(
         peak_host_bytes: None,
         device: ctx.info().name.clone(),
         max_binding_bytes: ctx.max_binding_bytes(),
+        toeplitz: Some(toeplitz),
     })
 }
 
@@ -287,6 +359,25 @@ fn print_record(json: bool, r: &ScaleBenchRecord) -> Result<(), BenchError> {
         if let Some(reason) = &choice.reason {
             print!(" ({reason})");
         }
+    }
+    match &r.toeplitz {
+        Some(ToeplitzPlanFigures {
+            bytes_moved_per_iteration: Some(moved),
+            resident_arrays,
+            loop_device_bytes,
+            ..
+        }) => print!(
+            "; the Toeplitz loop's plan: {resident_arrays} of {} arrays on the device beside its \
+             {:.2} GiB, {:.2} GiB moved per iteration",
+            p.arrays.len(),
+            gib(*loop_device_bytes),
+            gib(*moved)
+        ),
+        Some(ToeplitzPlanFigures {
+            refused: Some(reason),
+            ..
+        }) => print!("; the Toeplitz loop cannot run: {reason}"),
+        _ => {}
     }
     if let Some(ms) = r.ms_per_iteration {
         print!("; {ms:.0} ms per iteration");
@@ -414,5 +505,23 @@ mod tests {
             moved(&large),
             moved(&small)
         );
+        // The Toeplitz loop's plan beside each: at 1024^3 its memory, the kernel's computation
+        // on the doubled volume included, exceeds 80 GiB (said, with the bytes); at 512^3 on
+        // 80 GiB every array stays on the device beside its grid and spectrum (48 bytes per
+        // voxel) and its volumes.
+        let refused = large.toeplitz.as_ref().unwrap();
+        assert_eq!(refused.bytes_moved_per_iteration, None);
+        let reason = refused.refused.as_deref().unwrap();
+        assert!(
+            reason.contains("is more than the device budget"),
+            "{reason}"
+        );
+        let half = bench_scale_plan(&ctx, 512, (80 << 30, 1024 << 30), 80 << 30).unwrap();
+        let t = half.toeplitz.unwrap();
+        assert_eq!(
+            (t.bytes_moved_per_iteration, t.resident_arrays),
+            (Some(0), 14)
+        );
+        assert!(t.loop_device_bytes >= 48 * 512u64.pow(3), "{t:?}");
     }
 }

@@ -11,6 +11,8 @@ use crate::gpu::GpuContext;
 use crate::operator::{LaminoOperator, Space};
 use crate::params::{AdmmParams, InnerSolver};
 
+use super::NormalLoop;
+
 /// The solver's arrays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -51,6 +53,23 @@ impl Array {
         Array::UPrev,
     ];
 
+    /// [`BY_TRAFFIC`](Self::BY_TRAFFIC) for the inner loop `normal`: the Toeplitz loop reads
+    /// neither the data-space arrays nor the spectrum in an outer iteration, so they go last (in
+    /// the same order, A u still before D).
+    pub fn by_traffic(normal: NormalLoop) -> [Array; 14] {
+        let mut order = Self::BY_TRAFFIC;
+        if normal == NormalLoop::Toeplitz {
+            // A stable sort: the others keep their order.
+            order.sort_by_key(|a| a.toeplitz_skips());
+        }
+        order
+    }
+
+    /// Whether the Toeplitz loop leaves the array unread in an outer iteration.
+    fn toeplitz_skips(self) -> bool {
+        matches!(self, Self::Spectrum | Self::Ap | Self::Au | Self::DHat)
+    }
+
     /// The array's layout in `g`.
     pub fn layout(self, g: &Geometry) -> PlaneLayout {
         match self {
@@ -78,17 +97,35 @@ impl Array {
         }
     }
 
-    /// Whole-array reads and writes in one outer iteration of `params` (a read-modify-write
-    /// counts two), from the order of operations in `solver::admm`.
-    /// `width` is the operator's (voxels along x), which the CG steps per outer iteration may
-    /// follow ([`AdmmParams::inner_steps`]).
-    pub fn accesses(self, params: &AdmmParams, width: usize) -> u64 {
+    /// Whole-array reads and writes in one outer iteration of `params` with the inner loop
+    /// `normal` (a read-modify-write counts two), from the order of operations in
+    /// `solver::admm` and `solver::normal`. `width` is the operator's (voxels along x), which
+    /// the CG steps per outer iteration may follow ([`AdmmParams::inner_steps`]).
+    pub fn accesses(self, params: &AdmmParams, width: usize, normal: NormalLoop) -> u64 {
         let k = params.inner_steps(width) as u64;
         let (relax_added, relax_saved) = self.relaxation_accesses(params);
         let (carry_added, carry_saved) = self.carried_residual_accesses(params, k);
-        self.accesses_plain(params, width, k) + relax_added + carry_added
+        let gridding = self.accesses_plain(params, width, k) + relax_added + carry_added
             - relax_saved
-            - carry_saved
+            - carry_saved;
+        match normal == NormalLoop::Toeplitz && params.carries_residual() {
+            true => self.in_toeplitz_loop(gridding, k),
+            false => gridding,
+        }
+    }
+
+    /// What the Toeplitz loop changes in the carried CG's `gridding` accesses (`solver::normal`):
+    /// each step's `T p` reads p where `A p` did, and `<p, T p>` reads p again where `|A p|^2`
+    /// read A p; the data term `<u, b + q>` reads u and r saved where `|A u - D|^2` read A u
+    /// and D; A u does not move, and neither A nor A* runs (b and `T p` stay on the device,
+    /// beside the plan's arrays).
+    fn in_toeplitz_loop(self, gridding: u64, k: u64) -> u64 {
+        match self {
+            _ if self.toeplitz_skips() => 0,
+            Self::P => gridding + k,
+            Self::U | Self::RSaved => gridding + 1,
+            _ => gridding,
+        }
     }
 
     /// What carrying the data residual changes (from the second outer iteration on): no A* of

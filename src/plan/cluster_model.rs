@@ -121,7 +121,7 @@ pub struct ClusterPoint {
 pub fn touched_bytes(g: &Geometry, params: &AdmmParams) -> u64 {
     Array::BY_TRAFFIC
         .iter()
-        .map(|a| a.layout(g).bytes() * a.accesses(params, g.n2))
+        .map(|a| a.layout(g).bytes() * a.accesses(params, g.n2, super::NormalLoop::Gridding))
         .sum()
 }
 

@@ -18,8 +18,8 @@ use arrays::halo_bytes;
 pub use arrays::{operator_applications, operator_applications_in, Array, Portion};
 pub use budgets::{BudgetSource, Budgets, DEFAULT_DEVICE_BUDGET, DEFAULT_HOST_FRACTION};
 pub use normal::{
-    planned_normal_operator, toeplitz_need_bytes, toeplitz_obstacle, NormalOperatorChoice,
-    ToeplitzConditions, AUTO_RUNS_GRIDDING,
+    planned_normal_operator, toeplitz_need_bytes, toeplitz_obstacle, NormalLoop,
+    NormalOperatorChoice, ToeplitzConditions, AUTO_RUNS_GRIDDING,
 };
 pub use ranks::{member_plans, plan_member, MemberPlan};
 
@@ -145,11 +145,15 @@ pub struct MemoryPlan {
     pub device_bytes: u64,
     pub host_bytes: u64,
     pub scratch_bytes: u64,
-    /// Bytes between host and device per outer iteration: the host arrays' accesses (with the
-    /// halo planes of the gradient and divergence passes) and, in streaming mode, the U2 table
-    /// slices. What the context counts ([`GpuContext::traffic`]) over an iteration, less the
-    /// reductions' readback (tested).
+    /// Bytes between host and device per outer iteration of the `inner_loop`: the host arrays'
+    /// accesses (with the halo planes of the gradient and divergence passes) and, in streaming
+    /// mode, the U2 table slices the gridding loop reads. What the context counts
+    /// ([`GpuContext::traffic`]) over an iteration, less the reductions' readback (tested).
     pub bytes_moved_per_iteration: u64,
+    /// The inner loop whose accesses the plan counts. For the Toeplitz loop, its own memory was
+    /// set aside out of the device budget before the arrays were placed; `device_bytes` does not
+    /// include it (`normal_operator` states it).
+    pub inner_loop: NormalLoop,
     pub budgets: Budgets,
     /// The part of every array the plan is for: the whole, or one member's share
     /// ([`plan_member`]); the bytes above are that part's.
@@ -211,7 +215,7 @@ impl MemoryPlan {
             params,
             *options,
             (0, fixed),
-            (Array::BY_TRAFFIC.len(), true),
+            (Array::BY_TRAFFIC.len(), true, NormalLoop::Gridding),
             (budgets, Portion::WHOLE),
         )
     }
@@ -280,9 +284,14 @@ impl std::fmt::Display for MemoryPlan {
             gib(self.host_bytes),
             gib(self.scratch_bytes)
         )?;
+        let inner_loop = match self.inner_loop {
+            NormalLoop::Gridding => "gridding",
+            NormalLoop::Toeplitz => "Toeplitz (its own memory set aside beside the above)",
+        };
         write!(
             f,
-            "  moved between host and device per outer iteration: {:.2} GiB",
+            "  moved between host and device per outer iteration: {:.2} GiB, counted for the \
+             {inner_loop} inner loop",
             gib(self.bytes_moved_per_iteration)
         )?;
         if !self.members.is_empty() {
@@ -403,7 +412,19 @@ pub fn plan(
     caps: &OperatorOptions,
     budgets: &Budgets,
 ) -> Result<MemoryPlan, PlanError> {
-    let p = plan_on_paper(ctx, g, params, caps, budgets)?;
+    plan_for_loop(ctx, g, params, caps, budgets, NormalLoop::Gridding)
+}
+
+/// [`plan`] for a run on one device whose inner loop applies `normal`.
+pub fn plan_for_loop(
+    ctx: &GpuContext,
+    g: &Geometry,
+    params: &AdmmParams,
+    caps: &OperatorOptions,
+    budgets: &Budgets,
+    normal: NormalLoop,
+) -> Result<MemoryPlan, PlanError> {
+    let p = plan_on_paper(ctx, g, params, caps, budgets, normal)?;
     check_scratch(budgets, &p)?;
     Ok(p)
 }
@@ -445,13 +466,14 @@ pub fn plan_shared(
     g.validate().map_err(OperatorError::from)?;
     let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
     let whole = Portion::WHOLE;
+    let shared = (NormalLoop::Gridding, (true, whole));
     let p = with_adjoint_gridding(caps, |caps| {
         Ok(
-            match plan_in_core(ctx, g, params, caps, budgets, budget, true, whole)? {
+            match plan_in_core(ctx, g, params, caps, budgets, budget, shared)? {
                 Some(p) => p,
                 None => match ranks::chunks_for_homes(ctx, g, params, caps, budgets)? {
                     Some(p) => p,
-                    None => plan_streaming(ctx, g, params, caps, budgets, true, whole)?,
+                    None => plan_streaming(ctx, g, params, caps, budgets, shared)?,
                 },
             },
         )
@@ -488,34 +510,49 @@ fn with_adjoint_gridding(
     }
 }
 
-/// The plan as [`plan`] makes it, without looking at the scratch directory: the sizes for a
-/// machine other than this one (`lamino bench scale`'s plans of volumes up to 2048^3).
+/// The plan as [`plan_for_loop`] makes it, without looking at the scratch directory: the sizes
+/// for a machine other than this one (`lamino bench scale`'s plans of volumes up to 2048^3).
+/// For the Toeplitz loop its memory ([`toeplitz_need_bytes`], with room for a device copy of u
+/// or p in case they stream) is set aside first, and the arrays are placed in what is left; the
+/// plan states the whole budget.
 pub fn plan_on_paper(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
     caps: &OperatorOptions,
     budgets: &Budgets,
+    normal: NormalLoop,
 ) -> Result<MemoryPlan, PlanError> {
-    with_adjoint_gridding(caps, |caps| {
-        plan_streaming(ctx, g, params, caps, budgets, false, Portion::WHOLE)
-    })
+    let reserved = match normal {
+        NormalLoop::Gridding => 0,
+        NormalLoop::Toeplitz => toeplitz_need_bytes(ctx, g, false).unwrap_or(u64::MAX),
+    };
+    let arrays = Budgets {
+        device_bytes: budgets.device_bytes.saturating_sub(reserved),
+        ..budgets.clone()
+    };
+    let alone = (normal, (false, Portion::WHOLE));
+    let mut p = with_adjoint_gridding(caps, |caps| {
+        plan_streaming(ctx, g, params, caps, &arrays, alone)
+    })?;
+    p.budgets.device_bytes = budgets.device_bytes;
+    Ok(p)
 }
 
 /// The in-core plan when everything fits (unless `shared`), else the streaming plan, with no
-/// array on the device when `shared`; of `portion` of every array.
+/// array on the device when `shared`; of `portion` of every array, for the inner loop `normal`.
 fn plan_streaming(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
     caps: &OperatorOptions,
     budgets: &Budgets,
-    shared: bool,
-    portion: Portion,
+    (normal, (shared, portion)): (NormalLoop, (bool, Portion)),
 ) -> Result<MemoryPlan, PlanError> {
     g.validate().map_err(OperatorError::from)?;
     let budget = (budgets.device_bytes as f64 * PACKED_SHARE) as u64;
-    if let Some(plan) = plan_in_core(ctx, g, params, caps, budgets, budget, shared, portion)? {
+    let arrangement = (normal, (shared, portion));
+    if let Some(plan) = plan_in_core(ctx, g, params, caps, budgets, budget, arrangement)? {
         return Ok(plan);
     }
     let (words, fixed, options) = streaming_chunks(ctx, g, caps, budgets, budget)?;
@@ -526,7 +563,7 @@ fn plan_streaming(
         &options,
         (words, fixed),
         (budget, budgets),
-        (shared, portion),
+        arrangement,
     )?;
     // The spatial projections stay on the host in streaming mode: setup streams them.
     assemble(
@@ -535,7 +572,7 @@ fn plan_streaming(
         params,
         options,
         (words, fixed),
-        (resident, tables_resident),
+        (resident, tables_resident, normal),
         (budgets.clone(), portion),
     )
 }
@@ -548,8 +585,8 @@ fn fits_a_buffer(ctx: &GpuContext, budgets: &Budgets, bytes: u64) -> bool {
 
 /// The in-core plan of `portion`, if its share of every array and the operator fit the
 /// `budget` (and each share one buffer); when `shared`, the plan whose devices take the in-core
-/// chunks with nothing resident, if their blocks fit the staging buffers.
-#[allow(clippy::too_many_arguments)]
+/// chunks with nothing resident, if their blocks fit the staging buffers. For the inner loop
+/// `normal`.
 fn plan_in_core(
     ctx: &GpuContext,
     g: &Geometry,
@@ -557,8 +594,7 @@ fn plan_in_core(
     caps: &OperatorOptions,
     budgets: &Budgets,
     budget: u64,
-    shared: bool,
-    portion: Portion,
+    (normal, (shared, portion)): (NormalLoop, (bool, Portion)),
 ) -> Result<Option<MemoryPlan>, PlanError> {
     let everything: u64 = Array::BY_TRAFFIC
         .iter()
@@ -584,7 +620,7 @@ fn plan_in_core(
             params,
             options,
             (0, fixed),
-            (Array::BY_TRAFFIC.len(), true),
+            (Array::BY_TRAFFIC.len(), true, normal),
             (budgets.clone(), portion),
         )
         .map(Some);
@@ -606,7 +642,7 @@ fn plan_in_core(
             params,
             options,
             (words, fixed),
-            (0, true),
+            (0, true, normal),
             (budgets.clone(), portion),
         )
         .map(Some);
@@ -717,8 +753,8 @@ fn streaming_chunks(
 /// Streaming residency of `portion`: as many of its shares on the device as fit the `budget`
 /// after the `fixed` bytes, most accessed per byte first (none when `shared`), and its rows of
 /// the U2 tables in their place in that order (bytes moved per byte held) if they fit there or
-/// after the last array. Returns how many arrays of [`Array::BY_TRAFFIC`] are resident, whether
-/// the tables are, and the fixed bytes with the tables.
+/// after the last array. Returns how many arrays of [`Array::by_traffic`] of the inner loop
+/// `normal` are resident, whether the tables are, and the fixed bytes with the tables.
 fn streaming_residency(
     ctx: &GpuContext,
     g: &Geometry,
@@ -726,18 +762,18 @@ fn streaming_residency(
     options: &OperatorOptions,
     (words, fixed): (usize, u64),
     (budget, budgets): (u64, &Budgets),
-    (shared, portion): (bool, Portion),
+    (normal, (shared, portion)): (NormalLoop, (bool, Portion)),
 ) -> Result<(usize, bool, u64), PlanError> {
     let tables_extra = fixed_bytes(ctx, g, options, words, true, portion)? - fixed;
-    let tables_rate =
-        u2_table_traffic(g, params, portion) as f64 / portion.u2_table_bytes(g).max(1) as f64;
+    let tables_rate = u2_table_traffic(g, params, portion, normal) as f64
+        / portion.u2_table_bytes(g).max(1) as f64;
     let mut tables_resident = false;
     // Resident tables are whole buffers: beyond the device's largest buffer they stream however
     // large the budget.
     let mut tables_considered = !fits_a_buffer(ctx, budgets, portion.u2_largest_table_bytes(g));
     let mut resident = 0;
     let mut used = fixed;
-    for (i, a) in Array::BY_TRAFFIC.iter().enumerate() {
+    for (i, a) in Array::by_traffic(normal).iter().enumerate() {
         if *a == Array::DHat {
             continue;
         }
@@ -750,7 +786,7 @@ fn streaming_residency(
         let bytes: u64 = group.iter().map(|&a| portion.held_bytes(a, g)).sum();
         let traffic: u64 = group
             .iter()
-            .map(|&a| portion.share_bytes(a, g) * a.accesses(params, g.n2))
+            .map(|&a| portion.share_bytes(a, g) * a.accesses(params, g.n2, normal))
             .sum();
         if !tables_considered && (traffic as f64) < tables_rate * bytes as f64 {
             tables_considered = true;
@@ -781,22 +817,30 @@ fn streaming_residency(
 
 /// Bytes of U2 table slices `portion` uploads per outer iteration when the tables are not
 /// resident: a forward U2 chunk uploads its slice of the coordinates, an adjoint chunk all three
-/// tables.
-fn u2_table_traffic(g: &Geometry, params: &AdmmParams, portion: Portion) -> u64 {
+/// tables. The Toeplitz loop applies neither A nor A* in an outer iteration.
+fn u2_table_traffic(
+    g: &Geometry,
+    params: &AdmmParams,
+    portion: Portion,
+    normal: NormalLoop,
+) -> u64 {
+    if normal == NormalLoop::Toeplitz && params.carries_residual() {
+        return 0;
+    }
     let (forward, adjoint) = operator_applications(params, g.n2);
     forward * portion.u2_coordinates_bytes(g) + adjoint * portion.u2_table_bytes(g)
 }
 
 /// The plan of `portion` with `staging_words` (0: in-core) and `fixed` device bytes, the first
-/// `resident` arrays of [`Array::BY_TRAFFIC`] on the device, and the U2 tables there if
-/// `tables_resident`.
+/// `resident` arrays of [`Array::by_traffic`] of the inner loop `normal` on the device, and the
+/// U2 tables there if `tables_resident`.
 fn assemble(
     ctx: &GpuContext,
     g: &Geometry,
     params: &AdmmParams,
     operator: OperatorOptions,
     (staging_words, fixed): (usize, u64),
-    (resident, tables_resident): (usize, bool),
+    (resident, tables_resident, normal): (usize, bool, NormalLoop),
     (budgets, portion): (Budgets, Portion),
 ) -> Result<MemoryPlan, PlanError> {
     let mode = if staging_words == 0 {
@@ -804,7 +848,7 @@ fn assemble(
     } else {
         Mode::Streaming
     };
-    let mut arrays: Vec<ArrayPlan> = Array::BY_TRAFFIC
+    let mut arrays: Vec<ArrayPlan> = Array::by_traffic(normal)
         .iter()
         .enumerate()
         .map(|(i, &array)| ArrayPlan {
@@ -815,7 +859,7 @@ fn assemble(
             } else {
                 Residency::Host
             },
-            accesses_per_iteration: array.accesses(params, g.n2),
+            accesses_per_iteration: array.accesses(params, g.n2, normal),
         })
         .collect();
     // U2 tables that are not resident are held on the host; read at every application, more
@@ -870,7 +914,7 @@ fn assemble(
     let tables_moved = if tables_resident {
         0
     } else {
-        u2_table_traffic(g, params, portion)
+        u2_table_traffic(g, params, portion, normal)
     };
     let on_host = |array: Array| {
         arrays
@@ -902,6 +946,7 @@ fn assemble(
         budgets,
         portion,
         members: Vec::new(),
+        inner_loop: normal,
         normal_operator: None,
     })
 }

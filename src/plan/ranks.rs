@@ -18,6 +18,9 @@ use crate::gpu::GpuContext;
 use crate::operator::{LaminoOperator, OperatorOptions};
 use crate::params::AdmmParams;
 
+/// Teams run the gridding inner loop (the Toeplitz loop runs on one device).
+const GRIDDING: super::NormalLoop = super::NormalLoop::Gridding;
+
 /// What one member's plan says, for the plan's report (`reconstruct --dry-run`) and the cost
 /// model: whether its shares fit its device (in-core) or stream, and its bytes.
 #[derive(Debug, Clone, Serialize)]
@@ -73,7 +76,7 @@ pub fn plan_member(
     portion: Portion,
 ) -> Result<MemoryPlan, PlanError> {
     with_adjoint_gridding(caps, |caps| {
-        plan_streaming(ctx, g, params, caps, budgets, false, portion)
+        plan_streaming(ctx, g, params, caps, budgets, (GRIDDING, (false, portion)))
     })
 }
 
@@ -117,7 +120,7 @@ pub fn team_member_plan(
         params,
         shared.operator,
         (shared.staging_words, device),
-        (resident, tables),
+        (resident, tables, GRIDDING),
         (shared.budgets.clone(), portion),
     )?;
     if fit {
@@ -158,7 +161,9 @@ pub(super) fn chunks_for_homes(
         // Chunks whose buffers do not fit beside the least streaming needs are passed over.
         let whole = Portion::WHOLE;
         let options = chunk_options(caps, chunks);
-        let Ok(shared) = plan_streaming(ctx, g, params, &options, budgets, true, whole) else {
+        let Ok(shared) =
+            plan_streaming(ctx, g, params, &options, budgets, (GRIDDING, (true, whole)))
+        else {
             continue;
         };
         // More members hold smaller homes and fewer rows of the tables beside the same plan:
@@ -263,11 +268,11 @@ mod tests {
             .unwrap();
         let buffer = largest / 2;
         let one = Budgets::given(device, u64::MAX, None).for_max_buffer(buffer);
-        let single = plan_on_paper(&ctx, &g, &params, &caps, &one).unwrap();
+        let single = plan_on_paper(&ctx, &g, &params, &caps, &one, GRIDDING).unwrap();
         assert_eq!(single.mode, Mode::Streaming);
         assert!(single.bytes_moved_per_iteration > 0);
         let as_one = Budgets::given(device * k, u64::MAX, None).for_max_buffer(buffer);
-        let pooled = plan_on_paper(&ctx, &g, &params, &caps, &as_one).unwrap();
+        let pooled = plan_on_paper(&ctx, &g, &params, &caps, &as_one, GRIDDING).unwrap();
         assert_eq!(pooled.mode, Mode::Streaming, "no whole array fits a buffer");
         for member in 0..k as usize {
             let portion = Portion {
@@ -282,7 +287,7 @@ mod tests {
         }
         // A member with too little memory for its shares streams them, moving its part only.
         let small = Budgets::given(need / 8, u64::MAX, None);
-        let whole = plan_on_paper(&ctx, &g, &params, &caps, &small).unwrap();
+        let whole = plan_on_paper(&ctx, &g, &params, &caps, &small, GRIDDING).unwrap();
         let portion = Portion {
             member: 0,
             members: 2,
@@ -399,8 +404,15 @@ mod tests {
         let caps = OperatorOptions::default();
         let budgets = Budgets::given(40 << 30, 1 << 50, None).for_max_buffer(40 << 30);
         let shared = crate::plan::plan_shared(&ctx, &g, &params, &caps, &budgets).unwrap();
-        let one_device =
-            plan_streaming(&ctx, &g, &params, &caps, &budgets, true, Portion::WHOLE).unwrap();
+        let one_device = plan_streaming(
+            &ctx,
+            &g,
+            &params,
+            &caps,
+            &budgets,
+            (GRIDDING, (true, Portion::WHOLE)),
+        )
+        .unwrap();
         assert!(shared.chunks.1 < one_device.chunks.1, "{:?}", shared.chunks);
         let first = |plan: &MemoryPlan, members| {
             team_member_plan(&ctx, &g, &params, plan, Portion { member: 0, members })

@@ -40,7 +40,9 @@ use crate::gpu::GpuContext;
 use crate::memo::{MemoOptions, MemoStats};
 use crate::operator::OperatorOptions;
 use crate::params::{AdmmParams, DataScale};
-use crate::plan::{member_plans, plan, plan_shared, Array, Budgets, MemoryPlan, PlanError};
+use crate::plan::{
+    member_plans, plan_for_loop, plan_shared, Array, Budgets, MemoryPlan, NormalLoop, PlanError,
+};
 use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
     outer_loop, AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
@@ -485,36 +487,29 @@ impl<'a> Reconstructor<'a> {
         if memo && self.sharers() > 1 {
             return Err(SolverError::TeamMemo.into());
         }
-        // The Toeplitz loop asked for on one device: its memory (with a device copy of u or p,
-        // in case they stream) is set aside before the arrays are placed, so that a streaming
-        // plan leaves it room. Where it cannot run, nothing is set aside and the plan states why.
+        // The Toeplitz loop asked for on one device: the plan sets its memory aside (with a
+        // device copy of u or p, in case they stream) before it places the arrays, and counts
+        // the loop's accesses. Where it cannot run, the plan is gridding's and states why.
         let toeplitz = self.normal_operator == crate::params::NormalOperator::Toeplitz
             && self.sharers() == 1
-            && !memo;
-        let reserved = match toeplitz {
-            true => crate::plan::toeplitz_need_bytes(self.ctx, g, false)
-                .filter(|&need| need < budgets.device_bytes)
-                .unwrap_or(0),
-            false => 0,
-        };
-        budgets.device_bytes -= reserved;
-        let make = if self.sharers() > 1 {
-            plan_shared
-        } else {
-            plan
-        };
+            && !memo
+            && self.params.carries_residual();
         // A rank holds 1/K of the host arrays (its planes), plus what one stage reads beyond
         // them: the plan of all of them may take K ranks' budgets.
         let ranks = self.processes.size();
         budgets.host_bytes = budgets.host_bytes.saturating_mul(ranks as u64);
-        let planned = match make(self.ctx, g, &self.params, &options, &budgets) {
-            // Too little left beside the Toeplitz loop's memory: the plan without it, which
-            // states what the loop needs and what is free.
-            Err(PlanError::DeviceBudget { .. }) if reserved > 0 => {
-                budgets.device_bytes += reserved;
-                make(self.ctx, g, &self.params, &options, &budgets)
-            }
-            planned => planned,
+        let make = |normal| match self.sharers() > 1 {
+            true => plan_shared(self.ctx, g, &self.params, &options, &budgets),
+            false => plan_for_loop(self.ctx, g, &self.params, &options, &budgets, normal),
+        };
+        let planned = match toeplitz {
+            true => match make(NormalLoop::Toeplitz) {
+                // Too little left beside the Toeplitz loop's memory: gridding's plan, which
+                // states what the loop needs and what is free.
+                Err(PlanError::DeviceBudget { .. }) => make(NormalLoop::Gridding),
+                planned => planned,
+            },
+            false => make(NormalLoop::Gridding),
         };
         let mut plan = planned.map_err(|source| {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
