@@ -444,4 +444,9 @@ fn the_toeplitz_inner_loop_gives_the_gridding_iterates_and_resumes_either_way() 
         ..conditions
     };
     assert_eq!(lamino::plan::toeplitz_obstacle(ctx(), &g, fits), None);
+    // A device whose largest binding is under the kernel's doubled grid (64 bytes per voxel):
+    // refused naming the binding, whatever the memory, and so before any plan.
+    let narrow = common::new_context().with_max_binding_bytes(g.volume_len() as u64 * 32);
+    let reason = lamino::plan::toeplitz_obstacle(&narrow, &g, fits).unwrap();
+    assert!(reason.contains("largest binding"), "{reason}");
 }

@@ -230,7 +230,7 @@ pub fn bench_scale_plan(
     use crate::geometry::Geometry;
     use crate::operator::OperatorOptions;
     use crate::params::NormalOperator;
-    use crate::plan::{plan_on_paper, planned_normal_operator, Budgets, NormalLoop, PlanError};
+    use crate::plan::{plan_on_paper, planned_normal_operator, Budgets, NormalLoop};
     let g = Geometry::cube(n, n, Tilt::from_degrees(SCALE_TILT_DEGREES));
     let budgets = Budgets::given(device_bytes, host_bytes, Some("scratch".into()))
         .for_max_buffer(max_buffer_bytes);
@@ -252,44 +252,8 @@ pub fn bench_scale_plan(
         NormalOperator::default(),
         p.toeplitz_conditions(1, &params, false),
     ));
-    // What the Toeplitz loop would plan when asked for, as the reconstructor plans it.
-    let toeplitz = match on_paper(NormalLoop::Toeplitz) {
-        Ok(t) => {
-            let choice = planned_normal_operator(
-                ctx,
-                &g,
-                NormalOperator::Toeplitz,
-                t.toeplitz_conditions(1, &params, false),
-            );
-            ToeplitzPlanFigures {
-                bytes_moved_per_iteration: choice
-                    .reason
-                    .is_none()
-                    .then_some(t.bytes_moved_per_iteration),
-                resident_arrays: t.resident_arrays(),
-                loop_device_bytes: choice.device_bytes,
-                refused: choice.reason,
-            }
-        }
-        Err(PlanError::DeviceBudget { .. }) => {
-            let need = crate::plan::toeplitz_need_bytes(ctx, &g, false);
-            let room = match need {
-                Some(need) if need <= device_bytes => "leaves too little of",
-                _ => "is more than",
-            };
-            ToeplitzPlanFigures {
-                bytes_moved_per_iteration: None,
-                resident_arrays: 0,
-                loop_device_bytes: 0,
-                refused: Some(format!(
-                    "its memory ({} bytes, the kernel's computation included) {room} the device \
-                     budget of {device_bytes} bytes beside the smallest streaming plan",
-                    need.map_or("more than 2^64".to_string(), |b| b.to_string())
-                )),
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let planned = on_paper(NormalLoop::Toeplitz);
+    let toeplitz = toeplitz_plan_figures(ctx, (&g, &params), device_bytes, planned)?;
     Ok(ScaleBenchRecord {
         kind: "plan",
         size: n,
@@ -307,6 +271,69 @@ pub fn bench_scale_plan(
         max_binding_bytes: ctx.max_binding_bytes(),
         toeplitz: Some(toeplitz),
     })
+}
+
+/// What `--normal-operator toeplitz` would get for `g` and `params` within `device_bytes`,
+/// beside gridding's plan, as the reconstructor decides it: refused for what it cannot run
+/// with whatever memory (see [`crate::plan::toeplitz_obstacle`]), else its plan `planned` (the
+/// arrays placed after its memory is set aside), or refused where that memory leaves too
+/// little for them.
+fn toeplitz_plan_figures(
+    ctx: &GpuContext,
+    (g, params): (&crate::geometry::Geometry, &crate::params::AdmmParams),
+    device_bytes: u64,
+    planned: Result<crate::plan::MemoryPlan, crate::plan::PlanError>,
+) -> Result<ToeplitzPlanFigures, ScaleBenchError> {
+    use crate::params::NormalOperator;
+    use crate::plan::{planned_normal_operator, toeplitz_obstacle, PlanError, ToeplitzConditions};
+    let refused = |reason| ToeplitzPlanFigures {
+        bytes_moved_per_iteration: None,
+        resident_arrays: 0,
+        loop_device_bytes: 0,
+        refused: Some(reason),
+    };
+    let before_the_plan = ToeplitzConditions {
+        shared: false,
+        volumes_on_device: false,
+        carried_cg: params.carries_residual(),
+        memo: false,
+        free_device_bytes: None,
+    };
+    if let Some(reason) = toeplitz_obstacle(ctx, g, before_the_plan) {
+        return Ok(refused(reason));
+    }
+    match planned {
+        Ok(t) => {
+            let choice = planned_normal_operator(
+                ctx,
+                g,
+                NormalOperator::Toeplitz,
+                t.toeplitz_conditions(1, params, false),
+            );
+            Ok(ToeplitzPlanFigures {
+                bytes_moved_per_iteration: choice
+                    .reason
+                    .is_none()
+                    .then_some(t.bytes_moved_per_iteration),
+                resident_arrays: t.resident_arrays(),
+                loop_device_bytes: choice.device_bytes,
+                refused: choice.reason,
+            })
+        }
+        Err(PlanError::DeviceBudget { .. }) => {
+            let need = crate::plan::toeplitz_need_bytes(ctx, g, false);
+            let room = match need {
+                Some(need) if need <= device_bytes => "leaves too little of",
+                _ => "is more than",
+            };
+            Ok(refused(format!(
+                "its memory ({} bytes, the kernel's computation included) {room} the device \
+                 budget of {device_bytes} bytes beside the smallest streaming plan",
+                need.map_or("more than 2^64".to_string(), |b| b.to_string())
+            )))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Host -> device -> host through the context's own write and read paths: `words` f32 each
@@ -373,10 +400,13 @@ fn print_record(json: bool, r: &ScaleBenchRecord) -> Result<(), BenchError> {
             gib(*loop_device_bytes),
             gib(*moved)
         ),
+        // Unless the choice above said why already.
         Some(ToeplitzPlanFigures {
             refused: Some(reason),
             ..
-        }) => print!("; the Toeplitz loop cannot run: {reason}"),
+        }) if p.normal_operator.as_ref().and_then(|c| c.reason.as_ref()) != Some(reason) => {
+            print!("; the Toeplitz loop cannot run: {reason}")
+        }
         _ => {}
     }
     if let Some(ms) = r.ms_per_iteration {
@@ -505,23 +535,32 @@ mod tests {
             moved(&large),
             moved(&small)
         );
-        // The Toeplitz loop's plan beside each: at 1024^3 its memory, the kernel's computation
-        // on the doubled volume included, exceeds 80 GiB (said, with the bytes); at 512^3 on
-        // 80 GiB every array stays on the device beside its grid and spectrum (48 bytes per
-        // voxel) and its volumes.
-        let refused = large.toeplitz.as_ref().unwrap();
-        assert_eq!(refused.bytes_moved_per_iteration, None);
-        let reason = refused.refused.as_deref().unwrap();
+        // The Toeplitz loop's plan beside each: at 1024^3 its kernel's doubled grid exceeds the
+        // target's binding (said, with the bytes); at 256^3 it exceeds neither that binding nor
+        // 8 GiB, and every array stays on the device beside its grid and spectrum (48 bytes per
+        // voxel) and its volumes; on 2 GiB its memory, the kernel's computation included, is
+        // more than the budget.
+        let reason = |r: &ScaleBenchRecord| {
+            let t = r.toeplitz.as_ref().unwrap();
+            assert_eq!(t.bytes_moved_per_iteration, None, "{t:?}");
+            t.refused.clone().unwrap()
+        };
+        let binding = reason(&large);
         assert!(
-            reason.contains("is more than the device budget"),
-            "{reason}"
+            binding.contains("more than the device's largest binding"),
+            "{binding}"
         );
-        let half = bench_scale_plan(&ctx, 512, (80 << 30, 1024 << 30), 80 << 30).unwrap();
-        let t = half.toeplitz.unwrap();
+        let plan = |n, gib: u64| bench_scale_plan(&ctx, n, (gib << 30, 1024 << 30), gib << 30);
+        let fits = plan(256, 8).unwrap().toeplitz.unwrap();
         assert_eq!(
-            (t.bytes_moved_per_iteration, t.resident_arrays),
+            (fits.bytes_moved_per_iteration, fits.resident_arrays),
             (Some(0), 14)
         );
-        assert!(t.loop_device_bytes >= 48 * 512u64.pow(3), "{t:?}");
+        assert!(fits.loop_device_bytes >= 48 * 256u64.pow(3), "{fits:?}");
+        let memory = reason(&plan(256, 2).unwrap());
+        assert!(
+            memory.contains("is more than the device budget"),
+            "{memory}"
+        );
     }
 }

@@ -49,8 +49,8 @@ pub use gridding::GriddingAxis;
 pub use program::{Apply, Space, Stage};
 pub use sampling::DetectorPhases;
 pub use toeplitz::{
-    doubled_volume, toeplitz_device_bytes, toeplitz_setup_bytes, ToeplitzApplication,
-    ToeplitzNormal,
+    doubled_volume, toeplitz_binding, toeplitz_device_bytes, toeplitz_setup_bytes,
+    ToeplitzApplication, ToeplitzNormal,
 };
 
 use thiserror::Error;

@@ -94,6 +94,14 @@ pub fn toeplitz_device_bytes(a: [usize; 3]) -> u64 {
     grid_len(a) * (8 + 4)
 }
 
+/// Bytes of the doubled grid the kernel's transform binds whole (complex, 64 bytes per voxel of
+/// `g`; the convolution's own grid is half of it), and the largest binding it may take on
+/// `ctx`: the device's, at most `u32::MAX` bytes. A binding of `max_binding` bytes (the planned
+/// GPU's for a plan on paper) is what [`ToeplitzNormal::new`] checks too.
+pub fn toeplitz_binding(g: &Geometry, max_binding: u64) -> (u64, u64) {
+    (g.volume_len() as u64 * 64, max_binding.min(u32::MAX as u64))
+}
+
 /// The volume's axes of `g` as its arrays store them: `(n1, n0, n2)` with the first two swapped
 /// (the solver's), else `(n0, n1, n2)`.
 fn stored_axes(g: &Geometry, axes_swapped: bool) -> [usize; 3] {
@@ -215,10 +223,7 @@ impl ToeplitzNormal {
         let g = geometry;
         let shape = stored_axes(g, axes_swapped);
         let voxels = g.volume_len() as u64;
-        // The kernel's full transform runs on the whole doubled grid (complex, 64 bytes per
-        // voxel); the convolution's grid is half of it.
-        let full_bytes = voxels * 64;
-        let limit = ctx.device_max_binding_bytes().min(u32::MAX as u64);
+        let (full_bytes, limit) = toeplitz_binding(g, ctx.device_max_binding_bytes());
         if full_bytes > limit {
             return Err(OperatorError::TooLarge {
                 what: format!(

@@ -10,7 +10,8 @@ use crate::array::Residency;
 use crate::geometry::Geometry;
 use crate::gpu::GpuContext;
 use crate::operator::{
-    doubled_volume, toeplitz_device_bytes, toeplitz_setup_bytes, LaminoOperator, OperatorOptions,
+    doubled_volume, toeplitz_binding, toeplitz_device_bytes, toeplitz_setup_bytes, LaminoOperator,
+    OperatorOptions,
 };
 use crate::params::NormalOperator;
 
@@ -69,7 +70,8 @@ pub struct ToeplitzConditions {
     /// The inner solver is CG with its carried residual.
     pub carried_cg: bool,
     pub memo: bool,
-    /// Device memory the budget leaves beside what the run holds.
+    /// Device memory the budget leaves beside what the run holds (`None` before a plan: the
+    /// memory is then not checked).
     pub free_device_bytes: Option<u64>,
 }
 
@@ -147,6 +149,13 @@ pub fn toeplitz_obstacle(ctx: &GpuContext, g: &Geometry, c: ToeplitzConditions) 
         return Some(
             "the memo layer memoizes gridding, which the Toeplitz loop does not run".into(),
         );
+    }
+    let (grid, binding) = toeplitz_binding(g, ctx.max_binding_bytes());
+    if grid > binding {
+        return Some(format!(
+            "its kernel's transform binds the doubled grid whole ({grid} bytes, 64 per voxel), \
+             more than the device's largest binding ({binding} bytes)"
+        ));
     }
     let free = c.free_device_bytes?;
     match toeplitz_need_bytes(ctx, g, c.volumes_on_device) {

@@ -490,10 +490,15 @@ impl<'a> Reconstructor<'a> {
         // The Toeplitz loop asked for on one device: the plan sets its memory aside (with a
         // device copy of u or p, in case they stream) before it places the arrays, and counts
         // the loop's accesses. Where it cannot run, the plan is gridding's and states why.
+        let before_the_plan = crate::plan::ToeplitzConditions {
+            shared: self.sharers() > 1,
+            volumes_on_device: false,
+            carried_cg: self.params.carries_residual(),
+            memo,
+            free_device_bytes: None,
+        };
         let toeplitz = self.normal_operator == crate::params::NormalOperator::Toeplitz
-            && self.sharers() == 1
-            && !memo
-            && self.params.carries_residual();
+            && crate::plan::toeplitz_obstacle(self.ctx, g, before_the_plan).is_none();
         // A rank holds 1/K of the host arrays (its planes), plus what one stage reads beyond
         // them: the plan of all of them may take K ranks' budgets.
         let ranks = self.processes.size();
