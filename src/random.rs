@@ -24,6 +24,12 @@ impl SplitMix64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Standard normal (Box-Muller, the cosine branch: one normal per two uniforms).
+    pub fn next_normal(&mut self) -> f64 {
+        let radius = (-2.0 * (1.0 - self.next_f64()).ln()).sqrt();
+        radius * (2.0 * std::f64::consts::PI * self.next_f64()).cos()
+    }
+
     /// `len` complex values with real and imaginary parts uniform in [-0.5, 0.5).
     pub fn complex_uniform(&mut self, len: usize) -> Vec<num_complex::Complex<f32>> {
         (0..len)

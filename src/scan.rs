@@ -219,6 +219,17 @@ impl Projections {
         Ok(Self { geometry, ..self })
     }
 
+    /// The same line integrals with each projection shifted by `shifts` (`[du, dv]` pixels of
+    /// this detector, one per angle of the scan; validated), as [`Geometry::shifts`] says.
+    pub fn with_shifts(self, shifts: Vec<[f64; 2]>) -> Result<Self, ScanError> {
+        let geometry = Geometry {
+            shifts,
+            ..self.geometry
+        };
+        validate_scan_geometry(&geometry)?;
+        Ok(Self { geometry, ..self })
+    }
+
     /// The scale of these projections' data ([`DataScale`]), when every angle is held: the
     /// mean attenuation per voxel of the detector's default volume (`deth x detw x detw`,
     /// whatever box of it is reconstructed), from the line integrals' absolute sums; its width

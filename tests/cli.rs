@@ -638,31 +638,33 @@ fn reconstruct_and_score_write_the_promised_files_and_refuse_bad_input() {
     assert_eq!(std::fs::read(out.join("recon.tif")).unwrap(), before);
 }
 
+/// `lamino simulate` of 16^3 blobs at 16 angles, 30 degrees, 1e6 photons, with `extra`, to `scan`.
+fn simulate_blobs(scan: &Path, extra: &[&str]) {
+    let size = [
+        "--size",
+        "16",
+        "--angles",
+        "16",
+        "--tilt-deg",
+        "30",
+        "--photons",
+        "1e6",
+    ];
+    let args = [&["simulate", "--phantom", "blobs"], &size[..], extra].concat();
+    let o = lamino(
+        &[&args[..], &["--out", scan.to_str().unwrap()]].concat(),
+        false,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn simulate_reconstruct_and_score_a_dxchange_scan() {
     let dir = tempfile::tempdir().unwrap();
     let scan = dir.path().join("scan.h5");
     let out = dir.path().join("rec");
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let o = lamino(
-        &[
-            "simulate",
-            "--phantom",
-            "blobs",
-            "--size",
-            "16",
-            "--angles",
-            "16",
-            "--tilt-deg",
-            "30",
-            "--photons",
-            "1e6",
-            "--out",
-            &s(&scan),
-        ],
-        false,
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
+    simulate_blobs(&scan, &[]);
     let o = lamino(
         &["reconstruct", &s(&scan), "--out", &s(&out), "--quiet"],
         true,
@@ -682,6 +684,67 @@ fn simulate_reconstruct_and_score_a_dxchange_scan() {
     // Smooth blobs, 16 angles at a 30 degree tilt, 1e6 photons: most of the volume comes back.
     assert!(score["rel_l2"].as_f64().unwrap() < 0.5, "{score}");
     assert!(score["ssim"].as_f64().unwrap() > 0.8, "{score}");
+}
+
+/// A scan whose sample moved (`simulate --jitter --drift`, the true shifts in SCAN.shifts.csv)
+/// reconstructs closer to the phantom with `--shifts` than without; report.json's geometry
+/// holds them; a shifts file of the wrong length or with NaN is refused naming the line or the
+/// counts, before anything is written.
+#[test]
+fn a_scan_that_moved_reconstructs_with_its_shifts_and_bad_shift_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let scan = dir.path().join("scan.h5");
+    let shifts = dir.path().join("scan.shifts.csv");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    simulate_blobs(&scan, &["--jitter", "1.5", "--drift", "2"]);
+    let text = std::fs::read_to_string(&shifts).unwrap();
+    assert_eq!(text.lines().count(), 17, "{text}");
+    let score = |extra: &[&str], name: &str| {
+        let out = dir.path().join(name);
+        let mut args = vec!["reconstruct", &s(&scan), "--out", &s(&out), "--quiet"]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = lamino(&args, true);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = lamino(&["score", &s(&out.join("recon.tif")), &s(&scan)], false);
+        let score: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (
+            score["rel_l2"].as_f64().unwrap(),
+            read_json(out.join("report.json")),
+        )
+    };
+    let (moved, _) = score(&[], "moved");
+    let (aligned, report) = score(&["--shifts", &s(&shifts)], "aligned");
+    eprintln!("rel. L2 to the phantom: {moved:.3} without the shifts, {aligned:.3} with them");
+    assert!(
+        aligned < 0.5 && aligned < 0.75 * moved,
+        "{aligned} vs {moved}"
+    );
+    let held = &report["reconstruction"]["geometry"]["shifts"];
+    assert_eq!(held.as_array().map(Vec::len), Some(16), "{report}");
+    let bad = dir.path().join("bad.csv");
+    let out = dir.path().join("refused");
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&bad, lines[..10].join("\n")).unwrap();
+    let args = [
+        "reconstruct",
+        &s(&scan),
+        "--shifts",
+        &s(&bad),
+        "--out",
+        &s(&out),
+    ];
+    expect_failure(&args, "9 projections' shifts for a scan of 16", &out);
+    let nan = [&[lines[0], "0,NaN,0.5"], &lines[2..]].concat().join("\n");
+    std::fs::write(&bad, nan).unwrap();
+    expect_failure(
+        &args,
+        "line 2: \"0,NaN,0.5\" is not three finite numbers",
+        &out,
+    );
 }
 
 /// Scans whose normalisation clamps most pixels (white field zero, darks above the whites, data

@@ -173,6 +173,7 @@ fn a_job_takes_the_steps_in_order_and_records_them() {
             stripes: Some(method),
             axis: AxisStep::Column(axis),
             volume: Some(volume.clone()),
+            shifts: None,
         },
     };
     let mut heard = Vec::new();

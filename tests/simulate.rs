@@ -398,3 +398,53 @@ fn lamino_simulate_writes_a_scan_that_normalises_back_to_the_projections() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A sample that moved: the shifts are the jitter's normal draws (their RMS) plus the drift's
+/// ramp (exact), and a projection shifted by whole pixels is the still one moved by them,
+/// bit for bit where both see the detector.
+#[test]
+fn a_moving_sample_projects_each_projection_where_it_landed() {
+    use lamino::simulate::Motion;
+    let jitter = Motion {
+        jitter_px: 2.0,
+        drift_px: 0.0,
+        seed: 5,
+    }
+    .shifts(400);
+    for axis in 0..2 {
+        let rms = (jitter.iter().map(|s| s[axis] * s[axis]).sum::<f64>() / 400.0).sqrt();
+        assert!(
+            (1.8..2.2).contains(&rms),
+            "jitter RMS {rms} along axis {axis}"
+        );
+    }
+    let drift = Motion {
+        jitter_px: 0.0,
+        drift_px: 3.0,
+        seed: 5,
+    }
+    .shifts(4);
+    assert_eq!(drift, [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]);
+    assert!(Motion::STILL.shifts(4).is_empty());
+    let g = Geometry::cube(16, 3, TILT);
+    let (du, dv) = (2usize, 3usize);
+    let moved = Geometry {
+        shifts: vec![[0.0, 0.0], [du as f64, dv as f64], [0.0, 0.0]],
+        ..g.clone()
+    };
+    let (still, shifted) = (project(&chip(16), &g), project(&chip(16), &moved));
+    let n = 16;
+    for t in 0..3 {
+        for v in 0..n {
+            for w in 0..n {
+                let got = shifted[(t * n + v) * n + w];
+                let want = match t {
+                    1 if v < dv || w < du => continue,
+                    1 => still[(t * n + v - dv) * n + w - du],
+                    _ => still[(t * n + v) * n + w],
+                };
+                assert_eq!(got.to_bits(), want.to_bits(), "t {t}, row {v}, column {w}");
+            }
+        }
+    }
+}

@@ -79,6 +79,7 @@ def reconstruct(
     tilt: float,
     center: Optional[float] = None,
     volume_shape: Optional[tuple[int, int, int]] = None,
+    shifts: Optional[ArrayLike] = None,
     alpha: float = ...,
     max_iterations: int = ...,
     iterations: Optional[int] = None,
@@ -93,7 +94,8 @@ def reconstruct(
     progress: Union[None, bool, Callable[[IterationReport], Any]] = None,
 ) -> Volume:
     """ADMM-TV volume (z, y, x) float32 from line integrals (ntheta, deth, detw); theta in
-    radians, tilt in degrees, binning tomocupy's exponent (2**binning pixels)."""
+    radians, tilt in degrees, shifts (ntheta, 2) each projection's (du, dv) in pixels, binning
+    tomocupy's exponent (2**binning pixels)."""
 
 class SimulatedScan(TypedDict):
     truth: Volume

@@ -132,6 +132,7 @@ impl Operator {
             eps,
             center,
             offset: [0.0; 3],
+            shifts: Vec::new(),
         };
         let options = Devices::one(DeviceArgs {
             device,

@@ -9,6 +9,7 @@ use lamino_core::preprocess::{StripeRemoval, FW_SIGMA};
 use lamino_core::recon::input::LoadedProjections;
 use lamino_core::recon::{AxisStep, Job, JobError, JobInput, Preparation};
 use lamino_core::{AdmmParams, DetectorColumn, Geometry, Projections, Reconstructor, Tilt};
+use numpy::PyUntypedArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -101,6 +102,11 @@ fn solver_params(
 /// volume_shape : tuple of 3 ints, optional
 ///     ``(nz, ny, nx)`` in unbinned voxels, centred on the rotation axis. Default
 ///     ``(deth, detw, detw)``.
+/// shifts : array_like, shape (ntheta, 2), optional
+///     Each projection's detector shift ``(du, dv)``, columns and rows in unbinned pixels:
+///     where it landed relative to where the geometry puts it (a stage that wobbled or
+///     drifted), ``proj[t, v, w] = still[t, v - dv, w - du]``. Applied exactly, as Fourier
+///     phases, as the command line's ``--shifts``. Default: none.
 /// alpha : float
 ///     TV weight relative to the data's own scale (default ``lamino.DEFAULTS["alpha"]``): the
 ///     weight is ``alpha`` times the projections' mean attenuation per voxel over the volume's
@@ -152,7 +158,7 @@ fn solver_params(
 /// subclasses (``GeometryError``, ``InputError``, ``DeviceError``, ``OutOfMemoryError``).
 #[pyfunction]
 #[pyo3(signature = (
-    proj, theta, *, tilt, center=None, volume_shape=None,
+    proj, theta, *, tilt, center=None, volume_shape=None, shifts=None,
     alpha=AdmmParams::default().alpha, max_iterations=AdmmParams::default().outer_iterations,
     iterations=None, memo="off", normal_operator="auto", binning=0, remove_stripe=None, device=DeviceArg::default(),
     allow_software_gpu=None, backend=None, limits=None, progress=None,
@@ -165,6 +171,7 @@ fn reconstruct<'py>(
     tilt: f64,
     center: Option<f64>,
     volume_shape: Option<(usize, usize, usize)>,
+    shifts: Option<&Bound<'py, PyAny>>,
     alpha: f64,
     max_iterations: usize,
     iterations: Option<usize>,
@@ -217,6 +224,7 @@ fn reconstruct<'py>(
             ),
         ));
     }
+    let shifts = shifts.map(|s| read_shifts(s, ntheta)).transpose()?;
     let mut geometry = Geometry::for_detector(deth, detw, theta, Tilt::from_degrees(tilt));
     if let Some((n0, n1, n2)) = volume_shape {
         (geometry.n0, geometry.n1, geometry.n2) = (n0, n1, n2);
@@ -237,6 +245,7 @@ fn reconstruct<'py>(
                     AxisStep::Column(DetectorColumn::recorded(c))
                 }),
                 volume: None,
+                shifts,
             },
         };
         let lease = Lease::take(&devices)?;
@@ -295,4 +304,21 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(reconstruct, m)?)?;
     m.add("DEFAULTS", defaults(m.py())?)?;
     Ok(())
+}
+
+/// Argument `shifts`: one finite `(du, dv)` pair per projection of `ntheta`.
+fn read_shifts(shifts: &Bound<'_, PyAny>, ntheta: usize) -> PyResult<Vec<[f64; 2]>> {
+    let array = read_array::<f64>(shifts, "shifts", 2)?;
+    let shape = array.shape().to_vec();
+    if shape != [ntheta, 2] {
+        return Err(input_error(
+            "shifts",
+            format!("has shape {shape:?}; expected ({ntheta}, 2): one (du, dv) per projection"),
+        ));
+    }
+    Ok(array
+        .as_slice()?
+        .chunks(2)
+        .map(|pair| [pair[0], pair[1]])
+        .collect())
 }

@@ -22,6 +22,8 @@ def test_wrong_shape_is_an_input_error(scan):
         lamino.reconstruct(scan["projections"][0], scan["theta"], tilt=30)
     with pytest.raises(lamino.InputError, match="theta: 15 angles for 16 projections"):
         lamino.reconstruct(scan["projections"], scan["theta"][:15], tilt=30)
+    with pytest.raises(lamino.InputError, match=r"shifts: has shape \[15, 2\]; expected \(16, 2\)"):
+        lamino.reconstruct(scan["projections"], scan["theta"], tilt=30, shifts=np.zeros((15, 2)))
     with pytest.raises(lamino.InputError, match="truth: shape"):
         lamino.score(scan["truth"], scan["truth"][:8])
 
@@ -31,6 +33,10 @@ def test_nan_is_an_input_error_with_its_index(scan):
     proj[3, 4, 5] = np.nan
     with pytest.raises(lamino.InputError, match=r"proj: value at index \[3, 4, 5\] is not finite"):
         lamino.reconstruct(proj, scan["theta"], tilt=30)
+    shifts = np.zeros((16, 2))
+    shifts[2, 1] = np.inf
+    with pytest.raises(lamino.InputError, match=r"shifts: value at index \[2, 1\] is not finite"):
+        lamino.reconstruct(scan["projections"], scan["theta"], tilt=30, shifts=shifts)
 
 
 def test_other_layouts_and_dtypes_are_converted(scan):

@@ -16,6 +16,8 @@ import pytest
 import tifffile
 
 SIZE, ANGLES, TILT = 16, 16, 30.0
+# A shift (du, dv) in pixels per projection: a stage that wobbled.
+SHIFTS = np.random.default_rng(7).normal(0.0, 1.5, (ANGLES, 2))
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +40,16 @@ def test_simulate_gives_the_documented_arrays(scan):
     # binning is tomocupy's exponent in both: 1 bins 2 x 2.
     ({"binning": 1, "remove_stripe": "fw"}, ["--binning", "1", "--remove-stripe", "fw"]),
     ({"normal_operator": "toeplitz"}, ["--normal-operator", "toeplitz"]),
-], ids=["plain", "binned-fw", "toeplitz"])
+    # Each projection's shift, in unbinned pixels both ways (the CLI's from a shifts file).
+    ({"shifts": SHIFTS, "binning": 1}, ["--binning", "1"]),
+], ids=["plain", "binned-fw", "toeplitz", "shifts-binned"])
 def test_same_bits_as_the_cli(scan, tmp_path, lamino_cli, options, cli_options):
     """The CLI on the same line integrals (.npy + geometry file) gives the same volume."""
+    if "shifts" in options:
+        rows = zip(np.degrees(scan["theta"]).tolist(), SHIFTS.tolist())
+        lines = [f"{t!r},{du!r},{dv!r}" for t, (du, dv) in rows]
+        (tmp_path / "shifts.csv").write_text("\n".join(["angle_deg,du,dv", *lines]) + "\n")
+        cli_options = [*cli_options, "--shifts", tmp_path / "shifts.csv"]
     center = SIZE / 2 + 0.5
     volume = lamino.reconstruct(
         scan["projections"], scan["theta"], tilt=scan["tilt"], center=center, iterations=2,

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::io::write_dxchange;
-use crate::simulate::{simulated_scan, PhantomKind, ScanSpec};
+use crate::io::{write_dxchange, write_shifts};
+use crate::simulate::{simulated_moving_scan, Motion, PhantomKind, ScanSpec};
 
 use super::CliResult;
 
@@ -27,9 +27,18 @@ pub struct SimulateArgs {
     /// intensities are noiseless, exp(-P), with flats = 1.
     #[arg(long)]
     photons: Option<f64>,
-    /// Seed of the Poisson noise.
+    /// Seed of the Poisson noise and of the jitter.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// A sample that moved: each projection shifted on the detector by a random amount of this
+    /// RMS in each direction (columns and rows), pixels. The true shifts are written beside the
+    /// scan as SCAN.shifts.csv, which `reconstruct --shifts` reads.
+    #[arg(long, default_value_t = 0.0)]
+    jitter: f64,
+    /// A slow drift: a shift in each direction growing linearly to this many pixels at the last
+    /// projection (with --jitter or alone; in SCAN.shifts.csv too).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    drift: f64,
     /// The detector column the rotation axis projects onto (pixels, sub-pixel; default size/2).
     /// DXchange records no axis: reconstruct with the same --rotation-axis (or `auto`).
     #[arg(long)]
@@ -49,8 +58,25 @@ pub fn run(args: &SimulateArgs) -> CliResult {
         seed: args.seed,
         rotation_axis: args.rotation_axis,
     };
-    let simulated = simulated_scan(&spec)?;
+    if !(args.jitter.is_finite() && args.jitter >= 0.0 && args.drift.is_finite()) {
+        return Err(format!(
+            "--jitter {} --drift {}: the jitter must be a finite RMS of at least 0 pixels and the \
+             drift finite",
+            args.jitter, args.drift
+        )
+        .into());
+    }
+    let motion = Motion {
+        jitter_px: args.jitter,
+        drift_px: args.drift,
+        seed: args.seed,
+    };
+    let simulated = simulated_moving_scan(&spec, motion)?;
     write_dxchange(&args.out, &simulated.scan)?;
+    let shifts_file = shifts_path(&args.out);
+    if !simulated.shifts.is_empty() {
+        write_shifts(&shifts_file, &simulated.geometry.theta, &simulated.shifts)?;
+    }
     let max_p = simulated
         .line_integrals
         .iter()
@@ -69,5 +95,19 @@ pub fn run(args: &SimulateArgs) -> CliResult {
             None => ", noiseless".into(),
         }
     );
+    if !simulated.shifts.is_empty() {
+        println!(
+            "the sample moved (jitter {} px RMS, drift {} px): the true shifts are in {}",
+            args.jitter,
+            args.drift,
+            shifts_file.display()
+        );
+    }
     Ok(())
+}
+
+/// Where the true shifts of the scan `out` are written: `SCAN.shifts.csv` beside it, `SCAN`
+/// its name without the extension.
+fn shifts_path(out: &std::path::Path) -> PathBuf {
+    out.with_extension("shifts.csv")
 }

@@ -44,6 +44,13 @@ pub struct Geometry {
     /// ([`Geometry::with_subvolume`]). Files without `offset` read as zero.
     #[serde(default, skip_serializing_if = "is_zero_offset")]
     pub offset: [f64; 3],
+    /// Each projection's detector shift `[du, dv]` in pixels (columns, rows), one per angle, or
+    /// none: where the projection landed relative to where the rest of the geometry puts it
+    /// (a stage that wobbled or drifted), `d_t(w, v) = d_t,still(w - du, v - dv)`. Applied as
+    /// the Fourier phases of the axis and the offset are ([`Geometry::projection_shift`]), so
+    /// exact, adjoint and free per point. Files without `shifts` read as none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shifts: Vec<[f64; 2]>,
 }
 
 /// Whether a volume's offset is none: the default volume's place (see [`Geometry::offset`]).
@@ -68,6 +75,7 @@ impl Geometry {
             eps: DEFAULT_EPS,
             center: None,
             offset: [0.0; 3],
+            shifts: Vec::new(),
         }
     }
 
@@ -85,6 +93,7 @@ impl Geometry {
             eps: DEFAULT_EPS,
             center: None,
             offset: [0.0; 3],
+            shifts: Vec::new(),
         }
     }
 
@@ -104,14 +113,15 @@ impl Geometry {
     /// `deth / 2`, column `detw / 2`), in detector pixels `[rows, columns]`: the offset's
     /// projection `s_v = x0 sin(theta) cos(phi) - y0 cos(theta) cos(phi) + z0 sin(phi)`,
     /// `s_u = x0 cos(theta) + y0 sin(theta)` (docs/operator-method.md, "Geometry"), plus the
-    /// rotation axis's shift in columns.
+    /// rotation axis's shift in columns, plus the projection's own shift ([`Geometry::shifts`]).
     pub fn projection_shift(&self, t: usize) -> [f64; 2] {
         let [z0, y0, x0] = self.offset;
         let (sin_t, cos_t) = self.theta[t].sin_cos();
         let (sin_p, cos_p) = self.tilt.phi().sin_cos();
+        let [du, dv] = self.shifts.get(t).copied().unwrap_or([0.0; 2]);
         [
-            x0 * sin_t * cos_p - y0 * cos_t * cos_p + z0 * sin_p,
-            x0 * cos_t + y0 * sin_t + self.axis_shift(),
+            x0 * sin_t * cos_p - y0 * cos_t * cos_p + z0 * sin_p + dv,
+            x0 * cos_t + y0 * sin_t + self.axis_shift() + du,
         ]
     }
 
@@ -173,6 +183,7 @@ impl Geometry {
             eps,
             center,
             offset,
+            shifts,
         } = self;
         let mut bytes = Vec::with_capacity(8 * (theta.len() + 10));
         for size in [n0, n1, n2, deth, detw] {
@@ -195,6 +206,13 @@ impl Geometry {
         if !is_zero_offset(offset) {
             bytes.push(2);
             for value in offset {
+                bytes.extend_from_slice(&value.to_bits().to_le_bytes());
+            }
+        }
+        // And the projections' shifts: none adds nothing, any adds a third marker and their bits.
+        if !shifts.is_empty() {
+            bytes.push(3);
+            for value in shifts.iter().flatten() {
                 bytes.extend_from_slice(&value.to_bits().to_le_bytes());
             }
         }
@@ -240,6 +258,20 @@ impl Geometry {
             return Err(GeometryError::BadOffset {
                 offset: self.offset,
             });
+        }
+        if !self.shifts.is_empty() && self.shifts.len() != self.ntheta() {
+            return Err(GeometryError::ShiftCount {
+                shifts: self.shifts.len(),
+                angles: self.ntheta(),
+            });
+        }
+        if let Some((index, &[du, dv])) = self
+            .shifts
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !s.iter().all(|v| v.is_finite()))
+        {
+            return Err(GeometryError::NonFiniteShift { index, du, dv });
         }
         // Bytes of the oversampled complex volume and of the complex data; every product is
         // checked, since the sizes may come from a file (2^40 per axis must be an error, not an

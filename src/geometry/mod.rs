@@ -65,6 +65,12 @@ pub enum GeometryError {
         /// ranges in other units, as the command line's unbinned voxels).
         nearest: Option<Range<usize>>,
     },
+    /// The projections' shifts are not one per angle.
+    #[error("{shifts} projection shifts for {angles} angles: give one (du, dv) per projection")]
+    ShiftCount { shifts: usize, angles: usize },
+    /// A projection's shift is NaN or infinite.
+    #[error("projection {index}'s shift (du, dv) = ({du}, {dv}) pixels: shifts must be finite")]
+    NonFiniteShift { index: usize, du: f64, dv: f64 },
     /// The JSON file could not be read or written.
     #[error("geometry file {path}: {reason}")]
     File { path: String, reason: String },

@@ -78,6 +78,12 @@ fn fingerprints_see_every_bit_and_survive_json() {
     let mut k = h.clone();
     k.offset = [0.0, 1.0, 0.0];
     assert_ne!(h.fingerprint(), k.fingerprint());
+    let mut h = g.clone();
+    h.shifts = vec![[0.0; 2]; 7];
+    assert_ne!(g.fingerprint(), h.fingerprint());
+    let mut k = h.clone();
+    k.shifts[6][1] = f64::from_bits(1);
+    assert_ne!(h.fingerprint(), k.fingerprint());
     // Angles with long decimal expansions come back from JSON with the same bits.
     let mut g = g;
     g.theta = (0..50)
@@ -234,4 +240,47 @@ fn an_offset_must_be_finite() {
         bad.validate(),
         Err(GeometryError::BadOffset { .. })
     ));
+}
+
+#[test]
+fn shifts_are_one_finite_pair_per_projection_and_move_its_phases() {
+    let g = Geometry {
+        shifts: vec![[0.0, 0.0], [1.5, -2.25], [0.0, 0.0]],
+        ..Geometry::for_detector(8, 26, vec![0.0, 0.7, 2.1], Tilt::from_phi(1.9))
+    };
+    g.validate().unwrap();
+    // The projection's shift adds to where the rest of the geometry puts it, rows then columns.
+    let still = Geometry {
+        shifts: Vec::new(),
+        ..g.clone()
+    };
+    let [v, u] = still.projection_shift(1);
+    assert_eq!(g.projection_shift(1), [v - 2.25, u + 1.5]);
+    assert_eq!(g.projection_shift(0), still.projection_shift(0));
+    assert_eq!(
+        (g.detector_phase_angles(), still.detector_phase_angles()),
+        (3, 1)
+    );
+    let short = Geometry {
+        shifts: vec![[0.0; 2]; 2],
+        ..g.clone()
+    };
+    assert!(matches!(
+        short.validate(),
+        Err(GeometryError::ShiftCount {
+            shifts: 2,
+            angles: 3
+        })
+    ));
+    let mut nan = g.clone();
+    nan.shifts[2][0] = f64::INFINITY;
+    let err = nan.validate().unwrap_err();
+    assert!(
+        matches!(err, GeometryError::NonFiniteShift { index: 2, .. }),
+        "{err}"
+    );
+    // Files with shifts keep their bits; files without read as none.
+    let back: Geometry = serde_json::from_str(&serde_json::to_string(&g).unwrap()).unwrap();
+    assert_eq!(back, g);
+    assert!(!serde_json::to_string(&still).unwrap().contains("shifts"));
 }

@@ -19,6 +19,7 @@ mod npy;
 mod nxtomo;
 mod output_set;
 mod pixel_size;
+mod shifts;
 mod stack;
 mod text;
 mod volume;
@@ -43,6 +44,7 @@ pub use npy::{
 pub use nxtomo::{NxtomoInfo, NxtomoReader, StatedLength, NO_ENTRY as NXTOMO_NO_ENTRY};
 pub use output_set::{write_atomically, OutputSet, STAGING_PREFIX};
 pub use pixel_size::{LengthUnit, PixelSize};
+pub use shifts::{read_shifts, write_shifts, SHIFTS_HEADER};
 pub use stack::{read_stack, Pixels, Stack, StackFormat, StackReader, StackWriter};
 pub use text::{
     number_as_typed, parse_angle_list, read_text, AngleList, TextError, MAX_TEXT_BYTES,
@@ -79,6 +81,9 @@ pub enum IoError {
     /// The file could not be opened or read.
     #[error("cannot read {path}: {reason}")]
     Read { path: PathBuf, reason: String },
+    /// A projections' shifts file (`--shifts`) that does not fit the scan.
+    #[error("shifts file {path}: {reason}")]
+    Shifts { path: PathBuf, reason: String },
     /// A file read as a NumPy array does not start with `.npy`'s magic string.
     #[error(
         "{path} is not a NumPy .npy file{found} (it lacks the \\x93NUMPY magic string); this input \

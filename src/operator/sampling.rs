@@ -67,9 +67,9 @@ impl Geometry {
     }
 
     /// How many projections' phases [`detector_phases`](Self::detector_phases) holds: every
-    /// angle's with an offset, else one.
+    /// angle's with an offset or the projections' own shifts, else one.
     pub fn detector_phase_angles(&self) -> usize {
-        if is_zero_offset(&self.offset) {
+        if is_zero_offset(&self.offset) && self.shifts.is_empty() {
             1
         } else {
             self.ntheta()

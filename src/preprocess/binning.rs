@@ -102,6 +102,12 @@ pub(super) fn bin_geometry_by(
         center: Some(DetectorColumn::recorded(g.rotation_axis()).in_binned(columns)),
         // The volume's centre in binned voxels.
         offset: [g.offset[0] / rows as f64, g.offset[1] / b, g.offset[2] / b],
+        // The projections' shifts in binned pixels (differences: no half-pixel moves).
+        shifts: g
+            .shifts
+            .iter()
+            .map(|&[du, dv]| [du / b, dv / rows as f64])
+            .collect(),
         ..g.clone()
     })
 }
@@ -251,6 +257,7 @@ mod tests {
     fn columns_alone_bin_a_two_row_detector() {
         let g = Geometry {
             center: Some(9.3),
+            shifts: vec![[3.0, 1.0], [-1.0, 0.5], [0.0, 0.0]],
             ..Geometry::for_detector(2, 20, vec![0.0, 1.0, 2.0], Tilt::CT)
         };
         let values: Vec<f32> = (0..g.data_len()).map(|i| (i % 11) as f32).collect();
@@ -260,6 +267,8 @@ mod tests {
         let bg = b.geometry();
         assert_eq!((bg.deth, bg.detw, bg.n0, bg.n1, bg.n2), (2, 10, 2, 10, 10));
         assert!((2.0 * bg.center.unwrap() + 0.5 - 9.3).abs() < 1e-12);
+        // The projections' shifts in binned pixels: columns halved, rows kept.
+        assert_eq!(bg.shifts, [[1.5, 1.0], [-0.5, 0.5], [0.0, 0.0]]);
         let at = |t: usize, v: usize, w: usize| values[(t * 2 + v) * 20 + w];
         assert_eq!(
             b.values()[(2 * 2 + 1) * 10 + 3],

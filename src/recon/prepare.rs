@@ -45,6 +45,10 @@ pub struct Preparation {
     pub axis: AxisStep,
     /// A box of the volume, in the binned voxels of the scan as read.
     pub volume: Option<VolumeBox>,
+    /// Each projection's shift `[du, dv]` in the scan's (unbinned) pixels, one per angle
+    /// (`--shifts`), applied before the axis step, so that a search sees the projections where
+    /// they landed.
+    pub shifts: Option<Vec<[f64; 2]>>,
 }
 
 /// What a step did, as it is done.
@@ -102,6 +106,11 @@ impl Preparation {
         let ranks = processes.size() > 1;
         let b = pre.binning;
         projections = self.remove_stripes(processes, projections, pre, note)?;
+        if let Some(shifts) = &self.shifts {
+            // Shifts are differences of pixels: binned, they shrink by the factor.
+            let binned = shifts.iter().map(|s| s.map(|v| v / b as f64)).collect();
+            projections = projections.with_shifts(binned)?;
+        }
         projections = match self.axis {
             AxisStep::Geometry => projections,
             AxisStep::Column(c) => {

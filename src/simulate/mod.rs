@@ -17,7 +17,7 @@ mod scan;
 
 pub use noise::{check_photons, measure, poisson, Measurement, Noise, SimulateError};
 pub use presets::{blobs, chip, shepp, PhantomKind};
-pub use scan::{simulated_scan, ScanSpec, SimulatedScan};
+pub use scan::{simulated_moving_scan, simulated_scan, Motion, ScanSpec, SimulatedScan};
 
 use crate::geometry::Geometry;
 
@@ -260,8 +260,9 @@ pub fn detector_frame(theta: f64, phi: f64) -> ([f64; 3], [f64; 3], [f64; 3]) {
 }
 
 /// Exact line integrals `P_theta u(s_u, s_v) = integral of u(s_u e1 + s_v e2 + t ray) dt`, data
-/// layout `(ntheta, deth, detw)`, pixel `(v, w)` at `s_u = w - c`, `s_v = v - deth/2`, with `c`
-/// the rotation axis's column ([`Geometry::rotation_axis`], `detw/2` by default).
+/// layout `(ntheta, deth, detw)`, pixel `(v, w)` at `s_u = w - c - du`, `s_v = v - deth/2 - dv`,
+/// with `c` the rotation axis's column ([`Geometry::rotation_axis`], `detw/2` by default) and
+/// `(du, dv)` the projection's shift ([`Geometry::shifts`], none by default).
 ///
 /// The operator approximates `P / sqrt(n2 * ntheta)`; rays run through all of space, so parts
 /// of the phantom outside the volume are projected too.
@@ -278,16 +279,19 @@ pub fn project(phantom: &Phantom, g: &Geometry) -> Vec<f32> {
             scope.spawn(move || {
                 let mut acc = vec![0.0f64; per_angle];
                 for (dt, out_angle) in out.chunks_mut(per_angle).enumerate() {
-                    let theta = g.theta[block * angles_per_block + dt];
-                    let (e1, e2, ray) = detector_frame(theta, g.tilt.phi());
+                    let t = block * angles_per_block + dt;
+                    let (e1, e2, ray) = detector_frame(g.theta[t], g.tilt.phi());
+                    // The projection's own shift moves where the volume's origin lands.
+                    let [du, dv] = g.shifts.get(t).copied().unwrap_or([0.0; 2]);
+                    let (row_origin, column_origin) = ((g.deth / 2) as f64 + dv, axis + du);
                     acc.fill(0.0);
                     for p in &phantom.primitives {
                         // Only pixels within the projected bounding sphere can see the primitive.
                         let (c, r) = p.bounding_sphere();
-                        for v in index_range(dot(e2, c), r, g.deth) {
-                            let sv = v as f64 - (g.deth / 2) as f64;
-                            for w in index_range_from(dot(e1, c), r, g.detw, axis) {
-                                let su = w as f64 - axis;
+                        for v in index_range_from(dot(e2, c), r, g.deth, row_origin) {
+                            let sv = v as f64 - row_origin;
+                            for w in index_range_from(dot(e1, c), r, g.detw, column_origin) {
+                                let su = w as f64 - column_origin;
                                 let origin = [
                                     su * e1[0] + sv * e2[0],
                                     su * e1[1] + sv * e2[1],

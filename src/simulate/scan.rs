@@ -27,17 +27,69 @@ pub struct ScanSpec {
     pub rotation_axis: Option<f64>,
 }
 
+/// How the sample moved during a simulated scan: each projection shifted on the detector by a
+/// random jitter and a slow drift (`lamino simulate --jitter --drift`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Motion {
+    /// RMS of the random shift in each direction (columns and rows), pixels: independent
+    /// normal draws per projection, seeded.
+    pub jitter_px: f64,
+    /// The drift in each direction over the scan, pixels: a shift growing linearly from 0 at
+    /// the first projection to this at the last.
+    pub drift_px: f64,
+    /// Seed of the jitter.
+    pub seed: u64,
+}
+
+impl Motion {
+    /// A sample that did not move.
+    pub const STILL: Motion = Motion {
+        jitter_px: 0.0,
+        drift_px: 0.0,
+        seed: 0,
+    };
+
+    /// The shift `[du, dv]` of each of `angles` projections, pixels; none for a still sample.
+    pub fn shifts(&self, angles: usize) -> Vec<[f64; 2]> {
+        if *self == Self::STILL || (self.jitter_px == 0.0 && self.drift_px == 0.0) {
+            return Vec::new();
+        }
+        let mut rng = crate::random::SplitMix64::new(self.seed);
+        let last = angles.saturating_sub(1).max(1) as f64;
+        (0..angles)
+            .map(|t| {
+                let drift = self.drift_px * t as f64 / last;
+                let du = self.jitter_px * rng.next_normal() + drift;
+                let dv = self.jitter_px * rng.next_normal() + drift;
+                [du, dv]
+            })
+            .collect()
+    }
+}
+
 /// A simulated scan and the exact line integrals it was measured from.
 #[derive(Debug, Clone)]
 pub struct SimulatedScan {
+    /// The scan's geometry as a reconstruction is told it: without the projections' shifts.
     pub geometry: Geometry,
     pub scan: Scan,
-    /// The noiseless line integrals `(ntheta, deth, detw)`.
+    /// The noiseless line integrals `(ntheta, deth, detw)`, of the moved projections.
     pub line_integrals: Vec<f32>,
+    /// The true shift `[du, dv]` of each projection, pixels (empty when the sample was still).
+    pub shifts: Vec<[f64; 2]>,
 }
 
-/// Simulates the scan `spec` describes.
+/// Simulates the scan `spec` describes, of a still sample.
 pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
+    simulated_moving_scan(spec, Motion::STILL)
+}
+
+/// Simulates the scan `spec` describes with the sample moving as `motion` says: each projection
+/// is the still one shifted by its shift, projected exactly (no interpolation).
+pub fn simulated_moving_scan(
+    spec: &ScanSpec,
+    motion: Motion,
+) -> Result<SimulatedScan, SimulateError> {
     // The ground truth, the line integrals and the intensities in f32, and the angles in f64,
     // from the sizes alone: checked before the angle list (or anything else) is allocated.
     let (n, angles) = (spec.size as u64, spec.angles as u64);
@@ -72,7 +124,12 @@ pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
     };
     g.validate()?;
     let phantom = spec.phantom.build(spec.size);
-    let line_integrals = project(&phantom, &g);
+    let moved = Geometry {
+        shifts: motion.shifts(g.ntheta()),
+        ..g.clone()
+    };
+    moved.validate()?;
+    let line_integrals = project(&phantom, &moved);
     let noise = match spec.photons {
         Some(_) => Noise::Poisson { seed: spec.seed },
         None => Noise::None,
@@ -108,5 +165,6 @@ pub fn simulated_scan(spec: &ScanSpec) -> Result<SimulatedScan, SimulateError> {
         geometry: g,
         scan,
         line_integrals,
+        shifts: moved.shifts,
     })
 }

@@ -54,6 +54,7 @@ impl GeometryDifference {
             eps,
             center,
             offset,
+            shifts,
         } = checkpoint;
         let mut found = Vec::new();
         for (field, c, r) in [
@@ -117,6 +118,28 @@ impl GeometryDifference {
                 format!("{:?}", run.offset),
             ));
         }
+        // The projections' shifts: none on one side, or the first that differs.
+        let shown = |s: &[[f64; 2]]| match s.len() {
+            0 => "none".to_string(),
+            n => format!("{n} projections'"),
+        };
+        if shifts.len() != run.shifts.len() {
+            found.push(Self::new(
+                "shifts (du, dv pixels)",
+                shown(shifts),
+                shown(&run.shifts),
+            ));
+        } else if let Some(i) = shifts
+            .iter()
+            .zip(&run.shifts)
+            .position(|(c, r)| !same(&c[0], &r[0]) || !same(&c[1], &r[1]))
+        {
+            found.push(Self::new(
+                format!("shifts[{i}] (du, dv pixels)"),
+                format!("{:?}", shifts[i]),
+                format!("{:?}", run.shifts[i]),
+            ));
+        }
         found
     }
 }
@@ -129,6 +152,25 @@ mod tests {
     fn differences_name_each_field_with_both_values() {
         let g = Geometry::cube(16, 8, Tilt::from_phi(2.0));
         assert!(GeometryDifference::list(&g, &g).is_empty());
+        // The projections' shifts: none against some, then the first that differs.
+        let moved = Geometry {
+            shifts: vec![[0.5, -1.0]; 8],
+            ..g.clone()
+        };
+        let shifts = |a: &Geometry, b: &Geometry| -> Vec<String> {
+            let list = GeometryDifference::list(a, b);
+            list.iter().map(ToString::to_string).collect()
+        };
+        assert_eq!(
+            shifts(&g, &moved),
+            ["shifts (du, dv pixels): checkpoint none, this run 8 projections'"]
+        );
+        let mut other = moved.clone();
+        other.shifts[2] = [0.5, 1.0];
+        assert_eq!(
+            shifts(&moved, &other),
+            ["shifts[2] (du, dv pixels): checkpoint [0.5, -1.0], this run [0.5, 1.0]"]
+        );
         let mut run = g.clone();
         run.detw = 18;
         run.theta[3] += 0.5;

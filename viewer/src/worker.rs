@@ -214,6 +214,7 @@ fn open(
                 Some(AxisChoice::Auto) => AxisStep::Search,
             },
             volume: None,
+            shifts: None,
         },
     };
     // Cancel stops the axis search before its next pass.

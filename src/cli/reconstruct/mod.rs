@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::io::{OutputSet, StackFormat};
+use crate::io::{read_shifts, OutputSet, StackFormat};
 use crate::memo::{MemoOptions, MemoPolicy, MemoStages};
 use crate::params::AdmmParams;
 use crate::params::InnerSolver;
@@ -66,6 +66,13 @@ pub struct ReconstructArgs {
     /// eighth of the detector width, coarse to fine, at the scan's tilt. tomopy's `center`.
     #[arg(long, visible_alias = "center")]
     rotation_axis: Option<AxisChoice>,
+    /// Each projection's detector shift, a CSV file with the header `angle_deg,du,dv` and one
+    /// line per projection in the scan's order: its angle in degrees and where it landed,
+    /// columns and rows in unbinned pixels, relative to where the geometry puts it (the stage
+    /// wobbled or drifted). As `lamino simulate --jitter --drift` writes them (SCAN.shifts.csv).
+    /// Applied exactly, as Fourier phases; report.json's geometry holds them.
+    #[arg(long, value_name = "FILE")]
+    shifts: Option<PathBuf>,
     /// Boxed: the ranges would make this the one large variant of the command enum.
     #[command(flatten)]
     volume: Box<VolumeArgs>,
@@ -417,7 +424,11 @@ impl ReconstructArgs {
             // A resumed run takes the checkpoint's instead.
             Some(AxisChoice::Auto) => AxisStep::Search,
         };
-        let preparation = self.preprocess.preparation(axis, volume)?;
+        let shifts = match &self.shifts {
+            Some(path) => Some(read_shifts(path, &input.geometry()?.theta)?),
+            None => None,
+        };
+        let preparation = self.preprocess.preparation(shifts, axis, volume)?;
         Ok(Job { input, preparation })
     }
 }

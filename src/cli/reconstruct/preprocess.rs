@@ -137,7 +137,7 @@ impl PreprocessArgs {
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let one = crate::distributed::OneProcess::shared();
-        let preparation = self.preparation(AxisStep::Geometry, None)?;
+        let preparation = self.preparation(None, AxisStep::Geometry, None)?;
         let input = self.job_input(input)?;
         input.check(&preparation)?;
         let (projections, mut pre) = input.load(&*one, &mut |event| {
@@ -155,9 +155,11 @@ impl PreprocessArgs {
     }
 
     /// The steps after reading ([`Preparation`]): the stripe removal these options ask for,
-    /// then `axis` and the box `volume` (binned voxels).
+    /// the projections' `shifts` (unbinned pixels), then `axis` and the box `volume` (binned
+    /// voxels).
     pub(super) fn preparation(
         &self,
+        shifts: Option<Vec<[f64; 2]>>,
         axis: AxisStep,
         volume: Option<crate::geometry::VolumeBox>,
     ) -> Result<Preparation, String> {
@@ -165,6 +167,7 @@ impl PreprocessArgs {
             stripes: self.stripe_removal()?,
             axis,
             volume,
+            shifts,
         })
     }
 
