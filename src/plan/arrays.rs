@@ -11,7 +11,19 @@ use crate::gpu::GpuContext;
 use crate::operator::{LaminoOperator, Space};
 use crate::params::{AdmmParams, InnerSolver};
 
-use super::NormalLoop;
+/// The normal operator of the inner loop a plan is made for: it decides which arrays an outer
+/// iteration reads and how often ([`Array::accesses`]), so what the plan keeps on the device and
+/// moves, and what device memory is set aside beside the arrays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormalLoop {
+    /// A then A* per CG step: the data-space arrays, the spectrum and the U2 tables are read.
+    Gridding,
+    /// `T p` per CG step ([`crate::operator::ToeplitzNormal`]): with the carried CG an outer
+    /// iteration reads no data-space array, spectrum or U2 table; the loop's own memory
+    /// ([`super::toeplitz_need_bytes`]) is set aside before the arrays are placed.
+    Toeplitz,
+}
 
 /// The solver's arrays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -15,11 +15,11 @@ mod normal;
 mod ranks;
 
 use arrays::halo_bytes;
-pub use arrays::{operator_applications, operator_applications_in, Array, Portion};
+pub use arrays::{operator_applications, operator_applications_in, Array, NormalLoop, Portion};
 pub use budgets::{BudgetSource, Budgets, DEFAULT_DEVICE_BUDGET, DEFAULT_HOST_FRACTION};
 pub use normal::{
-    planned_normal_operator, toeplitz_need_bytes, toeplitz_obstacle, NormalLoop,
-    NormalOperatorChoice, ToeplitzConditions, AUTO_RUNS_GRIDDING,
+    planned_normal_operator, toeplitz_need_bytes, toeplitz_obstacle, NormalOperatorChoice,
+    ToeplitzConditions, AUTO_RUNS_GRIDDING,
 };
 pub use ranks::{member_plans, plan_member, MemberPlan};
 

@@ -15,20 +15,6 @@ use crate::operator::{
 };
 use crate::params::NormalOperator;
 
-/// The normal operator of the inner loop a plan is made for: it decides which arrays an outer
-/// iteration reads and how often ([`Array::accesses`]), so what the plan keeps on the device and
-/// moves, and what device memory is set aside beside the arrays.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NormalLoop {
-    /// A then A* per CG step: the data-space arrays, the spectrum and the U2 tables are read.
-    Gridding,
-    /// `T p` per CG step ([`crate::operator::ToeplitzNormal`]): with the carried CG an outer
-    /// iteration reads no data-space array, spectrum or U2 table; the loop's own memory
-    /// ([`toeplitz_need_bytes`]) is set aside before the arrays are placed.
-    Toeplitz,
-}
-
 /// The normal operator a run applies, and why (report.json, the plan of `--dry-run`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NormalOperatorChoice {

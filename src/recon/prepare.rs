@@ -46,8 +46,9 @@ pub struct Preparation {
     /// A box of the volume, in the binned voxels of the scan as read.
     pub volume: Option<VolumeBox>,
     /// Each projection's shift `[du, dv]` in the scan's (unbinned) pixels, one per angle
-    /// (`--shifts`), applied before the axis step, so that a search sees the projections where
-    /// they landed.
+    /// (`--shifts`), held by the projections' geometry from before the axis step on. The axis
+    /// search scores the projections as they landed: its slab reconstruction does not apply
+    /// them.
     pub shifts: Option<Vec<[f64; 2]>>,
 }
 

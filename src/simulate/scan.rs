@@ -51,7 +51,7 @@ impl Motion {
 
     /// The shift `[du, dv]` of each of `angles` projections, pixels; none for a still sample.
     pub fn shifts(&self, angles: usize) -> Vec<[f64; 2]> {
-        if *self == Self::STILL || (self.jitter_px == 0.0 && self.drift_px == 0.0) {
+        if self.jitter_px == 0.0 && self.drift_px == 0.0 {
             return Vec::new();
         }
         let mut rng = crate::random::SplitMix64::new(self.seed);
