@@ -696,7 +696,7 @@ fn a_scan_that_moved_reconstructs_with_its_shifts_and_bad_shift_files_are_refuse
     let scan = dir.path().join("scan.h5");
     let shifts = dir.path().join("scan.shifts.csv");
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    simulate_blobs(&scan, &["--jitter", "1.5", "--drift", "2"]);
+    simulate_blobs(&scan, &["--jitter", "1", "--drift", "1"]);
     let text = std::fs::read_to_string(&shifts).unwrap();
     assert_eq!(text.lines().count(), 17, "{text}");
     let score = |extra: &[&str], name: &str| {
@@ -725,6 +725,39 @@ fn a_scan_that_moved_reconstructs_with_its_shifts_and_bad_shift_files_are_refuse
     );
     let held = &report["reconstruction"]["geometry"]["shifts"];
     assert_eq!(held.as_array().map(Vec::len), Some(16), "{report}");
+    // Projection matching finds them from the scan alone, up to what the data cannot tell from
+    // the volume's own position (a common shift and a translation's sinusoids).
+    let matched = ["--align", "--iterations", "4", "--checkpoint-every", "1"];
+    let (_, report) = score(&matched, "matched");
+    let alignment = &report["reconstruction"]["preprocessing"]["alignment"];
+    let rounds = alignment["rounds"]
+        .as_array()
+        .expect("the rounds are reported");
+    assert!(rounds.len() >= 2, "{alignment}");
+    for name in ["shifts.csv", "shifts.png", "alignment.png"] {
+        assert!(dir.path().join("matched").join(name).is_file(), "{name}");
+    }
+    let read = |path: &Path| -> Vec<[f64; 3]> {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(text.starts_with("angle_deg,du,dv\n"), "{text}");
+        text.lines()
+            .skip(1)
+            .map(|l| {
+                let v: Vec<f64> = l.split(',').map(|x| x.parse().unwrap()).collect();
+                [v[0], v[1], v[2]]
+            })
+            .collect()
+    };
+    let (truth, found) = (read(&shifts), read(&dir.path().join("matched/shifts.csv")));
+    let error = rms_beyond_rigid_motion(&truth, &found, 30.0);
+    eprintln!("projection matching: {error:.3} px RMS from the true shifts beyond rigid motion");
+    assert!(error < 0.1, "{error}");
+    // Resumed, the checkpoint's shifts are taken, not matched again.
+    let (_, resumed) = score(&["--align", "--iterations", "5", "--resume"], "matched");
+    let geometry = |r: &serde_json::Value| r["reconstruction"]["geometry"]["shifts"].clone();
+    assert_eq!(resumed["reconstruction"]["resumed_from"], 4, "{resumed}");
+    assert!(resumed["reconstruction"]["preprocessing"]["alignment"].is_null());
+    assert_eq!(geometry(&resumed), geometry(&report));
     let bad = dir.path().join("bad.csv");
     let out = dir.path().join("refused");
     let lines: Vec<&str> = text.lines().collect();
@@ -745,6 +778,52 @@ fn a_scan_that_moved_reconstructs_with_its_shifts_and_bad_shift_files_are_refuse
         "line 2: \"0,NaN,0.5\" is not three finite numbers",
         &out,
     );
+}
+
+/// The RMS difference (pixels, over both directions) of `found` from `truth` (`[angle_deg, du,
+/// dv]` per projection) once its least-squares fit by rigid motion is removed: a common shift
+/// of each direction, and a translation `(x, y)` of the volume, `du = x cos + y sin`,
+/// `dv = cos(phi) (x sin - y cos)`, phi = 90 degrees + the tilt.
+fn rms_beyond_rigid_motion(truth: &[[f64; 3]], found: &[[f64; 3]], tilt_deg: f64) -> f64 {
+    let cos_phi = (90.0 + tilt_deg).to_radians().cos();
+    let rows: Vec<([f64; 4], f64)> = truth
+        .iter()
+        .zip(found)
+        .flat_map(|(t, f)| {
+            let (sin, cos) = t[0].to_radians().sin_cos();
+            [
+                ([1.0, 0.0, cos, sin], f[1] - t[1]),
+                ([0.0, 1.0, cos_phi * sin, -cos_phi * cos], f[2] - t[2]),
+            ]
+        })
+        .collect();
+    // The normal equations, solved by elimination (they are well conditioned for 16 angles).
+    let mut a = [[0.0; 5]; 4];
+    for (basis, value) in &rows {
+        for i in 0..4 {
+            for j in 0..4 {
+                a[i][j] += basis[i] * basis[j];
+            }
+            a[i][4] += basis[i] * value;
+        }
+    }
+    for col in 0..4 {
+        for row in 0..4 {
+            if row != col {
+                let (f, pivot) = (a[row][col] / a[col][col], a[col]);
+                a[row].iter_mut().zip(pivot).for_each(|(x, p)| *x -= f * p);
+            }
+        }
+    }
+    let fit: Vec<f64> = (0..4).map(|i| a[i][4] / a[i][i]).collect();
+    let sum: f64 = rows
+        .iter()
+        .map(|(basis, value)| {
+            let r = value - (0..4).map(|i| basis[i] * fit[i]).sum::<f64>();
+            r * r
+        })
+        .sum();
+    (sum / truth.len() as f64).sqrt()
 }
 
 /// Scans whose normalisation clamps most pixels (white field zero, darks above the whites, data

@@ -174,6 +174,7 @@ fn a_job_takes_the_steps_in_order_and_records_them() {
             axis: AxisStep::Column(axis),
             volume: Some(volume.clone()),
             shifts: None,
+            align: None,
         },
     };
     let mut heard = Vec::new();
@@ -256,4 +257,62 @@ fn a_job_takes_the_steps_in_order_and_records_them() {
         ),
         "{cancelled:?}"
     );
+}
+
+/// Projection matching that has not settled within its rounds is an error that says so, and a
+/// cancel flag stops it before its next round; neither gives shifts.
+#[test]
+fn projection_matching_that_does_not_settle_is_an_error_and_a_cancel_stops_it() {
+    use lamino::preprocess::AlignOptions;
+    use lamino::recon::align::align;
+    use lamino::recon::AlignError;
+    use lamino::simulate::{simulated_moving_scan, Motion, PhantomKind, ScanSpec};
+    let spec = ScanSpec {
+        phantom: PhantomKind::Blobs,
+        size: 8,
+        angles: 8,
+        tilt_deg: 30.0,
+        photons: None,
+        seed: 1,
+        rotation_axis: None,
+    };
+    let motion = Motion {
+        jitter_px: 1.0,
+        drift_px: 0.0,
+        seed: 3,
+    };
+    let sim = simulated_moving_scan(&spec, motion).unwrap();
+    let scan = Projections::new(sim.geometry, sim.line_integrals).unwrap();
+    let one_round = AlignOptions {
+        max_rounds: 1,
+        tolerance_px: 1e-9,
+        ..AlignOptions::DEFAULT
+    };
+    let mut heard = 0;
+    let e = align(
+        ctx(),
+        &scan,
+        AdmmParams::default(),
+        &one_round,
+        None,
+        &mut |_| heard += 1,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, AlignError::NotConverged { rounds: 1, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("did not converge after"), "{e}");
+    assert_eq!(heard, 1);
+    let cancel = AtomicBool::new(true);
+    let e = align(
+        ctx(),
+        &scan,
+        AdmmParams::default(),
+        &AlignOptions::DEFAULT,
+        Some(&cancel),
+        &mut |_| panic!("no round runs once cancelled"),
+    )
+    .unwrap_err();
+    assert!(matches!(e, AlignError::Cancelled), "{e}");
 }

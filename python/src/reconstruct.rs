@@ -246,6 +246,7 @@ fn reconstruct<'py>(
                 }),
                 volume: None,
                 shifts,
+                align: None,
             },
         };
         let lease = Lease::take(&devices)?;

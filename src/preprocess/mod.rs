@@ -6,20 +6,25 @@
 //! The rotation axis itself is part of the geometry ([`crate::geometry::Geometry::center`]); the
 //! operator applies it exactly, so these tools only find it.
 
+mod alignment;
 mod axis_grid;
 mod binning;
 mod center_vo;
 mod decision;
+mod registration;
 mod search;
 mod slab;
 mod stripe;
 
+pub use alignment::{AlignOptions, Alignment, AlignmentRound};
 pub use axis_grid::{AxisGrid, GridSearch};
 pub use binning::{
     bin_frames, bin_geometry, bin_projections, binning_factor, parse_binning, MAX_BINNING,
 };
 pub use center_vo::{find_center_vo, half_turn, VO_FINE_STEP};
 pub use decision::{AxisDecision, Scored, SearchResult, AXIS_NEAR_FOURIER, SHARP_PEAK_CONTRAST};
+pub(crate) use registration::solve;
+pub use registration::{Registration, FEWEST_PIXELS};
 pub use search::{
     candidate_range, check_grid, find_rotation_axis, grid, score_candidates, AxisSearch,
     AUTO_AXIS_FINE_STEP, AUTO_AXIS_RANGE_FRACTION, MAX_CANDIDATES,
@@ -94,6 +99,10 @@ pub struct Preprocessing {
     /// Where the projection angles came from (a dataset of the file, an angle list, the
     /// geometry file).
     pub angles_source: Option<String>,
+    /// What projection matching found (`--align`): each projection's shift in the recorded
+    /// detector's pixels, and its rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alignment: Option<Alignment>,
 }
 
 /// Where the rotation axis of a reconstruction came from.

@@ -17,6 +17,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod align;
 pub mod input;
 mod iterate;
 pub mod job;
@@ -47,6 +48,7 @@ use crate::scan::{validate_scan_geometry, Projections, ScanError};
 use crate::solver::{
     outer_loop, AdmmTeam, IterationReport, ProjectionBlocks, RankReport, SolverError, StopReason,
 };
+pub use align::AlignError;
 pub use iterate::IterateView;
 pub use job::{Heard, Job, JobError, JobEvent, JobInput, Opened};
 pub use padding::{kernel_size, LateralPadding, Padding};
@@ -450,7 +452,15 @@ impl<'a> Reconstructor<'a> {
             self.devices.iter().for_each(|d| d.set_device_budget(bytes));
         }
         let cancel = self.cancel.as_deref();
-        preparation.run(self.ctx, &*self.processes, projections, pre, cancel, note)
+        preparation.run(
+            self.ctx,
+            self.params,
+            &*self.processes,
+            projections,
+            pre,
+            cancel,
+            note,
+        )
     }
 
     /// The memory plan [`run`](Self::run) would follow for projections of `geometry` (before

@@ -12,12 +12,15 @@ use std::time::Instant;
 use crate::distributed::Collective;
 use crate::geometry::{DetectorColumn, VolumeBox};
 use crate::gpu::GpuContext;
+use crate::params::AdmmParams;
 use crate::preprocess::{
     find_rotation_axis, find_rotation_axis_on_ranks, remove_stripes, remove_stripes_on_ranks,
-    AxisSearch, AxisSearchShare, AxisSource, PreprocessError, Preprocessing, StripeRemoval,
-    StripeShare,
+    AlignOptions, Alignment, AlignmentRound, AxisSearch, AxisSearchShare, AxisSource,
+    PreprocessError, Preprocessing, StripeRemoval, StripeShare,
 };
 use crate::scan::{Projections, ScanError};
+
+use super::align::{align, AlignError};
 
 /// How the rotation axis is chosen.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -50,6 +53,9 @@ pub struct Preparation {
     /// search scores the projections as they landed: its slab reconstruction does not apply
     /// them.
     pub shifts: Option<Vec<[f64; 2]>>,
+    /// Projection matching ([`super::align`]) after the axis step, from the shifts given (or
+    /// none) on the whole volume, before the box: its shifts replace them.
+    pub align: Option<AlignOptions>,
 }
 
 /// What a step did, as it is done.
@@ -74,6 +80,10 @@ pub enum Prepared<'a> {
     },
     /// The checkpoint's axis taken (unbinned columns), not searched again.
     AxisFromCheckpoint { axis: f64 },
+    /// A round of projection matching done.
+    AlignmentRound(&'a AlignmentRound),
+    /// Projection matching done: its shifts in the scan's unbinned pixels.
+    Aligned(&'a Alignment),
     /// The volume's box: the operator uses `kept` (rows, columns) of the detector's `of`.
     Boxed { kept: [usize; 2], of: [usize; 2] },
 }
@@ -86,6 +96,8 @@ pub enum PrepareError {
     Preprocess(#[from] PreprocessError),
     #[error(transparent)]
     Scan(#[from] ScanError),
+    #[error(transparent)]
+    Align(#[from] AlignError),
 }
 
 impl Preparation {
@@ -95,9 +107,11 @@ impl Preparation {
     /// step as it is done. `cancel` stops the axis search before its next pass
     /// ([`PreprocessError::Cancelled`]). Collective under MPI ranks. A job runs it through
     /// [`Reconstructor::prepare`](super::Reconstructor::prepare), under the run's budget.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
         ctx: &GpuContext,
+        params: AdmmParams,
         processes: &dyn Collective,
         mut projections: Projections,
         pre: &mut Preprocessing,
@@ -154,6 +168,18 @@ impl Preparation {
                 projections.with_rotation_axis(pre.rotation_axis.in_binned(b))?
             }
         };
+        if let Some(options) = &self.align {
+            if ranks {
+                return Err(AlignError::Ranks.into());
+            }
+            let alignment = align(ctx, &projections, params, options, cancel, &mut |round| {
+                note(Prepared::AlignmentRound(round))
+            })?;
+            projections = projections.with_shifts(alignment.shifts.clone())?;
+            let recorded = alignment.in_pixels_of(b);
+            note(Prepared::Aligned(&recorded));
+            pre.alignment = Some(recorded);
+        }
         if let Some(volume) = &self.volume {
             let of = [projections.geometry().deth, projections.geometry().detw];
             projections = projections.with_volume(volume)?;

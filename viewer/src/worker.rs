@@ -215,6 +215,7 @@ fn open(
             },
             volume: None,
             shifts: None,
+            align: None,
         },
     };
     // Cancel stops the axis search before its next pass.

@@ -6,6 +6,7 @@
 //! (binning, clamping, stripes, pixel size), `volume_box` (slab and ROI), `solve` (devices, MPI
 //! ranks, budgets and the reconstruction `demo` shares).
 
+mod alignment;
 mod inputs;
 mod preprocess;
 mod solve;
@@ -73,6 +74,15 @@ pub struct ReconstructArgs {
     /// Applied exactly, as Fourier phases; report.json's geometry holds them.
     #[arg(long, value_name = "FILE")]
     shifts: Option<PathBuf>,
+    /// Estimate each projection's shift by projection matching before the reconstruction
+    /// (the scan moved: stage wobble, drift): rounds of a short reconstruction, its
+    /// reprojection and each projection registered against it, coarse to fine, until the shifts
+    /// move less than 0.02 pixels RMS per round; starts from --shifts if given. Writes
+    /// shifts.csv (for --shifts), shifts.png and alignment.png; report.json's
+    /// `preprocessing.alignment` has the rounds. The mean shift is kept (it is the volume's
+    /// position). One process only (not under MPI ranks).
+    #[arg(long)]
+    align: bool,
     /// Boxed: the ranges would make this the one large variant of the command enum.
     #[command(flatten)]
     volume: Box<VolumeArgs>,
@@ -342,6 +352,7 @@ fn run_as(cli: &Cli, args: &ReconstructArgs, processes: Processes) -> CliResult 
         let outputs: Vec<&str> = crate::recon::OUTPUT_NAMES
             .into_iter()
             .chain([AXIS_SEARCH_CSV])
+            .chain(alignment::ALIGNMENT_OUTPUTS)
             .collect();
         set.refuse_inputs(&outputs, &args.input.files())?;
     }
@@ -428,7 +439,8 @@ impl ReconstructArgs {
             Some(path) => Some(read_shifts(path, &input.geometry()?.theta)?),
             None => None,
         };
-        let preparation = self.preprocess.preparation(shifts, axis, volume)?;
+        let align = self.align.then(crate::preprocess::AlignOptions::default);
+        let preparation = self.preprocess.preparation(shifts, axis, volume, align)?;
         Ok(Job { input, preparation })
     }
 }
@@ -451,10 +463,12 @@ fn reconstruct_into(
     let mut say = say_prepared(options.quiet, args.quiet, rank);
     let checkpoint = checkpoint_path(&args.out);
     let mut shape = [0; 3];
+    let mut theta = Vec::new();
     let solved = builder.run_job(job, &mut |event| {
         match &event {
             JobEvent::Loaded(loaded) => {
                 shape = projections_shape(&loaded.projections);
+                theta.clone_from(&loaded.projections.geometry().theta);
                 args.preprocess
                     .say_loaded(loaded, &options.processes, options.quiet)
             }
@@ -470,6 +484,11 @@ fn reconstruct_into(
                 seconds,
                 ..
             }) => report_axis_search(search, &args.out, set.as_deref_mut(), *seconds)?,
+            JobEvent::Prepared(Prepared::Aligned(aligned)) => {
+                if let Some(set) = set.as_deref_mut() {
+                    alignment::stage_alignment(set, &theta, aligned)?;
+                }
+            }
             _ => {}
         }
         if let JobEvent::Prepared(step) = &event {

@@ -137,7 +137,7 @@ impl PreprocessArgs {
         quiet: bool,
     ) -> Result<(Projections, Preprocessing), Box<dyn std::error::Error>> {
         let one = crate::distributed::OneProcess::shared();
-        let preparation = self.preparation(None, AxisStep::Geometry, None)?;
+        let preparation = self.preparation(None, AxisStep::Geometry, None, None)?;
         let input = self.job_input(input)?;
         input.check(&preparation)?;
         let (projections, mut pre) = input.load(&*one, &mut |event| {
@@ -155,19 +155,21 @@ impl PreprocessArgs {
     }
 
     /// The steps after reading ([`Preparation`]): the stripe removal these options ask for,
-    /// the projections' `shifts` (unbinned pixels), then `axis` and the box `volume` (binned
-    /// voxels).
+    /// the projections' `shifts` (unbinned pixels), then `axis`, projection matching (`align`)
+    /// and the box `volume` (binned voxels).
     pub(super) fn preparation(
         &self,
         shifts: Option<Vec<[f64; 2]>>,
         axis: AxisStep,
         volume: Option<crate::geometry::VolumeBox>,
+        align: Option<crate::preprocess::AlignOptions>,
     ) -> Result<Preparation, String> {
         Ok(Preparation {
             stripes: self.stripe_removal()?,
             axis,
             volume,
             shifts,
+            align,
         })
     }
 
@@ -275,6 +277,24 @@ pub(super) fn say_prepared(
                 "rank {r} of {k}: axis searched on its angles {}..{} (the ranks summing theirs \
                  in turn), holding at most {} projection values and {} slab values at once",
                 share.angles.start, share.angles.end, share.values_held, share.slab_values_held
+            );
+        }
+        Prepared::AlignmentRound(round) if !quiet => {
+            eprintln!(
+                "projection matching, binned {}: shifts moved {:.3} px RMS, {:.3} px at most \
+                 ({:.1} s)",
+                round.binning, round.rms_update_px, round.max_update_px, round.seconds
+            );
+        }
+        Prepared::Aligned(alignment) if !quiet => {
+            eprintln!(
+                "projections aligned in {} rounds ({:.1} s){}",
+                alignment.rounds.len(),
+                alignment.seconds,
+                match alignment.rows_estimated {
+                    true => "",
+                    false => "; the detector's rows are too few to register: dv kept",
+                }
             );
         }
         Prepared::Boxed { kept, of } if kept != of && !quiet_box => {

@@ -116,8 +116,9 @@ pub enum JobError {
 
 /// The step a stop during the preparation of `preparation` interrupts.
 fn preparing(preparation: &Preparation) -> &'static str {
-    match preparation.axis {
-        AxisStep::Search => "the rotation-axis search",
+    match (preparation.axis, &preparation.align) {
+        (AxisStep::Search, _) => "the rotation-axis search",
+        (_, Some(_)) => "the projections' alignment",
         _ => "preparing the projections",
     }
 }
@@ -192,6 +193,7 @@ impl JobInput {
             pixel_size: given_pixel_size.or(loaded.pixel_size),
             tilt_source: Some(loaded.tilt_source),
             angles_source: Some(loaded.angles_source),
+            alignment: None,
         };
         Ok((loaded.projections, pre))
     }
@@ -230,6 +232,7 @@ impl<'a> Reconstructor<'a> {
         // A run that cannot resume from its checkpoint stops before any work.
         let checkpoint = self.resume.as_deref().map(Checkpoint::read).transpose()?;
         input.check(&preparation)?;
+        let input_binning = input.binning();
         let (projections, mut pre) = input.load(&*self.processes, events)?;
         self.stop_if_cancelled("reading the projections")?;
         if let (Some(c), AxisStep::Search) = (&checkpoint, preparation.axis) {
@@ -239,6 +242,13 @@ impl<'a> Reconstructor<'a> {
                 preparation.volume.as_ref(),
                 self.pad,
             ));
+        }
+        // A resumed alignment takes the checkpoint's shifts (in the binned pixels it ran on).
+        if let (Some(c), Some(_)) = (&checkpoint, &preparation.align) {
+            let b = input_binning as f64;
+            preparation.align = None;
+            preparation.shifts = (!c.geometry.shifts.is_empty())
+                .then(|| c.geometry.shifts.iter().map(|s| s.map(|v| v * b)).collect());
         }
         let during = preparing(&preparation);
         // The first error the listener answers stops the job once the preparation returns.
@@ -250,9 +260,10 @@ impl<'a> Reconstructor<'a> {
         });
         refused.map_err(JobError::Listener)?;
         let projections = match prepared {
-            Err(PrepareError::Preprocess(PreprocessError::Cancelled)) => {
-                return Err(JobError::Cancelled { during })
-            }
+            Err(
+                PrepareError::Preprocess(PreprocessError::Cancelled)
+                | PrepareError::Align(super::AlignError::Cancelled),
+            ) => return Err(JobError::Cancelled { during }),
             prepared => prepared.map_err(JobError::Prepare)?,
         };
         self.stop_if_cancelled(during)?;
