@@ -118,6 +118,7 @@ fn base_args(command: &str, option: &str, i: &Inputs, out: &Path) -> Option<Vec<
             ("--compare-memo", "certified:0.01".into()),
             ("--out", s(out)),
         ]),
+        "bench align" => pairs(&[("--sizes", eight.clone())]),
         "bench search" => pairs(&[
             ("--sizes", eight),
             ("--candidates", "2".into()),

@@ -9,6 +9,7 @@
 //! modules they measure (the memo layer among them) need not import them.
 
 pub mod admm;
+pub mod align;
 pub mod convergence;
 pub mod fft;
 pub mod flatfield;
@@ -67,6 +68,8 @@ pub enum BenchError {
     Scale(#[from] ScaleBenchError),
     #[error(transparent)]
     Convergence(#[from] ConvergenceBenchError),
+    #[error(transparent)]
+    Align(#[from] align::AlignBenchError),
     #[error(transparent)]
     Distributed(#[from] scale_distributed::DistributedBenchError),
     /// `lamino bench scale`'s large run could not make its scratch directory.

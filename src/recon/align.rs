@@ -21,7 +21,7 @@
 //! - **Rigid motion removed**: a common shift of every projection (the volume's position, for
 //!   plain CT the rotation axis) and the shifts a translation of the volume makes give the same
 //!   data as the volume moved; each update has its fit by them removed, so the volume stays where
-//!   the scan put it (`remove_rigid_motion`).
+//!   the scan put it ([`remove_rigid_motion`]).
 //! - **Stop**: when a round's update is below [`AlignOptions::tolerance_px`] RMS (in the scan's
 //!   pixels, times the binning on coarse levels); a full-resolution level that has not got
 //!   there after [`AlignOptions::max_rounds`] is an error ([`AlignError::NotConverged`]).
@@ -218,7 +218,7 @@ pub fn align(
 /// `du = x cos(theta) + y sin(theta)` and `dv = cos(phi) (x sin(theta) - y cos(theta))`
 /// ([`Geometry::projection_shift`]). Left in, they drift from round to round, as nothing in the
 /// data holds them (the reconstruction moves with them).
-fn remove_rigid_motion(g: &Geometry, updates: &mut [[f64; 2]]) {
+pub fn remove_rigid_motion(g: &Geometry, updates: &mut [[f64; 2]]) {
     let cos_phi = g.tilt.phi().cos();
     let basis = |t: usize| -> [[f64; 2]; 4] {
         let (sin_t, cos_t) = g.theta[t].sin_cos();

@@ -79,6 +79,34 @@ pub enum BenchWhat {
         #[arg(long)]
         plots: Option<std::path::PathBuf>,
     },
+    /// Projection matching (`reconstruct --align`) on simulated scans of a sample that moved
+    /// (Poisson noise and motion seeded 0, 3n/2 angles): the matched shifts against the truth
+    /// beyond rigid motion and beyond the mean, the volume's rel. L2 without shifts, with the
+    /// true ones, matched (as it is, and with the truth's rigid part), and the time of matching
+    /// and reconstructing against a reconstruction without shifts.
+    Align {
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        /// Volume sides (n^3 voxels, n x n detector, 3n/2 angles).
+        #[arg(long, value_delimiter = ',', default_values_t = [32usize, 64])]
+        sizes: Vec<usize>,
+        /// Laminography tilt, degrees from the beam's normal (0: plain CT).
+        #[arg(long, default_value_t = 30.0)]
+        tilt_deg: f64,
+        /// Incident photons per detector pixel (Poisson noise).
+        #[arg(long, default_value_t = 1e5)]
+        photons: f64,
+        /// RMS of each projection's random shift in each direction, pixels (at most a quarter
+        /// of the detector, with the drift).
+        #[arg(long, default_value_t = 2.0)]
+        jitter: f64,
+        /// A drift in each direction growing linearly to this at the last projection, pixels.
+        #[arg(long, default_value_t = 3.0)]
+        drift: f64,
+        #[arg(long, default_value_t = PhantomKind::Chip)]
+        phantom: PhantomKind,
+    },
     /// The memo policies' accuracy-time frontier: an exact reconstruction of a simulated chip,
     /// then memo off at the memo chunking, mlr:TAU for the paper's six TAU, certified:TOL for eight
     /// TOL and certified:auto for three scales; one line per run, and a CSV and a PNG plot (with
@@ -522,6 +550,29 @@ pub fn run(cli: &Cli, what: &BenchWhat) -> CliResult {
             plots.as_deref(),
         )?,
         BenchWhat::Memo(args) => memo(cli, args)?,
+        BenchWhat::Align {
+            json,
+            sizes,
+            tilt_deg,
+            photons,
+            jitter,
+            drift,
+            phantom,
+        } => {
+            let scans: Vec<_> = sizes
+                .iter()
+                .map(|&size| bench::align::MovedScan {
+                    phantom: *phantom,
+                    size,
+                    angles: 3 * size / 2,
+                    tilt_deg: *tilt_deg,
+                    photons: *photons,
+                    jitter_px: *jitter,
+                    drift_px: *drift,
+                })
+                .collect();
+            bench::align::print(&cli.context()?, *json, &scans)?
+        }
         BenchWhat::Suite {
             json,
             out,

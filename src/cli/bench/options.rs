@@ -123,6 +123,18 @@ fn planned_side(option: &str, side: usize) -> Result<(), String> {
     )
 }
 
+/// A simulated scan's tilt (strictly within +-90 degrees) and photon count.
+fn simulated_noise(tilt_deg: f64, photons: f64) -> Result<(), String> {
+    if !(tilt_deg.is_finite() && tilt_deg.abs() < 90.0) {
+        return refuse(
+            "tilt-deg",
+            number_as_typed(tilt_deg),
+            "an angle strictly between -90 and 90 degrees (0: plain tomography)",
+        );
+    }
+    crate::simulate::check_photons(photons).map_err(|e| format!("--photons: {e}"))
+}
+
 /// Checks every numeric option of `what` against its bound.
 pub(super) fn check(what: &BenchWhat) -> Result<(), String> {
     match what {
@@ -157,15 +169,34 @@ pub(super) fn check(what: &BenchWhat) -> Result<(), String> {
             ..
         } => {
             simulated_run("size", *size, angles.unwrap_or(*size))?;
-            if !(tilt_deg.is_finite() && tilt_deg.abs() < 90.0) {
-                return refuse(
-                    "tilt-deg",
-                    number_as_typed(*tilt_deg),
-                    "an angle strictly between -90 and 90 degrees (0: plain tomography)",
-                );
-            }
-            crate::simulate::check_photons(*photons).map_err(|e| format!("--photons: {e}"))?;
+            simulated_noise(*tilt_deg, *photons)?;
             outer_iterations("reference-iterations", *reference_iterations)
+        }
+        BenchWhat::Align {
+            sizes,
+            tilt_deg,
+            photons,
+            jitter,
+            drift,
+            ..
+        } => {
+            simulated_noise(*tilt_deg, *photons)?;
+            for &n in sizes {
+                simulated_run("sizes", n, n.saturating_mul(3) / 2)?;
+                // The correlation searches a quarter of the detector: a motion beyond it cannot
+                // be matched, and a value that large is a typo.
+                let reach = n as f64 / 4.0;
+                for (name, value) in [("jitter", *jitter), ("drift", *drift)] {
+                    if !(0.0..=reach).contains(&value) {
+                        return refuse(
+                            name,
+                            number_as_typed(value),
+                            &format!("0 to a quarter of the detector ({reach} pixels at {n})"),
+                        );
+                    }
+                }
+            }
+            Ok(())
         }
         BenchWhat::Memo(args) => memo(args),
         BenchWhat::Operator {
